@@ -1,0 +1,54 @@
+"""Base class of every worker hosted in a worker group.
+
+A worker learns its place in the group from the environment variables the group sets before constructing it:
+``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` (the torch.distributed conventions). A
+worker constructed outside any group (unit tests, single-process tools) is rank 0 of a world of size 1.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+
+def find_free_port() -> int:
+    """A TCP port on the loopback interface that is free right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Worker:
+    """Holds the rank/world size of this process and sets up ``torch.distributed`` on demand."""
+
+    def __init__(self) -> None:
+        self._rank = int(os.environ.get("RANK", 0))
+        self._world_size = int(os.environ.get("WORLD_SIZE", 1))
+        self._local_rank = int(os.environ.get("LOCAL_RANK", 0))
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def world_size(self) -> int:
+        return self._world_size
+
+    @property
+    def local_rank(self) -> int:
+        return self._local_rank
+
+    def get_master_addr_port(self) -> tuple[str, str]:
+        """Address and port of rank 0's rendezvous (used by the group to configure the other ranks)."""
+        return os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "")
+
+    def init_distributed(self, device: str) -> None:
+        """Create the default process group (gloo on CPU, nccl on CUDA) when the world has more than one rank.
+
+        A no-op for a world of size 1 or when the group already exists.
+        """
+        import torch.distributed as dist
+
+        if self._world_size <= 1 or dist.is_initialized():
+            return
+        backend = "nccl" if device == "cuda" else "gloo"
+        dist.init_process_group(backend=backend, rank=self._rank, world_size=self._world_size)
