@@ -1,0 +1,50 @@
+"""Rule-based reward functions, dispatched by ``data_source`` (upstream verl's ``default_compute_score``).
+
+Only the RLLA (ToolRL) reward is built in: any ``data_source`` containing ``"rlla"`` goes to
+``verl.utils.reward_score.rlla.compute_score`` (``../shared/specs/rlla_reward.md`` §1 "How it is called"). Upstream's
+signature has no ``step``; the adapter takes it, and the chat wrapper, from ``extra_info``
+(``../shared/specs/verl_compat.md`` "Reward manager").
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from verl.utils.reward_score import rlla
+
+__all__ = ["default_compute_score", "rlla"]
+
+
+def default_compute_score(data_source: str, solution_str: str, ground_truth: str,
+                          extra_info: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, float]:
+    """Score one sample with the reward of its ``data_source`` (upstream verl signature).
+
+    Args:
+        data_source: the row's ``data_source``; anything containing ``"rlla"`` is scored by the RLLA reward.
+        solution_str: decoded response (or prompt + response).
+        ground_truth: the row's ``reward_model["ground_truth"]``.
+        extra_info: optional dict; ``step`` (int, default 0) is the trainer step for the RLLA schedules,
+            ``wrapper`` (``"qwen"``/``"llama"``/``"none"``, default None = from ``EXPERIMENT_NAME``) the chat wrapper,
+            ``reward_switches`` an optional ``rlla.RewardSwitches`` snapshot (default: read the environment).
+        **kwargs: accepted and ignored (upstream passes extra keyword arguments to custom scorers).
+
+    Returns:
+        ``{"score", "format", "correctness", "length"}`` (floats; score is the sum of the three others).
+
+    Raises:
+        NotImplementedError: no reward is registered for ``data_source``.
+        rlla.RLLARewardError: see ``rlla.compute_score`` (invalid ground truth, unknown chat wrapper).
+    """
+    info = extra_info or {}
+    if not isinstance(data_source, str) or "rlla" not in data_source:
+        raise NotImplementedError(
+            f"no reward function for data_source={data_source!r}: only data sources containing 'rlla' are built in; "
+            "set custom_reward_function.path/name for others"
+        )
+    score, fmt, correctness, length = rlla.compute_score(
+        solution_str,
+        ground_truth,
+        step=info.get("step", 0),
+        wrapper=info.get("wrapper"),
+        switches=info.get("reward_switches"),
+    )
+    return {"score": float(score), "format": float(fmt), "correctness": float(correctness), "length": float(length)}

@@ -1,0 +1,34 @@
+# Sourced by the launch scripts: detects GPUs and sets CPU- or GPU-sized defaults that every variable overrides.
+# Variables (all optional): N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
+# MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, PYTHON.
+PYTHON=${PYTHON:-python3}
+if [ -z "${N_GPUS+x}" ]; then
+  N_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+fi
+export N_GPUS
+export ROLLOUT_TP_SIZE=${ROLLOUT_TP_SIZE:-1}
+if [ "$N_GPUS" -gt 0 ]; then
+  # ToolRL's own GPU settings
+  : "${BASE_MODEL:=smollm2-135m}" "${TRAIN_BATCH_SIZE:=512}" "${PPO_MINI_BATCH_SIZE:=128}" "${ROLLOUT_N:=4}"
+  : "${MAX_PROMPT_LENGTH:=2048}" "${MAX_RESPONSE_LENGTH:=1024}" "${TOTAL_EPOCHS:=15}" "${LR:=1e-6}"
+  : "${SAVE_FREQ:=15}" "${TEST_FREQ:=5}" "${MICRO_BATCH_PER_GPU:=8}" "${FILTER_OVERLONG:=False}"
+  : "${ROLLOUT_NAME:=hf}"
+else
+  # laptop-class CPU: the SFT'd tiny model, small batches, short responses, prompts over 1024 tokens dropped
+  : "${BASE_MODEL:=tiny-sft}" "${TRAIN_BATCH_SIZE:=8}" "${PPO_MINI_BATCH_SIZE:=8}" "${ROLLOUT_N:=4}"
+  : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=128}" "${TOTAL_EPOCHS:=1}" "${LR:=1e-5}"
+  : "${SAVE_FREQ:=-1}" "${TEST_FREQ:=10}" "${MICRO_BATCH_PER_GPU:=8}" "${FILTER_OVERLONG:=True}"
+  : "${ROLLOUT_NAME:=hf}"
+fi
+: "${TOTAL_STEPS:=null}"
+export BASE_MODEL TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE ROLLOUT_N MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TOTAL_EPOCHS
+export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME TOTAL_STEPS PYTHON
+# DATA_DIR: unset means "discover" (dataset/rlla_4k, then ../shared/data, then ToolRL's published files)
+if [ -z "${DATA_DIR:-}" ]; then
+  DATA_DIR=$($PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
+fi
+export DATA_DIR
+# the SFT'd tiny preset is built on first use (a few minutes on CPU)
+if [ "$BASE_MODEL" = "tiny-sft" ]; then
+  bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1
+fi

@@ -1,0 +1,103 @@
+"""Config loading: ToolRL's launch overrides are accepted verbatim, deprecated keys map with a warning, and bad
+batch arithmetic / names / files fail at load with errors that name the keys."""
+import logging
+
+import pytest
+from omegaconf.errors import ConfigKeyError
+
+from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config, world_size
+
+# ToolRL's examples/grpo_trainer/run_grpo.sh override list (../shared/specs/verl_compat.md §4), values filled in.
+TOOLRL_GRPO = """algorithm.adv_estimator=grpo data.train_files=X/train.parquet data.val_files=X/test.parquet
+data.train_batch_size=512 data.val_batch_size=128 data.max_prompt_length=2048 data.max_response_length=1024
+actor_rollout_ref.model.path=M actor_rollout_ref.actor.optim.lr=1e-6 actor_rollout_ref.model.use_remove_padding=True
+actor_rollout_ref.actor.ppo_mini_batch_size=128 actor_rollout_ref.actor.use_dynamic_bsz=True
+actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.kl_loss_coef=0.001
+actor_rollout_ref.actor.kl_loss_type=low_var_kl actor_rollout_ref.model.enable_gradient_checkpointing=True
+actor_rollout_ref.actor.fsdp_config.param_offload=False actor_rollout_ref.actor.fsdp_config.grad_offload=False
+actor_rollout_ref.actor.fsdp_config.optimizer_offload=False actor_rollout_ref.rollout.tensor_model_parallel_size=1
+actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.rollout.n=4
+actor_rollout_ref.ref.fsdp_config.param_offload=True algorithm.kl_ctrl.kl_coef=0.001 trainer.critic_warmup=0
+trainer.logger=['console','wandb'] trainer.project_name=TinyZero trainer.experiment_name=grpo-qwen2.5-3b
+trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.save_freq=15 trainer.test_freq=5 trainer.total_epochs=15""".split()
+
+# ToolRL's examples/ppo_trainer/run_ppo.sh differences (gae default, critic keys, global micro batches).
+TOOLRL_PPO = """data.train_files=X/train.parquet data.val_files=X/test.parquet data.train_batch_size=512
+data.val_batch_size=128 data.max_prompt_length=1024 data.max_response_length=512 actor_rollout_ref.model.path=M
+actor_rollout_ref.actor.optim.lr=1e-6 actor_rollout_ref.model.use_remove_padding=True
+actor_rollout_ref.actor.ppo_mini_batch_size=128 actor_rollout_ref.actor.ppo_micro_batch_size=8
+actor_rollout_ref.model.enable_gradient_checkpointing=True actor_rollout_ref.actor.fsdp_config.param_offload=False
+actor_rollout_ref.actor.fsdp_config.grad_offload=False actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
+actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.rollout.name=vllm
+actor_rollout_ref.rollout.gpu_memory_utilization=0.3 actor_rollout_ref.ref.fsdp_config.param_offload=True
+critic.optim.lr=1e-5 critic.model.use_remove_padding=True critic.model.path=M
+critic.model.enable_gradient_checkpointing=False critic.ppo_mini_batch_size=128 critic.ppo_micro_batch_size=8
+critic.model.fsdp_config.param_offload=True critic.model.fsdp_config.grad_offload=True
+critic.model.fsdp_config.optimizer_offload=True algorithm.kl_ctrl.kl_coef=0.001 trainer.critic_warmup=0
+trainer.logger=['console','wandb'] trainer.project_name=TinyZero trainer.experiment_name=ppo-qwen
+trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.save_freq=15 trainer.test_freq=5 trainer.total_epochs=15""".split()
+
+
+def test_toolrl_grpo_overrides_accepted_verbatim():
+    cfg = normalize_config(load_default_config(TOOLRL_GRPO + ["trainer.device=cpu"]))
+    validate_config(cfg, check_files=False)
+    assert cfg.algorithm.adv_estimator == "grpo"
+    assert cfg.actor_rollout_ref.rollout.n == 4
+    assert cfg.actor_rollout_ref.rollout.response_length == 1024  # interpolated from data.max_response_length
+    assert cfg.critic.enable is False  # critic only for gae
+    assert world_size(cfg) == 2
+
+
+def test_toolrl_ppo_overrides_map_deprecated_micro_batches(caplog):
+    with caplog.at_level(logging.WARNING):
+        cfg = normalize_config(load_default_config(TOOLRL_PPO + ["trainer.device=cpu"]))
+    validate_config(cfg, check_files=False)
+    assert cfg.critic.enable is True
+    # global micro batch 8 over 2 workers -> 4 per worker; the deprecated key is cleared
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu == 4
+    assert cfg.actor_rollout_ref.actor.ppo_micro_batch_size is None
+    assert cfg.critic.ppo_micro_batch_size_per_gpu == 4
+    assert "ppo_micro_batch_size is deprecated" in caplog.text
+    assert "grad_offload is deprecated" in caplog.text
+    assert "val_batch_size=128 is ignored" in caplog.text
+
+
+def test_unknown_key_rejected():
+    with pytest.raises(ConfigKeyError):
+        load_default_config(["actor_rollout_ref.actor.no_such_key=1"])
+
+
+@pytest.mark.parametrize("overrides, keys", [
+    (["data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=4"],
+     ["data.train_batch_size", "ppo_mini_batch_size"]),
+    (["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=8"],
+     ["ppo_mini_batch_size", "must not exceed"]),
+    (["data.train_batch_size=3", "actor_rollout_ref.actor.ppo_mini_batch_size=3", "trainer.n_gpus_per_node=2"],
+     ["rollout.n", "number of workers"]),
+    (["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+      "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"], ["ppo_micro_batch_size_per_gpu"]),
+    (["algorithm.adv_estimator=nope"], ["algorithm.adv_estimator", "nope"]),
+    (["actor_rollout_ref.rollout.name=sglang"], ["actor_rollout_ref.rollout.name"]),
+])
+def test_bad_batch_arithmetic_names_keys(overrides, keys):
+    base = ["trainer.device=cpu", "trainer.n_gpus_per_node=1", "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    cfg = normalize_config(load_default_config(base + overrides))
+    with pytest.raises(ConfigError) as err:
+        validate_config(cfg, check_files=False)
+    for key in keys:
+        assert key in str(err.value)
+
+
+def test_missing_data_file_named(tmp_path):
+    cfg = normalize_config(load_default_config([
+        "trainer.device=cpu", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        f"data.train_files={tmp_path}/missing.parquet", f"data.val_files={tmp_path}/missing.parquet"]))
+    with pytest.raises(ConfigError, match="data.train_files: file not found"):
+        validate_config(cfg)
+
+
+def test_cpu_when_no_gpus_requested():
+    cfg = normalize_config(load_default_config(["trainer.n_gpus_per_node=0"]))
+    assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.device == "cpu"
+    assert world_size(cfg) == 1

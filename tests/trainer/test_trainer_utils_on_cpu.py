@@ -1,0 +1,104 @@
+"""Sampler resume, tracking backends, progress heartbeat, metric helpers and the plotting script."""
+import json
+import logging
+
+import numpy as np
+import torch
+
+from verl.trainer.ppo.metric_utils import marked_timer, reduce_metrics, zero_variance_group_fraction
+from verl.utils.dataset.sampler import EpochSeededSampler
+from verl.utils.tracking import StepProgress, Tracking
+
+
+def test_sampler_order_depends_only_on_seed_and_epoch():
+    a, b = EpochSeededSampler(50, seed=3), EpochSeededSampler(50, seed=3)
+    assert list(a) == list(b)
+    a.set_epoch(1)
+    assert sorted(a.order(1)) == list(range(50)) and a.order(1) != a.order(0)
+    assert EpochSeededSampler(50, seed=4).order(0) != a.order(0)
+    assert list(EpochSeededSampler(5, shuffle=False)) == [0, 1, 2, 3, 4]
+
+
+def test_sampler_resume_skips_consumed_batches():
+    full = EpochSeededSampler(20, seed=7, batch_size=4)
+    full.set_epoch(2)
+    expected = list(full)[8:]  # two batches consumed before the interruption
+    state = full.state_dict(batches_consumed_in_epoch=2)
+    resumed = EpochSeededSampler(20, seed=7, batch_size=4)
+    resumed.load_state_dict(state)
+    resumed.set_epoch(2)
+    assert len(resumed) == 12
+    assert list(resumed) == expected
+    assert len(list(resumed)) == 20  # the next pass over the same epoch starts from the beginning again
+
+
+def test_sampler_rejects_mismatched_state():
+    state = EpochSeededSampler(20, seed=7).state_dict(1)
+    try:
+        EpochSeededSampler(21, seed=7).load_state_dict(state)
+    except ValueError as err:
+        assert "num_samples" in str(err)
+    else:
+        raise AssertionError("mismatched sampler state accepted")
+
+
+def test_tracking_writes_jsonl_and_text(tmp_path):
+    tracker = Tracking("p", "e", ["console"], run_dir=tmp_path)
+    tracker.log({"critic/score/mean": torch.tensor(1.5), "x": np.float32(2.0), "bad": float("nan")}, step=3)
+    tracker.log_text("val/generations", "hello", step=3)
+    tracker.finish()
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert lines[0] == {"step": 3, "critic/score/mean": 1.5, "x": 2.0, "bad": "nan"}
+    assert lines[1] == {"step": 3, "text": {"val/generations": "hello"}}
+
+
+def test_tracking_rejects_unknown_backend(tmp_path):
+    try:
+        Tracking("p", "e", ["console", "mlflowx"], run_dir=tmp_path)
+    except ValueError as err:
+        assert "mlflowx" in str(err)
+    else:
+        raise AssertionError("unknown backend accepted")
+
+
+def test_heartbeat_without_tty(caplog):
+    progress = StepProgress(total=4, use_tqdm=False)
+    with caplog.at_level(logging.INFO):
+        progress.update({"critic/score/mean": 0.25})
+    assert "[heartbeat] step 1/4" in caplog.text and "critic/score/mean=0.25" in caplog.text and "ETA" in caplog.text
+
+
+def test_zero_variance_groups():
+    scores = torch.tensor([1.0, 1.0, 0.0, 2.0, 5.0])
+    uids = ["a", "a", "b", "b", "c"]  # a: zero variance, b: varied, c: singleton (not counted)
+    assert zero_variance_group_fraction(scores, uids) == 0.5
+
+
+def test_timer_and_reduce():
+    timing = {}
+    with marked_timer("gen", timing):
+        pass
+    with marked_timer("gen", timing):
+        pass
+    assert timing["gen"] >= 0 and list(timing) == ["gen"]
+    assert reduce_metrics({"a": [1.0, 3.0], "b": 2.0}) == {"a": 2.0, "b": 2.0}
+
+
+def test_plot_metrics_writes_pngs(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("plot_metrics", Path(__file__).parents[2] / "scripts/plot_metrics.py")
+    plot_metrics = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plot_metrics)
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        {"step": 0, "val/test_score/rlla": 0.1},
+        {"step": 1, "critic/score/mean": 0.5, "timing_s/gen": 2.0, "actor/entropy": 1.0},
+        {"step": 1, "text": {"val/generations": "x"}},
+        {"step": 2, "critic/score/mean": 0.7, "timing_s/gen": 2.5, "actor/entropy": 0.9},
+    ]))
+    written = plot_metrics.plot(path, tmp_path / "plots")
+    names = sorted(p.name for p in written)
+    assert names == ["entropy.png", "reward.png", "timing.png"]
+    assert all(p.stat().st_size > 1000 for p in written)

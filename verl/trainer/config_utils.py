@@ -1,0 +1,174 @@
+"""Config loading, deprecated-key mapping and validation for the PPO/GRPO trainer.
+
+Everything that can be checked before a worker starts is checked here, with errors that name the keys involved:
+batch-size arithmetic, the estimator name, the rollout backend, data files. Deprecated ToolRL-era keys still work:
+they are mapped to upstream's names with a warning (``normalize_config``), so ToolRL's launch scripts run unchanged.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+logger = logging.getLogger(__name__)
+
+ROLLOUT_BACKENDS = ("hf", "vllm")
+
+
+class ConfigError(ValueError):
+    """A config value is inconsistent or missing; the message names the keys."""
+
+
+def load_default_config(overrides: list[str] | None = None) -> DictConfig:
+    """Compose ``ppo_trainer.yaml`` with Hydra-style ``key=value`` overrides (for tests and scripts).
+
+    Raises:
+        omegaconf.errors.ConfigKeyError: an override names a key that does not exist (like Hydra's strict mode).
+    """
+    from hydra import compose, initialize_config_dir
+
+    config_dir = str(Path(__file__).parent / "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        return compose(config_name="ppo_trainer", overrides=list(overrides or []))
+
+
+def resolve_device(config: DictConfig) -> str:
+    """``trainer.device`` if set, else ``cuda`` when CUDA is usable and ``trainer.n_gpus_per_node > 0``, else ``cpu``."""
+    explicit = config.trainer.get("device")
+    if explicit:
+        if explicit not in ("cpu", "cuda"):
+            raise ConfigError(f"trainer.device must be 'cpu' or 'cuda', got {explicit!r}")
+        return explicit
+    import torch
+
+    return "cuda" if int(config.trainer.n_gpus_per_node) > 0 and torch.cuda.is_available() else "cpu"
+
+
+def world_size(config: DictConfig) -> int:
+    """Number of data-parallel workers: ``nnodes × n_gpus_per_node`` (one CPU worker per node when that is 0)."""
+    return int(config.trainer.nnodes) * max(1, int(config.trainer.n_gpus_per_node))
+
+
+def _map_global_micro_batch(section: DictConfig, old: str, new: str, where: str, n_workers: int) -> None:
+    value = section.get(old)
+    if value is None:
+        return
+    per_gpu = max(1, int(value) // n_workers)
+    logger.warning("%s.%s is deprecated: using %s.%s=%d (%d / %d workers)", where, old, where, new, per_gpu,
+                   int(value), n_workers)
+    section[new] = per_gpu
+    section[old] = None
+
+
+def normalize_config(config: DictConfig) -> DictConfig:
+    """Map deprecated keys to upstream's names in place (with a warning each) and fill derived values.
+
+    - ``*.ppo_micro_batch_size`` / ``*.log_prob_micro_batch_size`` (global) → ``*_per_gpu`` (divided by the world size).
+    - ``*.fsdp_config.grad_offload``: removed upstream; ignored with a warning when true.
+    - ``data.val_batch_size``: validation runs over the whole set; ignored with a warning when set.
+    - ``critic.enable`` null → true exactly for ``algorithm.adv_estimator=gae``.
+    - ``trainer.device`` resolved (see ``resolve_device``) and copied into the worker sections as ``device``.
+    """
+    n_workers = world_size(config)
+    with open_dict(config):
+        arr = config.actor_rollout_ref
+        _map_global_micro_batch(arr.actor, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
+                                "actor_rollout_ref.actor", n_workers)
+        _map_global_micro_batch(arr.ref, "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
+                                "actor_rollout_ref.ref", n_workers)
+        _map_global_micro_batch(arr.rollout, "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
+                                "actor_rollout_ref.rollout", n_workers)
+        _map_global_micro_batch(config.critic, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "critic",
+                                n_workers)
+        _map_global_micro_batch(config.critic, "forward_micro_batch_size", "forward_micro_batch_size_per_gpu",
+                                "critic", n_workers)
+        for where, section in (("actor_rollout_ref.actor", arr.actor.fsdp_config),
+                               ("critic.model", config.critic.model.fsdp_config)):
+            if section.get("grad_offload"):
+                logger.warning("%s.fsdp_config.grad_offload is deprecated and ignored", where)
+        if config.data.get("val_batch_size") is not None:
+            logger.warning("data.val_batch_size=%s is ignored: validation runs over the whole set in one pass "
+                           "(upstream behaviour)", config.data.val_batch_size)
+        if config.critic.get("enable") is None:
+            config.critic.enable = config.algorithm.adv_estimator == "gae"
+        device = resolve_device(config)
+        config.trainer.device = device
+        arr.device = device
+        config.critic.device = device
+    return config
+
+
+def _check_divides(small: int, big: int, small_key: str, big_key: str) -> None:
+    if small <= 0:
+        raise ConfigError(f"{small_key} must be positive, got {small}")
+    if big % small != 0:
+        raise ConfigError(f"{big_key} ({big}) must be divisible by {small_key} ({small})")
+
+
+def validate_config(config: DictConfig, check_files: bool = True) -> None:
+    """Check batch-size arithmetic, names and files; raise ``ConfigError`` naming the keys on the first problem.
+
+    Batch arithmetic (verl's): ``data.train_batch_size`` prompts per step are rolled out ``rollout.n`` times and split
+    across the world; ``ppo_mini_batch_size`` is in prompts, so each worker sees
+    ``ppo_mini_batch_size × n / world_size`` rows per mini-batch, which the per-GPU micro batch must divide (unless
+    ``use_dynamic_bsz``).
+    """
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+
+    n_workers = world_size(config)
+    arr = config.actor_rollout_ref
+    n = int(arr.rollout.n)
+    train_bs = int(config.data.train_batch_size)
+    estimator = config.algorithm.adv_estimator
+    try:
+        get_adv_estimator_fn(estimator)
+    except (KeyError, ValueError) as err:
+        raise ConfigError(f"algorithm.adv_estimator: {err}") from None
+    if n < 1:
+        raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n}")
+    if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and n == 1:
+        logger.warning("algorithm.adv_estimator=%s with actor_rollout_ref.rollout.n=1: every group is a singleton, "
+                       "so advantages carry no relative signal", estimator)
+    if arr.rollout.name not in ROLLOUT_BACKENDS:
+        raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
+    if (train_bs * n) % n_workers != 0:
+        raise ConfigError(f"data.train_batch_size × actor_rollout_ref.rollout.n ({train_bs} × {n}) must be divisible "
+                          f"by the number of workers (trainer.nnodes × trainer.n_gpus_per_node = {n_workers})")
+    sections = [("actor_rollout_ref.actor", arr.actor)]
+    if config.critic.enable:
+        sections.append(("critic", config.critic))
+    for where, section in sections:
+        mini = int(section.ppo_mini_batch_size)
+        if mini > train_bs:
+            raise ConfigError(f"{where}.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({train_bs})")
+        _check_divides(mini, train_bs, f"{where}.ppo_mini_batch_size", "data.train_batch_size")
+        rows = mini * n
+        if rows % n_workers != 0:
+            raise ConfigError(f"{where}.ppo_mini_batch_size × rollout.n ({mini} × {n}) must be divisible by the "
+                              f"number of workers ({n_workers})")
+        if not section.use_dynamic_bsz:
+            micro = int(section.ppo_micro_batch_size_per_gpu)
+            _check_divides(micro, rows // n_workers, f"{where}.ppo_micro_batch_size_per_gpu",
+                           f"{where}.ppo_mini_batch_size × rollout.n / workers")
+    if arr.actor.use_kl_loss and config.algorithm.use_kl_in_reward:
+        logger.warning("both actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are on: "
+                       "the KL term is applied twice")
+    if int(config.data.max_response_length) <= 0 or int(config.data.max_prompt_length) <= 0:
+        raise ConfigError("data.max_prompt_length and data.max_response_length must be positive")
+    if check_files:
+        for key in ("train_files", "val_files"):
+            files = config.data.get(key)
+            if files is None:
+                continue
+            for path in ([files] if isinstance(files, str) else list(files)):
+                if not os.path.isfile(os.path.expanduser(str(path))):
+                    raise ConfigError(f"data.{key}: file not found: {path}")
+    if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
+        raise ConfigError("trainer.total_training_steps must be positive when set")
+
+
+def to_yaml(config: DictConfig) -> str:
+    """The resolved config as YAML (saved beside the metrics and in checkpoints)."""
+    return OmegaConf.to_yaml(config, resolve=True)

@@ -1,0 +1,156 @@
+"""Entry point: ``python -m verl.trainer.main_ppo key=value ...`` (Hydra over ``config/ppo_trainer.yaml``).
+
+Accepts ToolRL's launch overrides verbatim. Steps: normalise deprecated keys → resolve the data files (RLLA discovery
+when unset) and the model (presets are prepared once, on the driver) → validate the config → start or join Ray →
+build datasets, reward managers and worker groups → ``RayPPOTrainer.fit()``.
+"""
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verl.trainer.config_utils import normalize_config, to_yaml, validate_config, world_size
+
+logger = logging.getLogger(__name__)
+
+
+def setup_logging() -> None:
+    """INFO-level logs with timestamps on stderr (the heartbeat and console metrics use them)."""
+    logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "INFO"),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
+    for noisy in ("httpx", "urllib3", "filelock"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def resolve_paths(config: DictConfig) -> DictConfig:
+    """Fill ``data.{train,val}_files`` from RLLA discovery when unset and turn the model preset into a directory."""
+    from verl.utils.model_presets import prepare_model
+
+    with open_dict(config):
+        if not config.data.train_files or not config.data.val_files:
+            from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
+
+            data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
+            config.data.train_files = config.data.train_files or str(data_dir / "train.parquet")
+            config.data.val_files = config.data.val_files or str(data_dir / "test.parquet")
+        model_dir = prepare_model(config.actor_rollout_ref.model.path)
+        config.actor_rollout_ref.model.path = model_dir
+        if config.critic.enable:
+            config.critic.model.path = prepare_model(config.critic.model.path)
+            config.critic.model.tokenizer_path = model_dir
+    return config
+
+
+def load_custom_compute_score(config: DictConfig):
+    """The user's ``custom_reward_function.{path,name}`` function, or None for the built-in scorers.
+
+    Raises:
+        FileNotFoundError / AttributeError: the file or the function does not exist (message names the key).
+    """
+    spec_cfg = config.get("custom_reward_function") or {}
+    path = spec_cfg.get("path")
+    if not path:
+        return None
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"custom_reward_function.path: {path} not found")
+    spec = importlib.util.spec_from_file_location("custom_reward_module", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    name = spec_cfg.get("name") or "compute_score"
+    if not hasattr(module, name):
+        raise AttributeError(f"custom_reward_function.name: {path} defines no function {name!r}")
+    return getattr(module, name)
+
+
+def build_reward_managers(config: DictConfig, tokenizer):
+    """Training and validation reward managers (RLLA-aware; user function via ``custom_reward_function``)."""
+    from verl.workers.reward_manager import RLLARewardManager
+
+    kwargs = dict(tokenizer=tokenizer, compute_score=load_custom_compute_score(config),
+                  decode=config.reward_model.get("decode", "response"),
+                  wrapper=config.reward_model.get("wrapper", "auto"),
+                  reward_fn_key=config.data.get("reward_fn_key", "data_source"))
+    return (RLLARewardManager(num_examine=0, **kwargs),
+            RLLARewardManager(num_examine=int(config.reward_model.get("num_examine", 1)), **kwargs))
+
+
+def init_ray(config: DictConfig) -> None:
+    """Join ``ray_init.address`` / ``RAY_ADDRESS`` when given, else start a local instance."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    env_vars = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    for key in ("WITHLENGTH", "SCHEDULELENGTH", "CORRECTMAX1", "MAX1STEP30MAX3", "SCHEDULEREWARD", "REFINEDREWARD",
+                "COARSEREWARD", "INTERMEDIATEREWARD", "EXPERIMENT_NAME", "TOOLRL_CACHE", "TOOLRL_SHARED"):
+        if key in os.environ:
+            env_vars[key] = os.environ[key]
+    address = config.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
+    kwargs = dict(runtime_env={"env_vars": env_vars}, include_dashboard=False, log_to_driver=True)
+    if address:
+        logger.info("joining Ray cluster at %s", address)
+        ray.init(address=address, **kwargs)
+    else:
+        num_cpus = config.ray_init.get("num_cpus")
+        ray.init(num_cpus=num_cpus, **kwargs)
+
+
+def build_trainer(config: DictConfig):
+    """Everything ``fit()`` needs, from a normalised, validated config (also used by tests)."""
+    from transformers import AutoTokenizer
+
+    from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
+    from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+    tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)
+    train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=config.data)
+    val_config = OmegaConf.merge(config.data, {"max_samples": config.data.get("val_max_samples", -1)})
+    val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
+    reward_fn, val_reward_fn = build_reward_managers(config, tokenizer)
+    workers_per_node = max(1, int(config.trainer.n_gpus_per_node))
+    pool_spec = {"global_pool": [workers_per_node] * int(config.trainer.nnodes)}
+    mapping = {Role.ActorRolloutRef: "global_pool"}
+    role_worker_mapping = {Role.ActorRolloutRef: ActorRolloutRefWorker}
+    if config.critic.enable:
+        mapping[Role.Critic] = "global_pool"
+        role_worker_mapping[Role.Critic] = CriticWorker
+    resource_pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping,
+                                                use_gpu=config.trainer.device == "cuda",
+                                                cpus_per_worker=float(config.trainer.get("cpus_per_worker", 1)))
+    return RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
+                         resource_pool_manager=resource_pool_manager, reward_fn=reward_fn,
+                         val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset)
+
+
+def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
+    """Normalise, resolve, validate, then train. Returns the trainer (its ``run_dir()`` holds metrics.jsonl)."""
+    normalize_config(config)
+    resolve_paths(config)
+    validate_config(config)
+    logger.info("device=%s workers=%d estimator=%s", config.trainer.device, world_size(config),
+                config.algorithm.adv_estimator)
+    init_ray(config)
+    trainer = build_trainer(config)
+    os.makedirs(trainer.run_dir(), exist_ok=True)
+    with open(os.path.join(trainer.run_dir(), "config.yaml"), "w") as fh:
+        fh.write(to_yaml(config))
+    trainer.init_workers()
+    trainer.fit()
+    return trainer
+
+
+@hydra.main(config_path="config", config_name="ppo_trainer", version_base="1.3")
+def main(config: DictConfig) -> None:
+    setup_logging()
+    run_ppo(config)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Per-step training metrics computed on the driver from a finished batch (verl's names).
+
+All functions read a ``DataProto`` after the advantage step and return ``{name: float}``. Masks: ``response_mask``
+[B, R] marks response tokens (first EOS included), the prompt part of ``attention_mask`` [B, P+R] marks real prompt
+tokens.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from contextlib import contextmanager
+
+import numpy as np
+import torch
+
+# RLLA reward components written by the reward manager (``token_level_scores_<name>``).
+REWARD_COMPONENTS = ("format", "correctness", "length")
+
+
+@contextmanager
+def marked_timer(name: str, timing_raw: dict):
+    """Add the wall time of the ``with`` block to ``timing_raw[name]`` (seconds)."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timing_raw[name] = timing_raw.get(name, 0.0) + time.perf_counter() - start
+
+
+def _stats(prefix: str, values: torch.Tensor) -> dict:
+    values = values.float()
+    if values.numel() == 0:
+        return {}
+    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
+            f"{prefix}/min": values.min().item()}
+
+
+def _masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor) -> dict:
+    return _stats(prefix, torch.masked_select(values, mask.bool()))
+
+
+def zero_variance_group_fraction(scores: torch.Tensor, uids) -> float:
+    """Fraction of groups (rows sharing a uid) of size > 1 whose scores are all equal — no GRPO signal there."""
+    groups: dict = defaultdict(list)
+    for score, uid in zip(scores.tolist(), uids):
+        groups[uid].append(score)
+    sized = [g for g in groups.values() if len(g) > 1]
+    if not sized:
+        return 0.0
+    return float(np.mean([max(g) - min(g) < 1e-8 for g in sized]))
+
+
+def compute_data_metrics(batch, use_critic: bool = True) -> dict:
+    """Reward, advantage, return, value and length statistics of one training batch.
+
+    Keys: ``critic/score/*`` (sequence score), ``critic/<component>_score/*`` for RLLA components,
+    ``critic/rewards/*`` (after the KL penalty), ``critic/advantages/*``, ``critic/returns/*``, ``critic/values/*``
+    (with a critic), ``response_length/{mean,max,min,clip_ratio}``, ``prompt_length/*``,
+    ``critic/zero_std_groups_frac`` (groups without reward variance), ``reward/invalid_count``.
+    """
+    response_mask = batch.batch["response_mask"].bool()
+    max_response_length = batch.batch["responses"].shape[-1]
+    prompt_length = batch.batch["prompts"].shape[-1]
+    prompt_mask = batch.batch["attention_mask"][:, :prompt_length].bool()
+    sequence_score = batch.batch["token_level_scores"].sum(-1)
+    sequence_reward = batch.batch["token_level_rewards"].sum(-1)
+    response_len = response_mask.sum(-1).float()
+
+    metrics = {}
+    metrics.update(_stats("critic/score", sequence_score))
+    for name in REWARD_COMPONENTS:
+        key = f"token_level_scores_{name}"
+        if key in batch.batch.keys():
+            metrics.update(_stats(f"critic/{name}_score", batch.batch[key].sum(-1)))
+    metrics.update(_stats("critic/rewards", sequence_reward))
+    metrics.update(_masked_stats("critic/advantages", batch.batch["advantages"], response_mask))
+    metrics.update(_masked_stats("critic/returns", batch.batch["returns"], response_mask))
+    if use_critic and "values" in batch.batch.keys():
+        metrics.update(_masked_stats("critic/values", batch.batch["values"], response_mask))
+    metrics.update(_stats("response_length", response_len))
+    metrics["response_length/clip_ratio"] = (response_len >= max_response_length).float().mean().item()
+    metrics.update(_stats("prompt_length", prompt_mask.sum(-1).float()))
+    if "uid" in batch.non_tensor_batch:
+        metrics["critic/zero_std_groups_frac"] = zero_variance_group_fraction(sequence_score,
+                                                                              batch.non_tensor_batch["uid"])
+    if "reward_valid" in batch.non_tensor_batch:
+        metrics["reward/invalid_count"] = float(np.sum(~batch.non_tensor_batch["reward_valid"].astype(bool)))
+    return metrics
+
+
+def compute_timing_metrics(batch, timing_raw: dict) -> dict:
+    """``timing_s/<phase>`` for every timed phase and ``timing_per_token_ms/<phase>`` for the token-bound ones."""
+    response_tokens = batch.batch["response_mask"].sum().item()
+    all_tokens = batch.batch["attention_mask"].sum().item()
+    per_phase_tokens = {"gen": response_tokens, "old_log_prob": all_tokens, "ref": all_tokens, "values": all_tokens,
+                        "update_actor": all_tokens, "update_critic": all_tokens}
+    metrics = {f"timing_s/{name}": value for name, value in timing_raw.items()}
+    for name, tokens in per_phase_tokens.items():
+        if name in timing_raw and tokens:
+            metrics[f"timing_per_token_ms/{name}"] = timing_raw[name] * 1000.0 / tokens
+    return metrics
+
+
+def compute_throughput_metrics(batch, timing_raw: dict, n_workers: int) -> dict:
+    """Tokens processed per second per worker over the whole step, and generated tokens per second."""
+    total_tokens = int(batch.batch["attention_mask"].sum().item())
+    step_time = timing_raw.get("step", float("nan"))
+    metrics = {"perf/total_num_tokens": total_tokens, "perf/time_per_step": step_time,
+               "perf/throughput": total_tokens / (step_time * n_workers) if step_time else float("nan")}
+    if timing_raw.get("gen"):
+        metrics["perf/gen_tokens_per_s"] = batch.batch["response_mask"].sum().item() / timing_raw["gen"]
+    return metrics
+
+
+def reduce_metrics(metrics: dict) -> dict:
+    """Mean of every list-valued metric (workers report lists, one value per micro-batch or rank)."""
+    out = {}
+    for key, value in metrics.items():
+        if isinstance(value, (list, tuple, np.ndarray)):
+            out[key] = float(np.mean(value)) if len(value) else float("nan")
+        else:
+            out[key] = value
+    return out

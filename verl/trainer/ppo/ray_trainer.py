@@ -1,0 +1,426 @@
+"""``RayPPOTrainer``: the single controller that drives PPO/GRPO training.
+
+The driver owns the schedule and the data; workers own the models. One training step (upstream verl's order, without
+ToolRL's off-by-one):
+
+    gen → reward → old_log_prob → ref → values → adv (KL in reward or not) → update_critic → update_actor
+        → validate (test_freq, last step) → save (save_freq, last step) → log
+
+Every phase is timed into ``timing_s/<phase>``. The advantage estimator is looked up by name in
+``core_algos``'s registry (``algorithm.adv_estimator``).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.data import DataLoader
+
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.metric_utils import (
+    REWARD_COMPONENTS,
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    marked_timer,
+    reduce_metrics,
+)
+from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
+from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
+from verl.utils.dataset.sampler import EpochSeededSampler
+from verl.utils.torch_functional import masked_mean
+from verl.utils.tracking import StepProgress, Tracking
+
+logger = logging.getLogger(__name__)
+
+GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
+
+
+def compute_response_mask(data: DataProto) -> torch.Tensor:
+    """[B, R] mask of response tokens: the response part of ``attention_mask`` (first EOS included)."""
+    response_length = data.batch["responses"].shape[-1]
+    return data.batch["attention_mask"][:, -response_length:]
+
+
+def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl") -> tuple[DataProto, dict]:
+    """``token_level_rewards = token_level_scores − β·KL(old ‖ ref)`` per response token, then update ``kl_ctrl``.
+
+    Source: Ziegler et al. 2019 (reward with a per-token KL penalty; adaptive β); verl's ``apply_kl_penalty``.
+    The controller is updated with the batch mean of the per-sequence mean KL and the batch size.
+    """
+    response_mask = data.batch["response_mask"]
+    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty) * response_mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
+    current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
+def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConfig) -> DataProto:
+    """Fill ``advantages`` and ``returns`` [B, R] with the registered estimator ``adv_estimator``.
+
+    Inputs passed by name (each estimator takes what it needs): ``token_level_rewards``, ``response_mask``,
+    ``index`` (the prompt uid, for grouped estimators), ``values`` (GAE), ``reward_baselines`` (ReMax), ``gamma``,
+    ``lam``, ``norm_adv_by_std_in_grpo`` and the algorithm config.
+    """
+    fn = core_algos.get_adv_estimator_fn(adv_estimator)
+    inputs = dict(
+        token_level_rewards=data.batch["token_level_rewards"],
+        response_mask=data.batch["response_mask"],
+        index=data.non_tensor_batch["uid"],
+        gamma=algo_config.gamma,
+        lam=algo_config.lam,
+        norm_adv_by_std_in_grpo=algo_config.get("norm_adv_by_std_in_grpo", True),
+        config=algo_config,
+    )
+    for key in ("values", "reward_baselines"):
+        if key in data.batch.keys():
+            inputs[key] = data.batch[key]
+    advantages, returns = fn(**inputs)
+    data.batch["advantages"] = advantages
+    data.batch["returns"] = returns
+    return data
+
+
+class RayPPOTrainer:
+    """Single-controller PPO/GRPO trainer over Ray worker groups.
+
+    Args:
+        config: the full resolved config (``ppo_trainer.yaml`` + overrides, normalised by ``config_utils``).
+        tokenizer: the actor's tokenizer (decoding for rewards and logs; the driver never loads model weights).
+        role_worker_mapping: ``{Role: worker class}``; ``Role.ActorRolloutRef`` (or ``ActorRollout``) is required,
+            ``Role.Critic`` when the critic is enabled.
+        resource_pool_manager: where each role's workers run.
+        ray_worker_group_cls: the worker-group class (``RayWorkerGroup``).
+        reward_fn, val_reward_fn: reward managers, ``fn(batch, step, return_dict=True)``.
+        train_dataset, val_dataset: ``RLHFDataset`` instances.
+    """
+
+    def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict, resource_pool_manager:
+                 ResourcePoolManager, ray_worker_group_cls=None, reward_fn=None, val_reward_fn=None,
+                 train_dataset=None, val_dataset=None, collate_fn=None) -> None:
+        from verl.single_controller.ray import RayWorkerGroup
+
+        self.config = config
+        self.tokenizer = tokenizer
+        self.role_worker_mapping = role_worker_mapping
+        self.resource_pool_manager = resource_pool_manager
+        self.ray_worker_group_cls = ray_worker_group_cls or RayWorkerGroup
+        self.reward_fn = reward_fn
+        self.val_reward_fn = val_reward_fn or reward_fn
+        self.use_critic = bool(config.critic.enable)
+        actor = config.actor_rollout_ref.actor
+        self.use_reference_policy = bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward)
+        self.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl) \
+            if config.algorithm.use_kl_in_reward else None
+        if Role.ActorRolloutRef not in role_worker_mapping and Role.ActorRollout not in role_worker_mapping:
+            raise ValueError("role_worker_mapping needs Role.ActorRolloutRef or Role.ActorRollout")
+        if self.use_critic and Role.Critic not in role_worker_mapping:
+            raise ValueError("critic.enable is true but role_worker_mapping has no Role.Critic")
+        self.global_steps = 0
+        self.epoch = 0
+        self.batches_consumed = 0
+        self._create_dataloader(train_dataset, val_dataset, collate_fn or default_collate_fn)
+
+    # ------------------------------------------------------------------ data
+    def _create_dataloader(self, train_dataset, val_dataset, collate_fn) -> None:
+        data = self.config.data
+        self.train_dataset = train_dataset
+        self.val_dataset = val_dataset
+        batch_size = int(data.train_batch_size)
+        if len(train_dataset) < batch_size:
+            raise ValueError(f"data.train_batch_size ({batch_size}) is larger than the training set "
+                             f"({len(train_dataset)} rows after filtering)")
+        self.train_sampler = EpochSeededSampler(len(train_dataset), seed=int(data.get("seed", 1)),
+                                                shuffle=bool(data.get("shuffle", True)), batch_size=batch_size)
+        self.train_dataloader = DataLoader(train_dataset, batch_size=batch_size, sampler=self.train_sampler,
+                                           drop_last=True, collate_fn=collate_fn,
+                                           num_workers=int(data.get("dataloader_num_workers", 0)))
+        self.val_dataloader = DataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
+                                         drop_last=False, collate_fn=collate_fn)
+        self.steps_per_epoch = len(train_dataset) // batch_size
+        total = self.steps_per_epoch * int(self.config.trainer.total_epochs)
+        if self.config.trainer.total_training_steps is not None:
+            total = int(self.config.trainer.total_training_steps)
+        self.total_training_steps = total
+        # the LR schedules need the horizon before the workers build their optimizers
+        OmegaConf.set_struct(self.config, False)
+        self.config.actor_rollout_ref.actor.optim.total_training_steps = total
+        self.config.critic.optim.total_training_steps = total
+        OmegaConf.set_struct(self.config, True)
+        logger.info("train: %d rows, %d steps/epoch, %d total steps; val: %d rows", len(train_dataset),
+                    self.steps_per_epoch, total, len(val_dataset))
+
+    # ------------------------------------------------------------------ workers
+    def init_workers(self) -> None:
+        """Create the resource pools and worker groups and load the models."""
+        from verl.single_controller.ray import RayClassWithInitArgs
+
+        self.resource_pool_manager.create_resource_pool()
+        actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
+        worker_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
+        actor_cls = RayClassWithInitArgs(self.role_worker_mapping[actor_role], config=self.config.actor_rollout_ref,
+                                         role=worker_role)
+        self.actor_rollout_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(actor_role),
+                                                          actor_cls, name_prefix="actor_rollout")
+        self.critic_wg = None
+        if self.use_critic:
+            critic_cls = RayClassWithInitArgs(self.role_worker_mapping[Role.Critic], config=self.config.critic)
+            self.critic_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(Role.Critic),
+                                                       critic_cls, name_prefix="critic")
+            self.critic_wg.init_model()
+        self.actor_rollout_wg.init_model()
+        self.n_workers = self.actor_rollout_wg.world_size
+
+    # ------------------------------------------------------------------ steps
+    def _balance_batch(self, batch: DataProto, metrics: dict) -> None:
+        """Reorder rows in place so every data-parallel worker gets about the same number of tokens."""
+        from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+        if self.n_workers <= 1:
+            return
+        seqlens = batch.batch["attention_mask"].sum(-1).tolist()
+        partitions = get_seqlen_balanced_partitions(seqlens, k_partitions=self.n_workers, equal_size=True)
+        order = torch.tensor([i for part in partitions for i in sorted(part)])
+        batch.reorder(order)
+        sums = [sum(seqlens[i] for i in part) for part in partitions]
+        metrics["perf/balance_max_over_mean_tokens"] = max(sums) / (sum(sums) / len(sums))
+
+    def _score(self, batch: DataProto, reward_fn, step: int) -> dict:
+        """Run the reward manager and store ``token_level_scores`` (+ components) in the batch; return metrics."""
+        result = reward_fn(batch, step, return_dict=True)
+        batch.batch["token_level_scores"] = result["reward_tensor"]
+        for name in REWARD_COMPONENTS:
+            key = f"token_level_scores_{name}"
+            if key in result:
+                batch.batch[key] = result[key]
+        extra = result.get("reward_extra_info", {})
+        if "reward_valid" in extra:
+            batch.non_tensor_batch["reward_valid"] = np.asarray(extra["reward_valid"], dtype=bool)
+        return extra
+
+    def _generate(self, batch: DataProto, validate: bool) -> DataProto:
+        """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
+        gen_batch = batch.pop(batch_keys=GEN_KEYS)
+        gen_batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id,
+                                    "pad_token_id": self.tokenizer.pad_token_id,
+                                    "do_sample": not validate and self.config.actor_rollout_ref.rollout.do_sample,
+                                    "validate": validate})
+        output = self.actor_rollout_wg.generate_sequences(gen_batch)
+        batch = batch.union(output)
+        batch.batch["response_mask"] = compute_response_mask(batch)
+        return batch
+
+    def fit(self) -> None:
+        """Run the training loop (upstream's order), validating and checkpointing on schedule."""
+        trainer_cfg = self.config.trainer
+        tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
+                           config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir())
+        self.tracker = tracker
+        self._load_checkpoint()
+        if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
+            val_metrics = self._validate()
+            tracker.log(val_metrics, step=self.global_steps)
+            if trainer_cfg.get("val_only", False):
+                tracker.finish()
+                return
+        progress = StepProgress(self.total_training_steps, initial=self.global_steps)
+        self.global_steps += 1
+        n = int(self.config.actor_rollout_ref.rollout.n)
+        try:
+            while self.global_steps <= self.total_training_steps:
+                self.train_sampler.set_epoch(self.epoch)
+                for batch_dict in self.train_dataloader:
+                    metrics = self._train_step(batch_dict, n)
+                    self.batches_consumed += 1
+                    is_last = self.global_steps >= self.total_training_steps
+                    if trainer_cfg.test_freq > 0 and (is_last or self.global_steps % trainer_cfg.test_freq == 0):
+                        with marked_timer("testing", self._timing):
+                            metrics.update(self._validate())
+                    if trainer_cfg.save_freq > 0 and (is_last or self.global_steps % trainer_cfg.save_freq == 0):
+                        with marked_timer("save_checkpoint", self._timing):
+                            self._save_checkpoint()
+                    metrics.update({f"timing_s/{k}": v for k, v in self._timing.items()})
+                    metrics["training/global_step"] = self.global_steps
+                    metrics["training/epoch"] = self.epoch
+                    tracker.log(metrics, step=self.global_steps)
+                    progress.update(metrics)
+                    if is_last:
+                        return
+                    self.global_steps += 1
+                self.epoch += 1
+                self.batches_consumed = 0
+        finally:
+            progress.close()
+            tracker.finish()
+
+    def _train_step(self, batch_dict: dict, n: int) -> dict:
+        """One PPO/GRPO step on one batch of prompts; returns its metrics."""
+        config = self.config
+        metrics: dict = {}
+        timing: dict = {}
+        self._timing = timing
+        with marked_timer("step", timing):
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            baseline = None
+            if config.algorithm.adv_estimator == "remax":
+                with marked_timer("gen_max", timing):
+                    baseline = self._greedy_baseline(batch)
+            batch = batch.repeat(repeat_times=n, interleave=True)
+            with marked_timer("gen", timing):
+                batch = self._generate(batch, validate=False)
+            if baseline is not None:
+                batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
+            if config.trainer.get("balance_batch", True):
+                self._balance_batch(batch, metrics)
+            batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+            with marked_timer("reward", timing):
+                self._score(batch, self.reward_fn, self.global_steps)
+            with marked_timer("old_log_prob", timing):
+                old = self.actor_rollout_wg.compute_log_prob(batch)
+                metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
+                if "entropys" in old.batch.keys():
+                    metrics["actor/entropy"] = masked_mean(old.batch["entropys"], batch.batch["response_mask"]).item()
+                    old.batch.pop("entropys")
+                batch = batch.union(old)
+            if self.use_reference_policy:
+                with marked_timer("ref", timing):
+                    batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
+            if self.use_critic:
+                with marked_timer("values", timing):
+                    batch = batch.union(self.critic_wg.compute_values(batch))
+            with marked_timer("adv", timing):
+                if self.kl_ctrl_in_reward is not None:
+                    batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, config.algorithm.kl_penalty)
+                    metrics.update(kl_metrics)
+                else:
+                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
+                batch = compute_advantage(batch, config.algorithm.adv_estimator, config.algorithm)
+            if self.use_critic:
+                with marked_timer("update_critic", timing):
+                    out = self.critic_wg.update_critic(batch)
+                    metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
+            if config.trainer.critic_warmup <= self.global_steps:
+                with marked_timer("update_actor", timing):
+                    out = self.actor_rollout_wg.update_actor(batch)
+                    metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
+        metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
+        self.last_batch = batch
+        return metrics
+
+    def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
+        """ReMax baseline: the reward of one greedy rollout per prompt, [B_prompts] (Li et al. 2023, eq. 5)."""
+        gen = batch.select(batch_keys=GEN_KEYS, deepcopy=True)
+        gen.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
+                              "do_sample": False, "validate": True})
+        out = self.actor_rollout_wg.generate_sequences(gen)
+        out.non_tensor_batch = dict(batch.non_tensor_batch)
+        out.batch["response_mask"] = compute_response_mask(out)
+        return self.reward_fn(out, self.global_steps, return_dict=True)["reward_tensor"].sum(-1)
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> dict:
+        """Greedy rollout (``rollout.val_kwargs``) over the whole validation set; per-source mean scores."""
+        metrics: dict = {}
+        for batch_dict in self.val_dataloader:
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            batch = self._generate(batch, validate=True)
+            extra = self._score(batch, self.val_reward_fn, self.global_steps)
+            sources = batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object))
+            scores = {"score": batch.batch["token_level_scores"].sum(-1)}
+            for name in REWARD_COMPONENTS:
+                if f"token_level_scores_{name}" in batch.batch.keys():
+                    scores[name] = batch.batch[f"token_level_scores_{name}"].sum(-1)
+            for source in sorted(set(sources.tolist())):
+                rows = torch.tensor([s == source for s in sources.tolist()])
+                for name, values in scores.items():
+                    metrics[f"val/test_{name}/{source}"] = values[rows].float().mean().item()
+            metrics["val/response_length/mean"] = batch.batch["response_mask"].sum(-1).float().mean().item()
+            if "reward_valid" in batch.non_tensor_batch:
+                metrics["val/reward_invalid_count"] = float((~batch.non_tensor_batch["reward_valid"]).sum())
+            self._log_generations(batch, scores["score"])
+        return metrics
+
+    def _log_generations(self, batch: DataProto, scores: torch.Tensor) -> None:
+        k = int(self.config.trainer.get("log_val_generations", 0))
+        if k <= 0 or not hasattr(self, "tracker"):
+            return
+        prompt_len = batch.batch["prompts"].shape[-1]
+        lines = []
+        for i in range(min(k, len(batch))):
+            prompt_ids = batch.batch["prompts"][i][batch.batch["attention_mask"][i, :prompt_len].bool()]
+            response_ids = batch.batch["responses"][i][batch.batch["response_mask"][i].bool()]
+            prompt = self.tokenizer.decode(prompt_ids[-200:], skip_special_tokens=False)
+            response = self.tokenizer.decode(response_ids, skip_special_tokens=False)
+            lines.append(f"### sample {i} (score {scores[i].item():.3f})\n[prompt tail] …{prompt[-300:]}\n"
+                         f"[response] {response}")
+        self.tracker.log_text("val/generations", "\n\n".join(lines), self.global_steps)
+
+    # ------------------------------------------------------------------ checkpoints
+    def run_dir(self) -> str:
+        cfg = self.config.trainer
+        return cfg.get("run_dir") or os.path.join("outputs", cfg.project_name, cfg.experiment_name)
+
+    def _save_checkpoint(self) -> None:
+        """``{default_local_dir}/global_step_N/{actor,critic}``, ``data.pt``, then the tracker file (upstream layout)."""
+        root = Path(self.config.trainer.default_local_dir)
+        step_dir = root / f"global_step_{self.global_steps}"
+        step_dir.mkdir(parents=True, exist_ok=True)
+        self.actor_rollout_wg.save_checkpoint(str(step_dir / "actor"), global_step=self.global_steps,
+                                              max_ckpt_to_keep=self.config.trainer.max_actor_ckpt_to_keep)
+        if self.use_critic:
+            self.critic_wg.save_checkpoint(str(step_dir / "critic"), global_step=self.global_steps,
+                                           max_ckpt_to_keep=self.config.trainer.max_critic_ckpt_to_keep)
+        state = {"sampler": self.train_sampler.state_dict(self.batches_consumed), "global_step": self.global_steps,
+                 "epoch": self.epoch}
+        if self.kl_ctrl_in_reward is not None and hasattr(self.kl_ctrl_in_reward, "state_dict"):
+            state["kl_ctrl"] = self.kl_ctrl_in_reward.state_dict()
+        torch.save(state, step_dir / "data.pt")
+        tracker_file = root / "latest_checkpointed_iteration.txt"
+        tmp = tracker_file.with_suffix(".tmp")
+        tmp.write_text(str(self.global_steps))
+        os.replace(tmp, tracker_file)
+        logger.info("saved checkpoint %s", step_dir)
+
+    def _load_checkpoint(self) -> None:
+        """Resume from the latest (``resume_mode=auto``) or a given (``resume_path``) checkpoint, if any."""
+        cfg = self.config.trainer
+        mode = cfg.get("resume_mode", "auto")
+        if mode == "disable":
+            return
+        root = Path(cfg.default_local_dir)
+        if mode == "resume_path":
+            if not cfg.resume_from_path or "global_step_" not in str(cfg.resume_from_path):
+                raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path=.../global_step_N")
+            step_dir = Path(cfg.resume_from_path)
+        elif mode == "auto":
+            tracker_file = root / "latest_checkpointed_iteration.txt"
+            if not tracker_file.is_file():
+                return
+            step_dir = root / f"global_step_{int(tracker_file.read_text().strip())}"
+        else:
+            raise ValueError(f"trainer.resume_mode must be auto, disable or resume_path, got {mode!r}")
+        if not step_dir.is_dir():
+            raise FileNotFoundError(f"checkpoint directory {step_dir} does not exist")
+        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
+        if self.use_critic:
+            self.critic_wg.load_checkpoint(str(step_dir / "critic"))
+        state = torch.load(step_dir / "data.pt", weights_only=False)
+        self.global_steps = int(state["global_step"])
+        self.epoch = int(state["epoch"])
+        self.train_sampler.load_state_dict(state["sampler"])
+        self.batches_consumed = int(state["sampler"]["batches_consumed"])
+        if "kl_ctrl" in state and self.kl_ctrl_in_reward is not None:
+            self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
+        logger.info("resumed from %s (global step %d, epoch %d)", step_dir, self.global_steps, self.epoch)

@@ -1,0 +1,156 @@
+"""``validate-data``: check RL parquet files against the ToolRL/verl row schema and report token lengths.
+
+Usage::
+
+    validate-data FILE.parquet [FILE ...] [--tokenizer tiny|DIR|none] [--max_prompt_length N] [--prompt_key KEY]
+
+Schema (``../shared/specs/verl_compat.md`` §4, ToolRL's ``rlla.py``): ``data_source`` a non-empty string; the prompt
+a non-empty list of ``{role, content}`` with non-empty strings; ``ability`` a string; ``reward_model`` an object with
+a non-empty string ``ground_truth``; ``extra_info`` an object with an int ``index``.
+
+Prints, per file, the row count and token-length statistics (count, median, p90, max) of the chat-templated prompts
+(as :class:`~verl.utils.dataset.rl_dataset.RLHFDataset` builds them) and of the ground truths, plus how many prompts
+exceed ``--max_prompt_length``. Exits 1 when any row is invalid, listing each problem as ``file:row: key: problem``.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from verl.utils.dataset.rl_dataset import message_list_problems, prompt_text
+
+logger = logging.getLogger(__name__)
+
+MAX_ERRORS_SHOWN = 50
+
+
+def _non_empty_str(value: Any) -> str | None:
+    if not isinstance(value, str):
+        return f"expected a string, got {type(value).__name__}"
+    if not value.strip():
+        return "empty string"
+    return None
+
+
+def row_problems(row: dict, prompt_key: str = "prompt") -> list[tuple[str, str]]:
+    """Schema problems of one row (plain Python values) as ``[(key, problem), …]``; empty when the row is valid."""
+    problems: list[tuple[str, str]] = []
+    for key in ("data_source", prompt_key, "ability", "reward_model", "extra_info"):
+        if key not in row:
+            problems.append((key, "missing"))
+    if "data_source" in row and (p := _non_empty_str(row["data_source"])):
+        problems.append(("data_source", p))
+    if prompt_key in row:
+        problems.extend(message_list_problems(row[prompt_key], prompt_key))
+    if "ability" in row and not isinstance(row["ability"], str):
+        problems.append(("ability", f"expected a string, got {type(row['ability']).__name__}"))
+    if "reward_model" in row:
+        rm = row["reward_model"]
+        if not isinstance(rm, dict):
+            problems.append(("reward_model", f"expected an object, got {type(rm).__name__}"))
+        elif p := _non_empty_str(rm.get("ground_truth")):
+            problems.append(("reward_model.ground_truth", p if "ground_truth" in rm else "missing"))
+    if "extra_info" in row:
+        extra = row["extra_info"]
+        if not isinstance(extra, dict):
+            problems.append(("extra_info", f"expected an object, got {type(extra).__name__}"))
+        elif "index" not in extra or extra["index"] is None:
+            problems.append(("extra_info.index", "missing"))
+        elif not isinstance(extra["index"], int) or isinstance(extra["index"], bool):
+            problems.append(("extra_info.index", f"expected an int, got {type(extra['index']).__name__}"))
+    return problems
+
+
+def length_stats(lengths: Sequence[int]) -> dict[str, float]:
+    """``{count, median, p90, max}`` of token lengths (numpy's linear-interpolation percentiles); zeros when empty."""
+    if len(lengths) == 0:
+        return {"count": 0, "median": 0.0, "p90": 0.0, "max": 0}
+    arr = np.asarray(lengths)
+    return {"count": int(arr.size), "median": float(np.median(arr)), "p90": float(np.percentile(arr, 90)),
+            "max": int(arr.max())}
+
+
+def _format_stats(name: str, s: dict[str, float]) -> str:
+    return f"  {name:<13} count={s['count']} median={s['median']:.0f} p90={s['p90']:.0f} max={s['max']}"
+
+
+def validate_file(path: str | Path, tokenizer=None, max_prompt_length: int = 1024, prompt_key: str = "prompt"
+                  ) -> tuple[list[str], dict]:
+    """Validate one parquet file.
+
+    Returns ``(errors, report)``: ``errors`` are ``"file:row: key: problem"`` lines; ``report`` holds ``rows`` and,
+    with a tokenizer, ``prompt_tokens`` / ``ground_truth_tokens`` (:func:`length_stats`) and ``over_max_prompt``
+    (computed over the valid rows only).
+    """
+    path = Path(path)
+    try:
+        rows = pq.read_table(path).to_pylist()
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        return [f"{path}: not a readable parquet file: {exc}"], {"rows": 0}
+    errors, valid = [], []
+    for i, row in enumerate(rows):
+        problems = row_problems(row, prompt_key)
+        errors.extend(f"{path}:{i}: {key}: {problem}" for key, problem in problems)
+        if not problems:
+            valid.append(row)
+    report: dict = {"rows": len(rows), "valid_rows": len(valid)}
+    if tokenizer is not None and valid:
+        prompts = [prompt_text(tokenizer, [dict(m) for m in r[prompt_key]]) for r in valid]
+        truths = [r["reward_model"]["ground_truth"] for r in valid]
+        p_len = [len(x) for x in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
+        g_len = [len(x) for x in tokenizer(truths, add_special_tokens=False)["input_ids"]]
+        report.update(prompt_tokens=length_stats(p_len), ground_truth_tokens=length_stats(g_len),
+                      over_max_prompt=sum(n > max_prompt_length for n in p_len))
+    return errors, report
+
+
+def _load_tokenizer(spec: str):
+    if spec.lower() == "none":
+        return None
+    from transformers import AutoTokenizer
+
+    from verl.utils.model_presets import prepare_model
+
+    return AutoTokenizer.from_pretrained(prepare_model(spec))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry point (console script ``validate-data``); returns the exit status (0 valid, 1 invalid)."""
+    parser = argparse.ArgumentParser(prog="validate-data", description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="+", help="parquet file(s) to check")
+    parser.add_argument("--tokenizer", default="tiny",
+                        help="model preset or HF directory for token lengths ('none' skips them; default tiny)")
+    parser.add_argument("--max_prompt_length", type=int, default=1024,
+                        help="count prompts longer than this many tokens (default 1024, RLHFDataset's default)")
+    parser.add_argument("--prompt_key", default="prompt")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+    tokenizer = _load_tokenizer(args.tokenizer)
+    all_errors: list[str] = []
+    for file in args.files:
+        errors, report = validate_file(file, tokenizer, args.max_prompt_length, args.prompt_key)
+        all_errors.extend(errors)
+        print(f"{file}: {report['rows']} rows, {report.get('valid_rows', 0)} valid, {len(errors)} problem(s)")
+        if "prompt_tokens" in report:
+            print(_format_stats("prompt", report["prompt_tokens"]))
+            print(_format_stats("ground_truth", report["ground_truth_tokens"]))
+            print(f"  prompts over max_prompt_length={args.max_prompt_length}: {report['over_max_prompt']}")
+    if all_errors:
+        print(f"INVALID: {len(all_errors)} problem(s)", file=sys.stderr)
+        for line in all_errors[:MAX_ERRORS_SHOWN]:
+            print(line, file=sys.stderr)
+        if len(all_errors) > MAX_ERRORS_SHOWN:
+            print(f"... and {len(all_errors) - MAX_ERRORS_SHOWN} more", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,291 @@
+"""Loading models, optimizers and LR schedulers for the workers, FSDP2 wrapping, and sharded-state helpers.
+
+One code path for CPU and GPU:
+
+- parameters are always float32 (the optimizer's master copy); on CUDA the forward runs under
+  ``torch.autocast(bfloat16)`` (``compute_autocast``), on CPU in float32;
+- with more than one data-parallel rank the model is sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``),
+  one FSDP unit per decoder layer (``model._no_split_modules``) plus the root, on a 1-D device mesh over the world
+  (gloo on CPU, nccl on CUDA, created by ``Worker.init_distributed``); a single rank keeps a plain module.
+
+Config keys read here: ``model.{path, override_config, enable_gradient_checkpointing, trust_remote_code}``,
+``optim.{lr, betas, weight_decay, lr_warmup_steps, lr_warmup_steps_ratio, warmup_style, min_lr_ratio,
+total_training_steps}`` and ``fsdp_config.param_offload``.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from omegaconf import DictConfig, OmegaConf
+
+from verl.utils.model_presets import prepare_model
+from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
+
+logger = logging.getLogger(__name__)
+
+
+def _plain(cfg: Any) -> dict:
+    """A DictConfig/dict/None as a plain dict."""
+    if cfg is None:
+        return {}
+    if isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)
+    return dict(cfg)
+
+
+def _hf_config(model_config: DictConfig, **extra):
+    """The HF config of ``model_config.path`` with ``override_config`` and ``extra`` applied."""
+    from transformers import AutoConfig
+
+    path = prepare_model(model_config.path)
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.get("trust_remote_code", False))
+    for key, value in {**_plain(model_config.get("override_config")), **extra}.items():
+        setattr(hf_config, key, value)
+    return path, hf_config
+
+
+def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn.Module:
+    """Load the causal LM of ``model_config.path`` (a preset, local dir or hub id) in float32.
+
+    Args:
+        model_config: the ``model`` subtree (``path``, ``override_config``, ``enable_gradient_checkpointing``).
+        trainable: False freezes the parameters and puts the module in eval mode (reference policy).
+
+    Returns:
+        ``transformers`` ``AutoModelForCausalLM`` instance on CPU (callers move it to their device).
+    """
+    from transformers import AutoModelForCausalLM
+
+    path, hf_config = _hf_config(model_config)
+    model = AutoModelForCausalLM.from_pretrained(
+        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
+    )
+    return _finish(model, model_config, trainable)
+
+
+def load_value_model(model_config: DictConfig) -> torch.nn.Module:
+    """Load a value model: ``AutoModelForTokenClassification`` with one label and no classifier dropout.
+
+    The backbone weights come from ``model_config.path`` (a causal-LM checkpoint); the scalar ``score`` head is newly
+    initialised (as upstream verl's critic). Output ``logits`` are ``[B, S, 1]``.
+    """
+    from transformers import AutoModelForTokenClassification
+
+    path, hf_config = _hf_config(model_config, num_labels=1, classifier_dropout=0.0)
+    model = AutoModelForTokenClassification.from_pretrained(
+        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
+    )
+    return _finish(model, model_config, trainable=True)
+
+
+def _finish(model: torch.nn.Module, model_config: DictConfig, trainable: bool) -> torch.nn.Module:
+    if trainable:
+        if model_config.get("enable_gradient_checkpointing", False):
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False  # training forwards never need a KV cache (generate turns it on per call)
+        model.train()
+    else:
+        model.requires_grad_(False)
+        model.eval()
+    return model
+
+
+def compute_autocast(device: str, dtype: str | torch.dtype = "bfloat16"):
+    """Autocast context for forwards: ``dtype`` on CUDA, disabled (float32) on CPU.
+
+    Raises:
+        ValueError: an unknown dtype name.
+    """
+    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+             "float32": torch.float32, "fp32": torch.float32}
+    if isinstance(dtype, str):
+        if dtype not in names:
+            raise ValueError(f"rollout.dtype: unknown dtype {dtype!r} (one of {sorted(names)})")
+        dtype = names[dtype]
+    enabled = device == "cuda" and dtype != torch.float32
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type="cuda", dtype=dtype)
+
+
+def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | None = None) -> torch.nn.Module:
+    """Shard ``model`` in place with FSDP2 over all ranks (one unit per decoder layer, then the root).
+
+    Requires an initialised default process group. ``fsdp_config.param_offload`` keeps sharded parameters (and hence
+    optimizer state) on the CPU between uses (CUDA only).
+
+    Returns:
+        The same module, now an ``FSDPModule`` whose parameters are ``DTensor`` shards.
+
+    Raises:
+        RuntimeError: ``torch.distributed`` is not initialised.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+
+    if not dist.is_initialized():
+        raise RuntimeError("apply_fsdp2 needs torch.distributed to be initialised (Worker.init_distributed)")
+    fsdp_config = fsdp_config or {}
+    mesh = init_device_mesh(device, (dist.get_world_size(),), mesh_dim_names=("fsdp",))
+    offload = OffloadPolicy()
+    if fsdp_config.get("param_offload", False):
+        if device == "cuda":
+            offload = CPUOffloadPolicy(pin_memory=True)
+        else:
+            logger.info("fsdp_config.param_offload ignored on CPU (parameters already live in host memory)")
+    layer_names = set(getattr(model, "_no_split_modules", None) or [])
+    for module in model.modules():
+        if type(module).__name__ in layer_names:
+            fully_shard(module, mesh=mesh, offload_policy=offload)
+    fully_shard(model, mesh=mesh, offload_policy=offload)
+    return model
+
+
+def build_optimizer(params, optim_config: DictConfig) -> torch.optim.Optimizer:
+    """AdamW from ``optim.{lr, betas, weight_decay}`` (verl's defaults: betas (0.9, 0.999), weight_decay 0.01).
+
+    Raises:
+        ValueError: ``optim.lr`` missing or negative, or ``optim.betas`` not a pair.
+    """
+    lr = optim_config.get("lr")
+    if lr is None or float(lr) < 0:
+        raise ValueError(f"optim.lr must be a non-negative number, got {lr!r}")
+    betas = tuple(float(b) for b in optim_config.get("betas", (0.9, 0.999)))
+    if len(betas) != 2:
+        raise ValueError(f"optim.betas must have two values, got {betas}")
+    return torch.optim.AdamW(params, lr=float(lr), betas=betas, weight_decay=float(optim_config.get("weight_decay", 0.01)))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: DictConfig):
+    """LR scheduler stepped once per training step (``update_actor``/``update_critic`` call).
+
+    ``warmup_style``: ``constant`` (linear warm-up then flat) or ``cosine`` (warm-up then cosine decay to
+    ``min_lr_ratio``·lr over ``total_training_steps``). Warm-up length: ``lr_warmup_steps`` when > 0, else
+    ``int(lr_warmup_steps_ratio · total_training_steps)``.
+
+    Raises:
+        ValueError: unknown ``optim.warmup_style``, or ``cosine``/a warm-up ratio without a positive
+            ``optim.total_training_steps``.
+    """
+    total = int(optim_config.get("total_training_steps", -1) or -1)
+    ratio = float(optim_config.get("lr_warmup_steps_ratio", 0.0) or 0.0)
+    warmup = int(optim_config.get("lr_warmup_steps", -1) or -1)
+    if warmup <= 0:
+        if ratio > 0 and total <= 0:
+            raise ValueError("optim.lr_warmup_steps_ratio > 0 needs optim.total_training_steps > 0 (set by the trainer)")
+        warmup = int(ratio * total) if total > 0 else 0
+    style = optim_config.get("warmup_style", "constant")
+    if style == "constant":
+        return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
+    if style == "cosine":
+        if total <= 0:
+            raise ValueError("optim.warmup_style=cosine needs optim.total_training_steps > 0 (set by the trainer)")
+        min_lr_ratio = optim_config.get("min_lr_ratio")
+        return get_cosine_schedule_with_warmup(optimizer, warmup, total, min_lr_ratio=float(min_lr_ratio or 0.0))
+    raise ValueError(f"optim.warmup_style must be 'constant' or 'cosine', got {style!r}")
+
+
+def clip_grad_norm(parameters, max_norm: float | None) -> torch.Tensor:
+    """Clip the global gradient norm (DTensor/FSDP2-aware) and return the pre-clip norm as a plain scalar tensor.
+
+    ``max_norm`` None or <= 0 measures without clipping. A non-finite norm is returned as is (callers skip the step).
+    """
+    params = [p for p in parameters if p.grad is not None]
+    limit = float(max_norm) if max_norm and max_norm > 0 else float("inf")
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm=limit)
+    if hasattr(norm, "full_tensor"):
+        norm = norm.full_tensor()
+    return norm.detach()
+
+
+# ---------------------------------------------------------------------------------------------------- sharded state
+def _is_dtensor(x: Any) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(x, DTensor)
+
+
+def to_local_state(obj: Any) -> Any:
+    """Recursively replace DTensors by their local shard and move tensors to CPU (what a rank saves)."""
+    if _is_dtensor(obj):
+        return obj.to_local().detach().cpu().clone()
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().clone()
+    if isinstance(obj, dict):
+        return {k: to_local_state(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_local_state(v) for v in obj)
+    return obj
+
+
+def _like(saved: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    """``saved`` (a local shard) as a tensor shaped like ``reference`` (a DTensor or a plain tensor)."""
+    from torch.distributed.tensor import DTensor
+
+    if _is_dtensor(reference):
+        local = saved.to(device=reference.to_local().device, dtype=reference.dtype)
+        return DTensor.from_local(local, reference.device_mesh, reference.placements, run_check=False,
+                                  shape=reference.shape, stride=reference.stride())
+    return saved.to(device=reference.device, dtype=reference.dtype)
+
+
+def load_local_model_state(model: torch.nn.Module, saved: dict[str, torch.Tensor]) -> None:
+    """Load a rank's ``to_local_state(model.state_dict())`` back into ``model`` (plain or FSDP2-sharded).
+
+    Raises:
+        RuntimeError: keys or shard shapes differ (e.g. a checkpoint written with another world size).
+    """
+    current = model.state_dict()
+    if set(current) != set(saved):
+        raise RuntimeError(f"checkpoint keys differ from the model: missing {sorted(set(current) - set(saved))[:5]}, "
+                           f"unexpected {sorted(set(saved) - set(current))[:5]}")
+    rebuilt = {}
+    for name, ref in current.items():
+        local_ref = ref.to_local() if _is_dtensor(ref) else ref
+        if tuple(local_ref.shape) != tuple(saved[name].shape):
+            raise RuntimeError(f"checkpoint shard {name} has shape {tuple(saved[name].shape)}, model expects "
+                               f"{tuple(local_ref.shape)} (saved with another world size?)")
+        rebuilt[name] = _like(saved[name], ref)
+    model.load_state_dict(rebuilt)
+
+
+def load_local_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+    """Load a rank's ``to_local_state(optimizer.state_dict())`` (shards re-wrapped as DTensors like their params)."""
+    optimizer.load_state_dict(saved)
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            if not _is_dtensor(param):
+                continue
+            state = optimizer.state.get(param, {})
+            for key, value in list(state.items()):
+                if isinstance(value, torch.Tensor) and not _is_dtensor(value) and value.dim() > 0:
+                    state[key] = _like(value, param)
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The unsharded float32 CPU state dict (collective under FSDP2: every rank must call; all ranks receive it)."""
+    if any(_is_dtensor(p) for p in model.parameters()):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
+        return {k: (v.full_tensor() if _is_dtensor(v) else v).detach().cpu() for k, v in sd.items()}
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+
+
+__all__ = [
+    "load_causal_lm",
+    "load_value_model",
+    "compute_autocast",
+    "apply_fsdp2",
+    "build_optimizer",
+    "build_lr_scheduler",
+    "clip_grad_norm",
+    "to_local_state",
+    "load_local_model_state",
+    "load_local_optimizer_state",
+    "full_state_dict",
+]

@@ -1,0 +1,421 @@
+"""Tensor helpers shared by the trainer, the workers and ``core_algos`` (verl's ``verl.utils.torch_functional``).
+
+Conventions used by every function here:
+
+- ``mask`` tensors are 0/1 (int, float or bool) and broadcast against ``values``; positions with mask 0 never
+  influence a result, even when they hold NaN or inf.
+- Sequence tensors are ``[B, L]`` (batch, tokens); logits are ``[..., V]`` (vocabulary last).
+- Log-probabilities and entropies are computed in float32 (float64 when the logits are float64), in chunks over the
+  flattened token dimension, so a large vocabulary never materialises a full-precision ``[N, V]`` log-softmax; the
+  backward pass is chunked the same way (custom autograd functions), so its only ``[N, V]`` allocation is the
+  gradient itself.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence, Union
+
+import torch
+import torch.nn.functional as F
+from torch.optim.lr_scheduler import LambdaLR
+
+DEFAULT_LOGIT_CHUNK_SIZE = 1024  # tokens per chunk: 1024 x 49,152 x 4 B = 192 MiB of float32 scratch
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# masked reductions
+# --------------------------------------------------------------------------------------------------------------------
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: Optional[int] = None) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is non-zero (weighted by ``mask``).
+
+    Args:
+        values: float tensor, any shape.
+        mask: tensor broadcastable to ``values`` (0/1, int/float/bool).
+        axis: dimension to reduce; ``None`` reduces everything to a scalar.
+
+    Returns:
+        ``sum(values * mask)`` over ``axis``; NaN/inf at masked-out positions are replaced by 0 first, so they do
+        not poison the sum. Same dtype as ``values``.
+    """
+    mask_f = mask.to(values.dtype) if values.is_floating_point() else mask
+    valid = torch.where(mask.bool(), values, torch.zeros_like(values))
+    return (valid * mask_f).sum(dim=axis) if axis is not None else (valid * mask_f).sum()
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: Optional[int] = None) -> torch.Tensor:
+    """Mean of ``values`` over the positions where ``mask`` is non-zero.
+
+    Args:
+        values: float tensor, any shape.
+        mask: tensor broadcastable to ``values``.
+        axis: dimension to reduce; ``None`` reduces everything.
+
+    Returns:
+        ``masked_sum / sum(mask)``. NaN outside the mask is ignored. Where the mask is empty the result is 0
+        (the denominator is clamped to 1e-8, as upstream verl's ``+ 1e-8`` guard), never NaN.
+    """
+    mask_f = torch.broadcast_to(mask, values.shape).to(values.dtype)
+    denom = mask_f.sum(dim=axis) if axis is not None else mask_f.sum()
+    return masked_sum(values, mask, axis) / denom.clamp(min=1e-8)
+
+
+def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
+    """Variance of ``values`` over the masked positions (all dimensions reduced).
+
+    Args:
+        values: float tensor, any shape.
+        mask: tensor broadcastable to ``values``.
+        unbiased: apply Bessel's correction ``n / (n - 1)`` with ``n = sum(mask)``.
+
+    Returns:
+        Scalar tensor.
+
+    Raises:
+        ValueError: if ``unbiased`` and the mask selects no element or exactly one element (the corrected variance
+        is undefined), as upstream verl.
+    """
+    mean = masked_mean(values, mask)
+    var = masked_mean((values - mean) ** 2, mask)
+    if unbiased:
+        n = torch.broadcast_to(mask, values.shape).to(values.dtype).sum()
+        if n == 0:
+            raise ValueError("masked_var: the mask selects no element")
+        if n == 1:
+            raise ValueError("masked_var: the mask selects one element; the unbiased variance is undefined")
+        var = var * n / (n - 1)
+    return var
+
+
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
+    """Normalise ``values`` to zero mean and unit (unbiased) variance over the masked positions.
+
+    ``whitened = (values - mean) / sqrt(var + 1e-8)``; with ``shift_mean=False`` the mean is added back (only the
+    scale changes). Statistics use the masked positions only; the formula is applied to every position (callers mask
+    the result). Shape and dtype of ``values``.
+
+    Raises:
+        ValueError: from :func:`masked_var` when the mask selects fewer than two elements.
+    """
+    mean = masked_mean(values, mask)
+    var = masked_var(values, mask, unbiased=True)
+    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
+    if not shift_mean:
+        whitened = whitened + mean
+    return whitened
+
+
+def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor, tensor_max: torch.Tensor) -> torch.Tensor:
+    """Element-wise clip of ``x`` into ``[tensor_min, tensor_max]`` (bounds are tensors broadcastable to ``x``)."""
+    return torch.max(torch.min(x, tensor_max), tensor_min)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# masks and positions
+# --------------------------------------------------------------------------------------------------------------------
+def get_response_mask(
+    response_id: torch.Tensor, eos_token: Union[int, Sequence[int]] = 2, dtype: torch.dtype = torch.int64
+) -> torch.Tensor:
+    """Mask of the generated tokens up to and including the first EOS.
+
+    Args:
+        response_id: LongTensor ``[B, L]`` of generated token ids.
+        eos_token: one id or a list of ids that end a response.
+        dtype: dtype of the returned mask.
+
+    Returns:
+        ``[B, L]`` tensor: 1 for positions ``<=`` the first EOS of the row (all positions when the row has none),
+        0 after it.
+    """
+    eos_ids = [eos_token] if isinstance(eos_token, int) else list(eos_token)
+    is_eos = torch.isin(response_id, torch.tensor(eos_ids, device=response_id.device, dtype=response_id.dtype))
+    # number of EOS strictly before position t: 0 means "not yet ended"
+    eos_before = torch.cumsum(is_eos.long(), dim=-1) - is_eos.long()
+    return (eos_before == 0).to(dtype)
+
+
+get_eos_mask = get_response_mask  # ToolRL-era name
+
+
+def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
+    """Position ids for a (left- or right-) padded batch: ``clip(cumsum(mask, -1) - 1, min=0)``.
+
+    Args:
+        mask: attention mask ``[B, L]`` (0/1).
+
+    Returns:
+        LongTensor ``[B, L]``: 0 on left padding, then 0, 1, 2, ... on real tokens (right padding repeats the last
+        position).
+    """
+    return torch.clip(torch.cumsum(mask.long(), dim=-1) - 1, min=0)
+
+
+def pad_sequence_to_length(
+    tensors: torch.Tensor, max_seq_len: int, pad_token_id: Union[int, float], left_pad: bool = False
+) -> torch.Tensor:
+    """Pad the last dimension of ``tensors`` ``[B, L]`` to ``max_seq_len`` with ``pad_token_id``.
+
+    Returns the input unchanged when ``L >= max_seq_len``; pads on the left with ``left_pad=True``.
+    """
+    length = tensors.shape[-1]
+    if length >= max_seq_len:
+        return tensors
+    pad = (max_seq_len - length, 0) if left_pad else (0, max_seq_len - length)
+    return F.pad(tensors, pad, "constant", pad_token_id)
+
+
+def postprocess_data(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    max_length: int,
+    pad_token_id: int,
+    left_pad: bool = True,
+    truncation: str = "error",
+):
+    """Pad or truncate ``[1, L]`` ``input_ids``/``attention_mask`` to exactly ``max_length``.
+
+    ``truncation``: ``left`` keeps the last tokens, ``right`` the first, ``middle`` both ends, ``error`` raises.
+
+    Raises:
+        NotImplementedError: ``truncation='error'`` and the sequence is longer than ``max_length``.
+        ValueError: unknown ``truncation``.
+    """
+    length = input_ids.shape[-1]
+    if length < max_length:
+        input_ids = pad_sequence_to_length(input_ids, max_length, pad_token_id, left_pad)
+        attention_mask = pad_sequence_to_length(attention_mask, max_length, 0, left_pad)
+    elif length > max_length:
+        if truncation == "left":
+            input_ids, attention_mask = input_ids[:, -max_length:], attention_mask[:, -max_length:]
+        elif truncation == "right":
+            input_ids, attention_mask = input_ids[:, :max_length], attention_mask[:, :max_length]
+        elif truncation == "middle":
+            head = max_length // 2
+            tail = max_length - head
+            input_ids = torch.cat([input_ids[:, :head], input_ids[:, length - tail :]], dim=-1)
+            attention_mask = torch.cat([attention_mask[:, :head], attention_mask[:, length - tail :]], dim=-1)
+        elif truncation == "error":
+            raise NotImplementedError(f"sequence length {length} exceeds max_length {max_length}")
+        else:
+            raise ValueError(f"unknown truncation {truncation!r} (left, right, middle, error)")
+    return input_ids, attention_mask
+
+
+def tokenize_and_postprocess_data(
+    prompt: str, tokenizer, max_length: int, pad_token_id: int, left_pad: bool = True, truncation: str = "error"
+):
+    """Tokenise one string and pad/truncate it with :func:`postprocess_data`; returns ``(input_ids, attention_mask)``
+    each ``[1, max_length]``."""
+    enc = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
+    return postprocess_data(enc["input_ids"], enc["attention_mask"], max_length, pad_token_id, left_pad, truncation)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# log-probs and entropy, chunked over tokens
+# --------------------------------------------------------------------------------------------------------------------
+def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+class _ChunkedLogProb(torch.autograd.Function):
+    """log p(label) = x[label] - logsumexp(x), forward and backward in row chunks of a flat ``[N, V]`` input."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int):
+        cdtype = _compute_dtype(logits.dtype)
+        n = logits.shape[0]
+        out = torch.empty(n, dtype=cdtype, device=logits.device)
+        lse = torch.empty(n, dtype=cdtype, device=logits.device)
+        for s in range(0, n, chunk_size):
+            chunk = logits[s : s + chunk_size].to(cdtype)
+            lse[s : s + chunk_size] = torch.logsumexp(chunk, dim=-1)
+            picked = chunk.gather(-1, labels[s : s + chunk_size].unsqueeze(-1)).squeeze(-1)
+            out[s : s + chunk_size] = picked - lse[s : s + chunk_size]
+        ctx.save_for_backward(logits, labels, lse)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, labels, lse = ctx.saved_tensors
+        chunk_size = ctx.chunk_size
+        grad = torch.empty_like(logits)
+        for s in range(0, logits.shape[0], chunk_size):
+            e = s + chunk_size
+            # d/dx_j [x_label - lse] = 1[j == label] - softmax_j
+            g = -torch.exp(logits[s:e].to(lse.dtype) - lse[s:e].unsqueeze(-1))
+            g.scatter_add_(-1, labels[s:e].unsqueeze(-1), torch.ones_like(lse[s:e]).unsqueeze(-1))
+            grad[s:e] = (g * grad_out[s:e].unsqueeze(-1)).to(grad.dtype)
+        return grad, None, None
+
+
+class _ChunkedEntropy(torch.autograd.Function):
+    """H = logsumexp(x) - sum_j softmax_j x_j, forward and backward in row chunks of a flat ``[N, V]`` input."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, chunk_size: int):
+        cdtype = _compute_dtype(logits.dtype)
+        n = logits.shape[0]
+        out = torch.empty(n, dtype=cdtype, device=logits.device)
+        lse = torch.empty(n, dtype=cdtype, device=logits.device)
+        for s in range(0, n, chunk_size):
+            chunk = logits[s : s + chunk_size].to(cdtype)
+            lse[s : s + chunk_size] = torch.logsumexp(chunk, dim=-1)
+            probs = torch.exp(chunk - lse[s : s + chunk_size].unsqueeze(-1))
+            out[s : s + chunk_size] = lse[s : s + chunk_size] - (probs * chunk).sum(-1)
+        ctx.save_for_backward(logits, lse, out)
+        ctx.chunk_size = chunk_size
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out: torch.Tensor):
+        logits, lse, entropy = ctx.saved_tensors
+        chunk_size = ctx.chunk_size
+        grad = torch.empty_like(logits)
+        for s in range(0, logits.shape[0], chunk_size):
+            e = s + chunk_size
+            chunk = logits[s:e].to(lse.dtype)
+            probs = torch.exp(chunk - lse[s:e].unsqueeze(-1))
+            expected_x = (lse[s:e] - entropy[s:e]).unsqueeze(-1)  # E_p[x] = lse - H
+            # dH/dx_j = -p_j (x_j - E_p[x])
+            grad[s:e] = (-probs * (chunk - expected_x) * grad_out[s:e].unsqueeze(-1)).to(grad.dtype)
+        return grad, None
+
+
+def logprobs_from_logits(
+    logits: torch.Tensor, labels: torch.Tensor, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE, **_unused
+) -> torch.Tensor:
+    """Log-probability of ``labels`` under ``softmax(logits)``, memory-bounded.
+
+    Args:
+        logits: float tensor ``[..., V]`` (any float dtype; computed in float32, or float64 for float64 input).
+        labels: LongTensor ``[...]`` of token ids, same leading shape as ``logits``.
+        chunk_size: tokens (rows of the flattened ``[N, V]`` logits) processed at once.
+        **_unused: accepted for upstream signature compatibility (e.g. ``inplace_backward``), ignored.
+
+    Returns:
+        float32 (float64) tensor of shape ``labels.shape``. Differentiable w.r.t. ``logits``; the backward is chunked
+        too (gradient ``onehot(label) - softmax``).
+
+    Raises:
+        ValueError: ``chunk_size < 1`` or mismatched leading shapes.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} leading shapes differ")
+    lead = labels.shape
+    flat = _ChunkedLogProb.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), chunk_size)
+    return flat.reshape(lead)
+
+
+def logprobs_from_logits_naive(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Reference implementation: ``log_softmax(logits.float())`` gathered at ``labels`` (materialises ``[N, V]``)."""
+    logp = F.log_softmax(logits.to(_compute_dtype(logits.dtype)), dim=-1)
+    return logp.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE) -> torch.Tensor:
+    """Entropy ``H = -sum_v p_v log p_v`` of ``softmax(logits)`` per position, memory-bounded.
+
+    Computed as ``logsumexp(x) - sum_v softmax(x)_v x_v`` in chunks of ``chunk_size`` tokens.
+
+    Args:
+        logits: float tensor ``[..., V]``.
+        chunk_size: tokens processed at once.
+
+    Returns:
+        float32 (float64) tensor ``[...]``; differentiable (``dH/dx_j = -p_j (x_j - E_p[x])``, chunked).
+
+    Raises:
+        ValueError: ``chunk_size < 1``.
+    """
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    lead = logits.shape[:-1]
+    return _ChunkedEntropy.apply(logits.reshape(-1, logits.shape[-1]), chunk_size).reshape(lead)
+
+
+def entropy_from_logits_naive(logits: torch.Tensor) -> torch.Tensor:
+    """Reference implementation of :func:`entropy_from_logits` (materialises the full softmax)."""
+    x = logits.to(_compute_dtype(logits.dtype))
+    return -(torch.softmax(x, -1) * torch.log_softmax(x, -1)).sum(-1)
+
+
+def log_probs_from_logits_response(input_ids: torch.Tensor, logits: torch.Tensor, response_length: int):
+    """Log-probs of the response tokens of full sequences.
+
+    Args:
+        input_ids: ``[B, P + R]`` prompt + response ids.
+        logits: ``[B, P + R, V]`` next-token logits for every position.
+        response_length: ``R``.
+
+    Returns:
+        ``[B, R]`` float32: ``log p(input_ids[:, t] | logits[:, t - 1])`` for the last ``R`` positions.
+    """
+    response_logits = logits[:, -response_length - 1 : -1]
+    return logprobs_from_logits(response_logits, input_ids[:, -response_length:])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# learning-rate schedules (upstream names)
+# --------------------------------------------------------------------------------------------------------------------
+def get_constant_schedule_with_warmup(optimizer, num_warmup_steps: int, last_epoch: int = -1) -> LambdaLR:
+    """Linear warm-up from 0 to the base lr over ``num_warmup_steps`` optimizer steps, then constant."""
+
+    def lr_lambda(step: int) -> float:
+        if step < num_warmup_steps:
+            return float(step) / float(max(1, num_warmup_steps))
+        return 1.0
+
+    return LambdaLR(optimizer, lr_lambda, last_epoch)
+
+
+def get_cosine_schedule_with_warmup(
+    optimizer,
+    num_warmup_steps: int,
+    num_training_steps: int,
+    min_lr_ratio: float = 0.0,
+    num_cycles: float = 0.5,
+    last_epoch: int = -1,
+) -> LambdaLR:
+    """Warm-up then cosine decay to ``min_lr_ratio`` x base lr (Loshchilov & Hutter 2017, SGDR eq. 5).
+
+    Warm-up rises linearly from ``min_lr_ratio`` to 1; afterwards the multiplier is
+    ``min_lr_ratio + (1 - min_lr_ratio) * 0.5 * (1 + cos(2 pi num_cycles progress))``.
+
+    Raises:
+        ValueError: ``min_lr_ratio`` outside ``[0, 1]``.
+    """
+    if not 0.0 <= min_lr_ratio <= 1.0:
+        raise ValueError(f"min_lr_ratio must be in [0, 1], got {min_lr_ratio}")
+
+    def lr_lambda(step: int) -> float:
+        if step < num_warmup_steps:
+            return min_lr_ratio + (1.0 - min_lr_ratio) * float(step) / float(max(1, num_warmup_steps))
+        progress = float(step - num_warmup_steps) / float(max(1, num_training_steps - num_warmup_steps))
+        cosine = 0.5 * (1.0 + math.cos(math.pi * 2.0 * num_cycles * progress))
+        return min_lr_ratio + (1.0 - min_lr_ratio) * max(0.0, cosine)
+
+    return LambdaLR(optimizer, lr_lambda, last_epoch)
+
+
+__all__: List[str] = [
+    "masked_sum",
+    "masked_mean",
+    "masked_var",
+    "masked_whiten",
+    "clip_by_value",
+    "get_response_mask",
+    "get_eos_mask",
+    "compute_position_id_with_mask",
+    "pad_sequence_to_length",
+    "postprocess_data",
+    "tokenize_and_postprocess_data",
+    "logprobs_from_logits",
+    "logprobs_from_logits_naive",
+    "entropy_from_logits",
+    "entropy_from_logits_naive",
+    "log_probs_from_logits_response",
+    "get_constant_schedule_with_warmup",
+    "get_cosine_schedule_with_warmup",
+]
