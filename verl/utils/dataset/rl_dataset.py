@@ -131,6 +131,8 @@ class RLHFDataset(Dataset):
     Truncation of prompts longer than ``max_prompt_length``: ``error`` raises :class:`PromptTooLongError` (naming file,
     row and length) when the item is fetched; ``left`` keeps the last tokens (ToolRL's trainer), ``right`` the first,
     ``middle`` both ends. ``filter_overlong_prompts`` drops such rows at construction and logs how many.
+    ``max_samples > 0`` keeps the first rows (before filtering, as upstream does without ``shuffle``). ``processor``
+    (upstream's multimodal processor) is stored but unused: prompts are text only.
 
     Raises:
         FileNotFoundError: a data file is missing.

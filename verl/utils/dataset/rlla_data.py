@@ -87,7 +87,8 @@ def load_raw_records(path: str | os.PathLike) -> list[dict]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: the JSON is not a list of objects, or a record lacks a non-empty string field (names file, row, key).
+        ValueError: the JSON is not a list of objects, or a record lacks a non-empty string field (the message names
+            file, row and key).
     """
     path = Path(path)
     if not path.is_file():
@@ -241,7 +242,8 @@ def build_default_rlla_splits(shared_data_dir: str | os.PathLike, out_dir: str |
         if not src.is_file():
             raise FileNotFoundError(f"cannot build the RLLA splits: {src} not found")
 
-    val_prompts = {prompt_signature(p) for p in pq.read_table(test_src, columns=["prompt"]).column("prompt").to_pylist()}
+    val_table = pq.read_table(test_src, columns=["prompt"])
+    val_prompts = {prompt_signature(p) for p in val_table.column("prompt").to_pylist()}
     records = load_raw_records(raw_src)
     kept = []
     for rec in records:
@@ -346,8 +348,8 @@ def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Pa
        the next candidate anyway);
     2. ``<root>/dataset/rlla_4k/`` (git-ignored; ``root`` defaults to this checkout);
     3. a build from ``<shared_dir>/data`` (:func:`build_default_rlla_splits`; ``shared_dir`` defaults to
-       :func:`default_shared_dir`) into ``<root>/dataset/rlla_4k/``, writing only the files missing there (a downloaded split is never
-       overwritten);
+       :func:`default_shared_dir`) into ``<root>/dataset/rlla_4k/``, writing only the files missing there (a
+       downloaded split is never overwritten);
     4. a download of ToolRL's files into ``<root>/dataset/rlla_4k/`` unless ``download`` is False (default: enabled
        unless ``$TOOLRL_OFFLINE`` is ``1``/``true``); ``downloader(url, dest)`` replaces urllib (tests inject one).
 
@@ -356,7 +358,7 @@ def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Pa
     """
     need = tuple(need)
     root = Path(root) if root is not None else repo_root()
-    repo_dir = root / "dataset" / "rlla_4k"
+    repo_dir = (root / "dataset" / "rlla_4k").resolve()
     looked: list[str] = []
 
     candidates = [(explicit, "explicit data dir"), (os.environ.get("DATA_DIR") or None, "$DATA_DIR")]
@@ -383,7 +385,7 @@ def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Pa
         if _has_files(repo_dir, need):
             return repo_dir
         looked.append(f"build from {shared / 'data'}: did not produce {', '.join(need)}")
-    except FileNotFoundError as exc:
+    except OSError as exc:  # missing shared files, or an unwritable checkout
         looked.append(f"build from {shared / 'data'} (set TOOLRL_SHARED): {exc}")
 
     if download is None:

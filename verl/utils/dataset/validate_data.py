@@ -25,8 +25,6 @@ import pyarrow.parquet as pq
 
 from verl.utils.dataset.rl_dataset import message_list_problems, prompt_text
 
-logger = logging.getLogger(__name__)
-
 MAX_ERRORS_SHOWN = 50
 
 

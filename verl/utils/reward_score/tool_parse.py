@@ -207,8 +207,9 @@ def _decode_block(block: str) -> tuple[list[dict], int]:
         try:  # pretty-printed object, or a JSON list of calls
             whole = json.loads(block)
         except json.JSONDecodeError:
-            return [], max(1, len(lines))
-        items = whole if isinstance(whole, list) else [whole]
+            return [], 1
+        items = [whole]
+    items = [x for item in items for x in (item if isinstance(item, list) else [item])]  # JSON lists of calls
     calls, invalid = [], 0
     for item in items:
         call = _normalize_call(item)

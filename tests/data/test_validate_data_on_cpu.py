@@ -1,0 +1,50 @@
+"""validate-data: the shared test split is valid; a corrupted copy fails with file:row: key: problem lines."""
+import pyarrow.parquet as pq
+import pytest
+
+from verl.utils.dataset.validate_data import length_stats, main, row_problems
+
+
+def test_shared_test_split_is_valid(shared_dir, tiny_model_dir, capsys):
+    path = shared_dir / "data" / "rlla_4k" / "test.parquet"
+    assert main([str(path), "--tokenizer", tiny_model_dir, "--max_prompt_length", "1024"]) == 0
+    out = capsys.readouterr().out
+    assert f"{path}: 80 rows, 80 valid, 0 problem(s)" in out
+    assert "prompt        count=80 median=" in out and "ground_truth  count=80" in out
+    over = int(out.split("prompts over max_prompt_length=1024: ")[1].split()[0])
+    assert 0 < over < 80  # platform notes: test prompts run ~400-2,250 tokens
+
+
+def test_corrupted_copy_names_rows(shared_dir, tmp_path, capsys):
+    table = pq.read_table(shared_dir / "data" / "rlla_4k" / "test.parquet")
+    rows = table.to_pylist()
+    rows[5]["reward_model"]["ground_truth"] = ""
+    rows[12]["prompt"] = []
+    rows[30]["prompt"][1]["role"] = " "
+    rows[41]["extra_info"]["index"] = None
+    path = tmp_path / "corrupt.parquet"
+    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+    assert main([str(path), "--tokenizer", "none"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:5: reward_model.ground_truth: empty string" in err
+    assert f"{path}:12: prompt: empty message list" in err
+    assert f"{path}:30: prompt[1].role: expected a non-empty string" in err
+    assert f"{path}:41: extra_info.index: missing" in err
+    assert "INVALID: 4 problem(s)" in err
+
+
+def test_unreadable_file_and_missing_columns(tmp_path, capsys):
+    bad = tmp_path / "not.parquet"
+    bad.write_text("hello")
+    assert main([str(bad), "--tokenizer", "none"]) == 1
+    assert f"{bad}: not a readable parquet file" in capsys.readouterr().err
+    assert row_problems({"prompt": [{"role": "user", "content": "x"}]}) == [
+        ("data_source", "missing"), ("ability", "missing"), ("reward_model", "missing"), ("extra_info", "missing")]
+    assert ("reward_model.ground_truth", "missing") in row_problems(
+        {"data_source": "d", "prompt": [{"role": "u", "content": "x"}], "ability": "a", "reward_model": {},
+         "extra_info": {"index": 1}})
+
+
+def test_length_stats():
+    assert length_stats([1, 2, 3, 4, 100]) == {"count": 5, "median": 3.0, "p90": pytest.approx(61.6), "max": 100}
+    assert length_stats([])["count"] == 0

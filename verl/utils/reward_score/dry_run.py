@@ -1,0 +1,209 @@
+"""``reward-dry-run``: score saved responses (or a parquet's ground truths) and print per-component statistics.
+
+Debugging rewards without training (``../shared/specs/reward_api.md`` "Reward dry-run"):
+
+    reward-dry-run --parquet ../shared/data/rlla_4k/test.parquet            # each GT scored against itself
+    reward-dry-run --jsonl rollouts.jsonl --step 40 --set SCHEDULEREWARD=1  # {"response", "ground_truth"[, "step"]}
+
+Scoring goes through ``default_compute_score`` (so any ``data_source`` it knows; rows without one count as
+``"rlla"``). Switches come from the environment, overlaid with ``--set VAR=VALUE``. Samples that raise are counted as
+invalid with their reason; the command only fails on unreadable input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+from verl.utils.reward_score import default_compute_score
+from verl.utils.reward_score.rlla import SWITCH_ENV_VARS, RewardSwitches
+from verl.utils.reward_score.tool_parse import WRAPPERS
+
+logger = logging.getLogger(__name__)
+
+STAT_KEYS = ("score", "format", "correctness", "length")
+
+
+@dataclass
+class DryRunSample:
+    """One sample to score: ``row`` is its position in the input file (0-based; jsonl: line index)."""
+
+    row: int
+    response: str
+    ground_truth: Any
+    data_source: str = "rlla"
+    step: int | None = None
+
+
+@dataclass
+class DryRunReport:
+    """Result of a dry run: per-sample score dicts of valid samples and ``(row, reason)`` of invalid ones."""
+
+    results: list[dict] = field(default_factory=list)
+    invalid: list[tuple[int, str]] = field(default_factory=list)
+
+    def stats(self) -> dict[str, dict[str, float]]:
+        """``{component: {count, mean, std (population), min, max}}`` over valid samples (NaN when none)."""
+        out = {}
+        for key in STAT_KEYS:
+            values = [float(r[key]) for r in self.results if key in r]
+            n = len(values)
+            mean = sum(values) / n if n else math.nan
+            std = math.sqrt(sum((v - mean) ** 2 for v in values) / n) if n else math.nan
+            out[key] = {"count": n, "mean": mean, "std": std, "min": min(values) if n else math.nan,
+                        "max": max(values) if n else math.nan}
+        return out
+
+
+def load_parquet_samples(path: str) -> list[DryRunSample]:
+    """Samples whose response is the row's own ground truth (``reward_model.ground_truth``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        KeyError: the parquet has no ``reward_model`` column.
+    """
+    import pandas as pd
+
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--parquet {path}: no such file")
+    frame = pd.read_parquet(path)
+    if "reward_model" not in frame.columns:
+        raise KeyError(f"--parquet {path}: no 'reward_model' column (columns: {list(frame.columns)})")
+    samples = []
+    for i, row in enumerate(frame.to_dict("records")):
+        reward_model = row["reward_model"]
+        gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+        samples.append(DryRunSample(row=i, response=gt if isinstance(gt, str) else "", ground_truth=gt,
+                                    data_source=str(row.get("data_source", "rlla"))))
+    return samples
+
+
+def load_jsonl_samples(path: str) -> list[DryRunSample]:
+    """Samples from JSON lines with ``response`` and ``ground_truth`` (optional ``step``, ``data_source``).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a line is not a JSON object with string ``response`` and ``ground_truth`` (names the line).
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--jsonl {path}: no such file")
+    samples = []
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{lineno}: not valid JSON ({err})") from err
+            if not isinstance(obj, dict) or not isinstance(obj.get("response"), str) \
+                    or not isinstance(obj.get("ground_truth"), str):
+                raise ValueError(f"{path}:{lineno}: expected an object with string 'response' and 'ground_truth', "
+                                 f"got keys {sorted(obj) if isinstance(obj, dict) else type(obj).__name__}")
+            step = obj.get("step")
+            if step is not None and not isinstance(step, int):
+                raise ValueError(f"{path}:{lineno}: 'step' must be an integer, got {step!r}")
+            samples.append(DryRunSample(row=lineno - 1, response=obj["response"], ground_truth=obj["ground_truth"],
+                                        data_source=str(obj.get("data_source", "rlla")), step=step))
+    return samples
+
+
+def score_samples(samples: Iterable[DryRunSample], step: int = 0, wrapper: str | None = "qwen",
+                  switches: RewardSwitches | None = None) -> DryRunReport:
+    """Score every sample with ``default_compute_score``; a sample's own ``step`` overrides ``step``.
+
+    ``wrapper=None`` chooses the wrapper from ``switches.experiment_name`` like ToolRL. Exceptions per sample are
+    recorded in ``DryRunReport.invalid`` as ``(row, "Type: message")``.
+    """
+    sw = RewardSwitches.from_env() if switches is None else switches
+    report = DryRunReport()
+    for sample in samples:
+        info = {"step": step if sample.step is None else sample.step, "wrapper": wrapper, "reward_switches": sw}
+        try:
+            if not isinstance(sample.ground_truth, str):
+                raise ValueError(f"row {sample.row}: no string ground truth (got {sample.ground_truth!r:.80})")
+            report.results.append(default_compute_score(sample.data_source, sample.response, sample.ground_truth, info))
+        except Exception as err:  # noqa: BLE001 - a dry run reports bad samples instead of stopping
+            report.invalid.append((sample.row, f"{type(err).__name__}: {err}"))
+    return report
+
+
+def format_report(report: DryRunReport, max_reasons: int = 5) -> str:
+    """Human-readable table of ``report.stats()`` plus the invalid count and the first ``max_reasons`` reasons."""
+    lines = [f"{'component':<12} {'count':>6} {'mean':>10} {'std':>10} {'min':>10} {'max':>10}"]
+    for key, s in report.stats().items():
+        lines.append(f"{key:<12} {s['count']:>6d} {s['mean']:>10.4f} {s['std']:>10.4f} {s['min']:>10.4f} "
+                     f"{s['max']:>10.4f}")
+    total = len(report.results) + len(report.invalid)
+    lines.append(f"samples: {total}, valid: {len(report.results)}, invalid: {len(report.invalid)}")
+    for row, reason in report.invalid[:max_reasons]:
+        lines.append(f"  invalid row {row}: {reason[:300]}")
+    if len(report.invalid) > max_reasons:
+        lines.append(f"  ... {len(report.invalid) - max_reasons} more")
+    return "\n".join(lines)
+
+
+def _parse_set(items: Sequence[str]) -> dict[str, str]:
+    known = set(SWITCH_ENV_VARS.values()) | {"EXPERIMENT_NAME"}
+    overlay = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or key not in known:
+            raise argparse.ArgumentTypeError(f"--set {item!r}: expected VAR=VALUE with VAR in {sorted(known)}")
+        overlay[key] = value
+    return overlay
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of ``reward-dry-run``."""
+    parser = argparse.ArgumentParser(prog="reward-dry-run", description=__doc__.split("\n\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--parquet", help="RLHF parquet; each row's ground truth is scored against itself")
+    source.add_argument("--jsonl", help="JSON lines with 'response', 'ground_truth' and optional 'step'")
+    parser.add_argument("--step", type=int, default=0, help="trainer step for the schedules (default 0)")
+    parser.add_argument("--wrapper", choices=WRAPPERS + ("env",), default="qwen",
+                        help="chat wrapper to strip; 'env' chooses from EXPERIMENT_NAME like ToolRL (default qwen)")
+    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
+                        help="override a reward switch or EXPERIMENT_NAME for this run (repeatable)")
+    parser.add_argument("--limit", type=int, default=None, help="score only the first N samples")
+    parser.add_argument("--show-invalid", type=int, default=5, help="how many invalid reasons to print (default 5)")
+    parser.add_argument("--json", action="store_true", help="print the statistics as one JSON object instead")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Entry point of ``reward-dry-run``; returns the exit status (0, or 2 on unreadable input)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    stream = out or sys.stdout
+    try:
+        overlay = _parse_set(args.set)
+        samples = load_parquet_samples(args.parquet) if args.parquet else load_jsonl_samples(args.jsonl)
+    except (argparse.ArgumentTypeError, FileNotFoundError, KeyError, ValueError) as err:
+        parser.print_usage(sys.stderr)
+        sys.stderr.write(f"reward-dry-run: error: {err}\n")
+        return 2
+    if args.limit is not None:
+        samples = samples[: args.limit]
+    switches = RewardSwitches.from_env({**os.environ, **overlay})
+    report = score_samples(samples, step=args.step, wrapper=None if args.wrapper == "env" else args.wrapper,
+                           switches=switches)
+    if args.json:
+        payload = {"stats": report.stats(), "valid": len(report.results), "invalid": len(report.invalid),
+                   "invalid_reasons": [{"row": r, "reason": m} for r, m in report.invalid[: args.show_invalid]],
+                   "switches": switches.active(), "step": args.step}
+        stream.write(json.dumps(payload, allow_nan=True) + "\n")
+    else:
+        stream.write(f"switches on: {switches.active() or 'none'}; step {args.step}; wrapper {args.wrapper}\n")
+        stream.write(format_report(report, args.show_invalid) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
