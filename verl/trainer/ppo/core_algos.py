@@ -29,24 +29,12 @@ elsewhere; they are order-invariant (the rows may come in any order).
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 import verl.utils.torch_functional as verl_F
-
-__all__ = [
-    "AdvantageEstimator", "register_adv_est", "get_adv_estimator_fn", "ADV_ESTIMATOR_REGISTRY",
-    "register_policy_loss", "get_policy_loss_fn", "POLICY_LOSS_REGISTRY",
-    "compute_group_statistics", "group_normalize",
-    "compute_gae_advantage_return", "compute_grpo_outcome_advantage", "compute_grpo_vectorized_outcome_advantage",
-    "compute_rloo_outcome_advantage", "compute_rloo_vectorized_outcome_advantage",
-    "compute_reinforce_plus_plus_outcome_advantage", "compute_reinforce_plus_plus_baseline_outcome_advantage",
-    "compute_remax_outcome_advantage", "compute_rewards", "agg_loss", "compute_policy_loss",
-    "compute_policy_loss_vanilla", "compute_entropy_loss", "compute_value_loss", "kl_penalty", "kl_penalty_forward",
-    "FixedKLController", "AdaptiveKLController", "get_kl_controller",
-]
 
 
 def _cfg_get(config: Any, key: str, default: Any = None) -> Any:
@@ -64,9 +52,7 @@ def _resolve(explicit: Any, config: Any, key: str, default: Any) -> Any:
     return explicit if explicit is not None else _cfg_get(config, key, default)
 
 
-# ====================================================================================================================
-# registries
-# ====================================================================================================================
+# -------------------- registries -------------------------------------------------------------------------------------
 class AdvantageEstimator(str, Enum):
     """Names of the advantage estimators (``algorithm.adv_estimator``). ``GIGPO`` and ``RLVCR`` are reserved here
     and registered by their own modules."""
@@ -86,10 +72,7 @@ class AdvantageEstimator(str, Enum):
 ADV_ESTIMATOR_REGISTRY: Dict[str, Callable] = {}
 POLICY_LOSS_REGISTRY: Dict[str, Callable] = {}
 
-_RESERVED_ELSEWHERE = {
-    "gigpo": "verl.trainer.ppo.core_algos.compute_gigpo_outcome_advantage (see specs/gigpo.md)",
-    "rlvcr": "rlvcr.core_rlvcr (see specs/rlvcr.md)",
-}
+_RESERVED_ELSEWHERE = {"gigpo": "the GiGPO module (specs/gigpo.md)", "rlvcr": "rlvcr.core_rlvcr (specs/rlvcr.md)"}
 
 
 def _name_of(name_or_enum: Union[str, Enum]) -> str:
@@ -105,8 +88,7 @@ def register_adv_est(name_or_enum: Union[str, AdvantageEstimator]) -> Callable[[
 
     Re-registering the same function is a no-op (module reloads).
 
-    Raises:
-        ValueError: the name is already registered to a different function.
+    Raises ValueError: the name is already registered to a different function.
     """
 
     def decorator(fn: Callable) -> Callable:
@@ -129,7 +111,8 @@ def get_adv_estimator_fn(name_or_enum: Union[str, AdvantageEstimator]) -> Callab
     """
     name = _name_of(name_or_enum)
     if name not in ADV_ESTIMATOR_REGISTRY:
-        hint = f"; {name!r} is registered by {_RESERVED_ELSEWHERE[name]} once imported" if name in _RESERVED_ELSEWHERE else ""
+        where = _RESERVED_ELSEWHERE.get(name)
+        hint = f"; {name!r} is registered when {where} is imported" if where else ""
         raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADV_ESTIMATOR_REGISTRY)}{hint}")
     return ADV_ESTIMATOR_REGISTRY[name]
 
@@ -148,17 +131,14 @@ def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
 def get_policy_loss_fn(name: str) -> Callable:
     """The policy loss registered under ``name``.
 
-    Raises:
-        ValueError: unknown name (the message lists the registered ones).
+    Raises ValueError: unknown name (the message lists the registered ones).
     """
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(f"unknown policy loss {name!r}; registered: {sorted(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
 
 
-# ====================================================================================================================
-# group statistics (shared by every grouped estimator)
-# ====================================================================================================================
+# -------------------- group statistics (shared by every grouped estimator) -------------------------------------------
 def _group_ids(index: Any, batch_size: int, device: torch.device) -> Tuple[torch.Tensor, int]:
     """Map group labels (any hashable values) to ``0..G-1``; returns ``(ids LongTensor[B], G)``."""
     if index is None:
@@ -174,22 +154,14 @@ def _group_ids(index: Any, batch_size: int, device: torch.device) -> Tuple[torch
     return torch.tensor(ids, dtype=torch.long, device=device), len(mapping)
 
 
-def compute_group_statistics(
-    scores: torch.Tensor, index: Any
-) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def compute_group_statistics(scores: torch.Tensor, index: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row statistics of the row's ``index`` group: mean, unbiased (n-1) std and size.
 
-    Args:
-        scores: float tensor ``[B]``.
-        index: ``[B]`` group labels (numpy object array of uids, list, or tensor); any hashable values.
-
-    Returns:
-        ``(mean [B], std [B], count [B])``: ``mean``/``std`` in ``scores.dtype``, ``count`` long. A singleton group has
-        ``std = 0`` (callers choose their singleton policy). Computed in float64 after shifting by the group minimum,
-        so a constant group has exactly ``mean = score`` and ``std = 0`` and the result does not depend on row order.
-
-    Raises:
-        ValueError: ``index`` missing or of the wrong length. TypeError: unhashable labels.
+    Args: ``scores`` float ``[B]``; ``index`` ``[B]`` hashable group labels (numpy object array of uids, list, tensor).
+    Returns: ``(mean [B], std [B], count [B])`` (``count`` long). A singleton group has ``std = 0`` (callers choose
+        their singleton policy). Computed in float64 after shifting by the group minimum, so a constant group has
+        exactly ``mean = score`` and ``std = 0``, and the result does not depend on row order.
+    Raises ValueError: ``index`` missing or of the wrong length. TypeError: unhashable labels.
     """
     ids, n_groups = _group_ids(index, scores.shape[0], scores.device)
     s = scores.detach().to(torch.float64)
@@ -205,23 +177,14 @@ def compute_group_statistics(
 
 
 def group_normalize(
-    scores: torch.Tensor,
-    index: Any,
-    epsilon: float = 1e-6,
-    norm_by_std: bool = True,
-    singleton_zero: bool = False,
+    scores: torch.Tensor, index: Any, epsilon: float = 1e-6, norm_by_std: bool = True, singleton_zero: bool = False,
 ) -> torch.Tensor:
-    """Group-relative score ``(s - mean_g) / (std_g + epsilon)`` (or ``s - mean_g`` when ``norm_by_std`` is False).
+    """Group-relative score ``(s - mean_g) / (std_g + epsilon)`` (``s - mean_g`` when ``norm_by_std`` is False).
 
     Source: Shao et al. 2024 (DeepSeekMath, GRPO) §4.1.2 outcome supervision; Liu et al. 2025 (Dr. GRPO) drop the std.
-
-    Args:
-        scores: float ``[B]``; index: ``[B]`` group labels; epsilon: added to the std.
-        singleton_zero: a group of one row gets 0 (GiGPO / RLVCR). Otherwise upstream verl's GRPO rule: mean 0 and
-            std 1, i.e. ``s / (1 + epsilon)`` (``s`` without std normalisation).
-
-    Returns:
-        float ``[B]``; a group whose scores are all equal gets exactly 0.
+    Args: ``scores`` float ``[B]``; ``index`` ``[B]`` group labels; ``singleton_zero``: a group of one row gets 0
+        (GiGPO / RLVCR); otherwise upstream verl's GRPO rule, mean 0 and std 1 (``s / (1 + epsilon)``).
+    Returns: float ``[B]``; a group whose scores are all equal gets exactly 0.
     """
     mean, std, count = compute_group_statistics(scores, index)
     single = count == 1
@@ -231,9 +194,7 @@ def group_normalize(
     return torch.where(single, torch.zeros_like(adv), adv) if singleton_zero else adv
 
 
-# ====================================================================================================================
-# advantage estimators
-# ====================================================================================================================
+# -------------------- advantage estimators ---------------------------------------------------------------------------
 def _masked_reverse_discount(x: torch.Tensor, mask: torch.Tensor, discount: float) -> torch.Tensor:
     """``out[t] = x[t] + discount * out[t']`` over response tokens, ``t'`` the next position with mask 1 (0 past the
     end); masked positions are skipped (their ``x`` never enters) and get 0. ``[B, L]`` -> ``[B, L]``."""
@@ -248,33 +209,21 @@ def _masked_reverse_discount(x: torch.Tensor, mask: torch.Tensor, discount: floa
 
 @register_adv_est(AdvantageEstimator.GAE)
 def compute_gae_advantage_return(
-    token_level_rewards: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: Optional[float] = None,
-    lam: Optional[float] = None,
-    config: Any = None,
-    **kwargs,
+    token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+    gamma: Optional[float] = None, lam: Optional[float] = None, config: Any = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Generalised advantage estimation, multi-turn aware.
-
-    Source: Schulman et al. 2016, "High-Dimensional Continuous Control Using GAE", eq. 16:
-    ``A_t = sum_l (gamma*lam)^l delta_{t+l}``, ``delta_t = r_t + gamma*V_{t+1} - V_t``.
+    """Generalised advantage estimation, multi-turn aware (Schulman et al. 2016, "High-Dimensional Continuous Control
+    Using GAE", eq. 16: ``A_t = sum_l (gamma lam)^l delta_{t+l}``, ``delta_t = r_t + gamma V_{t+1} - V_t``).
 
     Only response tokens are time steps: positions with ``response_mask == 0`` (tool output / observation tokens
-    between turns, padding) are skipped — their rewards and values never enter, and ``V_{t+1}`` is the value of the
-    next *response* token. The result equals GAE on the sequence with the masked tokens removed.
+    between turns, padding) are skipped: their rewards and values never enter and ``V_{t+1}`` is the value of the
+    next *response* token, so the result equals GAE on the sequence with the masked tokens removed.
 
-    Args:
-        token_level_rewards, values: float ``[B, L]``; response_mask: 0/1 ``[B, L]``.
-        gamma, lam: discount and GAE lambda; None -> ``config.gamma`` / ``config.lam`` -> 1.0.
-
-    Returns:
-        ``advantages`` ``[B, L]``: whitened over the mask (:func:`masked_whiten`), 0 off the mask;
-        ``returns`` ``[B, L]``: un-whitened advantages + values (the critic's target), 0 off the mask.
-
-    Raises:
-        ValueError: ``values`` is None, or fewer than two response tokens in the batch (whitening).
+    Args: ``token_level_rewards``, ``values``: float ``[B, L]``; ``response_mask``: 0/1 ``[B, L]``; ``gamma``, ``lam``:
+        None -> ``config.gamma`` / ``config.lam`` -> 1.0.
+    Returns: ``advantages`` ``[B, L]`` whitened over the mask (:func:`masked_whiten`) and ``returns`` = un-whitened
+        advantages + values (the critic's target); both 0 off the mask.
+    Raises ValueError: ``values`` is None, or fewer than two response tokens in the batch (whitening).
     """
     if values is None:
         raise ValueError("GAE needs `values` from the critic")
@@ -297,30 +246,20 @@ def compute_gae_advantage_return(
 
 @register_adv_est(AdvantageEstimator.GRPO)
 def compute_grpo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: Optional[bool] = None,
-    config: Any = None,
-    **kwargs,
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: Optional[bool] = None, config: Any = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage: the response's total reward normalised within its prompt group.
 
     Source: Shao et al. 2024 (DeepSeekMath) §4.1.2: ``A_i = (R_i - mean(R)) / std(R)`` broadcast over the response;
     Liu et al. 2025 (Dr. GRPO, arXiv:2503.20783) drop the std (``norm_adv_by_std_in_grpo=False``).
 
-    Args:
-        token_level_rewards: float ``[B, L]`` (score R_i = sum over the response); response_mask: ``[B, L]``;
-        index: ``[B]`` group ids (prompt uid); epsilon: added to the std;
-        norm_adv_by_std_in_grpo: None -> ``config.norm_adv_by_std_in_grpo`` -> True.
-
-    Returns:
-        ``(advantages, advantages)``, ``[B, L]``, zero off the mask. std is unbiased (n-1). A singleton group uses
-        mean 0 and std 1 (upstream verl: the advantage is the raw score / (1 + eps)); a zero-variance group gets 0.
-
-    Raises:
-        ValueError: ``index`` missing or of the wrong length.
+    Args: ``token_level_rewards`` float ``[B, L]`` (``R_i`` = its sum over the response); ``response_mask`` ``[B, L]``;
+        ``index`` ``[B]`` group ids (prompt uid); ``epsilon`` added to the std; ``norm_adv_by_std_in_grpo``: None ->
+        ``config.norm_adv_by_std_in_grpo`` -> True.
+    Returns: ``(advantages, advantages)`` ``[B, L]``, zero off the mask. std is unbiased (n-1). A singleton group uses
+        mean 0 and std 1 (upstream verl: the raw score / (1 + eps)); a zero-variance group gets exactly 0.
+    Raises ValueError: ``index`` missing or of the wrong length.
     """
     norm = bool(_resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True))
     with torch.no_grad():
@@ -332,24 +271,16 @@ def compute_grpo_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.RLOO)
 def compute_rloo_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    epsilon: float = 1e-6,
-    config: Any = None,
-    **kwargs,
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
+    config: Any = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """RLOO: each response's score minus the mean score of the *other* responses of its group.
 
     Source: Ahmadian et al. 2024, "Back to Basics: Revisiting REINFORCE Style Optimization ..." eq. 6 (Kool et al.
     2019): ``A_i = R_i - 1/(n-1) sum_{j != i} R_j = n/(n-1) (R_i - mean(R))``.
-
-    Returns:
-        ``(advantages, advantages)`` ``[B, L]``, zero off the mask. A singleton group has no baseline: its advantage is
-        the raw score (upstream verl's behaviour). ``epsilon`` is accepted for signature compatibility.
-
-    Raises:
-        ValueError: ``index`` missing or of the wrong length.
+    Returns: ``(advantages, advantages)`` ``[B, L]``, zero off the mask. A singleton group has no baseline: its
+        advantage is the raw score (upstream verl). ``epsilon`` is accepted for signature compatibility.
+    Raises ValueError: ``index`` missing or of the wrong length.
     """
     with torch.no_grad():
         scores = (token_level_rewards * response_mask).sum(dim=-1)
@@ -369,28 +300,16 @@ register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)(compute_rloo_outcome_advant
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
 def compute_reinforce_plus_plus_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    gamma: Optional[float] = None,
-    config: Any = None,
-    **kwargs,
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: Optional[float] = None,
+    config: Any = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted returns-to-go, whitened over all response tokens of the batch.
 
-    Source: Hu 2025, "REINFORCE++" (arXiv:2501.03262) §3: ``G_t = sum_{s>=t} gamma^{s-t} r_s`` then global batch
-    normalisation ``(G - mean) / std``.
-
-    Masked tokens are skipped in the return recursion (as in :func:`compute_gae_advantage_return`); for single-turn
-    data this is upstream's recursion exactly.
-
-    Args:
-        gamma: None -> ``config.gamma`` -> 1.0.
-
-    Returns:
-        ``advantages`` (whitened, zero off the mask) and ``returns`` (un-whitened ``G_t``, zero off the mask), ``[B, L]``.
-
-    Raises:
-        ValueError: fewer than two response tokens in the batch.
+    Source: Hu 2025, "REINFORCE++" (arXiv:2501.03262) §3: ``G_t = sum_{s>=t} gamma^{s-t} r_s``, then global batch
+    normalisation ``(G - mean) / std``. Masked tokens are skipped in the recursion (as in GAE); for single-turn data
+    this is upstream's recursion exactly. ``gamma``: None -> ``config.gamma`` -> 1.0.
+    Returns: ``advantages`` (whitened) and ``returns`` (``G_t``), ``[B, L]``, zero off the mask.
+    Raises ValueError: fewer than two response tokens in the batch.
     """
     gamma = float(_resolve(gamma, config, "gamma", 1.0))
     with torch.no_grad():
@@ -401,22 +320,16 @@ def compute_reinforce_plus_plus_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    response_mask: torch.Tensor,
-    index: Any = None,
-    epsilon: float = 1e-6,
-    config: Any = None,
-    **kwargs,
+    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
+    config: Any = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++-baseline: score minus its group mean, broadcast over the response, then whitened over the batch.
 
     Source: Hu 2025 (arXiv:2501.03262), the group-baseline variant (as upstream verl). A singleton group's mean is 0.
 
-    Returns:
-        ``(advantages, advantages)`` ``[B, L]``, zero off the mask.
+    Returns: ``(advantages, advantages)`` ``[B, L]``, zero off the mask.
 
-    Raises:
-        ValueError: ``index`` missing; fewer than two response tokens in the batch.
+    Raises ValueError: ``index`` missing; fewer than two response tokens in the batch.
     """
     with torch.no_grad():
         scores = (token_level_rewards * response_mask).sum(dim=-1)
@@ -429,24 +342,15 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.REMAX)
 def compute_remax_outcome_advantage(
-    token_level_rewards: torch.Tensor,
-    reward_baselines: torch.Tensor = None,
-    response_mask: torch.Tensor = None,
-    config: Any = None,
-    **kwargs,
+    token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor = None, response_mask: torch.Tensor = None,
+    config: Any = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """ReMax: undiscounted returns-to-go minus the reward of the greedy response to the same prompt.
 
     Source: Li et al. 2023, "ReMax" (arXiv:2310.10505) Algorithm 1: ``A_t = sum_{s>=t} r_s - r(x, y_greedy)``.
-
-    Args:
-        token_level_rewards: ``[B, L]``; reward_baselines: float ``[B]`` greedy rewards; response_mask: ``[B, L]``.
-
-    Returns:
-        ``advantages`` and ``returns`` ``[B, L]`` (returns-to-go), both zero off the mask.
-
-    Raises:
-        ValueError: ``reward_baselines`` or ``response_mask`` missing.
+    Args: ``token_level_rewards`` ``[B, L]``; ``reward_baselines`` float ``[B]`` greedy rewards; ``response_mask``.
+    Returns: ``advantages`` and ``returns`` (returns-to-go) ``[B, L]``, both zero off the mask.
+    Raises ValueError: ``reward_baselines`` or ``response_mask`` missing.
     """
     if reward_baselines is None or response_mask is None:
         raise ValueError("ReMax needs `reward_baselines` (greedy-rollout rewards, [B]) and `response_mask`")
@@ -457,7 +361,7 @@ def compute_remax_outcome_advantage(
 
 
 def compute_rewards(
-    token_level_scores: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_ratio: float
+    token_level_scores: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_ratio: float,
 ) -> torch.Tensor:
     """KL-penalised reward ``r = score - kl_ratio * (log pi_old - log pi_ref)`` per token (all ``[B, L]``).
 
@@ -466,35 +370,24 @@ def compute_rewards(
     return token_level_scores - kl_ratio * (old_log_prob - ref_log_prob)
 
 
-# ====================================================================================================================
-# losses
-# ====================================================================================================================
+# -------------------- losses -----------------------------------------------------------------------------------------
 def agg_loss(
-    loss_mat: torch.Tensor,
-    loss_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    loss_scale_factor: Optional[float] = None,
-    batch_num_tokens: Optional[float] = None,
-    global_batch_size: Optional[float] = None,
-    dp_size: int = 1,
+    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean",
+    loss_scale_factor: Optional[float] = None, batch_num_tokens: Optional[float] = None,
+    global_batch_size: Optional[float] = None, dp_size: int = 1,
 ) -> torch.Tensor:
-    """Reduce a ``[B, L]`` per-token loss to a scalar.
+    """Reduce a ``[B, L]`` per-token loss to a scalar (``n_b = sum_t mask[b, t]``; rows with ``n_b = 0`` never count).
 
-    Modes (``n_b = sum_t mask[b, t]``; sequences with ``n_b = 0`` are left out of sequence means):
-      - ``token-mean``: ``sum(loss * mask) / sum(mask)`` (every token weighs the same; DAPO, Yu et al. 2025 §3.3).
-      - ``seq-mean-token-sum``: mean over sequences of ``sum_t loss * mask``.
-      - ``seq-mean-token-mean``: mean over sequences of ``sum_t loss * mask / n_b`` (original GRPO, Shao et al. 2024
-        eq. 3).
-      - ``seq-mean-token-sum-norm``: ``seq-mean-token-sum / loss_scale_factor`` — Dr. GRPO's constant normaliser
-        (Liu et al. 2025 §3.1); ``loss_scale_factor`` defaults to ``L = loss_mask.shape[-1]`` (the max response
-        length), as upstream verl.
+    - ``token-mean``: ``sum(loss * mask) / sum(mask)``, every token weighs the same (DAPO, Yu et al. 2025 §3.3).
+    - ``seq-mean-token-sum``: mean over sequences of ``sum_t loss * mask``.
+    - ``seq-mean-token-mean``: mean over sequences of ``sum_t loss * mask / n_b`` (GRPO, Shao et al. 2024 eq. 3).
+    - ``seq-mean-token-sum-norm``: ``seq-mean-token-sum / loss_scale_factor``, Dr. GRPO's constant normaliser (Liu et
+      al. 2025 §3.1); ``loss_scale_factor`` defaults to ``L = loss_mask.shape[-1]`` (max response length), as upstream.
 
-    Data-parallel / gradient-accumulation normalisers (optional, upstream's): ``batch_num_tokens`` replaces the local
-    token count in ``token-mean`` and ``global_batch_size`` the local number of sequences; the result is multiplied
-    by ``dp_size`` (the all-reduce averages over ranks).
-
-    Raises:
-        ValueError: unknown ``loss_agg_mode``.
+    Optional data-parallel / gradient-accumulation normalisers (upstream's): ``batch_num_tokens`` replaces the local
+    token count of ``token-mean``, ``global_batch_size`` the local number of sequences; the result is multiplied by
+    ``dp_size`` (the gradient all-reduce averages over ranks).
+    Raises ValueError: unknown ``loss_agg_mode``.
     """
     mask = loss_mask.to(loss_mat.dtype)
     if loss_agg_mode == "token-mean":
@@ -518,9 +411,9 @@ def agg_loss(
 
 
 def _clipped_pg_losses(
-    old_log_prob, log_prob, advantages, response_mask, clip_low: float, clip_high: float, clip_ratio_c: float
+    old_log_prob, log_prob, advantages, response_mask, clip_low: float, clip_high: float, clip_ratio_c: float,
 ):
-    """Per-token dual-clip PPO loss and its statistics: ``(pg_losses [B, L], pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
+    """Per-token dual-clip PPO loss and statistics: ``(pg_losses [B, L], pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
     if clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c (dual-clip lower bound) must be > 1.0, got {clip_ratio_c}")
     log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)  # overflow guard, as upstream
@@ -539,34 +432,23 @@ def _clipped_pg_losses(
 
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean",
-    config: Any = None,
-    rollout_is_weights: Optional[torch.Tensor] = None,
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean", config: Any = None, rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """PPO clipped surrogate with asymmetric clipping and dual clip.
 
-    Source: Schulman et al. 2017 (PPO) eq. 7: ``L = -min(r A, clip(r, 1-eps_low, 1+eps_high) A)`` with
-    ``r = exp(log_prob - old_log_prob)``; Ye et al. 2020 ("Mastering Complex Control in MOBA Games", dual-clip
-    PPO) eq. 5: for ``A < 0`` the loss is additionally capped at ``-c A``; Yu et al. 2025 (DAPO) for ``eps_high``.
+    Source: Schulman et al. 2017 (PPO) eq. 7: ``L = -min(r A, clip(r, 1-eps_low, 1+eps_high) A)``,
+    ``r = exp(log_prob - old_log_prob)``; Ye et al. 2020 ("Mastering Complex Control in MOBA Games") eq. 5, dual clip:
+    for ``A < 0`` the loss is also capped at ``-c A``; Yu et al. 2025 (DAPO) for ``eps_high``.
 
-    Args:
-        old_log_prob, log_prob, advantages: float ``[B, L]``; response_mask: 0/1 ``[B, L]``.
-        loss_agg_mode: see :func:`agg_loss`.
-        config: actor config (dict/DictConfig/object): ``clip_ratio`` (0.2), ``clip_ratio_low`` / ``clip_ratio_high``
-            (default ``clip_ratio``), ``clip_ratio_c`` (3.0).
-        rollout_is_weights: optional ``[B, L]`` importance weights multiplying the per-token loss.
-
-    Returns:
-        ``(pg_loss scalar, metrics)``; metrics (floats, upstream keys): ``actor/pg_clipfrac`` (fraction of tokens
-        where the clipped term is active), ``actor/ppo_kl`` (masked mean of ``old - new`` log-prob),
+    Args: ``old_log_prob``, ``log_prob``, ``advantages`` float ``[B, L]``; ``response_mask`` 0/1 ``[B, L]``;
+        ``loss_agg_mode`` (:func:`agg_loss`); ``config`` actor config (dict/DictConfig/object): ``clip_ratio`` (0.2),
+        ``clip_ratio_low`` / ``clip_ratio_high`` (default ``clip_ratio``), ``clip_ratio_c`` (3.0);
+        ``rollout_is_weights`` optional ``[B, L]`` importance weights multiplying the per-token loss.
+    Returns: ``(pg_loss, metrics)``; metrics are floats under upstream's keys: ``actor/pg_clipfrac`` (fraction of
+        tokens where the clipped term is active), ``actor/ppo_kl`` (masked mean of ``old - new`` log-prob),
         ``actor/pg_clipfrac_lower`` (fraction where the dual clip is active).
-
-    Raises:
-        ValueError: ``clip_ratio_c <= 1``; unknown ``loss_agg_mode``.
+    Raises ValueError: ``clip_ratio_c <= 1``; unknown ``loss_agg_mode``.
     """
     clip_ratio = float(_cfg_get(config, "clip_ratio", 0.2))
     clip_low = float(_cfg_get(config, "clip_ratio_low", clip_ratio))
@@ -587,24 +469,14 @@ def compute_policy_loss_vanilla(
 
 
 def compute_policy_loss(
-    old_log_prob: torch.Tensor,
-    log_prob: torch.Tensor,
-    advantages: torch.Tensor,
-    response_mask: torch.Tensor,
-    cliprange: Optional[float] = None,
-    cliprange_low: Optional[float] = None,
-    cliprange_high: Optional[float] = None,
-    clip_ratio_c: float = 3.0,
-    loss_agg_mode: str = "token-mean",
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+    cliprange: Optional[float] = None, cliprange_low: Optional[float] = None, cliprange_high: Optional[float] = None,
+    clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
 ):
     """Deprecated form of :func:`compute_policy_loss_vanilla` (same formula, explicit clip ranges).
 
-    Returns:
-        ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``, all scalar tensors.
-
-    Raises:
-        ValueError: a clip bound is missing (``cliprange`` and the corresponding low/high are None) or
-        ``clip_ratio_c <= 1``.
+    Returns: ``(pg_loss, pg_clipfrac, ppo_kl, pg_clipfrac_lower)``, scalar tensors.
+    Raises ValueError: no clip bound (``cliprange`` and the low/high one None) or ``clip_ratio_c <= 1``.
     """
     low = cliprange_low if cliprange_low is not None else cliprange
     high = cliprange_high if cliprange_high is not None else cliprange
@@ -617,37 +489,26 @@ def compute_policy_loss(
 
 
 def compute_entropy_loss(
-    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean"
+    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean",
 ) -> torch.Tensor:
-    """Aggregated entropy of the policy over response tokens (the actor subtracts ``entropy_coeff`` x this).
+    """Aggregated policy entropy over response tokens (the actor subtracts ``entropy_coeff`` x this).
 
-    Args:
-        logits: float ``[B, L, V]``; response_mask: ``[B, L]``.
-
-    Returns:
-        scalar: :func:`agg_loss` of the per-token entropy (:func:`verl_F.entropy_from_logits`, chunked).
+    Args: ``logits`` float ``[B, L, V]``; ``response_mask`` ``[B, L]``. Returns: scalar :func:`agg_loss` of the
+    per-token entropy (:func:`verl.utils.torch_functional.entropy_from_logits`, chunked over tokens).
     """
     return agg_loss(verl_F.entropy_from_logits(logits), response_mask, loss_agg_mode)
 
 
 def compute_value_loss(
-    vpreds: torch.Tensor,
-    returns: torch.Tensor,
-    values: torch.Tensor,
-    response_mask: torch.Tensor,
-    cliprange_value: float,
-    loss_agg_mode: str = "token-mean",
+    vpreds: torch.Tensor, returns: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
+    cliprange_value: float, loss_agg_mode: str = "token-mean",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss ``0.5 * agg(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2))``.
 
     Source: the PPO2 value clipping of Dhariwal et al. 2017 (OpenAI Baselines), as in verl/TRL.
-
-    Args:
-        vpreds: new values ``[B, L]``; returns: targets ``[B, L]``; values: values at rollout time ``[B, L]``;
-        response_mask: ``[B, L]``; cliprange_value: ``c``.
-
-    Returns:
-        ``(vf_loss scalar, vf_clipfrac)``: clipfrac = masked fraction of tokens where the clipped error is larger.
+    Args: ``vpreds`` new values, ``returns`` targets, ``values`` rollout-time values, ``response_mask``: ``[B, L]``;
+        ``cliprange_value``: ``c``.
+    Returns: ``(vf_loss, vf_clipfrac)``, clipfrac = masked fraction of tokens where the clipped error is larger.
     """
     vpred_clipped = verl_F.clip_by_value(vpreds, values - cliprange_value, values + cliprange_value)
     err_unclipped = (vpreds - returns) ** 2
@@ -657,9 +518,7 @@ def compute_value_loss(
     return vf_loss, vf_clipfrac
 
 
-# ====================================================================================================================
-# KL
-# ====================================================================================================================
+# -------------------- KL ---------------------------------------------------------------------------------------------
 _KL_ALIASES = {"kl": "k1", "k1": "k1", "abs": "abs", "mse": "k2", "k2": "k2", "low_var_kl": "k3", "k3": "k3"}
 
 
@@ -670,8 +529,7 @@ def kl_penalty_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_pena
     ``kl``/``k1``: ``d``; ``abs``: ``|d|``; ``mse``/``k2``: ``d^2 / 2``; ``low_var_kl``/``k3``:
     ``exp(-d) + d - 1`` with ``-d`` clamped to ±20 and the result to ±10 (upstream's guards).
 
-    Raises:
-        ValueError: unknown estimator (``full`` is not supported: it needs full distributions).
+    Raises ValueError: unknown estimator (``full`` is not supported: it needs full distributions).
     """
     kind = _KL_ALIASES.get(kl_penalty)
     if kind is None:
@@ -688,18 +546,11 @@ def kl_penalty_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_pena
 
 
 def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
-    """Per-token KL estimate (see :func:`kl_penalty_forward`); a ``+`` suffix (e.g. ``k3+``, ``low_var_kl+``) makes it
-    straight-through: the value of the named estimator with the gradient of k2 (``d^2/2``), whose expected gradient is
-    the gradient of the true KL (upstream verl's documented trick).
+    """Per-token KL estimate (see :func:`kl_penalty_forward`), ``[B, L]`` in, ``[B, L]`` out (unmasked).
 
-    Args:
-        logprob, ref_logprob: float ``[B, L]``; kl_penalty: estimator name.
-
-    Returns:
-        float ``[B, L]`` (unmasked).
-
-    Raises:
-        ValueError: unknown estimator.
+    A ``+`` suffix (``k3+``, ``low_var_kl+``, ``k1+``...) makes it straight-through: the value of the named estimator
+    with the gradient of k2 (``d^2 / 2``), whose expectation is the gradient of the true KL (upstream verl's trick).
+    Raises ValueError: unknown estimator.
     """
     straight_through = kl_penalty.endswith("+")
     base = kl_penalty[:-1] if straight_through else kl_penalty
@@ -733,8 +584,7 @@ class AdaptiveKLController:
 
     ``update(kl, n)``: ``value *= 1 + clip(kl / target_kl - 1, -0.2, 0.2) * n / horizon``.
 
-    Raises:
-        ValueError: ``horizon <= 0`` or ``target_kl <= 0``.
+    Raises ValueError: ``horizon <= 0`` or ``target_kl <= 0``.
     """
 
     def __init__(self, init_kl_coef: float, target_kl: float, horizon: int):
@@ -766,8 +616,7 @@ def get_kl_controller(kl_ctrl: Any) -> Union[FixedKLController, AdaptiveKLContro
     """Build the controller of ``algorithm.kl_ctrl``: ``type`` (fixed), ``kl_coef`` (0.001), ``horizon`` (10000),
     ``target_kl`` (0.1).
 
-    Raises:
-        ValueError: unknown ``type``; invalid adaptive settings.
+    Raises ValueError: unknown ``type``; invalid adaptive settings.
     """
     kind = _cfg_get(kl_ctrl, "type", "fixed")
     coef = float(_cfg_get(kl_ctrl, "kl_coef", 0.001))
