@@ -25,7 +25,7 @@ def load_default_config(overrides: list[str] | None = None) -> DictConfig:
     """Compose ``ppo_trainer.yaml`` with Hydra-style ``key=value`` overrides (for tests and scripts).
 
     Raises:
-        omegaconf.errors.ConfigKeyError: an override names a key that does not exist (like Hydra's strict mode).
+        hydra.errors.ConfigCompositionException: an override names a key that does not exist (struct mode).
     """
     from hydra import compose, initialize_config_dir
 
