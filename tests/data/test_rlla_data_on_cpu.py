@@ -226,9 +226,12 @@ def test_discovery_order_explicit_then_env_then_repo(tmp_path, clean_env, monkey
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("DATA_DIR", str(empty))
-    with caplog.at_level(logging.WARNING, logger="verl.utils.dataset.rlla_data"):
-        assert resolve_rlla_data_dir(None, **kw) == repo_dir.resolve()
-    assert "lacks train.parquet, test.parquet" in caplog.text
+    # an explicit folder without the files is an error, never a silent fall-back to other data ...
+    with pytest.raises(FileNotFoundError, match="lacks train.parquet, test.parquet"):
+        resolve_rlla_data_dir(None, **kw)
+    # ... except the repository's own dataset/rlla_4k (ToolRL's DATA_DIR), which the search builds or finds
+    monkeypatch.setenv("DATA_DIR", str(repo_dir))
+    assert resolve_rlla_data_dir(None, **kw) == repo_dir.resolve()
 
 
 def test_discovery_builds_from_shared(tmp_path, clean_env, monkeypatch, shared_dir):
@@ -279,11 +282,13 @@ def test_discovery_error_lists_every_place(tmp_path, clean_env, monkeypatch):
     explicit = tmp_path / "mine"
     monkeypatch.setenv("DATA_DIR", str(tmp_path / "from_env"))
     monkeypatch.setenv("TOOLRL_OFFLINE", "1")
-    with pytest.raises(FileNotFoundError) as info:
+    with pytest.raises(FileNotFoundError, match="explicit data dir .*mine lacks"):
         resolve_rlla_data_dir(explicit, root=root, shared_dir=tmp_path / "no_shared")
+    monkeypatch.delenv("DATA_DIR")
+    with pytest.raises(FileNotFoundError) as info:
+        resolve_rlla_data_dir(None, root=root, shared_dir=tmp_path / "no_shared")
     msg = str(info.value)
-    for expected in (f"explicit data dir {explicit}", f"$DATA_DIR {tmp_path / 'from_env'}",
-                     f"repository dataset/rlla_4k {root / 'dataset' / 'rlla_4k'}", str(tmp_path / "no_shared"),
+    for expected in (f"repository dataset/rlla_4k {root / 'dataset' / 'rlla_4k'}", str(tmp_path / "no_shared"),
                      "download from ToolRL: disabled"):
         assert expected in msg, (expected, msg)
 

@@ -343,9 +343,9 @@ def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Pa
 
     Looks, in order, at:
 
-    1. ``explicit`` (e.g. ``data.train_files``' folder) and then ``$DATA_DIR``; a folder that lacks the files is
-       reported with a warning and the search goes on (ToolRL's scripts set ``DATA_DIR=./dataset/rlla_4k``, which is
-       the next candidate anyway);
+    1. ``explicit`` (e.g. ``data.train_files``' folder) and then ``$DATA_DIR``; an explicit folder that lacks the
+       files raises at once (a mistyped path must not silently train on other data), except the repository's own
+       ``dataset/rlla_4k`` (ToolRL's scripts set ``DATA_DIR=./dataset/rlla_4k``), which is built as below;
     2. ``<root>/dataset/rlla_4k/`` (git-ignored; ``root`` defaults to this checkout);
     3. a build from ``<shared_dir>/data`` (:func:`build_default_rlla_splits`; ``shared_dir`` defaults to
        :func:`default_shared_dir`) into ``<root>/dataset/rlla_4k/``, writing only the files missing there (a
@@ -354,7 +354,8 @@ def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Pa
        unless ``$TOOLRL_OFFLINE`` is ``1``/``true``); ``downloader(url, dest)`` replaces urllib (tests inject one).
 
     Raises:
-        FileNotFoundError: nothing worked; the message lists every place looked at and why each failed.
+        FileNotFoundError: an explicit folder lacks the files, or nothing worked (the message lists every place looked
+            at and why each failed).
     """
     need = tuple(need)
     root = Path(root) if root is not None else repo_root()
@@ -375,8 +376,10 @@ def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Pa
             return path
         missing = [n for n in need if not (path / n).is_file()]
         looked.append(f"{label} {path}: missing {', '.join(missing)}")
-        if value is not repo_dir:
-            logger.warning("RLLA data: %s %s lacks %s; looking further", label, path, ", ".join(missing))
+        if path != repo_dir:
+            # an explicit location that lacks the files is a user error: never fall back silently to other data
+            raise FileNotFoundError(f"RLLA data: {label} {path} lacks {', '.join(missing)} (unset it to use the "
+                                    f"default search: {repo_dir}, then the shared folder, then ToolRL's files)")
 
     shared = Path(shared_dir) if shared_dir is not None else default_shared_dir(root)
     buildable = [k for k, n in SPLIT_FILES.items() if not (repo_dir / n).is_file()]
