@@ -85,6 +85,7 @@ def test_grpo_two_steps_with_kl_in_reward(tmp_path, small_rlla, ray_session, tin
     after = AutoModelForCausalLM.from_pretrained(str(hf_dirs[0].parent)).state_dict()
     changed = [k for k in before if not torch.equal(before[k], after[k])]
     assert changed, "actor weights did not change after two updates"
+    _assert_resources_released(ray_session)
 
 
 def test_ppo_gae_with_critic_one_step(tmp_path, small_rlla, ray_session):
@@ -99,3 +100,15 @@ def test_ppo_gae_with_critic_one_step(tmp_path, small_rlla, ray_session):
     for key in ("timing_s/values", "timing_s/update_critic", "critic/vf_loss", "critic/values/mean"):
         assert key in records[0], key
     assert not (tmp_path / "ckpt").exists()
+    _assert_resources_released(ray_session)
+
+
+def _assert_resources_released(ray, timeout_s: float = 20.0) -> None:
+    """run_ppo must hand its placement groups back, or later runs in the same Ray session starve."""
+    import time
+
+    total = ray.cluster_resources().get("CPU")
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0.0) < total and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert ray.available_resources().get("CPU", 0.0) == total

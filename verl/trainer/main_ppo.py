@@ -141,8 +141,11 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     os.makedirs(trainer.run_dir(), exist_ok=True)
     with open(os.path.join(trainer.run_dir(), "config.yaml"), "w") as fh:
         fh.write(to_yaml(config))
-    trainer.init_workers()
-    trainer.fit()
+    try:
+        trainer.init_workers()
+        trainer.fit()
+    finally:
+        trainer.shutdown()
     return trainer
 
 

@@ -11,9 +11,9 @@ import socket
 
 
 def find_free_port() -> int:
-    """A TCP port on the loopback interface that is free right now."""
+    """A TCP port that is free right now on every interface of this machine."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("", 0))
         return sock.getsockname()[1]
 
 
@@ -44,10 +44,20 @@ class Worker:
     def init_distributed(self, device: str) -> None:
         """Create the default process group (gloo on CPU, nccl on CUDA) when the world has more than one rank.
 
-        A no-op for a world of size 1 or when the group already exists.
+        On CUDA the current device is set first: under Ray each worker sees only its own GPU (device 0); under
+        torchrun every GPU of the node is visible and ``LOCAL_RANK`` picks one. A no-op for a world of size 1 or when
+        the group already exists.
+
+        Raises:
+            ValueError: ``device`` is neither ``"cpu"`` nor ``"cuda"``.
         """
+        import torch
         import torch.distributed as dist
 
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+        if device == "cuda" and torch.cuda.is_available():
+            torch.cuda.set_device(self._local_rank % torch.cuda.device_count())
         if self._world_size <= 1 or dist.is_initialized():
             return
         backend = "nccl" if device == "cuda" else "gloo"

@@ -168,16 +168,31 @@ class RayPPOTrainer:
         worker_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
         actor_cls = RayClassWithInitArgs(self.role_worker_mapping[actor_role], config=self.config.actor_rollout_ref,
                                          role=worker_role)
+        critic_cls = RayClassWithInitArgs(self.role_worker_mapping[Role.Critic], config=self.config.critic) \
+            if self.use_critic else None
+        # Ray gives actors with fractional CPUs OMP_NUM_THREADS=1; the phases run one after the other, so each CPU
+        # worker may use its node's share of the cores.
+        threads = self.config.trainer.get("cpu_threads") or max(
+            1, (os.cpu_count() or 1) // max(1, int(self.config.trainer.n_gpus_per_node)))
+        for cls in (actor_cls, critic_cls):
+            if cls is not None and self.config.trainer.device == "cpu":
+                cls.update_options({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}})
         self.actor_rollout_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(actor_role),
                                                           actor_cls, name_prefix="actor_rollout")
         self.critic_wg = None
         if self.use_critic:
-            critic_cls = RayClassWithInitArgs(self.role_worker_mapping[Role.Critic], config=self.config.critic)
             self.critic_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(Role.Critic),
                                                        critic_cls, name_prefix="critic")
             self.critic_wg.init_model()
         self.actor_rollout_wg.init_model()
         self.n_workers = self.actor_rollout_wg.world_size
+
+    def shutdown(self) -> None:
+        """Stop the worker actors and release their placement groups (the Ray session itself stays up)."""
+        for wg in (getattr(self, "actor_rollout_wg", None), getattr(self, "critic_wg", None)):
+            if wg is not None:
+                wg.shutdown()
+        self.resource_pool_manager.release()
 
     # ------------------------------------------------------------------ steps
     def _balance_batch(self, batch: DataProto, metrics: dict) -> None:
