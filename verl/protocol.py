@@ -34,12 +34,19 @@ from tensordict import TensorDict
 from torch.utils.data import DataLoader
 
 from verl.utils.tensordict_utils import (
-    arrays_equal,
+    DataProtoError,
     as_object_array,
     deep_equal,
+    deserialize_single_tensor,
+    deserialize_tensordict,
     get_tensordict,
     list_of_dict_to_dict_of_list,
+    serialize_single_tensor,
+    serialize_tensordict,
     split_tensordict,
+    union_numpy_dict,
+    union_tensor_dict,
+    union_two_dict,
 )
 
 logger = logging.getLogger(__name__)
@@ -49,6 +56,7 @@ __all__ = [
     "DataProtoItem",
     "DataProtoFuture",
     "DataProtoConfig",
+    "DataProtoError",
     "pad_dataproto_to_divisor",
     "unpad_dataproto",
     "union_two_dict",
@@ -58,6 +66,10 @@ __all__ = [
     "fold_batch_dim",
     "unfold_batch_dim",
     "collate_fn",
+    "serialize_single_tensor",
+    "deserialize_single_tensor",
+    "serialize_tensordict",
+    "deserialize_tensordict",
 ]
 
 
@@ -82,63 +94,6 @@ class _DataProtoConfigMeta(type):
 class DataProtoConfig(metaclass=_DataProtoConfigMeta):
     """Process-wide switches. ``DataProtoConfig.auto_padding = True`` (or env ``VERL_AUTO_PADDING=1``) lets
     ``chunk`` accept sizes that do not divide evenly and lets worker groups pad inputs to the world size."""
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# dict / TensorDict / ndarray merge helpers
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def union_two_dict(dict1: dict, dict2: dict) -> dict:
-    """Merge ``dict2`` into ``dict1`` in place and return ``dict1``.
-
-    Raises:
-        ValueError: if a key present in both has different values (compared with :func:`deep_equal`).
-    """
-    for key, val in dict2.items():
-        if key in dict1 and not deep_equal(dict1[key], val):
-            raise ValueError(f"conflicting values for key {key!r}: {dict1[key]!r} vs {val!r}")
-        dict1[key] = val
-    return dict1
-
-
-def union_tensor_dict(tensor_dict1: TensorDict, tensor_dict2: TensorDict) -> TensorDict:
-    """Add the entries of ``tensor_dict2`` to ``tensor_dict1`` in place and return ``tensor_dict1``.
-
-    Raises:
-        ValueError: if the batch sizes differ, or a shared key holds different tensors.
-    """
-    if tensor_dict1.batch_size != tensor_dict2.batch_size:
-        raise ValueError(
-            f"cannot union TensorDicts with batch sizes {tuple(tensor_dict1.batch_size)} and "
-            f"{tuple(tensor_dict2.batch_size)}"
-        )
-    for key in tensor_dict2.keys():
-        val = tensor_dict2[key]
-        if key in tensor_dict1.keys():
-            if not deep_equal(tensor_dict1[key], val):
-                raise ValueError(f"conflicting tensors for key {key!r} in union: same key, different values")
-        else:
-            tensor_dict1[key] = val
-    return tensor_dict1
-
-
-def union_numpy_dict(tensor_dict1: dict[str, np.ndarray], tensor_dict2: dict[str, np.ndarray]) -> dict:
-    """Add the arrays of ``tensor_dict2`` to ``tensor_dict1`` in place and return ``tensor_dict1``.
-
-    Raises:
-        TypeError: if a value is not an ``np.ndarray``.
-        ValueError: if a shared key holds different arrays (NaN equals NaN; object elements compared deeply).
-    """
-    for key, val in tensor_dict2.items():
-        if not isinstance(val, np.ndarray):
-            raise TypeError(f"non-tensor value {key!r} must be an np.ndarray, got {type(val).__name__}")
-        if key in tensor_dict1:
-            if not arrays_equal(tensor_dict1[key], val):
-                raise ValueError(f"conflicting non-tensor arrays for key {key!r} in union")
-        else:
-            tensor_dict1[key] = val
-    return tensor_dict1
 
 
 def _to_non_tensor_array(key: str, val: Any) -> np.ndarray:
@@ -210,8 +165,8 @@ class DataProto:
         Raises:
             TypeError: ``batch`` is not a TensorDict, ``non_tensor_batch``/``meta_info`` not dicts, or a non-tensor
                 value is not an ``np.ndarray`` with at least one dimension.
-            ValueError: a non-tensor array's length differs from the batch size (the message names the key), or
-                non-tensor data is combined with a batch that has more than one batch dimension.
+            DataProtoError: the batch does not have exactly one batch dimension, or a non-tensor array's length
+                differs from the batch size (the message names the key).
         """
         if self.batch is not None and not isinstance(self.batch, TensorDict):
             raise TypeError(f"DataProto.batch must be a TensorDict or None, got {type(self.batch).__name__}")
@@ -222,11 +177,10 @@ class DataProto:
         expected: int | None = None
         source = "the batch"
         if self.batch is not None:
-            if len(self.batch.batch_size) == 0:
-                raise ValueError("DataProto.batch must have at least one batch dimension")
-            if self.non_tensor_batch and len(self.batch.batch_size) != 1:
-                raise ValueError(
-                    f"non_tensor_batch requires exactly one batch dimension, batch has {tuple(self.batch.batch_size)}"
+            if len(self.batch.batch_size) != 1:
+                raise DataProtoError(
+                    f"DataProto.batch must have exactly one batch dimension (num_batch_dims=1), got batch_size "
+                    f"{tuple(self.batch.batch_size)}"
                 )
             expected = int(self.batch.batch_size[0])
         for key, val in self.non_tensor_batch.items():
@@ -237,7 +191,7 @@ class DataProto:
             if expected is None:
                 expected, source = int(val.shape[0]), f"non_tensor_batch[{key!r}]"
             elif val.shape[0] != expected:
-                raise ValueError(
+                raise DataProtoError(
                     f"non_tensor_batch[{key!r}] has length {val.shape[0]} but {source} has batch size {expected}"
                 )
 
@@ -281,32 +235,36 @@ class DataProto:
             non_tensors: key -> ndarray (kept as is) or list/tuple (converted to an object array of shape ``(B,)``,
                 even when the rows are equal-length lists).
             meta_info: batch-level dict (not copied).
-            num_batch_dims: number of leading batch dims (>1 only without non-tensors).
+            num_batch_dims: number of leading batch dims shared by the tensors. Kept for API compatibility: as in
+                upstream, a DataProto only supports one batch dim, so values other than 1 end in DataProtoError
+                (use :func:`fold_batch_dim` for grouped views).
             auto_padding: mark this DataProto so that ``chunk`` allows uneven sizes.
 
         Raises:
             TypeError: a tensor value is not a ``torch.Tensor`` or a non-tensor value is not array-like.
-            ValueError: ``num_batch_dims < 1``, tensors disagree on the batch dims, or lengths are inconsistent.
+            ValueError: ``num_batch_dims < 1``.
+            DataProtoError: tensors disagree on the batch dims, ``num_batch_dims != 1``, or lengths are
+                inconsistent (see :meth:`check_consistency`).
         """
         tensors = dict(tensors or {})
         non_tensors = dict(non_tensors or {})
         meta_info = {} if meta_info is None else meta_info
         if not isinstance(num_batch_dims, int) or num_batch_dims < 1:
             raise ValueError(f"num_batch_dims must be a positive int, got {num_batch_dims!r}")
-        if num_batch_dims > 1 and non_tensors:
-            raise ValueError("num_batch_dims > 1 is only supported without non-tensor data")
 
         batch_size, pivot = None, None
         for key, tensor in tensors.items():
             if not isinstance(tensor, torch.Tensor):
                 raise TypeError(f"tensor {key!r} has type {type(tensor).__name__}; expected torch.Tensor")
             if tensor.dim() < num_batch_dims:
-                raise ValueError(f"tensor {key!r} has shape {tuple(tensor.shape)}, fewer than {num_batch_dims} dims")
+                raise DataProtoError(
+                    f"tensor {key!r} has shape {tuple(tensor.shape)}, fewer than {num_batch_dims} batch dims"
+                )
             current = tuple(tensor.shape[:num_batch_dims])
             if batch_size is None:
                 batch_size, pivot = current, key
             elif current != batch_size:
-                raise ValueError(
+                raise DataProtoError(
                     f"tensor {key!r} has batch dims {current} but tensor {pivot!r} has {batch_size}; "
                     f"all tensors must share the first {num_batch_dims} dim(s)"
                 )
@@ -403,8 +361,10 @@ class DataProto:
             raise IndexError(f"index out of range for DataProto of length {n}")
         batch = None
         if self.batch is not None:
-            batch = self.batch[torch.from_numpy(idx_np).to(self.batch.device) if self.batch.device else
-                               torch.from_numpy(idx_np)]
+            index = torch.from_numpy(idx_np)
+            if self.batch.device is not None and self.batch.device.type != "cpu":
+                index = index.to(self.batch.device)
+            batch = self.batch[index]
         non_tensor = {key: val[idx_np] for key, val in self.non_tensor_batch.items()}
         return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
 
@@ -510,28 +470,41 @@ class DataProto:
         missing = [k for k in old if k not in self.batch.keys()]
         if missing:
             raise KeyError(f"cannot rename batch keys {missing}: not present")
-        self.batch.rename_key_(tuple(old), tuple(new)) if len(old) > 1 else self.batch.rename_key_(old[0], new[0])
+        for old_key, new_key in zip(old, new):
+            self.batch.rename_key_(old_key, new_key)
         return self
 
     def union(self, other: DataProto) -> DataProto:
         """Add ``other``'s keys to ``self`` in place and return ``self``.
 
-        Shared keys are allowed when their values are equal.
+        Shared keys are allowed when their values are equal. The operation is atomic: on error ``self`` is left
+        unchanged. The ``batch`` TensorDict and the two dicts are updated in place (same objects afterwards).
 
         Raises:
-            ValueError: lengths differ, or a shared tensor / non-tensor / meta_info key has different values
+            TypeError: ``other`` is not a DataProto.
+            DataProtoError: lengths differ, or a shared tensor / non-tensor / meta_info key has different values
                 (the message names the key).
         """
         if not isinstance(other, DataProto):
             raise TypeError(f"union expects a DataProto, got {type(other).__name__}")
-        if len(self) != len(other) and (self.batch is not None or self.non_tensor_batch) and len(other) != 0:
-            raise ValueError(f"cannot union DataProtos of lengths {len(self)} and {len(other)}")
+        self_has_rows = self.batch is not None or bool(self.non_tensor_batch)
+        other_has_rows = other.batch is not None or bool(other.non_tensor_batch)
+        if self_has_rows and other_has_rows and len(self) != len(other):
+            raise DataProtoError(f"cannot union DataProtos of lengths {len(self)} and {len(other)}")
+        # merge into shallow copies first so that a conflict leaves self untouched
+        merged_batch = None
         if other.batch is not None:
-            self.batch = other.batch.select(*other.batch.keys()) if self.batch is None else union_tensor_dict(
-                self.batch, other.batch
-            )
-        self.non_tensor_batch = union_numpy_dict(self.non_tensor_batch, other.non_tensor_batch)
-        self.meta_info = union_two_dict(self.meta_info, other.meta_info)
+            base = other.batch if self.batch is None else self.batch
+            merged_batch = union_tensor_dict(base.select(*base.keys()), other.batch)
+        merged_non_tensor = union_numpy_dict(dict(self.non_tensor_batch), other.non_tensor_batch)
+        merged_meta = union_two_dict(dict(self.meta_info), other.meta_info)
+        if merged_batch is not None:
+            if self.batch is None:
+                self.batch = merged_batch
+            else:
+                self.batch.update(merged_batch)
+        self.non_tensor_batch.update(merged_non_tensor)
+        self.meta_info.update(merged_meta)
         self.check_consistency()
         return self
 
@@ -570,7 +543,9 @@ class DataProto:
             raise ValueError(f"chunks must be a positive int, got {chunks!r}")
         n = len(self)
         if n % chunks != 0 and not self.is_padding_enabled():
-            raise ValueError(f"only support equal chunk: DataProto of size {n} cannot be split into {chunks} chunks")
+            raise DataProtoError(
+                f"only support equal chunk: DataProto of size {n} cannot be split into {chunks} chunks"
+            )
         base, extra = divmod(n, int(chunks))
         bounds = np.cumsum([0] + [base + (1 if i < extra else 0) for i in range(int(chunks))])
         return [self.slice(int(bounds[i]), int(bounds[i + 1])) for i in range(int(chunks))]
@@ -587,14 +562,17 @@ class DataProto:
 
     @staticmethod
     def concat(data: Sequence[DataProto]) -> DataProto:
-        """Concatenate along the batch dim.
+        """Concatenate along the batch dim; the result has the type of ``data[0]``.
 
-        ``meta_info`` is taken from the parts (the first part's value wins for keys other than ``metrics``), while
-        ``meta_info['metrics']`` from all parts are merged: each part's metrics dict (or list of dicts) is collected
-        and the result is a dict ``{name: [value from part 0, value from part 1, ...]}``.
+        ``meta_info``: keys other than ``metrics`` are the union of the parts' keys and must agree where shared (so
+        with identical meta_info this "keeps the first"). ``meta_info['metrics']`` of all parts (each a dict, or a
+        list of dicts) are merged into one dict of lists, ``{name: [value from part 0, value from part 1, ...]}``,
+        the form ``reduce_metrics`` expects when workers each report their own metrics.
 
         Raises:
-            ValueError: empty input, or parts with different keys / mixing parts with and without a tensor batch.
+            ValueError: empty input, or parts with different non-tensor keys / mixing parts with and without a
+                tensor batch.
+            DataProtoError: a non-metric meta_info key has different values in two parts (message names the key).
             TypeError: a part is not a DataProto.
         """
         data = list(data)
@@ -624,11 +602,13 @@ class DataProto:
                         all_metrics.extend(val)
                     elif val is not None:
                         all_metrics.append(val)
+                elif key in meta and not deep_equal(meta[key], val):
+                    raise DataProtoError(f"concat: conflicting values for meta_info key {key!r}")
                 else:
                     meta.setdefault(key, val)
         if all_metrics:
             meta["metrics"] = list_of_dict_to_dict_of_list(all_metrics)
-        return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
+        return type(data[0])(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
         """Permute rows in place so that new row ``i`` is old row ``indices[i]``.
@@ -755,27 +735,13 @@ class DataProto:
     # ----------------------------------------------------------------------------------------- serialisation
 
     def __getstate__(self) -> dict:
-        batch_state = None
-        if self.batch is not None:
-            device = self.batch.device
-            batch_state = {
-                "tensors": {k: v.detach().cpu() for k, v in self.batch.items(include_nested=True, leaves_only=True)},
-                "batch_size": tuple(self.batch.batch_size),
-                "device": None if device is None else str(device),
-            }
-        return {"batch": batch_state, "non_tensor_batch": self.non_tensor_batch, "meta_info": self.meta_info}
+        """Pickle support (Ray transfers, :meth:`save_to_disk`): tensors are encoded with
+        :func:`serialize_tensordict`, so a chunk that is a view of a larger batch only ships its own rows."""
+        batch = None if self.batch is None else serialize_tensordict(self.batch)
+        return {"batch": batch, "non_tensor_batch": self.non_tensor_batch, "meta_info": self.meta_info}
 
     def __setstate__(self, state: dict) -> None:
-        batch_state = state["batch"]
-        batch = None
-        if batch_state is not None:
-            device = batch_state["device"]
-            if device is not None and device.startswith("cuda") and not torch.cuda.is_available():
-                device = "cpu"
-            batch = TensorDict(batch_state["tensors"], batch_size=batch_state["batch_size"])
-            if device is not None:
-                batch = batch.to(device)
-        self.batch = batch
+        self.batch = None if state["batch"] is None else deserialize_tensordict(state["batch"])
         self.non_tensor_batch = state["non_tensor_batch"]
         self.meta_info = state["meta_info"]
 
@@ -938,7 +904,7 @@ class DataProtoFuture:
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """``chunks`` futures, the ``i``-th resolving to ``self.get().chunk(chunks)[i]``."""
         return [
-            DataProtoFuture(collect_fn=self.collect_fn, futures=self.futures, dispatch_fn=partial(_pick_chunk, i, chunks))
+            DataProtoFuture(self.collect_fn, self.futures, dispatch_fn=partial(_pick_chunk, i, chunks))
             for i in range(chunks)
         ]
 
