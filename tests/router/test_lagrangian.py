@@ -1,0 +1,74 @@
+"""Dual ascent on lambda: hand-worked sequence, clipping, update_freq, exact resume."""
+import json
+
+import pytest
+
+from verl.router.lagrangian import LagrangeMultiplier, dual_ascent_step
+
+
+def test_hand_worked_sequence_with_clipping():
+    # B = 0.3, eta = 0.5, lambda_max = 0.4
+    lm = LagrangeMultiplier(budget=0.3, lambda_init=0.0, dual_lr=0.5, lambda_max=0.4)
+    expected = []
+    # step 1: 0 + 0.5*(0.1-0.3) = -0.1 -> clipped to 0
+    # step 2: 0 + 0.5*(0.7-0.3) = 0.2
+    # step 3: 0.2 + 0.5*(0.9-0.3) = 0.5 -> clipped to 0.4
+    # step 4: 0.4 + 0.5*(0.2-0.3) = 0.35
+    # step 5: 0.35 + 0.5*(0.0-0.3) = 0.2
+    for step, cost, lam in [(1, 0.1, 0.0), (2, 0.7, 0.2), (3, 0.9, 0.4), (4, 0.2, 0.35), (5, 0.0, 0.2)]:
+        metrics = lm.update(cost, step)
+        expected.append(lam)
+        assert metrics["router/lambda"] == pytest.approx(lam, abs=1e-12)
+        assert metrics["router/dual_updated"] == 1.0 and metrics["router/budget"] == 0.3
+    assert lm.last_update_step == 5 and lm.num_updates == 5
+    assert dual_ascent_step(1.0, 5.0, 0.0, 1.0, 3.0) == 3.0
+
+
+def test_update_freq_uses_the_window_mean():
+    lm = LagrangeMultiplier(budget=0.5, dual_lr=1.0, update_freq=2)
+    assert lm.update(0.6, 1)["router/dual_updated"] == 0.0 and lm.value == 0.0
+    lm.update(1.0, 2)  # window mean 0.8 -> 0 + (0.8 - 0.5) = 0.3
+    assert lm.value == pytest.approx(0.3) and lm.last_update_step == 2
+    lm.update(0.0, 3)
+    assert lm.value == pytest.approx(0.3)
+    lm.update(0.2, 4)  # window mean 0.1 -> 0.3 - 0.4 -> 0
+    assert lm.value == 0.0
+    with pytest.raises(ValueError, match="step 4 is not after"):
+        lm.update(0.1, 4)
+
+
+def test_running_averages():
+    lm = LagrangeMultiplier(budget=0.3, avg_decay=0.5)
+    lm.update(1.0, 1, mean_reward=2.0)
+    m = lm.update(0.0, 2, mean_reward=4.0)
+    assert m["router/running_cost"] == pytest.approx(0.5)
+    assert m["router/running_task_reward"] == pytest.approx(3.0)
+
+
+def test_state_round_trip_continues_exact_trajectory():
+    costs = [0.9, 0.1, 0.8, 0.75, 0.2, 0.6, 0.95, 0.3, 0.5]
+    full = LagrangeMultiplier(budget=0.4, lambda_init=0.1, dual_lr=0.3, lambda_max=1.0, update_freq=2)
+    trajectory = [full.update(c, s + 1, mean_reward=c * 2)["router/lambda"] for s, c in enumerate(costs)]
+    first = LagrangeMultiplier(budget=0.4, lambda_init=0.1, dual_lr=0.3, lambda_max=1.0, update_freq=2)
+    for s, c in enumerate(costs[:5]):  # stop mid-window (step 5 is not a dual-update step)
+        first.update(c, s + 1, mean_reward=c * 2)
+    state = json.loads(json.dumps(first.state_dict()))  # must survive JSON
+    resumed = LagrangeMultiplier(budget=0.4, lambda_init=0.0, dual_lr=0.3, lambda_max=1.0, update_freq=2)
+    resumed.load_state_dict(state)
+    rest = [resumed.update(c, s + 6, mean_reward=c * 2)["router/lambda"] for s, c in enumerate(costs[5:])]
+    assert rest == trajectory[5:]  # exact equality
+    assert resumed.state_dict() == full.state_dict()
+
+
+def test_validation_errors():
+    with pytest.raises(ValueError, match="lambda_init"):
+        LagrangeMultiplier(budget=0.3, lambda_init=11.0)
+    with pytest.raises(ValueError, match="dual_update_freq"):
+        LagrangeMultiplier(budget=0.3, update_freq=0)
+    with pytest.raises(ValueError, match="budget_B is required"):
+        LagrangeMultiplier.from_config({"dual_lr": 0.1})
+    with pytest.raises(ValueError, match="missing key 'window_steps'"):
+        LagrangeMultiplier(budget=0.3).load_state_dict({"lambda": 0.1, "last_update_step": 1, "running_cost": None,
+                                                        "running_reward": None, "window_cost_sum": 0.0})
+    lm = LagrangeMultiplier.from_config({"budget_B": 0.3, "dual_update_freq": 3, "lambda_init": 0.5})
+    assert (lm.budget, lm.update_freq, lm.value, lm.dual_lr, lm.lambda_max) == (0.3, 3, 0.5, 0.05, 10.0)

@@ -1,0 +1,202 @@
+"""The router head on the actor LM: prompt pooling, the 3-way head, action sampling (spec "Router head").
+
+Flow inside the actor worker (``compute_router_logits``)::
+
+    hidden = prompt_hidden_states(actor_module, input_ids, attention_mask, position_ids)   # [B, L, H]
+    router_logits = router_head(hidden, attention_mask)                                     # [B, 3] float32
+    router_action, router_log_prob = sample_actions(router_logits, greedy=...)              # [B] int64, [B] float32
+
+or in one call :func:`compute_router_logits`. Prompts are left-padded (verl's ``RLHFDataset``), so the last prompt
+token is the last position whose attention mask is 1.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from verl.router import NUM_ROUTER_ACTIONS
+
+logger = logging.getLogger(__name__)
+
+POOLING_MODES = ("last_token", "mean")
+HEAD_TYPES = ("linear", "mlp")
+
+
+def last_valid_index(mask: torch.Tensor) -> torch.Tensor:
+    """Index of the last position where ``mask`` is non-zero, per row.
+
+    Works for left padding (always ``L - 1``), right padding and masks with holes.
+
+    Args:
+        mask: ``[B, L]`` 0/1 (any dtype).
+
+    Returns:
+        LongTensor ``[B]``.
+
+    Raises:
+        ValueError: a row of ``mask`` is all zero (its position is named).
+    """
+    valid = mask != 0
+    empty = ~valid.any(dim=-1)
+    if bool(empty.any()):
+        raise ValueError(f"mask rows {empty.nonzero().flatten().tolist()} have no valid position")
+    length = mask.shape[-1]
+    return (length - 1 - valid.flip(-1).long().argmax(dim=-1)).long()
+
+
+def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str = "last_token") -> torch.Tensor:
+    """Pool prompt hidden states into one vector per prompt (spec "Router head": input).
+
+    Args:
+        hidden: ``[B, L, H]`` final-layer hidden states of the (left-padded) prompt.
+        attention_mask: ``[B, L]`` 0/1; 0 marks padding.
+        mode: ``"last_token"``: the hidden state at the last position whose mask is 1 (the last prompt token under
+            left padding); ``"mean"``: the mean over positions whose mask is 1. Padding positions never contribute.
+
+    Returns:
+        ``[B, H]`` in ``hidden``'s dtype (the mean is accumulated in float32).
+
+    Raises:
+        ValueError: unknown ``mode``, shape mismatch, or a row without any valid position.
+    """
+    if mode not in POOLING_MODES:
+        raise ValueError(f"router pooling must be one of {POOLING_MODES}, got {mode!r}")
+    if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
+        raise ValueError(f"pool_hidden: hidden {tuple(hidden.shape)} and attention_mask {tuple(attention_mask.shape)}"
+                         " must be [B, L, H] and [B, L]")
+    last = last_valid_index(attention_mask)  # also rejects empty rows
+    if mode == "last_token":
+        return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    weights = (attention_mask != 0).to(torch.float32).unsqueeze(-1)  # [B, L, 1]
+    summed = (hidden.float() * weights).sum(dim=1)
+    return (summed / weights.sum(dim=1)).to(hidden.dtype)
+
+
+class RouterHead(nn.Module):
+    """3-way router head on pooled prompt hidden states (spec "Router head").
+
+    Args:
+        hidden_size: the LM's hidden size ``H``.
+        head: ``"linear"`` (``Linear(H, 3)``) or ``"mlp"`` (``Linear(H, mlp_hidden) -> GELU -> Linear(mlp_hidden, 3)``).
+        pooling: ``"last_token"`` or ``"mean"`` (:func:`pool_hidden`).
+        detach_backbone: detach the hidden states before the head, so router losses never reach the LM.
+        mlp_hidden_size: width of the MLP's hidden layer (default ``H``).
+
+    The output layer is zero-initialised: the initial router is uniform over the three routes (maximum entropy), so
+    the first GRPO groups see every route. Parameters are float32 unless the caller casts the module.
+
+    Forward: ``(hidden [B, L, H], attention_mask [B, L]) -> router_logits [B, 3]`` float32.
+
+    Raises:
+        ValueError: invalid ``head`` / ``pooling`` / sizes.
+    """
+
+    def __init__(self, hidden_size: int, head: str = "linear", pooling: str = "last_token",
+                 detach_backbone: bool = True, mlp_hidden_size: Optional[int] = None):
+        super().__init__()
+        if head not in HEAD_TYPES:
+            raise ValueError(f"router.head must be one of {HEAD_TYPES}, got {head!r}")
+        if pooling not in POOLING_MODES:
+            raise ValueError(f"router.pooling must be one of {POOLING_MODES}, got {pooling!r}")
+        if int(hidden_size) <= 0:
+            raise ValueError(f"router head hidden_size must be positive, got {hidden_size!r}")
+        self.hidden_size = int(hidden_size)
+        self.head_type = head
+        self.pooling = pooling
+        self.detach_backbone = bool(detach_backbone)
+        if head == "linear":
+            out = nn.Linear(self.hidden_size, NUM_ROUTER_ACTIONS)
+            self.net = out
+        else:
+            width = int(mlp_hidden_size or self.hidden_size)
+            if width <= 0:
+                raise ValueError(f"router mlp_hidden_size must be positive, got {mlp_hidden_size!r}")
+            out = nn.Linear(width, NUM_ROUTER_ACTIONS)
+            self.net = nn.Sequential(nn.Linear(self.hidden_size, width), nn.GELU(), out)
+        nn.init.zeros_(out.weight)
+        nn.init.zeros_(out.bias)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if hidden.shape[-1] != self.hidden_size:
+            raise ValueError(f"RouterHead expects hidden size {self.hidden_size}, got {hidden.shape[-1]}")
+        if self.detach_backbone:
+            hidden = hidden.detach()
+        pooled = pool_hidden(hidden, attention_mask, self.pooling)
+        weight_dtype = next(self.parameters()).dtype
+        return self.net(pooled.to(weight_dtype)).float()
+
+
+def prompt_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                         position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Final-layer hidden states of a Hugging Face causal LM on a padded prompt batch.
+
+    Calls the full model (so FSDP-wrapped models gather their parameters as usual) with ``output_hidden_states=True``
+    and ``logits_to_keep=1`` (the vocabulary projection is computed for one position only), and returns the last
+    entry of ``hidden_states`` (for Llama/Qwen-style models: after the final norm, i.e. what the LM head sees).
+
+    Args:
+        model: an HF ``*ForCausalLM`` (possibly wrapped by FSDP).
+        input_ids, attention_mask, position_ids: ``[B, L]`` (left-padded prompts; ``position_ids`` from
+            ``compute_position_id_with_mask``; None lets the model derive them).
+
+    Returns:
+        ``[B, L, H]`` in the model's compute dtype; differentiable unless called under ``torch.no_grad()``.
+
+    Raises:
+        ValueError: the model did not return hidden states.
+    """
+    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                   use_cache=False, output_hidden_states=True, logits_to_keep=1)
+    hidden_states = getattr(output, "hidden_states", None)
+    if not hidden_states:
+        raise ValueError(f"{type(model).__name__} returned no hidden_states (needs an HF causal LM)")
+    return hidden_states[-1]
+
+
+def compute_router_logits(model: nn.Module, router_head: RouterHead, input_ids: torch.Tensor,
+                          attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """``router_logits [B, 3]`` (float32) for a prompt batch: backbone hidden states -> pooling -> head.
+
+    When ``router_head.detach_backbone`` is true the backbone runs under ``torch.no_grad()`` (same result as
+    detaching, without keeping the LM's activations); otherwise gradients reach the LM.
+    """
+    if router_head.detach_backbone:
+        with torch.no_grad():
+            hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
+    else:
+        hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
+    return router_head(hidden, attention_mask)
+
+
+def sample_actions(logits: torch.Tensor, greedy: bool = False,
+                   generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample (or take the argmax of) the router's categorical policy ``softmax(logits)``.
+
+    Args:
+        logits: ``[B, 3]`` router logits.
+        greedy: take ``argmax`` (validation / inference, ``router.greedy_eval``); ties go to the lowest index.
+        generator: optional ``torch.Generator`` (on ``logits``' device) for reproducible sampling.
+
+    Returns:
+        ``(router_action LongTensor [B], router_log_prob float32 [B])``, both detached; ``router_log_prob`` is
+        ``log_softmax(logits)[action]``.
+
+    Raises:
+        ValueError: ``logits`` is not ``[B, 3]`` or holds NaN.
+    """
+    if logits.dim() != 2 or logits.shape[-1] != NUM_ROUTER_ACTIONS:
+        raise ValueError(f"router logits must be [B, {NUM_ROUTER_ACTIONS}], got {tuple(logits.shape)}")
+    with torch.no_grad():
+        log_probs = F.log_softmax(logits.float(), dim=-1)
+        if bool(torch.isnan(log_probs).any()):
+            raise ValueError("router logits contain NaN")
+        if greedy:
+            actions = log_probs.argmax(dim=-1)
+        else:
+            actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
+        chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    return actions.long(), chosen

@@ -1,0 +1,163 @@
+"""Router rewards, GRPO advantages, the router loss and its metrics (spec "Lagrangian budget", "Router policy update
+(GRPO)", "Metrics"). Pure tensor functions.
+
+Per training step (after the RLLA reward and :func:`verl.router.cost.compute_costs`)::
+
+    r_router = compute_router_rewards(task_scores, costs, lagrange.value)                       # [B]
+    router_token_level_rewards = router_token_level_rewards(r_router, response_mask)             # [B, R]
+    router_advantages = compute_router_advantages(router_token_level_rewards, response_mask, uid) # [B]
+    loss, metrics = compute_router_loss(router_logits, router_action, router_advantages, target_actions, ...)
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+
+from verl.router import IGNORE_TARGET, NUM_ROUTER_ACTIONS, RouterAction
+from verl.router.head import last_valid_index
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage, compute_policy_loss
+
+
+def compute_router_rewards(task_scores: torch.Tensor, costs: torch.Tensor, lam: float) -> torch.Tensor:
+    """Lagrangian router reward ``r_router = r_task − λ·cost`` (spec "Lagrangian budget"; seed §4.3).
+
+    Args: ``task_scores`` float ``[B]`` (the RLLA score of each trajectory); ``costs`` float ``[B]``; ``lam`` ``λ``.
+    Returns: float ``[B]`` in ``task_scores``' dtype.
+    Raises: ValueError on a shape mismatch or ``lam < 0``.
+    """
+    if task_scores.shape != costs.shape or task_scores.dim() != 1:
+        raise ValueError(f"compute_router_rewards: task_scores {tuple(task_scores.shape)} and costs "
+                         f"{tuple(costs.shape)} must both be [B]")
+    if lam < 0:
+        raise ValueError(f"compute_router_rewards: lambda must be >= 0, got {lam}")
+    return task_scores - float(lam) * costs.to(task_scores.dtype)
+
+
+def router_token_level_rewards(r_router: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    """Place each scalar router reward on its response's last valid token (spec: ``router_token_level_rewards``).
+
+    Args: ``r_router`` float ``[B]``; ``response_mask`` 0/1 ``[B, R]``.
+    Returns: float ``[B, R]``, zero everywhere except ``[b, last position where response_mask[b] is 1]``.
+    Raises: ValueError on a shape mismatch or a response without any valid token.
+    """
+    if r_router.dim() != 1 or response_mask.dim() != 2 or response_mask.shape[0] != r_router.shape[0]:
+        raise ValueError(f"router_token_level_rewards: r_router {tuple(r_router.shape)} must be [B] and "
+                         f"response_mask {tuple(response_mask.shape)} [B, R]")
+    out = torch.zeros(response_mask.shape, dtype=r_router.dtype, device=r_router.device)
+    last = last_valid_index(response_mask)
+    out[torch.arange(out.shape[0], device=out.device), last] = r_router
+    return out
+
+
+def compute_router_advantages(router_token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
+                              epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
+    """Router GRPO advantage, one scalar per copy (spec "Router policy update (GRPO)").
+
+    Calls :func:`verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage` on the router's token-level rewards,
+    grouped by ``index`` (the prompt ``uid``), and reads the (broadcast) value at each response's last valid token:
+    ``A = (r − mean_g) / (std_g + eps)`` with the unbiased group std (singleton group: ``r / (1 + eps)``).
+
+    Args: ``router_token_level_rewards`` float ``[B, R]``; ``response_mask`` 0/1 ``[B, R]``; ``index`` ``[B]`` group
+        ids; ``epsilon``; ``norm_adv_by_std_in_grpo`` (False: Dr. GRPO, mean-centred only).
+    Returns: float ``[B]``, detached.
+    """
+    advantages, _ = compute_grpo_outcome_advantage(
+        token_level_rewards=router_token_level_rewards, response_mask=response_mask, index=index, epsilon=epsilon,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+    last = last_valid_index(response_mask)
+    return advantages[torch.arange(advantages.shape[0], device=advantages.device), last]
+
+
+def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor,
+                        target_actions: Optional[torch.Tensor] = None, entropy_coeff: float = 0.0,
+                        sup_coeff: float = 0.05, old_log_probs: Optional[torch.Tensor] = None,
+                        clip_ratio: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
+    """Router policy loss (spec "Router policy update (GRPO)")::
+
+        L = pg_loss − entropy_coeff · mean H(π) + sup_coeff · CE(router_logits, target) on labelled rows
+
+    ``log π(a)`` is recomputed from ``router_logits`` so gradients flow. With ``old_log_probs=None`` (default)
+    ``pg_loss = −mean(log π(a)·A)``, the spec's loss. Passing the sampled ``router_log_prob`` as ``old_log_probs``
+    uses instead the PPO clipped surrogate of :func:`verl.trainer.ppo.core_algos.compute_policy_loss` on a
+    one-"token" sequence per copy (same gradient while the ratio is 1; clipped on repeated updates of one batch).
+
+    Args:
+        router_logits: float ``[B, 3]`` (differentiable).
+        actions: int64 ``[B]`` sampled routes.
+        advantages: float ``[B]`` (:func:`compute_router_advantages`).
+        target_actions: int64 ``[B]`` weak labels, ``-1`` for MIXED / unknown (:func:`verl.router.target_action_ids`);
+            None: no supervised term.
+        entropy_coeff, sup_coeff: ``router.entropy_coeff``, ``router.sup_coeff`` (0 disables).
+        old_log_probs: float ``[B]`` or None; clip_ratio: PPO clip range.
+
+    Returns:
+        ``(loss scalar, metrics)`` with ``router/pg_loss``, ``router/entropy``, ``router/sup_loss`` (0 without
+        labelled rows), ``router/acc_vs_weak_label`` (argmax vs label on labelled rows; absent when there are none),
+        ``router/labelled_frac`` (with targets), ``router/pg_clipfrac`` and ``router/ppo_kl`` (with old_log_probs).
+
+    Raises:
+        ValueError: shapes disagree, an action is outside 0..2, or a target outside -1..2.
+    """
+    batch = router_logits.shape[0]
+    if router_logits.shape != (batch, NUM_ROUTER_ACTIONS) or actions.shape != (batch,) \
+            or advantages.shape != (batch,):
+        raise ValueError(f"compute_router_loss: router_logits {tuple(router_logits.shape)} must be [B, 3], actions "
+                         f"{tuple(actions.shape)} and advantages {tuple(advantages.shape)} [B]")
+    if bool(((actions < 0) | (actions >= NUM_ROUTER_ACTIONS)).any()):
+        raise ValueError(f"compute_router_loss: actions must lie in 0..2, got {actions.tolist()}")
+    log_probs_all = F.log_softmax(router_logits.float(), dim=-1)
+    log_prob = log_probs_all.gather(-1, actions.long().unsqueeze(-1))  # [B, 1]
+    adv = advantages.float().reshape(batch, 1)
+    metrics: dict[str, float] = {}
+    if old_log_probs is None:
+        pg_loss = -(log_prob * adv).mean()
+    else:
+        old = old_log_probs.float().reshape(batch, 1)
+        pg_loss, clipfrac, ppo_kl, _ = compute_policy_loss(old, log_prob, adv, torch.ones_like(log_prob),
+                                                           cliprange=clip_ratio, loss_agg_mode="token-mean")
+        metrics.update({"router/pg_clipfrac": clipfrac.item(), "router/ppo_kl": ppo_kl.item()})
+    entropy = -(log_probs_all.exp() * log_probs_all).sum(-1).mean()
+    loss = pg_loss - entropy_coeff * entropy
+    metrics.update({"router/pg_loss": pg_loss.item(), "router/entropy": entropy.item(), "router/sup_loss": 0.0})
+    if target_actions is not None:
+        if target_actions.shape != (batch,):
+            raise ValueError(f"compute_router_loss: target_actions {tuple(target_actions.shape)} must be [B]")
+        if bool(((target_actions < IGNORE_TARGET) | (target_actions >= NUM_ROUTER_ACTIONS)).any()):
+            raise ValueError(f"compute_router_loss: target_actions must lie in -1..2, got {target_actions.tolist()}")
+        labelled = target_actions != IGNORE_TARGET
+        metrics["router/labelled_frac"] = labelled.float().mean().item()
+        if bool(labelled.any()):
+            sup_loss = F.nll_loss(log_probs_all[labelled], target_actions[labelled].long())
+            metrics["router/sup_loss"] = sup_loss.item()
+            predicted = router_logits.detach().argmax(-1)
+            correct = predicted[labelled] == target_actions[labelled]
+            metrics["router/acc_vs_weak_label"] = correct.float().mean().item()
+            if sup_coeff:
+                loss = loss + sup_coeff * sup_loss
+    return loss, metrics
+
+
+def router_batch_metrics(actions: torch.Tensor, costs: torch.Tensor, task_scores: torch.Tensor,
+                         router_rewards: torch.Tensor, used_any_tool: torch.Tensor) -> dict[str, float]:
+    """Per-step router metrics from the batch arrays (spec "Metrics").
+
+    Args: ``actions`` int64 ``[B]``; ``costs``, ``task_scores``, ``router_rewards`` float ``[B]``; ``used_any_tool``
+        0/1 ``[B]``.
+    Returns: ``router/frac_{answer,search,calculate}``, ``router/mean_cost``, ``router/mean_task_reward``,
+        ``router/mean_router_reward`` and ``router/tool_use_rate_when_answer`` (share of ANSWER-routed copies that
+        still used a tool; absent when no copy was routed to ANSWER).
+    Raises: ValueError on an empty batch or mismatched lengths.
+    """
+    batch = actions.shape[0]
+    if batch == 0 or any(t.shape != (batch,) for t in (costs, task_scores, router_rewards, used_any_tool)):
+        raise ValueError("router_batch_metrics: all inputs must be non-empty [B] tensors of the same length")
+    metrics = {f"router/frac_{a.name.lower()}": (actions == a).float().mean().item() for a in RouterAction}
+    metrics.update({"router/mean_cost": costs.float().mean().item(),
+                    "router/mean_task_reward": task_scores.float().mean().item(),
+                    "router/mean_router_reward": router_rewards.float().mean().item()})
+    answer = actions == RouterAction.ANSWER
+    if bool(answer.any()):
+        metrics["router/tool_use_rate_when_answer"] = used_any_tool[answer].float().mean().item()
+    return metrics
