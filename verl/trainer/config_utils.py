@@ -69,6 +69,8 @@ def normalize_config(config: DictConfig) -> DictConfig:
     - ``*.fsdp_config.grad_offload``: removed upstream; ignored with a warning when true.
     - ``data.val_batch_size``: validation runs over the whole set; ignored with a warning when set.
     - ``critic.enable`` null → true exactly for ``algorithm.adv_estimator=gae``.
+    - ``critic.rollout_n`` and ``actor_rollout_ref.router`` copied from ``rollout.n`` and ``router`` (the workers
+      only see their own section).
     - ``trainer.device`` resolved (see ``resolve_device``) and copied into the worker sections as ``device``.
     """
     n_workers = world_size(config)
@@ -93,6 +95,8 @@ def normalize_config(config: DictConfig) -> DictConfig:
                            "(upstream behaviour)", config.data.val_batch_size)
         if config.critic.get("enable") is None:
             config.critic.enable = config.algorithm.adv_estimator == "gae"
+        arr.router = config.router  # the actor worker owns the router head
+        config.critic.rollout_n = arr.rollout.n  # the critic's mini-batches are given in prompts too
         device = resolve_device(config)
         config.trainer.device = device
         arr.device = device

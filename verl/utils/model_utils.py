@@ -85,7 +85,11 @@ def load_value_model(model_config: DictConfig) -> torch.nn.Module:
 def _finish(model: torch.nn.Module, model_config: DictConfig, trainable: bool) -> torch.nn.Module:
     if trainable:
         if model_config.get("enable_gradient_checkpointing", False):
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            kwargs = {"use_reentrant": False}
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
         model.config.use_cache = False  # training forwards never need a KV cache (generate turns it on per call)
         model.train()
     else:

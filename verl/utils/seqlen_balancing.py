@@ -192,6 +192,34 @@ def get_reverse_idx(idx_map: list[int]) -> list[int]:
     return reverse
 
 
+def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None):
+    """Micro-batches of a ``TensorDict`` for forward/backward: fixed size, or a token budget (dynamic batch size).
+
+    Args:
+        batch: ``TensorDict`` with batch dim B (``attention_mask`` [B, S] needed for the dynamic mode).
+        micro_batch_size: rows per micro-batch (fixed mode; the last one may be smaller).
+        use_dynamic_bsz: cut by ``max_token_len`` valid tokens with ``rearrange_micro_batches`` instead.
+        max_token_len: the token budget (dynamic mode).
+
+    Returns:
+        ``(micro_batches, restore_idx)``: ``restore_idx`` is None in fixed mode (order kept), else the permutation
+        that puts the concatenated per-micro-batch results back in the original row order
+        (``torch.cat(results)[restore_idx]``).
+
+    Raises:
+        ValueError: the size or budget needed by the chosen mode is missing or < 1.
+    """
+    if use_dynamic_bsz:
+        if not max_token_len or int(max_token_len) < 1:
+            raise ValueError(f"dynamic batch size needs a positive max_token_len, got {max_token_len!r}")
+        micro_batches, partitions = rearrange_micro_batches(batch, int(max_token_len))
+        order = [i for part in partitions for i in part]
+        return micro_batches, torch.tensor(get_reverse_idx(order), dtype=torch.long)
+    if not micro_batch_size or int(micro_batch_size) < 1:
+        raise ValueError(f"micro batch size must be a positive int, got {micro_batch_size!r}")
+    return list(batch.split(int(micro_batch_size))), None
+
+
 __all__ = [
     "ceildiv",
     "karmarkar_karp",
@@ -199,4 +227,5 @@ __all__ = [
     "log_seqlen_unbalance",
     "rearrange_micro_batches",
     "get_reverse_idx",
+    "split_micro_batches",
 ]

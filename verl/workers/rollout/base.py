@@ -19,3 +19,85 @@ class BaseRollout(ABC):
     @abstractmethod
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate responses for ``prompts`` (see the class docstring for the tensor layout)."""
+
+
+def resolve_sampling(config, meta_info: dict) -> dict:
+    """Sampling parameters of one ``generate_sequences`` call.
+
+    ``meta_info['validate']`` selects ``rollout.val_kwargs`` (greedy by default); otherwise ``meta_info`` keys
+    (``do_sample``, ``temperature``, ``top_k``, ``top_p``) override the ``rollout`` config. Temperature 0 means
+    greedy. ``n`` (responses per row, interleaved) comes from ``meta_info['n']`` only: the trainer repeats rows
+    itself (upstream's order), so the config's ``rollout.n`` is not applied here.
+
+    Returns:
+        ``{do_sample, temperature, top_k (0 = off), top_p, n}``.
+
+    Raises:
+        ValueError: negative temperature, top_p outside (0, 1], or n < 1 (naming the key).
+    """
+    validate = bool(meta_info.get("validate", False))
+    # validation reads rollout.val_kwargs only (greedy unless configured); training lets meta_info override the config
+    source = (config.get("val_kwargs", None) or {}) if validate else config
+    overrides = {} if validate else meta_info
+    defaults = {"do_sample": not validate, "temperature": 0.0 if validate else 1.0, "top_k": -1, "top_p": 1.0}
+    params = {key: overrides.get(key, source.get(key, default)) for key, default in defaults.items()}
+    params["n"] = int(meta_info.get("n", 1))
+    if params["temperature"] is None or float(params["temperature"]) < 0:
+        raise ValueError(f"rollout.temperature must be >= 0, got {params['temperature']!r}")
+    if not 0.0 < float(params["top_p"]) <= 1.0:
+        raise ValueError(f"rollout.top_p must be in (0, 1], got {params['top_p']!r}")
+    if params["n"] < 1:
+        raise ValueError(f"meta_info['n'] must be >= 1, got {params['n']}")
+    params["temperature"] = float(params["temperature"])
+    params["do_sample"] = bool(params["do_sample"]) and params["temperature"] > 0
+    params["top_k"] = max(int(params["top_k"] or 0), 0)
+    params["top_p"] = float(params["top_p"])
+    return params
+
+
+def assemble_rollout_output(prompts: DataProto, responses, response_length: int, eos_token_id, pad_token_id: int,
+                            n: int = 1) -> DataProto:
+    """Build the rollout output ``DataProto`` from generated token ids.
+
+    Args:
+        prompts: the input (``B`` rows; its ``input_ids``, ``attention_mask``, ``position_ids`` are ``[B, P]``).
+        responses: LongTensor ``[B * n, r]`` (``r <= response_length``) of generated ids, rows interleaved
+            (``n`` consecutive rows per prompt); anything after a row's first EOS is ignored by the masks.
+        response_length: ``R``; responses are right-padded with ``pad_token_id`` to exactly ``R``.
+        eos_token_id: int or list of ints ending a response.
+        pad_token_id: id used for padding.
+        n: responses per prompt row.
+
+    Returns:
+        DataProto with ``prompts, responses, input_ids, attention_mask, position_ids, response_mask`` and the
+        prompts' non-tensor batch repeated ``n`` times (interleaved); meta_info is the prompts'.
+
+    Raises:
+        ValueError: more than ``response_length`` generated tokens.
+    """
+    import torch
+
+    from verl.utils.torch_functional import get_response_mask, pad_sequence_to_length
+
+    source = prompts.repeat(n, interleave=True) if n > 1 else prompts
+    prompt_ids = source.batch["input_ids"]
+    prompt_mask = source.batch["attention_mask"]
+    prompt_pos = source.batch["position_ids"]
+    if responses.shape[1] > response_length:
+        raise ValueError(f"generated {responses.shape[1]} tokens, more than rollout.response_length={response_length}")
+    responses = pad_sequence_to_length(responses.to(prompt_ids.device), response_length, pad_token_id)
+    response_mask = get_response_mask(responses, eos_token_id, dtype=prompt_mask.dtype)
+    # a token after the first EOS is padding, whatever the engine wrote there
+    responses = torch.where(response_mask.bool(), responses, torch.full_like(responses, pad_token_id))
+    delta = torch.arange(1, response_length + 1, device=prompt_pos.device, dtype=prompt_pos.dtype)
+    response_pos = prompt_pos[:, -1:] + delta.unsqueeze(0)
+    batch = {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "input_ids": torch.cat([prompt_ids, responses], dim=-1),
+        "attention_mask": torch.cat([prompt_mask, response_mask], dim=-1),
+        "position_ids": torch.cat([prompt_pos, response_pos], dim=-1),
+        "response_mask": response_mask,
+    }
+    return DataProto.from_dict(tensors=batch, non_tensors=dict(source.non_tensor_batch),
+                               meta_info=dict(prompts.meta_info))

@@ -1,0 +1,97 @@
+"""HFRollout on the tiny model: output layout, masks and EOS handling, greedy determinism, n > 1 interleaving."""
+from __future__ import annotations
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.protocol import DataProto
+from verl.utils.torch_functional import compute_position_id_with_mask
+from verl.workers.rollout.hf_rollout import HFRollout
+
+RESPONSE_LENGTH = 6
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    tokenizer.padding_side = "left"
+    enc = tokenizer(["hello", "a longer prompt than the first one", "tool call?"], return_tensors="pt", padding=True)
+    position_ids = compute_position_id_with_mask(enc["attention_mask"])
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "position_ids": position_ids}
+
+
+def rollout_config(**overrides):
+    base = dict(response_length=RESPONSE_LENGTH, temperature=1.0, top_k=-1, top_p=1.0, do_sample=True,
+                micro_batch_size=2, dtype="bfloat16", val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1,
+                                                                      top_p=1.0, n=1))
+    base.update(overrides)
+    return OmegaConf.create(base)
+
+
+def generate(model, tokenizer, prompts, **meta):
+    data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()}, meta_info=meta)
+    return HFRollout(model, rollout_config(), tokenizer).generate_sequences(data)
+
+
+def test_layout_and_masks(causal_lm, tokenizer, prompts):
+    out = generate(causal_lm, tokenizer, prompts, do_sample=True)
+    batch = out.batch
+    size, prompt_len = prompts["input_ids"].shape
+    assert batch["prompts"].shape == (size, prompt_len)
+    assert batch["responses"].shape == batch["response_mask"].shape == (size, RESPONSE_LENGTH)
+    for key in ("input_ids", "attention_mask", "position_ids"):
+        assert batch[key].shape == (size, prompt_len + RESPONSE_LENGTH), key
+    assert torch.equal(batch["input_ids"], torch.cat([batch["prompts"], batch["responses"]], dim=1))
+    assert torch.equal(batch["attention_mask"][:, prompt_len:], batch["response_mask"])
+    assert torch.equal(batch["attention_mask"][:, :prompt_len], prompts["attention_mask"])
+    # positions continue the prompt's last position one by one
+    last = prompts["position_ids"][:, -1:]
+    assert torch.equal(batch["position_ids"][:, prompt_len:], last + torch.arange(1, RESPONSE_LENGTH + 1))
+
+
+def test_greedy_is_deterministic_and_validation_uses_val_kwargs(causal_lm, tokenizer, prompts):
+    first = generate(causal_lm, tokenizer, prompts, do_sample=False).batch["responses"]
+    second = generate(causal_lm, tokenizer, prompts, do_sample=False).batch["responses"]
+    validation = generate(causal_lm, tokenizer, prompts, validate=True).batch["responses"]
+    assert torch.equal(first, second) and torch.equal(first, validation)
+    # greedy = argmax of a direct forward for the first generated token
+    with torch.no_grad():
+        logits = causal_lm(**{k: prompts[k] for k in ("input_ids", "attention_mask", "position_ids")}).logits
+    assert torch.equal(first[:, 0], logits[:, -1].argmax(-1))
+
+
+def test_stops_at_eos_and_pads_after_it(causal_lm, tokenizer, prompts):
+    """Declare the token greedy decoding emits first for row 0 as EOS: that row must end right there."""
+    greedy = generate(causal_lm, tokenizer, prompts, do_sample=False).batch["responses"]
+    fake_eos = int(greedy[0, 0])
+    pad = tokenizer.pad_token_id
+    out = generate(causal_lm, tokenizer, prompts, do_sample=False, eos_token_id=fake_eos, pad_token_id=pad).batch
+    for row in range(len(greedy)):
+        hits = (greedy[row] == fake_eos).nonzero()
+        end = int(hits[0]) + 1 if len(hits) else RESPONSE_LENGTH  # mask covers up to and including the first EOS
+        assert out["response_mask"][row].tolist() == [1] * end + [0] * (RESPONSE_LENGTH - end)
+        assert torch.equal(out["responses"][row, :end], greedy[row, :end])
+        assert torch.all(out["responses"][row, end:] == pad)
+    assert out["response_mask"][0].sum() == 1
+
+
+def test_n_samples_are_interleaved(causal_lm, tokenizer, prompts):
+    torch.manual_seed(0)
+    out = generate(causal_lm, tokenizer, prompts, do_sample=True, n=2).batch
+    assert out["responses"].shape[0] == 2 * prompts["input_ids"].shape[0]
+    assert torch.equal(out["prompts"], prompts["input_ids"].repeat_interleave(2, dim=0))
+    assert not torch.equal(out["responses"][0], out["responses"][1])  # two independent samples of prompt 0
+
+
+def test_vllm_rollout_without_vllm_says_how_to_install(causal_lm, tokenizer):
+    pytest.importorskip("verl.workers.rollout.vllm_rollout")
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        pytest.skip("vllm is installed")
+    from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+    with pytest.raises(ImportError, match=r"pip install \.\[gpu\]"):
+        vLLMRollout(causal_lm, rollout_config(), tokenizer, OmegaConf.create({"path": "tiny"}))

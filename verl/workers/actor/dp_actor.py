@@ -1,0 +1,338 @@
+"""The data-parallel PPO actor: response log-probs of a batch, and the clipped policy-gradient update.
+
+verl's ``DataParallelPPOActor`` (``verl/workers/actor/dp_actor.py``) with three ToolRL bugs fixed
+(``../shared/specs/verl_compat.md``): the KL loss is *added* (upstream #179), ``ppo_epochs`` and ``shuffle`` are
+honoured, and micro-batch gradients are weighted so a mini-batch's gradient does not depend on how it is cut.
+
+Loss of one mini-batch (every term aggregated with ``loss_agg_mode`` over ``response_mask``)::
+
+    loss = pg_loss - entropy_coeff * entropy + kl_loss_coef * kl(log_prob, ref_log_prob)
+
+Micro-batch weighting: a micro-batch's aggregated loss is multiplied by its share of the mini-batch's "loss units"
+(response tokens for ``token-mean``, non-empty sequences for the ``seq-mean-*`` modes) counted over all
+data-parallel ranks, times the number of ranks (FSDP averages gradients over ranks). The accumulated gradient is
+then exactly the gradient of the loss aggregated over the whole global mini-batch, for fixed or dynamic
+micro-batches and any world size.
+"""
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from verl.protocol import DataProto
+from verl.trainer.ppo import core_algos
+from verl.utils.model_utils import clip_grad_norm, compute_autocast
+from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
+from verl.utils.seqlen_balancing import split_micro_batches
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+
+logger = logging.getLogger(__name__)
+
+LOG_PROB_KEYS = ("responses", "input_ids", "attention_mask", "position_ids")
+UPDATE_KEYS = LOG_PROB_KEYS + ("old_log_probs", "advantages", "response_mask")
+
+
+def loss_units(response_mask: torch.Tensor, loss_agg_mode: str) -> torch.Tensor:
+    """What ``agg_loss`` averages over: response tokens (``token-mean``) or non-empty sequences (``seq-mean-*``).
+
+    Returns a float64 scalar tensor.
+    """
+    if loss_agg_mode == "token-mean":
+        return response_mask.sum().to(torch.float64)
+    return (response_mask.sum(dim=-1) > 0).sum().to(torch.float64)
+
+
+class MiniBatchScale:
+    """Weights of the micro-batches of one mini-batch (see the module docstring).
+
+    Args:
+        response_mask: ``[b, R]`` of the whole local mini-batch; loss_agg_mode: ``agg_loss`` mode.
+
+    ``grad_scale(micro_mask)`` = ``dp_size · units(micro) / units(global mini-batch)`` multiplies a micro-batch's
+    aggregated loss before ``backward`` (one all-reduce per mini-batch when ``torch.distributed`` is initialised).
+    Metrics use the same weights, so the mean of a metric over the ranks (what the trainer reports) is the value of
+    the whole global mini-batch.
+    """
+
+    def __init__(self, response_mask: torch.Tensor, loss_agg_mode: str):
+        self.mode = loss_agg_mode
+        self.global_units = loss_units(response_mask, loss_agg_mode)
+        self.dp_size = 1
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            self.dp_size = dist.get_world_size()
+            dist.all_reduce(self.global_units, op=dist.ReduceOp.SUM)
+
+    def grad_scale(self, micro_mask: torch.Tensor) -> float:
+        return float(self.dp_size * loss_units(micro_mask, self.mode) / self.global_units.clamp(min=1))
+
+
+def forward_without_grad(module: torch.nn.Module, data: DataProto, keys, forward_fn) -> list:
+    """Run ``forward_fn(micro_batch)`` over the micro-batches of ``data`` in eval mode without gradients.
+
+    Micro-batching follows ``data.meta_info``: ``micro_batch_size`` rows, or with ``use_dynamic_bsz`` a budget of
+    ``max_token_len`` tokens. ``forward_fn`` returns a tensor or a tuple of tensors/None with batch dim first.
+
+    Returns:
+        A list with, per output of ``forward_fn``, the concatenation over micro-batches in the original row order
+        (None where ``forward_fn`` returned None).
+    """
+    meta = data.meta_info
+    micro_batches, restore = split_micro_batches(data.batch.select(*keys), meta.get("micro_batch_size"),
+                                                 bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len"))
+    was_training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            outputs = [forward_fn(micro) for micro in micro_batches]
+    finally:
+        module.train(was_training)
+    outputs = [out if isinstance(out, tuple) else (out,) for out in outputs]
+    results = []
+    for parts in zip(*outputs):
+        if parts[0] is None:
+            results.append(None)
+            continue
+        joined = torch.cat(parts, dim=0)
+        results.append(joined[restore.to(joined.device)] if restore is not None else joined)
+    return results
+
+
+def iterate_mini_batches(batch, mini_batch_size: int, ppo_epochs: int, shuffle: bool, key: str):
+    """Yield ``ppo_epochs`` passes of mini-batches of ``mini_batch_size`` rows (a fresh permutation per pass when
+    ``shuffle``, drawn from the global torch RNG, which checkpoints restore).
+
+    Raises:
+        ValueError: the batch is not divisible by ``mini_batch_size`` (``key`` names the config key).
+    """
+    if len(batch) % mini_batch_size != 0:
+        raise ValueError(f"{len(batch)} rows are not divisible by the per-rank {key} of {mini_batch_size} rows")
+    for _ in range(int(ppo_epochs)):
+        order = torch.randperm(len(batch)) if shuffle else torch.arange(len(batch))
+        yield from batch[order].split(mini_batch_size)
+
+
+def clipped_optimizer_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, grad_clip, prefix: str):
+    """Clip gradients, step unless the norm is non-finite, clear gradients.
+
+    Returns:
+        ``{prefix/grad_norm, prefix/skipped_steps (0 or 1)}``.
+    """
+    grad_norm = clip_grad_norm(module.parameters(), grad_clip)
+    skipped = not bool(torch.isfinite(grad_norm))
+    if skipped:
+        logger.warning("%s: non-finite gradient norm %s, optimizer step skipped", prefix, grad_norm.item())
+    else:
+        optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return {f"{prefix}/grad_norm": float(grad_norm), f"{prefix}/skipped_steps": float(skipped)}
+
+
+def average_update_metrics(per_update: list[dict[str, float]], optimizer: torch.optim.Optimizer, prefix: str):
+    """Mean of each metric over the optimizer updates; ``prefix/skipped_steps`` summed; ``prefix/lr`` added."""
+    keys = {key for stats in per_update for key in stats}
+    metrics = {key: sum(s.get(key, 0.0) for s in per_update) / max(len(per_update), 1) for key in keys}
+    metrics[f"{prefix}/skipped_steps"] = sum(s.get(f"{prefix}/skipped_steps", 0.0) for s in per_update)
+    metrics[f"{prefix}/lr"] = float(optimizer.param_groups[0]["lr"])
+    return metrics
+
+
+class DataParallelPPOActor:
+    """PPO actor over a (plain or FSDP2-sharded) HF causal LM.
+
+    Args:
+        config: the ``actor`` config, already normalised by the worker: ``ppo_mini_batch_size`` and
+            ``ppo_micro_batch_size_per_gpu`` in rows per rank; ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``,
+            ``ppo_epochs``, ``shuffle``, ``grad_clip``, ``clip_ratio*``, ``policy_loss``, ``loss_agg_mode``,
+            ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``, ``kl_loss_type``, and ``use_remove_padding`` (copied
+            from ``model.use_remove_padding``); optional ``compute_dtype`` (autocast dtype on CUDA, default bf16).
+        actor_module: the causal LM (its forward takes ``logits_to_keep``, as every transformers 5 causal LM).
+        actor_optimizer: None for a log-prob-only actor (the reference policy).
+    """
+
+    def __init__(self, config, actor_module: torch.nn.Module, actor_optimizer: Optional[torch.optim.Optimizer] = None):
+        self.config = config
+        self.actor_module = actor_module
+        self.actor_optimizer = actor_optimizer
+        self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        self.compute_dtype = config.get("compute_dtype", "bfloat16")
+        self.policy_loss_fn = core_algos.get_policy_loss_fn(config.get("policy_loss", "vanilla") or "vanilla")
+
+    # ------------------------------------------------------------------------------------------------- forward
+    def _forward_micro_batch(self, micro_batch, temperature: float, calculate_entropy: bool = False):
+        """Log-probs (and optionally entropies) of the response tokens of one micro-batch.
+
+        Args:
+            micro_batch: TensorDict with ``responses [b, R]``, ``input_ids``/``attention_mask``/``position_ids``
+                ``[b, P + R]`` (response last).
+            temperature: logits are divided by it (the sampling temperature, as verl).
+            calculate_entropy: also return per-token entropies.
+
+        Returns:
+            ``(entropy [b, R] float32 or None, log_probs [b, R] float32)``; differentiable. Logits are only computed
+            at the positions that predict response tokens; with remove-padding, positions whose target is padding
+            get 0 (they are outside ``response_mask``).
+        """
+        responses = micro_batch["responses"]
+        input_ids = micro_batch["input_ids"]
+        attention_mask = micro_batch["attention_mask"]
+        position_ids = micro_batch["position_ids"]
+        batch_size, response_length = responses.shape
+        device_type = input_ids.device.type
+        with compute_autocast(device_type, self.compute_dtype):
+            if self.use_remove_padding:
+                # one packed row of valid tokens; logits only where the next token is a valid response token
+                packed = pack_sequences(input_ids, attention_mask, position_ids)
+                predictors = response_predictor_mask(attention_mask, response_length)  # [b, S]
+                keep = packed_positions_of(attention_mask, predictors)  # [K]
+                output = self.actor_module(input_ids=packed.input_ids, position_ids=packed.position_ids,
+                                           attention_mask=None, use_cache=False, logits_to_keep=keep)
+                logits = output.logits[0]  # [K, V]
+                labels = input_ids[:, 1:][predictors[:, :-1]]  # [K]
+                in_response = predictors[:, -response_length - 1:-1]  # [b, R]
+            else:
+                output = self.actor_module(input_ids=input_ids, attention_mask=attention_mask,
+                                           position_ids=position_ids, use_cache=False,
+                                           logits_to_keep=response_length + 1)
+                logits = output.logits[:, :-1]  # [b, R, V]: position t predicts response token t
+                labels = responses
+                in_response = None
+        logits = logits.float() / temperature
+        log_probs = logprobs_from_logits(logits, labels)
+        entropy = entropy_from_logits(logits) if calculate_entropy else None
+        if in_response is not None:  # scatter the packed values back to [b, R]
+            log_probs = _scatter(log_probs, in_response)
+            entropy = _scatter(entropy, in_response) if entropy is not None else None
+        return entropy, log_probs
+
+    # ------------------------------------------------------------------------------------------- compute_log_prob
+    def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False):
+        """Response log-probs of ``data`` without gradients, in micro-batches.
+
+        Args:
+            data: batch keys ``responses, input_ids, attention_mask, position_ids``; meta_info ``micro_batch_size``
+                (rows per micro-batch), ``temperature``, ``use_dynamic_bsz`` and ``max_token_len`` (token budget).
+            calculate_entropy: also return per-token entropies.
+
+        Returns:
+            ``(log_probs [B, R] float32, entropys [B, R] float32 or None)`` in the rows' original order.
+
+        Raises:
+            KeyError: a required batch key or ``meta_info['temperature']`` is missing.
+        """
+        temperature = float(data.meta_info["temperature"])
+        entropys, log_probs = forward_without_grad(
+            self.actor_module, data, LOG_PROB_KEYS,
+            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy))
+        return log_probs, entropys
+
+    # ----------------------------------------------------------------------------------------------- update_policy
+    def update_policy(self, data: DataProto) -> dict[str, float]:
+        """PPO update: ``ppo_epochs`` passes over mini-batches of ``ppo_mini_batch_size`` rows (shuffled each pass
+        when ``shuffle``), gradient accumulation over micro-batches, gradient clipping, one optimizer step per
+        mini-batch (skipped when the gradient norm is not finite).
+
+        Args:
+            data: batch keys ``responses, input_ids, attention_mask, position_ids, old_log_probs, advantages,
+                response_mask`` (+ ``ref_log_prob`` when ``use_kl_loss``); meta_info ``temperature``.
+
+        Returns:
+            Metrics averaged over mini-batches (each a mini-batch-level mean; under data parallelism the mean over
+            ranks is the global mini-batch's value, see ``MiniBatchScale``): ``actor/pg_loss``,
+            ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``, ``actor/ppo_kl``, ``actor/entropy``,
+            ``actor/kl_loss`` and ``actor/kl_coef`` (when ``use_kl_loss``), ``actor/grad_norm``, ``actor/lr``,
+            ``actor/skipped_steps`` (mini-batches whose gradient norm was not finite).
+
+        Raises:
+            RuntimeError: the actor has no optimizer. KeyError: a required key is missing.
+            ValueError: the batch is not divisible into mini-batches of ``ppo_mini_batch_size`` rows.
+        """
+        if self.actor_optimizer is None:
+            raise RuntimeError("update_policy called on an actor without an optimizer (reference policy?)")
+        cfg = self.config
+        temperature = float(data.meta_info["temperature"])
+        use_kl_loss = bool(cfg.get("use_kl_loss", False))
+        entropy_coeff = float(cfg.get("entropy_coeff", 0.0) or 0.0)
+        kl_loss_coef = float(cfg.get("kl_loss_coef", 0.0) or 0.0)
+        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
+        keys = UPDATE_KEYS + (("ref_log_prob",) if use_kl_loss else ())
+        batch = data.batch.select(*keys)
+        self.actor_module.train()
+        per_update = [
+            self._update_mini_batch(mini_batch, temperature, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef)
+            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.get("ppo_epochs", 1),
+                                                   bool(cfg.get("shuffle", False)), "actor.ppo_mini_batch_size")
+        ]
+        return average_update_metrics(per_update, self.actor_optimizer, "actor")
+
+    def _update_mini_batch(self, mini_batch, temperature, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef):
+        """One optimizer step on one mini-batch; returns its metrics (weighted means over its micro-batches)."""
+        cfg = self.config
+        scale = MiniBatchScale(mini_batch["response_mask"], loss_agg_mode)
+        micro_batches, _ = split_micro_batches(mini_batch, cfg.get("ppo_micro_batch_size_per_gpu"),
+                                               bool(cfg.get("use_dynamic_bsz", False)),
+                                               cfg.get("ppo_max_token_len_per_gpu"))
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        stats: dict[str, float] = {}
+
+        def record(key, value, weight):
+            stats[key] = stats.get(key, 0.0) + float(value) * weight
+
+        for micro in micro_batches:
+            response_mask = micro["response_mask"]
+            old_log_prob = micro["old_log_probs"]
+            advantages = micro["advantages"]
+            entropy, log_prob = self._forward_micro_batch(micro, temperature, calculate_entropy=True)
+
+            # policy-gradient term (clipped surrogate, core_algos registry)
+            pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, advantages, response_mask,
+                                                      loss_agg_mode, cfg)
+            loss = pg_loss
+
+            # entropy bonus: subtracted (higher entropy lowers the loss); with coefficient 0 it is only a metric
+            if entropy_coeff == 0:
+                entropy = entropy.detach()
+            entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
+            if entropy_coeff != 0:
+                loss = loss - entropy_coeff * entropy_loss
+
+            # KL to the reference policy: ADDED (ToolRL subtracted it; upstream verl #179 fixed the sign)
+            if use_kl_loss:
+                kld = core_algos.kl_penalty(log_prob, micro["ref_log_prob"], cfg.get("kl_loss_type", "low_var_kl"))
+                kl_loss = core_algos.agg_loss(kld, response_mask, loss_agg_mode)
+                loss = loss + kl_loss_coef * kl_loss
+
+            (loss * scale.grad_scale(response_mask)).backward()
+
+            weight = scale.grad_scale(response_mask)
+            record("actor/pg_loss", pg_loss.detach(), weight)
+            record("actor/entropy", entropy_loss.detach(), weight)
+            for key, value in pg_metrics.items():
+                record(key, value, weight)
+            if use_kl_loss:
+                record("actor/kl_loss", kl_loss.detach(), weight)
+
+        stats.update(clipped_optimizer_step(self.actor_module, self.actor_optimizer, cfg.get("grad_clip"), "actor"))
+        if use_kl_loss:
+            stats["actor/kl_coef"] = kl_loss_coef
+        return stats
+
+
+def _scatter(packed_values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """Place ``[K]`` values at the True positions of ``where`` ``[b, R]`` (row-major), zeros elsewhere."""
+    out = packed_values.new_zeros(where.shape)
+    out[where] = packed_values
+    return out
+
+
+__all__ = [
+    "DataParallelPPOActor",
+    "MiniBatchScale",
+    "loss_units",
+    "forward_without_grad",
+    "iterate_mini_batches",
+    "clipped_optimizer_step",
+    "average_update_metrics",
+]

@@ -1,0 +1,431 @@
+"""The workers that own models: ``ActorRolloutRefWorker`` (actor, rollout, reference policy) and ``CriticWorker``.
+
+verl's ``verl/workers/fsdp_workers.py`` API. A worker is a plain object (rank 0 of 1 in a single process, as in the
+tests) or one rank of a Ray worker group: the group calls the ``@register``-ed methods, splitting ``DataProto``
+arguments across ranks for ``DP_COMPUTE_PROTO`` and broadcasting arguments for ``ONE_TO_ALL``.
+
+Batch sizes (verl's convention, normalised once in ``__init__``): ``ppo_mini_batch_size`` is given in prompts, so the
+worker multiplies it by ``rollout.n`` and divides it by the world size; ``*_micro_batch_size_per_gpu`` are per rank,
+and a deprecated global ``*_micro_batch_size`` is divided by the world size (with a warning).
+
+Checkpoint layout (upstream's): ``local_path/model_world_size_{W}_rank_{R}.pt`` (this rank's parameter shards),
+``optim_world_size_{W}_rank_{R}.pt``, ``extra_state_world_size_{W}_rank_{R}.pt`` (LR scheduler and RNG states) and
+``local_path/huggingface/`` (``save_pretrained`` weights, config and tokenizer, written by rank 0).
+"""
+from __future__ import annotations
+
+import logging
+import os
+import random
+import shutil
+import time
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from verl.protocol import DataProto
+from verl.single_controller.base.decorator import Dispatch, register
+from verl.single_controller.base.worker import Worker
+from verl.utils.model_presets import prepare_model
+from verl.utils.model_utils import (
+    apply_fsdp2,
+    build_lr_scheduler,
+    build_optimizer,
+    full_state_dict,
+    load_causal_lm,
+    load_local_model_state,
+    load_local_optimizer_state,
+    load_value_model,
+    to_local_state,
+)
+from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.critic.dp_critic import DataParallelPPOCritic
+
+logger = logging.getLogger(__name__)
+
+ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
+DEFAULT_SAVE_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+# ----------------------------------------------------------------------------------------------------- config helpers
+def _resolve_device(config: DictConfig) -> str:
+    device = config.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
+    return device
+
+
+def _per_gpu(section: DictConfig, key: str, where: str, world_size: int) -> None:
+    """Fill ``{key}_per_gpu`` from a deprecated global ``key`` (divided by the world size, with a warning)."""
+    global_value = section.get(key)
+    if global_value is None:
+        return
+    per_gpu = int(global_value) // world_size
+    if per_gpu < 1:
+        raise ValueError(f"{where}.{key}={global_value} is smaller than the world size {world_size}")
+    logger.warning("%s.%s is deprecated: using %s.%s_per_gpu=%d", where, key, where, key, per_gpu)
+    section[f"{key}_per_gpu"] = per_gpu
+    section[key] = None
+
+
+def _normalize_mini_batch(section: DictConfig, where: str, rollout_n: int, world_size: int) -> None:
+    """``ppo_mini_batch_size`` (prompts) → rows per rank: × ``rollout_n`` / ``world_size``."""
+    prompts = int(section.ppo_mini_batch_size)
+    rows = prompts * int(rollout_n)
+    if prompts < 1 or rows % world_size != 0:
+        raise ValueError(f"{where}.ppo_mini_batch_size ({prompts}) × rollout.n ({rollout_n}) must be a positive "
+                         f"multiple of the world size ({world_size})")
+    section.ppo_mini_batch_size = rows // world_size
+
+
+def _with_meta(data: DataProto, **meta) -> DataProto:
+    """``data`` (same tensors) with extra ``meta_info`` keys, leaving the caller's object untouched."""
+    return DataProto(batch=data.batch, non_tensor_batch=data.non_tensor_batch, meta_info={**data.meta_info, **meta})
+
+
+# -------------------------------------------------------------------------------------------------------- checkpoints
+def _rank_file(local_path: str, kind: str, world_size: int, rank: int) -> str:
+    return os.path.join(local_path, f"{kind}_world_size_{world_size}_rank_{rank}.pt")
+
+
+def _rng_state() -> dict:
+    state = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["cpu"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+class _Checkpointer:
+    """Saves/loads one trainable module's per-rank shards, optimizer, scheduler + RNG, and an HF export."""
+
+    def __init__(self, worker: Worker, module, optimizer, lr_scheduler, tokenizer, save_contents):
+        self.worker = worker
+        self.module, self.optimizer, self.lr_scheduler, self.tokenizer = module, optimizer, lr_scheduler, tokenizer
+        self.save_contents = set(save_contents or DEFAULT_SAVE_CONTENTS)
+        self.saved_paths: list[str] = []
+
+    def save(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> None:
+        rank, world = self.worker.rank, self.worker.world_size
+        os.makedirs(local_path, exist_ok=True)
+        if "model" in self.save_contents:
+            torch.save(to_local_state(self.module.state_dict()), _rank_file(local_path, "model", world, rank))
+        if "optimizer" in self.save_contents and self.optimizer is not None:
+            torch.save(to_local_state(self.optimizer.state_dict()), _rank_file(local_path, "optim", world, rank))
+        if "extra" in self.save_contents:
+            extra = {"lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+                     "rng": _rng_state(), "global_step": int(global_step)}
+            torch.save(extra, _rank_file(local_path, "extra_state", world, rank))
+        if "hf_model" in self.save_contents:
+            state = full_state_dict(self.module)  # collective under FSDP2: every rank takes part
+            if rank == 0:
+                self._save_hf(os.path.join(local_path, "huggingface"), state)
+        self._rotate(local_path, max_ckpt_to_keep)
+
+    def _save_hf(self, hf_dir: str, state: dict) -> None:
+        os.makedirs(hf_dir, exist_ok=True)
+        self.module.save_pretrained(hf_dir, state_dict=state, safe_serialization=True)
+        if self.tokenizer is not None:
+            self.tokenizer.save_pretrained(hf_dir)
+
+    def _rotate(self, local_path: str, max_ckpt_to_keep: int | None) -> None:
+        path = os.path.abspath(local_path)
+        if path in self.saved_paths:
+            self.saved_paths.remove(path)
+        self.saved_paths.append(path)
+        if not max_ckpt_to_keep or max_ckpt_to_keep <= 0:
+            return
+        while len(self.saved_paths) > max_ckpt_to_keep:
+            old = self.saved_paths.pop(0)
+            if self.worker.rank == 0 and os.path.isdir(old):
+                logger.info("removing old checkpoint %s (max_ckpt_to_keep=%d)", old, max_ckpt_to_keep)
+                shutil.rmtree(old, ignore_errors=True)
+
+    def load(self, local_path: str, del_local_after_load: bool = False) -> dict:
+        """Restore what ``save`` wrote; returns the extra state (``global_step`` …) or ``{}``.
+
+        Raises:
+            FileNotFoundError: this rank's model file is missing (wrong path or another world size).
+        """
+        rank, world = self.worker.rank, self.worker.world_size
+        model_file = _rank_file(local_path, "model", world, rank)
+        if not os.path.isfile(model_file):
+            raise FileNotFoundError(f"checkpoint file {model_file} not found (saved with another world size?)")
+        load_local_model_state(self.module, torch.load(model_file, map_location="cpu", weights_only=False))
+        optim_file = _rank_file(local_path, "optim", world, rank)
+        if self.optimizer is not None and os.path.isfile(optim_file):
+            load_local_optimizer_state(self.optimizer, torch.load(optim_file, map_location="cpu", weights_only=False))
+        extra_file = _rank_file(local_path, "extra_state", world, rank)
+        extra = {}
+        if os.path.isfile(extra_file):
+            extra = torch.load(extra_file, map_location="cpu", weights_only=False)
+            if self.lr_scheduler is not None and extra.get("lr_scheduler") is not None:
+                self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+            _set_rng_state(extra["rng"])
+        if del_local_after_load and rank == 0:
+            shutil.rmtree(local_path, ignore_errors=True)
+        return extra
+
+
+class _ModelWorkerMixin:
+    """Device, distributed init and timing shared by both workers."""
+
+    def _setup_device(self) -> None:
+        self.device = _resolve_device(self.config)
+        if self.device == "cuda":
+            torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
+        self.init_distributed(self.device)
+
+    def _place(self, module: torch.nn.Module, fsdp_config) -> torch.nn.Module:
+        module.to(self.device)
+        if self.world_size > 1:
+            apply_fsdp2(module, self.device, fsdp_config)
+        return module
+
+
+# -------------------------------------------------------------------------------------------- ActorRolloutRefWorker
+class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
+    """Actor (PPO update), rollout (generation) and reference policy in one process (verl's hybrid engine).
+
+    Args:
+        config: the ``actor_rollout_ref`` subtree (``model``, ``actor``, ``ref``, ``rollout``, ``device``); copied,
+            so the caller's config is never modified.
+        role: one of ``actor``, ``rollout``, ``ref``, ``actor_rollout``, ``actor_rollout_ref``.
+
+    Raises:
+        ValueError: unknown role; batch sizes not divisible as required (the message names the keys);
+            ``rollout.temperature <= 0``.
+    """
+
+    def __init__(self, config: DictConfig, role: str):
+        super().__init__()
+        if role not in ROLES:
+            raise ValueError(f"unknown role {role!r}; one of {ROLES}")
+        self.config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+        self.role = role
+        self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
+        self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
+        self._is_ref = role in ("ref", "actor_rollout_ref")
+        cfg = self.config
+        with open_dict(cfg):
+            rollout_n = int(cfg.rollout.get("n", 1) or 1)
+            if float(cfg.rollout.get("temperature", 1.0)) <= 0:
+                raise ValueError("actor_rollout_ref.rollout.temperature must be > 0 (it also scales the log-probs); "
+                                 "use rollout.do_sample=false or val_kwargs for greedy decoding")
+            if self._is_actor:
+                _normalize_mini_batch(cfg.actor, "actor_rollout_ref.actor", rollout_n, self.world_size)
+                _per_gpu(cfg.actor, "ppo_micro_batch_size", "actor_rollout_ref.actor", self.world_size)
+            # the actor's forward settings also serve the reference policy and the log-probs of a rollout-only role
+            cfg.actor.use_remove_padding = bool(cfg.model.get("use_remove_padding", False))
+            cfg.actor.compute_dtype = cfg.rollout.get("dtype", "bfloat16")
+            if self._is_rollout:
+                _per_gpu(cfg.rollout, "log_prob_micro_batch_size", "actor_rollout_ref.rollout", self.world_size)
+            if self._is_ref:
+                _per_gpu(cfg.ref, "log_prob_micro_batch_size", "actor_rollout_ref.ref", self.world_size)
+        self.actor_module = self.actor = self.actor_optimizer = self.actor_lr_scheduler = None
+        self.rollout = self.ref_policy = self.tokenizer = self.checkpointer = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the model(s): actor (+ AdamW and LR scheduler), rollout engine on the actor's module, frozen ref."""
+        from transformers import AutoTokenizer
+
+        cfg = self.config
+        self._setup_device()
+        self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(cfg.model.path),
+                                                       trust_remote_code=cfg.model.get("trust_remote_code", False))
+        if self._is_actor or self._is_rollout:
+            module = load_causal_lm(cfg.model, trainable=self._is_actor)
+            self.actor_module = self._place(module, cfg.actor.get("fsdp_config"))
+            if self._is_actor:
+                self.actor_optimizer = build_optimizer(self.actor_module.parameters(), cfg.actor.optim)
+                self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, cfg.actor.optim)
+                self.checkpointer = _Checkpointer(self, self.actor_module, self.actor_optimizer,
+                                                  self.actor_lr_scheduler, self.tokenizer,
+                                                  cfg.actor.get("checkpoint", {}).get("save_contents"))
+            self.actor = DataParallelPPOActor(cfg.actor, self.actor_module, self.actor_optimizer)
+        if self._is_rollout:
+            self.rollout = self._build_rollout()
+        if self._is_ref:
+            ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.get("fsdp_config"))
+            self.ref_policy = DataParallelPPOActor(cfg.actor, ref_module)
+        logger.info("ActorRolloutRefWorker rank %d/%d: role=%s device=%s", self.rank, self.world_size, self.role,
+                    self.device)
+
+    def _build_rollout(self):
+        name = self.config.rollout.get("name", "hf")
+        if name == "hf":
+            from verl.workers.rollout.hf_rollout import HFRollout
+
+            return HFRollout(self.actor_module, self.config.rollout, self.tokenizer)
+        if name == "vllm":
+            from verl.workers.rollout.vllm_rollout import vLLMRollout
+
+            return vLLMRollout(self.actor_module, self.config.rollout, self.tokenizer, self.config.model)
+        raise ValueError(f"actor_rollout_ref.rollout.name must be 'hf' or 'vllm', got {name!r}")
+
+    def _log_prob_meta(self, section: DictConfig) -> dict:
+        return {"micro_batch_size": section.get("log_prob_micro_batch_size_per_gpu"),
+                "use_dynamic_bsz": bool(section.get("log_prob_use_dynamic_bsz", False)),
+                "max_token_len": section.get("log_prob_max_token_len_per_gpu"),
+                "temperature": float(self.config.rollout.temperature)}
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Rollout (see ``BaseRollout``); with ``meta_info['recompute_log_prob']`` also ``old_log_probs`` (ToolRL).
+
+        ``eos_token_id``/``pad_token_id`` default to the tokenizer's. Timing is the caller's (``timing_s/gen``).
+        """
+        meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
+                **prompts.meta_info}
+        output = self.rollout.generate_sequences(_with_meta(prompts.to(self.device), **meta))
+        if meta.get("recompute_log_prob", False) and self.actor is not None:
+            output = output.union(self.compute_log_prob(output))
+        return output.to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """Current-policy log-probs: batch ``old_log_probs`` and ``entropys`` [B, R] (the caller reduces the entropy
+        over ``response_mask`` into ``actor/entropy``, as upstream); meta_info ``temperature``."""
+        data = _with_meta(data.to(self.device), **self._log_prob_meta(self.config.rollout))
+        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropys},
+                                   meta_info={"temperature": data.meta_info["temperature"]}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """Reference-policy log-probs: batch ``ref_log_prob`` [B, R]."""
+        if self.ref_policy is None:
+            raise RuntimeError(f"compute_ref_log_prob needs a role with ref, this worker is {self.role!r}")
+        data = _with_meta(data.to(self.device), **self._log_prob_meta(self.config.ref))
+        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_actor(self, data: DataProto) -> DataProto:
+        """One PPO update of the actor, then one LR-scheduler step; returns ``meta_info['metrics']``."""
+        if self.actor_optimizer is None:
+            raise RuntimeError(f"update_actor needs a role with actor, this worker is {self.role!r}")
+        data = _with_meta(data.to(self.device), temperature=float(self.config.rollout.temperature))
+        start = time.perf_counter()
+        metrics = self.actor.update_policy(data)
+        elapsed = time.perf_counter() - start
+        self.actor_lr_scheduler.step()
+        tokens = float(data.batch["attention_mask"].sum()) * int(self.config.actor.get("ppo_epochs", 1))
+        metrics["perf/actor_tokens_per_s"] = tokens / max(elapsed, 1e-9)
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
+                        hdfs_path: str | None = None) -> None:
+        """Write the actor checkpoint to ``local_path`` (upstream layout; see the module docstring).
+
+        ``max_ckpt_to_keep`` removes the oldest directories this worker saved beyond that many. ``hdfs_path`` is
+        accepted for upstream compatibility and ignored (no HDFS support).
+        """
+        if self.checkpointer is None:
+            raise RuntimeError(f"save_checkpoint needs a role with actor, this worker is {self.role!r}")
+        if hdfs_path:
+            logger.warning("save_checkpoint: hdfs_path=%s ignored (HDFS is not supported)", hdfs_path)
+        self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False):
+        """Restore weights, optimizer, LR scheduler and RNG saved by ``save_checkpoint`` (same world size).
+
+        Returns:
+            The saved extra state (``global_step``, ``lr_scheduler``, ``rng``).
+        """
+        if self.checkpointer is None:
+            raise RuntimeError(f"load_checkpoint needs a role with actor, this worker is {self.role!r}")
+        return self.checkpointer.load(local_path, del_local_after_load)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def get_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """The actor's full (unsharded) float32 CPU state dict on rank 0, None on other ranks (collective)."""
+        state = full_state_dict(self.actor_module)
+        return state if self.rank == 0 else None
+
+
+# ------------------------------------------------------------------------------------------------------ CriticWorker
+class CriticWorker(_ModelWorkerMixin, Worker):
+    """The value model for GAE.
+
+    Args:
+        config: the ``critic`` subtree (``model``, ``optim``, batch sizes, ``cliprange_value``, ``device``, and
+            ``rollout_n`` = ``actor_rollout_ref.rollout.n``, which scales ``ppo_mini_batch_size`` as for the actor).
+
+    Raises:
+        ValueError: batch sizes not divisible as required (the message names the keys).
+    """
+
+    def __init__(self, config: DictConfig):
+        super().__init__()
+        self.config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+        cfg = self.config
+        if cfg.get("rollout_n") is None:
+            logger.warning("critic.rollout_n not set: assuming 1 response per prompt for critic.ppo_mini_batch_size")
+        with open_dict(cfg):
+            _normalize_mini_batch(cfg, "critic", int(cfg.get("rollout_n") or 1), self.world_size)
+            _per_gpu(cfg, "ppo_micro_batch_size", "critic", self.world_size)
+            _per_gpu(cfg, "forward_micro_batch_size", "critic", self.world_size)
+            cfg.use_remove_padding = bool(cfg.model.get("use_remove_padding", False))
+            cfg.compute_dtype = cfg.get("compute_dtype", "bfloat16")
+        self.critic_module = self.critic = self.critic_optimizer = self.critic_lr_scheduler = None
+        self.checkpointer = None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the value model, AdamW and the LR scheduler."""
+        from transformers import AutoTokenizer
+
+        cfg = self.config
+        self._setup_device()
+        tokenizer_path = cfg.model.get("tokenizer_path") or cfg.model.path
+        tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path),
+                                                  trust_remote_code=cfg.model.get("trust_remote_code", False))
+        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.get("fsdp_config"))
+        self.critic_optimizer = build_optimizer(self.critic_module.parameters(), cfg.optim)
+        self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim)
+        self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)
+        self.checkpointer = _Checkpointer(self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler,
+                                          tokenizer, cfg.get("checkpoint", {}).get("save_contents"))
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_values(self, data: DataProto) -> DataProto:
+        """Batch ``values`` [B, R] (zero outside ``response_mask``)."""
+        cfg = self.config
+        data = _with_meta(data.to(self.device), micro_batch_size=cfg.get("forward_micro_batch_size_per_gpu"),
+                          use_dynamic_bsz=bool(cfg.get("use_dynamic_bsz", False)),
+                          max_token_len=cfg.get("forward_max_token_len_per_gpu"))
+        values = self.critic.compute_values(data)
+        return DataProto.from_dict(tensors={"values": values}).to("cpu")
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_critic(self, data: DataProto) -> DataProto:
+        """One PPO value update, then one LR-scheduler step; returns ``meta_info['metrics']``."""
+        metrics = self.critic.update_critic(data.to(self.device))
+        self.critic_lr_scheduler.step()
+        return DataProto(meta_info={"metrics": metrics})
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
+                        hdfs_path: str | None = None) -> None:
+        """Write the critic checkpoint to ``local_path`` (same layout as the actor's)."""
+        self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False):
+        """Restore what ``save_checkpoint`` wrote (same world size); returns the extra state."""
+        return self.checkpointer.load(local_path, del_local_after_load)
+
+
+__all__ = ["ActorRolloutRefWorker", "CriticWorker", "ROLES"]
