@@ -9,45 +9,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 import torch
 
+from conftest import e2e_overrides
 from verl.trainer.config_utils import load_default_config
 
 PHASES = ("gen", "reward", "old_log_prob", "adv", "update_actor", "step")
 
 
-@pytest.fixture(scope="module")
-def small_rlla(tmp_path_factory, tokenizer):
-    """8 train and 4 validation RLLA rows with the shortest chat-templated prompts (keeps CPU steps short)."""
-    from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
-
-    data_dir = resolve_rlla_data_dir()
-    out = tmp_path_factory.mktemp("rlla_small")
-    for split, n in (("train", 8), ("test", 4)):
-        df = pd.read_parquet(data_dir / f"{split}.parquet")
-        lengths = df["prompt"].map(lambda m: len(tokenizer.apply_chat_template(list(m), tokenize=True)))
-        df.loc[lengths.sort_values(kind="stable").index[:n]].to_parquet(out / f"{split}.parquet")
-    return out
-
-
 def _config(tmp_path, data_dir, extra):
-    return load_default_config([
-        f"data.train_files={data_dir}/train.parquet", f"data.val_files={data_dir}/test.parquet",
-        "data.train_batch_size=2", "data.max_prompt_length=1024", "data.max_response_length=12",
-        "data.filter_overlong_prompts=True",
-        "actor_rollout_ref.model.path=tiny", "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.micro_batch_size=8",
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-        "critic.ppo_micro_batch_size_per_gpu=2",
-        "trainer.n_gpus_per_node=0", "trainer.cpus_per_worker=0.5", "trainer.logger=[console]",
-        "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.save_freq=2",
-        f"trainer.default_local_dir={tmp_path}/ckpt", f"trainer.run_dir={tmp_path}/run",
-        "trainer.project_name=test", "trainer.experiment_name=e2e", "trainer.log_val_generations=2",
-    ] + extra)
+    return load_default_config(e2e_overrides(tmp_path, data_dir) + extra)
 
 
 def _records(run_dir: Path) -> list[dict]:

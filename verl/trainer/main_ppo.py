@@ -36,8 +36,15 @@ def resolve_paths(config: DictConfig) -> DictConfig:
             from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
 
             data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
-            config.data.train_files = config.data.train_files or str(data_dir / "train.parquet")
-            config.data.val_files = config.data.val_files or str(data_dir / "test.parquet")
+            suffix = ""
+            if config.router.enable:  # weak labels and tool families for the router (written once, next to the data)
+                from verl.router.preprocess import preprocess_dir
+
+                if not (data_dir / "train_router.parquet").is_file():
+                    preprocess_dir(data_dir, tool_family_file=config.router.get("tool_family_file"))
+                suffix = "_router"
+            config.data.train_files = config.data.train_files or str(data_dir / f"train{suffix}.parquet")
+            config.data.val_files = config.data.val_files or str(data_dir / f"test{suffix}.parquet")
         model_dir = prepare_model(config.actor_rollout_ref.model.path)
         config.actor_rollout_ref.model.path = model_dir
         if config.critic.enable:

@@ -231,7 +231,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             if self._is_ref:
                 _per_gpu(cfg.ref, "log_prob_micro_batch_size", "actor_rollout_ref.ref", self.world_size)
         self.actor_module = self.actor = self.actor_optimizer = self.actor_lr_scheduler = None
-        self.rollout = self.ref_policy = self.tokenizer = self.checkpointer = None
+        self.rollout = self.ref_policy = self.tokenizer = self.checkpointer = self.router = None
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -252,6 +252,12 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
                                                   self.actor_lr_scheduler, self.tokenizer,
                                                   cfg.actor.get("checkpoint", {}).get("save_contents"))
             self.actor = DataParallelPPOActor(cfg.actor, self.actor_module, self.actor_optimizer)
+            router_cfg = cfg.get("router") or {}
+            if self._is_actor and router_cfg.get("enable", False):
+                from verl.router.component import RouterComponent
+
+                self.router = RouterComponent(router_cfg, self.actor_module.config.hidden_size, self.device,
+                                              self.actor_optimizer)
         if self._is_rollout:
             self.rollout = self._build_rollout()
         if self._is_ref:
@@ -323,10 +329,30 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         metrics["perf/actor_tokens_per_s"] = tokens / max(elapsed, 1e-9)
         return DataProto(meta_info={"metrics": metrics})
 
+    def _require_router(self, method: str):
+        if self.router is None:
+            raise RuntimeError(f"{method} needs router.enable=true on an actor worker (role {self.role!r})")
+        return self.router
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def compute_router_logits(self, data: DataProto) -> DataProto:
+        """``router_logits`` [B, 3] float32 of the router head on the original prompts (``router_*`` prompt keys, or
+        ``input_ids``/``attention_mask``/``position_ids``); see ``verl.router.component``."""
+        logits = self._require_router("compute_router_logits").logits(self.actor_module, data.batch)
+        return DataProto.from_dict(tensors={"router_logits": logits.detach().cpu()})
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    def update_router(self, data: DataProto) -> DataProto:
+        """One router GRPO step (``router_action``, ``router_advantages``, optional ``router_target_action_id``);
+        returns ``meta_info['metrics']`` (router/pg_loss, router/sup_loss, router/grad_norm, …)."""
+        metrics = self._require_router("update_router").update(self.actor_module, data.batch)
+        return DataProto(meta_info={"metrics": metrics})
+
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
                         hdfs_path: str | None = None) -> None:
-        """Write the actor checkpoint to ``local_path`` (upstream layout; see the module docstring).
+        """Write the actor checkpoint to ``local_path`` (upstream layout; see the module docstring), plus the router
+        head and its optimizer (``router_world_size_W_rank_R.pt``) when the router is on.
 
         ``max_ckpt_to_keep`` removes the oldest directories this worker saved beyond that many. ``hdfs_path`` is
         accepted for upstream compatibility and ignored (no HDFS support).
@@ -335,6 +361,9 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             raise RuntimeError(f"save_checkpoint needs a role with actor, this worker is {self.role!r}")
         if hdfs_path:
             logger.warning("save_checkpoint: hdfs_path=%s ignored (HDFS is not supported)", hdfs_path)
+        if self.router is not None:
+            os.makedirs(local_path, exist_ok=True)
+            torch.save(self.router.state_dict(), _rank_file(local_path, "router", self.world_size, self.rank))
         self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -346,6 +375,11 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         """
         if self.checkpointer is None:
             raise RuntimeError(f"load_checkpoint needs a role with actor, this worker is {self.role!r}")
+        if self.router is not None:
+            router_file = _rank_file(local_path, "router", self.world_size, self.rank)
+            if not os.path.isfile(router_file):
+                raise FileNotFoundError(f"router.enable=true but the checkpoint has no {router_file}")
+            self.router.load_state_dict(torch.load(router_file, map_location="cpu", weights_only=False))
         return self.checkpointer.load(local_path, del_local_after_load)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
@@ -420,6 +454,9 @@ class CriticWorker(_ModelWorkerMixin, Worker):
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
                         hdfs_path: str | None = None) -> None:
         """Write the critic checkpoint to ``local_path`` (same layout as the actor's)."""
+        if self.router is not None:
+            os.makedirs(local_path, exist_ok=True)
+            torch.save(self.router.state_dict(), _rank_file(local_path, "router", self.world_size, self.rank))
         self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)

@@ -40,6 +40,8 @@ from verl.utils.tracking import StepProgress, Tracking
 logger = logging.getLogger(__name__)
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
+ROUTER_UPDATE_KEYS = ["router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
+                      "router_advantages", "router_target_action_id"]
 
 
 def compute_response_mask(data: DataProto) -> torch.Tensor:
@@ -124,6 +126,11 @@ class RayPPOTrainer:
             raise ValueError("role_worker_mapping needs Role.ActorRolloutRef or Role.ActorRollout")
         if self.use_critic and Role.Critic not in role_worker_mapping:
             raise ValueError("critic.enable is true but role_worker_mapping has no Role.Critic")
+        self.router = None
+        if config.get("router") is not None and config.router.enable:
+            from verl.router.controller import RouterController
+
+            self.router = RouterController(config.router, config.data, tokenizer, seed=int(config.data.get("seed", 1)))
         self.global_steps = 0
         self.epoch = 0
         self.batches_consumed = 0
@@ -221,6 +228,14 @@ class RayPPOTrainer:
             batch.non_tensor_batch["reward_valid"] = np.asarray(extra["reward_valid"], dtype=bool)
         return extra
 
+    def _route(self, batch: DataProto, n: int, validate: bool) -> DataProto:
+        """Router logits once per prompt, then (after the ``n``-fold repeat) a route per copy and the prompt rewrite."""
+        prompts = batch.select(batch_keys=GEN_KEYS, non_tensor_batch_keys=[])
+        logits = self.actor_rollout_wg.compute_router_logits(prompts).batch["router_logits"]
+        batch = batch.repeat(repeat_times=n, interleave=True)
+        self.router.route(batch, logits.repeat_interleave(n, dim=0), validate=validate)
+        return batch
+
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:
         """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
         gen_batch = batch.pop(batch_keys=GEN_KEYS)
@@ -289,7 +304,11 @@ class RayPPOTrainer:
             if config.algorithm.adv_estimator == "remax":
                 with marked_timer("gen_max", timing):
                     baseline = self._greedy_baseline(batch)
-            batch = batch.repeat(repeat_times=n, interleave=True)
+            if self.router is not None:
+                with marked_timer("router", timing):
+                    batch = self._route(batch, n, validate=False)
+            else:
+                batch = batch.repeat(repeat_times=n, interleave=True)
             with marked_timer("gen", timing):
                 batch = self._generate(batch, validate=False)
             if baseline is not None:
@@ -299,6 +318,8 @@ class RayPPOTrainer:
             batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
             with marked_timer("reward", timing):
                 self._score(batch, self.reward_fn, self.global_steps)
+                if self.router is not None:
+                    metrics.update(self.router.score(batch, self.global_steps))
             with marked_timer("old_log_prob", timing):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
                 metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
@@ -327,6 +348,11 @@ class RayPPOTrainer:
                 with marked_timer("update_actor", timing):
                     out = self.actor_rollout_wg.update_actor(batch)
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
+            if self.router is not None:
+                with marked_timer("update_router", timing):
+                    keys = [k for k in ROUTER_UPDATE_KEYS if k in batch.batch.keys()]
+                    out = self.actor_rollout_wg.update_router(batch.select(batch_keys=keys, non_tensor_batch_keys=[]))
+                    metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
@@ -350,8 +376,12 @@ class RayPPOTrainer:
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            if self.router is not None:
+                batch = self._route(batch, n=1, validate=True)
             batch = self._generate(batch, validate=True)
-            extra = self._score(batch, self.val_reward_fn, self.global_steps)
+            self._score(batch, self.val_reward_fn, self.global_steps)
+            if self.router is not None:
+                metrics.update(self.router.score(batch, self.global_steps, validate=True))
             sources = batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object))
             scores = {"score": batch.batch["token_level_scores"].sum(-1)}
             for name in REWARD_COMPONENTS:
@@ -399,8 +429,10 @@ class RayPPOTrainer:
                                            max_ckpt_to_keep=self.config.trainer.max_critic_ckpt_to_keep)
         state = {"sampler": self.train_sampler.state_dict(self.batches_consumed), "global_step": self.global_steps,
                  "epoch": self.epoch}
-        if self.kl_ctrl_in_reward is not None and hasattr(self.kl_ctrl_in_reward, "state_dict"):
+        if self.kl_ctrl_in_reward is not None:
             state["kl_ctrl"] = self.kl_ctrl_in_reward.state_dict()
+        if self.router is not None:
+            state["router"] = self.router.state_dict()
         torch.save(state, step_dir / "data.pt")
         tracker_file = root / "latest_checkpointed_iteration.txt"
         tmp = tracker_file.with_suffix(".tmp")
@@ -438,4 +470,8 @@ class RayPPOTrainer:
         self.batches_consumed = int(state["sampler"]["batches_consumed"])
         if "kl_ctrl" in state and self.kl_ctrl_in_reward is not None:
             self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
+        if self.router is not None:
+            if "router" not in state:
+                raise ValueError(f"router.enable=true but checkpoint {step_dir} has no router state")
+            self.router.load_state_dict(state["router"])
         logger.info("resumed from %s (global step %d, epoch %d)", step_dir, self.global_steps, self.epoch)

@@ -1,0 +1,113 @@
+"""The router inside the actor worker: head, optimizer, logits and update (spec "Router head", "Router policy update").
+
+``RouterComponent`` is owned by ``ActorRolloutRefWorker`` when ``router.enable``; the worker's ``compute_router_logits``
+and ``update_router`` methods delegate here. The router reads the ORIGINAL prompt (before the route's rewrite), which
+the driver keeps in the batch as ``router_input_ids`` / ``router_attention_mask`` / ``router_position_ids`` (falling
+back to ``input_ids`` / ``attention_mask`` / ``position_ids`` for a prompt-only batch).
+
+With several data-parallel workers the head is replicated (it is tiny): gradients are averaged over ranks before the
+step, so every replica stays identical.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+import torch.distributed as dist
+
+from verl.router.head import RouterHead, compute_router_logits
+from verl.router.loss import compute_router_loss
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+def router_prompt_tensors(batch) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The original-prompt tensors of a batch: ``router_*`` keys when present, else the plain prompt keys."""
+    keys = batch.keys()
+    if all(f"router_{k}" in keys for k in PROMPT_KEYS):
+        return tuple(batch[f"router_{k}"] for k in PROMPT_KEYS)
+    return tuple(batch[k] for k in PROMPT_KEYS)
+
+
+class RouterComponent:
+    """Router head + optimizer living next to the actor module.
+
+    Args:
+        router_cfg: the ``router`` config section (head, pooling, detach_backbone, entropy_coeff, sup_coeff,
+            optim.{lr, shared}, micro_batch_size).
+        hidden_size: the actor LM's hidden size.
+        device: where the actor module lives.
+        actor_optimizer: the actor's optimizer, used when ``router.optim.shared`` (the head becomes one more param
+            group of it); otherwise the head gets its own AdamW.
+    """
+
+    def __init__(self, router_cfg, hidden_size: int, device: str, actor_optimizer=None) -> None:
+        self.cfg = router_cfg
+        self.device = device
+        self.head = RouterHead(hidden_size, head=router_cfg.get("head", "linear"),
+                               pooling=router_cfg.get("pooling", "last_token"),
+                               detach_backbone=bool(router_cfg.get("detach_backbone", True))).to(device)
+        optim_cfg = router_cfg.get("optim", {}) or {}
+        lr = float(optim_cfg.get("lr", 1e-4))
+        self.shared = bool(optim_cfg.get("shared", False))
+        if self.shared:
+            if actor_optimizer is None:
+                raise ValueError("router.optim.shared=true needs the actor's optimizer (this worker has no actor)")
+            actor_optimizer.add_param_group({"params": list(self.head.parameters()), "lr": lr, "weight_decay": 0.0})
+            self.optimizer = actor_optimizer
+        else:
+            self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=lr, weight_decay=0.0)
+        self.micro_batch_size = int(router_cfg.get("micro_batch_size", 16))
+
+    def logits(self, module: torch.nn.Module, batch, grad: bool = False) -> torch.Tensor:
+        """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), in micro-batches."""
+        input_ids, attention_mask, position_ids = router_prompt_tensors(batch)
+        out = []
+        with torch.set_grad_enabled(grad):
+            for start in range(0, input_ids.shape[0], self.micro_batch_size):
+                sl = slice(start, start + self.micro_batch_size)
+                out.append(compute_router_logits(module, self.head, input_ids[sl].to(self.device),
+                                                 attention_mask[sl].to(self.device),
+                                                 position_ids[sl].to(self.device)))
+        return torch.cat(out, dim=0)
+
+    def update(self, module: torch.nn.Module, batch) -> dict:
+        """One router step: ``L = −mean(log π(a)·A) − c_H·H + c_sup·CE`` over the whole batch (spec eq. in
+        "Router policy update"); reads ``router_action`` [B], ``router_advantages`` [B] and, when present,
+        ``router_target_action_id`` [B] (−1 = no label). Returns router metrics (loss terms, grad norm)."""
+        self.head.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.logits(module, batch, grad=True)
+        target = batch["router_target_action_id"].to(self.device) if "router_target_action_id" in batch.keys() else None
+        loss, metrics = compute_router_loss(logits, batch["router_action"].to(self.device),
+                                            batch["router_advantages"].to(self.device).float(), target_actions=target,
+                                            entropy_coeff=float(self.cfg.get("entropy_coeff", 0.0)),
+                                            sup_coeff=float(self.cfg.get("sup_coeff", 0.05)))
+        loss.backward()
+        params = [p for p in self.head.parameters() if p.grad is not None]
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            for p in params:
+                dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=float(self.cfg.get("grad_clip", 1.0)))
+        if torch.isfinite(grad_norm):
+            self.optimizer.step()
+        else:
+            logger.warning("router update skipped: non-finite grad norm %s", grad_norm.item())
+        self.optimizer.zero_grad(set_to_none=True)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics["router/grad_norm"] = float(grad_norm)
+        return metrics
+
+    def state_dict(self) -> dict:
+        """Head weights and (own) optimizer state; a shared optimizer is saved with the actor's."""
+        state = {"head": self.head.state_dict()}
+        if not self.shared:
+            state["optimizer"] = self.optimizer.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self.head.load_state_dict(state["head"])
+        if not self.shared and "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])

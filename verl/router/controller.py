@@ -1,0 +1,135 @@
+"""The router on the driver: route and rewrite before generation, cost and advantages after the reward, dual ascent.
+
+``RayPPOTrainer`` calls, per step (seed ``000`` §3–§5, ``specs/router.md``)::
+
+    logits = actor_rollout_wg.compute_router_logits(prompts)          # original prompts, [B, 3]
+    controller.route(batch, logits, validate)                           # sample per copy, rewrite, re-tokenise
+    ... generate, reward ...
+    metrics = controller.score(batch, step, validate)                   # cost, r_router, router advantages, λ
+    actor_rollout_wg.update_router(batch)                               # router GRPO step (worker)
+
+Batch fields written (names from the spec): ``router_action`` int64 [B], ``router_log_prob`` [B], ``router_logits``
+[B, 3], ``router_input_ids/attention_mask/position_ids`` (the original prompt), ``router_cost`` [B],
+``router_token_level_rewards`` [B, R], ``router_advantages`` [B], ``router_target_action_id`` [B] (−1 = no weak
+label); non-tensor ``tool_families`` (per-row {tool name: family}).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import torch
+
+from verl.router import RouterAction, parse_other_as, target_action_ids
+from verl.router.cost import CostWeights, compute_costs
+from verl.router.families import load_tool_family_file, row_tool_families
+from verl.router.head import sample_actions
+from verl.router.lagrangian import LagrangeMultiplier
+from verl.router.loss import (
+    compute_router_advantages,
+    compute_router_rewards,
+    router_batch_metrics,
+    router_token_level_rewards,
+)
+from verl.router.rewrite import rewrite_batch, tokenize_prompts
+
+logger = logging.getLogger(__name__)
+
+PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+
+
+class RouterController:
+    """Driver-side router state: the Lagrange multiplier, the tool-family overrides and the sampling generator.
+
+    Args:
+        router_cfg: the ``router`` config section.
+        data_cfg: the ``data`` section (``max_prompt_length``, ``truncation``).
+        tokenizer: the actor tokenizer (re-tokenising rewritten prompts, decoding responses for the cost).
+        seed: seed of the route-sampling generator (reproducible routes; saved in checkpoints).
+    """
+
+    def __init__(self, router_cfg, data_cfg, tokenizer, seed: int = 1) -> None:
+        self.cfg = router_cfg
+        self.data_cfg = data_cfg
+        self.tokenizer = tokenizer
+        self.lagrange = LagrangeMultiplier.from_config(router_cfg)
+        self.weights = CostWeights.from_config(router_cfg.get("cost_weights", {}))
+        self.other_as = parse_other_as(router_cfg.get("other_as", "search"))
+        path = router_cfg.get("tool_family_file")
+        self.family_overrides = load_tool_family_file(path) if path else None
+        self.generator = torch.Generator().manual_seed(int(seed))
+        if router_cfg.get("actor_reward", "task") not in ("task", "router"):
+            raise ValueError(f"router.actor_reward must be 'task' or 'router', got {router_cfg.get('actor_reward')!r}")
+
+    def route(self, batch, router_logits: torch.Tensor, validate: bool) -> None:
+        """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
+
+        ``batch`` must hold ``raw_prompt`` (``data.return_raw_chat=true``); it is modified in place: the prompt
+        tensors become the rewritten prompt, the originals move to ``router_*``.
+
+        Raises:
+            KeyError: ``raw_prompt`` missing from the batch.
+        """
+        if "raw_prompt" not in batch.non_tensor_batch:
+            raise KeyError("router.enable needs raw prompts in the batch: set data.return_raw_chat=true")
+        greedy = validate and bool(self.cfg.get("greedy_eval", True))
+        actions, log_probs = sample_actions(router_logits.float(), greedy=greedy, generator=self.generator)
+        raw = batch.non_tensor_batch["raw_prompt"]
+        extra = batch.non_tensor_batch.get("extra_info", [None] * len(batch))
+        families = [row_tool_families(list(raw[i]), extra[i], self.family_overrides) for i in range(len(batch))]
+        messages = rewrite_batch([list(p) for p in raw], actions, families,
+                                 filter_tools=bool(self.cfg.get("filter_tools", False)), other_as=self.other_as)
+        tokens = tokenize_prompts(self.tokenizer, messages, int(self.data_cfg.max_prompt_length),
+                                  truncation=self.data_cfg.get("truncation", "left"))
+        for key in PROMPT_KEYS:
+            batch.batch[f"router_{key}"] = batch.batch[key]
+            batch.batch[key] = tokens[key]
+        batch.batch["router_action"] = actions
+        batch.batch["router_log_prob"] = log_probs
+        batch.batch["router_logits"] = router_logits.float()
+        families_arr = np.empty(len(families), dtype=object)
+        families_arr[:] = families
+        batch.non_tensor_batch["tool_families"] = families_arr
+        if "router_target_action" in batch.non_tensor_batch:
+            batch.batch["router_target_action_id"] = target_action_ids(batch.non_tensor_batch["router_target_action"])
+
+    def score(self, batch, step: int, validate: bool = False) -> dict:
+        """Tool cost, ``r_router = r_task − λ·cost``, router GRPO advantages (grouped by ``uid``); λ's dual step
+        during training. Needs ``token_level_scores`` and ``response_mask``; returns the router metrics."""
+        response_mask = batch.batch["response_mask"]
+        texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
+                 for ids, mask in zip(batch.batch["responses"], response_mask)]
+        costs, usage = compute_costs(texts, list(batch.non_tensor_batch["tool_families"]), self.weights, self.other_as)
+        task = batch.batch["token_level_scores"].sum(-1).float()
+        r_router = compute_router_rewards(task, costs, self.lagrange.value)
+        tlr = router_token_level_rewards(r_router, response_mask)
+        batch.batch["router_cost"] = costs
+        batch.batch["router_token_level_rewards"] = tlr
+        batch.batch["router_advantages"] = compute_router_advantages(tlr, response_mask, batch.non_tensor_batch["uid"])
+        actions = batch.batch["router_action"]
+        metrics = router_batch_metrics(actions, costs, task, r_router, usage["used_any_tool"])
+        probs = torch.softmax(batch.batch["router_logits"], dim=-1)
+        metrics["router/entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
+        if "router_target_action_id" in batch.batch.keys():
+            target = batch.batch["router_target_action_id"]
+            labelled = target >= 0
+            if bool(labelled.any()):
+                metrics["router/acc_vs_weak_label"] = (actions[labelled] == target[labelled]).float().mean().item()
+        if validate:
+            return {f"val/{k}": v for k, v in metrics.items()}
+        metrics["router/budget"] = self.lagrange.budget
+        metrics.update(self.lagrange.update(costs.mean().item(), step, task.mean().item()))
+        if self.cfg.get("actor_reward", "task") == "router":
+            batch.batch["token_level_scores"] = tlr
+        return metrics
+
+    def state_dict(self) -> dict:
+        """λ trajectory state and the route-sampling RNG (saved in ``data.pt``)."""
+        return {"lagrange": self.lagrange.state_dict(), "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.lagrange.load_state_dict(state["lagrange"])
+        self.generator.set_state(state["generator"])
+
+
+__all__ = ["RouterController", "RouterAction"]
