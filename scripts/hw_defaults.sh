@@ -12,7 +12,8 @@ if [ "$N_GPUS" -gt 0 ]; then
   : "${BASE_MODEL:=smollm2-135m}" "${TRAIN_BATCH_SIZE:=512}" "${PPO_MINI_BATCH_SIZE:=128}" "${ROLLOUT_N:=4}"
   : "${MAX_PROMPT_LENGTH:=2048}" "${MAX_RESPONSE_LENGTH:=1024}" "${TOTAL_EPOCHS:=15}" "${LR:=1e-6}"
   : "${SAVE_FREQ:=15}" "${TEST_FREQ:=5}" "${MICRO_BATCH_PER_GPU:=8}" "${FILTER_OVERLONG:=False}"
-  : "${ROLLOUT_NAME:=hf}"
+  # vLLM when it is installed, the HF rollout otherwise
+  if $PYTHON -c "import vllm" >/dev/null 2>&1; then : "${ROLLOUT_NAME:=vllm}"; else : "${ROLLOUT_NAME:=hf}"; fi
 else
   # laptop-class CPU: the SFT'd tiny model, small batches, short responses, prompts over 1024 tokens dropped
   : "${BASE_MODEL:=tiny-sft}" "${TRAIN_BATCH_SIZE:=8}" "${PPO_MINI_BATCH_SIZE:=8}" "${ROLLOUT_N:=4}"

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import uuid
 from pathlib import Path
 
@@ -42,6 +44,28 @@ logger = logging.getLogger(__name__)
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 ROUTER_UPDATE_KEYS = ["router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
                       "router_advantages", "router_target_action_id"]
+
+
+class _ExitRequest:
+    """Records SIGTERM/SIGINT while a step runs (``trainer.save_on_exit``); a second signal interrupts at once."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.signum: int | None = None
+        self._previous = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping without a checkpoint")
+        self.signum = signum
+        logger.warning("received %s: finishing the current step, then saving a checkpoint and exiting",
+                       signal.Signals(signum).name)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 def compute_response_mask(data: DataProto) -> torch.Tensor:
@@ -264,6 +288,7 @@ class RayPPOTrainer:
         progress = StepProgress(self.total_training_steps, initial=self.global_steps)
         self.global_steps += 1
         n = int(self.config.actor_rollout_ref.rollout.n)
+        exit_request = _ExitRequest(enabled=bool(trainer_cfg.get("save_on_exit", False)))
         try:
             while self.global_steps <= self.total_training_steps:
                 self.train_sampler.set_epoch(self.epoch)
@@ -282,14 +307,27 @@ class RayPPOTrainer:
                     metrics["training/epoch"] = self.epoch
                     tracker.log(metrics, step=self.global_steps)
                     progress.update(metrics)
+                    if exit_request.signum is not None and not is_last:
+                        self._exit_after_signal(exit_request.signum, saved=trainer_cfg.save_freq > 0 and
+                                                self.global_steps % trainer_cfg.save_freq == 0)
                     if is_last:
                         return
                     self.global_steps += 1
                 self.epoch += 1
                 self.batches_consumed = 0
         finally:
+            exit_request.restore()
             progress.close()
             tracker.finish()
+
+    def _exit_after_signal(self, signum: int, saved: bool) -> None:
+        """``trainer.save_on_exit``: after the step in flight, save (unless this step just did) and exit non-zero."""
+        if not saved:
+            self._save_checkpoint()
+        ckpt = Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
+        logger.error("stopped by %s after step %d; checkpoint %s. Run the same command again to resume "
+                     "(trainer.resume_mode=auto).", signal.Signals(signum).name, self.global_steps, ckpt)
+        raise SystemExit(128 + signum)
 
     def _train_step(self, batch_dict: dict, n: int) -> dict:
         """One PPO/GRPO step on one batch of prompts; returns its metrics."""

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# The main job: GRPO with the budgeted tool router on the real RLLA data (seed 000 §8, Option A).
+# CPU-sized defaults when no GPU is present; ToolRL/seed GPU settings otherwise. Every variable can be overridden from
+# the environment (BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, BUDGET_B, TRAIN_BATCH_SIZE, ROLLOUT_N, TOTAL_EPOCHS,
+# TOTAL_STEPS, SAVE_FREQ, ...); extra arguments are Hydra overrides (e.g. `bash run_router_training.sh router.dual_lr=0.1`).
+# First run: prepares the default model (the SFT'd tiny preset on CPU) and the router data, then trains with a progress
+# bar and checkpoints, and finally writes the metric plots. Kill it at any time and run it again to resume.
+set -euo pipefail
+cd "$(dirname "$0")"
+export EXPERIMENT_NAME=${EXPERIMENT_NAME:-baseline_router}
+export PROJECT_NAME=${PROJECT_NAME:-router_grpo}
+: "${SAVE_FREQ:=10}"
+source scripts/hw_defaults.sh
+BUDGET_B=${BUDGET_B:-0.3}
+if [ ! -f "$DATA_DIR/train_router.parquet" ] || [ ! -f "$DATA_DIR/test_router.parquet" ]; then
+  $PYTHON -m verl.router.preprocess --data_dir "$DATA_DIR"
+fi
+RUN_DIR=${RUN_DIR:-outputs/$PROJECT_NAME/$EXPERIMENT_NAME}
+# The trainer runs as a child so that `kill <this script>` (SIGTERM) reaches it: it finishes the step in flight, saves
+# a checkpoint and exits non-zero (trainer.save_on_exit). Ctrl-C reaches it directly through the terminal.
+$PYTHON -m verl.trainer.main_ppo \
+  algorithm.adv_estimator=grpo \
+  data.train_files=${DATA_DIR}/train_router.parquet \
+  data.val_files=${DATA_DIR}/test_router.parquet \
+  data.train_batch_size=$TRAIN_BATCH_SIZE \
+  data.val_batch_size=128 \
+  data.max_prompt_length=$MAX_PROMPT_LENGTH \
+  data.max_response_length=$MAX_RESPONSE_LENGTH \
+  data.filter_overlong_prompts=$FILTER_OVERLONG \
+  actor_rollout_ref.model.path=${BASE_MODEL} \
+  actor_rollout_ref.actor.optim.lr=$LR \
+  actor_rollout_ref.actor.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE \
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO_BATCH_PER_GPU \
+  actor_rollout_ref.model.use_remove_padding=True \
+  actor_rollout_ref.rollout.name=$ROLLOUT_NAME \
+  actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+  actor_rollout_ref.rollout.n=$ROLLOUT_N \
+  router.enable=true \
+  router.budget_B=$BUDGET_B \
+  router.cost_weights.any_tool=1.0 \
+  trainer.save_freq=$SAVE_FREQ \
+  trainer.save_on_exit=true \
+  trainer.test_freq=$TEST_FREQ \
+  trainer.project_name=$PROJECT_NAME \
+  trainer.experiment_name=$EXPERIMENT_NAME \
+  trainer.run_dir=$RUN_DIR \
+  "trainer.logger=[console,jsonl,tensorboard]" \
+  trainer.n_gpus_per_node=$N_GPUS \
+  trainer.nnodes=1 \
+  trainer.total_epochs=$TOTAL_EPOCHS \
+  trainer.total_training_steps=$TOTAL_STEPS \
+  "$@" &
+TRAIN_PID=$!
+trap 'kill -TERM $TRAIN_PID 2>/dev/null' TERM
+set +e
+wait "$TRAIN_PID"; status=$?
+# a trapped signal interrupts `wait` (status > 128) while the trainer is still finishing its step: wait again
+while [ "$status" -gt 128 ] && kill -0 "$TRAIN_PID" 2>/dev/null; do wait "$TRAIN_PID"; status=$?; done
+set -e
+if [ "$status" -ne 0 ]; then
+  echo "training stopped with status $status; run the same command again to resume from the last checkpoint" >&2
+  exit "$status"
+fi
+$PYTHON scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"
