@@ -1,0 +1,278 @@
+"""Batched generation over a prompt file, written as JSONL and scored:
+``python -m verl.trainer.main_generation data.path=X model.path=tiny data.output_path=out.jsonl [key=value ...]``.
+
+Hydra over ``config/generation.yaml`` (verl's key names). No Ray: the model is loaded once in this process, on CUDA
+when available (``trainer.device`` overrides), and generates with ``HFRollout`` (HF ``generate``, KV cache).
+
+Inputs (``data.format``, ``auto`` decides by extension: ``.json`` → ``api_bank``, anything else → ``rlla``):
+
+- ``rlla``: a parquet file in the RLLA schema (``prompt`` chat column, ``reward_model.ground_truth``); default the RLLA
+  test split (``rlla_data.resolve_rlla_file("test")``, 80 rows);
+- ``api_bank``: ToolRL's API-Bank JSON (default ``../shared/data/api_bank/level-1-api_processed.json``, 399 rows),
+  converted to RLLA rows by ``verl.utils.dataset.api_bank`` (ground-truth calls in the RLLA output format).
+
+Both go through ``RLHFDataset`` (chat template with the generation prompt, errors naming file/row). Prompts are
+sorted by length and batched ``data.batch_size`` at a time, left-padded only to the batch's longest prompt. Progress:
+a tqdm bar on a TTY, a heartbeat log line per batch otherwise.
+
+Output (``data.output_path``, written atomically, input order, ``data.n_samples`` consecutive rows per prompt)::
+
+    {"index": extra_info.index, "row": position in the file, "sample": k, "data_source": str,
+     "prompt": last characters of the last prompt message, "response": decoded response (special tokens kept, up to
+     and including EOS), "response_tokens": int, "finished": ended with EOS,
+     "tool_calls": parsed calls [{name, parameters}], "ground_truth": str | null, "ground_truth_tool_calls": [...]}
+
+With ``eval.enable`` (default) the file is then scored by ``verl.trainer.main_eval`` and the summary (tool-call
+accuracy, RLLA reward, generation speed) is written to ``eval.output_path`` and printed.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import hydra
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config_utils import ConfigError
+from verl.trainer.main_eval import atomic_write_text, evaluate_file, ground_truth_calls
+from verl.trainer.main_ppo import setup_logging
+from verl.utils.reward_score.tool_parse import parse_tool_calls
+
+logger = logging.getLogger(__name__)
+
+DATA_FORMATS = ("auto", "rlla", "api_bank")
+
+
+def load_generation_config(overrides: list[str] | None = None) -> DictConfig:
+    """Compose ``generation.yaml`` with Hydra-style ``key=value`` overrides (tests and scripts)."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(Path(__file__).parent / "config"), version_base=None):
+        return compose(config_name="generation", overrides=list(overrides or []))
+
+
+def resolve_data_format(path: str | None, data_format: str) -> str:
+    """``rlla`` or ``api_bank`` from ``data.format`` (``auto``: ``.json`` → ``api_bank``, else ``rlla``).
+
+    Raises:
+        ConfigError: unknown ``data.format``.
+    """
+    if data_format not in DATA_FORMATS:
+        raise ConfigError(f"data.format must be one of {DATA_FORMATS}, got {data_format!r}")
+    if data_format != "auto":
+        return data_format
+    return "api_bank" if path and str(path).lower().endswith(".json") else "rlla"
+
+
+def resolve_parquet(data_cfg: DictConfig, tmp_dir: str) -> tuple[str, str]:
+    """``(parquet path, format)`` to read prompts from; API-Bank JSON is converted into ``tmp_dir`` first.
+
+    Raises:
+        FileNotFoundError: ``data.path`` does not exist.
+    """
+    path = data_cfg.get("path")
+    data_format = resolve_data_format(path, data_cfg.get("format", "auto"))
+    if path and not os.path.isfile(os.path.expanduser(str(path))):
+        raise FileNotFoundError(f"data.path: {path} not found")
+    if data_format == "api_bank":
+        from verl.utils.dataset.api_bank import write_api_bank_parquet
+
+        parquet = write_api_bank_parquet(Path(tmp_dir) / "api_bank.parquet", path)
+        return str(parquet), data_format
+    if not path:
+        from verl.utils.dataset.rlla_data import resolve_rlla_file
+
+        path = resolve_rlla_file("test")
+    return os.path.expanduser(str(path)), data_format
+
+
+def build_dataset(config: DictConfig, tokenizer, parquet: str):
+    """``RLHFDataset`` over ``parquet`` with the generation settings (raw chat kept for the ``prompt`` field)."""
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    data = config.data
+    return RLHFDataset(parquet, tokenizer, config={
+        "prompt_key": data.prompt_key,
+        "max_prompt_length": int(config.rollout.prompt_length),
+        "truncation": data.get("truncation", "error"),
+        "filter_overlong_prompts": bool(data.get("filter_overlong_prompts", False)),
+        "return_raw_chat": True,
+        "max_samples": int(data.get("max_samples", -1) or -1),
+    })
+
+
+def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
+    """Row indices sorted by prompt length (stable), cut into batches of ``batch_size``.
+
+    Raises:
+        ValueError: ``batch_size < 1``.
+    """
+    if batch_size < 1:
+        raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+
+def trim_left_padding(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the leading columns that are padding in every row of a left-padded ``[B, P]`` batch.
+
+    ``attention_mask`` decides; every tensor in ``tensors`` is cut to the longest row (``[B, max valid length]``).
+    Position ids are unchanged (they count valid tokens only).
+    """
+    width = max(int(tensors["attention_mask"].sum(-1).max()), 1)
+    return {key: value[:, -width:] for key, value in tensors.items()}
+
+
+def prompt_tail(messages: Any, chars: int | None) -> str:
+    """The last ``chars`` characters of the last message's content (all of it when ``chars`` is 0 or None)."""
+    content = str(messages[-1]["content"]) if len(messages) else ""
+    if chars and len(content) > chars:
+        return "..." + content[-chars:]
+    return content
+
+
+def _device(name: str | None) -> torch.device:
+    """``trainer.device`` if set (``cpu`` | ``cuda``), else CUDA when available."""
+    if name and name not in ("cpu", "cuda"):
+        raise ConfigError(f"trainer.device must be 'cpu' or 'cuda', got {name!r}")
+    return torch.device(name or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
+def _sampling_check(rollout: DictConfig, n_samples: int) -> None:
+    greedy = not rollout.do_sample or float(rollout.temperature) <= 0
+    if n_samples < 1:
+        raise ConfigError(f"data.n_samples must be >= 1, got {n_samples}")
+    if greedy and n_samples > 1:
+        raise ConfigError(f"data.n_samples={n_samples} with greedy decoding gives identical samples; set "
+                          "rollout.do_sample=true and rollout.temperature>0, or data.n_samples=1")
+
+
+def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
+    """Generate for every prompt of ``config.data``; returns the JSONL rows (input order) and timing stats.
+
+    Raises:
+        ConfigError: inconsistent sampling settings or ``data.format``.
+        FileNotFoundError / ValueError / PromptTooLongError: from the data file (file, row and key named).
+    """
+    from transformers import AutoTokenizer
+
+    from verl.protocol import DataProto
+    from verl.utils.dataset.rl_dataset import collate_fn
+    from verl.utils.model_presets import prepare_model
+    from verl.utils.model_utils import load_causal_lm
+    from verl.utils.tracking import StepProgress
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    n_samples = int(config.data.n_samples)
+    _sampling_check(config.rollout, n_samples)
+    torch.manual_seed(int(config.rollout.get("seed", 0)))
+    model_dir = prepare_model(config.model.path)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=config.model.get("trust_remote_code", False))
+    with tempfile.TemporaryDirectory(prefix="main_generation_") as tmp:
+        parquet, data_format = resolve_parquet(config.data, tmp)
+        dataset = build_dataset(config, tokenizer, parquet)
+        items = [dataset[i] for i in range(len(dataset))]
+    device = _device(config.trainer.get("device"))
+    model = load_causal_lm(OmegaConf.merge(config.model, {"path": model_dir}), trainable=False).to(device)
+    rollout = HFRollout(model, config.rollout, tokenizer)
+    meta = {"n": n_samples, "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": dataset.pad_token_id}
+    batches = length_sorted_batches([int(it["attention_mask"].sum()) for it in items], int(config.data.batch_size))
+    logger.info("generating %d prompts x %d samples (%s, %s) in %d batches on %s, response_length=%d, %s",
+                len(items), n_samples, data_format, parquet if data_format == "rlla" else config.data.get("path"),
+                len(batches), device, int(config.rollout.response_length),
+                "sampling" if config.rollout.do_sample else "greedy")
+    progress = StepProgress(total=len(batches), desc="generate")
+    out: list[dict | None] = [None] * (len(items) * n_samples)
+    tail_chars = int(config.data.get("prompt_tail_chars") or 0)
+    start, new_tokens = time.monotonic(), 0
+    try:
+        for batch_idx in batches:
+            batch = collate_fn([items[i] for i in batch_idx])
+            tensors = trim_left_padding({k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")})
+            result = rollout.generate_sequences(DataProto.from_dict(tensors=tensors, meta_info=meta))
+            lengths = result.batch["response_mask"].sum(-1).tolist()
+            responses = result.batch["responses"]
+            for j, length in enumerate(lengths):
+                row, sample = batch_idx[j // n_samples], j % n_samples
+                ids = responses[j, :int(length)].tolist()
+                out[row * n_samples + sample] = _output_row(items[row], row, sample, ids, tokenizer, tail_chars)
+            new_tokens += int(sum(lengths))
+            progress.update({"response_length/mean": sum(lengths) / len(lengths)})
+    finally:
+        progress.close()
+    seconds = time.monotonic() - start
+    stats = {"generation": {
+        "model": str(config.model.path), "model_dir": model_dir, "data_format": data_format, "device": str(device),
+        "prompts": len(items), "samples": len(out), "response_length": int(config.rollout.response_length),
+        "do_sample": bool(config.rollout.do_sample), "batch_size": int(config.data.batch_size),
+        "seconds": round(seconds, 2), "new_tokens": new_tokens,
+        "new_tokens_per_s": round(new_tokens / seconds, 1) if seconds > 0 else None,
+        "mean_response_tokens": new_tokens / max(len(out), 1),
+    }}
+    return out, stats  # type: ignore[return-value]
+
+
+def _output_row(item: Mapping, row: int, sample: int, response_ids: list[int], tokenizer, tail_chars: int) -> dict:
+    """One JSONL row (see the module docstring)."""
+    response = tokenizer.decode(response_ids, skip_special_tokens=False)
+    gt = (item.get("reward_model") or {}).get("ground_truth")
+    return {
+        "index": int(item["index"]),
+        "row": row,
+        "sample": sample,
+        "data_source": item.get("data_source"),
+        "prompt": prompt_tail(item["raw_prompt"], tail_chars),
+        "response": response,
+        "response_tokens": len(response_ids),
+        "finished": bool(response_ids) and response_ids[-1] == tokenizer.eos_token_id,
+        "tool_calls": parse_tool_calls(response),
+        "ground_truth": gt,
+        "ground_truth_tool_calls": ground_truth_calls(gt, f"row {row}: reward_model.ground_truth")
+        if isinstance(gt, str) else None,
+    }
+
+
+def write_jsonl(path: str | os.PathLike, rows: list[dict]) -> Path:
+    """Write ``rows`` as JSONL atomically (temporary sibling file, then rename)."""
+    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def run_generation(config: DictConfig) -> dict:
+    """Generate, write ``data.output_path`` and, with ``eval.enable``, score it.
+
+    Returns:
+        The evaluation summary (plus ``generation`` stats) when ``eval.enable``, else the generation stats; both carry
+        ``output_path``.
+
+    Raises:
+        ConfigError: ``data.output_path`` unset, or inconsistent settings.
+    """
+    output = None if OmegaConf.is_missing(config.data, "output_path") else config.data.get("output_path")
+    if not output:
+        raise ConfigError("data.output_path is required (e.g. data.output_path=outputs/generations.jsonl)")
+    rows, stats = generate_rows(config)
+    write_jsonl(output, rows)
+    logger.info("wrote %d generations to %s (%.1f s, %s new tokens/s)", len(rows), output,
+                stats["generation"]["seconds"], stats["generation"]["new_tokens_per_s"])
+    if not config.eval.get("enable", True):
+        return {"output_path": str(output), **stats}
+    return evaluate_file(output, config.eval.get("dataset", "auto"), config.eval.get("output_path"),
+                         extra={"output_path": str(output), **stats})
+
+
+@hydra.main(config_path="config", config_name="generation", version_base=None)
+def main(config: DictConfig) -> None:
+    """Hydra entry point (see the module docstring); prints the summary JSON."""
+    setup_logging()
+    print(json.dumps(run_generation(config), indent=2))
+
+
+if __name__ == "__main__":
+    main()
