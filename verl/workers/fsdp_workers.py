@@ -454,9 +454,6 @@ class CriticWorker(_ModelWorkerMixin, Worker):
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
                         hdfs_path: str | None = None) -> None:
         """Write the critic checkpoint to ``local_path`` (same layout as the actor's)."""
-        if self.router is not None:
-            os.makedirs(local_path, exist_ok=True)
-            torch.save(self.router.state_dict(), _rank_file(local_path, "router", self.world_size, self.rank))
         self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
