@@ -1,0 +1,72 @@
+"""Checkpoint manifests: a half-written or corrupted checkpoint never counts for resume, rotation never deletes the
+newest valid checkpoint, and a config change on a resume key is reported by name."""
+import logging
+
+import pytest
+
+from verl.utils import checkpoint_manifest as cm
+
+CONFIG = {"data": {"train_batch_size": 8, "seed": 1}, "actor_rollout_ref": {"model": {"path": "m"}}}
+
+
+def _save(root, step, payload=b"weights"):
+    tmp = cm.new_temp_dir(root, step)
+    (tmp / "actor").mkdir()
+    (tmp / "actor" / "model.pt").write_bytes(payload)
+    (tmp / "data.pt").write_bytes(b"state")
+    cm.write_manifest(tmp, step=step, epoch=0, config=CONFIG, world_size=1, version="t")
+    return cm.publish_checkpoint(tmp, root, step)
+
+
+def test_publish_and_verify(tmp_path):
+    step_dir = _save(tmp_path, 3)
+    assert step_dir.name == "global_step_3"
+    assert (tmp_path / cm.TRACKER).read_text() == "3"
+    manifest = cm.verify_checkpoint(step_dir)
+    assert {f["path"] for f in manifest["files"]} == {"actor/model.pt", "data.pt"}
+    assert manifest["resume_keys"]["data.train_batch_size"] == 8
+    assert not list(tmp_path.glob(cm.TMP_PREFIX + "*"))
+
+
+def test_half_written_and_corrupted_checkpoints_are_skipped(tmp_path, caplog):
+    _save(tmp_path, 1)
+    _save(tmp_path, 2)
+    # a save killed before its manifest: a renamed directory without manifest (or a leftover temp dir)
+    (tmp_path / "global_step_3" / "actor").mkdir(parents=True)
+    cm.new_temp_dir(tmp_path, 4)  # leftover temp dir: never a candidate
+    # step 2 corrupted after the fact (same size, other bytes)
+    (tmp_path / "global_step_2" / "actor" / "model.pt").write_bytes(b"WEIGHTS")
+    with caplog.at_level(logging.WARNING):
+        assert cm.latest_valid_checkpoint(tmp_path) == tmp_path / "global_step_1"
+    assert "no manifest.json" in caplog.text and "does not match its SHA-256" in caplog.text
+    with pytest.raises(cm.CheckpointError, match="model.pt is missing"):
+        (tmp_path / "global_step_1" / "actor" / "model.pt").unlink()
+        cm.verify_checkpoint(tmp_path / "global_step_1")
+    assert cm.latest_valid_checkpoint(tmp_path) is None
+
+
+def test_rotation_keeps_newest_valid(tmp_path):
+    for step in (1, 2, 3, 4):
+        _save(tmp_path, step)
+    (tmp_path / "global_step_4" / cm.MANIFEST).unlink()  # newest is invalid
+    removed = cm.rotate_checkpoints(tmp_path, keep=1)
+    left = sorted(p.name for p in cm.step_dirs(tmp_path))
+    # step 4 (invalid, newer than every valid one) and step 3 (newest valid) survive
+    assert left == ["global_step_3", "global_step_4"], left
+    assert sorted(p.name for p in removed) == ["global_step_1", "global_step_2"]
+    assert cm.rotate_checkpoints(tmp_path, keep=None) == []
+
+
+def test_config_differences_name_keys():
+    saved = cm.flatten(CONFIG)
+    current = cm.flatten({"data": {"train_batch_size": 16, "seed": 1}, "actor_rollout_ref": {"model": {"path": "m"}}})
+    diffs = cm.config_differences(saved, current)
+    assert diffs == ["data.train_batch_size: checkpoint 8 -> now 16"]
+    assert cm.config_differences(saved, current, allowed=["data.train_batch_size"]) == []
+
+
+def test_replayed_step_replaces_directory(tmp_path):
+    _save(tmp_path, 5, b"old")
+    _save(tmp_path, 5, b"new")
+    assert (tmp_path / "global_step_5" / "actor" / "model.pt").read_bytes() == b"new"
+    cm.verify_checkpoint(tmp_path / "global_step_5")
