@@ -378,6 +378,11 @@ class RayPPOTrainer:
                 else:
                     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
                 batch = compute_advantage(batch, config.algorithm.adv_estimator, config.algorithm)
+            bad_inputs = self._non_finite_rows(batch)
+            if bad_inputs:
+                metrics["training/non_finite_inputs"] = 1.0
+                self._record_bad_step(f"non-finite {bad_inputs}: updates skipped")
+                return metrics
             if self.use_critic:
                 with marked_timer("update_critic", timing):
                     out = self.critic_wg.update_critic(batch)
@@ -391,11 +396,44 @@ class RayPPOTrainer:
                     keys = [k for k in ROUTER_UPDATE_KEYS if k in batch.batch.keys()]
                     out = self.actor_rollout_wg.update_router(batch.select(batch_keys=keys, non_tensor_batch_keys=[]))
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
+        skipped = metrics.get("actor/skipped_steps", 0.0)
+        if skipped or not np.isfinite(metrics.get("actor/pg_loss", 0.0)):
+            self._record_bad_step(f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)")
+        else:
+            self.bad_steps = 0
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
         self.last_batch = batch
         return metrics
+
+    @staticmethod
+    def _non_finite_rows(batch: DataProto) -> dict:
+        """``{tensor name: [row indices]}`` of the loss inputs holding NaN/Inf on response tokens (empty if clean)."""
+        mask = batch.batch["response_mask"].bool()
+        found = {}
+        for key in ("token_level_scores", "token_level_rewards", "old_log_probs", "ref_log_prob", "values",
+                    "advantages", "returns"):
+            if key in batch.batch.keys():
+                bad = (~torch.isfinite(batch.batch[key]) & mask).any(-1)
+                if bool(bad.any()):
+                    found[key] = bad.nonzero().flatten().tolist()
+        return found
+
+    def _record_bad_step(self, what: str) -> None:
+        """Count a bad step; after ``trainer.max_consecutive_bad_steps`` in a row, save the last good state and stop.
+
+        Raises:
+            RuntimeError: the limit was reached (the message names the checkpoint).
+        """
+        self.bad_steps = getattr(self, "bad_steps", 0) + 1
+        limit = int(self.config.trainer.get("max_consecutive_bad_steps", 3))
+        logger.error("step %d: %s (%d consecutive bad steps, limit %d)", self.global_steps, what, self.bad_steps, limit)
+        if self.bad_steps >= limit:
+            self._save_checkpoint()  # the skipped updates left the weights at the last good state
+            raise RuntimeError(f"stopping after {self.bad_steps} consecutive non-finite steps (last: {what}); the last "
+                               f"good state is saved in {self.config.trainer.default_local_dir}/global_step_"
+                               f"{self.global_steps}")
 
     def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
         """ReMax baseline: the reward of one greedy rollout per prompt, [B_prompts] (Li et al. 2023, eq. 5)."""
