@@ -1,7 +1,11 @@
 # Sourced by the launch scripts: detects GPUs and sets CPU- or GPU-sized defaults that every variable overrides.
-# Variables (all optional): N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
+# Variables (all optional): the reward switches, N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
 # MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, PYTHON.
 PYTHON=${PYTHON:-python3}
+# ToolRL's reward switches (off unless set to 1; see README "The ToolRL reward")
+export WITHLENGTH=${WITHLENGTH:-0} REFINEDREWARD=${REFINEDREWARD:-0} COARSEREWARD=${COARSEREWARD:-0}
+export STRICTMATCH=${STRICTMATCH:-0} CORRECTMAX1=${CORRECTMAX1:-0} MAX1STEP30MAX3=${MAX1STEP30MAX3:-0}
+export SCHEDULEREWARD=${SCHEDULEREWARD:-0} SCHEDULELENGTH=${SCHEDULELENGTH:-0}
 if [ -z "${N_GPUS+x}" ]; then
   N_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 fi
