@@ -93,7 +93,7 @@ def _atomic_publish(build_fn, target: Path) -> Path:
 
     A crash half-way never leaves a partial preset that later runs would load.
     """
-    if target.is_dir() and (target / "config.json").is_file():
+    if target.is_dir():  # published by an atomic rename: its existence means it is complete
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
@@ -102,7 +102,7 @@ def _atomic_publish(build_fn, target: Path) -> Path:
         try:
             os.replace(tmp, target)
         except OSError:  # another process published it first
-            if not (target / "config.json").is_file():
+            if not target.is_dir():
                 raise
     finally:
         if tmp.exists():
