@@ -1,0 +1,151 @@
+"""Router inference (`python -m verl.router.infer`) on a fake checkpoint built from the tiny preset: the greedy route
+follows the head's bias, the JSONL rows are complete, and the prompt used for generation is the training rewrite."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from verl.protocol import DataProto
+from verl.router import ROUTE_NAMES, RouterAction
+from verl.router.controller import RouterController
+from verl.router.families import TOOLS_HEADER, row_tool_families, system_text_of
+from verl.router.head import RouterHead
+from verl.router.infer import RouterInference, load_prompt_rows, main, resolve_checkpoint
+from verl.router.rewrite import ANSWER_INSTRUCTION, ROUTING_HEADER, rewrite_messages, tokenize_prompts
+from verl.trainer.config_utils import load_default_config
+from verl.utils.model_presets import prepare_model
+
+TEST_PARQUET = Path("/work/shared/data/rlla_4k/test.parquet")
+N_ROWS = 3
+
+pytestmark = pytest.mark.skipif(not TEST_PARQUET.is_file(), reason=f"{TEST_PARQUET} not available")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir() -> str:
+    return prepare_model("tiny")
+
+
+@pytest.fixture(scope="module")
+def prompts_parquet(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("prompts") / "three.parquet"
+    pd.read_parquet(TEST_PARQUET).iloc[:N_ROWS].to_parquet(path)
+    return path
+
+
+def make_checkpoint(root: Path, tiny_dir: str, preferred: RouterAction, overrides: tuple = ()) -> Path:
+    """``root/global_step_7`` as the trainer saves it, with a head whose bias strongly prefers ``preferred``."""
+    step = root / "global_step_7"
+    shutil.copytree(tiny_dir, step / "actor" / "huggingface")
+    hidden = json.loads((step / "actor" / "huggingface" / "config.json").read_text())["hidden_size"]
+    head = RouterHead(hidden)
+    with torch.no_grad():
+        head.net.bias[int(preferred)] = 12.0
+    torch.save({"head": head.state_dict(), "optimizer": {}}, step / "actor" / "router_world_size_1_rank_0.pt")
+    cfg = load_default_config(["router.enable=true", "data.max_prompt_length=2048", *overrides])
+    OmegaConf.save(cfg, step / "config.yaml")
+    return step
+
+
+def test_cli_answer_route_writes_rows(tmp_path, tiny_dir, prompts_parquet, capsys):
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
+    out = tmp_path / "out" / "routed.jsonl"
+    assert main(["--checkpoint", str(step), "--prompts", str(prompts_parquet), "--output", str(out),
+                 "--max_new_tokens", "8", "--batch_size", "2", "--device", "cpu"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(rows) == N_ROWS
+    expected_index = [int(e["index"]) for e in pd.read_parquet(prompts_parquet)["extra_info"]]
+    assert [r["index"] for r in rows] == expected_index
+    for r in rows:
+        assert set(r) >= {"index", "route", "router_probs", "response", "tool_calls"}
+        assert r["route"] == "ANSWER"
+        assert list(r["router_probs"]) == list(ROUTE_NAMES)
+        assert sum(r["router_probs"].values()) == pytest.approx(1.0, abs=1e-5)
+        assert r["router_probs"]["ANSWER"] > 0.99
+        assert isinstance(r["response"], str) and isinstance(r["tool_calls"], list)
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["routes"] == {"ANSWER": N_ROWS, "SEARCH": 0, "CALCULATE": 0}
+    assert summary["prompts"] == N_ROWS and summary["output_path"] == str(out)
+    assert not list(out.parent.glob(".*tmp*"))  # atomic write left no temporary file
+
+
+def _controller_tokens(engine: RouterInference, rows, probs: torch.Tensor) -> dict:
+    """What ``RouterController.route`` (training, validate=True) feeds the rollout for the same router logits."""
+    raw = np.empty(len(rows), dtype=object)
+    raw[:] = [r.messages for r in rows]
+    extra = np.empty(len(rows), dtype=object)
+    extra[:] = [r.extra_info for r in rows]
+    original = tokenize_prompts(engine.tokenizer, raw, engine.max_prompt_length, truncation=engine.truncation)
+    batch = DataProto.from_dict(tensors=original, non_tensors={"raw_prompt": raw, "extra_info": extra})
+    controller = RouterController(engine.router_cfg, engine.config.data, engine.tokenizer)
+    controller.route(batch, probs.log(), validate=True)
+    return batch.batch
+
+
+@pytest.mark.parametrize("preferred", [RouterAction.ANSWER, RouterAction.SEARCH])
+def test_generation_prompt_is_the_training_rewrite(tmp_path, tiny_dir, prompts_parquet, preferred):
+    step = make_checkpoint(tmp_path, tiny_dir, preferred)
+    engine = RouterInference(step / "actor", max_new_tokens=8, device="cpu")  # the actor/ subdir works too
+    rows = load_prompt_rows(prompts_parquet)
+    routed = engine.route([r.messages for r in rows], [r.extra_info for r in rows])
+    assert routed.actions.tolist() == [int(preferred)] * N_ROWS
+    assert torch.allclose(routed.probs.sum(-1), torch.ones(N_ROWS))
+    for row, messages in zip(rows, routed.messages):
+        families = row_tool_families(row.messages, row.extra_info)
+        assert messages == rewrite_messages(row.messages, preferred, families, filter_tools=False,
+                                            other_as=RouterAction.SEARCH)
+        system = system_text_of(messages)
+        if preferred == RouterAction.ANSWER:
+            assert TOOLS_HEADER not in system and system.endswith(ANSWER_INSTRUCTION)
+        else:
+            assert TOOLS_HEADER in system and ROUTING_HEADER in system and ANSWER_INSTRUCTION not in system
+    # token-for-token the prompt that training's controller builds for the same route
+    trained = _controller_tokens(engine, rows, routed.probs)
+    assert trained["router_action"].tolist() == routed.actions.tolist()
+    for i in range(N_ROWS):
+        ours = routed.tokens["input_ids"][i][routed.tokens["attention_mask"][i].bool()]
+        theirs = trained["input_ids"][i][trained["attention_mask"][i].bool()]
+        assert torch.equal(ours, theirs)
+    responses = engine.generate(routed.tokens)
+    assert len(responses) == N_ROWS and all(isinstance(r, str) for r in responses)
+
+
+def test_search_route_from_jsonl_with_filter_tools(tmp_path, tiny_dir, prompts_parquet):
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.SEARCH, overrides=("router.filter_tools=true",))
+    src = pd.read_parquet(prompts_parquet)
+    jsonl = tmp_path / "prompts.jsonl"  # no extra_info: index falls back to the row position
+    jsonl.write_text("".join(json.dumps({"prompt": [dict(m) for m in p]}) + "\n" for p in src["prompt"]))
+    out = tmp_path / "routed.jsonl"
+    assert main(["--checkpoint", str(step), "--prompts", str(jsonl), "--output", str(out),
+                 "--max_new_tokens", "8", "--device", "cpu"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["route"] for r in rows] == ["SEARCH"] * N_ROWS
+    assert [r["index"] for r in rows] == list(range(N_ROWS))
+    assert all(r["router_probs"]["SEARCH"] > 0.99 for r in rows)
+
+
+def test_checkpoint_errors_name_the_missing_piece(tmp_path, tiny_dir):
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
+    assert resolve_checkpoint(step) == resolve_checkpoint(step / "actor")
+    (step / "actor" / "router_world_size_1_rank_0.pt").unlink()
+    with pytest.raises(FileNotFoundError, match="router_world_size_.*router.enable"):
+        resolve_checkpoint(step)
+    with pytest.raises(FileNotFoundError, match="huggingface"):
+        resolve_checkpoint(tmp_path)
+
+
+def test_prompt_file_errors_name_file_and_row(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"prompt": [{"role": "user", "content": "hi"}]}) + "\n" + json.dumps({"x": 1}) + "\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:line 2: missing key 'prompt'"):
+        load_prompt_rows(bad)
+    bad.write_text(json.dumps({"prompt": [{"role": "user", "content": ""}]}) + "\n")
+    with pytest.raises(ValueError, match=r"bad\.jsonl:line 1: prompt\[0\]\.content"):
+        load_prompt_rows(bad)

@@ -1,0 +1,397 @@
+"""Router inference (spec "Inference"): route greedily, rewrite the prompt, generate once, write JSONL.
+
+``python -m verl.router.infer --checkpoint CKPT --prompts FILE --output OUT.jsonl [--max_new_tokens N]
+[--batch_size B] [--device cpu|cuda]``
+
+``CKPT`` is a trainer checkpoint ``.../global_step_N`` (or its ``actor/`` subdirectory)::
+
+    global_step_N/config.yaml                          the resolved training config (router:, data:)
+    global_step_N/actor/huggingface/                   HF export of the actor (config, safetensors, tokenizer)
+    global_step_N/actor/router_world_size_W_rank_0.pt  {"head": RouterHead state_dict, "optimizer": ...}
+
+``FILE`` is a parquet in the RLLA schema (``prompt`` column of chat messages, optional ``extra_info``) or a JSONL
+file (``.jsonl`` / ``.json``, one JSON object a line) with the same ``prompt`` (and optional ``extra_info``) fields.
+
+Per batch of prompts (no reference model, critic or reward is loaded), the same steps as
+``RouterController.route`` with ``validate=True`` during training, so a route gives the same rewritten prompt:
+
+1. tokenise the ORIGINAL prompts (``rewrite.tokenize_prompts``, ``data.max_prompt_length`` / ``data.truncation``);
+2. ``router_logits`` [B, 3] from the actor's hidden states and the checkpoint's ``RouterHead``; argmax route;
+3. tool families per row (``extra_info.tool_families`` or the heuristic; ``router.tool_family_file`` overrides);
+4. rewrite the system message for the route (``router.filter_tools``, ``router.other_as``) and re-tokenise;
+5. one greedy generation with ``HFRollout`` (at most ``--max_new_tokens``), decoded with special tokens kept (as
+   ``verl.trainer.main_generation``), and tool calls parsed with ``tool_parse.parse_tool_calls``.
+
+Output rows (input order, written atomically)::
+
+    {"index": extra_info.index (else the row position), "row": position in FILE,
+     "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p},
+     "response": str, "tool_calls": [{"name", "parameters"}, ...]}
+
+The command prints a JSON summary (route counts, rows with tool calls, timing).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl.router import ROUTE_NAMES, parse_other_as
+from verl.router.families import load_tool_family_file, row_tool_families
+from verl.router.head import RouterHead, compute_router_logits, sample_actions
+from verl.router.rewrite import rewrite_batch, tokenize_prompts
+from verl.utils.dataset.rl_dataset import PromptTooLongError, _extra_info_problems, message_list_problems
+
+logger = logging.getLogger(__name__)
+
+CONFIG_FILE = "config.yaml"
+HF_DIR = "huggingface"
+ROUTER_FILE_GLOB = "router_world_size_*_rank_0.pt"
+JSONL_SUFFIXES = (".jsonl", ".json")
+
+
+# ----------------------------------------------------------------------------------------------------- checkpoint
+@dataclass(frozen=True)
+class CheckpointFiles:
+    """Where the pieces of a ``global_step_N`` checkpoint live."""
+
+    step_dir: Path
+    actor_dir: Path
+    hf_dir: Path
+    router_file: Path
+    config_file: Path
+
+
+def resolve_checkpoint(path: str | os.PathLike) -> CheckpointFiles:
+    """Locate the HF export, the router head file and ``config.yaml`` of a checkpoint.
+
+    Args:
+        path: ``.../global_step_N`` or ``.../global_step_N/actor``.
+
+    Raises:
+        FileNotFoundError: the directory, ``actor/huggingface/``, the router file (the run needs ``router.enable``)
+            or ``config.yaml`` is missing; the message names the path looked at.
+        ValueError: several ``router_world_size_*_rank_0.pt`` files in one actor directory.
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"--checkpoint {root}: not a directory")
+    if (root / "actor" / HF_DIR).is_dir():
+        step_dir, actor_dir = root, root / "actor"
+    elif (root / HF_DIR).is_dir():
+        step_dir, actor_dir = root.parent, root
+    else:
+        raise FileNotFoundError(f"--checkpoint {root}: no actor/{HF_DIR}/ (nor {HF_DIR}/) export; save checkpoints "
+                                "with 'hf_model' in checkpoint.save_contents")
+    routers = sorted(actor_dir.glob(ROUTER_FILE_GLOB))
+    if not routers:
+        raise FileNotFoundError(f"--checkpoint {root}: no {ROUTER_FILE_GLOB} in {actor_dir} (was the run trained "
+                                "with router.enable=true?)")
+    if len(routers) > 1:
+        raise ValueError(f"--checkpoint {root}: several router files in {actor_dir}: {[p.name for p in routers]}")
+    config_file = step_dir / CONFIG_FILE
+    if not config_file.is_file():
+        raise FileNotFoundError(f"--checkpoint {root}: the training config {config_file} is missing")
+    return CheckpointFiles(step_dir, actor_dir, actor_dir / HF_DIR, routers[0], config_file)
+
+
+def load_checkpoint_config(config_file: str | os.PathLike) -> DictConfig:
+    """The checkpoint's training config; checks that it has ``router`` and ``data.max_prompt_length``.
+
+    Raises:
+        ValueError: a missing section or key (the file is named).
+    """
+    config = OmegaConf.load(config_file)
+    if not isinstance(config.get("router"), DictConfig):
+        raise ValueError(f"{config_file}: no 'router' section (not a router training config)")
+    if config.get("data") is None or config.data.get("max_prompt_length") is None:
+        raise ValueError(f"{config_file}: data.max_prompt_length is missing")
+    return config
+
+
+def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hidden_size: int) -> RouterHead:
+    """Build the :class:`RouterHead` the run trained (``router.head``, ``pooling``, ``detach_backbone``) and load
+    the ``head`` weights of ``router_file`` (CPU, eval mode).
+
+    Raises:
+        KeyError: the file holds no ``head`` entry.
+        ValueError: the weights do not fit the configured head (file and head type named).
+    """
+    state = torch.load(router_file, map_location="cpu", weights_only=True)
+    if not isinstance(state, Mapping) or "head" not in state:
+        raise KeyError(f"{router_file}: expected a dict with a 'head' state_dict, got "
+                       f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}")
+    head = RouterHead(hidden_size, head=router_cfg.get("head", "linear"),
+                      pooling=router_cfg.get("pooling", "last_token"),
+                      detach_backbone=bool(router_cfg.get("detach_backbone", True)))
+    try:
+        head.load_state_dict(state["head"])
+    except RuntimeError as exc:
+        raise ValueError(f"{router_file}: head weights do not fit router.head={head.head_type!r} with hidden size "
+                         f"{hidden_size}: {exc}") from exc
+    return head.eval()
+
+
+# -------------------------------------------------------------------------------------------------------- prompts
+@dataclass(frozen=True)
+class PromptRow:
+    """One input prompt: its chat ``messages``, ``extra_info`` (or None) and output ``index``."""
+
+    messages: list[dict]
+    extra_info: Optional[Mapping]
+    index: int
+
+
+def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> list[PromptRow]:
+    """Read the prompts of a parquet (RLLA schema) or JSONL file (``.jsonl`` / ``.json``).
+
+    ``index`` is ``extra_info["index"]`` when present, else the row position (0-based, blank JSONL lines skipped).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: a missing ``prompt_key``, a malformed prompt or ``extra_info``, a JSONL line that is not a JSON
+            object, or an empty file (``file:row N: key: problem`` for parquet, ``file:line N: ...`` for JSONL).
+    """
+    import pandas as pd
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise FileNotFoundError(f"--prompts {path}: not found")
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        located = [(f"{path}:line {n}", record) for n, record in _json_lines(path.read_text(encoding="utf-8"), path)]
+    else:
+        located = [(f"{path}:row {n}", record) for n, record in enumerate(pd.read_parquet(path).to_dict("records"))]
+    if not located:
+        raise ValueError(f"{path}: no prompts")
+    rows = []
+    for position, (where, record) in enumerate(located):
+        if prompt_key not in record:
+            raise ValueError(f"{where}: missing key {prompt_key!r}; keys are {sorted(record)}")
+        extra = record.get("extra_info")
+        problems = message_list_problems(record[prompt_key], prompt_key) + _extra_info_problems(extra)
+        if problems:
+            key, problem = problems[0]
+            raise ValueError(f"{where}: {key}: {problem}")
+        index = int(extra["index"]) if isinstance(extra, Mapping) and "index" in extra else position
+        rows.append(PromptRow([dict(m) for m in record[prompt_key]], extra, index))
+    return rows
+
+
+def _json_lines(text: str, path: Path) -> list[tuple[int, dict]]:
+    """``(1-based line number, object)`` for each non-blank line of a JSONL text.
+
+    Raises:
+        ValueError: a line is not a JSON object (file and line named).
+    """
+    records = []
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:line {line_no}: not valid JSON ({exc})") from exc
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}:line {line_no}: expected a JSON object, got {type(record).__name__}")
+        records.append((line_no, record))
+    return records
+
+
+# ------------------------------------------------------------------------------------------------------ inference
+@dataclass
+class RoutedBatch:
+    """The router's decision for a batch of prompts and the prompts to generate from.
+
+    ``actions`` LongTensor [B]; ``probs`` float32 [B, 3] (softmax of the router logits); ``messages`` the rewritten
+    chat prompts; ``tokens`` their ``input_ids`` / ``attention_mask`` / ``position_ids`` [B, P] (left-padded,
+    padding-only columns trimmed).
+    """
+
+    actions: torch.Tensor
+    probs: torch.Tensor
+    messages: list[list[dict]]
+    tokens: dict[str, torch.Tensor]
+
+
+class RouterInference:
+    """The actor LM, its router head and the rewrite settings of one checkpoint.
+
+    Args:
+        checkpoint: ``.../global_step_N`` or its ``actor/`` subdirectory (:func:`resolve_checkpoint`).
+        max_new_tokens: the generation limit (>= 1).
+        device: ``cpu`` | ``cuda``; None: CUDA when available.
+
+    Raises:
+        FileNotFoundError / ValueError / KeyError: see :func:`resolve_checkpoint`, :func:`load_checkpoint_config`,
+            :func:`load_router_head`; ``cuda`` requested without CUDA.
+    """
+
+    def __init__(self, checkpoint: str | os.PathLike, max_new_tokens: int = 256, device: Optional[str] = None):
+        from transformers import AutoTokenizer
+
+        from verl.trainer.main_generation import _device
+        from verl.utils.model_utils import load_causal_lm
+        from verl.workers.rollout.hf_rollout import HFRollout
+
+        self.files = resolve_checkpoint(checkpoint)
+        self.config = load_checkpoint_config(self.files.config_file)
+        self.router_cfg = self.config.router
+        self.device = _device(device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError("--device cuda: CUDA is not available on this machine")
+        model_cfg = self.config.get("actor_rollout_ref", {}).get("model", {}) or {}
+        trust_remote_code = bool(model_cfg.get("trust_remote_code", False))
+        self.tokenizer = AutoTokenizer.from_pretrained(self.files.hf_dir, trust_remote_code=trust_remote_code)
+        self.model = load_causal_lm(OmegaConf.create({"path": str(self.files.hf_dir),
+                                                      "trust_remote_code": trust_remote_code}),
+                                    trainable=False).to(self.device)
+        self.head = load_router_head(self.files.router_file, self.router_cfg,
+                                     int(self.model.config.hidden_size)).to(self.device)
+        self.max_prompt_length = int(self.config.data.max_prompt_length)
+        self.truncation = self.config.data.get("truncation", "left")
+        self.filter_tools = bool(self.router_cfg.get("filter_tools", False))
+        self.other_as = parse_other_as(self.router_cfg.get("other_as", "search"))
+        family_file = self.router_cfg.get("tool_family_file")
+        self.family_overrides = load_tool_family_file(family_file) if family_file else None
+        self.rollout = HFRollout(self.model, OmegaConf.create({"response_length": int(max_new_tokens),
+                                                               "do_sample": False, "micro_batch_size": None,
+                                                               "dtype": "bfloat16"}), self.tokenizer)
+        self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
+                             else self.tokenizer.eos_token_id)
+        logger.info("router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",
+                    self.files.hf_dir, self.files.router_file.name, self.head.head_type, self.head.pooling,
+                    self.filter_tools, getattr(self.other_as, "name", None), self.device)
+
+    def _tokenize(self, messages: Sequence[Sequence[Mapping]]) -> dict[str, torch.Tensor]:
+        from verl.trainer.main_generation import trim_left_padding
+
+        return trim_left_padding(tokenize_prompts(self.tokenizer, messages, self.max_prompt_length,
+                                                  truncation=self.truncation))
+
+    @torch.no_grad()
+    def route(self, prompts: Sequence[Sequence[Mapping]], extra_infos: Optional[Sequence[Any]] = None
+              ) -> RoutedBatch:
+        """Greedy route for each ORIGINAL prompt, then its rewritten messages and tokens (see :class:`RoutedBatch`).
+
+        Args:
+            prompts: B chat prompts (lists of ``{role, content}``).
+            extra_infos: B ``extra_info`` values (None entries allowed) for ``tool_families``; None: all None.
+
+        Raises:
+            PromptTooLongError: a prompt exceeds ``data.max_prompt_length`` with ``data.truncation='error'``.
+            ValueError: ``extra_infos`` of another length; a bad ``extra_info.tool_families``.
+        """
+        extra_infos = [None] * len(prompts) if extra_infos is None else list(extra_infos)
+        if len(extra_infos) != len(prompts):
+            raise ValueError(f"route: {len(prompts)} prompts but {len(extra_infos)} extra_info values")
+        original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
+        logits = compute_router_logits(self.model, self.head, original["input_ids"], original["attention_mask"],
+                                       original["position_ids"]).float()
+        actions, _ = sample_actions(logits, greedy=True)
+        families = [row_tool_families(list(p), e, self.family_overrides) for p, e in zip(prompts, extra_infos)]
+        messages = rewrite_batch([list(p) for p in prompts], actions.cpu(), families, filter_tools=self.filter_tools,
+                                 other_as=self.other_as)
+        return RoutedBatch(actions.cpu(), torch.softmax(logits, dim=-1).cpu(), messages, self._tokenize(messages))
+
+    def generate(self, tokens: Mapping[str, torch.Tensor]) -> list[str]:
+        """One greedy response per prompt row (``HFRollout``), decoded up to and including EOS, special tokens kept.
+
+        Args:
+            tokens: ``input_ids`` / ``attention_mask`` / ``position_ids`` [B, P], left-padded.
+        """
+        from verl.protocol import DataProto
+
+        meta = {"n": 1, "eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.pad_token_id}
+        result = self.rollout.generate_sequences(DataProto.from_dict(tensors=dict(tokens), meta_info=meta))
+        lengths = result.batch["response_mask"].sum(-1).tolist()
+        return [self.tokenizer.decode(ids[:int(n)].tolist(), skip_special_tokens=False)
+                for ids, n in zip(result.batch["responses"], lengths)]
+
+    def run(self, rows: Sequence[PromptRow], batch_size: int = 8, source: str = "prompts") -> list[dict]:
+        """Route, rewrite and generate for every row, ``batch_size`` rows at a time; the output rows in input order.
+
+        Raises:
+            ValueError: ``batch_size < 1``.
+            PromptTooLongError: as :meth:`route`, naming ``source`` and the rows of the batch.
+        """
+        from verl.utils.reward_score.tool_parse import parse_tool_calls
+
+        if batch_size < 1:
+            raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
+        out = []
+        for start in range(0, len(rows), batch_size):
+            batch = rows[start:start + batch_size]
+            try:
+                routed = self.route([r.messages for r in batch], [r.extra_info for r in batch])
+            except PromptTooLongError as exc:
+                raise PromptTooLongError(f"{source} rows {start}..{start + len(batch) - 1}: {exc}") from exc
+            responses = self.generate(routed.tokens)
+            for j, (row, response) in enumerate(zip(batch, responses)):
+                out.append({
+                    "index": row.index,
+                    "row": start + j,
+                    "route": ROUTE_NAMES[int(routed.actions[j])],
+                    "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
+                    "response": response,
+                    "tool_calls": parse_tool_calls(response),
+                })
+            logger.info("router inference: %d/%d prompts", start + len(batch), len(rows))
+        return out
+
+
+def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, output: str | os.PathLike,
+                  max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None) -> dict:
+    """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
+
+    Returns:
+        The summary: ``{"output_path", "prompts", "routes": {ANSWER: n, SEARCH: n, CALCULATE: n},
+        "rows_with_tool_calls", "seconds"}``.
+    """
+    from verl.trainer.main_generation import write_jsonl
+
+    if int(max_new_tokens) < 1:
+        raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
+    rows = load_prompt_rows(prompts)
+    engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device)
+    start = time.monotonic()
+    results = engine.run(rows, batch_size=batch_size, source=str(prompts))
+    seconds = time.monotonic() - start
+    write_jsonl(output, results)
+    counts = Counter(r["route"] for r in results)
+    summary = {"output_path": str(output), "prompts": len(results),
+               "routes": {name: counts.get(name, 0) for name in ROUTE_NAMES},
+               "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]), "seconds": round(seconds, 2)}
+    logger.info("wrote %d rows to %s in %.1f s; routes %s", len(results), output, seconds, summary["routes"])
+    return summary
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """CLI entry point (see the module docstring); prints the summary JSON."""
+    from verl.trainer.main_ppo import setup_logging
+
+    parser = argparse.ArgumentParser(prog="python -m verl.router.infer", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True, help="global_step_N directory (or its actor/ subdirectory)")
+    parser.add_argument("--prompts", required=True, help="RLLA-schema parquet or JSONL with a 'prompt' field")
+    parser.add_argument("--output", required=True, help="JSONL to write")
+    parser.add_argument("--max_new_tokens", type=int, default=256)
+    parser.add_argument("--batch_size", type=int, default=8)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    args = parser.parse_args(argv)
+    setup_logging()
+    summary = run_inference(args.checkpoint, args.prompts, args.output, max_new_tokens=args.max_new_tokens,
+                            batch_size=args.batch_size, device=args.device)
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
