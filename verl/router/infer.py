@@ -45,6 +45,7 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import RouterHead, compute_router_logits, sample_actions
@@ -192,18 +193,7 @@ def _json_lines(text: str, path: Path) -> list[tuple[int, dict]]:
     Raises:
         ValueError: a line is not a JSON object (file and line named).
     """
-    records = []
-    for line_no, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:line {line_no}: not valid JSON ({exc})") from exc
-        if not isinstance(record, dict):
-            raise ValueError(f"{path}:line {line_no}: expected a JSON object, got {type(record).__name__}")
-        records.append((line_no, record))
-    return records
+    return list(iter_json_objects(path, text))
 
 
 # ------------------------------------------------------------------------------------------------------ inference

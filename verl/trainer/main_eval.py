@@ -38,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from verl.utils.jsonl import iter_json_objects
 from verl.utils.reward_score.rlla import InvalidGroundTruthError, RewardSwitches, compute_score
 from verl.utils.reward_score.tool_parse import parse_tool_calls, tool_usage
 
@@ -81,23 +82,14 @@ def read_generations(path: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         raise FileNotFoundError(f"generations file {path} not found")
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err})") from err
-            if not isinstance(row, dict):
-                raise ValueError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-            if not isinstance(row.get("response"), str):
-                raise ValueError(f"{path}:{lineno}: response: expected a string, got {row.get('response')!r:.60}")
-            if row.get("ground_truth") is None and row.get("ground_truth_tool_calls") is None:
-                raise ValueError(f"{path}:{lineno}: ground_truth: missing (need ground_truth or "
-                                 "ground_truth_tool_calls)")
-            row["_where"] = f"{path}:{lineno}"
-            rows.append(row)
+    for lineno, row in iter_json_objects(path):
+        if not isinstance(row.get("response"), str):
+            raise ValueError(f"{path}:{lineno}: response: expected a string, got {row.get('response')!r:.60}")
+        if row.get("ground_truth") is None and row.get("ground_truth_tool_calls") is None:
+            raise ValueError(f"{path}:{lineno}: ground_truth: missing (need ground_truth or "
+                             "ground_truth_tool_calls)")
+        row["_where"] = f"{path}:{lineno}"
+        rows.append(row)
     return rows
 
 

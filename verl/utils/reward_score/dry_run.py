@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from verl.utils.jsonl import iter_json_objects
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score.rlla import SWITCH_ENV_VARS, RewardSwitches
 from verl.utils.reward_score.tool_parse import WRAPPERS
@@ -94,23 +95,15 @@ def load_jsonl_samples(path: str) -> list[DryRunSample]:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--jsonl {path}: no such file")
     samples = []
-    with open(path, encoding="utf-8") as handle:
-        for lineno, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{lineno}: not valid JSON ({err})") from err
-            if not isinstance(obj, dict) or not isinstance(obj.get("response"), str) \
-                    or not isinstance(obj.get("ground_truth"), str):
-                raise ValueError(f"{path}:{lineno}: expected an object with string 'response' and 'ground_truth', "
-                                 f"got keys {sorted(obj) if isinstance(obj, dict) else type(obj).__name__}")
-            step = obj.get("step")
-            if step is not None and not isinstance(step, int):
-                raise ValueError(f"{path}:{lineno}: 'step' must be an integer, got {step!r}")
-            samples.append(DryRunSample(row=lineno - 1, response=obj["response"], ground_truth=obj["ground_truth"],
-                                        data_source=str(obj.get("data_source", "rlla")), step=step))
+    for lineno, obj in iter_json_objects(path):
+        if not isinstance(obj.get("response"), str) or not isinstance(obj.get("ground_truth"), str):
+            raise ValueError(f"{path}:{lineno}: expected an object with string 'response' and 'ground_truth', "
+                             f"got keys {sorted(obj)}")
+        step = obj.get("step")
+        if step is not None and not isinstance(step, int):
+            raise ValueError(f"{path}:{lineno}: 'step' must be an integer, got {step!r}")
+        samples.append(DryRunSample(row=lineno - 1, response=obj["response"], ground_truth=obj["ground_truth"],
+                                    data_source=str(obj.get("data_source", "rlla")), step=step))
     return samples
 
 
