@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -75,8 +78,20 @@ def test_workers_on_two_nodes():
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_ADDRESS")}
     env["RAY_AUTH_MODE"] = "disabled"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    proc = subprocess.run([sys.executable, __file__], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=240)
+    # the cluster writes its address file under its own RAY_TMPDIR, so a crash here never leaves a
+    # /tmp/ray/ray_current_cluster behind for later ray.init() calls to join; a hung run is killed with its raylets
+    ray_tmp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
+    env["RAY_TMPDIR"] = ray_tmp
+    child = subprocess.Popen([sys.executable, __file__], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = child.communicate(timeout=300)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        stdout, stderr = child.communicate()
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     assert proc.returncode == 0 and lines, f"subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
     result = json.loads(lines[-1][len(RESULT_PREFIX):])

@@ -87,7 +87,11 @@ def build_reward_managers(config: DictConfig, tokenizer):
 
 
 def init_ray(config: DictConfig) -> None:
-    """Join ``ray_init.address`` / ``RAY_ADDRESS`` when given, else start a local instance."""
+    """Join ``ray_init.address`` / ``RAY_ADDRESS`` when given (``auto`` joins the cluster made by ``ray start``), else
+    start a fresh local instance with ``ray_init.num_cpus`` CPUs.
+
+    The local start passes ``address="local"`` explicitly: without it Ray silently joins whatever cluster
+    ``/tmp/ray/ray_current_cluster`` names, even a dead one, and then rejects ``num_cpus``."""
     import ray
 
     if ray.is_initialized():
@@ -104,7 +108,7 @@ def init_ray(config: DictConfig) -> None:
         ray.init(address=address, **kwargs)
     else:
         num_cpus = config.ray_init.get("num_cpus")
-        ray.init(num_cpus=num_cpus, **kwargs)
+        ray.init(address="local", num_cpus=num_cpus, **kwargs)
 
 
 def build_trainer(config: DictConfig):
