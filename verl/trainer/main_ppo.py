@@ -91,17 +91,24 @@ def init_ray(config: DictConfig) -> None:
     start a fresh local instance with ``ray_init.num_cpus`` CPUs.
 
     The local start passes ``address="local"`` explicitly: without it Ray silently joins whatever cluster
-    ``/tmp/ray/ray_current_cluster`` names, even a dead one, and then rejects ``num_cpus``."""
+    ``/tmp/ray/ray_current_cluster`` names, even a dead one, and then rejects ``num_cpus``.
+
+    Ray >= 2.5x turns token authentication on by default once ``~/.ray/auth_token`` exists. A local instance is
+    started with ``RAY_AUTH_MODE=disabled`` unless the user set the variable (the driver, the cluster and the workers
+    must agree, so it is set in the driver's environment before ``ray.init``); a joined cluster keeps its own mode."""
     import ray
 
     if ray.is_initialized():
         return
-    env_vars = {"TOKENIZERS_PARALLELISM": "false", "RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE", "disabled")}
+    address = config.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
+    if not address:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    env_vars = {"TOKENIZERS_PARALLELISM": "false"}
     for key in ("WITHLENGTH", "SCHEDULELENGTH", "CORRECTMAX1", "MAX1STEP30MAX3", "SCHEDULEREWARD", "REFINEDREWARD",
-                "COARSEREWARD", "INTERMEDIATEREWARD", "EXPERIMENT_NAME", "TOOLRL_CACHE", "TOOLRL_SHARED"):
+                "COARSEREWARD", "INTERMEDIATEREWARD", "EXPERIMENT_NAME", "TOOLRL_CACHE", "TOOLRL_SHARED",
+                "RAY_AUTH_MODE"):
         if key in os.environ:
             env_vars[key] = os.environ[key]
-    address = config.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
     kwargs = dict(runtime_env={"env_vars": env_vars}, include_dashboard=False, log_to_driver=True)
     if address:
         logger.info("joining Ray cluster at %s", address)
