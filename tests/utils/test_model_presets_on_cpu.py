@@ -51,6 +51,9 @@ def test_smollm2_conversion_matches_gguf():
     assert (Path(path) / "model.safetensors").is_file()
     converted = AutoModelForCausalLM.from_pretrained(path)
     assert 130e6 < sum(p.numel() for p in converted.parameters()) < 140e6
+    # plain fp32, not marked GGUF-quantised (save_pretrained, i.e. every checkpoint's HF export, would refuse it)
+    assert "quantization_config" not in (Path(path) / "config.json").read_text()
+    assert getattr(converted, "hf_quantizer", None) is None
     gguf = model_presets._gguf_path()
     original = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(path)

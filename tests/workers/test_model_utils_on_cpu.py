@@ -7,7 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from verl.utils.model_utils import build_lr_scheduler, build_optimizer, load_causal_lm
+from verl.utils.model_utils import build_lr_scheduler, build_optimizer, load_causal_lm, to_local_state
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from workers_testlib import make_batch
 
@@ -59,3 +59,15 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
         grads.append([p.grad for p in module.parameters()])
     for plain, checkpointed in zip(*grads):
         torch.testing.assert_close(checkpointed, plain, rtol=0, atol=1e-6)
+
+
+def test_to_local_state_keeps_tied_weights_shared(tmp_path, tiny_model_dir):
+    """The tied embedding is saved once: the copy keeps lm_head and embed_tokens as one tensor, other entries apart."""
+    model = load_causal_lm(OmegaConf.create({"path": tiny_model_dir}), trainable=True)
+    state = to_local_state(model.state_dict())
+    assert state["lm_head.weight"] is state["model.embed_tokens.weight"]
+    assert state["model.norm.weight"] is not state["model.layers.0.input_layernorm.weight"]
+    assert state["lm_head.weight"].data_ptr() != model.lm_head.weight.data_ptr()  # a copy, not a view of the model
+    torch.save(state, tmp_path / "m.pt")
+    params = sum(p.numel() * p.element_size() for p in model.parameters())  # parameters() lists a tied one once
+    assert (tmp_path / "m.pt").stat().st_size < params * 1.05

@@ -129,11 +129,13 @@ def step_dirs(root: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX):]), reverse=True)
 
 
-def latest_valid_checkpoint(root: Path) -> Path | None:
-    """The newest checkpoint under ``root`` that verifies; invalid newer ones are reported and skipped."""
+def latest_valid_checkpoint(root: Path, check_hashes: bool = True) -> Path | None:
+    """The newest checkpoint under ``root`` that verifies; invalid newer ones are reported and skipped.
+
+    ``check_hashes=False`` checks presence and sizes only (cheap; for messages, not for choosing what to load)."""
     for step_dir in step_dirs(root):
         try:
-            verify_checkpoint(step_dir)
+            verify_checkpoint(step_dir, check_hashes=check_hashes)
             return step_dir
         except CheckpointError as err:
             logger.warning("skipping checkpoint: %s", err)

@@ -131,6 +131,8 @@ def _build_smollm2(tmp: Path) -> None:
     logger.info("converting %s (dequantising Q4_1 to fp32, ~30 s)", gguf)
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     config = loaded.config
+    if getattr(config, "quantization_config", None) is not None:  # the weights are plain fp32 now (see below)
+        del config.quantization_config
     model = LlamaForCausalLM(config)
     missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
     # with tied embeddings lm_head.weight is an alias of embed_tokens.weight and may be reported missing
@@ -139,6 +141,23 @@ def _build_smollm2(tmp: Path) -> None:
         raise RuntimeError(f"SmolLM2 conversion mismatch: missing={missing} unexpected={unexpected}")
     model.save_pretrained(str(tmp), safe_serialization=True)
     AutoTokenizer.from_pretrained(str(prepare_tokenizer())).save_pretrained(str(tmp))
+
+
+def _drop_gguf_quantization_config(model_dir: Path) -> None:
+    """Remove the ``quantization_config`` (``quant_method: gguf``) that conversions before this fix copied from the
+    GGUF loader into ``config.json``: the weights are dequantised fp32, but with it transformers marks the loaded
+    model as quantised and ``save_pretrained`` refuses it (every training checkpoint's ``huggingface/`` export failed).
+    Rewrites the file atomically; a no-op for a clean directory."""
+    import json
+
+    path = model_dir / "config.json"
+    config = json.loads(path.read_text())
+    if (config.get("quantization_config") or {}).get("quant_method") != "gguf":
+        return
+    del config["quantization_config"]
+    tmp = path.with_name(f".config.json.{os.getpid()}")
+    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)
 
 
 def _build_tiny(tmp: Path) -> None:
@@ -174,7 +193,9 @@ def prepare_model(name_or_path: str) -> str:
     """
     name = str(name_or_path)
     if name == "smollm2-135m":
-        return str(_atomic_publish(_build_smollm2, preset_dir(name)))
+        path = _atomic_publish(_build_smollm2, preset_dir(name))
+        _drop_gguf_quantization_config(path)
+        return str(path)
     if name == "tiny":
         return str(_atomic_publish(_build_tiny, preset_dir(name)))
     if name == "tiny-sft":

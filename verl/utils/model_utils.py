@@ -213,16 +213,25 @@ def _is_dtensor(x: Any) -> bool:
     return isinstance(x, DTensor)
 
 
-def to_local_state(obj: Any) -> Any:
-    """Recursively replace DTensors by their local shard and move tensors to CPU (what a rank saves)."""
-    if _is_dtensor(obj):
-        return obj.to_local().detach().cpu().clone()
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().cpu().clone()
+def to_local_state(obj: Any, _copies: dict | None = None) -> Any:
+    """Recursively replace DTensors by their local shard and move tensors to CPU (what a rank saves).
+
+    A tensor reached under several keys (tied weights: ``lm_head.weight`` is ``model.embed_tokens.weight``) is copied
+    once and stays shared, so ``torch.save`` stores it once (it saved the embedding twice before: ~half the model file
+    of the tiny and SmolLM2 presets)."""
+    copies = {} if _copies is None else _copies
+    if _is_dtensor(obj) or isinstance(obj, torch.Tensor):
+        local = obj.to_local() if _is_dtensor(obj) else obj
+        # state_dict() detaches each entry into a new tensor object: tied entries share the storage, not the object
+        key = (local.device, local.untyped_storage().data_ptr(), local.storage_offset(), tuple(local.shape),
+               tuple(local.stride()), local.dtype)
+        if local.numel() == 0 or key not in copies:
+            copies[key] = local.detach().cpu().clone()
+        return copies[key]
     if isinstance(obj, dict):
-        return {k: to_local_state(v) for k, v in obj.items()}
+        return {k: to_local_state(v, copies) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_local_state(v) for v in obj)
+        return type(obj)(to_local_state(v, copies) for v in obj)
     return obj
 
 

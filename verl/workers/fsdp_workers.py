@@ -96,6 +96,21 @@ def _rng_state() -> dict:
     return state
 
 
+def _seed_rngs(seed, rank: int) -> None:
+    """Seed torch (CPU and CUDA), NumPy and Python's ``random`` with ``seed + rank`` when ``seed`` is set.
+
+    torch seeds its default generator randomly at import, so without this two runs of the same command sample
+    different rollouts; the trainer passes ``trainer.seed`` (as ``<role config>.seed``) so a run is reproducible and
+    an uninterrupted run can be compared with a killed-and-resumed one (a resume then restores the saved states).
+    """
+    if seed is None:
+        return
+    value = int(seed) + int(rank)
+    torch.manual_seed(value)
+    np.random.seed(value % 2**32)
+    random.seed(value)
+
+
 def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["cpu"])
     np.random.set_state(state["numpy"])
@@ -240,6 +255,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
 
         cfg = self.config
         self._setup_device()
+        _seed_rngs(cfg.get("seed"), self.rank)
         self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(cfg.model.path),
                                                        trust_remote_code=cfg.model.get("trust_remote_code", False))
         if self._is_actor or self._is_rollout:
@@ -423,6 +439,7 @@ class CriticWorker(_ModelWorkerMixin, Worker):
 
         cfg = self.config
         self._setup_device()
+        _seed_rngs(cfg.get("seed"), self.rank)
         tokenizer_path = cfg.model.get("tokenizer_path") or cfg.model.path
         tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path),
                                                   trust_remote_code=cfg.model.get("trust_remote_code", False))

@@ -6,15 +6,16 @@ ToolRL's off-by-one):
     gen → reward → old_log_prob → ref → values → adv (KL in reward or not) → update_critic → update_actor
         → validate (test_freq, last step) → save (save_freq, last step) → log
 
-Every phase is timed into ``timing_s/<phase>``. The advantage estimator is looked up by name in
-``core_algos``'s registry (``algorithm.adv_estimator``).
+Every phase is timed into ``timing_s/<phase>`` and tracked (``run_guard.PhaseTracker``), so a worker that dies
+surfaces as ``WorkerFailure`` naming the worker, the phase and the checkpoint to resume from. The advantage estimator
+is looked up by name in ``core_algos``'s registry (``algorithm.adv_estimator``).
 """
 from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
-import threading
 import uuid
 from pathlib import Path
 
@@ -30,10 +31,10 @@ from verl.trainer.ppo.metric_utils import (
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
-    marked_timer,
     reduce_metrics,
 )
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
+from verl.trainer.ppo.run_guard import ExitRequest, PhaseTracker, worker_failure
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
 from verl.utils.torch_functional import masked_mean
@@ -44,28 +45,6 @@ logger = logging.getLogger(__name__)
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
 ROUTER_UPDATE_KEYS = ["router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
                       "router_advantages", "router_target_action_id"]
-
-
-class _ExitRequest:
-    """Records SIGTERM/SIGINT while a step runs (``trainer.save_on_exit``); a second signal interrupts at once."""
-
-    def __init__(self, enabled: bool) -> None:
-        self.signum: int | None = None
-        self._previous = {}
-        if enabled and threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._handle)
-
-    def _handle(self, signum, frame) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping without a checkpoint")
-        self.signum = signum
-        logger.warning("received %s: finishing the current step, then saving a checkpoint and exiting",
-                       signal.Signals(signum).name)
-
-    def restore(self) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
 
 
 def compute_response_mask(data: DataProto) -> torch.Tensor:
@@ -158,6 +137,8 @@ class RayPPOTrainer:
         self.global_steps = 0
         self.epoch = 0
         self.batches_consumed = 0
+        self._timing: dict = {}
+        self.phases = PhaseTracker(kill_worker=self._kill_first_actor_worker)
         self._create_dataloader(train_dataset, val_dataset, collate_fn or default_collate_fn)
 
     # ------------------------------------------------------------------ data
@@ -171,11 +152,14 @@ class RayPPOTrainer:
                              f"({len(train_dataset)} rows after filtering)")
         self.train_sampler = EpochSeededSampler(len(train_dataset), seed=int(data.get("seed", 1)),
                                                 shuffle=bool(data.get("shuffle", True)), batch_size=batch_size)
+        # Own generators: creating a loader iterator draws a base seed, which must not advance the global torch RNG
+        # (restored exactly on resume; shared with the workers when they run in this process).
         self.train_dataloader = DataLoader(train_dataset, batch_size=batch_size, sampler=self.train_sampler,
                                            drop_last=True, collate_fn=collate_fn,
-                                           num_workers=int(data.get("dataloader_num_workers", 0)))
+                                           num_workers=int(data.get("dataloader_num_workers", 0)),
+                                           generator=torch.Generator().manual_seed(int(data.get("seed", 1))))
         self.val_dataloader = DataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
-                                         drop_last=False, collate_fn=collate_fn)
+                                         drop_last=False, collate_fn=collate_fn, generator=torch.Generator())
         self.steps_per_epoch = len(train_dataset) // batch_size
         total = self.steps_per_epoch * int(self.config.trainer.total_epochs)
         if self.config.trainer.total_training_steps is not None:
@@ -185,6 +169,8 @@ class RayPPOTrainer:
         OmegaConf.set_struct(self.config, False)
         self.config.actor_rollout_ref.actor.optim.total_training_steps = total
         self.config.critic.optim.total_training_steps = total
+        for role in (self.config.actor_rollout_ref, self.config.critic):  # workers seed their RNGs with it (+rank)
+            role.seed = self.config.trainer.get("seed", 1)
         OmegaConf.set_struct(self.config, True)
         logger.info("train: %d rows, %d steps/epoch, %d total steps; val: %d rows", len(train_dataset),
                     self.steps_per_epoch, total, len(val_dataset))
@@ -273,14 +259,40 @@ class RayPPOTrainer:
         return batch
 
     def fit(self) -> None:
-        """Run the training loop (upstream's order), validating and checkpointing on schedule."""
+        """Run the training loop (upstream's order), validating and checkpointing on schedule.
+
+        Raises:
+            WorkerFailure: a worker died or raised; the message names the worker group, rank and method, the phase
+                and step, and the newest valid checkpoint (which a failed save never replaces).
+        """
+        from verl.single_controller.base.worker_group import WorkerGroupError
+
+        try:
+            self._fit()
+        except WorkerGroupError as exc:
+            raise worker_failure(exc, self.phases.failed_phase, self.global_steps,
+                                 Path(self.config.trainer.default_local_dir)) from exc
+
+    def _phase(self, name: str):
+        """Time phase ``name`` of the current step (``timing_s/<name>``) and track it for error messages."""
+        return self.phases.phase(name, self._timing, self.global_steps)
+
+    def _kill_first_actor_worker(self) -> None:
+        """``VERL_TEST_FAULT=WORKER@...``: kill rank 0 of the actor group as a crash would (Ray groups only)."""
+        from verl.trainer.ppo.run_guard import kill_ray_worker
+
+        kill_ray_worker(self.actor_rollout_wg.workers[0])
+
+    def _fit(self) -> None:
         trainer_cfg = self.config.trainer
         tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
                            config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir())
         self.tracker = tracker
-        self._load_checkpoint()
+        with self._phase("load_checkpoint"):
+            self._load_checkpoint()
         if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
-            val_metrics = self._validate()
+            with self._phase("testing"):
+                val_metrics = self._validate()
             tracker.log(val_metrics, step=self.global_steps)
             if trainer_cfg.get("val_only", False):
                 tracker.finish()
@@ -288,7 +300,7 @@ class RayPPOTrainer:
         progress = StepProgress(self.total_training_steps, initial=self.global_steps)
         self.global_steps += 1
         n = int(self.config.actor_rollout_ref.rollout.n)
-        exit_request = _ExitRequest(enabled=bool(trainer_cfg.get("save_on_exit", False)))
+        exit_request = ExitRequest(enabled=bool(trainer_cfg.get("save_on_exit", False)))
         try:
             while self.global_steps <= self.total_training_steps:
                 self.train_sampler.set_epoch(self.epoch)
@@ -297,10 +309,10 @@ class RayPPOTrainer:
                     self.batches_consumed += 1
                     is_last = self.global_steps >= self.total_training_steps
                     if trainer_cfg.test_freq > 0 and (is_last or self.global_steps % trainer_cfg.test_freq == 0):
-                        with marked_timer("testing", self._timing):
+                        with self._phase("testing"):
                             metrics.update(self._validate())
                     if trainer_cfg.save_freq > 0 and (is_last or self.global_steps % trainer_cfg.save_freq == 0):
-                        with marked_timer("save_checkpoint", self._timing):
+                        with self._phase("save_checkpoint"):
                             self._save_checkpoint()
                     metrics.update({f"timing_s/{k}": v for k, v in self._timing.items()})
                     metrics["training/global_step"] = self.global_steps
@@ -335,30 +347,30 @@ class RayPPOTrainer:
         metrics: dict = {}
         timing: dict = {}
         self._timing = timing
-        with marked_timer("step", timing):
+        with self._phase("step"):
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
             baseline = None
             if config.algorithm.adv_estimator == "remax":
-                with marked_timer("gen_max", timing):
+                with self._phase("gen_max"):
                     baseline = self._greedy_baseline(batch)
             if self.router is not None:
-                with marked_timer("router", timing):
+                with self._phase("router"):
                     batch = self._route(batch, n, validate=False)
             else:
                 batch = batch.repeat(repeat_times=n, interleave=True)
-            with marked_timer("gen", timing):
+            with self._phase("gen"):
                 batch = self._generate(batch, validate=False)
             if baseline is not None:
                 batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
             if config.trainer.get("balance_batch", True):
                 self._balance_batch(batch, metrics)
             batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-            with marked_timer("reward", timing):
+            with self._phase("reward"):
                 self._score(batch, self.reward_fn, self.global_steps)
                 if self.router is not None:
                     metrics.update(self.router.score(batch, self.global_steps))
-            with marked_timer("old_log_prob", timing):
+            with self._phase("old_log_prob"):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
                 metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
                 if "entropys" in old.batch.keys():
@@ -366,12 +378,12 @@ class RayPPOTrainer:
                     old.batch.pop("entropys")
                 batch = batch.union(old)
             if self.use_reference_policy:
-                with marked_timer("ref", timing):
+                with self._phase("ref"):
                     batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
             if self.use_critic:
-                with marked_timer("values", timing):
+                with self._phase("values"):
                     batch = batch.union(self.critic_wg.compute_values(batch))
-            with marked_timer("adv", timing):
+            with self._phase("adv"):
                 if self.kl_ctrl_in_reward is not None:
                     batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, config.algorithm.kl_penalty)
                     metrics.update(kl_metrics)
@@ -384,15 +396,15 @@ class RayPPOTrainer:
                 self._record_bad_step(f"non-finite {bad_inputs}: updates skipped")
                 return metrics
             if self.use_critic:
-                with marked_timer("update_critic", timing):
+                with self._phase("update_critic"):
                     out = self.critic_wg.update_critic(batch)
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
             if config.trainer.critic_warmup <= self.global_steps:
-                with marked_timer("update_actor", timing):
+                with self._phase("update_actor"):
                     out = self.actor_rollout_wg.update_actor(batch)
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
             if self.router is not None:
-                with marked_timer("update_router", timing):
+                with self._phase("update_router"):
                     keys = [k for k in ROUTER_UPDATE_KEYS if k in batch.batch.keys()]
                     out = self.actor_rollout_wg.update_router(batch.select(batch_keys=keys, non_tensor_batch_keys=[]))
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
@@ -505,8 +517,10 @@ class RayPPOTrainer:
         self.actor_rollout_wg.save_checkpoint(str(tmp / "actor"), global_step=self.global_steps)
         if self.use_critic:
             self.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=self.global_steps)
+        self.phases.fault_point("save_partial", self.global_steps)  # kill tests: die with the save half written
         state = {"sampler": self.train_sampler.state_dict(self.batches_consumed), "global_step": self.global_steps,
-                 "epoch": self.epoch, "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()}}
+                 "epoch": self.epoch, "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+                                              "python": random.getstate()}}
         if self.kl_ctrl_in_reward is not None:
             state["kl_ctrl"] = self.kl_ctrl_in_reward.state_dict()
         if self.router is not None:
@@ -569,6 +583,8 @@ class RayPPOTrainer:
         self.batches_consumed = int(state["sampler"]["batches_consumed"])
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
+        if "python" in state["rng"]:
+            random.setstate(state["rng"]["python"])
         if "kl_ctrl" in state and self.kl_ctrl_in_reward is not None:
             self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
         if self.router is not None:

@@ -1,0 +1,171 @@
+"""Guards around ``RayPPOTrainer.fit``: exit on signal with a checkpoint, the phase a worker failed in, fault injection.
+
+- ``ExitRequest`` (``trainer.save_on_exit``): SIGTERM/SIGINT are recorded while a step runs; the trainer finishes the
+  step, saves and exits with ``128 + signal`` (the POSIX shell convention for "killed by signal N").
+- ``PhaseTracker``: every timed phase of a step (``gen``, ``reward``, ``old_log_prob``, …, ``save_checkpoint``) goes
+  through it, so when a worker dies the trainer can raise ``WorkerFailure`` naming the worker, the phase and the
+  step, together with the last valid checkpoint (issue 6: "a Ray worker that dies surfaces as an error naming the
+  worker and the phase").
+- Fault injection for the kill tests, off unless ``VERL_TEST_FAULT`` is set: a comma-separated list of
+  ``ACTION@PHASE:STEP`` items. When the trainer enters ``PHASE`` of step ``STEP`` it applies ``ACTION``:
+  ``KILL`` (SIGKILL to itself: dies at once, no cleanup), ``TERM`` / ``INT`` (sends itself that signal, as an operator
+  would), ``WORKER`` (kills the first actor worker process, as a crash or an OOM kill would). Besides the timed
+  phases there are two points in the checkpoint code: ``save_partial`` (the workers' files are in the temporary
+  directory, ``data.pt`` and the manifest are not) and ``load_checkpoint`` (step = the step being resumed, or 0).
+  Example: ``VERL_TEST_FAULT=KILL@save_partial:2`` dies in the middle of writing the step-2 checkpoint.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Callable, Iterator
+
+from verl.trainer.ppo.metric_utils import marked_timer
+
+logger = logging.getLogger(__name__)
+
+FAULT_ENV = "VERL_TEST_FAULT"
+FAULT_ACTIONS = ("KILL", "TERM", "INT", "WORKER")
+
+
+class ExitRequest:
+    """Records SIGTERM/SIGINT while a step runs (``trainer.save_on_exit``); a second signal interrupts at once.
+
+    Handlers are installed only when ``enabled`` and on the main thread (Python delivers signals there only);
+    ``restore`` puts the previous handlers back.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.signum: int | None = None
+        self._previous = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        if self.signum is not None:
+            raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping without a checkpoint")
+        self.signum = signum
+        logger.warning("received %s: finishing the current step, then saving a checkpoint and exiting",
+                       signal.Signals(signum).name)
+
+    def restore(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+
+class WorkerFailure(RuntimeError):
+    """A worker died or raised in a phase of a step; the message names the worker, the phase, the step and the
+    checkpoint a new start resumes from.
+
+    Attributes:
+        phase: the innermost phase that was running (``update_actor``, ``save_checkpoint``, …).
+        step: the global step.
+        checkpoint: the newest valid checkpoint directory (str), or None.
+    """
+
+    def __init__(self, message: str, phase: str, step: int, checkpoint: str | None) -> None:
+        super().__init__(message)
+        self.phase, self.step, self.checkpoint = phase, step, checkpoint
+
+
+def worker_failure(exc: Exception, phase: str | None, step: int, checkpoint_root: Path) -> WorkerFailure:
+    """``WorkerFailure`` for a worker group's error: ``step S, phase 'P': <the group's message naming the worker
+    group, rank and method>`` and the newest valid checkpoint under ``checkpoint_root`` (sizes checked, not hashes:
+    this only names it; the resume verifies it fully)."""
+    from verl.utils import checkpoint_manifest as cm
+
+    phase = phase or "unknown"
+    last = cm.latest_valid_checkpoint(checkpoint_root, check_hashes=False)
+    resume = (f"the newest valid checkpoint is {last}: run the same command again to resume from it" if last
+              else "no valid checkpoint yet: a new start begins at step 1")
+    message = f"step {step}, phase {phase!r}: {exc}\n{resume}"
+    logger.error("worker failure: %s", message)
+    return WorkerFailure(message, phase=phase, step=step, checkpoint=str(last) if last else None)
+
+
+def parse_faults(spec: str | None) -> list[tuple[str, str, int]]:
+    """``[(action, phase, step)]`` from a ``VERL_TEST_FAULT`` value (empty when unset).
+
+    Raises:
+        ValueError: an item is not ``ACTION@PHASE:STEP`` with a known action and an integer step (names the variable).
+    """
+    faults = []
+    for item in filter(None, (part.strip() for part in (spec or "").split(","))):
+        action, _, where = item.partition("@")
+        phase, _, step = where.rpartition(":")
+        if action not in FAULT_ACTIONS or not phase or not step.isdigit():
+            raise ValueError(f"{FAULT_ENV}={spec!r}: item {item!r} is not ACTION@PHASE:STEP with ACTION one of "
+                             f"{', '.join(FAULT_ACTIONS)} and an integer STEP")
+        faults.append((action, phase, int(step)))
+    return faults
+
+
+class PhaseTracker:
+    """Times the phases of a step (``marked_timer``), remembers the one an exception left, and fires injected faults.
+
+    Args:
+        kill_worker: called for a ``WORKER`` fault; kills a worker process (the trainer passes one that kills its
+            first actor worker).
+    """
+
+    def __init__(self, kill_worker: Callable[[], None] | None = None) -> None:
+        self.kill_worker = kill_worker
+        self.faults = parse_faults(os.environ.get(FAULT_ENV))
+        self.stack: list[str] = []
+        self.failed_phase: str | None = None
+
+    def fault_point(self, name: str, step: int) -> None:
+        """Apply the injected fault registered for ``name`` at ``step``, if any (no-op without ``VERL_TEST_FAULT``)."""
+        for action, phase, at_step in self.faults:
+            if phase != name or at_step != step:
+                continue
+            logger.warning("%s: %s at phase %s of step %d", FAULT_ENV, action, name, step)
+            if action == "KILL":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif action in ("TERM", "INT"):
+                os.kill(os.getpid(), getattr(signal, "SIG" + action))
+            elif self.kill_worker is None:
+                raise RuntimeError(f"{FAULT_ENV}: WORKER fault at {name}:{step} but this trainer has no worker to kill")
+            else:
+                self.kill_worker()
+
+    @contextlib.contextmanager
+    def phase(self, name: str, timing: dict, step: int) -> Iterator[None]:
+        """``with tracker.phase("gen", timing, step):`` times the block into ``timing[name]``; an exception leaving
+        it records ``name`` in ``failed_phase`` (the innermost phase wins)."""
+        if not self.stack:
+            self.failed_phase = None
+        self.stack.append(name)
+        try:
+            self.fault_point(name, step)
+            with marked_timer(name, timing):
+                yield
+        except BaseException:
+            if self.failed_phase is None:
+                self.failed_phase = name
+            raise
+        finally:
+            self.stack.pop()
+
+
+def kill_ray_worker(handle, timeout_s: float = 30.0) -> None:
+    """Kill a Ray actor's process (``ray.kill``: no restart, running tasks fail) and wait until Ray reports it dead,
+    so the next call fails deterministically with ``ActorDiedError``."""
+    import time
+
+    import ray
+
+    ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get(handle.__ray_ready__.remote(), timeout=timeout_s)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"Ray actor {handle} still alive {timeout_s:.0f} s after ray.kill")
