@@ -286,6 +286,8 @@ class FSDPSFTTrainer:
 
             state_dict = get_model_state_dict(self.model,
                                               options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            for tied in getattr(self.model, "all_tied_weights_keys", None) or {}:  # gathered as separate copies
+                state_dict.pop(tied, None)
         if self.rank == 0:
             self.model.save_pretrained(str(path), state_dict=state_dict, safe_serialization=True)
             self.tokenizer.save_pretrained(str(path))
