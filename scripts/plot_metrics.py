@@ -4,7 +4,8 @@ Usage: ``python scripts/plot_metrics.py outputs/<project>/<experiment>/metrics.j
 
 Writes one PNG per panel into ``--out`` (default: the jsonl's directory / ``plots``): reward (train and validation),
 reward components, KL, entropy, response length, timing breakdown, and — when the run logged them — the router panel
-(λ, mean cost vs budget, route fractions, task reward). Prints the written file names.
+(λ, mean cost vs budget, route fractions, task reward); for an SFT log, the train/validation loss. Prints the
+written file names.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ PANELS = {
     "response_length": ["response_length/mean", "response_length/clip_ratio", "val/response_length/mean"],
     "timing": ["timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
                "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor", "timing_s/testing", "timing_s/step"],
+    "sft_loss": ["train/loss", "val/loss"],   # the SFT trainer's log (verl.trainer.fsdp_sft_trainer)
     "router": ["router/lambda", "router/mean_cost", "router/budget", "router/frac_answer", "router/frac_search",
                "router/frac_calculate", "router/mean_task_reward"],
 }

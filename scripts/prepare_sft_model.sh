@@ -68,3 +68,5 @@ echo "SFT of $BASE_MODEL on $TRAIN_FILE -> $TARGET (epochs=$EPOCHS lr=$LR max_le
   trainer.overwrite=true \
   trainer.experiment_name="tiny-sft-$SFT_DATA" \
   "$@"
+# the loss curve (train and validation) next to the model
+"$PYTHON" scripts/plot_metrics.py "$TARGET/metrics.jsonl" --out "$TARGET/plots" || echo "plotting failed (the model is fine)" >&2
