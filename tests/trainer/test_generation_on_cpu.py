@@ -18,8 +18,8 @@ from verl.trainer.main_generation import (
     load_generation_config,
     resolve_data_format,
     run_generation,
-    trim_left_padding,
 )
+from verl.utils.torch_functional import trim_left_padding
 from verl.utils.dataset.api_bank import (
     API_BANK_DATA_SOURCE,
     api_bank_rlla_rows,

@@ -68,6 +68,27 @@ def test_log_probs_equal_padded_fixed_path(causal_lm, variant):
     torch.testing.assert_close(got[mask], reference[mask], atol=LP_ATOL, rtol=0)
 
 
+def test_columns_of_padding_change_no_log_prob(causal_lm):
+    """The trainer cuts prompts to the batch's longest one before the rollout (``trim_left_padding``): the log-probs
+    must not depend on how many all-padding columns precede the prompts."""
+    from verl.protocol import DataProto
+    from workers_testlib import EOS
+
+    narrow = make_batch()
+    extra = 9
+    wide = {k: v.clone() for k, v in narrow.batch.items()}
+    rows = len(narrow)
+    for key, fill in (("input_ids", EOS), ("prompts", EOS), ("attention_mask", 0), ("position_ids", 0)):
+        wide[key] = torch.cat([torch.full((rows, extra), fill, dtype=wide[key].dtype), wide[key]], dim=1)
+    wide = DataProto.from_dict(wide)
+    for variant in ({}, {"use_remove_padding": True}):
+        actor = DataParallelPPOActor(actor_config(**variant), causal_lm)
+        reference, _ = actor.compute_log_prob(log_prob_meta(make_batch()))
+        got, _ = actor.compute_log_prob(log_prob_meta(wide))
+        mask = narrow.batch["response_mask"].bool()
+        torch.testing.assert_close(got[mask], reference[mask], atol=LP_ATOL, rtol=0)
+
+
 def _grads(actor, micro_batch, weights):
     actor.actor_module.zero_grad(set_to_none=True)
     _, log_probs = actor._forward_micro_batch(micro_batch, temperature=0.7)

@@ -262,7 +262,7 @@ class RouterInference:
                     self.filter_tools, getattr(self.other_as, "name", None), self.device)
 
     def _tokenize(self, messages: Sequence[Sequence[Mapping]]) -> dict[str, torch.Tensor]:
-        from verl.trainer.main_generation import trim_left_padding
+        from verl.utils.torch_functional import trim_left_padding
 
         return trim_left_padding(tokenize_prompts(self.tokenizer, messages, self.max_prompt_length,
                                                   truncation=self.truncation))

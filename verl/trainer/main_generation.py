@@ -43,6 +43,7 @@ from verl.trainer.config_utils import ConfigError
 from verl.trainer.main_eval import atomic_write_text, evaluate_file, ground_truth_calls
 from verl.trainer.main_ppo import setup_logging
 from verl.utils.reward_score.tool_parse import parse_tool_calls
+from verl.utils.torch_functional import trim_left_padding
 
 logger = logging.getLogger(__name__)
 
@@ -117,16 +118,6 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
         raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-
-
-def trim_left_padding(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Drop the leading columns that are padding in every row of a left-padded ``[B, P]`` batch.
-
-    ``attention_mask`` decides; every tensor in ``tensors`` is cut to the longest row (``[B, max valid length]``).
-    Position ids are unchanged (they count valid tokens only).
-    """
-    width = max(int(tensors["attention_mask"].sum(-1).max()), 1)
-    return {key: value[:, -width:] for key, value in tensors.items()}
 
 
 def prompt_tail(messages: Any, chars: int | None) -> str:

@@ -13,7 +13,7 @@ Conventions used by every function here:
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Union
+from typing import List, Mapping, Optional, Sequence, Union
 
 import torch
 import torch.nn.functional as F
@@ -419,3 +419,15 @@ __all__: List[str] = [
     "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup",
 ]
+
+
+def trim_left_padding(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Drop the leading columns that are padding in every row of a left-padded ``[B, P]`` batch.
+
+    ``attention_mask`` decides; every tensor in ``tensors`` is cut to the longest row (``[B, max valid length]``).
+    Position ids are unchanged (they count valid tokens only). The dataset pads every prompt to
+    ``data.max_prompt_length``; cutting to the batch's longest prompt before the rollout keeps that padding out of
+    generation and of every later log-prob / update pass (their cost grows with the padded width).
+    """
+    width = max(int(tensors["attention_mask"].sum(-1).max()), 1)
+    return {key: value[:, -width:] for key, value in tensors.items()}
