@@ -1,0 +1,35 @@
+"""Reward authoring API (``../shared/specs/reward_api.md``; seed 002 Tasks 1.1-1.4).
+
+- types: :class:`Message`, :class:`EvaluateResult`, :class:`StepOutput`, :class:`MetricResult`, :class:`StepData`;
+- ``@reward_function`` (pointwise / batch), ``load_reward_function(path, name)``, the named-reward registry
+  (``get_reward_function("rlla")``: the built-in ToolRL reward);
+- runners: :class:`InProcessRunner` (``reward.sandbox=none``) and :class:`ProcessSandbox` (timeout, memory limit,
+  crash isolation), both through :func:`make_runner`;
+- :func:`align`: ``StepOutput.step_index`` -> ``StepData``.
+
+Importing this package does not import torch or the trainer, so sandbox workers start quickly.
+"""
+from agent_system.reward.aligner import AlignedRollout, Alignment, align
+from agent_system.reward.decorator import (
+    RewardFunction,
+    RewardSource,
+    get_reward_function,
+    load_reward_function,
+    register_reward_function,
+    registered_reward_functions,
+    reward_function,
+)
+from agent_system.reward.models import EvaluateResult, Message, MetricResult, StepData, StepOutput, coerce_result
+from agent_system.reward.sandbox import (
+    InProcessRunner,
+    ProcessSandbox,
+    RewardRequest,
+    RewardSandboxError,
+    RunReport,
+    make_runner,
+)
+
+__all__ = ["Message", "EvaluateResult", "StepOutput", "MetricResult", "StepData", "coerce_result", "reward_function",
+           "RewardFunction", "RewardSource", "load_reward_function", "register_reward_function",
+           "get_reward_function", "registered_reward_functions", "RewardRequest", "RunReport", "RewardSandboxError",
+           "InProcessRunner", "ProcessSandbox", "make_runner", "align", "Alignment", "AlignedRollout"]

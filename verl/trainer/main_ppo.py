@@ -6,7 +6,6 @@ build datasets, reward managers and worker groups → ``RayPPOTrainer.fit()``.
 """
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
@@ -53,37 +52,62 @@ def resolve_paths(config: DictConfig) -> DictConfig:
     return config
 
 
-def load_custom_compute_score(config: DictConfig):
-    """The user's ``custom_reward_function.{path,name}`` function, or None for the built-in scorers.
+def load_custom_reward(config: DictConfig):
+    """The reward-API function named by ``custom_reward_function`` (``../shared/specs/reward_api.md`` "Decorator"),
+    or None for the built-in default path (RLLA via ``default_compute_score``, in process).
+
+    - ``path`` set: ``name`` (default ``compute_score``) from that file: a ``@reward_function``, an upstream-style
+      ``compute_score(data_source, solution_str, ground_truth, extra_info)`` (adapted), or a plain function taking
+      ``(messages, ground_truth, **kwargs)``;
+    - ``path`` unset and ``name`` a registered reward other than ``compute_score`` (e.g. ``rlla``): that reward.
 
     Raises:
-        FileNotFoundError / AttributeError: the file or the function does not exist (message names the key).
+        FileNotFoundError / AttributeError / TypeError: the file, the function or its signature is wrong (the message
+            names the key). KeyError: ``name`` is not a registered reward (path unset).
     """
+    from agent_system.reward import get_reward_function, load_reward_function
+
     spec_cfg = config.get("custom_reward_function") or {}
-    path = spec_cfg.get("path")
-    if not path:
+    path, name = spec_cfg.get("path"), spec_cfg.get("name") or "compute_score"
+    if path:
+        return load_reward_function(path, name)
+    if name == "compute_score":
         return None
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"custom_reward_function.path: {path} not found")
-    spec = importlib.util.spec_from_file_location("custom_reward_module", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    name = spec_cfg.get("name") or "compute_score"
-    if not hasattr(module, name):
-        raise AttributeError(f"custom_reward_function.name: {path} defines no function {name!r}")
-    return getattr(module, name)
+    return get_reward_function(name)
+
+
+def build_reward_runner(config: DictConfig, fn):
+    """``agent_system.reward.make_runner`` for ``fn`` from ``reward.*``: ``sandbox`` (``none``/``process``; null:
+    ``process`` for a function from ``custom_reward_function.path``, ``none`` for a registered built-in),
+    ``num_workers``, ``timeout_s`` (null: the function's own ``timeout_s``, else 30 s), ``memory_mb``.
+
+    Raises:
+        ValueError: unknown ``reward.sandbox``; a function that cannot be loaded by a worker with ``process``.
+    """
+    from agent_system.reward import make_runner
+
+    cfg = config.get("reward") or {}
+    sandbox = cfg.get("sandbox") or ("process" if (config.get("custom_reward_function") or {}).get("path") else "none")
+    return make_runner(fn, sandbox=sandbox, num_workers=int(cfg.get("num_workers") or 2),
+                       timeout_s=cfg.get("timeout_s"), memory_mb=cfg.get("memory_mb", 2048))
 
 
 def build_reward_managers(config: DictConfig, tokenizer):
-    """Training and validation reward managers (RLLA-aware; user function via ``custom_reward_function``)."""
-    from verl.workers.reward_manager import RLLARewardManager
+    """Training and validation reward managers: the built-in RLLA manager, or, with ``custom_reward_function``, a
+    ``RewardAPIManager`` pair sharing one runner (sandbox)."""
+    from verl.workers.reward_manager import RewardAPIManager, RLLARewardManager
 
-    kwargs = dict(tokenizer=tokenizer, compute_score=load_custom_compute_score(config),
-                  decode=config.reward_model.get("decode", "response"),
+    kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.get("decode", "response"),
                   wrapper=config.reward_model.get("wrapper", "auto"),
                   reward_fn_key=config.data.get("reward_fn_key", "data_source"))
-    return (RLLARewardManager(num_examine=0, **kwargs),
-            RLLARewardManager(num_examine=int(config.reward_model.get("num_examine", 1)), **kwargs))
+    num_examine = int(config.reward_model.get("num_examine", 1))
+    fn = load_custom_reward(config)
+    if fn is None:
+        return RLLARewardManager(num_examine=0, **kwargs), RLLARewardManager(num_examine=num_examine, **kwargs)
+    runner = build_reward_runner(config, fn)
+    logger.info("reward: %r through the reward API, sandbox=%s", fn, type(runner).__name__)
+    return (RewardAPIManager(runner=runner, num_examine=0, **kwargs),
+            RewardAPIManager(runner=runner, num_examine=num_examine, **kwargs))
 
 
 def init_ray(config: DictConfig) -> None:

@@ -194,6 +194,45 @@ def group_normalize(
     return torch.where(single, torch.zeros_like(adv), adv) if singleton_zero else adv
 
 
+def compute_advantage_on_valid_rows(fn: Callable, valid: Any, **inputs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Run the estimator ``fn`` on the rows whose reward is valid only, so invalid samples never enter any group's
+    statistics (``../shared/specs/reward_api.md`` "Sandboxed execution": "the sample is excluded from its group's
+    statistics").
+
+    Args: ``fn`` a registered estimator; ``valid`` bool ``[B]`` (e.g. ``non_tensor_batch["reward_valid"]``);
+        ``inputs`` the estimator's keyword arguments: every tensor / array / list whose first dimension is ``B`` is
+        cut to the valid rows, everything else is passed unchanged.
+    Returns: ``(advantages, returns)`` ``[B, L]``: the estimator's values on valid rows; on invalid rows advantage 0
+        and return = ``values`` when given (no value loss), else 0. All rows valid: exactly ``fn(**inputs)``.
+    Raises ValueError: ``valid`` does not have one entry per row.
+    """
+    mask = inputs["response_mask"]
+    batch_size = mask.shape[0]
+    keep_np = np.asarray(valid, dtype=bool).reshape(-1)
+    if keep_np.shape[0] != batch_size:
+        raise ValueError(f"reward_valid has {keep_np.shape[0]} entries for a batch of {batch_size} rows")
+    if keep_np.all():
+        return fn(**inputs)
+    keep = torch.as_tensor(np.flatnonzero(keep_np), dtype=torch.long, device=mask.device)
+    values = inputs.get("values")
+    advantages = torch.zeros(mask.shape, dtype=inputs["token_level_rewards"].dtype, device=mask.device)
+    returns = advantages.clone() if values is None else values * mask.to(values.dtype)
+    if keep.numel():
+        subset = {}
+        for key, value in inputs.items():
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch_size:
+                value = value[keep.to(value.device)]
+            elif isinstance(value, np.ndarray) and value.ndim and value.shape[0] == batch_size:
+                value = value[keep_np]
+            elif isinstance(value, (list, tuple)) and len(value) == batch_size:
+                value = [value[i] for i in np.flatnonzero(keep_np)]
+            subset[key] = value
+        sub_adv, sub_ret = fn(**subset)
+        advantages[keep] = sub_adv.to(advantages.dtype)
+        returns[keep] = sub_ret.to(returns.dtype)
+    return advantages, returns
+
+
 # -------------------- advantage estimators ---------------------------------------------------------------------------
 def _masked_reverse_discount(x: torch.Tensor, mask: torch.Tensor, discount: float) -> torch.Tensor:
     """``out[t] = x[t] + discount * out[t']`` over response tokens, ``t'`` the next position with mask 1 (0 past the

@@ -73,7 +73,9 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
 
     Inputs passed by name (each estimator takes what it needs): ``token_level_rewards``, ``response_mask``,
     ``index`` (the prompt uid, for grouped estimators), ``values`` (GAE), ``reward_baselines`` (ReMax), ``gamma``,
-    ``lam``, ``norm_adv_by_std_in_grpo`` and the algorithm config.
+    ``lam``, ``norm_adv_by_std_in_grpo`` and the algorithm config. Rows whose ``reward_valid`` is False (the reward
+    manager could not score them) are left out of the estimate and get advantage 0
+    (``core_algos.compute_advantage_on_valid_rows``).
     """
     fn = core_algos.get_adv_estimator_fn(adv_estimator)
     inputs = dict(
@@ -88,7 +90,9 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     for key in ("values", "reward_baselines"):
         if key in data.batch.keys():
             inputs[key] = data.batch[key]
-    advantages, returns = fn(**inputs)
+    valid = data.non_tensor_batch.get("reward_valid")
+    advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
+        fn, valid, **inputs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     return data
@@ -226,7 +230,8 @@ class RayPPOTrainer:
         metrics["perf/balance_max_over_mean_tokens"] = max(sums) / (sum(sums) / len(sums))
 
     def _score(self, batch: DataProto, reward_fn, step: int) -> dict:
-        """Run the reward manager and store ``token_level_scores`` (+ components) in the batch; return metrics."""
+        """Run the reward manager and store ``token_level_scores`` (+ components) and ``reward_valid`` in the batch;
+        return the manager's ``reward_metrics`` (e.g. ``reward/invalid_frac``, ``reward/timeouts``)."""
         result = reward_fn(batch, step, return_dict=True)
         batch.batch["token_level_scores"] = result["reward_tensor"]
         for name in REWARD_COMPONENTS:
@@ -236,7 +241,7 @@ class RayPPOTrainer:
         extra = result.get("reward_extra_info", {})
         if "reward_valid" in extra:
             batch.non_tensor_batch["reward_valid"] = np.asarray(extra["reward_valid"], dtype=bool)
-        return extra
+        return dict(result.get("reward_metrics", {}))
 
     def _route(self, batch: DataProto, n: int, validate: bool) -> DataProto:
         """Router logits once per prompt, then (after the ``n``-fold repeat) a route per copy and the prompt rewrite."""
@@ -367,7 +372,7 @@ class RayPPOTrainer:
                 self._balance_batch(batch, metrics)
             batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
             with self._phase("reward"):
-                self._score(batch, self.reward_fn, self.global_steps)
+                metrics.update(self._score(batch, self.reward_fn, self.global_steps))
                 if self.router is not None:
                     metrics.update(self.router.score(batch, self.global_steps))
             with self._phase("old_log_prob"):

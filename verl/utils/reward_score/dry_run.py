@@ -6,12 +6,15 @@ Debugging rewards without training (``../shared/specs/reward_api.md`` "Reward dr
     reward-dry-run --jsonl rollouts.jsonl --step 40 --set SCHEDULEREWARD=1  # {"response", "ground_truth"[, "step"]}
 
 Scoring goes through ``default_compute_score`` (so any ``data_source`` it knows; rows without one count as
-``"rlla"``). Switches come from the environment, overlaid with ``--set VAR=VALUE``. Samples that raise are counted as
-invalid with their reason; the command only fails on unreadable input.
+``"rlla"``), or through any reward-API function (``--reward-path FILE [--reward-name NAME]``, or ``--reward-name`` of a
+registered reward such as ``rlla``; run in this process, each response as one assistant message). Switches come from
+the environment, overlaid with ``--set VAR=VALUE``. Samples that raise are counted as invalid with their reason; the
+command only fails on unreadable input.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import math
@@ -50,9 +53,10 @@ class DryRunReport:
     invalid: list[tuple[int, str]] = field(default_factory=list)
 
     def stats(self) -> dict[str, dict[str, float]]:
-        """``{component: {count, mean, std (population), min, max}}`` over valid samples (NaN when none)."""
+        """``{component: {count, mean, std (population), min, max}}`` over valid samples (NaN when none), for
+        ``STAT_KEYS`` and any other key the reward returned."""
         out = {}
-        for key in STAT_KEYS:
+        for key in dict.fromkeys([*STAT_KEYS, *(k for r in self.results for k in r)]):
             values = [float(r[key]) for r in self.results if key in r]
             n = len(values)
             mean = sum(values) / n if n else math.nan
@@ -127,6 +131,30 @@ def score_samples(samples: Iterable[DryRunSample], step: int = 0, wrapper: str |
     return report
 
 
+def score_with_reward_function(samples: Iterable[DryRunSample], fn: Any, step: int = 0,
+                               wrapper: str | None = "qwen", switches: RewardSwitches | None = None) -> DryRunReport:
+    """Score every sample with the reward-API function ``fn`` (``agent_system.reward.RewardFunction``), in this
+    process: each response is one assistant message (and ``solution_str``), with ``data_source`` and ``extra_info``
+    (``step``, ``wrapper``) as keywords; a result's ``score`` and ``metrics`` are the sample's components. Invalid
+    results (the reward raised or returned garbage) go to ``DryRunReport.invalid`` with their reason."""
+    from agent_system.reward import InProcessRunner, RewardRequest
+
+    sw = RewardSwitches.from_env() if switches is None else switches
+    samples = list(samples)
+    requests = [RewardRequest(messages=[{"role": "assistant", "content": s.response}], ground_truth=s.ground_truth,
+                              kwargs={"data_source": s.data_source, "solution_str": s.response,
+                                      "extra_info": {"step": step if s.step is None else s.step, "wrapper": wrapper}})
+                for s in samples]
+    run = InProcessRunner(fn).run(requests, {"step": step, "reward_switches": dataclasses.asdict(sw)})
+    report = DryRunReport()
+    for sample, result in zip(samples, run.results):
+        if result.is_score_valid and result.score is not None:
+            report.results.append({"score": result.score, **result.metric_values()})
+        else:
+            report.invalid.append((sample.row, result.reason or "no score"))
+    return report
+
+
 def format_report(report: DryRunReport, max_reasons: int = 5) -> str:
     """Human-readable table of ``report.stats()`` plus the invalid count and the first ``max_reasons`` reasons."""
     lines = [f"{'component':<12} {'count':>6} {'mean':>10} {'std':>10} {'min':>10} {'max':>10}"]
@@ -153,6 +181,15 @@ def _parse_set(items: Sequence[str]) -> dict[str, str]:
     return overlay
 
 
+def _load_reward(path: str | None, name: str | None) -> Any:
+    """The reward-API function of ``--reward-path`` / ``--reward-name``, or None for ``default_compute_score``."""
+    if not path and not name:
+        return None
+    from agent_system.reward import get_reward_function, load_reward_function
+
+    return load_reward_function(path, name or "compute_score") if path else get_reward_function(name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``reward-dry-run``."""
     parser = argparse.ArgumentParser(prog="reward-dry-run", description=__doc__.split("\n\n")[0])
@@ -167,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="score only the first N samples")
     parser.add_argument("--show-invalid", type=int, default=5, help="how many invalid reasons to print (default 5)")
     parser.add_argument("--json", action="store_true", help="print the statistics as one JSON object instead")
+    parser.add_argument("--reward-path", help="score with this file's reward function (reward API) instead")
+    parser.add_argument("--reward-name", help="function in --reward-path (default compute_score), or without it a "
+                                              "registered reward (e.g. rlla)")
     return parser
 
 
@@ -178,15 +218,19 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     try:
         overlay = _parse_set(args.set)
         samples = load_parquet_samples(args.parquet) if args.parquet else load_jsonl_samples(args.jsonl)
-    except (argparse.ArgumentTypeError, FileNotFoundError, KeyError, ValueError) as err:
+        reward_fn = _load_reward(args.reward_path, args.reward_name)
+    except (argparse.ArgumentTypeError, FileNotFoundError, KeyError, ValueError, AttributeError, TypeError) as err:
         parser.print_usage(sys.stderr)
         sys.stderr.write(f"reward-dry-run: error: {err}\n")
         return 2
     if args.limit is not None:
         samples = samples[: args.limit]
     switches = RewardSwitches.from_env({**os.environ, **overlay})
-    report = score_samples(samples, step=args.step, wrapper=None if args.wrapper == "env" else args.wrapper,
-                           switches=switches)
+    wrapper = None if args.wrapper == "env" else args.wrapper
+    if reward_fn is None:
+        report = score_samples(samples, step=args.step, wrapper=wrapper, switches=switches)
+    else:
+        report = score_with_reward_function(samples, reward_fn, step=args.step, wrapper=wrapper, switches=switches)
     if args.json:
         payload = {"stats": report.stats(), "valid": len(report.results), "invalid": len(report.invalid),
                    "invalid_reasons": [{"row": r, "reason": m} for r, m in report.invalid[: args.show_invalid]],

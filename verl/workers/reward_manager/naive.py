@@ -12,7 +12,8 @@ A bare response and a wrapped one score the same under the RLLA reward (spec §1
 two modes agree for RLLA rows. The trainer step reaches the scorer through ``extra_info["step"]`` and the chat
 wrapper through ``extra_info["wrapper"]``.
 
-A sample whose scoring raises (e.g. ``InvalidGroundTruthError``) does not stop the batch: it scores 0, is marked
+Scoring is one method, ``_score_rows`` (``RewardAPIManager`` overrides it to call a reward-API function). A sample
+whose scoring raises (e.g. ``InvalidGroundTruthError``) does not stop the batch: it scores 0, is marked
 ``reward_valid=False`` and counted (``reward_invalid_count``, ``reward_metrics``), with a warning naming the row.
 """
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -46,6 +48,31 @@ def infer_wrapper(tokenizer: Any) -> str:
     if "<|start_header_id|>" in text:
         return "llama"
     return "none"
+
+
+@dataclass
+class ScoreRow:
+    """One decoded row handed to :meth:`RLLARewardManager._score_rows`: its position, ``data_source``,
+    ``reward_model`` dict, decoded ``text`` (see ``decode``), ``extra_info`` (with ``step`` and ``wrapper``) and the
+    number of valid response tokens."""
+
+    index: int
+    data_source: Any
+    reward_model: Any
+    text: str
+    extra_info: dict
+    valid_response_len: int
+
+
+def ground_truth_of(reward_model: Any) -> Any:
+    """``reward_model["ground_truth"]``.
+
+    Raises:
+        KeyError: ``reward_model`` is not a dict with ``ground_truth`` (the message shows it).
+    """
+    if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
+        raise KeyError(f"reward_model must be a dict with 'ground_truth', got {str(reward_model)[:120]!r}")
+    return reward_model["ground_truth"]
 
 
 class RLLARewardManager:
@@ -87,10 +114,10 @@ class RLLARewardManager:
 
     # ------------------------------------------------------------------------------------------------------------
     def _decode_row(self, prompt_ids: torch.Tensor, response_ids: torch.Tensor, valid_prompt_len: int,
-                    valid_response_len: int) -> str:
-        """Text handed to the scorer for one row (see ``decode``)."""
+                    valid_response_len: int, decode: str | None = None) -> str:
+        """Text handed to the scorer for one row (see ``decode``; None: ``self.decode``)."""
         valid_response = response_ids[:valid_response_len]
-        if self.decode == "response":
+        if (decode or self.decode) == "response":
             return self.tokenizer.decode(valid_response.tolist(), skip_special_tokens=True)
         valid_prompt = prompt_ids[prompt_ids.shape[-1] - valid_prompt_len:]
         return self.tokenizer.decode(torch.cat((valid_prompt, valid_response)).tolist(), skip_special_tokens=False)
@@ -120,7 +147,8 @@ class RLLARewardManager:
               (bool), ``reward_error`` (``""`` when valid), plus any extra keys the scorer returned (None for rows
               that lack them);
             - ``reward_invalid_count`` (int) and ``reward_metrics`` (``reward/invalid_count``,
-              ``reward/invalid_frac``).
+              ``reward/invalid_frac``, plus those of the scorer, e.g. ``reward/timeouts`` from the reward API's
+              sandbox).
 
             If the batch already holds ``rm_scores`` (a reward model ran), that tensor is the reward, as upstream.
 
@@ -148,50 +176,46 @@ class RLLARewardManager:
         valid_response_lens = attention_mask[:, prompt_len:].sum(-1).tolist()
 
         switches = self.switches if self.switches is not None else RewardSwitches.from_env()
+        batch_size = len(data)
+        rows = []
+        for i in range(batch_size):
+            row_info = self._row_value(data, "extra_info", i) or {}
+            valid_len = int(valid_response_lens[i])
+            rows.append(ScoreRow(
+                index=i, data_source=self._row_value(data, self.reward_fn_key, i),
+                reward_model=self._row_value(data, "reward_model", i),
+                text=self._decode_row(prompts[i], responses[i], int(valid_prompt_lens[i]), valid_len),
+                extra_info={**(row_info if isinstance(row_info, dict) else {}), "step": step, "wrapper": self.wrapper},
+                valid_response_len=valid_len))
+        outcomes, run_metrics = self._score_rows(data, rows, step, switches)
+
         tensors = {name: torch.zeros(responses.shape, dtype=torch.float32) for name in ("score",) + COMPONENTS}
         extra: dict[str, list] = defaultdict(list)
         examined: dict[str, int] = defaultdict(int)
         scorer_extra: list[dict] = []  # per row: extra keys returned by the scorer
         invalid = 0
-        batch_size = len(data)
-        for i in range(batch_size):
-            data_source = self._row_value(data, self.reward_fn_key, i)
-            reward_model = self._row_value(data, "reward_model", i)
-            row_info = self._row_value(data, "extra_info", i) or {}
-            valid_len = int(valid_response_lens[i])
-            text = self._decode_row(prompts[i], responses[i], int(valid_prompt_lens[i]), valid_len)
-            extra_info = {**(row_info if isinstance(row_info, dict) else {}), "step": step, "wrapper": self.wrapper}
-            if self.compute_score is default_compute_score:
-                extra_info["reward_switches"] = switches
-            try:
-                if not isinstance(reward_model, dict) or "ground_truth" not in reward_model:
-                    raise KeyError(f"reward_model must be a dict with 'ground_truth', got {str(reward_model)[:120]!r}")
-                result = self.compute_score(data_source=data_source, solution_str=text,
-                                            ground_truth=reward_model["ground_truth"], extra_info=extra_info)
-                values = dict(result) if isinstance(result, dict) else {"score": result}
-                score = float(values.pop("score"))
-                error = ""
-            except Exception as err:  # noqa: BLE001 - one bad sample must not stop training (rlla_reward.md)
+        for row, (score, values, error) in zip(rows, outcomes):
+            values = dict(values)
+            if error:
                 invalid += 1
-                error = f"{type(err).__name__}: {err}"[:_MAX_REASON_CHARS]
                 logger.warning("reward manager: row %d (data_source=%r, step=%s) could not be scored, reward 0: %s",
-                               i, data_source, step, error)
-                score, values = 0.0, {}
-            position = max(valid_len - 1, 0)
-            tensors["score"][i, position] = score
+                               row.index, row.data_source, step, error)
+            position = max(row.valid_response_len - 1, 0)
+            tensors["score"][row.index, position] = score
             for name in COMPONENTS:
                 component = float(values.pop(name, 0.0))
-                tensors[name][i, position] = component
+                tensors[name][row.index, position] = component
                 extra[name].append(component)
             scorer_extra.append(values)
             extra["reward_valid"].append(not error)
             extra["reward_error"].append(error)
-            source_key = str(data_source)
+            source_key = str(row.data_source)
             if examined[source_key] < self.num_examine:
                 examined[source_key] += 1
+                reward_model = row.reward_model
                 logger.info("[reward sample] data_source=%s step=%s score=%s components=%s\n[text] %s\n"
                             "[ground_truth] %s",
-                            source_key, step, score, {n: extra[n][-1] for n in COMPONENTS}, text,
+                            source_key, step, score, {n: extra[n][-1] for n in COMPONENTS}, row.text,
                             reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model)
         if invalid:
             logger.warning("reward manager: %d of %d samples could not be scored at step %s", invalid, batch_size, step)
@@ -205,8 +229,30 @@ class RLLARewardManager:
             "reward_extra_info": dict(extra),
             "reward_invalid_count": invalid,
             "reward_metrics": {"reward/invalid_count": float(invalid),
-                               "reward/invalid_frac": invalid / batch_size if batch_size else 0.0},
+                               "reward/invalid_frac": invalid / batch_size if batch_size else 0.0, **run_metrics},
         }
+
+    def _score_rows(self, data: DataProto, rows: list[ScoreRow], step: int,
+                    switches: RewardSwitches) -> tuple[list[tuple[float, dict, str]], dict[str, float]]:
+        """Score every row with ``compute_score``, in this process.
+
+        Returns:
+            per row ``(score, values, error)``: ``values`` the scorer's other keys (components included), ``error``
+            ``""`` when valid, else ``"Type: message"`` and score 0; and extra ``reward_metrics`` (none here).
+        """
+        outcomes = []
+        for row in rows:
+            extra_info = dict(row.extra_info)
+            if self.compute_score is default_compute_score:
+                extra_info["reward_switches"] = switches
+            try:
+                result = self.compute_score(data_source=row.data_source, solution_str=row.text,
+                                            ground_truth=ground_truth_of(row.reward_model), extra_info=extra_info)
+                values = dict(result) if isinstance(result, dict) else {"score": result}
+                outcomes.append((float(values.pop("score")), values, ""))
+            except Exception as err:  # noqa: BLE001 - one bad sample must not stop training (rlla_reward.md)
+                outcomes.append((0.0, {}, f"{type(err).__name__}: {err}"[:_MAX_REASON_CHARS]))
+        return outcomes, {}
 
 
 NaiveRewardManager = RLLARewardManager
