@@ -37,7 +37,7 @@ from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import ExitRequest, PhaseTracker, worker_failure
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
-from verl.utils.torch_functional import masked_mean
+from verl.utils.torch_functional import masked_mean, trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
 
 logger = logging.getLogger(__name__)
@@ -253,15 +253,25 @@ class RayPPOTrainer:
 
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:
         """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
-        gen_batch = batch.pop(batch_keys=GEN_KEYS)
-        gen_batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id,
-                                    "pad_token_id": self.tokenizer.pad_token_id,
-                                    "do_sample": not validate and self.config.actor_rollout_ref.rollout.do_sample,
-                                    "validate": validate})
-        output = self.actor_rollout_wg.generate_sequences(gen_batch)
+        output = self._rollout(batch.pop(batch_keys=GEN_KEYS),
+                               do_sample=not validate and self.config.actor_rollout_ref.rollout.do_sample,
+                               validate=validate)
         batch = batch.union(output)
         batch.batch["response_mask"] = compute_response_mask(batch)
         return batch
+
+    def _rollout(self, gen_batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
+        """Generate for the prompt tensors ``GEN_KEYS`` of ``gen_batch`` ([B, P], left-padded).
+
+        Prompts arrive padded to ``data.max_prompt_length``; they are cut to the batch's longest prompt first, so that
+        neither the rollout nor any later log-prob / update pass computes on columns that are padding in every row.
+        """
+        gen_batch = DataProto.from_dict(trim_left_padding({k: gen_batch.batch[k] for k in GEN_KEYS}),
+                                        non_tensors=gen_batch.non_tensor_batch, meta_info=gen_batch.meta_info)
+        gen_batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id,
+                                    "pad_token_id": self.tokenizer.pad_token_id,
+                                    "do_sample": do_sample, "validate": validate})
+        return self.actor_rollout_wg.generate_sequences(gen_batch)
 
     def fit(self) -> None:
         """Run the training loop (upstream's order), validating and checkpointing on schedule.
@@ -454,10 +464,7 @@ class RayPPOTrainer:
 
     def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
         """ReMax baseline: the reward of one greedy rollout per prompt, [B_prompts] (Li et al. 2023, eq. 5)."""
-        gen = batch.select(batch_keys=GEN_KEYS, deepcopy=True)
-        gen.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
-                              "do_sample": False, "validate": True})
-        out = self.actor_rollout_wg.generate_sequences(gen)
+        out = self._rollout(batch.select(batch_keys=GEN_KEYS, deepcopy=True), do_sample=False, validate=True)
         out.non_tensor_batch = dict(batch.non_tensor_batch)
         out.batch["response_mask"] = compute_response_mask(out)
         return self.reward_fn(out, self.global_steps, return_dict=True)["reward_tensor"].sum(-1)
