@@ -5,4 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export EXPERIMENT_NAME=${EXPERIMENT_NAME:-grpo-qwen-chatml-tiny}
 source scripts/hw_defaults.sh
-bash ./examples/grpo_trainer/run_grpo.sh "$@"
+# ToolRL's project name (TinyZero) is kept; metrics and plots go to $RUN_DIR
+RUN_DIR=${RUN_DIR:-outputs/TinyZero/$EXPERIMENT_NAME}
+bash ./examples/grpo_trainer/run_grpo.sh trainer.run_dir="$RUN_DIR" "$@"
+$PYTHON scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"

@@ -5,4 +5,7 @@ cd "$(dirname "$0")"
 export EXPERIMENT_NAME=${EXPERIMENT_NAME:-ppo-qwen-chatml-tiny}
 : "${ROLLOUT_N:=1}"
 source scripts/hw_defaults.sh
-bash ./examples/ppo_trainer/run_ppo.sh "$@"
+# ToolRL's project name (TinyZero) is kept; metrics and plots go to $RUN_DIR
+RUN_DIR=${RUN_DIR:-outputs/TinyZero/$EXPERIMENT_NAME}
+bash ./examples/ppo_trainer/run_ppo.sh trainer.run_dir="$RUN_DIR" "$@"
+$PYTHON scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"
