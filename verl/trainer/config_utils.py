@@ -130,6 +130,15 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         get_adv_estimator_fn(estimator)
     except (KeyError, ValueError) as err:
         raise ConfigError(f"algorithm.adv_estimator: {err}") from None
+    if estimator == "gigpo":
+        from verl.trainer.ppo.gigpo import check_gigpo_settings
+
+        gigpo = config.algorithm.gigpo
+        try:
+            check_gigpo_settings(gigpo.mode, float(gigpo.epsilon), float(gigpo.invalid_action_penalty),
+                                 float(gigpo.anchor_similarity))
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if n < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n}")
     if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and n == 1:

@@ -54,8 +54,9 @@ def _resolve(explicit: Any, config: Any, key: str, default: Any) -> Any:
 
 # -------------------- registries -------------------------------------------------------------------------------------
 class AdvantageEstimator(str, Enum):
-    """Names of the advantage estimators (``algorithm.adv_estimator``). ``GIGPO`` and ``RLVCR`` are reserved here
-    and registered by their own modules."""
+    """Names of the advantage estimators (``algorithm.adv_estimator``). ``GIGPO`` lives in
+    :mod:`verl.trainer.ppo.gigpo` and is registered at the end of this module; ``RLVCR`` is reserved here and
+    registered by its own module."""
 
     GAE = "gae"
     GRPO = "grpo"
@@ -72,7 +73,7 @@ class AdvantageEstimator(str, Enum):
 ADV_ESTIMATOR_REGISTRY: Dict[str, Callable] = {}
 POLICY_LOSS_REGISTRY: Dict[str, Callable] = {}
 
-_RESERVED_ELSEWHERE = {"gigpo": "the GiGPO module (specs/gigpo.md)", "rlvcr": "rlvcr.core_rlvcr (specs/rlvcr.md)"}
+_RESERVED_ELSEWHERE = {"rlvcr": "rlvcr.core_rlvcr (specs/rlvcr.md)"}
 
 
 def _name_of(name_or_enum: Union[str, Enum]) -> str:
@@ -107,7 +108,7 @@ def get_adv_estimator_fn(name_or_enum: Union[str, AdvantageEstimator]) -> Callab
 
     Raises:
         ValueError: unknown name; the message lists the registered names (and, for a reserved name such as
-        ``gigpo``, the module that registers it).
+        ``rlvcr``, the module that registers it).
     """
     name = _name_of(name_or_enum)
     if name not in ADV_ESTIMATOR_REGISTRY:
@@ -668,3 +669,10 @@ def get_kl_controller(kl_ctrl: Any) -> Union[FixedKLController, AdaptiveKLContro
             horizon=int(_cfg_get(kl_ctrl, "horizon", 10000)),
         )
     raise ValueError(f"unknown kl_ctrl.type {kind!r}: fixed or adaptive")
+
+
+# -------------------- GiGPO (verl/trainer/ppo/gigpo.py, specs/gigpo.md) ----------------------------------------------
+# Imported last: gigpo.py uses the helpers above at call time.
+from verl.trainer.ppo.gigpo import compute_gigpo_outcome_advantage  # noqa: E402
+
+register_adv_est(AdvantageEstimator.GIGPO)(compute_gigpo_outcome_advantage)
