@@ -73,7 +73,8 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
 
     Inputs passed by name (each estimator takes what it needs): ``token_level_rewards``, ``response_mask``,
     ``index`` (the prompt uid, for grouped estimators), ``values`` (GAE), ``reward_baselines`` (ReMax), ``gamma``,
-    ``lam``, ``norm_adv_by_std_in_grpo`` and the algorithm config. Rows whose ``reward_valid`` is False (the reward
+    ``lam``, ``norm_adv_by_std_in_grpo``, the algorithm config, and for ``gigpo`` the per-step fields of
+    ``gigpo.GIGPO_BATCH_FIELDS``. Rows whose ``reward_valid`` is False (the reward
     manager could not score them) are left out of the estimate and get advantage 0
     (``core_algos.compute_advantage_on_valid_rows``).
     """
@@ -90,6 +91,10 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     for key in ("values", "reward_baselines"):
         if key in data.batch.keys():
             inputs[key] = data.batch[key]
+    if adv_estimator == "gigpo":  # per-step rows of the multi-turn rollout: traj_uid, step_index, anchor_obs, ...
+        from verl.trainer.ppo.gigpo import gigpo_batch_inputs
+
+        inputs.update(gigpo_batch_inputs(data.non_tensor_batch))
     valid = data.non_tensor_batch.get("reward_valid")
     advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
         fn, valid, **inputs)
