@@ -27,24 +27,14 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``ve
 
 
 def _build(model: str, root: Path):
-    from verl.single_controller.local import LocalResourcePoolManager, LocalWorkerGroup
-    from verl.trainer.config_utils import load_default_config, normalize_config, validate_config
-    from verl.trainer.main_ppo import build_trainer, resolve_paths
+    from verl.single_controller.local import build_local_trainer
 
-    config = load_default_config([
+    return build_local_trainer([
         f"actor_rollout_ref.model.path={model}", "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=0",
         "data.train_batch_size=2", "data.max_samples=8", "data.val_max_samples=2", "data.max_prompt_length=2048",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
         "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
         f"trainer.default_local_dir={root}/ckpt", f"trainer.run_dir={root}/run", "trainer.logger=[console]"])
-    normalize_config(config)
-    resolve_paths(config)
-    validate_config(config)
-    trainer = build_trainer(config)
-    trainer.ray_worker_group_cls = LocalWorkerGroup
-    trainer.resource_pool_manager = LocalResourcePoolManager(trainer.resource_pool_manager.mapping)
-    trainer.init_workers()
-    return trainer
 
 
 def _fill_optimizer(worker) -> None:

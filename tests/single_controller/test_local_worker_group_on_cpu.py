@@ -108,19 +108,11 @@ def test_local_resource_pool_manager():
 
 
 def test_ray_ppo_trainer_trains_one_step_in_process(tmp_path, small_rlla):
-    from verl.trainer.config_utils import load_default_config, normalize_config, validate_config
-    from verl.trainer.main_ppo import build_trainer, resolve_paths
+    from verl.single_controller.local import build_local_trainer
 
-    config = load_default_config(e2e_overrides(tmp_path, small_rlla) + [
+    trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + [
         "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1", "trainer.val_before_train=False",
         "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[]"])
-    normalize_config(config)
-    resolve_paths(config)
-    validate_config(config)
-    trainer = build_trainer(config)
-    trainer.ray_worker_group_cls = LocalWorkerGroup
-    trainer.resource_pool_manager = LocalResourcePoolManager(trainer.resource_pool_manager.mapping)
-    trainer.init_workers()
     try:
         assert isinstance(trainer.actor_rollout_wg, LocalWorkerGroup) and trainer.n_workers == 1
         module = trainer.actor_rollout_wg.worker.actor_module

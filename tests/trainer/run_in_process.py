@@ -17,18 +17,11 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``ve
 
 
 def main(overrides: list[str]) -> None:
-    from verl.single_controller.local import LocalResourcePoolManager, LocalWorkerGroup
-    from verl.trainer.config_utils import load_default_config, normalize_config, validate_config
-    from verl.trainer.main_ppo import build_trainer, resolve_paths, setup_logging
+    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import setup_logging
 
     setup_logging()
-    config = load_default_config(overrides)
-    normalize_config(config)
-    resolve_paths(config)
-    validate_config(config)
-    trainer = build_trainer(config)
-    trainer.ray_worker_group_cls = LocalWorkerGroup
-    trainer.resource_pool_manager = LocalResourcePoolManager(trainer.resource_pool_manager.mapping)
+    trainer = build_local_trainer(overrides, init_workers=False)
     try:
         trainer.init_workers()
         trainer.fit()

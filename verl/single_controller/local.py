@@ -233,3 +233,30 @@ class LocalResourcePoolManager:
 
 
 __all__ = ["LocalDataProtoFuture", "LocalResourcePoolManager", "LocalWorkerGroup"]
+
+
+def build_local_trainer(overrides: list[str], init_workers: bool = True):
+    """A ``RayPPOTrainer`` built exactly as ``main_ppo`` builds it (``load_default_config`` → ``normalize_config`` →
+    ``resolve_paths`` → ``validate_config`` → ``build_trainer``) but with its workers inside this process
+    (:class:`LocalWorkerGroup`, one rank per role), for benchmarks and tests that must not start Ray.
+
+    Args:
+        overrides: Hydra ``key=value`` overrides of ``ppo_trainer.yaml``.
+        init_workers: build the workers (models, optimizers) right away.
+
+    Raises:
+        ConfigError: the config is invalid (the message names the key).
+    """
+    from verl.trainer.config_utils import load_default_config, normalize_config, validate_config
+    from verl.trainer.main_ppo import build_trainer, resolve_paths
+
+    config = load_default_config(overrides)
+    normalize_config(config)
+    resolve_paths(config)
+    validate_config(config)
+    trainer = build_trainer(config)
+    trainer.ray_worker_group_cls = LocalWorkerGroup
+    trainer.resource_pool_manager = LocalResourcePoolManager(trainer.resource_pool_manager.mapping)
+    if init_workers:
+        trainer.init_workers()
+    return trainer
