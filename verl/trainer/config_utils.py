@@ -139,9 +139,16 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                                  float(gigpo.anchor_similarity))
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    if estimator == "rlvcr":
+        from rlvcr.core_rlvcr import check_rlvcr_settings
+
+        try:
+            check_rlvcr_settings(config.algorithm.rlvcr)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if n < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n}")
-    if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline") and n == 1:
+    if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline", "rlvcr") and n == 1:
         logger.warning("algorithm.adv_estimator=%s with actor_rollout_ref.rollout.n=1: every group is a singleton, "
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:

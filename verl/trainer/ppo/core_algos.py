@@ -55,8 +55,8 @@ def _resolve(explicit: Any, config: Any, key: str, default: Any) -> Any:
 # -------------------- registries -------------------------------------------------------------------------------------
 class AdvantageEstimator(str, Enum):
     """Names of the advantage estimators (``algorithm.adv_estimator``). ``GIGPO`` lives in
-    :mod:`verl.trainer.ppo.gigpo` and is registered at the end of this module; ``RLVCR`` is reserved here and
-    registered by its own module."""
+    :mod:`verl.trainer.ppo.gigpo` and ``RLVCR`` in :mod:`rlvcr.core_rlvcr`; both are registered at the end of this
+    module."""
 
     GAE = "gae"
     GRPO = "grpo"
@@ -676,3 +676,8 @@ def get_kl_controller(kl_ctrl: Any) -> Union[FixedKLController, AdaptiveKLContro
 from verl.trainer.ppo.gigpo import compute_gigpo_outcome_advantage  # noqa: E402
 
 register_adv_est(AdvantageEstimator.GIGPO)(compute_gigpo_outcome_advantage)
+
+# -------------------- RLVCR (rlvcr/core_rlvcr.py, specs/rlvcr.md) ----------------------------------------------------
+from rlvcr.core_rlvcr import compute_rlvcr_outcome_advantage  # noqa: E402
+
+register_adv_est(AdvantageEstimator.RLVCR)(compute_rlvcr_outcome_advantage)
