@@ -333,3 +333,20 @@ def test_validate_config_rejects_bad_rlvcr_settings(override, match):
     config = normalize_config(load_default_config(["algorithm.adv_estimator=rlvcr", override]))
     with pytest.raises(ConfigError, match=match):
         validate_config(config, check_files=False)
+
+
+def test_trainer_compute_advantage_reads_the_rlvcr_fields():
+    """`ray_trainer.compute_advantage(..., "rlvcr", ...)` takes the per-level fields from the batch (same numbers as
+    the registry call above)."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    rewards, mask, uids, fields = _batch()
+    algo = load_default_config(["algorithm.adv_estimator=rlvcr", "algorithm.rlvcr.cost_max=100"]).algorithm
+    non_tensors = {"uid": np.asarray(uids, dtype=object)}
+    for key, value in fields.items():
+        non_tensors[key] = np.empty(len(uids), dtype=object)
+        non_tensors[key][:] = list(value)
+    data = DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask}, non_tensors)
+    advantages = compute_advantage(data, "rlvcr", algo).batch["advantages"]
+    torch.testing.assert_close(advantages[:, 0], torch.tensor(_expected_batch()[0], dtype=torch.float32))

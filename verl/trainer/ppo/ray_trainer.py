@@ -73,10 +73,10 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
 
     Inputs passed by name (each estimator takes what it needs): ``token_level_rewards``, ``response_mask``,
     ``index`` (the prompt uid, for grouped estimators), ``values`` (GAE), ``reward_baselines`` (ReMax), ``gamma``,
-    ``lam``, ``norm_adv_by_std_in_grpo``, the algorithm config, and for ``gigpo`` the per-step fields of
-    ``gigpo.GIGPO_BATCH_FIELDS``. Rows whose ``reward_valid`` is False (the reward
-    manager could not score them) are left out of the estimate and get advantage 0
-    (``core_algos.compute_advantage_on_valid_rows``).
+    ``lam``, ``norm_adv_by_std_in_grpo``, the algorithm config, for ``gigpo`` the per-step fields of
+    ``gigpo.GIGPO_BATCH_FIELDS`` and for ``rlvcr`` those read by ``rlvcr.core_rlvcr.rlvcr_batch_inputs``. Rows whose
+    ``reward_valid`` is False (the reward manager could not score them) are left out of the estimate and get
+    advantage 0 (``core_algos.compute_advantage_on_valid_rows``).
     """
     fn = core_algos.get_adv_estimator_fn(adv_estimator)
     inputs = dict(
@@ -95,6 +95,10 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
         from verl.trainer.ppo.gigpo import gigpo_batch_inputs
 
         inputs.update(gigpo_batch_inputs(data.non_tensor_batch))
+    if adv_estimator == "rlvcr":  # per-level action entropies / think costs from the RLVCR phase
+        from rlvcr.core_rlvcr import rlvcr_batch_inputs
+
+        inputs.update(rlvcr_batch_inputs(data.non_tensor_batch, data.batch))
     valid = data.non_tensor_batch.get("reward_valid")
     advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
         fn, valid, **inputs)
