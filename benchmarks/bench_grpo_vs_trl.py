@@ -377,8 +377,8 @@ def print_report(results: list[dict], args) -> None:
                   + (f", {len(r['processes']) - 6} more" if len(r["processes"]) > 6 else ""))
     by = {r["system"]: r for r in results}
     if "ours" in by:
-        print(f"ours pads every prompt to data.max_prompt_length={by['ours']['padded_prompt_length']} (the longest "
-              f"prompt trained on); TRL pads to the longest prompt of each batch")
+        print(f"ours loads prompts padded to data.max_prompt_length={by['ours']['padded_prompt_length']} and cuts "
+              f"them to each batch's longest prompt before the rollout, as TRL pads them")
     if "ours" in by and "trl" in by:
         ours, trl = by["ours"], by["trl"]
         if [round(x, 3) for x in ours["prompt_tokens"]] != [round(x, 3) for x in trl["prompt_tokens"]]:
