@@ -187,6 +187,30 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                     raise ConfigError(f"data.{key}: file not found: {path}")
     if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
         raise ConfigError("trainer.total_training_steps must be positive when set")
+    _validate_env(config)
+
+
+def _validate_env(config: DictConfig) -> None:
+    """``env.*`` (multi-turn agent mode), checked only when ``env.env_name`` is set."""
+    env = config.get("env")
+    if env is None or not env.get("env_name"):
+        return
+    from agent_system.environments.base import available_envs
+
+    if env.env_name not in available_envs():
+        raise ConfigError(f"env.env_name={env.env_name!r} is not a registered environment; expected one of "
+                          f"{available_envs()}")
+    if int(env.rollout.n) != int(config.actor_rollout_ref.rollout.n):
+        raise ConfigError(f"env.rollout.n ({env.rollout.n}) must equal actor_rollout_ref.rollout.n "
+                          f"({config.actor_rollout_ref.rollout.n}): the group size also scales ppo_mini_batch_size")
+    for key in ("max_steps", "train_tasks", "val_tasks", "num_workers", "max_prompt_length"):
+        if int(env[key]) < 1:
+            raise ConfigError(f"env.{key} must be >= 1, got {env[key]}")
+    if int(env.train_tasks) < int(config.data.train_batch_size):
+        raise ConfigError(f"env.train_tasks ({env.train_tasks}) must be >= data.train_batch_size "
+                          f"({config.data.train_batch_size}) tasks per step")
+    if env.get("reward_mode") not in (None, "step", "episode"):
+        raise ConfigError(f"env.reward_mode must be step, episode or null, got {env.reward_mode!r}")
 
 
 def to_yaml(config: DictConfig) -> str:

@@ -30,8 +30,9 @@ def resolve_paths(config: DictConfig) -> DictConfig:
     """Fill ``data.{train,val}_files`` from RLLA discovery when unset and turn the model preset into a directory."""
     from verl.utils.model_presets import prepare_model
 
+    agent_mode = config.get("env") is not None and bool(config.env.get("env_name"))
     with open_dict(config):
-        if not config.data.train_files or not config.data.val_files:
+        if not agent_mode and (not config.data.train_files or not config.data.val_files):
             from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
 
             data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
@@ -152,10 +153,18 @@ def build_trainer(config: DictConfig):
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
     tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)
-    train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=config.data)
-    val_config = OmegaConf.merge(config.data, {"max_samples": config.data.get("val_max_samples", -1)})
-    val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
-    reward_fn, val_reward_fn = build_reward_managers(config, tokenizer)
+    collate_fn = None
+    if config.get("env") is not None and config.env.get("env_name"):  # multi-turn: task seeds instead of prompts
+        from agent_system.multi_turn_rollout.agent_rollout import EnvTaskDataset, task_collate_fn
+
+        train_dataset = EnvTaskDataset(int(config.env.train_tasks), offset=int(config.env.seed))
+        val_dataset = EnvTaskDataset(int(config.env.val_tasks), offset=int(config.env.val_seed_offset))
+        collate_fn, reward_fn, val_reward_fn = task_collate_fn, None, None  # rewards come from the environments
+    else:
+        train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=config.data)
+        val_config = OmegaConf.merge(config.data, {"max_samples": config.data.get("val_max_samples", -1)})
+        val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
+        reward_fn, val_reward_fn = build_reward_managers(config, tokenizer)
     workers_per_node = max(1, int(config.trainer.n_gpus_per_node))
     pool_spec = {"global_pool": [workers_per_node] * int(config.trainer.nnodes)}
     mapping = {Role.ActorRolloutRef: "global_pool"}
@@ -168,7 +177,8 @@ def build_trainer(config: DictConfig):
                                                 cpus_per_worker=float(config.trainer.get("cpus_per_worker", 1)))
     return RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
                          resource_pool_manager=resource_pool_manager, reward_fn=reward_fn,
-                         val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset)
+                         val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset,
+                         collate_fn=collate_fn)
 
 
 def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821

@@ -17,6 +17,7 @@ import os
 import random
 import signal
 import uuid
+from typing import Optional
 from pathlib import Path
 
 import numpy as np
@@ -68,7 +69,8 @@ def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl") -> tuple[
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
 
 
-def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConfig) -> DataProto:
+def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConfig,
+                      metrics: Optional[dict] = None) -> DataProto:
     """Fill ``advantages`` and ``returns`` [B, R] with the registered estimator ``adv_estimator``.
 
     Inputs passed by name (each estimator takes what it needs): ``token_level_rewards``, ``response_mask``,
@@ -76,7 +78,8 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     ``lam``, ``norm_adv_by_std_in_grpo``, the algorithm config, for ``gigpo`` the per-step fields of
     ``gigpo.GIGPO_BATCH_FIELDS`` and for ``rlvcr`` those read by ``rlvcr.core_rlvcr.rlvcr_batch_inputs``. Rows whose
     ``reward_valid`` is False (the reward manager could not score them) are left out of the estimate and get
-    advantage 0 (``core_algos.compute_advantage_on_valid_rows``).
+    advantage 0 (``core_algos.compute_advantage_on_valid_rows``). ``metrics``, when given, receives the estimator's
+    own statistics (``gigpo/*``).
     """
     fn = core_algos.get_adv_estimator_fn(adv_estimator)
     inputs = dict(
@@ -95,6 +98,8 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
         from verl.trainer.ppo.gigpo import gigpo_batch_inputs
 
         inputs.update(gigpo_batch_inputs(data.non_tensor_batch))
+        if metrics is not None:  # gigpo/* step-group statistics
+            inputs["metrics"] = metrics
     if adv_estimator == "rlvcr":  # per-level action entropies / think costs from the RLVCR phase
         from rlvcr.core_rlvcr import rlvcr_batch_inputs
 
@@ -147,6 +152,11 @@ class RayPPOTrainer:
             from verl.router.controller import RouterController
 
             self.router = RouterController(config.router, config.data, tokenizer, seed=int(config.data.get("seed", 1)))
+        self.agent = None  # multi-turn environments (env.env_name set): agent_system.multi_turn_rollout
+        if config.get("env") is not None and config.env.get("env_name"):
+            from agent_system.multi_turn_rollout.agent_rollout import AgentRollout
+
+            self.agent = AgentRollout(config, tokenizer)
         self.global_steps = 0
         self.epoch = 0
         self.batches_consumed = 0
@@ -222,6 +232,8 @@ class RayPPOTrainer:
         for wg in (getattr(self, "actor_rollout_wg", None), getattr(self, "critic_wg", None)):
             if wg is not None:
                 wg.shutdown()
+        if getattr(self, "agent", None) is not None:
+            self.agent.close()
         self.resource_pool_manager.release()
 
     # ------------------------------------------------------------------ steps
@@ -373,27 +385,10 @@ class RayPPOTrainer:
         self._timing = timing
         with self._phase("step"):
             batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            baseline = None
-            if config.algorithm.adv_estimator == "remax":
-                with self._phase("gen_max"):
-                    baseline = self._greedy_baseline(batch)
-            if self.router is not None:
-                with self._phase("router"):
-                    batch = self._route(batch, n, validate=False)
+            if self.agent is not None:
+                batch = self._collect_agent_batch(batch, metrics)
             else:
-                batch = batch.repeat(repeat_times=n, interleave=True)
-            with self._phase("gen"):
-                batch = self._generate(batch, validate=False)
-            if baseline is not None:
-                batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
-            if config.trainer.get("balance_batch", True):
-                self._balance_batch(batch, metrics)
-            batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-            with self._phase("reward"):
-                metrics.update(self._score(batch, self.reward_fn, self.global_steps))
-                if self.router is not None:
-                    metrics.update(self.router.score(batch, self.global_steps))
+                batch = self._collect_batch(batch, n, metrics)
             with self._phase("old_log_prob"):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
                 metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
@@ -413,7 +408,7 @@ class RayPPOTrainer:
                     metrics.update(kl_metrics)
                 else:
                     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                batch = compute_advantage(batch, config.algorithm.adv_estimator, config.algorithm)
+                batch = compute_advantage(batch, config.algorithm.adv_estimator, config.algorithm, metrics)
             bad_inputs = self._non_finite_rows(batch)
             if bad_inputs:
                 metrics["training/non_finite_inputs"] = 1.0
@@ -437,11 +432,58 @@ class RayPPOTrainer:
             self._record_bad_step(f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)")
         else:
             self.bad_steps = 0
+        self.last_batch = batch
+        if "is_pad" in batch.non_tensor_batch:  # agent mode: inert padding rows stay out of the data metrics
+            batch = batch[~batch.non_tensor_batch["is_pad"]]
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
-        self.last_batch = batch
         return metrics
+
+    def _collect_batch(self, batch: DataProto, n: int, metrics: dict) -> DataProto:
+        """Single-turn: ``n`` responses per prompt (routed first when the router is on), scored by the reward
+        manager; ReMax adds its greedy baseline."""
+        config = self.config
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        baseline = None
+        if config.algorithm.adv_estimator == "remax":
+            with self._phase("gen_max"):
+                baseline = self._greedy_baseline(batch)
+        if self.router is not None:
+            with self._phase("router"):
+                batch = self._route(batch, n, validate=False)
+        else:
+            batch = batch.repeat(repeat_times=n, interleave=True)
+        with self._phase("gen"):
+            batch = self._generate(batch, validate=False)
+        if baseline is not None:
+            batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
+        if config.trainer.get("balance_batch", True):
+            self._balance_batch(batch, metrics)
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        with self._phase("reward"):
+            metrics.update(self._score(batch, self.reward_fn, self.global_steps))
+            if self.router is not None:
+                metrics.update(self.router.score(batch, self.global_steps))
+        return batch
+
+    def _collect_agent_batch(self, batch: DataProto, metrics: dict) -> DataProto:
+        """Multi-turn rollout on ``env.env_name`` for the batch's task seeds: scored step rows (rewards from the
+        environments), padded with inert rows to a multiple of the mini-batch
+        (``agent_rollout.pad_rows_to_multiple``)."""
+        from agent_system.multi_turn_rollout.agent_rollout import pad_rows_to_multiple, update_row_multiple
+
+        do_sample = self.config.actor_rollout_ref.rollout.do_sample
+        with self._phase("gen"):
+            batch, env_metrics = self.agent.collect(
+                batch.non_tensor_batch["task_seed"],
+                lambda gen: self._rollout(gen, do_sample=do_sample, validate=False))
+        metrics.update(env_metrics)
+        batch = pad_rows_to_multiple(batch, update_row_multiple(self.config), self.agent.pad_token_id)
+        if self.config.trainer.get("balance_batch", True):
+            self._balance_batch(batch, metrics)
+        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        return batch
 
     @staticmethod
     def _non_finite_rows(batch: DataProto) -> dict:
@@ -482,6 +524,9 @@ class RayPPOTrainer:
     def _validate(self) -> dict:
         """Greedy rollout (``rollout.val_kwargs``) over the whole validation set; per-source mean scores."""
         metrics: dict = {}
+        if self.agent is not None:  # multi-turn: greedy episodes on the validation tasks
+            seeds = np.concatenate([b["task_seed"] for b in self.val_dataloader])
+            return self.agent.validate(seeds, lambda gen: self._rollout(gen, do_sample=False, validate=True))
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)

@@ -1,0 +1,148 @@
+"""Multi-turn agent training inside ``RayPPOTrainer``: what changes when ``env.env_name`` is set.
+
+- Data: a "dataset" of task seeds (:class:`EnvTaskDataset`): ``data.train_batch_size`` tasks per step, drawn by the
+  trainer's usual sampler, so epochs, shuffling and checkpoint/resume of the data order work unchanged. Validation
+  tasks use their own seeds (``env.val_seed_offset`` + i).
+- Generation: :class:`AgentRollout` plays ``train_batch_size × env.rollout.n`` environments with the actor's rollout
+  (``TrajectoryCollector``) and returns one training row per active step, already scored (``token_level_scores``).
+- Update: rows are padded with inert rows (no response tokens, ``reward_valid=False``) up to a multiple of the
+  mini-batch so that the actor's fixed ``ppo_mini_batch_size`` divides a batch whose size depends on how long the
+  episodes lasted. An inert row adds nothing to any loss, gradient or group statistic.
+Everything else (workers, old/ref log-probs, KL, estimators, checkpoints, logging) is the single-turn trainer's.
+"""
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from agent_system.environments.manager import EnvironmentManager
+from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
+from verl.protocol import DataProto
+
+logger = logging.getLogger(__name__)
+
+STEP_LEVEL_ESTIMATORS = ("gigpo", "rlvcr")
+
+
+class EnvTaskDataset(torch.utils.data.Dataset):
+    """``num_tasks`` task seeds ``offset + i``; item ``i`` is ``{"task_seed": offset + i}``.
+
+    Raises ValueError: ``num_tasks`` < 1.
+    """
+
+    def __init__(self, num_tasks: int, offset: int = 0):
+        if int(num_tasks) < 1:
+            raise ValueError(f"env task dataset needs >= 1 task, got {num_tasks}")
+        self.num_tasks, self.offset = int(num_tasks), int(offset)
+
+    def __len__(self) -> int:
+        return self.num_tasks
+
+    def __getitem__(self, i: int) -> Dict[str, int]:
+        return {"task_seed": self.offset + int(i)}
+
+
+def task_collate_fn(items) -> Dict[str, np.ndarray]:
+    """Batch of task items → ``{"task_seed": int64 [b]}`` (a non-tensor field of the trainer's DataProto)."""
+    return {"task_seed": np.array([int(x["task_seed"]) for x in items], dtype=np.int64)}
+
+
+def pad_rows_to_multiple(batch: DataProto, multiple: int, pad_token_id: int) -> DataProto:
+    """Append inert copies of row 0 until ``len(batch) % multiple == 0``.
+
+    An inert row has its response replaced by padding (``responses`` = pad, response part of ``attention_mask`` and
+    ``response_mask`` = 0, ``token_level_scores`` = 0), ``reward_valid=False`` (no advantage, excluded from group
+    statistics) and ``is_pad=True``; every real row gets ``is_pad=False``.
+    """
+    batch.non_tensor_batch["is_pad"] = np.zeros(len(batch), dtype=bool)
+    missing = (-len(batch)) % int(multiple)
+    if missing == 0:
+        return batch
+    pad = batch[[0] * missing]
+    pad = DataProto.from_dict({k: pad.batch[k].clone() for k in pad.batch.keys()},
+                              non_tensors={k: v.copy() for k, v in pad.non_tensor_batch.items()},
+                              meta_info=dict(batch.meta_info))
+    R = pad.batch["responses"].shape[1]
+    pad.batch["responses"].fill_(pad_token_id)
+    pad.batch["input_ids"][:, -R:] = pad_token_id
+    pad.batch["attention_mask"][:, -R:] = 0
+    pad.batch["response_mask"].zero_()
+    if "token_level_scores" in pad.batch.keys():
+        pad.batch["token_level_scores"].zero_()
+    pad.non_tensor_batch["reward_valid"] = np.zeros(missing, dtype=bool)
+    pad.non_tensor_batch["is_pad"] = np.ones(missing, dtype=bool)
+    for key in ("step_reward", "episode_return"):
+        if key in pad.non_tensor_batch:
+            pad.non_tensor_batch[key] = np.zeros(missing, dtype=np.float64)
+    # each inert row is its own trajectory and group, so it can never share statistics with a real row
+    pad.non_tensor_batch["uid"] = np.array([f"pad-{i}" for i in range(missing)], dtype=object)
+    if "traj_uid" in pad.non_tensor_batch:
+        pad.non_tensor_batch["traj_uid"] = np.array([f"pad-{i}" for i in range(missing)], dtype=object)
+    return DataProto.concat([batch, pad])
+
+
+class AgentRollout:
+    """Train and validation environments plus the trajectory collector for one trainer.
+
+    Args:
+        config: the full trainer config (reads ``env.*``, ``data.train_batch_size``, ``algorithm.adv_estimator``).
+        tokenizer: the actor's tokenizer.
+    """
+
+    def __init__(self, config: DictConfig, tokenizer):
+        env = config.env
+        name = env.env_name
+        kwargs = OmegaConf.to_container(env.get(name), resolve=True) if env.get(name) is not None else {}
+        self.env_name = name
+        common = dict(env_name=name, env_kwargs=kwargs, history_length=int(env.history_length),
+                      num_workers=int(env.num_workers), use_ray=bool(env.use_ray_workers),
+                      action_tag=str(env.action_tag))
+        self.train_envs = EnvironmentManager(num_tasks=int(config.data.train_batch_size),
+                                             group_n=int(env.rollout.n), **common)
+        self.val_batch = int(env.val_tasks)
+        self.val_envs = EnvironmentManager(num_tasks=self.val_batch, group_n=1, **common)
+        mode = env.get("reward_mode") or ("step" if config.algorithm.adv_estimator in STEP_LEVEL_ESTIMATORS
+                                          else "episode")
+        self.collector = TrajectoryCollector(tokenizer, max_steps=int(env.max_steps),
+                                             max_prompt_length=int(env.max_prompt_length), reward_mode=mode)
+        self.pad_token_id = self.collector.pad_token_id
+        logger.info("agent mode: env %s, %d tasks x %d copies per step, max %d turns, reward_mode=%s", name,
+                    self.train_envs.num_tasks, self.train_envs.group_n, self.collector.max_steps, mode)
+
+    def collect(self, task_seeds, generate_fn: Callable[[DataProto], DataProto]) -> Tuple[DataProto, Dict]:
+        """Play one training batch (sampling); returns the step rows and ``env/*`` metrics."""
+        return self.collector.multi_turn_loop(self.train_envs, generate_fn, [int(s) for s in task_seeds])
+
+    def validate(self, task_seeds, generate_fn: Callable[[DataProto], DataProto]) -> Dict[str, float]:
+        """Play the validation tasks (greedy, ``val_kwargs``) in chunks of ``env.val_tasks``; ``val/env/*``."""
+        seeds = [int(s) for s in task_seeds]
+        chunks = [seeds[i:i + self.val_batch] for i in range(0, len(seeds), self.val_batch)]
+        totals: Dict[str, float] = {}
+        weights = 0
+        for chunk in chunks:
+            chunk = chunk + [chunk[-1]] * (self.val_batch - len(chunk))  # a short last chunk repeats its last task
+            _, metrics = self.collector.multi_turn_loop(self.val_envs, generate_fn, chunk)
+            for key, value in metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+            weights += 1
+        return {f"val/{k}": v / weights for k, v in totals.items() if not k.startswith("timing_s/")}
+
+    def close(self) -> None:
+        self.train_envs.close()
+        self.val_envs.close()
+
+
+def update_row_multiple(config: DictConfig) -> int:
+    """Rows a training batch must be a multiple of: the least common multiple of the actor's (and critic's) global
+    mini-batch in rows (``ppo_mini_batch_size × rollout.n``) and the number of data-parallel workers."""
+    n = int(config.actor_rollout_ref.rollout.n)
+    sizes = [int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * n]
+    if config.critic.get("enable"):
+        sizes.append(int(config.critic.ppo_mini_batch_size) * n)
+    workers = max(1, int(config.trainer.n_gpus_per_node)) * int(config.trainer.nnodes)
+    return math.lcm(*sizes, workers)
