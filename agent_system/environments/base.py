@@ -113,16 +113,21 @@ def available_envs() -> List[str]:
     return sorted(_REGISTRY)
 
 
+def env_class(name: str):
+    """The class registered as ``name``. Raises ValueError for an unknown name (listing the registered ones)."""
+    _import_builtin_envs()
+    if name not in _REGISTRY:
+        raise ValueError(f"env.env_name={name!r} is not a registered environment; expected one of {sorted(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
 def make_env(name: str, **kwargs) -> TextEnv:
     """Build one environment instance ``name`` with its keyword settings (``env.<name>.*`` in the config).
 
     Raises:
         ValueError: unknown name (the message lists the registered ones).
     """
-    _import_builtin_envs()
-    if name not in _REGISTRY:
-        raise ValueError(f"env.env_name={name!r} is not a registered environment; expected one of {sorted(_REGISTRY)}")
-    return _REGISTRY[name](**kwargs)
+    return env_class(name)(**kwargs)
 
 
 def split_step(result: StepResult) -> Tuple[str, Any, float, bool, Dict[str, Any]]:

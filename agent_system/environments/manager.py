@@ -112,7 +112,11 @@ class EnvironmentManager:
         bounds = np.linspace(0, self.n, workers + 1).astype(int)
         self.slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
         self.workers = [self._start_worker(s.stop - s.start) for s in self.slices]
-        self.instruction = make_env(env_name, **self.env_kwargs).instruction
+        probe = make_env(env_name, **self.env_kwargs)
+        self.instruction = probe.instruction  # an environment may give a per-task one in reset's info['instruction']
+        self.raw_text_actions = bool(getattr(probe, "raw_text_actions", False))  # the whole output is the action
+        probe.close()
+        self.instructions: List[str] = [self.instruction] * self.n
         self.uid = np.array([], dtype=object)
         self.traj_uid = np.array([], dtype=object)
         self.active = np.zeros(self.n, dtype=bool)
@@ -176,6 +180,7 @@ class EnvironmentManager:
         infos = []
         for i, (text, _anchor, _r, _d, info) in enumerate(results):
             self.last_text[i] = text
+            self.instructions[i] = info.pop("instruction", self.instruction)
             infos.append({**info, "uid": self.uid[i], "traj_uid": self.traj_uid[i], "seed": int(seeds[i])})
         return self._obs(results), infos
 
@@ -193,7 +198,7 @@ class EnvironmentManager:
         """
         if len(text_actions) != self.n:
             raise ValueError(f"step got {len(text_actions)} actions for {self.n} environment instances")
-        actions = [project_action(t, self.action_tag) if on and t is not None else None
+        actions = [None if not on or t is None else t if self.raw_text_actions else project_action(t, self.action_tag)
                    for t, on in zip(text_actions, self.active)]
         active = self.active.copy()
         results = self._gather(self._call("step", [(actions[s], active[s].tolist()) for s in self.slices]))
@@ -226,12 +231,13 @@ class EnvironmentManager:
     def prompt_text(self, i: int) -> str:
         """The user message for instance ``i``: the instruction, the last ``history_length`` (observation, action)
         pairs, and the current observation."""
-        parts = [self.instruction]
+        parts = [self.instructions[i]] if self.instructions[i] else []
         if self.history[i]:
             lines = [f"Observation: {obs}\nYour action: {act}" for act, obs in self.history[i]]
             parts.append(f"Your last {len(lines)} turn(s):\n" + "\n".join(lines))
-        parts.append(f"Current observation (turn {self.step_count + 1}):\n{self.last_text[i]}\n"
-                     f"Answer with your next action inside <{self.action_tag}></{self.action_tag}>.")
+        answer = "" if self.raw_text_actions else \
+            f"\nAnswer with your next action inside <{self.action_tag}></{self.action_tag}>."
+        parts.append(f"Current observation (turn {self.step_count + 1}):\n{self.last_text[i]}{answer}")
         return "\n\n".join(parts)
 
     def close(self) -> None:

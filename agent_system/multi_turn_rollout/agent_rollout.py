@@ -105,6 +105,10 @@ class AgentRollout:
         self.train_envs = EnvironmentManager(num_tasks=int(config.data.train_batch_size),
                                              group_n=int(env.rollout.n), **common)
         self.val_batch = int(env.val_tasks)
+        from agent_system.environments.base import env_class
+
+        if getattr(env_class(name), "has_splits", False):  # e.g. rlla_multiturn: validation tasks from the test split
+            common["env_kwargs"] = {**kwargs, "split": "test"}
         self.val_envs = EnvironmentManager(num_tasks=self.val_batch, group_n=1, **common)
         mode = env.get("reward_mode") or ("step" if config.algorithm.adv_estimator in STEP_LEVEL_ESTIMATORS
                                           else "episode")
