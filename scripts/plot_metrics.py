@@ -10,6 +10,7 @@ written file names.
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import math
 from pathlib import Path
@@ -29,6 +30,9 @@ PANELS = {
     "timing": ["timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
                "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor", "timing_s/testing", "timing_s/step"],
     "sft_loss": ["train/loss", "val/loss"],   # the SFT trainer's log (verl.trainer.fsdp_sft_trainer)
+    "episodes": ["env/*/success_rate", "val/env/*/success_rate", "env/*/episode_return/mean",
+                 "val/env/*/episode_return/mean", "env/*/invalid_action_rate", "env/*/episode_length/mean"],
+    "step_groups": ["gigpo/num_step_groups", "gigpo/mean_step_group_size", "gigpo/frac_rows_in_singleton_step_groups"],
     "router": ["router/lambda", "router/mean_cost", "router/budget", "router/frac_answer", "router/frac_search",
                "router/frac_calculate", "router/mean_task_reward"],
 }
@@ -56,10 +60,11 @@ def load_series(path: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def _expand(patterns: list[str], keys) -> list[str]:
+    """Keys matching each pattern (``fnmatch`` wildcards, e.g. ``env/*/success_rate``), in pattern order."""
     out = []
     for pattern in patterns:
-        if pattern.endswith("/*"):
-            out.extend(sorted(k for k in keys if k.startswith(pattern[:-1])))
+        if any(c in pattern for c in "*?["):
+            out.extend(sorted(k for k in keys if fnmatch.fnmatch(k, pattern) and k not in out))
         elif pattern in keys:
             out.append(pattern)
     return out
