@@ -29,6 +29,10 @@ EXTRAS = {
     "gpu": ["vllm"],
     "wandb": ["wandb"],
     "bench": ["trl", "psutil"],
+    # text environments (env.env_name=sokoban / textworld); gym-sokoban's missing pkg_resources (setuptools >= 81)
+    # is worked around in agent_system/environments/sokoban_env.py
+    "sokoban": ["gym-sokoban"],
+    "textworld": ["textworld"],
 }
 
 setup(

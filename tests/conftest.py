@@ -88,3 +88,38 @@ def e2e_overrides(tmp_path, data_dir, train="train", val="test") -> list[str]:
         f"trainer.default_local_dir={tmp_path}/ckpt", f"trainer.run_dir={tmp_path}/run",
         "trainer.project_name=test", "trainer.experiment_name=e2e", "trainer.log_val_generations=2",
     ]
+
+
+@pytest.fixture
+def make_rollout():
+    """Async-RL core tests: ``make_rollout(env, problem_id, version, reward, prompt=3, gen=2, tool=0, ...)`` -> Rollout.
+
+    Layout: user turn (``prompt`` tokens), assistant turn (``gen`` tokens, log-probs ``-0.01 * k``, carrying the
+    reward), then optionally a tool turn (``tool`` tokens) and a second assistant turn (``gen`` tokens). Token ids
+    are unique across the rollouts a test makes (``1000 * n + position``), so a packed row shows whose token it is.
+    """
+    import itertools
+
+    from verl.async_rl.types import Rollout, Turn
+
+    counter = itertools.count(1)
+
+    def factory(env="a", problem_id="p0", version=0, reward=0.0, prompt=3, gen=2, tool=0, uid=None,
+                truncated=False, rewards=None):
+        n = next(counter)
+        ids = iter(range(1000 * n, 1000 * n + 999))
+        take = lambda k: tuple(next(ids) for _ in range(k))  # noqa: E731
+        gen_tokens = take(gen)
+        turns = [
+            Turn("question", "user", take(prompt)),
+            Turn("answer", "assistant", gen_tokens, tuple(-0.01 * (i + 1) for i in range(gen)), reward=reward),
+        ]
+        if tool:
+            turns.append(Turn("tool output", "tool", take(tool)))
+            turns.append(Turn("final", "assistant", take(gen), tuple(-0.5 for _ in range(gen))))
+        metadata = {"policy_version": version, "truncated": truncated}
+        if rewards is not None:
+            metadata["rewards"] = rewards
+        return Rollout(env, problem_id, uid or f"{env}-{problem_id}-v{version}-{n}", turns, metadata)
+
+    return factory

@@ -156,7 +156,8 @@ class SokobanTextEnv(TextEnv):
 
     def _result(self, reward: float, valid: bool, moved_player: bool = False, moved_box: bool = False) -> StepResult:
         return StepResult(self.render(), self.anchor(), reward=float(reward), done=self._done,
-                          info={"won": self.won(), "is_action_valid": valid, "admissible_actions": list(SOKOBAN_ACTIONS),
+                          info={"won": self.won(), "is_action_valid": valid,
+                                "admissible_actions": list(SOKOBAN_ACTIONS),
                                 "moved_player": bool(moved_player), "moved_box": bool(moved_box)})
 
     # ------------------------------------------------------------------ TextEnv API

@@ -13,10 +13,12 @@ The file names include the textworld version, so a different generator never reu
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import tempfile
+import warnings
 from typing import Any, Dict, Mapping, Optional
 
 from agent_system.environments.base import StepResult, TextEnv, register_env
@@ -43,6 +45,16 @@ def strip_banner(text: str) -> str:
     while lines and _BANNER_LINE.match(lines[0]):
         lines.pop(0)
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+@contextlib.contextmanager
+def _quiet_jericho():
+    """Silence jericho's UnsupportedGameWarning: jericho does not "fully support" TextWorld's story files, so it
+    warns on every load and on every state read (``get_valid_actions`` returns []); TextWorld computes the admissible
+    commands itself from the game logic, so nothing is lost."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r".*(is not fully supported|in an unsupported game)")
+        yield
 
 
 def default_games_dir() -> str:
@@ -96,7 +108,8 @@ class TextWorldEnv(TextEnv):
             import textworld
             import textworld.challenges  # noqa: F401  (registers the challenges)
         except ImportError as exc:
-            raise ImportError("env.env_name=textworld needs the textworld package: pip install -e .[textworld]") from exc
+            raise ImportError("env.env_name=textworld needs the textworld package: "
+                              "pip install -e .[textworld]") from exc
         self._tw = textworld
         self.challenge = challenge
         self.settings = dict(CHALLENGE_DEFAULTS[challenge])
@@ -137,8 +150,9 @@ class TextWorldEnv(TextEnv):
             options.path = os.path.join(tmp_dir, name + ".z8")
             options.file_ext = ".z8"
             _, make_game, _ = self._tw.challenges.CHALLENGES[self.challenge]
-            game = make_game(settings=dict(self.settings), options=options)
-            self._tw.generator.compile_game(game, options)
+            with _quiet_jericho():
+                game = make_game(settings=dict(self.settings), options=options)
+                self._tw.generator.compile_game(game, options)
             # json first: once the .z8 is visible, its .json is complete
             os.replace(os.path.join(tmp_dir, name + ".json"), os.path.join(self.games_dir, name + ".json"))
             os.replace(os.path.join(tmp_dir, name + ".z8"), path)
@@ -162,9 +176,11 @@ class TextWorldEnv(TextEnv):
         path = self.game_file(seed)
         if path != self._game_file:
             self.close()
-            self._env = self._tw.start(path, request_infos=self._infos)
+            with _quiet_jericho():
+                self._env = self._tw.start(path, request_infos=self._infos)
             self._game_file = path
-        self._state = self._env.reset()
+        with _quiet_jericho():
+            self._state = self._env.reset()
         self._done = bool(self._state["won"] or self._state["lost"])
         self._steps = 0
         return self._result(strip_banner(self._state.feedback), 0.0, True)
@@ -182,7 +198,8 @@ class TextWorldEnv(TextEnv):
         if self._done:
             return self._result("The game is over.", 0.0, True)
         before = self._state["score"] or 0
-        self._state, _, game_done = self._env.step(command)
+        with _quiet_jericho():
+            self._state, _, game_done = self._env.step(command)
         self._steps += 1
         self._done = bool(game_done or self._state["won"] or self._state["lost"] or self._steps >= self.max_steps)
         reward = (self._state["score"] or 0) - before

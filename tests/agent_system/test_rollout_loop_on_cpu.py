@@ -6,6 +6,8 @@ returns, groups, crash handling, and the inert padding rows used before the upda
 """
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -179,7 +181,17 @@ def test_dead_ray_worker_is_restarted(ray_session):
 
     envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=2, group_n=1, num_workers=2, use_ray=True)
     envs.reset([1, 2])
-    ray.kill(envs.workers[0])
+    victim = envs.workers[0]
+    ray.kill(victim)
+    # ray.kill is asynchronous: wait until the actor is really gone, else the step below may still reach it
+    for _ in range(200):
+        try:
+            ray.get(victim.__ray_ready__.remote(), timeout=5)
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail("ray.kill did not stop the env worker within 10 s")
     obs, rewards, dones, infos = envs.step(["<action>left</action>"] * 2)
     assert envs.restarts == 1 and dones[0] and infos[0]["traj_valid"] is False and "died" in infos[0]["env_error"]
     assert infos[1].get("traj_valid", True) and infos[1]["is_action_valid"]

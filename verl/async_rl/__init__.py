@@ -1,0 +1,20 @@
+"""Asynchronous RL mode, pure core (spec ``specs/async_rl.md``; seed ``004_75565871a1053bd4.txt``).
+
+* :mod:`verl.async_rl.types` -- ``Turn``, ``Rollout`` (JSON log form), ``Group``, ``RlExample`` (packed learner input).
+* :mod:`verl.async_rl.advantage` -- ``AdvantageFunction``, ``RLOO`` (default), ``GRPOZScore``, registry.
+* :mod:`verl.async_rl.rollout_log` -- the append-only crash-safe JSONL log and its replay-buffer records.
+* :mod:`verl.async_rl.replay_buffer` -- per-env ``ReplayBuffer`` (crash-safe log, groups, versions, metrics).
+* :mod:`verl.async_rl.batcher` -- ``Batcher`` v0 (deficit round-robin, packing), ``segment_attention_mask``.
+
+The Ray actors (orchestrator, envs, inference servers, learner, weight broadcaster) build on these.
+"""
+from verl.async_rl.advantage import GRPOZScore, RLOO, AdvantageFunction, get_advantage_function
+from verl.async_rl.batcher import Batch, Batcher, BatchNotReady, segment_attention_mask
+from verl.async_rl.replay_buffer import AddResult, ReloadReport, ReplayBuffer
+from verl.async_rl.types import GENERATED_ROLES, Group, RlExample, Rollout, Turn
+
+__all__ = [
+    "AddResult", "AdvantageFunction", "Batch", "BatchNotReady", "Batcher", "GENERATED_ROLES", "GRPOZScore", "Group",
+    "RLOO", "ReloadReport", "ReplayBuffer", "RlExample", "Rollout", "Turn", "get_advantage_function",
+    "segment_attention_mask",
+]

@@ -1,0 +1,299 @@
+"""Batcher v0 of the asynchronous mode: picks groups from the per-env replay buffers by token deficit and packs their
+rollouts into an :class:`~verl.async_rl.types.RlExample`.
+
+Source: seed ``004_75565871a1053bd4.txt`` "Batcher" ("v0: simple round-robin": inputs ``total_token_budget``,
+``env_fractions``, ``max_seq_len``; round-robin over envs by token deficit; newest groups first; block when an env
+cannot meet its share; metric names) and spec ``specs/async_rl.md`` "Batcher v0". Rules pinned here:
+
+* Token counts are real (unpadded) rollout tokens, prompt and generated. Env ``e``'s share is
+  ``env_fractions[e] * total_token_budget`` and is a cap: a group is taken for ``e`` only if it fits ``e``'s
+  remaining share, so the shares alone never exceed the budget.
+* Deficit round-robin (:meth:`Batcher.plan`): repeatedly, among the envs with a positive deficit (share - used) and a
+  ready group that fits it, the env with the largest deficit (ties: ``env_fractions`` order) takes its first fitting
+  group in newest-first order (first fit: a group too large for the remaining share is passed over for a smaller,
+  older one).
+* An env is *short* when its deficit is still positive and it has no ready group left (its buffer ran dry); an env
+  whose remaining groups are just too large for its remaining share has met its share (group granularity).
+  ``spillover='block'`` (v0 default) raises :class:`BatchNotReady` naming the short envs and consumes nothing.
+  ``spillover='fill'`` then hands the unused budget (short envs' shortfall and the unassigned ``1 - sum(fractions)``)
+  to the envs that still have groups, by the same deficit rule, within ``total_token_budget``; only an empty batch
+  raises.
+* Packing (:meth:`Batcher.pack`): whole rollouts, first-fit decreasing into rows of ``max_seq_len`` positions; one
+  rollout per segment. A rollout longer than ``max_seq_len`` is *rejected*: not packed (its tail, which the reward
+  judged, would be cut), counted in ``batches/{env}/rollouts_overlong``; it still counts in its group's advantage
+  baseline, and it is consumed (not offered again). Planning counts only packable tokens.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import torch
+
+from verl.async_rl.replay_buffer import ReplayBuffer
+from verl.async_rl.types import Group, Rollout, RlExample
+
+__all__ = ["BatchNotReady", "Batch", "Batcher", "segment_attention_mask"]
+
+
+class BatchNotReady(RuntimeError):
+    """No batch can be made yet; ``short`` maps each short env to the tokens missing from its share (ceil)."""
+
+    def __init__(self, short: Mapping[str, int], message: str = ""):
+        self.short = dict(short)
+        detail = ", ".join(f"{env} needs {n} more tokens" for env, n in self.short.items())
+        super().__init__(message or f"batch not ready: {detail}")
+
+
+@dataclass
+class Batch:
+    """A made batch.
+
+    Fields: ``example`` (the packed :class:`RlExample`); ``groups`` (the handed-out groups, with advantages, in pick
+    order); ``picks`` (``(env, problem_id, policy_version, packable tokens)`` per group, in pick order);
+    ``layout`` (``(row, segment_id, rollout_uid)`` per packed rollout); ``overlong`` (uids not packed);
+    ``metrics`` (``batches/...`` and the buffers' ``replays/...``).
+    """
+
+    example: RlExample
+    groups: List[Group]
+    picks: List[Tuple[str, str, int, int]]
+    layout: List[Tuple[int, int, str]]
+    overlong: List[str]
+    metrics: Dict[str, float] = field(default_factory=dict)
+
+
+def segment_attention_mask(segment_ids: torch.Tensor, pad_self: bool = True) -> torch.Tensor:
+    """Block-diagonal causal mask of packed rows: ``mask[b, i, j]`` is True iff position ``i`` may attend to ``j``,
+    i.e. ``j <= i`` and both are in the same non-padding segment.
+
+    Args: ``segment_ids`` int ``[B, L]`` (0 = padding); ``pad_self``: padding positions attend to themselves only
+        (True, default: keeps every softmax row non-empty so padded positions give no NaN), or to nothing (False).
+    Returns: bool ``[B, L, L]``; never True between two different segment ids.
+    Raises ValueError: ``segment_ids`` is not 2-D.
+    """
+    if segment_ids.dim() != 2:
+        raise ValueError(f"segment_ids must be [batch, position], got shape {tuple(segment_ids.shape)}")
+    length = segment_ids.shape[1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=segment_ids.device).tril()
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    real = (segment_ids > 0)[:, :, None]
+    mask = same & causal & real
+    if pad_self:
+        eye = torch.eye(length, dtype=torch.bool, device=segment_ids.device)
+        mask |= eye & (segment_ids == 0)[:, :, None]
+    return mask
+
+
+class Batcher:
+    """Deficit round-robin batcher over per-env replay buffers (module docstring: rules).
+
+    Args:
+        total_token_budget: tokens per batch (> 0).
+        env_fractions: ``{env: fraction}``, each finite and >= 0, summing to <= 1; the order breaks deficit ties.
+        max_seq_len: positions per packed row (> 0); also the longest rollout accepted.
+        spillover: ``"block"`` (v0) or ``"fill"``.
+        pad_rows_to_multiple: pad the row count with empty rows to a multiple of this (e.g. the data-parallel size).
+
+    Raises ValueError: empty ``env_fractions``; a negative / non-finite fraction, or a sum above 1 (the message
+    names the key at which the running sum passes 1); non-positive budget / max_seq_len / multiple; unknown spillover.
+    """
+
+    def __init__(
+        self, total_token_budget: int, env_fractions: Mapping[str, float], max_seq_len: int, spillover: str = "block",
+        pad_rows_to_multiple: int = 1,
+    ):
+        if int(total_token_budget) <= 0 or int(max_seq_len) <= 0 or int(pad_rows_to_multiple) <= 0:
+            raise ValueError(
+                f"total_token_budget ({total_token_budget}), max_seq_len ({max_seq_len}) and pad_rows_to_multiple "
+                f"({pad_rows_to_multiple}) must be > 0"
+            )
+        if spillover not in ("block", "fill"):
+            raise ValueError(f"spillover must be 'block' or 'fill', got {spillover!r}")
+        if not env_fractions:
+            raise ValueError("env_fractions is empty")
+        running = 0.0
+        for env, frac in env_fractions.items():
+            frac = float(frac)
+            if not math.isfinite(frac) or frac < 0:
+                raise ValueError(f"env_fractions[{env!r}] = {frac} must be a finite number >= 0")
+            running += frac
+            if running > 1.0 + 1e-9:
+                raise ValueError(
+                    f"env_fractions must sum to <= 1: adding {env!r} ({frac}) brings the sum to {running:g} "
+                    f"({dict(env_fractions)})"
+                )
+        self.total_token_budget = int(total_token_budget)
+        self.env_fractions = {str(k): float(v) for k, v in env_fractions.items()}
+        self.max_seq_len = int(max_seq_len)
+        self.spillover = spillover
+        self.pad_rows_to_multiple = int(pad_rows_to_multiple)
+
+    # ------------------------------------------------------------------------------------------------ planning
+    def group_tokens(self, group: Group) -> int:
+        """Packable tokens of ``group`` (its rollouts no longer than ``max_seq_len``)."""
+        return sum(r.num_tokens for r in group.rollouts if r.num_tokens <= self.max_seq_len)
+
+    def plan(self, ready: Mapping[str, Sequence[Group]]) -> List[Group]:
+        """Choose groups (pure; consumes nothing).
+
+        Args: ``ready``: ``{env: ready groups in hand-out order (newest first)}``; a missing env has none.
+        Returns: the chosen groups in pick order.
+        Raises BatchNotReady: ``spillover='block'`` and an env is short, or nothing could be chosen.
+        """
+        budget = self.total_token_budget
+        target = {e: f * budget for e, f in self.env_fractions.items()}
+        used = {e: 0 for e in self.env_fractions}
+        left = {e: list(ready.get(e, ())) for e in self.env_fractions}
+        size = {id(g): self.group_tokens(g) for groups in left.values() for g in groups}
+        picks: List[Group] = []
+
+        def first_fit(env: str, cap: float) -> int:
+            for i, group in enumerate(left[env]):
+                if size[id(group)] <= cap:
+                    return i
+            return -1
+
+        def run(cap_of) -> None:
+            while True:
+                best, best_deficit, best_index = None, None, -1
+                for env in self.env_fractions:  # dict order breaks ties (strict >)
+                    cap = cap_of(env)
+                    if cap is None:
+                        continue
+                    index = first_fit(env, cap)
+                    deficit = target[env] - used[env]
+                    if index >= 0 and (best is None or deficit > best_deficit):
+                        best, best_deficit, best_index = env, deficit, index
+                if best is None:
+                    return
+                group = left[best].pop(best_index)
+                used[best] += size[id(group)]
+                picks.append(group)
+
+        total_left = lambda: budget - sum(used.values())  # noqa: E731
+        # Phase 1: each env within its own share (share > used: positive deficit).
+        run(lambda env: min(target[env] - used[env], total_left()) if target[env] - used[env] > 0 else None)
+        short = {
+            e: math.ceil(target[e] - used[e]) for e in self.env_fractions if target[e] - used[e] > 0 and not left[e]
+        }
+        if short and self.spillover == "block":
+            raise BatchNotReady(short)
+        if self.spillover == "fill":  # Phase 2: the rest of the budget to whoever still has groups.
+            run(lambda env: total_left())
+        if not picks:
+            raise BatchNotReady(short or {e: math.ceil(t) for e, t in target.items()}, "batch not ready: no group fits")
+        return picks
+
+    # ------------------------------------------------------------------------------------------------- packing
+    def pack(self, groups: Sequence[Group]) -> Tuple[RlExample, List[Tuple[int, int, str]], List[Rollout]]:
+        """Pack the groups' rollouts into an :class:`RlExample` of ``[B, max_seq_len]`` (module docstring).
+
+        Per token: ``input_ids`` from the turns; ``loss_mask`` True on generated (assistant) turns; ``advantages``
+        the group advantage of the rollout on generated tokens, 0 elsewhere; ``policy_logprobs`` the generated turns'
+        log-probs, 0 elsewhere; ``segment_ids`` 1..k per row, 0 padding; ``position_ids`` from 0 per segment.
+        Returns: ``(example, layout [(row, segment_id, rollout_uid)], overlong rollouts)``.
+        Raises ValueError: a group without advantages (not handed out by a buffer) or whose advantages do not match
+        its rollouts; a generated turn without log-probs.
+        """
+        items: List[Tuple[Rollout, float]] = []
+        overlong: List[Rollout] = []
+        for group in groups:
+            if group.advantages is None or len(group.advantages) != len(group.rollouts):
+                raise ValueError(f"group {group.key} of {group.environment!r} has no advantages for its rollouts")
+            for rollout, advantage in zip(group.rollouts, group.advantages):
+                (overlong if rollout.num_tokens > self.max_seq_len else items).append((rollout, float(advantage)))
+        overlong = [r for r, _ in overlong]
+        # First-fit decreasing (stable for equal lengths).
+        order = sorted(range(len(items)), key=lambda i: -items[i][0].num_tokens)
+        rows: List[List[int]] = []
+        free: List[int] = []
+        for i in order:
+            n = items[i][0].num_tokens
+            for r, space in enumerate(free):
+                if n <= space:
+                    rows[r].append(i)
+                    free[r] -= n
+                    break
+            else:
+                rows.append([i])
+                free.append(self.max_seq_len - n)
+        n_rows = -(-len(rows) // self.pad_rows_to_multiple) * self.pad_rows_to_multiple
+        shape = (n_rows, self.max_seq_len)
+        input_ids = torch.zeros(shape, dtype=torch.int32)
+        loss_mask = torch.zeros(shape, dtype=torch.bool)
+        segment_ids = torch.zeros(shape, dtype=torch.int32)
+        position_ids = torch.zeros(shape, dtype=torch.int32)
+        advantages = torch.zeros(shape, dtype=torch.float32)
+        logprobs = torch.zeros(shape, dtype=torch.float32)
+        layout: List[Tuple[int, int, str]] = []
+        for r, members in enumerate(rows):
+            start = 0
+            for seg, i in enumerate(members, 1):
+                rollout, advantage = items[i]
+                layout.append((r, seg, rollout.rollout_uid))
+                pos = start
+                for t, turn in enumerate(rollout.turns):
+                    n = len(turn.tokens)
+                    if n == 0:
+                        continue
+                    sl = slice(pos, pos + n)
+                    input_ids[r, sl] = torch.tensor(turn.tokens, dtype=torch.int32)
+                    if turn.is_generated:
+                        if turn.logprobs is None:
+                            raise ValueError(f"rollout {rollout.rollout_uid!r} turn {t} is generated, has no logprobs")
+                        loss_mask[r, sl] = True
+                        advantages[r, sl] = advantage
+                        logprobs[r, sl] = torch.tensor(turn.logprobs, dtype=torch.float32)
+                    pos += n
+                segment_ids[r, start:pos] = seg
+                position_ids[r, start:pos] = torch.arange(pos - start, dtype=torch.int32)
+                start = pos
+        example = RlExample(input_ids, loss_mask, segment_ids, position_ids, advantages, logprobs, None)
+        return example, layout, overlong
+
+    # ------------------------------------------------------------------------------------------------ the batch
+    def make_batch(self, buffers: Mapping[str, ReplayBuffer], newest_first: bool = True) -> Batch:
+        """Plan over the buffers' ready groups, hand the chosen groups out (advantages computed and the consumption
+        logged by each buffer), pack them, and collect metrics.
+
+        Args: ``buffers``: ``{env: ReplayBuffer}`` covering every env of ``env_fractions``.
+        Returns: :class:`Batch`. Metrics: ``batches/{env}/rollouts_used``, ``tokens_used`` (packed tokens),
+            ``frac_used`` (``tokens_used / total_token_budget``), ``rollouts_overlong``; ``batches/num_rows``,
+            ``batches/tokens``, ``batches/frac_padding``; and each buffer's :meth:`ReplayBuffer.metrics`.
+        Raises BatchNotReady: see :meth:`plan` (nothing is consumed). KeyError: an env has no buffer, or a planned
+        group left its buffer before it was handed out (only possible with concurrent callers; groups already handed
+        out by other buffers in this call stay consumed).
+        """
+        missing = [e for e in self.env_fractions if e not in buffers]
+        if missing:
+            raise KeyError(f"no replay buffer for env(s) {missing}")
+        ready = {e: buffers[e].ready_groups(newest_first) for e in self.env_fractions}
+        picks = self.plan(ready)
+        handed: Dict[int, Group] = {}
+        for env in self.env_fractions:
+            positions = [i for i, g in enumerate(picks) if g.environment == env]
+            if positions:
+                for i, group in zip(positions, buffers[env].consume([picks[i] for i in positions])):
+                    handed[i] = group
+        groups = [handed[i] for i in range(len(picks))]
+        example, layout, overlong = self.pack(groups)
+        metrics: Dict[str, float] = {}
+        overlong_uids = {r.rollout_uid for r in overlong}
+        for env in self.env_fractions:
+            packed = [
+                r for g in groups if g.environment == env for r in g.rollouts if r.rollout_uid not in overlong_uids
+            ]
+            tokens = sum(r.num_tokens for r in packed)
+            metrics[f"batches/{env}/rollouts_used"] = float(len(packed))
+            metrics[f"batches/{env}/tokens_used"] = float(tokens)
+            metrics[f"batches/{env}/frac_used"] = tokens / self.total_token_budget
+            metrics[f"batches/{env}/rollouts_overlong"] = float(sum(r.environment == env for r in overlong))
+            metrics.update(buffers[env].metrics(reset=True))
+        cells = example.batch_size * example.seq_len
+        metrics["batches/num_rows"] = float(example.batch_size)
+        metrics["batches/tokens"] = float(example.num_tokens)
+        metrics["batches/frac_padding"] = 1.0 - example.num_tokens / cells if cells else 0.0
+        picks_info = [(g.environment, g.problem_id, g.policy_version, self.group_tokens(g)) for g in groups]
+        return Batch(example, groups, picks_info, layout, [r.rollout_uid for r in overlong], metrics)
