@@ -123,3 +123,20 @@ def make_rollout():
         return Rollout(env, problem_id, uid or f"{env}-{problem_id}-v{version}-{n}", turns, metadata)
 
     return factory
+
+
+@pytest.fixture
+def batch():
+    """Worker tests: the small synthetic actor/critic batch of ``tests/workers/workers_testlib.py``."""
+    from workers_testlib import make_batch  # tests/workers is on sys.path while its modules run
+
+    return make_batch()
+
+
+@pytest.fixture(scope="module")
+def causal_lm(tiny_model_dir):
+    """Worker tests: a fresh float32 tiny causal LM per test module (tests that train must copy it)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)

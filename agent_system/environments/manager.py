@@ -92,6 +92,7 @@ class EnvironmentManager:
         history_length: how many past (action, observation) pairs the prompt text repeats (0 = none).
         num_workers: Ray env workers (instances are split evenly); use_ray: False = in-process workers.
         action_tag: the tag :func:`project_action` parses.
+        prompt_suffix: text ending every prompt (e.g. RLVCR's thinking-level guide, ``rlvcr.prompts.level_guide``).
 
     Raises:
         ValueError: ``num_tasks``/``group_n``/``num_workers`` < 1 or ``history_length`` < 0.
@@ -99,7 +100,7 @@ class EnvironmentManager:
 
     def __init__(self, env_name: str, env_kwargs: Optional[Dict[str, Any]] = None, num_tasks: int = 1,
                  group_n: int = 1, history_length: int = 2, num_workers: int = 1, use_ray: bool = True,
-                 action_tag: str = "action"):
+                 action_tag: str = "action", prompt_suffix: str = ""):
         for key, value, low in (("num_tasks", num_tasks, 1), ("group_n (env.rollout.n)", group_n, 1),
                                 ("num_workers", num_workers, 1), ("history_length", history_length, 0)):
             if int(value) < low:
@@ -108,6 +109,7 @@ class EnvironmentManager:
         self.num_tasks, self.group_n = int(num_tasks), int(group_n)
         self.n = self.num_tasks * self.group_n
         self.history_length, self.action_tag, self.use_ray = int(history_length), action_tag, bool(use_ray)
+        self.prompt_suffix = prompt_suffix
         workers = min(int(num_workers), self.n)
         bounds = np.linspace(0, self.n, workers + 1).astype(int)
         self.slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
@@ -230,7 +232,7 @@ class EnvironmentManager:
 
     def prompt_text(self, i: int) -> str:
         """The user message for instance ``i``: the instruction, the last ``history_length`` (observation, action)
-        pairs, and the current observation."""
+        pairs, the current observation, and ``prompt_suffix`` when set."""
         parts = [self.instructions[i]] if self.instructions[i] else []
         if self.history[i]:
             lines = [f"Observation: {obs}\nYour action: {act}" for act, obs in self.history[i]]
@@ -238,6 +240,8 @@ class EnvironmentManager:
         answer = "" if self.raw_text_actions else \
             f"\nAnswer with your next action inside <{self.action_tag}></{self.action_tag}>."
         parts.append(f"Current observation (turn {self.step_count + 1}):\n{self.last_text[i]}{answer}")
+        if self.prompt_suffix:
+            parts.append(self.prompt_suffix)
         return "\n\n".join(parts)
 
     def close(self) -> None:

@@ -99,9 +99,13 @@ class AgentRollout:
         name = env.env_name
         kwargs = OmegaConf.to_container(env.get(name), resolve=True) if env.get(name) is not None else {}
         self.env_name = name
+        from rlvcr.prompts import level_guide
+        from rlvcr.rollout_phase import make_rlvcr_phase
+
+        rlvcr = make_rlvcr_phase(config, tokenizer, rlla=False)  # adv_estimator=rlvcr: level-aware prompts + phase
         common = dict(env_name=name, env_kwargs=kwargs, history_length=int(env.history_length),
                       num_workers=int(env.num_workers), use_ray=bool(env.use_ray_workers),
-                      action_tag=str(env.action_tag))
+                      action_tag=str(env.action_tag), prompt_suffix=level_guide(rlvcr.fmt) if rlvcr else "")
         self.train_envs = EnvironmentManager(num_tasks=int(config.data.train_batch_size),
                                              group_n=int(env.rollout.n), **common)
         self.val_batch = int(env.val_tasks)
@@ -113,14 +117,18 @@ class AgentRollout:
         mode = env.get("reward_mode") or ("step" if config.algorithm.adv_estimator in STEP_LEVEL_ESTIMATORS
                                           else "episode")
         self.collector = TrajectoryCollector(tokenizer, max_steps=int(env.max_steps),
-                                             max_prompt_length=int(env.max_prompt_length), reward_mode=mode)
+                                             max_prompt_length=int(env.max_prompt_length), reward_mode=mode,
+                                             rlvcr=rlvcr)
         self.pad_token_id = self.collector.pad_token_id
         logger.info("agent mode: env %s, %d tasks x %d copies per step, max %d turns, reward_mode=%s", name,
                     self.train_envs.num_tasks, self.train_envs.group_n, self.collector.max_steps, mode)
 
-    def collect(self, task_seeds, generate_fn: Callable[[DataProto], DataProto]) -> Tuple[DataProto, Dict]:
-        """Play one training batch (sampling); returns the step rows and ``env/*`` metrics."""
-        return self.collector.multi_turn_loop(self.train_envs, generate_fn, [int(s) for s in task_seeds])
+    def collect(self, task_seeds, generate_fn: Callable[[DataProto], DataProto],
+                log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None) -> Tuple[DataProto, Dict]:
+        """Play one training batch (sampling); returns the step rows and ``env/*`` metrics. With RLVCR
+        (``adv_estimator=rlvcr``) and a ``log_prob_fn`` the rows also get the RLVCR phase's fields."""
+        return self.collector.multi_turn_loop(self.train_envs, generate_fn, [int(s) for s in task_seeds],
+                                              log_prob_fn=log_prob_fn)
 
     def validate(self, task_seeds, generate_fn: Callable[[DataProto], DataProto]) -> Dict[str, float]:
         """Play the validation tasks (greedy, ``val_kwargs``) in chunks of ``env.val_tasks``; ``val/env/*``."""
@@ -130,7 +138,7 @@ class AgentRollout:
         weights = 0
         for chunk in chunks:
             chunk = chunk + [chunk[-1]] * (self.val_batch - len(chunk))  # a short last chunk repeats its last task
-            _, metrics = self.collector.multi_turn_loop(self.val_envs, generate_fn, chunk)
+            _, metrics = self.collector.vanilla_multi_turn_loop(self.val_envs, generate_fn, chunk)
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             weights += 1

@@ -43,6 +43,8 @@ def test_grpo_two_steps_with_kl_in_reward(tmp_path, small_rlla, ray_session, tin
         for key in ("critic/score/mean", "critic/format_score/mean", "actor/pg_loss", "actor/entropy",
                     "actor/reward_kl_penalty", "response_length/mean", "critic/zero_std_groups_frac"):
             assert key in record, key
+        for phase in ("gen", "old_log_prob", "ref", "update_actor"):  # measured CPU peak; a real MFU is in (0, 1)
+            assert 0.0 < record[f"perf/mfu_{phase}"] < 1.0 and record[f"perf/model_tflops_{phase}"] > 0, phase
     assert any("text" in r for r in records)  # sample generations logged at validation
 
     ckpt = tmp_path / "ckpt"

@@ -96,3 +96,18 @@ def test_vllm_rollout_without_vllm_says_how_to_install(causal_lm, tokenizer):
     with pytest.raises(ImportError, match=r"pip install \.\[gpu\].*setup_vllm_cpu_env\.sh") as err:
         vLLMRollout(causal_lm, rollout_config(), tokenizer, OmegaConf.create({"path": "tiny"}))
     assert "\n" not in str(err.value)  # one line
+
+
+def test_max_new_tokens_and_stop_strings(causal_lm, tokenizer, prompts):
+    """Per-call ``meta_info`` budget (the response width follows it) and stop strings (the RLVCR alternatives)."""
+    out = generate(causal_lm, tokenizer, prompts, do_sample=False, max_new_tokens=3)
+    assert out.batch["responses"].shape == (3, 3)
+    assert out.batch["input_ids"].shape[1] == prompts["input_ids"].shape[1] + 3
+    full = generate(causal_lm, tokenizer, prompts, do_sample=False).batch["responses"]
+    assert torch.equal(out.batch["responses"], full[:, :3])  # greedy: the same first tokens
+    stop = tokenizer.decode(full[0, :1])  # row 0 stops after its first token; padding (which ends the mask) follows
+    stopped = generate(causal_lm, tokenizer, prompts, do_sample=False, stop=[stop]).batch
+    assert stopped["responses"][0, 0] == full[0, 0] and (stopped["responses"][0, 1:] == tokenizer.pad_token_id).all()
+    assert stopped["response_mask"][0, 2:].sum() == 0
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        generate(causal_lm, tokenizer, prompts, max_new_tokens=0)

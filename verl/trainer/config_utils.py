@@ -148,6 +148,9 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
             raise ConfigError(str(err)) from None
     if n < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n}")
+    val_n = (arr.rollout.get("val_kwargs", None) or {}).get("n", 1)
+    if val_n is None or int(val_n) < 1:
+        raise ConfigError(f"actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got {val_n}")
     if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline", "rlvcr") and n == 1:
         logger.warning("algorithm.adv_estimator=%s with actor_rollout_ref.rollout.n=1: every group is a singleton, "
                        "so advantages carry no relative signal", estimator)

@@ -93,9 +93,10 @@ def build_reward_runner(config: DictConfig, fn):
                        timeout_s=cfg.get("timeout_s"), memory_mb=cfg.get("memory_mb", 2048))
 
 
-def build_reward_managers(config: DictConfig, tokenizer):
-    """Training and validation reward managers: the built-in RLLA manager, or, with ``custom_reward_function``, a
-    ``RewardAPIManager`` pair sharing one runner (sandbox)."""
+def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
+    """Training and validation reward managers: the built-in RLLA manager (scoring with ``compute_score``, default
+    ``default_compute_score``), or, with ``custom_reward_function``, a ``RewardAPIManager`` pair sharing one runner
+    (sandbox)."""
     from verl.workers.reward_manager import RewardAPIManager, RLLARewardManager
 
     kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.get("decode", "response"),
@@ -104,7 +105,10 @@ def build_reward_managers(config: DictConfig, tokenizer):
     num_examine = int(config.reward_model.get("num_examine", 1))
     fn = load_custom_reward(config)
     if fn is None:
+        kwargs["compute_score"] = compute_score
         return RLLARewardManager(num_examine=0, **kwargs), RLLARewardManager(num_examine=num_examine, **kwargs)
+    if compute_score is not None:
+        logger.warning("custom_reward_function: the reward receives responses with their RLVCR <level> tag")
     runner = build_reward_runner(config, fn)
     logger.info("reward: %r through the reward API, sandbox=%s", fn, type(runner).__name__)
     return (RewardAPIManager(runner=runner, num_examine=0, **kwargs),
@@ -161,10 +165,15 @@ def build_trainer(config: DictConfig):
         val_dataset = EnvTaskDataset(int(config.env.val_tasks), offset=int(config.env.val_seed_offset))
         collate_fn, reward_fn, val_reward_fn = task_collate_fn, None, None  # rewards come from the environments
     else:
-        train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=config.data)
-        val_config = OmegaConf.merge(config.data, {"max_samples": config.data.get("val_max_samples", -1)})
+        from rlvcr.rollout_phase import rlla_level_setup
+
+        # RLVCR: level guide in the system prompt, level tag stripped before the reward; (None, None) otherwise
+        template, compute_score = rlla_level_setup(config, tokenizer)
+        data_config = {**OmegaConf.to_container(config.data, resolve=True), "chat_template_func": template}
+        train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=data_config)
+        val_config = {**data_config, "max_samples": config.data.get("val_max_samples", -1)}
         val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
-        reward_fn, val_reward_fn = build_reward_managers(config, tokenizer)
+        reward_fn, val_reward_fn = build_reward_managers(config, tokenizer, compute_score)
     workers_per_node = max(1, int(config.trainer.n_gpus_per_node))
     pool_spec = {"global_pool": [workers_per_node] * int(config.trainer.nnodes)}
     mapping = {Role.ActorRolloutRef: "global_pool"}

@@ -105,5 +105,38 @@ def mfu(flops: float, seconds: float, peak_flops_per_s: float) -> float:
     return flops / seconds / peak_flops_per_s
 
 
-__all__ = ["GPU_BF16_PEAK_FLOPS", "forward_flops", "gpu_bf16_peak_flops", "layer_forward_flops", "mfu",
-           "train_flops"]
+def measure_matmul_peak(seconds: float = 0.5, size: int = 1024, dtype=None, device: str = "cpu") -> float:
+    """Measured dense matmul throughput of this machine, in FLOP/s: the best of repeated ``size x size`` products
+    (``2 * size**3`` FLOPs each) over about ``seconds`` of wall time, with torch's current thread count.
+
+    This is the CPU's practical peak (float32 by default) that ``perf/mfu_*`` is measured against on CPU (issue 5:
+    "against a measured matmul peak of the machine"); GPUs use the data-sheet bf16 peak (:func:`gpu_bf16_peak_flops`).
+
+    Raises:
+        ValueError: ``seconds`` or ``size`` is not positive.
+    """
+    import time
+
+    import torch
+
+    if seconds <= 0 or size <= 0:
+        raise ValueError(f"measure_matmul_peak needs positive seconds and size, got {seconds!r}, {size!r}")
+    dtype = dtype or torch.float32
+    a = torch.randn(size, size, dtype=dtype, device=device)
+    b = torch.randn(size, size, dtype=dtype, device=device)
+    sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
+    torch.matmul(a, b)  # warm-up (thread pool, kernels)
+    sync()
+    best, deadline = float("inf"), time.perf_counter() + seconds
+    while True:
+        start = time.perf_counter()
+        torch.matmul(a, b)
+        sync()
+        best = min(best, time.perf_counter() - start)
+        if time.perf_counter() > deadline:
+            break
+    return 2.0 * size ** 3 / best
+
+
+__all__ = ["GPU_BF16_PEAK_FLOPS", "forward_flops", "gpu_bf16_peak_flops", "layer_forward_flops",
+           "measure_matmul_peak", "mfu", "train_flops"]

@@ -671,6 +671,26 @@ def get_kl_controller(kl_ctrl: Any) -> Union[FixedKLController, AdaptiveKLContro
     raise ValueError(f"unknown kl_ctrl.type {kind!r}: fixed or adaptive")
 
 
+_token_kl = kl_penalty  # apply_kl_penalty's argument shadows the function's name
+
+
+def apply_kl_penalty(data, kl_ctrl, kl_penalty: str = "kl"):
+    """``token_level_rewards = token_level_scores − β·KL(old ‖ ref)`` per response token of the ``DataProto``
+    ``data``, then update ``kl_ctrl``; returns ``(data, metrics)`` (also importable from ``ray_trainer``, upstream's
+    home of this function).
+
+    Source: Ziegler et al. 2019 (reward with a per-token KL penalty; adaptive β); verl's ``apply_kl_penalty``.
+    The controller is updated with the batch mean of the per-sequence mean KL and the batch size.
+    """
+    response_mask = data.batch["response_mask"]
+    kld = _token_kl(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty) * response_mask
+    beta = kl_ctrl.value
+    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
+    current_kl = verl_F.masked_mean(kld, response_mask, axis=-1).mean().item()
+    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
+    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
+
+
 # -------------------- GiGPO (verl/trainer/ppo/gigpo.py, specs/gigpo.md) ----------------------------------------------
 # Imported last: gigpo.py uses the helpers above at call time.
 from verl.trainer.ppo.gigpo import compute_gigpo_outcome_advantage  # noqa: E402

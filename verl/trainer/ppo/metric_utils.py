@@ -121,3 +121,87 @@ def reduce_metrics(metrics: dict) -> dict:
         else:
             out[key] = value
     return out
+
+
+def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s: float, n_workers: int,
+                        ppo_epochs: int = 1) -> dict:
+    """Model FLOPs and MFU of the actor's phases of one step (issue 5's accounting).
+
+    Counts (``verl.utils.flops_counter``, valid tokens only, so padding shows up as lost MFU): ``gen`` = one forward of
+    every prompt + response with logits at the response positions (what a KV-cached decode computes in matmuls);
+    ``old_log_prob`` / ``ref`` = one forward with logits at the response positions (``logits_to_keep``);
+    ``update_actor`` = ``ppo_epochs`` x 3 forwards. MFU = FLOPs / phase seconds / (``peak_flops_per_s`` x
+    ``n_workers``), the phases' wall times from ``timing_raw`` (seconds).
+
+    Args:
+        batch: the step's DataProto (``attention_mask`` [B, P + R], ``response_mask`` [B, R]).
+        timing_raw: phase name -> seconds.
+        model_config: the actor's HF config (or dict) — see :func:`verl.utils.flops_counter.forward_flops`.
+        peak_flops_per_s: peak FLOP/s of ONE worker's device (GPU data-sheet bf16 peak, or a measured CPU peak).
+        n_workers: data-parallel workers sharing each phase.
+
+    Returns:
+        ``perf/model_tflops_<phase>`` and ``perf/mfu_<phase>`` for every timed phase among the four.
+    """
+    from verl.utils.flops_counter import forward_flops, mfu
+
+    seq_lens = batch.batch["attention_mask"].sum(-1).tolist()
+    response_tokens = int(batch.batch["response_mask"].sum().item())
+    forward = forward_flops(model_config, seq_lens, logit_positions=response_tokens)
+    flops = {"gen": forward, "old_log_prob": forward, "ref": forward, "update_actor": 3 * forward * int(ppo_epochs)}
+    metrics = {}
+    for phase, count in flops.items():
+        seconds = timing_raw.get(phase)
+        if not seconds:
+            continue
+        metrics[f"perf/model_tflops_{phase}"] = count / 1e12
+        metrics[f"perf/mfu_{phase}"] = mfu(count, seconds, peak_flops_per_s * max(int(n_workers), 1))
+    return metrics
+
+
+class MfuMeter:
+    """``perf/mfu_*`` for every step: holds the actor's model config and the per-worker peak FLOP/s.
+
+    The peak is ``trainer.peak_flops_per_s`` when set; else, on a GPU run, the data-sheet dense bf16 peak of the
+    driver's visible GPU (:func:`verl.utils.flops_counter.gpu_bf16_peak_flops`); else a float32 matmul peak measured
+    once (0.5 s) with ``threads`` torch threads, the thread count each CPU worker gets. ``trainer.log_mfu=false`` or
+    an unknown GPU / unreadable model config turns the metrics off with one warning (they are diagnostics).
+    """
+
+    def __init__(self, model_config, peak_flops_per_s: float):
+        self.model_config, self.peak_flops_per_s = model_config, float(peak_flops_per_s)
+
+    @classmethod
+    def from_config(cls, config, threads: int = 1):
+        """Build from the trainer config (``actor_rollout_ref.model.path``, ``trainer.*``); None when disabled."""
+        import logging
+
+        from verl.utils.flops_counter import gpu_bf16_peak_flops, measure_matmul_peak
+
+        trainer = config.trainer
+        if not trainer.get("log_mfu", True):
+            return None
+        try:
+            from transformers import AutoConfig
+
+            model_config = AutoConfig.from_pretrained(str(config.actor_rollout_ref.model.path))
+            peak = trainer.get("peak_flops_per_s", None)
+            if not peak and trainer.get("device") == "cuda" and torch.cuda.is_available():
+                peak = gpu_bf16_peak_flops(torch.cuda.get_device_name())
+            if not peak:
+                previous = torch.get_num_threads()
+                torch.set_num_threads(max(int(threads), 1))
+                try:
+                    peak = measure_matmul_peak()
+                finally:
+                    torch.set_num_threads(previous)
+        except (OSError, KeyError, ValueError) as err:
+            logging.getLogger(__name__).warning("perf/mfu_* metrics off: %s", err)
+            return None
+        return cls(model_config, float(peak))
+
+    def __call__(self, batch, timing_raw: dict, n_workers: int, ppo_epochs: int = 1) -> dict:
+        metrics = compute_mfu_metrics(batch, timing_raw, self.model_config, self.peak_flops_per_s, n_workers,
+                                      ppo_epochs)
+        metrics["perf/peak_tflops_per_worker"] = self.peak_flops_per_s / 1e12
+        return metrics

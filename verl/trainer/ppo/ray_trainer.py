@@ -25,10 +25,13 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from torch.utils.data import DataLoader
 
+from rlvcr.rollout_phase import make_rlvcr_phase
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.core_algos import apply_kl_penalty  # noqa: F401 (upstream's import path)
 from verl.trainer.ppo.metric_utils import (
     REWARD_COMPONENTS,
+    MfuMeter,
     compute_data_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
@@ -54,21 +57,6 @@ def compute_response_mask(data: DataProto) -> torch.Tensor:
     return data.batch["attention_mask"][:, -response_length:]
 
 
-def apply_kl_penalty(data: DataProto, kl_ctrl, kl_penalty: str = "kl") -> tuple[DataProto, dict]:
-    """``token_level_rewards = token_level_scores − β·KL(old ‖ ref)`` per response token, then update ``kl_ctrl``.
-
-    Source: Ziegler et al. 2019 (reward with a per-token KL penalty; adaptive β); verl's ``apply_kl_penalty``.
-    The controller is updated with the batch mean of the per-sequence mean KL and the batch size.
-    """
-    response_mask = data.batch["response_mask"]
-    kld = core_algos.kl_penalty(data.batch["old_log_probs"], data.batch["ref_log_prob"], kl_penalty) * response_mask
-    beta = kl_ctrl.value
-    data.batch["token_level_rewards"] = data.batch["token_level_scores"] - beta * kld
-    current_kl = masked_mean(kld, response_mask, axis=-1).mean().item()
-    kl_ctrl.update(current_kl=current_kl, n_steps=len(data))
-    return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
-
-
 def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConfig,
                       metrics: Optional[dict] = None) -> DataProto:
     """Fill ``advantages`` and ``returns`` [B, R] with the registered estimator ``adv_estimator``.
@@ -79,7 +67,7 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     ``gigpo.GIGPO_BATCH_FIELDS`` and for ``rlvcr`` those read by ``rlvcr.core_rlvcr.rlvcr_batch_inputs``. Rows whose
     ``reward_valid`` is False (the reward manager could not score them) are left out of the estimate and get
     advantage 0 (``core_algos.compute_advantage_on_valid_rows``). ``metrics``, when given, receives the estimator's
-    own statistics (``gigpo/*``).
+    own statistics (``gigpo/*``, ``rlvcr/*``).
     """
     fn = core_algos.get_adv_estimator_fn(adv_estimator)
     inputs = dict(
@@ -103,7 +91,7 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     if adv_estimator == "rlvcr":  # per-level action entropies / think costs from the RLVCR phase
         from rlvcr.core_rlvcr import rlvcr_batch_inputs
 
-        inputs.update(rlvcr_batch_inputs(data.non_tensor_batch, data.batch))
+        inputs.update(rlvcr_batch_inputs(data.non_tensor_batch, data.batch), metrics=metrics)  # rlvcr/* statistics
     valid = data.non_tensor_batch.get("reward_valid")
     advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
         fn, valid, **inputs)
@@ -157,6 +145,7 @@ class RayPPOTrainer:
             from agent_system.multi_turn_rollout.agent_rollout import AgentRollout
 
             self.agent = AgentRollout(config, tokenizer)
+        self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
         self.global_steps = 0
         self.epoch = 0
         self.batches_consumed = 0
@@ -226,6 +215,7 @@ class RayPPOTrainer:
             self.critic_wg.init_model()
         self.actor_rollout_wg.init_model()
         self.n_workers = self.actor_rollout_wg.world_size
+        self.mfu_meter = MfuMeter.from_config(self.config, threads)
 
     def shutdown(self) -> None:
         """Stop the worker actors and release their placement groups (the Ray session itself stays up)."""
@@ -438,6 +428,9 @@ class RayPPOTrainer:
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
+        if getattr(self, "mfu_meter", None) is not None:
+            epochs = self.config.actor_rollout_ref.actor.ppo_epochs
+            metrics.update(self.mfu_meter(batch, timing, self.n_workers, epochs))
         return metrics
 
     def _collect_batch(self, batch: DataProto, n: int, metrics: dict) -> DataProto:
@@ -465,6 +458,10 @@ class RayPPOTrainer:
             metrics.update(self._score(batch, self.reward_fn, self.global_steps))
             if self.router is not None:
                 metrics.update(self.router.score(batch, self.global_steps))
+        if self.rlvcr is not None:  # after the reward (only_positive_episodes reads it), before the advantage
+            with self._phase("rlvcr"):
+                metrics.update(self.rlvcr(batch, lambda gen: self._rollout(gen, do_sample=True, validate=False),
+                                          self.actor_rollout_wg.compute_log_prob))
         return batch
 
     def _collect_agent_batch(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -477,7 +474,8 @@ class RayPPOTrainer:
         with self._phase("gen"):
             batch, env_metrics = self.agent.collect(
                 batch.non_tensor_batch["task_seed"],
-                lambda gen: self._rollout(gen, do_sample=do_sample, validate=False))
+                lambda gen: self._rollout(gen, do_sample=do_sample, validate=False),
+                log_prob_fn=self.actor_rollout_wg.compute_log_prob)  # RLVCR phase (timing_s/rlvcr, within gen)
         metrics.update(env_metrics)
         batch = pad_rows_to_multiple(batch, update_row_multiple(self.config), self.agent.pad_token_id)
         if self.config.trainer.get("balance_batch", True):
@@ -522,7 +520,9 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> dict:
-        """Greedy rollout (``rollout.val_kwargs``) over the whole validation set; per-source mean scores."""
+        """Rollout with ``rollout.val_kwargs`` (greedy by default) over the whole validation set; per-source mean
+        scores. ``val_kwargs.n > 1`` samples that many responses per prompt (rows repeated, interleaved, as upstream)
+        and the means are over all of them."""
         metrics: dict = {}
         if self.agent is not None:  # multi-turn: greedy episodes on the validation tasks
             seeds = np.concatenate([b["task_seed"] for b in self.val_dataloader])
@@ -530,6 +530,9 @@ class RayPPOTrainer:
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+            val_n = int(self.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1) or 1)
+            if val_n > 1:
+                batch = batch.repeat(repeat_times=val_n, interleave=True)
             if self.router is not None:
                 batch = self._route(batch, n=1, validate=True)
             batch = self._generate(batch, validate=True)

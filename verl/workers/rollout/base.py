@@ -27,13 +27,17 @@ def resolve_sampling(config, meta_info: dict) -> dict:
     ``meta_info['validate']`` selects ``rollout.val_kwargs`` (greedy by default); otherwise ``meta_info`` keys
     (``do_sample``, ``temperature``, ``top_k``, ``top_p``) override the ``rollout`` config. Temperature 0 means
     greedy. ``n`` (responses per row, interleaved) comes from ``meta_info['n']`` only: the trainer repeats rows
-    itself (upstream's order), so the config's ``rollout.n`` is not applied here.
+    itself (upstream's order), so the config's ``rollout.n`` is not applied here. Two per-call keys, in both modes:
+    ``max_new_tokens`` (generate at most that many tokens; the output's response width ``R`` is then this value
+    instead of ``rollout.response_length``) and ``stop`` (strings ending a response; the engine may keep the stop
+    string in the output, so callers cut the text themselves). The RLVCR phase uses both for its alternative thinks.
 
     Returns:
-        ``{do_sample, temperature, top_k (0 = off), top_p, n}``.
+        ``{do_sample, temperature, top_k (0 = off), top_p, n, max_new_tokens (None = rollout.response_length),
+        stop (list of str)}``.
 
     Raises:
-        ValueError: negative temperature, top_p outside (0, 1], or n < 1 (naming the key).
+        ValueError: negative temperature, top_p outside (0, 1], n < 1 or max_new_tokens < 1 (naming the key).
     """
     validate = bool(meta_info.get("validate", False))
     # validation reads rollout.val_kwargs only (greedy unless configured); training lets meta_info override the config
@@ -52,6 +56,12 @@ def resolve_sampling(config, meta_info: dict) -> dict:
     params["do_sample"] = bool(params["do_sample"]) and params["temperature"] > 0
     params["top_k"] = max(int(params["top_k"] or 0), 0)
     params["top_p"] = float(params["top_p"])
+    budget = meta_info.get("max_new_tokens")
+    if budget is not None and int(budget) < 1:
+        raise ValueError(f"meta_info['max_new_tokens'] must be >= 1, got {budget}")
+    params["max_new_tokens"] = None if budget is None else int(budget)
+    stop = meta_info.get("stop") or []
+    params["stop"] = [stop] if isinstance(stop, str) else [str(s) for s in stop]
     return params
 
 

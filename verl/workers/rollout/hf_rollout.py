@@ -53,19 +53,26 @@ class HFRollout(BaseRollout):
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Generate ``n`` (``meta_info['n']``, default 1) responses per prompt row; see ``BaseRollout``."""
+        """Generate ``n`` (``meta_info['n']``, default 1) responses per prompt row; see ``BaseRollout``.
+
+        ``meta_info['max_new_tokens']`` / ``['stop']`` (``resolve_sampling``): a shorter budget (the response width
+        is then that budget) and stop strings (``generate``'s ``stop_strings``; the stop string stays in the
+        output)."""
         from transformers import GenerationConfig
 
         meta = prompts.meta_info
         sampling = resolve_sampling(self.config, meta)
         eos, pad = self._special_ids(meta)
         n = sampling["n"]
+        length = sampling["max_new_tokens"] or self.response_length
+        stop = sampling["stop"] or None
         gen_config = GenerationConfig(
             do_sample=sampling["do_sample"],
             temperature=sampling["temperature"] if sampling["do_sample"] else None,
             top_k=sampling["top_k"] if sampling["do_sample"] else None,
             top_p=sampling["top_p"] if sampling["do_sample"] else None,
-            max_new_tokens=self.response_length,
+            max_new_tokens=length,
+            stop_strings=stop,
             eos_token_id=eos,
             pad_token_id=pad,
             num_return_sequences=n,
@@ -85,11 +92,12 @@ class HFRollout(BaseRollout):
                 mask = batch["attention_mask"][start:start + step].to(device)
                 with compute_autocast(device.type, self.config.get("dtype", "bfloat16")):
                     out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
-                                               synced_gpus=synced)
+                                               synced_gpus=synced, tokenizer=self.tokenizer if stop else None)
                 response = out[:, ids.shape[1]:]
-                chunks.append(torch.nn.functional.pad(response, (0, self.response_length - response.shape[1]),
-                                                      value=pad))
+                chunks.append(torch.nn.functional.pad(response, (0, length - response.shape[1]), value=pad))
         finally:
             self.module.train(was_training)
         responses = torch.cat(chunks, dim=0)
-        return assemble_rollout_output(prompts, responses, self.response_length, eos, pad, n=n)
+        if stop:  # a row ended by a stop string is followed by pad ids: the pad id ends its response mask too
+            eos = [*(eos if isinstance(eos, (list, tuple)) else [eos]), pad]
+        return assemble_rollout_output(prompts, responses, length, eos, pad, n=n)

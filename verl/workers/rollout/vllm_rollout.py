@@ -186,11 +186,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
             temperature=sampling["temperature"] if sampling["do_sample"] else 0.0,
             top_p=sampling["top_p"] if sampling["do_sample"] else 1.0,
             top_k=sampling["top_k"] if sampling["do_sample"] and sampling["top_k"] > 0 else -1,
-            max_tokens=self.response_length,
+            max_tokens=sampling["max_new_tokens"] or self.response_length,
             stop_token_ids=[int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)],
+            stop=sampling["stop"] or None,
             ignore_eos=bool(self.config.get("ignore_eos", False)),
             logprobs=0 if self.calculate_log_probs else None,
-            detokenize=False,
+            detokenize=bool(sampling["stop"]),  # stop strings need the engine's detokenizer
         )
 
     @torch.no_grad()
@@ -217,15 +218,16 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         finally:
             self._sleep()
         completions = [completion for out in outputs for completion in out.outputs]
-        responses = torch.full((len(completions), self.response_length), pad, dtype=torch.long)
-        log_probs = torch.zeros((len(completions), self.response_length), dtype=torch.float32)
+        length = sampling["max_new_tokens"] or self.response_length  # meta_info['max_new_tokens']: a shorter budget
+        responses = torch.full((len(completions), length), pad, dtype=torch.long)
+        log_probs = torch.zeros((len(completions), length), dtype=torch.float32)
         for row, completion in enumerate(completions):
-            tokens = list(completion.token_ids)[: self.response_length]
+            tokens = list(completion.token_ids)[:length]
             responses[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             if self.calculate_log_probs:
                 log_probs[row, : len(tokens)] = torch.tensor(
                     [step[token].logprob for step, token in zip(completion.logprobs, tokens)], dtype=torch.float32)
-        output = assemble_rollout_output(prompts, responses, self.response_length, eos, pad, n=sampling["n"])
+        output = assemble_rollout_output(prompts, responses, length, eos, pad, n=sampling["n"])
         if self.calculate_log_probs:
             mask = output.batch["response_mask"]
             output.batch["rollout_log_probs"] = (log_probs.to(mask.device) * mask).to(torch.float32)
