@@ -355,7 +355,8 @@ def compute_rlvcr_outcome_advantage(
     thinking_level_entropies: Optional[torch.Tensor] = None, norm_adv_by_std_in_grpo: Optional[bool] = None,
     step_advantage_w: Optional[float] = None, thinking_diversity_w: Optional[float] = None,
     mode: Optional[str] = None, thinking_cost_w: Optional[float] = None, cost_max: Optional[float] = None,
-    epsilon: Optional[float] = None, config: Any = None, metrics: Optional[Dict[str, float]] = None, **kwargs,
+    epsilon: Optional[float] = None, config: Any = None, metrics: Optional[Dict[str, float]] = None,
+    row_outputs: Optional[Dict[str, torch.Tensor]] = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """RLVCR advantage ``A(step) = A_traj + step_advantage_w * A_think``, broadcast over the step's response tokens
     (spec §Final advantage; seed 001 "RLVCR Advantage Formula").
@@ -371,6 +372,8 @@ def compute_rlvcr_outcome_advantage(
         norm_adv_by_std_in_grpo: divide A_traj by the group std (None -> config -> True).
         step_advantage_w ... epsilon: None -> ``config.rlvcr.<key>`` -> :class:`RLVCRSettings` defaults.
         config: the ``algorithm`` section. metrics: optional dict updated with the ``rlvcr/*`` metrics.
+        row_outputs: optional dict receiving float64 ``[B]`` ``thinking_adv`` (A_think) and ``think_cost`` (C of the
+            chosen level, 0 where none) for :func:`thinking_batch_fields` (the spec's batch tensors).
         kwargs: the registry's other inputs (``gamma``, ``values``, ...), ignored.
     ``rlvcr.enable`` false: A_think = 0 (trajectory term only) and no RLVCR field is needed.
     Returns: ``(advantages, returns)``, the same ``[B, L]`` tensor, 0 off the mask, ``token_level_rewards``' dtype
@@ -392,6 +395,7 @@ def compute_rlvcr_outcome_advantage(
             row_returns, index, traj_index, settings.epsilon,
             bool(ca._resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True)))
         found: Dict[str, float] = {}
+        chosen_cost = torch.zeros(batch, dtype=torch.float64)
         if not settings.enable:
             think_adv = torch.zeros(batch, dtype=torch.float64)
         elif chosen_level is not None:
@@ -408,6 +412,8 @@ def compute_rlvcr_outcome_advantage(
                 u, c, level, ok, settings.thinking_cost_w, settings.cost_max, settings.mode,
                 settings.thinking_diversity_w, settings.epsilon, evaluated=done)
             found = compute_rlvcr_metrics(think_adv, level, ok, u, c, done, n)
+            chosen_cost = torch.where(done, c.gather(1, (level.clamp(1, n) - 1).unsqueeze(1)).squeeze(1).double(),
+                                      torch.zeros(batch, dtype=torch.float64))
         elif thinking_level_entropies is not None:
             think_adv = (thinking_level_entropies.detach().to("cpu", torch.float64) * mask.cpu()).sum(-1) / \
                 mask.cpu().sum(-1).clamp(min=1.0)
@@ -422,6 +428,8 @@ def compute_rlvcr_outcome_advantage(
         advantages = advantages.to(token_level_rewards.device, out_dtype)
     if metrics is not None:
         metrics.update(found)
+    if row_outputs is not None:
+        row_outputs.update(thinking_adv=think_adv.to(torch.float64), think_cost=chosen_cost)
     return advantages, advantages
 
 
@@ -435,10 +443,16 @@ def rlvcr_batch_inputs(non_tensor_batch: Dict[str, Any], batch: Any = None) -> D
 
 
 def thinking_batch_fields(thinking_adv: torch.Tensor, chosen_cost: torch.Tensor,
-                          response_mask: torch.Tensor) -> Dict[str, torch.Tensor]:
+                          response_mask: torch.Tensor, rows: Any = None) -> Dict[str, torch.Tensor]:
     """Spec §Batch fields: ``thinking_level_entropies`` (A_think) and ``thinking_token_costs`` (C_l), both float
-    ``[B, L_resp]``, each row's value broadcast over its response mask (0 elsewhere). Inputs ``[B]``, ``[B]``,
-    0/1 ``[B, L_resp]``; output dtype float32."""
+    ``[B, L_resp]``, each row's value broadcast over its response mask (0 elsewhere). Inputs ``[b]``, ``[b]``,
+    0/1 ``[B, L_resp]``; ``rows`` (bool ``[B]``, e.g. ``reward_valid``) places the ``b`` values on those rows (the
+    others get 0); None: ``b == B``. Output dtype float32."""
+    if rows is not None:
+        keep = torch.as_tensor(np.asarray(rows, dtype=bool).reshape(-1))
+        full_adv, full_cost = torch.zeros(keep.shape[0]), torch.zeros(keep.shape[0])
+        full_adv[keep], full_cost[keep] = thinking_adv.float().cpu(), chosen_cost.float().cpu()
+        thinking_adv, chosen_cost = full_adv, full_cost
     mask = response_mask.to(torch.float32)
     return {"thinking_level_entropies": thinking_adv.to(mask.device, torch.float32).unsqueeze(-1) * mask,
             "thinking_token_costs": chosen_cost.to(mask.device, torch.float32).unsqueeze(-1) * mask}

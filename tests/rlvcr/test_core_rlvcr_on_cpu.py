@@ -350,3 +350,26 @@ def test_trainer_compute_advantage_reads_the_rlvcr_fields():
     data = DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask}, non_tensors)
     advantages = compute_advantage(data, "rlvcr", algo).batch["advantages"]
     torch.testing.assert_close(advantages[:, 0], torch.tensor(_expected_batch()[0], dtype=torch.float32))
+    # the spec's batch tensors: A_think and the chosen level's think cost, broadcast over each response mask
+    out = data.batch
+    torch.testing.assert_close(out["thinking_level_entropies"][:, 0],
+                               torch.tensor(_expected_batch()[1], dtype=torch.float32))
+    torch.testing.assert_close(out["thinking_token_costs"][:, 0], torch.tensor([40.0, 0.0, 0.0, 0.0]))
+    assert torch.all(out["thinking_level_entropies"][3, 1:] == 0) and out["thinking_token_costs"].shape == (4, 3)
+
+
+def test_thinking_batch_tensors_leave_invalid_rows_at_zero():
+    """Rows with reward_valid False are cut before the estimator; their batch tensors are 0."""
+    from verl.protocol import DataProto
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    rewards, mask, uids, fields = _batch()
+    algo = load_default_config(["algorithm.adv_estimator=rlvcr", "algorithm.rlvcr.cost_max=100"]).algorithm
+    non_tensors = {"uid": np.asarray(uids, dtype=object), "reward_valid": np.array([True, True, False, True])}
+    for key, value in fields.items():
+        non_tensors[key] = np.empty(len(uids), dtype=object)
+        non_tensors[key][:] = list(value)
+    out = compute_advantage(DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask}, non_tensors),
+                            "rlvcr", algo).batch
+    assert torch.all(out["thinking_level_entropies"][2] == 0) and torch.all(out["advantages"][2] == 0)
+    assert out["thinking_token_costs"][0, 0] == 40.0 and out["thinking_level_entropies"][0, 0] != 0

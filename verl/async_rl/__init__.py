@@ -6,7 +6,12 @@
 * :mod:`verl.async_rl.replay_buffer` -- per-env ``ReplayBuffer`` (crash-safe log, groups, versions, metrics).
 * :mod:`verl.async_rl.batcher` -- ``Batcher`` v0 (deficit round-robin, packing), ``segment_attention_mask``.
 
-The Ray actors (orchestrator, envs, inference servers, learner, weight broadcaster) build on these.
+Components (Ray actors; imported from their modules, not here, so the pure core stays light):
+
+* :mod:`verl.async_rl.inference_server` -- OpenAI-compatible HF inference server with versioned weight updates.
+* :mod:`verl.async_rl.learner` -- ``Learner`` (one PPO step per packed batch, core_algos loss), ``WeightBroadcaster``.
+* :mod:`verl.async_rl.env_actor` -- ``EnvActor`` (registered text envs, single-turn RLLA).
+* :mod:`verl.async_rl.orchestrator` -- ``Orchestrator`` (starts, feeds and restarts the components).
 """
 from verl.async_rl.advantage import GRPOZScore, RLOO, AdvantageFunction, get_advantage_function
 from verl.async_rl.batcher import Batch, Batcher, BatchNotReady, segment_attention_mask

@@ -91,12 +91,18 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     if adv_estimator == "rlvcr":  # per-level action entropies / think costs from the RLVCR phase
         from rlvcr.core_rlvcr import rlvcr_batch_inputs
 
-        inputs.update(rlvcr_batch_inputs(data.non_tensor_batch, data.batch), metrics=metrics)  # rlvcr/* statistics
+        inputs.update(rlvcr_batch_inputs(data.non_tensor_batch, data.batch), metrics=metrics, row_outputs={})
     valid = data.non_tensor_batch.get("reward_valid")
     advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
         fn, valid, **inputs)
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
+    if inputs.get("row_outputs"):  # RLVCR: the spec's thinking_level_entropies / thinking_token_costs [B, R]
+        from rlvcr.core_rlvcr import thinking_batch_fields
+
+        out = inputs["row_outputs"]
+        data.batch.update(thinking_batch_fields(out["thinking_adv"], out["think_cost"], data.batch["response_mask"],
+                                                rows=valid))
     return data
 
 
