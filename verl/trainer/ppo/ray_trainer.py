@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import signal
 import uuid
 from typing import Optional
@@ -581,89 +580,14 @@ class RayPPOTrainer:
         return cfg.get("run_dir") or os.path.join("outputs", cfg.project_name, cfg.experiment_name)
 
     def _save_checkpoint(self) -> None:
-        """Atomic checkpoint: workers and driver state are written into a temporary directory, the manifest (sizes
-        and SHA-256 of every file) last, then the directory is renamed to ``global_step_N`` and the tracker file
-        updated (upstream layout: ``actor/``, ``critic/``, ``data.pt``). Rotation keeps the newest
-        ``max_actor_ckpt_to_keep`` valid checkpoints and never deletes the newest valid one."""
-        from verl.utils import checkpoint_manifest as cm
+        """Atomic checkpoint of workers and driver state (:func:`verl.trainer.ppo.checkpointing.save_checkpoint`)."""
+        from verl.trainer.ppo.checkpointing import save_checkpoint
 
-        root = Path(self.config.trainer.default_local_dir)
-        tmp = cm.new_temp_dir(root, self.global_steps)
-        self.actor_rollout_wg.save_checkpoint(str(tmp / "actor"), global_step=self.global_steps)
-        if self.use_critic:
-            self.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=self.global_steps)
-        self.phases.fault_point("save_partial", self.global_steps)  # kill tests: die with the save half written
-        state = {"sampler": self.train_sampler.state_dict(self.batches_consumed), "global_step": self.global_steps,
-                 "epoch": self.epoch, "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                                              "python": random.getstate()}}
-        if self.kl_ctrl_in_reward is not None:
-            state["kl_ctrl"] = self.kl_ctrl_in_reward.state_dict()
-        if self.router is not None:
-            state["router"] = self.router.state_dict()
-        torch.save(state, tmp / "data.pt")
-        config = OmegaConf.to_container(self.config, resolve=True)
-        (tmp / "config.yaml").write_text(OmegaConf.to_yaml(self.config, resolve=True))
-        from verl import __version__
-
-        cm.write_manifest(tmp, step=self.global_steps, epoch=self.epoch, config=config, world_size=self.n_workers,
-                          version=__version__)
-        step_dir = cm.publish_checkpoint(tmp, root, self.global_steps)
-        keep = [k for k in (self.config.trainer.max_actor_ckpt_to_keep, self.config.trainer.max_critic_ckpt_to_keep)
-                if k]
-        for removed in cm.rotate_checkpoints(root, min(keep) if keep else None):
-            logger.info("removed old checkpoint %s", removed)
-        logger.info("saved checkpoint %s", step_dir)
+        save_checkpoint(self)
 
     def _load_checkpoint(self) -> None:
-        """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``.
+        """Resume from the newest valid checkpoint or ``resume_from_path``
+        (:func:`verl.trainer.ppo.checkpointing.load_checkpoint`)."""
+        from verl.trainer.ppo.checkpointing import load_checkpoint
 
-        A checkpoint is valid only with a manifest whose files all match; its config must agree with the current one
-        on ``checkpoint_manifest.RESUME_KEYS`` unless listed in ``trainer.resume_allow_changes``.
-
-        Raises:
-            CheckpointError: ``resume_path`` names an invalid checkpoint, or the configs differ (keys listed).
-        """
-        from verl.utils import checkpoint_manifest as cm
-
-        cfg = self.config.trainer
-        mode = cfg.get("resume_mode", "auto")
-        if mode == "disable":
-            return
-        root = Path(cfg.default_local_dir)
-        if mode == "resume_path":
-            if not cfg.resume_from_path or cm.STEP_PREFIX not in str(cfg.resume_from_path):
-                raise ValueError("trainer.resume_mode=resume_path needs trainer.resume_from_path=.../global_step_N")
-            step_dir = Path(cfg.resume_from_path)
-            cm.verify_checkpoint(step_dir)
-        elif mode == "auto":
-            step_dir = cm.latest_valid_checkpoint(root)
-            if step_dir is None:
-                return
-        else:
-            raise ValueError(f"trainer.resume_mode must be auto, disable or resume_path, got {mode!r}")
-        manifest = cm.verify_checkpoint(step_dir, check_hashes=False)
-        current = cm.flatten(OmegaConf.to_container(self.config, resolve=True))
-        diffs = cm.config_differences(manifest["resume_keys"], current, list(cfg.get("resume_allow_changes") or []))
-        if diffs:
-            raise cm.CheckpointError(f"cannot resume from {step_dir}: the config differs on\n  " + "\n  ".join(diffs)
-                                     + "\nRestore these values, start a new trainer.default_local_dir, or list keys "
-                                       "that are safe to change in trainer.resume_allow_changes.")
-        self.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
-        if self.use_critic:
-            self.critic_wg.load_checkpoint(str(step_dir / "critic"))
-        state = torch.load(step_dir / "data.pt", weights_only=False)
-        self.global_steps = int(state["global_step"])
-        self.epoch = int(state["epoch"])
-        self.train_sampler.load_state_dict(state["sampler"])
-        self.batches_consumed = int(state["sampler"]["batches_consumed"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        if "python" in state["rng"]:
-            random.setstate(state["rng"]["python"])
-        if "kl_ctrl" in state and self.kl_ctrl_in_reward is not None:
-            self.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
-        if self.router is not None:
-            if "router" not in state:
-                raise cm.CheckpointError(f"router.enable=true but checkpoint {step_dir} has no router state")
-            self.router.load_state_dict(state["router"])
-        logger.info("resumed from %s (global step %d, epoch %d)", step_dir, self.global_steps, self.epoch)
+        load_checkpoint(self)
