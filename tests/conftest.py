@@ -66,7 +66,8 @@ def small_rlla(tmp_path_factory, tokenizer):
     out = tmp_path_factory.mktemp("rlla_small")
     for split, n in (("train", 8), ("test", 4)):
         df = pd.read_parquet(data_dir / f"{split}.parquet")
-        lengths = df["prompt"].map(lambda m: len(tokenizer.apply_chat_template(list(m), tokenize=True)))
+        lengths = df["prompt"].map(lambda m: len(tokenizer(tokenizer.apply_chat_template(
+            list(m), tokenize=False, add_generation_prompt=True))["input_ids"]))
         df.loc[lengths.sort_values(kind="stable").index[:n]].to_parquet(out / f"{split}.parquet")
     return out
 

@@ -1,0 +1,65 @@
+"""Inference server of the async mode (verl/async_rl/inference_server.py): log-probs, versions, HTTP, Ray actor."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from verl.async_rl.inference_server import InferenceServer, OpenAIClient, PolicyEngine, StaleWeightsError
+
+
+@pytest.fixture(scope="module")
+def server(tiny_model_dir):
+    srv = InferenceServer(tiny_model_dir, num_threads=1)
+    yield srv
+    srv.shutdown()
+
+
+def test_logprobs_match_a_forward_pass(server):
+    engine = server.engine
+    prompt = [5, 6, 7, 8]
+    out = engine.generate(prompt, max_tokens=6, temperature=0.7, n=2, seed=3)
+    assert out["policy_version"] == 0 and len(out["choices"]) == 2
+    for choice in out["choices"]:
+        ids = torch.tensor([prompt + choice["token_ids"]])
+        with torch.no_grad():
+            logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / 0.7
+        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
+        assert torch.allclose(ref, torch.tensor(choice["logprobs"]), atol=1e-4)
+    again = engine.generate(prompt, max_tokens=6, temperature=0.7, n=2, seed=3)
+    assert [c["token_ids"] for c in again["choices"]] == [c["token_ids"] for c in out["choices"]]
+
+
+def test_update_weights_is_monotonic(server):
+    engine = server.engine
+    state = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    assert server.update_weights(state, 2) is True and engine.version == 2
+    assert server.update_weights(state, 2) is False  # same version: no-op
+    with pytest.raises(StaleWeightsError, match="version 1 rejected"):
+        server.update_weights(state, 1)
+    assert engine.version == 2
+
+
+def test_http_endpoints_report_version_and_logprobs(server):
+    client = OpenAIClient(server.url())
+    out = client.completions([5, 6, 7], max_tokens=4, temperature=1.0, n=2, seed=0)
+    assert out["policy_version"] == server.policy_version()
+    for choice in out["choices"]:
+        assert len(choice["token_ids"]) == len(choice["logprobs"]["token_logprobs"]) >= 1
+        assert all(lp <= 0 for lp in choice["logprobs"]["token_logprobs"])
+    chat = client.chat([{"role": "user", "content": "hi"}], max_tokens=3)
+    assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["role"] == "assistant"
+    assert len(chat["choices"][0]["logprobs"]["content"]) == len(chat["choices"][0]["token_ids"])
+    with pytest.raises(RuntimeError, match="'prompt' is required"):
+        client._post("/completions", {})
+
+
+def test_ray_actor_serves_on_loopback(ray_session, tiny_model_dir):
+    from verl.async_rl.inference_server import start_inference_server
+
+    ray = ray_session
+    actor = start_inference_server(tiny_model_dir)
+    url = ray.get(actor.url.remote())
+    assert url.startswith("http://127.0.0.1:")
+    out = OpenAIClient(url).completions("hello", max_tokens=2)
+    assert out["policy_version"] == 0
+    ray.kill(actor)

@@ -1,0 +1,218 @@
+"""Env actors of the asynchronous mode: play episodes against an OpenAI-compatible inference server, return Rollouts.
+
+Source: seed ``004_75565871a1053bd4.txt`` "Envs" (generate rollouts asynchronously and continuously; a set of
+problems with solutions and a verifier) and spec ``specs/async_rl.md`` "Env actors" (any env type; talk to inference
+through the OpenAI-compatible interface with log-probs).
+
+Two kinds (``kind`` of an env spec):
+
+* ``text_env``: any environment registered in ``agent_system.environments`` (:func:`make_env`, e.g. ``line_world``,
+  ``rlla_multiturn``). A problem is a reset seed (``problem_id = "seed-{seed}"``); a group is ``group_size`` episodes
+  from the same seed. Each step: the model's completion is an ``assistant`` turn, the action is
+  :func:`~agent_system.environments.base.project_action` of its text, the step reward goes on that turn, and the
+  next observation is a ``user`` turn. An episode ends when the env says done or after ``max_turns`` model turns.
+* ``rlla``: single-turn RLLA rows (a parquet with ``prompt`` messages and ``reward_model.ground_truth``;
+  ``data_file`` or the resolved RLLA ``train.parquet``). ``problem_id = "rlla-{row}-{seed}"`` (the row and the draw
+  number, rows taken in turn); one request with
+  ``n = group_size``; the reward is ``verl.utils.reward_score.rlla.compute_score`` of the completion text (chat
+  wrapper ``none``: the text is the bare response), with ``format`` / ``correctness`` as named reward components.
+
+Problem ids are unique per draw (``seed`` counts draws; replicas have separate seed ranges), so a group is exactly the
+``group_size`` rollouts of one draw: a row drawn again at the same policy version starts a new group instead of
+growing the old one past the batcher's token share.
+
+Token bookkeeping: the env actor owns the token sequence. The first prompt is the tokenizer's chat template with the
+generation prompt; the server completes token-id prompts (``/v1/completions`` with a list of ids), so the generated
+ids and their log-probs are exactly what the learner trains on (no re-tokenisation of the model's text). An
+observation's tokens are the chat-template text that follows the assistant message (closing the assistant turn,
+opening the user turn and the next generation prompt).
+
+Rollout metadata: ``policy_version`` = the *oldest* server version among the episode's completions (a conservative
+staleness for multi-turn episodes that span a weight update), ``policy_versions`` (all of them), ``truncated`` (some
+completion hit ``max_tokens``), ``done`` (the env ended the episode), ``rewards`` (named components; ``rlla`` only).
+"""
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+import uuid
+from typing import Any, Dict, List, Mapping, Optional
+
+from verl.async_rl.inference_server import OpenAIClient
+from verl.async_rl.types import Rollout, Turn
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EnvActor", "make_env_actor"]
+
+KINDS = ("text_env", "rlla")
+
+
+def _template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_prompt: bool) -> List[int]:
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
+
+
+def observation_ids(tokenizer, messages: List[Dict[str, str]], generated_ids: List[int], observation: str) -> List[int]:
+    """Token ids between the end of a generated assistant message and the next generation: the template's closing of
+    the assistant turn (less the EOS the model already produced), the user turn with ``observation`` and the
+    generation prompt. ``messages`` already ends with the assistant message (its text)."""
+    before = tokenizer.apply_chat_template(messages, tokenize=False)
+    after = tokenizer.apply_chat_template(messages + [{"role": "user", "content": observation}], tokenize=False,
+                                          add_generation_prompt=True)
+    content = messages[-1]["content"]
+    closing = before[before.rindex(content) + len(content):] if content and content in before else ""
+    eos_text = tokenizer.decode(generated_ids[-1:]) if generated_ids else ""
+    if eos_text and closing.startswith(eos_text) and generated_ids[-1] == tokenizer.eos_token_id:
+        closing = closing[len(eos_text):]
+    return tokenizer.encode(closing + after[len(before):], add_special_tokens=False)
+
+
+class EnvActor:
+    """Generates groups of rollouts for one env type (module docstring).
+
+    Args:
+        env_name: the env type's name (``Rollout.environment``, the replay buffer's name).
+        spec: ``kind`` (``text_env`` | ``rlla``); ``text_env``: ``env`` (registered name) and ``env_kwargs``;
+            ``rlla``: ``data_file`` (optional) and ``max_rows`` (optional).
+        base_url: the inference server (``http://host:port/v1``).
+        tokenizer_path: the policy's tokenizer (preset name or directory).
+        group_size: rollouts per problem (>= 1). max_tokens: per completion. temperature: sampling.
+        max_turns: model turns per episode (``text_env``). seed: first problem seed (problems are ``seed, seed+1,
+            ...``; give each replica its own range). timeout_s: per HTTP request.
+
+    Raises ValueError: unknown ``kind`` or a ``text_env`` spec without ``env``.
+    """
+
+    def __init__(self, env_name: str, spec: Mapping[str, Any], base_url: str, tokenizer_path: str,
+                 group_size: int = 2, max_tokens: int = 16, temperature: float = 1.0, max_turns: int = 2,
+                 seed: int = 0, timeout_s: float = 120.0):
+        from transformers import AutoTokenizer
+
+        from verl.utils.model_presets import prepare_model
+
+        spec = dict(spec)
+        kind = spec.get("kind", "text_env")
+        if kind not in KINDS:
+            raise ValueError(f"env {env_name!r}: kind {kind!r} is not one of {KINDS}")
+        if kind == "text_env" and not spec.get("env"):
+            raise ValueError(f"env {env_name!r}: a text_env spec needs 'env' (a registered environment name)")
+        self.env_name, self.kind, self.spec = env_name, kind, spec
+        self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path))
+        self.group_size, self.max_tokens = int(group_size), int(max_tokens)
+        self.temperature, self.max_turns = float(temperature), int(max_turns)
+        self.timeout_s = float(timeout_s)
+        self._seeds = itertools.count(int(seed))
+        self.client = OpenAIClient(base_url, timeout=self.timeout_s)
+        self._rows = self._load_rows() if kind == "rlla" else None
+
+    def set_url(self, base_url: str) -> None:
+        """Point at another inference server (after a restart)."""
+        self.client = OpenAIClient(base_url, timeout=self.timeout_s)
+
+    def ping(self) -> bool:
+        return True
+
+    def _load_rows(self) -> List[Dict[str, Any]]:
+        import pandas as pd
+
+        path = self.spec.get("data_file")
+        if not path:
+            from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
+
+            path = resolve_rlla_data_dir() / "train.parquet"
+        frame = pd.read_parquet(path)
+        if self.spec.get("max_rows"):
+            frame = frame.iloc[: int(self.spec["max_rows"])]
+        rows = []
+        for i, row in enumerate(frame.itertuples(index=False)):
+            rows.append({"index": i, "messages": [dict(m) for m in row.prompt],
+                         "ground_truth": row.reward_model["ground_truth"]})
+        if not rows:
+            raise ValueError(f"env {self.env_name!r}: no RLLA rows in {path}")
+        return rows
+
+    # ------------------------------------------------------------------------------------------------ groups
+    def run_group(self) -> List[Dict[str, Any]]:
+        """One group: ``group_size`` rollouts of the next problem, as ``Rollout.to_dict()`` dicts.
+
+        Raises RuntimeError: the inference server failed or is unreachable (the orchestrator then checks it).
+        """
+        seed = next(self._seeds)
+        try:
+            if self.kind == "rlla":
+                rollouts = self._rlla_group(self._rows[seed % len(self._rows)], seed)
+            else:
+                rollouts = [self._episode(seed) for _ in range(self.group_size)]
+        except Exception as exc:  # requests' ConnectionError etc.: one error type for the orchestrator
+            raise RuntimeError(f"env {self.env_name!r}: inference at {self.client.base_url} failed: {exc!r}") from exc
+        return [r.to_dict() for r in rollouts]
+
+    def _complete(self, prompt_ids: List[int], n: int = 1) -> Dict[str, Any]:
+        return self.client.completions(prompt_ids, max_tokens=self.max_tokens, temperature=self.temperature, n=n)
+
+    def _rollout(self, problem_id: str, turns: List[Turn], versions: List[int], truncated: bool, **meta) -> Rollout:
+        metadata = {"policy_version": min(versions), "policy_versions": versions, "truncated": truncated, **meta}
+        return Rollout(self.env_name, problem_id, f"{self.env_name}-{uuid.uuid4().hex}", turns, metadata)
+
+    def _rlla_group(self, row: Dict[str, Any], seed: int) -> List[Rollout]:
+        from verl.utils.reward_score.rlla import compute_score
+
+        prompt_ids = _template_ids(self.tokenizer, row["messages"], add_generation_prompt=True)
+        answer = self._complete(prompt_ids, n=self.group_size)
+        version = int(answer["policy_version"])
+        rollouts = []
+        for choice in answer["choices"]:
+            text = self.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
+            score, fmt, correct, _ = compute_score(text, row["ground_truth"], step=0, wrapper="none")
+            now = time.time()
+            turns = [Turn("<prompt>", "user", prompt_ids, timestamp=now),
+                     Turn(text, "assistant", choice["token_ids"], choice["logprobs"]["token_logprobs"],
+                          reward=score, inference_metadata={"finish_reason": choice["finish_reason"]},
+                          timestamp=now)]
+            rollouts.append(self._rollout(f"rlla-{row['index']}-{seed}", turns, [version],
+                                          choice["finish_reason"] == "length", done=True,
+                                          rewards={"format": fmt, "correctness": correct}))
+        return rollouts
+
+    def _episode(self, seed: int) -> Rollout:
+        from agent_system.environments.base import make_env, project_action
+
+        env = make_env(self.spec["env"], **dict(self.spec.get("env_kwargs") or {}))
+        try:
+            first = env.reset(seed)
+            messages = [{"role": "user", "content": f"{env.instruction}\n{first.text}".strip()}]
+            context = _template_ids(self.tokenizer, messages, add_generation_prompt=True)
+            turns = [Turn(messages[0]["content"], "user", context, timestamp=time.time())]
+            versions, truncated, done = [], False, False
+            for turn_index in range(self.max_turns):
+                answer = self._complete(context)
+                choice = answer["choices"][0]
+                versions.append(int(answer["policy_version"]))
+                truncated |= choice["finish_reason"] == "length"
+                ids = list(choice["token_ids"])
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                result = env.step(project_action(text, getattr(env, "action_tag", "action")))
+                done = bool(result.done)
+                turns.append(Turn(text, "assistant", ids, choice["logprobs"]["token_logprobs"],
+                                  reward=float(result.reward), timestamp=time.time(),
+                                  inference_metadata={"finish_reason": choice["finish_reason"],
+                                                      "valid_action": bool(result.info.get("is_action_valid", True))}))
+                if done or turn_index == self.max_turns - 1:
+                    break
+                messages.append({"role": "assistant", "content": text})
+                obs_ids = observation_ids(self.tokenizer, messages, ids, result.text)
+                messages.append({"role": "user", "content": result.text})
+                turns.append(Turn(result.text, "user", obs_ids, timestamp=time.time()))
+                context = context + ids + obs_ids
+            return self._rollout(f"seed-{seed}", turns, versions, truncated, done=done)
+        finally:
+            env.close()
+
+
+def make_env_actor(*args, num_cpus: float = 0, **kwargs):
+    """Start :class:`EnvActor` as a Ray actor (``num_cpus`` reserved, 0 by default)."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, max_restarts=0)(EnvActor).remote(*args, **kwargs)

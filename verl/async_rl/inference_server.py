@@ -1,0 +1,337 @@
+"""Inference server of the asynchronous mode: the current policy behind an OpenAI-compatible HTTP endpoint.
+
+Source: seed ``004_75565871a1053bd4.txt`` "OAI Inference Server(s)" (receive new weights, generate responses) and spec
+``specs/async_rl.md`` "Inference server(s)": serve the current policy over OpenAI-compatible HTTP on loopback (HF
+backend on CPU), accept new weights with a version number, never go back to an older version.
+
+Pieces:
+
+* :class:`PolicyEngine` -- an HF causal LM plus its tokenizer and policy version; ``generate`` samples with
+  ``transformers``' ``generate`` and returns per-token log-probs; ``update_weights`` loads a state dict or a file.
+* :class:`InferenceServer` -- a :class:`PolicyEngine` served by the standard library's ``ThreadingHTTPServer`` on
+  ``127.0.0.1`` (port 0 = any free port). Run it in a Ray actor with ``ray.remote(InferenceServer)``
+  (:func:`start_inference_server`).
+* :class:`OpenAIClient` -- a small ``requests`` client for the two endpoints; it talks to any OpenAI-compatible
+  server (a vLLM/SGLang URL works the same when it returns ``token_ids``/log-probs).
+
+Endpoints (JSON in, JSON out; errors are HTTP 400/404/500 with ``{"error": {"message", "type"}}``):
+
+* ``POST /v1/completions``: ``prompt`` (a string or a list of token ids), ``max_tokens`` (16), ``temperature`` (1.0;
+  0 = greedy), ``n`` (1), ``seed`` (optional int). Each choice has ``text``, ``finish_reason`` (``"stop"``: ended by
+  an EOS token, which is kept as the last generated token; ``"length"``: hit ``max_tokens``), ``token_ids`` (the
+  generated ids) and ``logprobs = {"tokens": [str], "token_logprobs": [float]}``.
+* ``POST /v1/chat/completions``: ``messages`` (chat template with the generation prompt) and the same options; each
+  choice has ``message = {"role": "assistant", "content"}``, ``token_ids`` and ``logprobs = {"content": [{"token",
+  "logprob"}]}``.
+* Both answers carry ``policy_version`` (the version of the weights that generated every choice), ``prompt_token_ids``
+  and ``usage``. ``GET /v1/models`` and ``GET /health`` (``{"policy_version"}``) for probes.
+
+Log-probs are natural logs of the sampling distribution ``softmax(logits / temperature)`` (the same temperature
+scaling as the learner's ``logits / temperature``, ``verl.workers.actor.dp_actor``); with ``temperature = 0`` (greedy)
+they are of ``softmax(logits)``. No top-k / top-p filtering is applied (it would change the distribution the learner
+corrects for).
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import torch
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["PolicyEngine", "InferenceServer", "OpenAIClient", "StaleWeightsError", "load_weights",
+           "start_inference_server"]
+
+
+class StaleWeightsError(ValueError):
+    """``update_weights`` was given a version older than the one served (versions never go back)."""
+
+
+def load_weights(source: Union[Mapping[str, torch.Tensor], str, os.PathLike]) -> Dict[str, torch.Tensor]:
+    """A state dict from a mapping (returned as a dict), a ``.safetensors`` file, a ``torch.save`` file (``.pt`` /
+    ``.bin``), or an HF model directory holding ``model.safetensors``.
+
+    Raises FileNotFoundError: the path does not exist or the directory has no ``model.safetensors``.
+    """
+    if isinstance(source, Mapping):
+        return dict(source)
+    path = Path(source)
+    if path.is_dir():
+        path = path / "model.safetensors"
+    if not path.is_file():
+        raise FileNotFoundError(f"weights not found at {path}")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+class PolicyEngine:
+    """An HF causal LM serving sampled completions with per-token log-probs, at a policy version.
+
+    Args:
+        model_path: a preset name (``verl.utils.model_presets``, e.g. ``"tiny"``), an HF directory or a hub id.
+        version: the policy version of the initial weights (0).
+        dtype: torch dtype name of the weights (``"float32"``).
+        num_threads: ``torch.set_num_threads`` for this process (None: unchanged).
+
+    Thread-safe: one generation or weight update at a time (an update never lands mid-generation, so every choice of
+    one answer comes from one version).
+    """
+
+    def __init__(self, model_path: str, version: int = 0, dtype: str = "float32", num_threads: Optional[int] = None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from verl.utils.model_presets import prepare_model
+
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        self.model_path = prepare_model(model_path)
+        self.model_name = str(model_path)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype))
+        self.model.eval()
+        self.version = int(version)
+        self._lock = threading.Lock()
+        eos = self.model.generation_config.eos_token_id
+        if eos is None:
+            eos = self.tokenizer.eos_token_id
+        self.eos_token_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(
+            self.eos_token_ids)
+
+    # ----------------------------------------------------------------------------------------------- weights
+    def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
+        """Load new weights (:func:`load_weights`: a state dict or a path) as policy ``version``.
+
+        Returns: True when loaded; False when ``version`` equals the served one (nothing to do, e.g. a broadcast
+        retried after a timeout). Raises StaleWeightsError: ``version`` is older than the served one.
+        RuntimeError: the state dict does not match the model (missing / unexpected keys or shapes).
+        """
+        version = int(version)
+        with self._lock:
+            if version < self.version:
+                raise StaleWeightsError(f"weights of policy version {version} rejected: serving version "
+                                        f"{self.version} already (versions never go back)")
+            if version == self.version:
+                return False
+            state = load_weights(weights)
+            self.model.load_state_dict(state, strict=True)
+            self.version = version
+            return True
+
+    # -------------------------------------------------------------------------------------------- generation
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[int], max_tokens: int = 16, temperature: float = 1.0, n: int = 1,
+                 seed: Optional[int] = None) -> Dict[str, Any]:
+        """Sample ``n`` completions of one prompt.
+
+        Args: ``prompt_ids`` token ids (non-empty); ``max_tokens`` >= 1 new tokens at most; ``temperature`` >= 0
+            (0: greedy); ``n`` >= 1; ``seed``: seeds torch's RNG for this call (reproducible samples).
+        Returns: ``{"policy_version", "prompt_token_ids", "choices": [{"token_ids", "logprobs", "finish_reason"}]}``
+            where ``logprobs[i]`` (nats) is the log-prob of ``token_ids[i]`` (module docstring) and a choice ends
+            at its first EOS (kept).
+        Raises ValueError: empty prompt, ``max_tokens < 1``, ``n < 1`` or a negative temperature.
+        """
+        if len(prompt_ids) == 0:
+            raise ValueError("prompt has no tokens")
+        if int(max_tokens) < 1 or int(n) < 1 or float(temperature) < 0:
+            raise ValueError(f"need max_tokens >= 1, n >= 1, temperature >= 0; got {max_tokens}, {n}, {temperature}")
+        from transformers import GenerationConfig
+
+        greedy = float(temperature) == 0.0
+        config = GenerationConfig(
+            do_sample=not greedy, temperature=None if greedy else float(temperature), top_k=None, top_p=None,
+            max_new_tokens=int(max_tokens), num_return_sequences=int(n), eos_token_id=sorted(self.eos_token_ids),
+            pad_token_id=self.pad_token_id, output_logits=True, return_dict_in_generate=True,
+        )
+        input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+        with self._lock:
+            version = self.version
+            if seed is not None:
+                torch.manual_seed(int(seed))
+            out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
+                                      generation_config=config)
+        new = out.sequences[:, input_ids.shape[1]:]  # [n, T]
+        logits = torch.stack(out.logits, dim=1).float()  # [n, T, V] raw logits
+        scale = 1.0 if greedy else float(temperature)
+        logprobs = torch.log_softmax(logits / scale, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        choices = []
+        for row in range(new.shape[0]):
+            ids = new[row].tolist()
+            end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_token_ids), None)
+            finish = "stop" if end is not None else "length"
+            end = end if end is not None else len(ids)
+            choices.append({"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(), "finish_reason": finish})
+        return {"policy_version": version, "prompt_token_ids": list(map(int, prompt_ids)), "choices": choices}
+
+
+def _options(body: Mapping[str, Any]) -> Dict[str, Any]:
+    return {"max_tokens": int(body.get("max_tokens") or 16),
+            "temperature": float(1.0 if body.get("temperature") is None else body["temperature"]),
+            "n": int(body.get("n") or 1), "seed": body.get("seed")}
+
+
+def _completion_response(engine: PolicyEngine, body: Mapping[str, Any], chat: bool) -> Dict[str, Any]:
+    tok = engine.tokenizer
+    if chat:
+        if "messages" not in body:
+            raise KeyError("'messages' is required by /v1/chat/completions")
+        prompt_ids = tok.apply_chat_template(list(body["messages"]), add_generation_prompt=True, tokenize=True)
+        if isinstance(prompt_ids, Mapping):  # transformers 5 may return a BatchEncoding
+            prompt_ids = prompt_ids["input_ids"]
+    else:
+        if "prompt" not in body:
+            raise KeyError("'prompt' is required by /v1/completions")
+        prompt = body["prompt"]
+        prompt_ids = tok.encode(prompt, add_special_tokens=False) if isinstance(prompt, str) else list(prompt)
+    result = engine.generate(prompt_ids, **_options(body))
+    choices = []
+    for i, c in enumerate(result["choices"]):
+        text = tok.decode(c["token_ids"], skip_special_tokens=True)
+        pieces = tok.convert_ids_to_tokens(c["token_ids"])
+        choice: Dict[str, Any] = {"index": i, "finish_reason": c["finish_reason"], "token_ids": c["token_ids"]}
+        if chat:
+            choice["message"] = {"role": "assistant", "content": text}
+            choice["logprobs"] = {"content": [{"token": p, "logprob": lp} for p, lp in zip(pieces, c["logprobs"])]}
+        else:
+            choice["text"] = text
+            choice["logprobs"] = {"tokens": pieces, "token_logprobs": c["logprobs"]}
+        choices.append(choice)
+    n_gen = sum(len(c["token_ids"]) for c in result["choices"])
+    return {
+        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()), "model": engine.model_name, "policy_version": result["policy_version"],
+        "prompt_token_ids": result["prompt_token_ids"], "choices": choices,
+        "usage": {"prompt_tokens": len(result["prompt_token_ids"]), "completion_tokens": n_gen,
+                  "total_tokens": len(result["prompt_token_ids"]) + n_gen},
+    }
+
+
+def _make_handler(engine: PolicyEngine):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *args):  # quiet: route through logging at DEBUG
+            logger.debug("inference server: " + fmt, *args)
+
+        def _send(self, code: int, payload: Mapping[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):  # noqa: N802 (http.server naming)
+            if self.path == "/health":
+                self._send(200, {"status": "ok", "policy_version": engine.version})
+            elif self.path == "/v1/models":
+                self._send(200, {"object": "list", "data": [{"id": engine.model_name, "object": "model",
+                                                             "policy_version": engine.version}]})
+            else:
+                self._send(404, {"error": {"message": f"no route GET {self.path}", "type": "not_found"}})
+
+        def do_POST(self):  # noqa: N802
+            routes = {"/v1/completions": False, "/v1/chat/completions": True}
+            if self.path not in routes:
+                self._send(404, {"error": {"message": f"no route POST {self.path}", "type": "not_found"}})
+                return
+            try:
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                self._send(200, _completion_response(engine, body, routes[self.path]))
+            except (KeyError, ValueError, TypeError) as exc:
+                self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
+            except Exception as exc:  # noqa: BLE001 - report, keep serving
+                logger.exception("inference server: request failed")
+                self._send(500, {"error": {"message": repr(exc), "type": "internal_error"}})
+
+    return Handler
+
+
+class InferenceServer:
+    """A :class:`PolicyEngine` behind the OpenAI-compatible endpoints (module docstring) on loopback.
+
+    Args: ``model_path``, ``version``, ``dtype``, ``num_threads`` as :class:`PolicyEngine`; ``host`` (``127.0.0.1``)
+    and ``port`` (0: a free port). The HTTP server runs in a daemon thread from construction on.
+    """
+
+    def __init__(self, model_path: str, version: int = 0, dtype: str = "float32", num_threads: Optional[int] = None,
+                 host: str = "127.0.0.1", port: int = 0):
+        self.engine = PolicyEngine(model_path, version=version, dtype=dtype, num_threads=num_threads)
+        self._httpd = ThreadingHTTPServer((host, int(port)), _make_handler(self.engine))
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="inference-http", daemon=True)
+        self._thread.start()
+
+    def url(self) -> str:
+        """Base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def policy_version(self) -> int:
+        return self.engine.version
+
+    def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
+        """:meth:`PolicyEngine.update_weights` (same returns and errors)."""
+        return self.engine.update_weights(weights, version)
+
+    def ping(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        """Stop serving HTTP."""
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+
+def start_inference_server(model_path: str, version: int = 0, num_threads: Optional[int] = 1, num_cpus: float = 0,
+                           **options):
+    """Start :class:`InferenceServer` as a Ray actor (``num_cpus`` reserved, 0 by default so a 2-CPU local cluster
+    can host every component) and return the actor handle; ``ray.get(handle.url.remote())`` is its base URL."""
+    import ray
+
+    actor_cls = ray.remote(num_cpus=num_cpus, max_restarts=0)(InferenceServer)
+    return actor_cls.remote(model_path, version=version, num_threads=num_threads, **options)
+
+
+class OpenAIClient:
+    """Minimal client for an OpenAI-compatible completions server (``requests``).
+
+    Args: ``base_url`` (``.../v1``), ``model`` (sent as ``model``), ``timeout`` seconds per request.
+    """
+
+    def __init__(self, base_url: str, model: str = "policy", timeout: float = 120.0):
+        import requests
+
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.timeout = float(timeout)
+        self._session = requests.Session()
+
+    def _post(self, route: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        response = self._session.post(f"{self.base_url}{route}", json={"model": self.model, **body},
+                                      timeout=self.timeout)
+        if response.status_code != 200:
+            raise RuntimeError(f"{self.base_url}{route} answered {response.status_code}: {response.text[:500]}")
+        return response.json()
+
+    def completions(self, prompt: Union[str, Sequence[int]], **options) -> Dict[str, Any]:
+        """``POST /completions`` (options: ``max_tokens``, ``temperature``, ``n``, ``seed``, ``logprobs``).
+        Raises RuntimeError on a non-200 answer (the message has the server's error)."""
+        return self._post("/completions", {"prompt": prompt if isinstance(prompt, str) else list(prompt),
+                                           "logprobs": 1, **options})
+
+    def chat(self, messages: Sequence[Mapping[str, str]], **options) -> Dict[str, Any]:
+        """``POST /chat/completions`` (same options and errors as :meth:`completions`)."""
+        return self._post("/chat/completions", {"messages": list(messages), "logprobs": True, **options})

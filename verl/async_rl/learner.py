@@ -1,0 +1,245 @@
+"""Learner and weight broadcaster of the asynchronous mode.
+
+Source: seed ``004_75565871a1053bd4.txt`` "Learner" (takes batches of RlExamples, updates the model with a standard
+PPO-ish loss, sends the new weights with a new policy version to the Weight Broadcaster) and "Weight Broadcaster";
+spec ``specs/async_rl.md`` "Learner", "Weight Broadcaster", "Metrics" and "Entry point and guarantees".
+
+One :meth:`Learner.step` is one optimizer step on one packed :class:`~verl.async_rl.types.RlExample` with the
+synchronous trainer's loss code: the registered policy loss (``core_algos.get_policy_loss_fn(actor.policy_loss)``,
+PPO's clipped surrogate by default), ``core_algos.agg_loss`` for the entropy term, ``dp_actor.MiniBatchScale`` for
+micro-batch weights and ``dp_actor.clipped_optimizer_step``. The PPO "old" log-probs are the inference server's
+(``RlExample.policy_logprobs``): the behaviour policy that sampled the tokens, whatever its age.
+
+Packed rows: the forward pass gets a block-diagonal causal mask ``[B, 1, L, L]``
+(:func:`~verl.async_rl.batcher.segment_attention_mask`) and per-segment ``position_ids``, so a segment attends only to
+itself. The log-prob of token ``t`` comes from the logits at ``t - 1``; the first token of a segment has none and is
+left out of the loss (it is a prompt token in every env here).
+
+Checkpoints (``{dir}/global_step_{version}``): ``learner.pt`` (model + optimizer state, policy version) published
+with the manifest utilities of ``verl.utils.checkpoint_manifest`` (atomic; a killed save is ignored on resume).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional
+
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from verl.async_rl.batcher import segment_attention_mask
+from verl.async_rl.types import RlExample
+from verl.trainer.ppo import core_algos
+from verl.utils import checkpoint_manifest as manifest
+from verl.utils.model_utils import build_optimizer
+from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.workers.actor.dp_actor import MiniBatchScale, clipped_optimizer_step
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Learner", "WeightBroadcaster", "make_learner_actor", "packed_logprobs"]
+
+_CKPT_FILE = "learner.pt"
+
+
+def packed_logprobs(model: torch.nn.Module, example: RlExample, temperature: float = 1.0,
+                    calculate_entropy: bool = False):
+    """Per-token log-probs of packed rows, aligned like ``RlExample.policy_logprobs``.
+
+    Args: ``model`` an HF causal LM; ``example`` (only ``input_ids``, ``segment_ids``, ``position_ids`` are read);
+        ``temperature``: logits are divided by it (as the inference server samples).
+    Returns: ``(log_probs [B, L] float32, entropy [B, L] float32 or None)``; position ``t`` holds
+        ``log p(input_ids[b, t] | its segment's tokens before t)``, 0 at ``t = 0``; differentiable.
+    """
+    input_ids = example.input_ids.long()
+    mask = segment_attention_mask(example.segment_ids)[:, None]  # [B, 1, L, L] bool, True = attend
+    output = model(input_ids=input_ids, attention_mask=mask, position_ids=example.position_ids.long(),
+                   use_cache=False)
+    logits = output.logits[:, :-1].float() / float(temperature)  # position t-1 predicts token t
+    zeros = torch.zeros(input_ids.shape[0], 1, dtype=torch.float32, device=input_ids.device)
+    log_probs = torch.cat([zeros, logprobs_from_logits(logits, input_ids[:, 1:])], dim=1)
+    entropy = torch.cat([zeros, entropy_from_logits(logits)], dim=1) if calculate_entropy else None
+    return log_probs, entropy
+
+
+def _loss_mask(example: RlExample) -> torch.Tensor:
+    """Generated tokens that have a predictor inside their segment (``position_ids > 0``)."""
+    return example.loss_mask & (example.position_ids > 0)
+
+
+def _rows(example: RlExample, rows: slice) -> RlExample:
+    return RlExample(**{k: (None if v is None else v[rows]) for k, v in example.as_dict().items()})
+
+
+class Learner:
+    """The policy under training (module docstring).
+
+    Args:
+        model_path: preset name, HF directory or hub id (``actor_rollout_ref.model.path``).
+        actor_config: the ``actor_rollout_ref.actor`` config (dict or DictConfig): ``optim.{lr, betas,
+            weight_decay}``, ``policy_loss``, ``clip_ratio*``, ``loss_agg_mode``, ``entropy_coeff``, ``grad_clip``,
+            ``ppo_micro_batch_size_per_gpu`` (rows per micro-batch; None = the whole batch). ``use_kl_loss`` must be
+            False (no reference policy in the async learner yet).
+        temperature: the sampling temperature of the inference servers.
+        checkpoint_dir: where :meth:`save_checkpoint` publishes; :meth:`resume` reads it.
+        num_threads: ``torch.set_num_threads`` (None: unchanged). seed: ``torch.manual_seed``.
+
+    Raises ValueError: ``use_kl_loss`` is set.
+    """
+
+    def __init__(self, model_path: str, actor_config: Mapping[str, Any] | DictConfig, temperature: float = 1.0,
+                 checkpoint_dir: Optional[str] = None, num_threads: Optional[int] = None, seed: int = 0):
+        from transformers import AutoModelForCausalLM
+
+        from verl.utils.model_presets import prepare_model
+
+        if num_threads:
+            torch.set_num_threads(int(num_threads))
+        torch.manual_seed(int(seed))
+        cfg = actor_config if isinstance(actor_config, DictConfig) else OmegaConf.create(dict(actor_config))
+        if bool(cfg.get("use_kl_loss", False)):
+            raise ValueError("actor.use_kl_loss=True is not supported by the async learner (no reference policy)")
+        self.config = cfg
+        self.temperature = float(temperature)
+        self.model = AutoModelForCausalLM.from_pretrained(prepare_model(model_path), dtype=torch.float32)
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.get("optim", OmegaConf.create({"lr": 1e-6})))
+        self.policy_loss_fn = core_algos.get_policy_loss_fn(cfg.get("policy_loss", "vanilla") or "vanilla")
+        self.version = 0
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+
+    # ------------------------------------------------------------------------------------------------ step
+    def step(self, example: RlExample) -> Dict[str, float]:
+        """One PPO optimizer step on ``example``; bumps :attr:`version` by one.
+
+        Returns metrics: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``,
+        ``actor/entropy``, ``actor/grad_norm``, ``actor/skipped_steps``, ``actor/lr``; ``learner/logprob_gap``
+        (mean of inference − learner log-prob over the loss tokens, before the update), ``learner/logprob_abs_gap``
+        (mean absolute difference), ``learner/tokens``, ``learner/loss_tokens``, ``learner/step_time_s``,
+        ``learner/policy_version`` (the new version).
+        Raises ValueError: the example has no loss token.
+        """
+        start = time.perf_counter()
+        cfg = self.config
+        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
+        entropy_coeff = float(cfg.get("entropy_coeff", 0.0) or 0.0)
+        full_mask = _loss_mask(example)
+        n_loss = int(full_mask.sum())
+        if n_loss == 0:
+            raise ValueError("RlExample has no generated token to train on (loss_mask is empty after segment starts)")
+        scale = MiniBatchScale(full_mask, loss_agg_mode)
+        micro = int(cfg.get("ppo_micro_batch_size_per_gpu") or example.batch_size)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        stats: Dict[str, float] = {}
+        gap = abs_gap = 0.0
+        for first in range(0, example.batch_size, micro):
+            part = _rows(example, slice(first, first + micro))
+            mask = _loss_mask(part)
+            if not bool(mask.any()):
+                continue
+            log_prob, entropy = packed_logprobs(self.model, part, self.temperature, calculate_entropy=True)
+            old = part.policy_logprobs
+            pg_loss, pg_metrics = self.policy_loss_fn(old, log_prob, part.advantages, mask, loss_agg_mode, cfg)
+            if entropy_coeff == 0:
+                entropy = entropy.detach()
+            entropy_loss = core_algos.agg_loss(entropy, mask, loss_agg_mode)
+            loss = pg_loss - entropy_coeff * entropy_loss if entropy_coeff != 0 else pg_loss
+            weight = scale.grad_scale(mask)
+            (loss * weight).backward()
+            diff = (old - log_prob.detach())[mask]
+            gap += float(diff.sum())
+            abs_gap += float(diff.abs().sum())
+            for key, value in {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_loss.detach(),
+                               **pg_metrics}.items():
+                stats[key] = stats.get(key, 0.0) + float(value) * weight
+        stats.update(clipped_optimizer_step(self.model, self.optimizer, cfg.get("grad_clip"), "actor"))
+        stats["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
+        self.version += 1
+        stats.update({
+            "learner/logprob_gap": gap / n_loss, "learner/logprob_abs_gap": abs_gap / n_loss,
+            "learner/tokens": float(example.num_tokens), "learner/loss_tokens": float(n_loss),
+            "learner/step_time_s": time.perf_counter() - start, "learner/policy_version": float(self.version),
+        })
+        return stats
+
+    # --------------------------------------------------------------------------------------------- weights
+    def policy_version(self) -> int:
+        return self.version
+
+    def weights(self) -> Dict[str, torch.Tensor]:
+        """A detached CPU copy of the model's state dict (what the broadcaster ships)."""
+        return {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    # ------------------------------------------------------------------------------------------ checkpoints
+    def save_checkpoint(self, config: Optional[Mapping[str, Any]] = None) -> str:
+        """Publish ``global_step_{version}`` under ``checkpoint_dir`` (model, optimizer, version; manifest last).
+
+        Returns the directory. Raises ValueError: no ``checkpoint_dir``.
+        """
+        if self.checkpoint_dir is None:
+            raise ValueError("Learner.save_checkpoint needs checkpoint_dir (trainer.default_local_dir)")
+        tmp = manifest.new_temp_dir(self.checkpoint_dir, self.version)
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                    "version": self.version}, tmp / _CKPT_FILE)
+        manifest.write_manifest(tmp, step=self.version, epoch=0, config=dict(config or {}), world_size=1,
+                                version="async")
+        return str(manifest.publish_checkpoint(tmp, self.checkpoint_dir, self.version))
+
+    def resume(self) -> int:
+        """Load the newest valid checkpoint under ``checkpoint_dir`` (if any) and return the policy version (0 when
+        there is none)."""
+        if self.checkpoint_dir is None:
+            return self.version
+        latest = manifest.latest_valid_checkpoint(self.checkpoint_dir)
+        if latest is None:
+            return self.version
+        state = torch.load(latest / _CKPT_FILE, map_location="cpu", weights_only=True)
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.version = int(state["version"])
+        logger.info("learner resumed from %s at policy version %d", latest, self.version)
+        return self.version
+
+
+class WeightBroadcaster:
+    """Pushes weights + version to every inference server through the Ray object store (one ``ray.put``, every
+    server reads the same object).
+
+    Args: ``timeout_s``: how long to wait for the servers' acknowledgements.
+    """
+
+    def __init__(self, timeout_s: float = 120.0):
+        self.timeout_s = float(timeout_s)
+
+    def broadcast(self, servers: Mapping[str, Any], weights: Any, version: int) -> Dict[str, Any]:
+        """Send ``weights`` (a state dict or an ``ObjectRef`` to one, e.g. ``learner.weights.remote()``) as
+        ``version`` to ``servers`` (``{name: InferenceServer actor handle}``).
+
+        Returns ``{"metrics": {"weights/broadcast_latency_s", "weights/servers_updated", "weights/policy_version"},
+        "failed": [names of servers that died or did not answer]}``; a server answering
+        ``StaleWeightsError`` (it already has a newer version) counts as failed too.
+        """
+        import ray
+
+        start = time.perf_counter()
+        ref = weights if isinstance(weights, ray.ObjectRef) else ray.put(weights)
+        calls = {name: handle.update_weights.remote(ref, int(version)) for name, handle in servers.items()}
+        failed = []
+        for name, call in calls.items():
+            try:
+                ray.get(call, timeout=self.timeout_s)
+            except Exception as exc:  # noqa: BLE001 - a dead or stuck server is reported, the caller restarts it
+                logger.warning("weight broadcast to %s failed: %r", name, exc)
+                failed.append(name)
+        return {"metrics": {"weights/broadcast_latency_s": time.perf_counter() - start,
+                            "weights/servers_updated": float(len(calls) - len(failed)),
+                            "weights/policy_version": float(version)},
+                "failed": failed}
+
+
+def make_learner_actor(*args, num_cpus: float = 0, **kwargs):
+    """Start :class:`Learner` as a Ray actor (``num_cpus`` reserved, 0 by default)."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, max_restarts=0)(Learner).remote(*args, **kwargs)

@@ -1,0 +1,301 @@
+"""Orchestrator of the asynchronous mode: starts and supervises every component, moves data between them, logs.
+
+Source: seed ``004_75565871a1053bd4.txt`` "Orchestrator" (spin up the components with the replicas of each env,
+coordinate training and rollout generation, receive and log the metrics) and spec ``specs/async_rl.md`` "Components"
+and "Entry point and guarantees" (a killed env or inference actor is restarted and training continues; a killed
+learner resumes from the last checkpoint and the replay buffers' logs are reloaded).
+
+Layout (one Ray actor per component, started with ``num_cpus=0`` so a small local cluster hosts them all):
+
+* ``async.inference.num_servers`` :class:`~verl.async_rl.inference_server.InferenceServer` actors;
+* one :class:`~verl.async_rl.learner.Learner` actor;
+* ``replicas`` :class:`~verl.async_rl.env_actor.EnvActor` actors per env of ``async.envs``; replica ``i`` of all envs
+  talks to server ``i mod num_servers``;
+* on the driver: one :class:`~verl.async_rl.replay_buffer.ReplayBuffer` per env (logs under ``async.replay.log_dir``),
+  the :class:`~verl.async_rl.batcher.Batcher`, the :class:`~verl.async_rl.learner.WeightBroadcaster`, the tracker.
+
+Loop (:meth:`Orchestrator.run`): every env actor has one ``run_group`` call in flight (paused while the learner is
+busy and the env's buffer holds ``async.max_buffer_rollouts`` rollouts or more, when that is set); finished groups go
+into
+their buffer (``add_many`` with the learner's version). While the learner is idle the batcher tries to make a batch
+(``BatchNotReady``: wait for more rollouts) and hands it to the learner; the learner trains while the envs keep
+generating with the previous weights (that is the asynchrony, bounded by ``max_age``). When a step finishes: the
+buffers move to the new version, the broadcaster pushes the weights to every server, a checkpoint is published every
+``trainer.save_freq`` versions, and one record of metrics is logged.
+
+Failures: an env call that fails because its actor died restarts that actor; one that fails otherwise (the server did
+not answer) pings the server and restarts it when dead (the new server gets the learner's current weights and
+version before any env uses it); a failed broadcast restarts the failing servers. A dead learner is replaced by a new
+one resumed from the newest checkpoint (version ``c``); every buffer reloads its log at ``c``, the servers are
+restarted with the checkpoint's weights, and groups still in flight from before the restart are dropped (their
+version numbers would clash with the versions the new learner reuses). Each kind of restart is counted in
+``orchestrator/restarts/{env_actor,inference_server,learner}``; at most ``async.max_restarts`` in all.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.async_rl.advantage import get_advantage_function
+from verl.async_rl.batcher import Batcher, BatchNotReady
+from verl.async_rl.env_actor import make_env_actor
+from verl.async_rl.inference_server import start_inference_server
+from verl.async_rl.learner import WeightBroadcaster, make_learner_actor
+from verl.async_rl.replay_buffer import ReplayBuffer
+from verl.async_rl.types import Rollout
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Orchestrator"]
+
+
+def _section(config: DictConfig) -> DictConfig:
+    if "async" not in config:
+        raise KeyError("config has no 'async' section (use verl/trainer/config/async_trainer.yaml)")
+    return config["async"]
+
+
+class Orchestrator:
+    """Starts the components described by ``config`` (the trainer config tree with its ``async`` section) and trains.
+
+    Args: ``config``; ``tracker``: an object with ``log(dict, step)`` (e.g. ``verl.utils.tracking.Tracking``), or
+    None (metrics are only returned by :meth:`run`). Requires ``ray.init`` to have been called.
+
+    Raises KeyError: no ``async`` section or no env in ``async.envs``. ValueError: bad batcher / buffer settings
+    (from :class:`Batcher` / :class:`ReplayBuffer`).
+    """
+
+    def __init__(self, config: DictConfig, tracker: Any = None):
+        a = _section(config)
+        if not a.get("envs"):
+            raise KeyError("async.envs is empty: configure at least one env")
+        self.config, self.a, self.tracker = config, a, tracker
+        self.model_path = str(config.actor_rollout_ref.model.path)
+        self.ckpt_dir = str(config.trainer.default_local_dir)
+        self.save_freq = int(config.trainer.get("save_freq") or -1)
+        self.envs = {str(name): OmegaConf.to_container(spec, resolve=True) for name, spec in a.envs.items()}
+        self.batcher = Batcher(int(a.batcher.total_token_budget), {n: float(s["fraction"]) for n, s in self.envs.items()},
+                               int(a.batcher.max_seq_len), str(a.batcher.get("spillover", "block")))
+        self.broadcaster = WeightBroadcaster(float(a.get("broadcast_timeout_s", 120)))
+        self.restarts: Counter = Counter()
+        self.counts: Counter = Counter()
+        self._epoch = 0  # bumped by a learner restart; in-flight groups of an older epoch are dropped
+        self._inflight: Dict[Any, Tuple[str, int, int]] = {}  # ref -> (env, replica, epoch)
+        self._learner_ref = None
+        self._pending_batch: Optional[Dict[str, float]] = None
+        self._start_learner()
+        log_dir = Path(a.replay.get("log_dir") or Path(self.ckpt_dir) / "replay")
+        self.buffers: Dict[str, ReplayBuffer] = {}
+        for name in self.envs:
+            buffer = ReplayBuffer(name, log_dir, int(a.replay.max_age), int(a.replay.min_group_size),
+                                  get_advantage_function(str(a.replay.get("advantage", "rloo"))),
+                                  version=self.version)
+            if buffer.log_path.stat().st_size > 0:
+                self.counts[f"reloaded/{name}"] = buffer.reload(self.version).restored
+            self.buffers[name] = buffer
+        self.servers: Dict[int, Any] = {}
+        self.urls: Dict[int, str] = {}
+        for index in range(int(a.inference.num_servers)):
+            self._start_server(index)
+        self.env_actors: Dict[Tuple[str, int], Any] = {}
+        for name, spec in self.envs.items():
+            for replica in range(int(spec.get("replicas", 1))):
+                self._start_env_actor(name, replica)
+
+    # ------------------------------------------------------------------------------------------ components
+    def _start_learner(self) -> None:
+        actor_cfg = OmegaConf.to_container(self.config.actor_rollout_ref.actor, resolve=True)
+        self.learner = make_learner_actor(self.model_path, actor_cfg, float(self.a.inference.temperature),
+                                          self.ckpt_dir, num_threads=self.a.get("learner_threads"))
+        import ray
+
+        self.version = int(ray.get(self.learner.resume.remote()))
+
+    def _start_server(self, index: int) -> None:
+        import ray
+
+        old = self.servers.get(index)
+        if old is not None:
+            ray.kill(old, no_restart=True)
+        server = start_inference_server(self.model_path, num_threads=self.a.inference.get("num_threads", 1))
+        self.urls[index] = ray.get(server.url.remote())
+        if self.version > 0:
+            ray.get(server.update_weights.remote(self.learner.weights.remote(), self.version))
+        self.servers[index] = server
+
+    def _start_env_actor(self, name: str, replica: int) -> None:
+        import ray
+
+        old = self.env_actors.get((name, replica))
+        if old is not None:
+            ray.kill(old, no_restart=True)
+        spec = self.envs[name]
+        inf = self.a.inference
+        seed = int(spec.get("seed", 0)) + 1_000_000 * replica + 10_000 * self.restarts[f"env/{name}/{replica}"]
+        self.env_actors[(name, replica)] = make_env_actor(
+            name, spec, self.urls[replica % len(self.urls)], self.model_path, group_size=int(spec.get("group_size", 2)),
+            max_tokens=int(inf.max_tokens), temperature=float(inf.temperature), max_turns=int(spec.get("max_turns", 2)),
+            seed=seed)
+
+    def _restart(self, kind: str) -> None:
+        self.restarts[kind] += 1
+        total = sum(v for k, v in self.restarts.items() if "/" not in k)
+        if total > int(self.a.get("max_restarts", 20)):
+            raise RuntimeError(f"async: more than async.max_restarts={self.a.get('max_restarts', 20)} restarts "
+                               f"({dict(self.restarts)})")
+
+    def _restart_server(self, index: int) -> None:
+        logger.warning("restarting inference server %d", index)
+        self._restart("inference_server")
+        self._start_server(index)
+        for (name, replica), actor in self.env_actors.items():
+            if replica % len(self.urls) == index:
+                actor.set_url.remote(self.urls[index])  # queued before the actor's next run_group
+
+    def _server_alive(self, index: int) -> bool:
+        import ray
+
+        try:
+            return bool(ray.get(self.servers[index].ping.remote(), timeout=30))
+        except Exception:  # noqa: BLE001 - dead or stuck
+            return False
+
+    def _recover_learner(self) -> None:
+        logger.warning("learner died: resuming from the newest checkpoint under %s", self.ckpt_dir)
+        self._restart("learner")
+        import ray
+
+        ray.kill(self.learner, no_restart=True)
+        self._learner_ref, self._pending_batch = None, None
+        self._start_learner()
+        for name, buffer in self.buffers.items():
+            self.counts[f"reloaded/{name}"] = buffer.reload(self.version).restored
+        self._epoch += 1
+        for index in list(self.servers):
+            self._start_server(index)
+        for key, actor in self.env_actors.items():
+            actor.set_url.remote(self.urls[key[1] % len(self.urls)])
+
+    # ----------------------------------------------------------------------------------------------- loop
+    def _submit_envs(self) -> None:
+        """One ``run_group`` in flight per idle env actor, except while the learner is busy and the actor's buffer
+        already holds ``async.max_buffer_rollouts`` rollouts (back-pressure: generation that would only be evicted as
+        stale competes with the learner for CPU). An idle learner waiting for a batch never pauses generation, so the
+        limit cannot starve the batcher."""
+        busy = {(env, replica) for env, replica, _ in self._inflight.values()}
+        limit = self.a.get("max_buffer_rollouts")
+        throttle = limit is not None and self._learner_ref is not None
+        for key, actor in self.env_actors.items():
+            if key in busy or (throttle and len(self.buffers[key[0]]) >= int(limit)):
+                continue
+            self._inflight[actor.run_group.remote()] = (key[0], key[1], self._epoch)
+
+    def _on_env_result(self, ref) -> None:
+        import ray
+        from ray.exceptions import RayActorError
+
+        name, replica, epoch = self._inflight.pop(ref)
+        try:
+            dicts = ray.get(ref)
+        except RayActorError:
+            logger.warning("env actor %s/%d died: restarting it", name, replica)
+            self._restart("env_actor")
+            self.restarts[f"env/{name}/{replica}"] += 1
+            self._start_env_actor(name, replica)
+            return
+        except Exception as exc:  # noqa: BLE001 - the env's inference call failed
+            index = replica % len(self.urls)
+            logger.warning("env %s/%d failed (%s); checking inference server %d", name, replica, exc, index)
+            if not self._server_alive(index):
+                self._restart_server(index)
+            return
+        if epoch != self._epoch:
+            self.counts["dropped_after_learner_restart"] += len(dicts)
+            return
+        results = self.buffers[name].add_many([Rollout.from_dict(d) for d in dicts], self.version)
+        self.counts["rollouts_generated"] += len(dicts)
+        self.counts["rollouts_accepted"] += sum(bool(r) for r in results)
+
+    def _try_batch(self) -> None:
+        try:
+            batch = self.batcher.make_batch(self.buffers)
+        except BatchNotReady:
+            return
+        self._pending_batch = dict(batch.metrics)
+        self._pending_batch["batches/rollouts"] = float(len(batch.layout))
+        self._learner_ref = self.learner.step.remote(batch.example)
+
+    def _on_learner_result(self, t0: float) -> Optional[Dict[str, float]]:
+        import ray
+        from ray.exceptions import RayActorError
+
+        ref, self._learner_ref = self._learner_ref, None
+        try:
+            stats = ray.get(ref)
+        except RayActorError:
+            self._recover_learner()
+            return None
+        self.version = int(stats["learner/policy_version"])
+        for buffer in self.buffers.values():
+            buffer.set_version(self.version)
+        sent = self.broadcaster.broadcast(self.servers, self.learner.weights.remote(), self.version)
+        for index in sent["failed"]:
+            self._restart_server(index)
+        if self.save_freq > 0 and self.version % self.save_freq == 0:
+            ray.get(self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True)))
+        elapsed = time.perf_counter() - t0
+        metrics = {**(self._pending_batch or {}), **stats, **sent["metrics"], "policy_version": float(self.version)}
+        metrics.update({f"orchestrator/restarts/{k}": float(v) for k, v in self.restarts.items() if "/" not in k})
+        metrics.update({f"orchestrator/{k}": float(v) for k, v in self.counts.items()})
+        metrics["orchestrator/elapsed_s"] = elapsed
+        metrics["orchestrator/rollouts_per_s"] = self.counts["rollouts_generated"] / max(elapsed, 1e-9)
+        self._pending_batch = None
+        return metrics
+
+    def run(self, num_steps: int, poll_s: float = 0.05, timeout_s: Optional[float] = None) -> List[Dict[str, float]]:
+        """Train until ``num_steps`` more learner steps have finished; returns their metric records (also logged to
+        the tracker with ``step = policy_version``).
+
+        Raises TimeoutError: ``timeout_s`` passed first. RuntimeError: too many restarts.
+        """
+        import ray
+
+        t0 = time.perf_counter()
+        records: List[Dict[str, float]] = []
+        while len(records) < int(num_steps):
+            if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
+                raise TimeoutError(f"async run: {len(records)}/{num_steps} steps after {timeout_s} s")
+            self._submit_envs()
+            if self._learner_ref is None:
+                self._try_batch()
+            refs = list(self._inflight) + ([self._learner_ref] if self._learner_ref is not None else [])
+            ready, _ = ray.wait(refs, num_returns=1, timeout=poll_s)
+            for ref in ready:
+                if ref in self._inflight:
+                    self._on_env_result(ref)
+                elif ref is self._learner_ref or ref == self._learner_ref:
+                    metrics = self._on_learner_result(t0)
+                    if metrics is not None:
+                        metrics["orchestrator/learner_steps_per_s"] = (len(records) + 1) / metrics[
+                            "orchestrator/elapsed_s"]
+                        records.append(metrics)
+                        if self.tracker is not None:
+                            self.tracker.log(metrics, step=self.version)
+        return records
+
+    def shutdown(self) -> None:
+        """Kill every actor this orchestrator started and close the buffers' logs."""
+        import ray
+
+        for actor in [self.learner, *self.servers.values(), *self.env_actors.values()]:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        for buffer in self.buffers.values():
+            buffer.close()

@@ -1,0 +1,56 @@
+"""Entry point of the asynchronous RL mode: ``python -m verl.trainer.main_async [key=value ...]``.
+
+Composes ``verl/trainer/config/async_trainer.yaml`` (the synchronous trainer's tree plus the ``async:`` section; spec
+``specs/async_rl.md`` "Entry point and guarantees"), starts Ray (``verl.trainer.main_ppo.init_ray``), and runs the
+:class:`~verl.async_rl.orchestrator.Orchestrator` until the learner reaches ``trainer.total_training_steps`` policy
+versions (a resumed run continues from its checkpoint's version). Metrics go to one tracker on the driver
+(``verl.utils.tracking.Tracking``: ``trainer.logger`` backends, ``{run_dir}/metrics.jsonl``).
+"""
+from __future__ import annotations
+
+import logging
+
+import hydra
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+logger = logging.getLogger(__name__)
+
+
+def run_async(config: DictConfig) -> list:
+    """Train in async mode; returns the per-step metric records of this process.
+
+    Raises ValueError: ``trainer.total_training_steps`` is not set (the async mode has no epochs).
+    """
+    from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.main_ppo import init_ray
+    from verl.utils.model_presets import prepare_model
+    from verl.utils.tracking import Tracking
+
+    total = config.trainer.get("total_training_steps")
+    if total is None:
+        raise ValueError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
+    with open_dict(config):
+        config.actor_rollout_ref.model.path = prepare_model(config.actor_rollout_ref.model.path)
+    run_dir = config.trainer.get("run_dir") or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
+    init_ray(config)
+    tracker = Tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
+                       config=OmegaConf.to_container(config, resolve=True), run_dir=run_dir)
+    orchestrator = Orchestrator(config, tracker)
+    try:
+        left = int(total) - orchestrator.version
+        logger.info("async: policy version %d, %d learner steps to go", orchestrator.version, max(left, 0))
+        return orchestrator.run(left) if left > 0 else []
+    finally:
+        orchestrator.shutdown()
+
+
+@hydra.main(config_path="config", config_name="async_trainer", version_base="1.3")
+def main(config: DictConfig) -> None:
+    from verl.trainer.main_ppo import setup_logging
+
+    setup_logging()
+    run_async(config)
+
+
+if __name__ == "__main__":
+    main()
