@@ -37,8 +37,9 @@ def _plain(cfg: Any) -> dict:
     return dict(cfg)
 
 
-def _hf_config(model_config: DictConfig, **extra):
-    """The HF config of ``model_config.path`` with ``override_config`` and ``extra`` applied."""
+def load_hf_config(model_config: DictConfig, **extra):
+    """``(local path, HF config)`` of ``model_config.path`` (a preset is prepared first) with ``override_config`` and
+    ``extra`` applied: what the workers build the model from."""
     from transformers import AutoConfig
 
     path = prepare_model(model_config.path)
@@ -60,7 +61,7 @@ def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn
     """
     from transformers import AutoModelForCausalLM
 
-    path, hf_config = _hf_config(model_config)
+    path, hf_config = load_hf_config(model_config)
     model = AutoModelForCausalLM.from_pretrained(
         path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
     )
@@ -75,7 +76,7 @@ def load_value_model(model_config: DictConfig) -> torch.nn.Module:
     """
     from transformers import AutoModelForTokenClassification
 
-    path, hf_config = _hf_config(model_config, num_labels=1, classifier_dropout=0.0)
+    path, hf_config = load_hf_config(model_config, num_labels=1, classifier_dropout=0.0)
     model = AutoModelForTokenClassification.from_pretrained(
         path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
     )

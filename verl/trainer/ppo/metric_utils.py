@@ -182,9 +182,9 @@ class MfuMeter:
         if not trainer.get("log_mfu", True):
             return None
         try:
-            from transformers import AutoConfig
+            from verl.utils.model_utils import load_hf_config
 
-            model_config = AutoConfig.from_pretrained(str(config.actor_rollout_ref.model.path))
+            _, model_config = load_hf_config(config.actor_rollout_ref.model)  # override_config applied, as in workers
             peak = trainer.get("peak_flops_per_s", None)
             if not peak and trainer.get("device") == "cuda" and torch.cuda.is_available():
                 peak = gpu_bf16_peak_flops(torch.cuda.get_device_name())

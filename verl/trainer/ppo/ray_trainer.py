@@ -151,6 +151,7 @@ class RayPPOTrainer:
 
             self.agent = AgentRollout(config, tokenizer)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
+        self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.global_steps = 0
         self.epoch = 0
         self.batches_consumed = 0
@@ -433,7 +434,7 @@ class RayPPOTrainer:
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
-        if getattr(self, "mfu_meter", None) is not None:
+        if self.mfu_meter is not None:
             epochs = self.config.actor_rollout_ref.actor.ppo_epochs
             metrics.update(self.mfu_meter(batch, timing, self.n_workers, epochs))
         return metrics
@@ -532,10 +533,10 @@ class RayPPOTrainer:
         if self.agent is not None:  # multi-turn: greedy episodes on the validation tasks
             seeds = np.concatenate([b["task_seed"] for b in self.val_dataloader])
             return self.agent.validate(seeds, lambda gen: self._rollout(gen, do_sample=False, validate=True))
+        val_n = int(self.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1))  # >= 1 (config check)
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            val_n = int(self.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1) or 1)
             if val_n > 1:
                 batch = batch.repeat(repeat_times=val_n, interleave=True)
             if self.router is not None:
