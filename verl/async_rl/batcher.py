@@ -203,8 +203,10 @@ class Batcher:
             if group.advantages is None or len(group.advantages) != len(group.rollouts):
                 raise ValueError(f"group {group.key} of {group.environment!r} has no advantages for its rollouts")
             for rollout, advantage in zip(group.rollouts, group.advantages):
-                (overlong if rollout.num_tokens > self.max_seq_len else items).append((rollout, float(advantage)))
-        overlong = [r for r, _ in overlong]
+                if rollout.num_tokens > self.max_seq_len:
+                    overlong.append(rollout)
+                else:
+                    items.append((rollout, float(advantage)))
         # First-fit decreasing (stable for equal lengths).
         order = sorted(range(len(items)), key=lambda i: -items[i][0].num_tokens)
         rows: List[List[int]] = []

@@ -37,9 +37,9 @@ import itertools
 import logging
 import time
 import uuid
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping
 
-from verl.async_rl.inference_server import OpenAIClient
+from verl.async_rl.inference_server import OpenAIClient, template_ids
 from verl.async_rl.types import Rollout, Turn
 
 logger = logging.getLogger(__name__)
@@ -47,11 +47,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["EnvActor", "make_env_actor"]
 
 KINDS = ("text_env", "rlla")
-
-
-def _template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_prompt: bool) -> List[int]:
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
-    return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
 
 def observation_ids(tokenizer, messages: List[Dict[str, str]], generated_ids: List[int], observation: str) -> List[int]:
@@ -159,7 +154,7 @@ class EnvActor:
     def _rlla_group(self, row: Dict[str, Any], seed: int) -> List[Rollout]:
         from verl.utils.reward_score.rlla import compute_score
 
-        prompt_ids = _template_ids(self.tokenizer, row["messages"], add_generation_prompt=True)
+        prompt_ids = template_ids(self.tokenizer, row["messages"], add_generation_prompt=True)
         answer = self._complete(prompt_ids, n=self.group_size)
         version = int(answer["policy_version"])
         rollouts = []
@@ -183,7 +178,7 @@ class EnvActor:
         try:
             first = env.reset(seed)
             messages = [{"role": "user", "content": f"{env.instruction}\n{first.text}".strip()}]
-            context = _template_ids(self.tokenizer, messages, add_generation_prompt=True)
+            context = template_ids(self.tokenizer, messages, add_generation_prompt=True)
             turns = [Turn(messages[0]["content"], "user", context, timestamp=time.time())]
             versions, truncated, done = [], False, False
             for turn_index in range(self.max_turns):

@@ -45,9 +45,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
+from verl.utils.torch_functional import logprobs_from_logits
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["PolicyEngine", "InferenceServer", "OpenAIClient", "StaleWeightsError", "load_weights",
+__all__ = ["PolicyEngine", "InferenceServer", "OpenAIClient", "StaleWeightsError", "load_weights", "template_ids",
            "start_inference_server"]
 
 
@@ -164,7 +166,7 @@ class PolicyEngine:
         new = out.sequences[:, input_ids.shape[1]:]  # [n, T]
         logits = torch.stack(out.logits, dim=1).float()  # [n, T, V] raw logits
         scale = 1.0 if greedy else float(temperature)
-        logprobs = torch.log_softmax(logits / scale, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        logprobs = logprobs_from_logits(logits / scale, new)  # the learner's log-prob code (chunked over the vocab)
         choices = []
         for row in range(new.shape[0]):
             ids = new[row].tolist()
@@ -173,6 +175,12 @@ class PolicyEngine:
             end = end if end is not None else len(ids)
             choices.append({"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(), "finish_reason": finish})
         return {"policy_version": version, "prompt_token_ids": list(map(int, prompt_ids)), "choices": choices}
+
+
+def template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_prompt: bool) -> List[int]:
+    """Chat-templated token ids of ``messages`` (transformers 5 may return a BatchEncoding: its ``input_ids``)."""
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
+    return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
 
 def _options(body: Mapping[str, Any]) -> Dict[str, Any]:
@@ -186,9 +194,7 @@ def _completion_response(engine: PolicyEngine, body: Mapping[str, Any], chat: bo
     if chat:
         if "messages" not in body:
             raise KeyError("'messages' is required by /v1/chat/completions")
-        prompt_ids = tok.apply_chat_template(list(body["messages"]), add_generation_prompt=True, tokenize=True)
-        if isinstance(prompt_ids, Mapping):  # transformers 5 may return a BatchEncoding
-            prompt_ids = prompt_ids["input_ids"]
+        prompt_ids = template_ids(tok, list(body["messages"]), add_generation_prompt=True)
     else:
         if "prompt" not in body:
             raise KeyError("'prompt' is required by /v1/completions")

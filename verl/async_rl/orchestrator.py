@@ -278,7 +278,7 @@ class Orchestrator:
             for ref in ready:
                 if ref in self._inflight:
                     self._on_env_result(ref)
-                elif ref is self._learner_ref or ref == self._learner_ref:
+                elif ref == self._learner_ref:
                     metrics = self._on_learner_result(t0)
                     if metrics is not None:
                         metrics["orchestrator/learner_steps_per_s"] = (len(records) + 1) / metrics[

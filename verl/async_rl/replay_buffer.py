@@ -121,7 +121,6 @@ class ReplayBuffer:
         self.max_age = int(max_age)
         self.min_group_size = int(min_group_size)
         self.advantage_fn = advantage_fn if advantage_fn is not None else RLOO()
-        self.fsync = bool(fsync)
         self.current_version = int(version)
         self._lock = threading.RLock()
         self._groups: Dict[Tuple[str, int], _PoolGroup] = {}

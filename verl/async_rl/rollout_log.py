@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Set, Tuple
 
+from verl.async_rl.types import _is_int
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["RolloutLog", "LogScan", "scan_replay_log", "rollout_record", "consumed_record", "reload_record"]
@@ -198,7 +200,7 @@ def scan_replay_log(records: Iterable[Tuple[int, Dict[str, Any]]], learner_versi
             elif kind == "rollout":
                 data = record["rollout"]
                 uid, version = str(data["rollout_uid"]), data["metadata"]["policy_version"]
-                if not isinstance(version, int) or isinstance(version, bool):
+                if not _is_int(version):
                     raise ValueError(f"policy_version {version!r}")
                 if version > learner_version:
                     scan.future_version += 1

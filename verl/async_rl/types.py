@@ -107,11 +107,11 @@ class Turn:
         return cls(
             message=data["message"],
             role=data["role"],
-            tokens=tuple(data.get("tokens") or ()),
-            logprobs=None if data.get("logprobs") is None else tuple(data["logprobs"]),
+            tokens=data.get("tokens") or (),  # __post_init__ converts and checks every field
+            logprobs=data.get("logprobs"),
             reward=data.get("reward"),
-            inference_metadata=dict(data.get("inference_metadata") or {}),
-            timestamp=float(data.get("timestamp") or 0.0),
+            inference_metadata=data.get("inference_metadata"),
+            timestamp=data.get("timestamp") or 0.0,
         )
 
 
@@ -199,8 +199,8 @@ class Rollout:
             environment=data["environment"],
             problem_id=data["problem_id"],
             rollout_uid=data["rollout_uid"],
-            turns=tuple(Turn.from_dict(t) for t in data["turns"]),
-            metadata=dict(data.get("metadata") or {}),
+            turns=[Turn.from_dict(t) for t in data["turns"]],  # __post_init__ makes the tuple and the dict
+            metadata=data.get("metadata"),
         )
 
     def to_json(self) -> str:
