@@ -6,6 +6,7 @@ tokens.
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections import defaultdict
 from contextlib import contextmanager
@@ -159,6 +160,20 @@ def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s:
     return metrics
 
 
+@functools.lru_cache(maxsize=None)
+def _measured_cpu_peak(threads: int) -> float:
+    """:func:`verl.utils.flops_counter.measure_matmul_peak` with ``threads`` torch threads, measured once per process
+    and thread count (every trainer built in one process, e.g. the test suite, shares it)."""
+    from verl.utils.flops_counter import measure_matmul_peak
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return measure_matmul_peak()
+    finally:
+        torch.set_num_threads(previous)
+
+
 class MfuMeter:
     """``perf/mfu_*`` for every step: holds the actor's model config and the per-worker peak FLOP/s.
 
@@ -176,7 +191,7 @@ class MfuMeter:
         """Build from the trainer config (``actor_rollout_ref.model.path``, ``trainer.*``); None when disabled."""
         import logging
 
-        from verl.utils.flops_counter import gpu_bf16_peak_flops, measure_matmul_peak
+        from verl.utils.flops_counter import gpu_bf16_peak_flops
 
         trainer = config.trainer
         if not trainer.get("log_mfu", True):
@@ -189,12 +204,7 @@ class MfuMeter:
             if not peak and trainer.get("device") == "cuda" and torch.cuda.is_available():
                 peak = gpu_bf16_peak_flops(torch.cuda.get_device_name())
             if not peak:
-                previous = torch.get_num_threads()
-                torch.set_num_threads(max(int(threads), 1))
-                try:
-                    peak = measure_matmul_peak()
-                finally:
-                    torch.set_num_threads(previous)
+                peak = _measured_cpu_peak(max(int(threads), 1))
         except (OSError, KeyError, ValueError) as err:
             logging.getLogger(__name__).warning("perf/mfu_* metrics off: %s", err)
             return None

@@ -537,10 +537,10 @@ class RayPPOTrainer:
         for batch_dict in self.val_dataloader:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            if val_n > 1:
+            if self.router is not None:  # router logits once per prompt, then the val_n-fold repeat (as in training)
+                batch = self._route(batch, n=val_n, validate=True)
+            elif val_n > 1:
                 batch = batch.repeat(repeat_times=val_n, interleave=True)
-            if self.router is not None:
-                batch = self._route(batch, n=1, validate=True)
             batch = self._generate(batch, validate=True)
             self._score(batch, self.val_reward_fn, self.global_steps)
             if self.router is not None:
