@@ -2,7 +2,8 @@
 import pytest
 import torch
 
-from verl.utils.flops_counter import forward_flops, gpu_bf16_peak_flops, layer_forward_flops, mfu, train_flops
+from verl.utils.flops_counter import (forward_flops, gpu_bf16_peak_flops, layer_forward_flops, mfu,
+                                     shared_prompt_forward_flops, train_flops)
 
 # one small Llama/Qwen2-shaped layer: h=64, 4 query heads of 16, 2 kv heads, MLP width 160, vocab 100
 CFG = dict(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
@@ -26,6 +27,17 @@ def test_packing_does_not_change_the_count():
     # two sequences are not one sequence of the summed length: attention is quadratic per sequence
     assert forward_flops(CFG, [4, 6], 0) == layer_forward_flops(CFG, 4) + layer_forward_flops(CFG, 6)
     assert forward_flops(CFG, [4, 6], 0) < forward_flops(CFG, [10], 0)
+
+
+def test_shared_prompt_count_by_hand():
+    """A 6-token prompt shared by responses of 3 and 4 tokens: linear work of 13 tokens; attention pairs = the prompt's
+    triangle (21) + each response's tokens x 6 prompt keys + its own triangle (18 + 6, 24 + 10) = 79."""
+    linear = layer_forward_flops(CFG, 13) - 2 * 2 * 64 * (13 * 14 // 2)  # projections + MLP of 13 tokens
+    expected = linear + 2 * 2 * 64 * 79 + 2 * 64 * 100 * 7
+    assert shared_prompt_forward_flops(CFG, [(6, [3, 4])], logit_positions=7) == expected
+    # one member: the unshared count; two members: less than the two unshared sequences (the prompt once)
+    assert shared_prompt_forward_flops(CFG, [(6, [3])], 3) == forward_flops(CFG, [9], 3)
+    assert shared_prompt_forward_flops(CFG, [(6, [3, 4])], 7) < forward_flops(CFG, [9, 10], 7)
 
 
 def test_matches_torch_flop_counter_on_a_real_layer():

@@ -33,6 +33,24 @@ def test_hand_counted_flops_and_mfu():
     assert "perf/mfu_ref" not in metrics  # untimed phases are left out
 
 
+def test_shared_prompt_counts_each_prompt_once():
+    """Two rows with the same 2-token prompt and 1-token responses, one row with another prompt: with
+    ``use_shared_prompt`` the first prompt is counted once (the work the shared layout and prefill do)."""
+    from verl.utils.flops_counter import forward_flops, shared_prompt_forward_flops
+
+    input_ids = torch.tensor([[0, 5, 6, 7, 0], [0, 5, 6, 8, 0], [0, 9, 6, 7, 0]])
+    attention = torch.tensor([[0, 1, 1, 1, 0]] * 3)
+    batch = DataProto.from_single_dict({"input_ids": input_ids, "attention_mask": attention,
+                                        "response_mask": torch.tensor([[1, 0]] * 3)})
+    timing = {"gen": 1.0}
+    shared = compute_mfu_metrics(batch, timing, CONFIG, 1000.0, 1, shared_prompt=True)
+    unshared = compute_mfu_metrics(batch, timing, CONFIG, 1000.0, 1)
+    assert shared["perf/model_tflops_gen"] == pytest.approx(
+        shared_prompt_forward_flops(CONFIG, [(2, [1, 1]), (2, [1])], 3) * 1e-12)
+    assert unshared["perf/model_tflops_gen"] == pytest.approx(forward_flops(CONFIG, [3, 3, 3], 3) * 1e-12)
+    assert shared["perf/model_tflops_gen"] < unshared["perf/model_tflops_gen"]
+
+
 def test_meter_switches(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4, '
                                           '"num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}')

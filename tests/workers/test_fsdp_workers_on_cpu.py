@@ -128,3 +128,22 @@ def test_critic_worker_values_update_and_checkpoint(tiny_model_dir, tmp_path):
     worker.load_checkpoint(path)
     for name, tensor in worker.critic_module.state_dict().items():
         assert torch.equal(tensor, saved[name]), name
+
+
+def test_shared_prompt_switch_changes_no_result(tiny_model_dir, tokenizer):
+    """``model.use_shared_prompt`` reaches the actor (shared layout) and the rollout (shared prefill); the trainer's
+    n-fold repeated prompts give the same samples and log-probs as without it."""
+    results = []
+    for shared in (False, True):
+        cfg = trainer_config(tiny_model_dir, **{"actor_rollout_ref.model.use_shared_prompt": shared})
+        worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
+        worker.init_model()
+        assert worker.actor.use_shared_prompt is shared and worker.ref_policy.use_shared_prompt is shared
+        assert worker.rollout.config.shared_prefill is shared
+        torch.manual_seed(0)
+        results.append(one_step_batch(worker, tokenizer, n=3).batch)
+    plain, shared = results
+    assert torch.equal(plain["responses"], shared["responses"])
+    mask = plain["response_mask"].bool()
+    for key in ("old_log_probs", "ref_log_prob"):
+        torch.testing.assert_close(shared[key][mask], plain[key][mask], atol=1e-5, rtol=0)

@@ -111,3 +111,45 @@ def test_max_new_tokens_and_stop_strings(causal_lm, tokenizer, prompts):
     assert stopped["response_mask"][0, 2:].sum() == 0
     with pytest.raises(ValueError, match="max_new_tokens"):
         generate(causal_lm, tokenizer, prompts, max_new_tokens=0)
+
+
+@pytest.mark.parametrize("do_sample", [False, True])
+def test_shared_prefill_decodes_the_same_tokens(causal_lm, tokenizer, prompts, do_sample):
+    """``shared_prefill``: each distinct prompt prefilled once, its cache rows copied to its copies; the same tokens as
+    plain generation of the repeated prompts, greedy and sampled from the same seed, whether the copies come from the
+    trainer's repeat (meta n=1) or from ``meta_info['n']``."""
+    n = 3
+    repeated = {k: v.repeat_interleave(n, dim=0) for k, v in prompts.items()}
+    outputs, prefills = [], []
+    for shared, tensors, meta_n in ((False, repeated, 1), (True, repeated, 1), (True, prompts, n)):
+        data = DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()},
+                                   meta_info={"do_sample": do_sample, "n": meta_n})
+        torch.manual_seed(7)
+        micro = 9 // meta_n  # the same 9 rows per generate call
+        rollout = HFRollout(causal_lm, rollout_config(shared_prefill=shared, micro_batch_size=micro), tokenizer)
+        original = rollout._prefill_once
+        rollout._prefill_once = lambda ids, mask, synced: prefills.append(original(ids, mask, synced)) or prefills[-1]
+        outputs.append(rollout.generate_sequences(data).batch)
+    assert len(prefills) == 2 and all(cache is not None for cache in prefills)
+    assert all(cache.layers[0].keys.shape[0] == 9 for cache in prefills)  # 3 prompts' rows copied to 9 rows
+    unshared = outputs[0]
+    for shared in outputs[1:]:
+        for key in ("responses", "input_ids", "attention_mask", "position_ids", "response_mask"):
+            assert torch.equal(shared[key], unshared[key]), key
+    if do_sample:  # the samples of a prompt differ: each row decodes from its own copy of the cache
+        assert not torch.equal(unshared["responses"][0], unshared["responses"][1])
+
+
+def test_shared_prefill_computes_each_distinct_prompt_once(causal_lm, tokenizer, prompts):
+    rollout = HFRollout(causal_lm, rollout_config(shared_prefill=True), tokenizer)
+    calls = []
+    handle = causal_lm.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
+                                                 with_kwargs=True)
+    try:
+        ids = prompts["input_ids"].repeat_interleave(4, dim=0)
+        mask = prompts["attention_mask"].repeat_interleave(4, dim=0)
+        assert rollout._prefill_once(ids, mask) is not None
+        assert rollout._prefill_once(prompts["input_ids"], prompts["attention_mask"]) is None  # nothing repeats
+    finally:
+        handle.remove()
+    assert calls == [torch.Size([3, ids.shape[1] - 1])]

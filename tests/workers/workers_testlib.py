@@ -73,3 +73,48 @@ def trainer_config(model_dir: str, **overrides):
     OmegaConf.update(cfg, "critic.device", "cpu", force_add=True)
     OmegaConf.update(cfg, "critic.rollout_n", cfg.actor_rollout_ref.rollout.n, force_add=True)
     return cfg
+
+
+def make_rlla_group_batch(tokenizer, n: int, num_prompts: int = 3, response_len: int = 12, seed: int = 0,
+                          max_prompt_tokens: int = 900) -> DataProto:
+    """An actor batch on real RLLA validation prompts: ``num_prompts`` chat-templated prompts of different lengths
+    (left-padded to the longest), each repeated ``n`` times as a rollout would (consecutive rows), with seeded random
+    responses of uneven lengths (EOS-terminated, right-padded) and the noise fields of ``make_batch``."""
+    import pandas as pd
+
+    from verl.utils.dataset.rlla_data import resolve_rlla_file
+
+    df = pd.read_parquet(resolve_rlla_file("test"))
+    prompts = [tokenizer.apply_chat_template(list(m), tokenize=True, add_generation_prompt=True)
+               for m in df["prompt"]]
+    prompts = [list(p["input_ids"] if isinstance(p, dict) or hasattr(p, "keys") else p) for p in prompts]
+    prompts = sorted((p for p in prompts if len(p) <= max_prompt_tokens), key=len)
+    picked = [prompts[(i * (len(prompts) - 1)) // max(num_prompts - 1, 1)] for i in range(num_prompts)]
+    prompt_len = max(len(p) for p in picked)
+    gen = torch.Generator().manual_seed(seed)
+    rows = num_prompts * n
+    prompt_ids = torch.full((rows, prompt_len), EOS, dtype=torch.long)
+    prompt_mask = torch.zeros(rows, prompt_len, dtype=torch.long)
+    for g, p in enumerate(picked):
+        for k in range(n):
+            prompt_ids[g * n + k, prompt_len - len(p):] = torch.tensor(p)
+            prompt_mask[g * n + k, prompt_len - len(p):] = 1
+    lengths = torch.randint(1, response_len + 1, (rows,), generator=gen)
+    lengths[0] = response_len  # at least one full-length response
+    response_mask = (torch.arange(response_len).unsqueeze(0) < lengths.unsqueeze(1)).long()
+    responses = torch.randint(3, 2000, (rows, response_len), generator=gen)
+    responses[torch.arange(rows), lengths - 1] = EOS
+    responses[response_mask == 0] = EOS
+    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
+    tensors = {
+        "prompts": prompt_ids,
+        "responses": responses,
+        "input_ids": torch.cat([prompt_ids, responses], dim=1),
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_id_with_mask(attention_mask),
+        "response_mask": response_mask,
+        "old_log_probs": -10.8 + 0.1 * torch.randn(rows, response_len, generator=gen),
+        "ref_log_prob": -10.8 + 0.1 * torch.randn(rows, response_len, generator=gen),
+        "advantages": torch.randn(rows, response_len, generator=gen),
+    }
+    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})

@@ -16,6 +16,11 @@ Forward FLOPs of one sequence of ``s`` tokens through one decoder layer (hidden 
 
 plus the output projection ``2 * h * V`` for each position whose logits are computed (``logits_to_keep``; the
 embedding lookup is free).
+
+Shared-prompt layout (``verl/utils/shared_prompt.py``; the HF rollout's shared prefill computes the same): a prompt of
+``p`` tokens computed once for responses of ``r_1 .. r_n`` tokens costs the projections and MLP of
+``p + sum(r_i)`` tokens and attention over ``p(p+1)/2 + sum(r_i * p + r_i(r_i+1)/2)`` query-key pairs (every response
+token sees the whole prompt and its own earlier tokens). With ``n = 1`` this is the unshared count.
 """
 from __future__ import annotations
 
@@ -61,14 +66,20 @@ def _shape(config) -> tuple[int, int, int, int, int, int, int]:
             int(get("vocab_size")))
 
 
+def _layer_flops(config, tokens: int, attention_pairs: int) -> int:
+    """One decoder layer: projections and MLP of ``tokens`` tokens, attention over ``attention_pairs`` (query, key)
+    pairs (module docstring formula)."""
+    _, h, a, k, d, f, _ = _shape(config)
+    projections = 2 * tokens * (h * a * d + 2 * h * k * d + a * d * h)
+    mlp = 2 * tokens * 3 * h * f
+    attention = 2 * 2 * a * d * attention_pairs
+    return projections + mlp + attention
+
+
 def layer_forward_flops(config, seq_len: int) -> int:
     """Forward FLOPs of ONE decoder layer on one causal sequence of ``seq_len`` tokens (module docstring formula)."""
-    _, h, a, k, d, f, _ = _shape(config)
     s = int(seq_len)
-    projections = 2 * s * (h * a * d + 2 * h * k * d + a * d * h)
-    mlp = 2 * s * 3 * h * f
-    attention = 2 * 2 * a * d * (s * (s + 1) // 2)
-    return projections + mlp + attention
+    return _layer_flops(config, s, s * (s + 1) // 2)
 
 
 def forward_flops(config, seq_lens: Iterable[int], logit_positions: int) -> int:
@@ -86,6 +97,28 @@ def forward_flops(config, seq_lens: Iterable[int], logit_positions: int) -> int:
     """
     layers, h, *_, vocab = _shape(config)
     per_layer = sum(layer_forward_flops(config, s) for s in seq_lens)
+    return layers * per_layer + 2 * h * vocab * int(logit_positions)
+
+
+def shared_prompt_forward_flops(config, groups: Iterable[tuple[int, Sequence[int]]], logit_positions: int) -> int:
+    """Forward FLOPs of groups of responses sharing a prompt computed once (module docstring, shared layout).
+
+    Args:
+        config: as :func:`forward_flops`.
+        groups: ``(prompt_tokens, [response_tokens of each member])`` per group (valid tokens only).
+        logit_positions: positions that get the output projection.
+
+    Returns:
+        FLOPs as a Python int; equals :func:`forward_flops` of the concatenated sequences when every group has one
+        member.
+    """
+    layers, h, *_, vocab = _shape(config)
+    per_layer = 0
+    for prompt, responses in groups:
+        p = int(prompt)
+        tokens = p + sum(int(r) for r in responses)
+        pairs = p * (p + 1) // 2 + sum(int(r) * p + int(r) * (int(r) + 1) // 2 for r in responses)
+        per_layer += _layer_flops(config, tokens, pairs)
     return layers * per_layer + 2 * h * vocab * int(logit_positions)
 
 

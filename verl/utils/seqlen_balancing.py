@@ -21,6 +21,8 @@ import logging
 import torch
 import torch.distributed as dist
 
+from verl.utils.shared_prompt import group_rows_by_prompt, shared_token_counts
+
 logger = logging.getLogger(__name__)
 
 
@@ -137,8 +139,33 @@ def _num_micro_batches_within_budget(seqlens: list[int], max_token_len: int) -> 
     return min(k, len(seqlens))
 
 
+def _balanced_item_partitions(seqlens: list[int], max_token_len: int, device, dp_group, same_micro_num_in_dp: bool,
+                              num_batches_divided_by: int | None, item: str) -> list[list[int]]:
+    """Partition item indices (sequences, or prompt groups) into the fewest balanced parts within the token budget,
+    with the part count agreed over ``dp_group`` (see ``rearrange_micro_batches``)."""
+    longest = max(seqlens)
+    if longest > max_token_len:
+        raise ValueError(
+            f"a {item} of {longest} tokens exceeds the dynamic-batch token budget max_token_len={max_token_len} "
+            "(raise *_max_token_len_per_gpu to at least prompt_length + response_length)"
+        )
+    k = _num_micro_batches_within_budget(seqlens, max_token_len)
+    if num_batches_divided_by:
+        k = ceildiv(k, num_batches_divided_by) * num_batches_divided_by
+    if same_micro_num_in_dp and dist.is_available() and dist.is_initialized():
+        count = torch.tensor([k], dtype=torch.int64, device=device)
+        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=dp_group)
+        k = int(count.item())
+    if k > len(seqlens):
+        raise ValueError(
+            f"this rank holds {len(seqlens)} {item}s but {k} micro-batches are required to match the other ranks; "
+            "raise *_max_token_len_per_gpu"
+        )
+    return get_seqlen_balanced_partitions(seqlens, k, equal_size=False)
+
+
 def rearrange_micro_batches(batch, max_token_len: int, dp_group=None, same_micro_num_in_dp: bool = True,
-                            num_batches_divided_by: int | None = None):
+                            num_batches_divided_by: int | None = None, shared_prompt_length: int | None = None):
     """Cut ``batch`` into micro-batches of at most ``max_token_len`` valid tokens each.
 
     Args:
@@ -148,38 +175,32 @@ def rearrange_micro_batches(batch, max_token_len: int, dp_group=None, same_micro
             collective); defaults to the world when ``torch.distributed`` is initialised.
         same_micro_num_in_dp: take the maximum micro-batch count over ``dp_group``.
         num_batches_divided_by: round the count up to a multiple of this (e.g. pipeline stages).
+        shared_prompt_length: with shared-prompt packing (``verl/utils/shared_prompt.py``), the number of prompt
+            columns P: rows with the same prompt are kept in one micro-batch and a group costs its prompt once plus
+            its responses.
 
     Returns:
         ``(micro_batches, micro_bsz_idx)``: the list of ``TensorDict`` micro-batches and, for each, the list of
         original row indices it holds (use ``get_reverse_idx`` on their concatenation to restore the order).
 
     Raises:
-        ValueError: a single sequence is longer than ``max_token_len``.
+        ValueError: a single sequence (or prompt group, when shared) is longer than ``max_token_len``.
 
     The count starts at ceil(total tokens / budget) and grows until the balanced partition fits; when ranks disagree
     the largest count is used (a larger count only lowers the per-part load in practice; the budget is then a target,
     as upstream's).
     """
-    seqlens = batch["attention_mask"].sum(dim=-1).tolist()
-    longest = max(seqlens)
-    if longest > max_token_len:
-        raise ValueError(
-            f"a sequence of {longest} tokens exceeds the dynamic-batch token budget max_token_len={max_token_len} "
-            "(raise *_max_token_len_per_gpu to at least prompt_length + response_length)"
-        )
-    k = _num_micro_batches_within_budget(seqlens, max_token_len)
-    if num_batches_divided_by:
-        k = ceildiv(k, num_batches_divided_by) * num_batches_divided_by
-    if same_micro_num_in_dp and dist.is_available() and dist.is_initialized():
-        count = torch.tensor([k], dtype=torch.int64, device=batch["attention_mask"].device)
-        dist.all_reduce(count, op=dist.ReduceOp.MAX, group=dp_group)
-        k = int(count.item())
-    if k > len(seqlens):
-        raise ValueError(
-            f"this rank holds {len(seqlens)} sequences but {k} micro-batches are required to match the other ranks; "
-            "raise *_max_token_len_per_gpu"
-        )
-    partitions = get_seqlen_balanced_partitions(seqlens, k, equal_size=False)
+    mask = batch["attention_mask"]
+    if shared_prompt_length is None:
+        seqlens = mask.sum(dim=-1).tolist()
+        partitions = _balanced_item_partitions(seqlens, max_token_len, mask.device, dp_group, same_micro_num_in_dp,
+                                               num_batches_divided_by, "sequence")
+    else:
+        groups = group_rows_by_prompt(batch["input_ids"], mask, shared_prompt_length)
+        costs = shared_token_counts(mask, shared_prompt_length, groups)
+        group_parts = _balanced_item_partitions(costs, max_token_len, mask.device, dp_group, same_micro_num_in_dp,
+                                                num_batches_divided_by, "prompt group")
+        partitions = [sorted(row for g in part for row in groups[g]) for part in group_parts]
     micro_batches = [batch[torch.tensor(p, dtype=torch.long)] for p in partitions]
     return micro_batches, partitions
 
@@ -192,7 +213,8 @@ def get_reverse_idx(idx_map: list[int]) -> list[int]:
     return reverse
 
 
-def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None):
+def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None,
+                        shared_prompt_length: int | None = None):
     """Micro-batches of a ``TensorDict`` for forward/backward: fixed size, or a token budget (dynamic batch size).
 
     Args:
@@ -200,6 +222,9 @@ def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bo
         micro_batch_size: rows per micro-batch (fixed mode; the last one may be smaller).
         use_dynamic_bsz: cut by ``max_token_len`` valid tokens with ``rearrange_micro_batches`` instead.
         max_token_len: the token budget (dynamic mode).
+        shared_prompt_length: dynamic mode with shared-prompt packing: the number of prompt columns; rows sharing a
+            prompt stay together and the budget counts the shared layout's tokens (fixed mode keeps the row order, so
+            groups of consecutive rows stay whole when ``micro_batch_size`` is a multiple of the group size).
 
     Returns:
         ``(micro_batches, restore_idx)``: ``restore_idx`` is None in fixed mode (order kept), else the permutation
@@ -212,7 +237,8 @@ def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bo
     if use_dynamic_bsz:
         if not max_token_len or int(max_token_len) < 1:
             raise ValueError(f"dynamic batch size needs a positive max_token_len, got {max_token_len!r}")
-        micro_batches, partitions = rearrange_micro_batches(batch, int(max_token_len))
+        micro_batches, partitions = rearrange_micro_batches(batch, int(max_token_len),
+                                                            shared_prompt_length=shared_prompt_length)
         order = [i for part in partitions for i in part]
         return micro_batches, torch.tensor(get_reverse_idx(order), dtype=torch.long)
     if not micro_batch_size or int(micro_batch_size) < 1:

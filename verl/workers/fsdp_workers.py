@@ -240,6 +240,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
                 _per_gpu(cfg.actor, "ppo_micro_batch_size", "actor_rollout_ref.actor", self.world_size)
             # the actor's forward settings also serve the reference policy and the log-probs of a rollout-only role
             cfg.actor.use_remove_padding = bool(cfg.model.get("use_remove_padding", False))
+            cfg.actor.use_shared_prompt = bool(cfg.model.get("use_shared_prompt", False))
+            cfg.rollout.shared_prefill = cfg.actor.use_shared_prompt  # the HF rollout prefills each prompt once
             cfg.actor.compute_dtype = cfg.rollout.get("dtype", "bfloat16")
             if self._is_rollout:
                 _per_gpu(cfg.rollout, "log_prob_micro_batch_size", "actor_rollout_ref.rollout", self.world_size)

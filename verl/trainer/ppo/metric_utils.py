@@ -125,7 +125,7 @@ def reduce_metrics(metrics: dict) -> dict:
 
 
 def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s: float, n_workers: int,
-                        ppo_epochs: int = 1) -> dict:
+                        ppo_epochs: int = 1, shared_prompt: bool = False) -> dict:
     """Model FLOPs and MFU of the actor's phases of one step (issue 5's accounting).
 
     Counts (``verl.utils.flops_counter``, valid tokens only, so padding shows up as lost MFU): ``gen`` = one forward of
@@ -140,15 +140,28 @@ def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s:
         model_config: the actor's HF config (or dict) — see :func:`verl.utils.flops_counter.forward_flops`.
         peak_flops_per_s: peak FLOP/s of ONE worker's device (GPU data-sheet bf16 peak, or a measured CPU peak).
         n_workers: data-parallel workers sharing each phase.
+        ppo_epochs: passes of the update over the batch.
+        shared_prompt: ``model.use_shared_prompt`` is on: count each distinct prompt of the batch once with its
+            responses attending to it (``shared_prompt_forward_flops``), the work the shared layout and the shared
+            prefill really do (groups split across micro-batches cost a little more than counted).
 
     Returns:
         ``perf/model_tflops_<phase>`` and ``perf/mfu_<phase>`` for every timed phase among the four.
     """
-    from verl.utils.flops_counter import forward_flops, mfu
+    from verl.utils.flops_counter import forward_flops, mfu, shared_prompt_forward_flops
+    from verl.utils.shared_prompt import group_rows_by_prompt
 
-    seq_lens = batch.batch["attention_mask"].sum(-1).tolist()
+    attention_mask = batch.batch["attention_mask"]
     response_tokens = int(batch.batch["response_mask"].sum().item())
-    forward = forward_flops(model_config, seq_lens, logit_positions=response_tokens)
+    if shared_prompt:
+        prompt_length = attention_mask.shape[1] - batch.batch["response_mask"].shape[1]
+        prompt_lens = attention_mask[:, :prompt_length].sum(-1).tolist()
+        response_lens = attention_mask[:, prompt_length:].sum(-1).tolist()
+        groups = group_rows_by_prompt(batch.batch["input_ids"], attention_mask, prompt_length)
+        forward = shared_prompt_forward_flops(model_config, [(prompt_lens[g[0]], [response_lens[r] for r in g])
+                                                             for g in groups], logit_positions=response_tokens)
+    else:
+        forward = forward_flops(model_config, attention_mask.sum(-1).tolist(), logit_positions=response_tokens)
     flops = {"gen": forward, "old_log_prob": forward, "ref": forward, "update_actor": 3 * forward * int(ppo_epochs)}
     metrics = {}
     for phase, count in flops.items():
@@ -183,8 +196,9 @@ class MfuMeter:
     an unknown GPU / unreadable model config turns the metrics off with one warning (they are diagnostics).
     """
 
-    def __init__(self, model_config, peak_flops_per_s: float):
+    def __init__(self, model_config, peak_flops_per_s: float, shared_prompt: bool = False):
         self.model_config, self.peak_flops_per_s = model_config, float(peak_flops_per_s)
+        self.shared_prompt = bool(shared_prompt)
 
     @classmethod
     def from_config(cls, config, threads: int = 1):
@@ -208,10 +222,10 @@ class MfuMeter:
         except (OSError, KeyError, ValueError) as err:
             logging.getLogger(__name__).warning("perf/mfu_* metrics off: %s", err)
             return None
-        return cls(model_config, float(peak))
+        return cls(model_config, float(peak), bool(config.actor_rollout_ref.model.get("use_shared_prompt", False)))
 
     def __call__(self, batch, timing_raw: dict, n_workers: int, ppo_epochs: int = 1) -> dict:
         metrics = compute_mfu_metrics(batch, timing_raw, self.model_config, self.peak_flops_per_s, n_workers,
-                                      ppo_epochs)
+                                      ppo_epochs, self.shared_prompt)
         metrics["perf/peak_tflops_per_worker"] = self.peak_flops_per_s / 1e12
         return metrics

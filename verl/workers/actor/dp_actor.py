@@ -27,6 +27,7 @@ from verl.trainer.ppo import core_algos
 from verl.utils.model_utils import clip_grad_norm, compute_autocast
 from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
 from verl.utils.seqlen_balancing import split_micro_batches
+from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
 logger = logging.getLogger(__name__)
@@ -69,11 +70,13 @@ class MiniBatchScale:
         return float(self.dp_size * loss_units(micro_mask, self.mode) / self.global_units.clamp(min=1))
 
 
-def forward_without_grad(module: torch.nn.Module, data: DataProto, keys, forward_fn) -> list:
+def forward_without_grad(module: torch.nn.Module, data: DataProto, keys, forward_fn,
+                         shared_prompt_length: Optional[int] = None) -> list:
     """Run ``forward_fn(micro_batch)`` over the micro-batches of ``data`` in eval mode without gradients.
 
     Micro-batching follows ``data.meta_info``: ``micro_batch_size`` rows, or with ``use_dynamic_bsz`` a budget of
-    ``max_token_len`` tokens. ``forward_fn`` returns a tensor or a tuple of tensors/None with batch dim first.
+    ``max_token_len`` tokens (counted in the shared-prompt layout, groups kept whole, when ``shared_prompt_length``
+    is given). ``forward_fn`` returns a tensor or a tuple of tensors/None with batch dim first.
 
     Returns:
         A list with, per output of ``forward_fn``, the concatenation over micro-batches in the original row order
@@ -81,7 +84,8 @@ def forward_without_grad(module: torch.nn.Module, data: DataProto, keys, forward
     """
     meta = data.meta_info
     micro_batches, restore = split_micro_batches(data.batch.select(*keys), meta.get("micro_batch_size"),
-                                                 bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len"))
+                                                 bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len"),
+                                                 shared_prompt_length)
     was_training = module.training
     module.eval()
     try:
@@ -146,8 +150,10 @@ class DataParallelPPOActor:
         config: the ``actor`` config, already normalised by the worker: ``ppo_mini_batch_size`` and
             ``ppo_micro_batch_size_per_gpu`` in rows per rank; ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``,
             ``ppo_epochs``, ``shuffle``, ``grad_clip``, ``clip_ratio*``, ``policy_loss``, ``loss_agg_mode``,
-            ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``, ``kl_loss_type``, and ``use_remove_padding`` (copied
-            from ``model.use_remove_padding``); optional ``compute_dtype`` (autocast dtype on CUDA, default bf16).
+            ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``, ``kl_loss_type``, ``use_remove_padding`` and
+            ``use_shared_prompt`` (copied from ``model.*``; shared-prompt packing computes each distinct prompt of a
+            micro-batch once, see ``verl/utils/shared_prompt.py``, and takes precedence over remove-padding);
+            optional ``compute_dtype`` (autocast dtype on CUDA, default bf16).
         actor_module: the causal LM (its forward takes ``logits_to_keep``, as every transformers 5 causal LM).
         actor_optimizer: None for a log-prob-only actor (the reference policy).
     """
@@ -157,6 +163,7 @@ class DataParallelPPOActor:
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
         self.use_remove_padding = bool(config.get("use_remove_padding", False))
+        self.use_shared_prompt = bool(config.get("use_shared_prompt", False))
         self.compute_dtype = config.get("compute_dtype", "bfloat16")
         self.policy_loss_fn = core_algos.get_policy_loss_fn(config.get("policy_loss", "vanilla") or "vanilla")
 
@@ -172,8 +179,8 @@ class DataParallelPPOActor:
 
         Returns:
             ``(entropy [b, R] float32 or None, log_probs [b, R] float32)``; differentiable. Logits are only computed
-            at the positions that predict response tokens; with remove-padding, positions whose target is padding
-            get 0 (they are outside ``response_mask``).
+            at the positions that predict response tokens; with remove-padding or shared-prompt packing, positions
+            whose target is padding get 0 (they are outside ``response_mask``).
         """
         responses = micro_batch["responses"]
         input_ids = micro_batch["input_ids"]
@@ -182,7 +189,16 @@ class DataParallelPPOActor:
         batch_size, response_length = responses.shape
         device_type = input_ids.device.type
         with compute_autocast(device_type, self.compute_dtype):
-            if self.use_remove_padding:
+            if self.use_shared_prompt:
+                # each distinct prompt once, its responses attending to it (exact: same keys/positions per token)
+                shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length)
+                output = self.actor_module(input_ids=shared.input_ids, position_ids=shared.position_ids,
+                                           attention_mask=attention_mask_for(self.actor_module, shared.attention_mask),
+                                           use_cache=False, logits_to_keep=shared.keep)
+                logits = output.logits[0][shared.target_index]  # [N, V]: one row per valid response token
+                labels = responses[shared.in_response]  # [N]
+                in_response = shared.in_response  # [b, R]
+            elif self.use_remove_padding:
                 # one packed row of valid tokens; logits only where the next token is a valid response token
                 packed = pack_sequences(input_ids, attention_mask, position_ids)
                 predictors = response_predictor_mask(attention_mask, response_length)  # [b, S]
@@ -207,6 +223,12 @@ class DataParallelPPOActor:
             entropy = _scatter(entropy, in_response) if entropy is not None else None
         return entropy, log_probs
 
+    def _shared_prompt_length(self, batch) -> Optional[int]:
+        """P (prompt columns) when shared-prompt packing is on, so token-budget micro-batches keep groups whole."""
+        if not self.use_shared_prompt:
+            return None
+        return batch["input_ids"].shape[1] - batch["responses"].shape[1]
+
     # ------------------------------------------------------------------------------------------- compute_log_prob
     def compute_log_prob(self, data: DataProto, calculate_entropy: bool = False):
         """Response log-probs of ``data`` without gradients, in micro-batches.
@@ -225,7 +247,8 @@ class DataParallelPPOActor:
         temperature = float(data.meta_info["temperature"])
         entropys, log_probs = forward_without_grad(
             self.actor_module, data, LOG_PROB_KEYS,
-            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy))
+            lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy),
+            self._shared_prompt_length(data.batch))
         return log_probs, entropys
 
     # ----------------------------------------------------------------------------------------------- update_policy
@@ -273,7 +296,8 @@ class DataParallelPPOActor:
         scale = MiniBatchScale(mini_batch["response_mask"], loss_agg_mode)
         micro_batches, _ = split_micro_batches(mini_batch, cfg.get("ppo_micro_batch_size_per_gpu"),
                                                bool(cfg.get("use_dynamic_bsz", False)),
-                                               cfg.get("ppo_max_token_len_per_gpu"))
+                                               cfg.get("ppo_max_token_len_per_gpu"),
+                                               self._shared_prompt_length(mini_batch))
         self.actor_optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
 

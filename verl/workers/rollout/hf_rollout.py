@@ -1,6 +1,11 @@
 """Rollout with HuggingFace ``generate`` on the actor's own module (the hybrid engine: no weight copy).
 
 Batched generation with a KV cache, in micro-batches of ``rollout.micro_batch_size`` prompts, stopping at EOS.
+With ``rollout.shared_prefill`` (set from ``model.use_shared_prompt``), each distinct prompt of a micro-batch is
+prefilled once, whether its copies come from the trainer's ``n``-fold repeat (upstream order) or from
+``meta_info['n']``: the distinct prompts minus their last token go through one forward, the KV cache rows are copied
+to every row that shares them (``DynamicCache.batch_select_indices``) and ``generate`` continues from that cache, so
+the decoded tokens are those of the unshared call (test: greedy and seeded sampling give identical tokens).
 Under FSDP2 with several ranks every rank keeps stepping until all ranks finish (``synced_gpus``), because each
 forward of a sharded module is a collective.
 """
@@ -24,7 +29,7 @@ class HFRollout(BaseRollout):
     Args:
         module: a ``transformers`` causal LM (plain or FSDP2-sharded), shared with the actor.
         config: the ``rollout`` config (``response_length``, ``temperature``, ``top_k``, ``top_p``, ``do_sample``,
-            ``micro_batch_size``, ``val_kwargs``, ``dtype``).
+            ``micro_batch_size``, ``val_kwargs``, ``dtype``, ``shared_prefill``).
         tokenizer: supplies the default EOS/pad ids when ``meta_info`` has none.
 
     Raises:
@@ -51,6 +56,31 @@ class HFRollout(BaseRollout):
             pad = eos if isinstance(eos, int) else eos[0]
         return eos, int(pad)
 
+    def _prefill_once(self, ids: torch.Tensor, mask: torch.Tensor, synced: bool = False):
+        """KV cache of ``ids[:, :-1]`` ([b, P - 1], left-padded) with each distinct prompt computed once and its cache
+        rows copied to every row holding it; None when no prompt repeats or P < 2 (plain ``generate`` then), except
+        under ``synced`` FSDP ranks, which must all run the same forwards.
+
+        Position ids follow ``generate``'s rule (cumulative mask - 1), so the cached keys equal those of the unshared
+        call."""
+        from transformers import DynamicCache
+
+        from verl.utils.shared_prompt import group_rows_by_prompt
+
+        groups = group_rows_by_prompt(ids, mask, ids.shape[1])
+        if ids.shape[1] < 2 or (len(groups) == ids.shape[0] and not synced):
+            return None
+        heads = torch.tensor([g[0] for g in groups], device=ids.device)
+        row_to_group = torch.empty(ids.shape[0], dtype=torch.long, device=ids.device)
+        for index, rows in enumerate(groups):
+            row_to_group[rows] = index
+        position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+        cache = DynamicCache(config=getattr(self.module, "config", None))
+        self.module(input_ids=ids[heads, :-1], attention_mask=mask[heads, :-1], position_ids=position_ids[heads, :-1],
+                    past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache.batch_select_indices(row_to_group)
+        return cache
+
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate ``n`` (``meta_info['n']``, default 1) responses per prompt row; see ``BaseRollout``.
@@ -66,6 +96,7 @@ class HFRollout(BaseRollout):
         n = sampling["n"]
         length = sampling["max_new_tokens"] or self.response_length
         stop = sampling["stop"] or None
+        shared_prefill = bool(self.config.get("shared_prefill", False))
         gen_config = GenerationConfig(
             do_sample=sampling["do_sample"],
             temperature=sampling["temperature"] if sampling["do_sample"] else None,
@@ -75,7 +106,7 @@ class HFRollout(BaseRollout):
             stop_strings=stop,
             eos_token_id=eos,
             pad_token_id=pad,
-            num_return_sequences=n,
+            num_return_sequences=1 if shared_prefill else n,
             use_cache=True,
         )
         device = next(self.module.parameters()).device
@@ -90,9 +121,14 @@ class HFRollout(BaseRollout):
             for start in range(0, size, step):
                 ids = batch["input_ids"][start:start + step].to(device)
                 mask = batch["attention_mask"][start:start + step].to(device)
+                extra = {}
                 with compute_autocast(device.type, self.config.get("dtype", "bfloat16")):
+                    if shared_prefill:
+                        ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
+                        extra["past_key_values"] = self._prefill_once(ids, mask, synced)
                     out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
-                                               synced_gpus=synced, tokenizer=self.tokenizer if stop else None)
+                                               synced_gpus=synced, tokenizer=self.tokenizer if stop else None,
+                                               **extra)
                 response = out[:, ids.shape[1]:]
                 chunks.append(torch.nn.functional.pad(response, (0, length - response.shape[1]), value=pad))
         finally:
