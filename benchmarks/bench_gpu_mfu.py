@@ -4,13 +4,14 @@ The model is Qwen2-0.5B's architecture (24 layers, hidden 896, 14/2 heads, MLP 4
 built from a config with random weights: nothing is downloaded. Prompts are the real RLLA validation prompts
 (chat template applied with the project's SmolLM2 tokenizer, whose ids are valid Qwen2 ids); responses are random
 tokens of random lengths in [R/4, R]. The update pass is exactly ``DataParallelPPOActor.update_policy`` (float32
-master weights, bf16 autocast, AdamW, one optimizer step per batch), timed with CUDA synchronisation, with the
-remove-padding packing switch off and on. MFU counts model FLOPs of the valid tokens only
-(``verl.utils.flops_counter``: 3x forward, logits at response positions), against the GPU's dense bf16 peak.
-The rollout is ``HFRollout.generate_sequences`` (KV cache, sampling at temperature 1) on the same prompts with
-``n`` samples each; tokens/s counts generated tokens up to EOS (random weights rarely stop, so nearly all R).
-
-Shared-prompt computation (issue 5) is not implemented, so it has no switch here.
+master weights, bf16 autocast, AdamW, one optimizer step per batch), timed with CUDA synchronisation, in three
+layouts: padded, packed (``use_remove_padding``) and shared-prompt (``use_shared_prompt``: each prompt once per
+micro-batch). MFU counts the model FLOPs of the valid tokens of the unshared batch (``verl.utils.flops_counter``: 3x
+forward, logits at response positions) against the GPU's dense bf16 peak, so for the shared layout it is the
+"effective" MFU (useful work of the unshared computation per second); the FLOPs the shared layout really executes are
+printed beside it. The rollout is ``HFRollout.generate_sequences`` (KV cache, sampling at temperature 1) on the same
+prompts with ``n`` samples each, with the shared prefill off and on; tokens/s counts generated tokens up to EOS
+(random weights rarely stop, so nearly all R).
 
     python benchmarks/bench_gpu_mfu.py --json mfu.json        # needs a CUDA GPU
 """
@@ -134,11 +135,18 @@ def main() -> None:
           f"({args.prompts} RLLA prompts x {args.n}), {results['prompt_tokens'] + response_tokens} valid tokens of "
           f"{results['padded_tokens']} padded; {flops / 1e12:.2f} model TFLOPs per update")
 
-    for packing in (False, True):
+    from verl.utils.flops_counter import shared_prompt_forward_flops
+
+    groups = [(len(p), [seq_lens[g * args.n + k] - len(p) for k in range(args.n)]) for g, p in enumerate(prompts)]
+    shared_flops = 3 * shared_prompt_forward_flops(config, groups, logit_positions=response_tokens)
+    print(f"shared-prompt layout executes {shared_flops / 1e12:.2f} TFLOPs per update "
+          f"({shared_flops / flops:.2f}x of the unshared count)")
+    for layout in ("padded", "packed", "shared"):
         actor_cfg = OmegaConf.create(dict(
             ppo_mini_batch_size=len(batch), ppo_micro_batch_size_per_gpu=args.micro_batch, use_dynamic_bsz=False,
-            use_remove_padding=packing, compute_dtype="bfloat16", clip_ratio=0.2, loss_agg_mode="token-mean",
-            entropy_coeff=0.0, grad_clip=1.0, ppo_epochs=1, shuffle=False))
+            use_remove_padding=layout == "packed", use_shared_prompt=layout == "shared", compute_dtype="bfloat16",
+            clip_ratio=0.2, loss_agg_mode="token-mean", entropy_coeff=0.0, grad_clip=1.0, ppo_epochs=1,
+            shuffle=False))
         actor = DataParallelPPOActor(actor_cfg, model, optimizer)
         batch.meta_info.update(micro_batch_size=args.micro_batch, use_dynamic_bsz=False)
         old, _ = actor.compute_log_prob(batch)
@@ -146,33 +154,35 @@ def main() -> None:
         median, times = time_update(actor, batch, args.steps, args.warmup)
         used = mfu(flops, median, peak)
         peak_mem = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
-        results["update"]["packed" if packing else "padded"] = dict(median_s=median, times_s=times, mfu=used,
-                                                                     max_mem_gib=peak_mem)
-        print(f"update pass, packing {'on ' if packing else 'off'}: median {median:.3f} s, "
+        results["update"][layout] = dict(median_s=median, times_s=times, mfu=used, max_mem_gib=peak_mem)
+        print(f"update pass, {layout:6s}: median {median:.3f} s, "
               f"{flops / median / 1e12:.1f} TFLOP/s, MFU {100 * used:.1f}% of {peak / 1e12:.0f} TFLOP/s bf16, "
               f"max allocated {peak_mem:.1f} GiB")
 
-    rollout = HFRollout(model, OmegaConf.create(dict(response_length=args.response_length, temperature=1.0, top_k=-1,
-                                                     top_p=1.0, do_sample=True, dtype="bfloat16",
-                                                     micro_batch_size=args.rollout_micro_batch)), tokenizer)
     gen_batch = DataProto.from_dict(tensors=dict(
         input_ids=batch.batch["prompts"][:: args.n], attention_mask=batch.batch["attention_mask"][:: args.n, :-args.response_length],
         position_ids=batch.batch["position_ids"][:: args.n, :-args.response_length]),
         meta_info=dict(n=args.n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id or 0))
-    gen_times, gen_tokens = [], []
-    for i in range(args.warmup + args.steps):
-        _sync()
-        start = time.perf_counter()
-        out = rollout.generate_sequences(gen_batch)
-        _sync()
-        if i >= args.warmup:
-            gen_times.append(time.perf_counter() - start)
-            gen_tokens.append(int(out.batch["response_mask"].sum()) if "response_mask" in out.batch.keys()
-                              else int(out.batch["attention_mask"][:, -args.response_length:].sum()))
-    tok_s = sum(gen_tokens) / sum(gen_times)
-    results["rollout"] = dict(times_s=gen_times, tokens=gen_tokens, tokens_per_s=tok_s)
-    print(f"HF rollout: {len(gen_batch) * args.n} sequences, up to {args.response_length} new tokens, micro-batch "
-          f"{args.rollout_micro_batch} prompts: {tok_s:.0f} generated tokens/s (median of {args.steps})")
+    results["rollout"] = {}
+    for shared_prefill in (False, True):
+        rollout = HFRollout(model, OmegaConf.create(dict(
+            response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0, do_sample=True,
+            dtype="bfloat16", micro_batch_size=args.rollout_micro_batch, shared_prefill=shared_prefill)), tokenizer)
+        gen_times, gen_tokens = [], []
+        for i in range(args.warmup + args.steps):
+            _sync()
+            start = time.perf_counter()
+            out = rollout.generate_sequences(gen_batch)
+            _sync()
+            if i >= args.warmup:
+                gen_times.append(time.perf_counter() - start)
+                gen_tokens.append(int(out.batch["response_mask"].sum()))
+        tok_s = sum(gen_tokens) / sum(gen_times)
+        results["rollout"]["shared_prefill" if shared_prefill else "plain"] = dict(
+            times_s=gen_times, tokens=gen_tokens, tokens_per_s=tok_s)
+        print(f"HF rollout, shared prefill {'on ' if shared_prefill else 'off'}: {len(gen_batch) * args.n} sequences, "
+              f"up to {args.response_length} new tokens, micro-batch {args.rollout_micro_batch} prompts: "
+              f"{tok_s:.0f} generated tokens/s (median of {args.steps})")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

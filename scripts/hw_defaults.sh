@@ -1,6 +1,7 @@
 # Sourced by the launch scripts: detects GPUs and sets CPU- or GPU-sized defaults that every variable overrides.
 # Variables (all optional): the reward switches, N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
-# MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, PYTHON.
+# MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, SHARED_PROMPT,
+# PYTHON.
 PYTHON=${PYTHON:-python3}
 # ToolRL's reward switches (off unless set to 1; see README "The ToolRL reward")
 export WITHLENGTH=${WITHLENGTH:-0} REFINEDREWARD=${REFINEDREWARD:-0} COARSEREWARD=${COARSEREWARD:-0}
@@ -16,6 +17,8 @@ if [ "$N_GPUS" -gt 0 ]; then
   : "${BASE_MODEL:=smollm2-135m}" "${TRAIN_BATCH_SIZE:=512}" "${PPO_MINI_BATCH_SIZE:=128}" "${ROLLOUT_N:=4}"
   : "${MAX_PROMPT_LENGTH:=2048}" "${MAX_RESPONSE_LENGTH:=1024}" "${TOTAL_EPOCHS:=15}" "${LR:=1e-6}"
   : "${SAVE_FREQ:=15}" "${TEST_FREQ:=5}" "${MICRO_BATCH_PER_GPU:=8}" "${FILTER_OVERLONG:=False}"
+  # shared-prompt layout: exact, measured faster on CPU only (dense mask; not yet measured on a GPU)
+  : "${SHARED_PROMPT:=False}"
   # vLLM when it is installed, the HF rollout otherwise
   if $PYTHON -c "import vllm" >/dev/null 2>&1; then : "${ROLLOUT_NAME:=vllm}"; else : "${ROLLOUT_NAME:=hf}"; fi
 else
@@ -24,10 +27,12 @@ else
   : "${MAX_PROMPT_LENGTH:=1024}" "${MAX_RESPONSE_LENGTH:=128}" "${TOTAL_EPOCHS:=1}" "${LR:=1e-5}"
   : "${SAVE_FREQ:=-1}" "${TEST_FREQ:=10}" "${MICRO_BATCH_PER_GPU:=8}" "${FILTER_OVERLONG:=True}"
   : "${ROLLOUT_NAME:=hf}"
+  # each distinct prompt computed once for its ROLLOUT_N samples (exact; benchmarks/bench_shared_prompt.py)
+  : "${SHARED_PROMPT:=True}"
 fi
 : "${TOTAL_STEPS:=null}"
 export BASE_MODEL TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE ROLLOUT_N MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TOTAL_EPOCHS
-export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME TOTAL_STEPS PYTHON
+export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME TOTAL_STEPS PYTHON SHARED_PROMPT
 # DATA_DIR: unset means "discover" (dataset/rlla_4k, then ../shared/data, then ToolRL's published files)
 if [ -z "${DATA_DIR:-}" ]; then
   DATA_DIR=$($PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
