@@ -27,6 +27,7 @@ Usage::
     python benchmarks/bench_grpo_vs_trl.py                       # both, 1 warm-up + 10 measured steps (all 80 prompts)
     python benchmarks/bench_grpo_vs_trl.py --steps 2 --warmup 1  # short smoke run
     python benchmarks/bench_grpo_vs_trl.py --only ours --json ours.json
+    python benchmarks/bench_grpo_vs_trl.py --no-shared-prompt   # ours without the shared-prompt layout
 
 Needs ``pip install -e .[bench]`` (``trl``, ``psutil``) for the TRL half. Timings are only meaningful on a quiet
 machine: the load average before and after is printed.
@@ -71,6 +72,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "process (ours: the worker actor)")
     parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
                         help="activation checkpointing in the update, for both systems (TRL's default is on)")
+    parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
+                        help="ours: compute each prompt once for its n samples (model.use_shared_prompt; exact, on by "
+                             "default in the CPU launch scripts); TRL has no equivalent")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--result-file", help=argparse.SUPPRESS)  # child mode: run --only, write the result here
     args = parser.parse_args(argv)
@@ -195,6 +199,7 @@ def ours_config(args, data_path: Path, max_prompt_length: int, run_dir: str):
         "data.shuffle=False", "data.truncation=error",
         f"actor_rollout_ref.model.path={args.model}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={args.gradient_checkpointing}",
+        f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}", "actor_rollout_ref.actor.optim.weight_decay=0.01",
@@ -326,7 +331,8 @@ def run_child(system: str, args) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         result_file = fh.name
     argv = ["--only", system, "--result-file", result_file,
-            "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing"]
+            "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
+            "--shared-prompt" if args.shared_prompt else "--no-shared-prompt"]
     for key in ("steps", "warmup", "model", "prompts", "n", "max_new_tokens", "micro_batch", "lr", "seed", "threads"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     print(f"=== {system}: {' '.join(argv)}", flush=True)
@@ -358,7 +364,8 @@ def child_main(args) -> None:
 def print_report(results: list[dict], args) -> None:
     print(f"\nGRPO step, model {args.model}: {args.prompts} prompts x {args.n} samples, {args.max_new_tokens} new "
           f"tokens, micro-batch {args.micro_batch}, gradient checkpointing "
-          f"{'on' if args.gradient_checkpointing else 'off'}, float32, {args.threads} threads; "
+          f"{'on' if args.gradient_checkpointing else 'off'}, ours with shared prompt "
+          f"{'on' if args.shared_prompt else 'off'}, float32, {args.threads} threads; "
           f"median of {args.steps} steps after {args.warmup} warm-up")
     print(f"{'system':<6} {'step s':>8} {'gen s':>7} {'gen tok/s':>10} {'resp tok':>9} {'prompt tok':>11} "
           f"{'peak RSS GB':>12} {'largest process':>24}")
