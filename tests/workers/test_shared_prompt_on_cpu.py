@@ -16,7 +16,7 @@ from verl.utils.seqlen_balancing import split_micro_batches
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch, group_rows_by_prompt
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
-from test_dp_actor_on_cpu import actor_config
+from test_dp_actor_on_cpu import _grads, actor_config
 from workers_testlib import EOS, make_rlla_group_batch
 
 LP_ATOL = 1e-5
@@ -102,13 +102,6 @@ def test_dynamic_micro_batches_keep_groups_whole_and_count_shared_tokens(tokeniz
     assert torch.equal(torch.cat([mb["input_ids"] for mb in micro_batches])[restore], tensors["input_ids"])
     with pytest.raises(ValueError, match="prompt group of"):
         split_micro_batches(tensors, None, True, max(group_cost) - 1, shared_prompt_length=prompt_length)
-
-
-def _grads(actor, micro, weights):
-    actor.actor_module.zero_grad(set_to_none=True)
-    _, log_probs = actor._forward_micro_batch(micro, temperature=0.7)
-    (log_probs * weights * micro["response_mask"]).sum().backward()
-    return {name: p.grad.clone() for name, p in actor.actor_module.named_parameters() if p.grad is not None}
 
 
 def test_shared_gradients_equal_padded_on_rlla(causal_lm, tokenizer):

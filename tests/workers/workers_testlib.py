@@ -32,6 +32,16 @@ def make_batch(batch_size: int = 6, prompt_len: int = 7, response_len: int = 5, 
     ends = response_mask.sum(-1) - 1
     responses[torch.arange(batch_size), ends] = EOS
     responses[response_mask == 0] = EOS
+    data = _actor_batch(prompts, prompt_mask, responses, response_mask, gen)
+    data.batch["values"] = 0.1 * torch.randn(batch_size, response_len, generator=gen)
+    data.batch["returns"] = torch.randn(batch_size, response_len, generator=gen)
+    return data
+
+
+def _actor_batch(prompts, prompt_mask, responses, response_mask, gen) -> DataProto:
+    """The trainer's actor tensors from left-padded prompts and right-padded responses, plus seeded noise for
+    ``old_log_probs`` / ``ref_log_prob`` / ``advantages``."""
+    rows, response_len = responses.shape
     attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
     tensors = {
         "prompts": prompts,
@@ -40,11 +50,9 @@ def make_batch(batch_size: int = 6, prompt_len: int = 7, response_len: int = 5, 
         "attention_mask": attention_mask,
         "position_ids": compute_position_id_with_mask(attention_mask),
         "response_mask": response_mask,
-        "old_log_probs": -10.8 + 0.1 * torch.randn(batch_size, response_len, generator=gen),
-        "ref_log_prob": -10.8 + 0.1 * torch.randn(batch_size, response_len, generator=gen),
-        "advantages": torch.randn(batch_size, response_len, generator=gen),
-        "values": 0.1 * torch.randn(batch_size, response_len, generator=gen),
-        "returns": torch.randn(batch_size, response_len, generator=gen),
+        "old_log_probs": -10.8 + 0.1 * torch.randn(rows, response_len, generator=gen),
+        "ref_log_prob": -10.8 + 0.1 * torch.randn(rows, response_len, generator=gen),
+        "advantages": torch.randn(rows, response_len, generator=gen),
     }
     return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
 
@@ -105,16 +113,4 @@ def make_rlla_group_batch(tokenizer, n: int, num_prompts: int = 3, response_len:
     responses = torch.randint(3, 2000, (rows, response_len), generator=gen)
     responses[torch.arange(rows), lengths - 1] = EOS
     responses[response_mask == 0] = EOS
-    attention_mask = torch.cat([prompt_mask, response_mask], dim=1)
-    tensors = {
-        "prompts": prompt_ids,
-        "responses": responses,
-        "input_ids": torch.cat([prompt_ids, responses], dim=1),
-        "attention_mask": attention_mask,
-        "position_ids": compute_position_id_with_mask(attention_mask),
-        "response_mask": response_mask,
-        "old_log_probs": -10.8 + 0.1 * torch.randn(rows, response_len, generator=gen),
-        "ref_log_prob": -10.8 + 0.1 * torch.randn(rows, response_len, generator=gen),
-        "advantages": torch.randn(rows, response_len, generator=gen),
-    }
-    return DataProto.from_dict(tensors=tensors, meta_info={"temperature": 1.0})
+    return _actor_batch(prompt_ids, prompt_mask, responses, response_mask, gen)
