@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# SFT warm start for RLVCR (issue 8): a model that answers RLLA prompts in the level format
+# <level>N</level><think>...</think>\n<tool_call>/<response>, so that RLVCR rollouts parse (rlvcr/level_sft.py).
+#
+#   bash scripts/prepare_level_sft_model.sh                      # skip if the model exists
+#   FORCE=1 bash scripts/prepare_level_sft_model.sh              # rebuild the model (the parquets are kept)
+#   bash scripts/prepare_level_sft_model.sh trainer.total_training_steps=2   # extra Hydra overrides go to the trainer
+#
+# Variables (all optional; the rest, EPOCHS LR BATCH_SIZE MICRO_BATCH NPROC PYTHON FORCE, as in prepare_sft_model.sh):
+#   BASE_MODEL  start model (default tiny). Not tiny-sft: that preset depends on how it was built (placeholder or full
+#               thinks), and a level model from `tiny` is one fixed recipe, the sft_full one, with level targets.
+#   TARGET      output directory (default: preset_dir('tiny-sft') + '-levels'; pass it as the RL model path)
+#   LEVEL_DATA  folder of the two parquets (default: the RLLA data folder, dataset/rlla_4k/, git-ignored)
+#   SEED        level draw seed (default 1); MAX_LENGTH default 1536 (level-4 targets reach ~400 tokens, like sft_full)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PYTHON=${PYTHON:-python3}
+SEED=${SEED:-1}
+export BASE_MODEL=${BASE_MODEL:-tiny}
+py() { $PYTHON -c "$1"; }
+export TARGET=${TARGET:-$(py "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")-levels}
+export EPOCHS=${EPOCHS:-4} MAX_LENGTH=${MAX_LENGTH:-1536} MICRO_BATCH=${MICRO_BATCH:-2}
+LEVEL_DATA=${LEVEL_DATA:-$(py "from verl.utils.dataset.rlla_data import resolve_rlla_file; \
+print(resolve_rlla_file('sft_full').parent)")}
+TRAIN_FILE="$LEVEL_DATA/level_sft_full_seed$SEED.parquet"
+VAL_FILE="$LEVEL_DATA/level_test_seed$SEED.parquet"   # the 80 validation rows in the level format (val loss)
+
+[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE"
+[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE"
+
+# prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.
+SFT_DATA="$TRAIN_FILE" exec bash scripts/prepare_sft_model.sh \
+  data.response_key=level_target \
+  data.val_files="$VAL_FILE" \
+  trainer.experiment_name=tiny-sft-levels \
+  "$@"
