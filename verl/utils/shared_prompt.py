@@ -58,10 +58,6 @@ class SharedPromptBatch:
     in_response: torch.Tensor
     groups: list[list[int]]
 
-    @property
-    def num_tokens(self) -> int:
-        return int(self.input_ids.shape[1])
-
 
 def group_rows_by_prompt(input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_length: int) -> list[list[int]]:
     """Rows whose valid prompt tokens are identical, grouped in order of first appearance.
@@ -115,14 +111,16 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
         bad = int((prefix != response_valid).any(dim=-1).nonzero()[0])
         raise ValueError(f"shared-prompt packing: row {bad}'s response tokens are not contiguous from the first "
                          "response column (right padding expected); disable actor_rollout_ref.model.use_shared_prompt")
-    if (valid[:, :prompt_length].sum(dim=-1) == 0).any():
-        bad = int((valid[:, :prompt_length].sum(dim=-1) == 0).nonzero()[0])
-        raise ValueError(f"shared-prompt packing: row {bad} has no valid prompt token")
+    no_prompt = valid[:, :prompt_length].sum(dim=-1) == 0
+    if no_prompt.any():
+        raise ValueError(f"shared-prompt packing: row {int(no_prompt.nonzero()[0])} has no valid prompt token")
 
     groups = group_rows_by_prompt(input_ids, attention_mask, prompt_length)
     flat_ids, flat_pos, segment, member = [], [], [], []
-    first_target = {}  # row -> packed position predicting its response token 0 (its prompt's last token)
-    response_start = {}  # row -> packed position of its response token 0
+    # predictor[b, t]: packed position whose logits predict response token t of row b (its prompt's last token for
+    # t = 0, its response token t - 1 otherwise)
+    predictor = torch.empty((batch_size, response_length), dtype=torch.long, device=device)
+    steps = torch.arange(response_length, device=device)
     cursor = 0
     for group_index, rows in enumerate(groups):
         head = rows[0]
@@ -135,8 +133,8 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
         last_prompt_token = cursor - 1
         for row in rows:
             length = int(response_lengths[row])
-            first_target[row] = last_prompt_token
-            response_start[row] = cursor
+            predictor[row] = cursor + steps - 1
+            predictor[row, 0] = last_prompt_token
             flat_ids.append(input_ids[row, prompt_length:prompt_length + length])
             flat_pos.append(position_ids[row, prompt_length:prompt_length + length])
             segment.append(torch.full((length,), group_index, dtype=torch.long, device=device))
@@ -151,17 +149,9 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
     allowed = (segment.unsqueeze(1) == segment.unsqueeze(0)) & (index.unsqueeze(0) <= index.unsqueeze(1))
     allowed &= (member.unsqueeze(0) == -1) | (member.unsqueeze(0) == member.unsqueeze(1))
 
-    # predictor of response token t of row b: the prompt's last token for t = 0, response token t - 1 otherwise
-    predictor = torch.full((batch_size, response_length), -1, dtype=torch.long, device=device)
-    steps = torch.arange(response_length, device=device)
-    for row in range(batch_size):
-        predictor[row] = response_start[row] + steps - 1
-        predictor[row, 0] = first_target[row]
-    in_response = response_valid
-    needed = predictor[in_response]
-    keep, target_index = torch.unique(needed, sorted=True, return_inverse=True)
+    keep, target_index = torch.unique(predictor[response_valid], sorted=True, return_inverse=True)
     return SharedPromptBatch(packed_ids, packed_pos, allowed.view(1, 1, *allowed.shape), keep, target_index,
-                             in_response, groups)
+                             response_valid, groups)
 
 
 def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: torch.dtype = torch.float32):
