@@ -96,16 +96,22 @@ def _grads(actor, micro_batch, weights):
     return {n: p.grad.clone() for n, p in actor.actor_module.named_parameters() if p.grad is not None}
 
 
+def assert_gradients_equal_padded(causal_lm, micro, weights, **variant):
+    """Gradients of sum(weights * log_probs) over the response mask: the ``variant`` actor config (e.g. a packing
+    switch) against the padded path, within GRAD_REL_NORM relative Frobenius error per parameter tensor."""
+    padded = _grads(DataParallelPPOActor(actor_config(), causal_lm), micro, weights)
+    other = _grads(DataParallelPPOActor(actor_config(**variant), causal_lm), micro, weights)
+    assert padded.keys() == other.keys() and len(padded) > 0
+    for name in padded:
+        error = (other[name] - padded[name]).norm() / padded[name].norm().clamp(min=1e-12)
+        assert error < GRAD_REL_NORM, (name, float(error))
+    causal_lm.zero_grad(set_to_none=True)
+
+
 def test_remove_padding_gradients_equal_padded(causal_lm):
     micro = make_batch().batch
     weights = torch.randn(micro["responses"].shape, generator=torch.Generator().manual_seed(3))
-    padded = _grads(DataParallelPPOActor(actor_config(), causal_lm), micro, weights)
-    packed = _grads(DataParallelPPOActor(actor_config(use_remove_padding=True), causal_lm), micro, weights)
-    assert padded.keys() == packed.keys() and len(padded) > 0
-    for name in padded:
-        error = (packed[name] - padded[name]).norm() / padded[name].norm().clamp(min=1e-12)
-        assert error < GRAD_REL_NORM, (name, float(error))
-    causal_lm.zero_grad(set_to_none=True)
+    assert_gradients_equal_padded(causal_lm, micro, weights, use_remove_padding=True)
 
 
 def _update(model, overrides, data, lr=1e-2, optimizer_cls=torch.optim.AdamW):

@@ -16,12 +16,11 @@ from verl.utils.seqlen_balancing import split_micro_batches
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch, group_rows_by_prompt
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
-from test_dp_actor_on_cpu import _grads, actor_config
+from test_dp_actor_on_cpu import actor_config, assert_gradients_equal_padded
 from workers_testlib import EOS, make_rlla_group_batch
 
 LP_ATOL = 1e-5
 ENTROPY_ATOL = 5e-5
-GRAD_REL_NORM = 1e-5
 
 
 def _hand_batch():
@@ -107,13 +106,7 @@ def test_dynamic_micro_batches_keep_groups_whole_and_count_shared_tokens(tokeniz
 def test_shared_gradients_equal_padded_on_rlla(causal_lm, tokenizer):
     micro = make_rlla_group_batch(tokenizer, n=4, num_prompts=2).batch
     weights = torch.randn(micro["responses"].shape, generator=torch.Generator().manual_seed(5))
-    padded = _grads(DataParallelPPOActor(actor_config(), causal_lm), micro, weights)
-    shared = _grads(DataParallelPPOActor(actor_config(use_shared_prompt=True), causal_lm), micro, weights)
-    assert padded.keys() == shared.keys() and len(padded) > 0
-    for name in padded:
-        error = (shared[name] - padded[name]).norm() / padded[name].norm().clamp(min=1e-12)
-        assert error < GRAD_REL_NORM, (name, float(error))
-    causal_lm.zero_grad(set_to_none=True)
+    assert_gradients_equal_padded(causal_lm, micro, weights, use_shared_prompt=True)
 
 
 def test_shared_update_equals_padded_update(causal_lm, tokenizer):
