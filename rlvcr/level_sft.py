@@ -8,13 +8,14 @@ One RLLA row (chat prompt, ground truth ``<think>T</think>\\n<action part>``) be
   ``rlvcr.rollout_phase.rlla_level_setup``'s chat template renders for the RL rollout;
 - target (column ``level_target``): ``<level>L</level><think>T_L</think>\\n<action part>`` with L uniform in
   ``1..4`` (one seeded draw per row) and T_L empty (L = 1), the first sentence of T (L = 2), the first three sentences
-  (L = 3) or all of T (L = 4). The ground truth column is left unchanged.
+  (L = 3) or all of T (L = 4; with ``max_top_sentences`` its first that many sentences: a short-think variant for
+  models too small to close a ~400-token think). The ground truth column is left unchanged.
 
 Skipped rows (counted by reason): a ground truth without a think or a complete action span, with text other than
 ``\\n`` between ``</think>`` and the action, or whose think quotes an action tag (ToolRL's format rule counts those
 tags over the whole answer, and the reward cannot parse such a ground truth: 17 of the 399 ``sft_full`` rows).
 
-CLI: ``python -m rlvcr.level_sft --out PATH.parquet [--seed S] [--split sft_full|test]``.
+CLI: ``python -m rlvcr.level_sft --out PATH.parquet [--seed S] [--split sft_full|test] [--max-top-sentences K]``.
 """
 from __future__ import annotations
 
@@ -56,21 +57,31 @@ def sentence_ends(text: str) -> List[int]:
     return ends
 
 
-def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT) -> str:
+def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT,
+                max_top_sentences: Optional[int] = None) -> str:
     """T_L of a full think T (str): ``""`` at level 1, the first ``LEVEL_SENTENCES[level]`` sentences at the middle
-    levels (all of T when it has fewer), T itself at ``fmt.num_levels``. Cut thinks keep T's leading and trailing
-    whitespace (``<think> … </think>`` in ToolRL's data), so the stripped T_2 is a prefix of the stripped T_3.
+    levels (all of T when it has fewer), T itself at ``fmt.num_levels`` (or its first ``max_top_sentences``
+    sentences when given). Cut thinks keep T's leading and trailing whitespace (``<think> … </think>`` in ToolRL's
+    data), so the stripped T_2 is a prefix of the stripped T_3.
 
-    Raises ValueError: ``level`` outside ``1..num_levels``, or a middle level without a sentence count.
+    Raises ValueError: ``level`` outside ``1..num_levels``, a middle level without a sentence count, or
+    ``max_top_sentences`` not above the middle levels' counts.
     """
     if level == 1:
         return ""
     if level == fmt.num_levels:
-        return think
-    if level not in LEVEL_SENTENCES or not 1 < level < fmt.num_levels:
+        if max_top_sentences is None:
+            return think
+        if int(max_top_sentences) <= max(LEVEL_SENTENCES.values()):
+            raise ValueError(f"max_top_sentences={max_top_sentences} must exceed the middle levels' sentence counts "
+                             f"{LEVEL_SENTENCES}")
+        count = int(max_top_sentences)
+    elif level not in LEVEL_SENTENCES or not 1 < level < fmt.num_levels:
         raise ValueError(f"no think length for level {level} (levels 1..{fmt.num_levels}, {LEVEL_SENTENCES})")
+    else:
+        count = LEVEL_SENTENCES[level]
     body = think.strip()
-    ends, count = sentence_ends(body), LEVEL_SENTENCES[level]
+    ends = sentence_ends(body)
     if len(ends) < count or ends[count - 1] >= len(body):
         return think
     lead = think[:len(think) - len(think.lstrip())]
@@ -86,13 +97,14 @@ def draw_level(seed: int, index: int, num_levels: int = 4) -> int:
 
 
 def level_sft_row(messages: Sequence[Mapping[str, str]], ground_truth: str, level: int,
-                  fmt: LevelFormat = RLLA_FORMAT) -> Tuple[Optional[Tuple[List[Dict[str, str]], str]], str]:
+                  fmt: LevelFormat = RLLA_FORMAT, max_top_sentences: Optional[int] = None
+                  ) -> Tuple[Optional[Tuple[List[Dict[str, str]], str]], str]:
     """One RLLA row at ``level``: ``((prompt messages, target), "")`` or ``(None, reason)`` for a skipped row.
 
     ``messages``: the row's chat prompt (list of ``{role, content}``); ``ground_truth``:
     ``<think>T</think>\\n<action part>``. The ground truth is parsed with :func:`parse_level_response` (behind a top
     level tag) and must be rebuilt exactly by :func:`level_context` + the text from the action content on; the target
-    is ``level_context(level, level_think(T, level), action tag) + that text``.
+    is ``level_context(level, level_think(T, level, fmt, max_top_sentences), action tag) + that text``.
 
     Raises ValueError: ``level`` outside ``1..num_levels``.
     """
@@ -107,16 +119,18 @@ def level_sft_row(messages: Sequence[Mapping[str, str]], ground_truth: str, leve
         return None, "think quotes an action tag"
     if text[:parsed.action_start] != level_context(fmt.num_levels, parsed.think, parsed.action_tag, fmt):
         return None, "layout (text around the think block)"
-    target = level_context(level, level_think(parsed.think, level, fmt), parsed.action_tag, fmt)
+    target = level_context(level, level_think(parsed.think, level, fmt, max_top_sentences), parsed.action_tag, fmt)
     return (add_level_guide(list(messages), fmt), target + text[parsed.action_start:]), ""
 
 
 def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelFormat = RLLA_FORMAT,
-                         exclude_prompts: Iterable = ()) -> Tuple[List[dict], Counter]:
+                         exclude_prompts: Iterable = (), max_top_sentences: Optional[int] = None
+                         ) -> Tuple[List[dict], Counter]:
     """Level SFT rows from RLLA rows (dicts in the RLLA schema): each kept row is the input row with ``prompt``
     replaced by the level prompt, plus ``level_target`` (str) and ``level`` (int, :func:`draw_level` of the row's
     position). ``exclude_prompts``: prompt signatures (``rlla_data.prompt_signature``) to drop, e.g. validation
-    prompts. Returns ``(rows, skipped)``, ``skipped`` counting reasons."""
+    prompts. ``max_top_sentences``: see :func:`level_think`. Returns ``(rows, skipped)``, ``skipped`` counting
+    reasons."""
     from verl.utils.dataset.rlla_data import prompt_signature
 
     excluded = set(exclude_prompts)
@@ -126,7 +140,8 @@ def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelForma
             skipped["validation prompt"] += 1
             continue
         level = draw_level(seed, index, fmt.num_levels)
-        made, reason = level_sft_row(row["prompt"], row["reward_model"]["ground_truth"], level, fmt)
+        made, reason = level_sft_row(row["prompt"], row["reward_model"]["ground_truth"], level, fmt,
+                                     max_top_sentences)
         if made is None:
             skipped[reason] += 1
             continue
@@ -140,11 +155,12 @@ def _schema() -> pa.Schema:
     return RLLA_ARROW_SCHEMA.append(pa.field("level_target", pa.string())).append(pa.field("level", pa.int64()))
 
 
-def build_level_sft_file(out: str | os.PathLike, seed: int = 1, split: str = "sft_full"
-                         ) -> Tuple[Path, Counter, Counter]:
+def build_level_sft_file(out: str | os.PathLike, seed: int = 1, split: str = "sft_full",
+                         max_top_sentences: Optional[int] = None) -> Tuple[Path, Counter, Counter]:
     """Write the level SFT parquet of RLLA ``split`` (``sft_full`` or ``test``, found by ``resolve_rlla_file``) to
     ``out`` atomically: the RLLA schema + ``level_target`` + ``level``. ``sft_full`` rows whose prompt is a validation
-    prompt are dropped (``rlla_data`` already drops them; checked again). Returns ``(path, level counts, skipped)``.
+    prompt are dropped (``rlla_data`` already drops them; checked again); ``max_top_sentences`` as
+    :func:`level_think`. Returns ``(path, level counts, skipped)``.
 
     Raises FileNotFoundError: the split cannot be found or built.
     """
@@ -154,7 +170,7 @@ def build_level_sft_file(out: str | os.PathLike, seed: int = 1, split: str = "sf
     exclude = ()
     if split != "test":
         exclude = {prompt_signature(p) for p in pq.read_table(resolve_rlla_file("test")).column("prompt").to_pylist()}
-    kept, skipped = build_level_sft_rows(rows, seed, exclude_prompts=exclude)
+    kept, skipped = build_level_sft_rows(rows, seed, exclude_prompts=exclude, max_top_sentences=max_top_sentences)
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
@@ -172,8 +188,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", required=True, help="output parquet path")
     parser.add_argument("--seed", type=int, default=1, help="level draw seed (default 1)")
     parser.add_argument("--split", default="sft_full", choices=("sft_full", "test"), help="RLLA split to convert")
+    parser.add_argument("--max-top-sentences", type=int, default=None,
+                        help="cap the top level's think at this many sentences (default: the whole think)")
     args = parser.parse_args(argv)
-    path, levels, skipped = build_level_sft_file(args.out, args.seed, args.split)
+    path, levels, skipped = build_level_sft_file(args.out, args.seed, args.split, args.max_top_sentences)
     print(f"wrote {sum(levels.values())} rows to {path}")
     print("levels: " + ", ".join(f"{k}={levels.get(k, 0)}" for k in range(1, RLLA_FORMAT.num_levels + 1)))
     print(f"skipped: {sum(skipped.values())}" + "".join(f"\n  {k}: {v}" for k, v in sorted(skipped.items())))

@@ -12,25 +12,29 @@
 #   TARGET      output directory (default: preset_dir('tiny-sft') + '-levels'; pass it as the RL model path)
 #   LEVEL_DATA  folder of the two parquets (default: the RLLA data folder, dataset/rlla_4k/, git-ignored)
 #   SEED        level draw seed (default 1); MAX_LENGTH default 1536 (level-4 targets reach ~400 tokens, like sft_full)
+#   MAX_TOP_SENTENCES  cap the level-4 think at this many sentences (default: whole thinks); the files and the default
+#               TARGET get a `-top{K}` suffix. A 7M model does not learn to close a ~400-token think: use e.g. 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHON=${PYTHON:-python3}
 SEED=${SEED:-1}
 export BASE_MODEL=${BASE_MODEL:-tiny}
 py() { $PYTHON -c "$1"; }
-export TARGET=${TARGET:-$(py "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")-levels}
+TOP=${MAX_TOP_SENTENCES:+-top$MAX_TOP_SENTENCES}
+export TARGET=${TARGET:-$(py "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")-levels$TOP}
 export EPOCHS=${EPOCHS:-4} MAX_LENGTH=${MAX_LENGTH:-1536} MICRO_BATCH=${MICRO_BATCH:-2}
 LEVEL_DATA=${LEVEL_DATA:-$(py "from verl.utils.dataset.rlla_data import resolve_rlla_file; \
 print(resolve_rlla_file('sft_full').parent)")}
-TRAIN_FILE="$LEVEL_DATA/level_sft_full_seed$SEED.parquet"
-VAL_FILE="$LEVEL_DATA/level_test_seed$SEED.parquet"   # the 80 validation rows in the level format (val loss)
+TRAIN_FILE="$LEVEL_DATA/level_sft_full_seed$SEED$TOP.parquet"
+VAL_FILE="$LEVEL_DATA/level_test_seed$SEED$TOP.parquet"   # the 80 validation rows in the level format (val loss)
+CAP=(${MAX_TOP_SENTENCES:+--max-top-sentences "$MAX_TOP_SENTENCES"})
 
-[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE"
-[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE"
+[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE" "${CAP[@]}"
+[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE" "${CAP[@]}"
 
 # prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.
 SFT_DATA="$TRAIN_FILE" exec bash scripts/prepare_sft_model.sh \
   data.response_key=level_target \
   data.val_files="$VAL_FILE" \
-  trainer.experiment_name=tiny-sft-levels \
+  trainer.experiment_name=tiny-sft-levels$TOP \
   "$@"

@@ -63,3 +63,14 @@ def test_ray_actor_serves_on_loopback(ray_session, tiny_model_dir):
     out = OpenAIClient(url).completions("hello", max_tokens=2)
     assert out["policy_version"] == 0
     ray.kill(actor)
+
+
+def test_backend_choice_is_validated(tiny_model_dir):
+    from verl.async_rl.inference_server import make_engine
+
+    with pytest.raises(ValueError, match="backend must be one of"):
+        make_engine("sglang", tiny_model_dir)
+    with pytest.raises(ValueError, match="need backend=vllm"):
+        make_engine("hf", tiny_model_dir, max_model_len=512)
+    engine = make_engine("hf", tiny_model_dir)
+    assert next(engine.model.parameters()).dtype == torch.float32

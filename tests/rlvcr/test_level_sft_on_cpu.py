@@ -69,6 +69,28 @@ def test_think_lengths_per_level(rlla_rows):
             assert len(thinks[2]) < len(thinks[3]) < len(thinks[4])
 
 
+
+def test_capped_top_level(rlla_rows):
+    """``max_top_sentences``: the level-4 think is its first K sentences (the whole think when shorter), still longer
+    than level 3's; levels 1-3 unchanged; a cap not above level 3's count is rejected."""
+    capped = 0
+    for row in rlla_rows[:20]:
+        truth = row["reward_model"]["ground_truth"]
+        made, _ = level_sft_row(row["prompt"], truth, 4, max_top_sentences=5)
+        if made is None:
+            continue
+        think, full = parse_level_response(made[1], TAGS).think, _think(truth)
+        body = full.strip()
+        ends = sentence_ends(body)
+        expected = full if len(ends) <= 5 or ends[4] >= len(body) else body[:ends[4]]
+        assert think.strip() == expected.strip()
+        assert think.strip().startswith(level_think(full, 3).strip())
+        assert level_sft_row(row["prompt"], truth, 3, max_top_sentences=5) == level_sft_row(row["prompt"], truth, 3)
+        capped += len(think) < len(full)
+    assert capped >= 5  # most RLLA thinks have more than five sentences
+    with pytest.raises(ValueError, match="must exceed"):
+        level_think("One. Two. Three. Four.", 4, max_top_sentences=3)
+
 def test_sentences():
     text = "Use e.g. the tool. The domain is site.org. Then U.S. law applies! 1. Check it? Done \"here.\""
     assert [text[:i] for i in sentence_ends(text)][:3] == [

@@ -8,7 +8,8 @@ Pieces:
 
 * :class:`PolicyEngine` -- an HF causal LM plus its tokenizer and policy version; ``generate`` samples with
   ``transformers``' ``generate`` and returns per-token log-probs; ``update_weights`` loads a state dict or a file.
-* :class:`InferenceServer` -- a :class:`PolicyEngine` served by the standard library's ``ThreadingHTTPServer`` on
+* ``vllm_engine.VllmPolicyEngine`` -- the same interface on an in-process ``vllm.LLM`` (``backend="vllm"``).
+* :class:`InferenceServer` -- an engine served by the standard library's ``ThreadingHTTPServer`` on
   ``127.0.0.1`` (port 0 = any free port). Run it in a Ray actor with ``ray.remote(InferenceServer)``
   (:func:`start_inference_server`).
 * :class:`OpenAIClient` -- a small ``requests`` client for the two endpoints; it talks to any OpenAI-compatible
@@ -50,7 +51,7 @@ from verl.utils.torch_functional import logprobs_from_logits
 logger = logging.getLogger(__name__)
 
 __all__ = ["PolicyEngine", "InferenceServer", "OpenAIClient", "StaleWeightsError", "load_weights", "template_ids",
-           "start_inference_server"]
+           "start_inference_server", "make_engine", "check_version", "BACKENDS"]
 
 
 class StaleWeightsError(ValueError):
@@ -75,6 +76,15 @@ def load_weights(source: Union[Mapping[str, torch.Tensor], str, os.PathLike]) ->
 
         return load_file(str(path))
     return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+def check_version(version: int, served: int) -> bool:
+    """Whether weights of policy ``version`` should replace those of ``served``: True when newer, False when equal
+    (nothing to do, e.g. a broadcast retried after a timeout). Raises StaleWeightsError: ``version`` is older."""
+    if int(version) < int(served):
+        raise StaleWeightsError(f"weights of policy version {version} rejected: serving version {served} already "
+                                f"(versions never go back)")
+    return int(version) > int(served)
 
 
 class PolicyEngine:
@@ -119,16 +129,11 @@ class PolicyEngine:
         retried after a timeout). Raises StaleWeightsError: ``version`` is older than the served one.
         RuntimeError: the state dict does not match the model (missing / unexpected keys or shapes).
         """
-        version = int(version)
         with self._lock:
-            if version < self.version:
-                raise StaleWeightsError(f"weights of policy version {version} rejected: serving version "
-                                        f"{self.version} already (versions never go back)")
-            if version == self.version:
+            if not check_version(version, self.version):
                 return False
-            state = load_weights(weights)
-            self.model.load_state_dict(state, strict=True)
-            self.version = version
+            self.model.load_state_dict(load_weights(weights), strict=True)
+            self.version = int(version)
             return True
 
     # -------------------------------------------------------------------------------------------- generation
@@ -265,16 +270,39 @@ def _make_handler(engine: PolicyEngine):
     return Handler
 
 
-class InferenceServer:
-    """A :class:`PolicyEngine` behind the OpenAI-compatible endpoints (module docstring) on loopback.
+BACKENDS = ("hf", "vllm")
 
-    Args: ``model_path``, ``version``, ``dtype``, ``num_threads`` as :class:`PolicyEngine`; ``host`` (``127.0.0.1``)
-    and ``port`` (0: a free port). The HTTP server runs in a daemon thread from construction on.
+
+def make_engine(backend: str, model_path: str, version: int = 0, dtype: Optional[str] = None,
+                num_threads: Optional[int] = None, **options):
+    """The generation engine of a server: ``"hf"`` (:class:`PolicyEngine`, float32 by default) or ``"vllm"``
+    (``vllm_engine.VllmPolicyEngine``, bf16 on GPU by default; ``options``: ``max_model_len``, ``engine_kwargs``).
+    Raises ValueError: unknown backend or options the HF engine does not take; ImportError: vLLM missing."""
+    if backend == "hf":
+        if options:
+            raise ValueError(f"async.inference: options {sorted(options)} need backend=vllm")
+        return PolicyEngine(model_path, version=version, dtype=dtype or "float32", num_threads=num_threads)
+    if backend == "vllm":
+        from verl.async_rl.vllm_engine import VllmPolicyEngine
+
+        return VllmPolicyEngine(model_path, version=version, dtype=dtype or "bfloat16", num_threads=num_threads,
+                                **options)
+    raise ValueError(f"async.inference.backend must be one of {BACKENDS}, got {backend!r}")
+
+
+class InferenceServer:
+    """A generation engine (:func:`make_engine`) behind the OpenAI-compatible endpoints (module docstring) on loopback.
+
+    Args: ``model_path``, ``version``, ``dtype``, ``num_threads`` as :class:`PolicyEngine`; ``backend`` (``"hf"`` or
+    ``"vllm"``) and its ``engine_options``; ``host`` (``127.0.0.1``) and ``port`` (0: a free port). The HTTP server
+    runs in a daemon thread from construction on.
     """
 
-    def __init__(self, model_path: str, version: int = 0, dtype: str = "float32", num_threads: Optional[int] = None,
-                 host: str = "127.0.0.1", port: int = 0):
-        self.engine = PolicyEngine(model_path, version=version, dtype=dtype, num_threads=num_threads)
+    def __init__(self, model_path: str, version: int = 0, dtype: Optional[str] = None,
+                 num_threads: Optional[int] = None, host: str = "127.0.0.1", port: int = 0, backend: str = "hf",
+                 **engine_options):
+        self.engine = make_engine(backend, model_path, version=version, dtype=dtype, num_threads=num_threads,
+                                  **engine_options)
         self._httpd = ThreadingHTTPServer((host, int(port)), _make_handler(self.engine))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="inference-http", daemon=True)
@@ -302,12 +330,13 @@ class InferenceServer:
 
 
 def start_inference_server(model_path: str, version: int = 0, num_threads: Optional[int] = 1, num_cpus: float = 0,
-                           **options):
+                           num_gpus: float = 0, **options):
     """Start :class:`InferenceServer` as a Ray actor (``num_cpus`` reserved, 0 by default so a 2-CPU local cluster
-    can host every component) and return the actor handle; ``ray.get(handle.url.remote())`` is its base URL."""
+    can host every component; ``num_gpus`` for a vLLM server on GPU) and return the actor handle;
+    ``ray.get(handle.url.remote())`` is its base URL. ``options``: ``backend`` and the engine options."""
     import ray
 
-    actor_cls = ray.remote(num_cpus=num_cpus, max_restarts=0)(InferenceServer)
+    actor_cls = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(InferenceServer)
     return actor_cls.remote(model_path, version=version, num_threads=num_threads, **options)
 
 

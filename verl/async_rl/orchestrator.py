@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.async_rl.advantage import get_advantage_function
 from verl.async_rl.batcher import Batcher, BatchNotReady
 from verl.async_rl.env_actor import make_env_actor
-from verl.async_rl.inference_server import start_inference_server
+from verl.async_rl.inference_server import BACKENDS, start_inference_server
 from verl.async_rl.learner import WeightBroadcaster, make_learner_actor
 from verl.async_rl.replay_buffer import ReplayBuffer
 from verl.async_rl.types import Rollout
@@ -66,14 +66,16 @@ class Orchestrator:
     Args: ``config``; ``tracker``: an object with ``log(dict, step)`` (e.g. ``verl.utils.tracking.Tracking``), or
     None (metrics are only returned by :meth:`run`). Requires ``ray.init`` to have been called.
 
-    Raises KeyError: no ``async`` section or no env in ``async.envs``. ValueError: bad batcher / buffer settings
-    (from :class:`Batcher` / :class:`ReplayBuffer`).
+    Raises KeyError: no ``async`` section or no env in ``async.envs``. ValueError: an unknown
+    ``async.inference.backend``, bad batcher / buffer settings (from :class:`Batcher` / :class:`ReplayBuffer`).
     """
 
     def __init__(self, config: DictConfig, tracker: Any = None):
         a = _section(config)
         if not a.get("envs"):
             raise KeyError("async.envs is empty: configure at least one env")
+        if str(a.inference.get("backend", "hf")) not in BACKENDS:
+            raise ValueError(f"async.inference.backend must be one of {BACKENDS}, got {a.inference.get('backend')!r}")
         self.config, self.a, self.tracker = config, a, tracker
         self.model_path = str(config.actor_rollout_ref.model.path)
         self.ckpt_dir = str(config.trainer.default_local_dir)
@@ -122,11 +124,24 @@ class Orchestrator:
         old = self.servers.get(index)
         if old is not None:
             ray.kill(old, no_restart=True)
-        server = start_inference_server(self.model_path, num_threads=self.a.inference.get("num_threads", 1))
+        server = start_inference_server(self.model_path, **self._server_options())
         self.urls[index] = ray.get(server.url.remote())
         if self.version > 0:
             ray.get(server.update_weights.remote(self.learner.weights.remote(), self.version))
         self.servers[index] = server
+
+    def _server_options(self) -> Dict[str, Any]:
+        """Keyword arguments of ``start_inference_server`` from ``async.inference`` (backend, threads, GPUs, dtype and
+        the vLLM engine options)."""
+        inf = self.a.inference
+        backend = str(inf.get("backend", "hf"))
+        options: Dict[str, Any] = dict(backend=backend, num_threads=inf.get("num_threads", 1),
+                                       num_gpus=float(inf.get("num_gpus", 0) or 0), dtype=inf.get("dtype"))
+        if backend == "vllm":
+            vllm_cfg = OmegaConf.to_container(inf.get("vllm") or OmegaConf.create({}), resolve=True)
+            options.update(max_model_len=int(vllm_cfg.get("max_model_len", 4096)),
+                           engine_kwargs=dict(vllm_cfg.get("engine_kwargs") or {}))
+        return options
 
     def _start_env_actor(self, name: str, replica: int) -> None:
         import ray

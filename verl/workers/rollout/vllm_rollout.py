@@ -67,6 +67,54 @@ def _weights_version(module: torch.nn.Module) -> int:
     return sum(getattr(p, "_local_tensor", p)._version for p in module.parameters())
 
 
+
+def make_llm(model: str, *, on_cpu: bool, max_model_len: int, dtype: str = "bfloat16", enforce_eager: bool = True,
+             tensor_parallel_size: int = 1, max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
+             load_format: str = "auto", trust_remote_code: bool = False, gpu_memory_utilization: float = 0.5,
+             enable_sleep_mode: bool = False, engine_kwargs: Mapping | None = None):
+    """An in-process ``vllm.LLM`` for ``model`` (an HF directory) with the settings this project relies on.
+
+    Log-probs are the sampling distribution's (``logprobs_mode="processed_logprobs"``: after temperature and
+    top-k/top-p). On CPU the dtype is float32 and the KV cache is sized directly (``CPU_KV_CACHE_BYTES``; vLLM's CPU
+    backend reads ``gpu_memory_utilization`` as a fraction of host RAM to reserve; ``VLLM_CPU_KVCACHE_SPACE`` in GiB
+    still overrides it); on GPU ``gpu_memory_utilization`` and sleep mode apply. ``engine_kwargs`` (None values
+    dropped) override any argument. Raises ImportError with ``INSTALL_HINT`` when vLLM is missing.
+    """
+    try:
+        from vllm import LLM
+    except ImportError as err:
+        raise ImportError(f"{INSTALL_HINT} ({err})") from err
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine (needed inside Ray actors)
+    kwargs = dict(model=model, dtype="float32" if on_cpu else dtype, enforce_eager=enforce_eager,
+                  tensor_parallel_size=tensor_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
+                  max_num_seqs=max_num_seqs, max_model_len=max_model_len, load_format=load_format,
+                  trust_remote_code=trust_remote_code, logprobs_mode="processed_logprobs")
+    if on_cpu:
+        kwargs.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
+    else:
+        kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=enable_sleep_mode)
+    kwargs.update({k: v for k, v in dict(engine_kwargs or {}).items() if v is not None})
+    return LLM(**kwargs)
+
+
+def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> None:
+    """Load a full HF-named state dict into every worker of ``llm`` (module docstring: through a safetensors file in
+    ``/dev/shm``, removed afterwards) and reset the prefix cache (its KV blocks were computed with the old weights).
+    ``tied``: the model ties ``lm_head`` to the embedding (``lm_head.weight`` is then not sent)."""
+    from safetensors.torch import save_file
+
+    state = {k: v for k, v in state.items() if not (tied and k == "lm_head.weight")}
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    path = os.path.join(shm, f"verl_vllm_weights_{os.getpid()}_{id(llm)}.safetensors")
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, path)
+    try:
+        llm.collective_rpc(_reload_weights_from_file, args=(path,))
+        llm.reset_prefix_cache()
+    finally:
+        os.remove(path)
+    logger.debug("vLLM: pushed %d tensors into the engine", len(state))
+
+
 class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
     """``BaseRollout`` backed by an in-process ``vllm.LLM`` that mirrors the actor's weights.
 
@@ -87,10 +135,6 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
     """
 
     def __init__(self, module: torch.nn.Module, config, tokenizer, model_config):
-        try:
-            from vllm import LLM
-        except ImportError as err:
-            raise ImportError(f"{INSTALL_HINT} ({err})") from err
         self.module = module
         self.config = config
         self.tokenizer = tokenizer
@@ -103,33 +147,15 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         self.sleep_mode = bool(config.get("free_cache_engine", False)) and not on_cpu
         self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
         dummy = str(config.get("load_format", "auto") or "auto").startswith("dummy")
-        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine (needed inside Ray actors)
-        engine_kwargs = {k: v for k, v in dict((config.get("engine_kwargs") or {}).get("vllm") or {}).items()
-                         if v is not None}
-        kwargs = dict(
-            model=str(prepare_model(model_config.path)),
-            dtype="float32" if on_cpu else config.get("dtype", "bfloat16"),
-            enforce_eager=bool(config.get("enforce_eager", True)),
+        self.llm = make_llm(
+            str(prepare_model(model_config.path)), on_cpu=on_cpu, max_model_len=prompt_length + self.response_length,
+            dtype=config.get("dtype", "bfloat16"), enforce_eager=bool(config.get("enforce_eager", True)),
             tensor_parallel_size=int(config.get("tensor_model_parallel_size", 1)),
             max_num_batched_tokens=int(config.get("max_num_batched_tokens", 8192)),
-            max_num_seqs=int(config.get("max_num_seqs", 1024)),
-            max_model_len=prompt_length + self.response_length,
-            load_format="dummy" if dummy else "auto",
+            max_num_seqs=int(config.get("max_num_seqs", 1024)), load_format="dummy" if dummy else "auto",
             trust_remote_code=bool(model_config.get("trust_remote_code", False)),
-            # log-probs of the sampling distribution (after temperature and top-k/top-p; see the module docstring)
-            logprobs_mode="processed_logprobs",
-        )
-        if on_cpu:
-            # vLLM's CPU backend reads gpu_memory_utilization as a fraction of host RAM to reserve; size the KV cache
-            # directly instead (VLLM_CPU_KVCACHE_SPACE, in GiB, still overrides it)
-            kwargs.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
-        else:
-            kwargs.update(gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),
-                          enable_sleep_mode=self.sleep_mode)
-        kwargs.update(engine_kwargs)
-        self.llm = LLM(**kwargs)
-        shm = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-        self._weights_file = os.path.join(shm, f"verl_vllm_weights_{os.getpid()}_{id(self)}.safetensors")
+            gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),
+            enable_sleep_mode=self.sleep_mode, engine_kwargs=(config.get("engine_kwargs") or {}).get("vllm"))
         # dummy weights must be replaced by the actor's before the first generation
         self._synced_version = None if dummy else _weights_version(module)
         self._asleep = False
@@ -147,25 +173,16 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         source = self.module if weights is None else weights
         state = full_state_dict(source) if isinstance(source, torch.nn.Module) else dict(source)
         config = getattr(self.module, "config", None)
-        if getattr(config, "tie_word_embeddings", False):
-            state.pop("lm_head.weight", None)  # vLLM loads the tied head from the embedding
-        from safetensors.torch import save_file
-
-        save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, self._weights_file)
         was_asleep = self._asleep
         try:
             if was_asleep:
                 self._wake_up()
-            self.llm.collective_rpc(_reload_weights_from_file, args=(self._weights_file,))
-            # prefix caching would reuse KV blocks computed with the old weights for repeated prompts
-            self.llm.reset_prefix_cache()
+            push_weights(self.llm, state, tied=bool(getattr(config, "tie_word_embeddings", False)))
         finally:
-            os.remove(self._weights_file)
             if was_asleep:
                 self._sleep()
         if weights is None or weights is self.module:
             self._synced_version = _weights_version(self.module)
-        logger.debug("vLLMRollout: synced %d tensors into the engine", len(state))
 
     def _wake_up(self) -> None:
         if self._asleep:
@@ -234,4 +251,4 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         return output
 
 
-__all__ = ["vLLMRollout", "INSTALL_HINT"]
+__all__ = ["vLLMRollout", "INSTALL_HINT", "make_llm", "push_weights"]

@@ -1,0 +1,227 @@
+"""Asynchronous mode against the synchronous trainer at equal batch settings, one after the other on this machine.
+
+Both train the same model (``--model``, default the ``tiny`` preset) on the first ``--rows`` RLLA training rows
+(single-turn RLLA, the RLLA reward) with RLOO advantages, ``--n`` samples per prompt at temperature 1.0, at most
+``--max-new-tokens`` new tokens, one optimizer step per learner step, the same lr and micro-batch:
+
+- sync: ``python -m verl.trainer.main_ppo`` with ``data.train_batch_size=--prompts`` (so ``prompts x n`` rollouts per
+  step), ``ppo_mini_batch_size`` = the whole batch, one PPO epoch, no reference model / KL, shared-prompt layout as
+  ``--shared-prompt``; a step is generate + old log-probs + reward + update, in sequence.
+- async: ``python -m verl.trainer.main_async`` with one RLLA env actor (``group_size=--n``), one HF inference server,
+  the learner; the batcher's token budget is ``prompts x n x (mean prompt tokens + max-new-tokens)`` so a batch holds
+  about as many rollouts as a sync step (the measured count is printed); ``async.max_buffer_rollouts = prompts x n``
+  (back-pressure: at most one batch waits while the learner trains); ``async.replay.max_age`` = ``--max-age``.
+
+Measured after ``--warmup`` steps: wall seconds per learner step, learner steps/s, rollouts trained/s (rollouts that
+entered an update), rollouts generated/s (async: every completed rollout, stale ones included), and for async the
+staleness of what was trained (``replays/rlla/used_version_lag/k`` summed: k = learner version minus the rollout's
+policy version when the batch was made), ``used_frac_on_policy``, the seed's ``frac_on_policy`` and the stale drops.
+The last line prints the async/sync ratios. Timings need a quiet machine: the load average before and after is printed.
+
+Usage::
+
+    python benchmarks/bench_async_vs_sync.py                          # 1 warm-up + 6 measured steps each
+    python benchmarks/bench_async_vs_sync.py --prompts 4 --n 4 --steps 8 --json out.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="tiny", help="model preset or local HF directory")
+    parser.add_argument("--rows", type=int, default=32, help="first RLLA training rows used by both modes")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per sync step (async: the same rollouts' worth "
+                        "of tokens per batch)")
+    parser.add_argument("--n", type=int, default=4, help="samples per prompt (async: group size)")
+    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--max-prompt-length", type=int, default=1024, help="rows with longer prompts are skipped")
+    parser.add_argument("--micro-batch", type=int, default=4, help="sequences per forward/backward micro-batch")
+    parser.add_argument("--steps", type=int, default=6, help="measured learner steps, after the warm-up")
+    parser.add_argument("--warmup", type=int, default=1, help="learner steps not measured (model loading, first batch)")
+    parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--max-age", type=int, default=1, help="async.replay.max_age")
+    parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
+                        help="sync: model.use_shared_prompt (the CPU launch default)")
+    parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
+    parser.add_argument("--json", help="also write the results to this JSON file")
+    args = parser.parse_args(argv)
+    if min(args.rows, args.prompts, args.n, args.max_new_tokens, args.micro_batch, args.steps) < 1 or args.warmup < 0:
+        parser.error("--rows, --prompts, --n, --max-new-tokens, --micro-batch, --steps must be >= 1, --warmup >= 0")
+    if args.n < 2:
+        parser.error("--n must be >= 2 (RLOO needs two samples per prompt)")
+    return args
+
+
+def prepare_rows(args, out_dir: Path) -> tuple[Path, float]:
+    """The first ``--rows`` RLLA training rows whose chat-templated prompt fits ``--max-prompt-length``, as a parquet
+    in ``out_dir``; returns its path and their mean prompt length in tokens."""
+    import pandas as pd
+    from transformers import AutoTokenizer
+
+    from verl.async_rl.inference_server import template_ids
+    from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
+    from verl.utils.model_presets import prepare_model
+
+    tokenizer = AutoTokenizer.from_pretrained(prepare_model(args.model))
+    frame = pd.read_parquet(resolve_rlla_data_dir() / "train.parquet")
+    lengths = frame["prompt"].map(lambda m: len(template_ids(tokenizer, list(m), add_generation_prompt=True)))
+    keep = lengths[lengths <= args.max_prompt_length].index[: args.rows]
+    if len(keep) < args.prompts:
+        raise SystemExit(f"only {len(keep)} RLLA rows fit --max-prompt-length {args.max_prompt_length}")
+    path = out_dir / "train.parquet"
+    frame.loc[keep].reset_index(drop=True).to_parquet(path)
+    return path, float(lengths[keep].mean())
+
+
+def common_overrides(args, run_dir: Path, name: str) -> list[str]:
+    return [
+        f"actor_rollout_ref.model.path={args.model}", f"actor_rollout_ref.actor.optim.lr={args.lr}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
+        "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0.0",
+        "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        "trainer.logger=[console]", "trainer.project_name=bench", f"trainer.experiment_name={name}",
+        f"trainer.run_dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt", "trainer.save_freq=-1",
+        f"trainer.total_training_steps={args.warmup + args.steps}", "ray_init.num_cpus=2",
+    ]
+
+
+def sync_command(args, data: Path, run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *common_overrides(args, run_dir, "sync"),
+            f"data.train_files={data}", f"data.val_files={data}", f"data.train_batch_size={args.prompts}",
+            f"data.max_prompt_length={args.max_prompt_length}", f"data.max_response_length={args.max_new_tokens}",
+            "data.shuffle=False", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+            "actor_rollout_ref.actor.ppo_epochs=1",
+            f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
+            f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.temperature=1.0",
+            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
+            "algorithm.adv_estimator=rloo", "algorithm.use_kl_in_reward=False", "trainer.val_before_train=False",
+            "trainer.test_freq=-1", "trainer.resume_mode=disable", "trainer.device=cpu", "trainer.n_gpus_per_node=0"]
+
+
+def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[str]:
+    rollouts = args.prompts * args.n
+    budget = int(rollouts * (mean_prompt + args.max_new_tokens))
+    return [sys.executable, "-m", "verl.trainer.main_async", *common_overrides(args, run_dir, "async"),
+            f"async.inference.max_tokens={args.max_new_tokens}", "async.inference.temperature=1.0",
+            f"async.batcher.total_token_budget={budget}",
+            f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
+            f"async.max_buffer_rollouts={rollouts}", f"async.replay.max_age={args.max_age}",
+            "async.replay.advantage=rloo", "~async.envs.line_world",
+            f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: 1, fraction: 1.0, group_size: {args.n}}}"]
+
+
+def run(command: list[str], label: str) -> float:
+    """Run ``command`` from the repository root (its output to this terminal); returns its wall seconds."""
+    env = dict(os.environ, RAY_AUTH_MODE=os.environ.get("RAY_AUTH_MODE", "disabled"), TOKENIZERS_PARALLELISM="false",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    print(f"=== {label}: {' '.join(command[1:4])} ...", flush=True)
+    t0 = time.perf_counter()
+    subprocess.run(command, cwd=REPO_ROOT, env=env, check=True)
+    return time.perf_counter() - t0
+
+
+def records(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def summarise_sync(args, recs: list[dict]) -> dict:
+    measured = [r for r in recs if r["step"] > args.warmup]
+    step_s = [r["timing_s/step"] for r in measured]
+    rollouts = args.prompts * args.n
+    total = sum(step_s)
+    return {"mode": "sync", "steps": len(measured), "step_s_median": statistics.median(step_s),
+            "learner_steps_per_s": len(measured) / total, "rollouts_per_step": float(rollouts),
+            "rollouts_trained_per_s": rollouts * len(measured) / total,
+            "rollouts_generated_per_s": rollouts * len(measured) / total, "frac_on_policy": 1.0,
+            "used_version_lag": {0: rollouts * len(measured)}}
+
+
+def summarise_async(args, recs: list[dict]) -> dict:
+    by_version = {int(r["policy_version"]): r for r in recs}
+    start, end = by_version[args.warmup], by_version[args.warmup + args.steps]
+    measured = [by_version[v] for v in range(args.warmup + 1, args.warmup + args.steps + 1)]
+    wall = end["orchestrator/elapsed_s"] - start["orchestrator/elapsed_s"]
+    lags: Counter = Counter()
+    for r in measured:
+        for key, value in r.items():
+            if key.startswith("replays/rlla/used_version_lag/"):
+                lags[int(key.rsplit("/", 1)[1])] += int(value)
+    step_wall = [measured[0]["orchestrator/elapsed_s"] - start["orchestrator/elapsed_s"]] + [
+        b["orchestrator/elapsed_s"] - a["orchestrator/elapsed_s"] for a, b in zip(measured, measured[1:])]
+    trained = sum(r.get("batches/rollouts", 0.0) for r in measured)
+    generated = end["orchestrator/rollouts_generated"] - start["orchestrator/rollouts_generated"]
+    used = sum(lags.values())
+    return {"mode": "async", "steps": len(measured), "step_s_median": statistics.median(step_wall),
+            "learner_steps_per_s": len(measured) / wall, "rollouts_per_step": trained / len(measured),
+            "rollouts_trained_per_s": trained / wall, "rollouts_generated_per_s": generated / wall,
+            "frac_on_policy": lags.get(0, 0) / used if used else float("nan"),
+            "seed_frac_on_policy_mean": statistics.mean(r.get("replays/rlla/frac_on_policy", float("nan"))
+                                                        for r in measured),
+            "learner_step_s_median": statistics.median(r.get("learner/step_time_s", float("nan"))
+                                                       for r in measured),
+            "stale_dropped": sum(r.get("replays/rlla/evicted_stale", 0.0) for r in measured),
+            "broadcast_latency_s_median": statistics.median(r.get("weights/broadcast_latency_s", float("nan"))
+                                                            for r in measured),
+            "used_version_lag": dict(sorted(lags.items()))}
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if str(REPO_ROOT) not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT))
+    load_before = os.getloadavg()
+    work = Path(tempfile.mkdtemp(prefix="bench_async_"))
+    results = []
+    try:
+        data, mean_prompt = prepare_rows(args, work)
+        print(f"{args.rows} RLLA rows, mean prompt {mean_prompt:.0f} tokens; {args.prompts} prompts x {args.n} "
+              f"samples x {args.max_new_tokens} new tokens per step", flush=True)
+        for mode in (args.only,) if args.only else ("sync", "async"):
+            run_dir = work / mode
+            command = sync_command(args, data, run_dir) if mode == "sync" else \
+                async_command(args, data, run_dir, mean_prompt)
+            wall = run(command, mode)
+            summary = (summarise_sync if mode == "sync" else summarise_async)(args, records(run_dir))
+            summary["process_wall_s"] = wall
+            results.append(summary)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nload average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (2-core machine: > 0.5 "
+          f"before means the timings are disturbed)")
+    print(f"{'mode':>6} {'s/step':>7} {'steps/s':>8} {'rollouts/step':>14} {'trained/s':>10} {'generated/s':>12} "
+          f"{'on-policy':>10}  staleness of trained rollouts (lag: count)")
+    for r in results:
+        print(f"{r['mode']:>6} {r['step_s_median']:>7.2f} {r['learner_steps_per_s']:>8.4f} "
+              f"{r['rollouts_per_step']:>14.1f} {r['rollouts_trained_per_s']:>10.3f} "
+              f"{r['rollouts_generated_per_s']:>12.3f} {r['frac_on_policy']:>10.2f}  {r['used_version_lag']}")
+    by = {r["mode"]: r for r in results}
+    if "async" in by:
+        a = by["async"]
+        print(f"async: learner step {a['learner_step_s_median']:.2f} s (median), broadcast "
+              f"{a['broadcast_latency_s_median']:.3f} s, stale rollouts dropped {a['stale_dropped']:.0f}, seed "
+              f"frac_on_policy (pool at batch time) {a['seed_frac_on_policy_mean']:.2f}")
+    if len(by) == 2:
+        s, a = by["sync"], by["async"]
+        print(f"async/sync: learner steps/s {a['learner_steps_per_s'] / s['learner_steps_per_s']:.2f}x, rollouts "
+              f"trained/s {a['rollouts_trained_per_s'] / s['rollouts_trained_per_s']:.2f}x, rollouts generated/s "
+              f"{a['rollouts_generated_per_s'] / s['rollouts_generated_per_s']:.2f}x")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+
+
+if __name__ == "__main__":
+    main()
