@@ -30,6 +30,13 @@ def test_packed_step_matches_inference_and_follows_advantages(tiny_model_dir, tm
 
     with torch.no_grad():
         before, _ = packed_logprobs(learner.model, example)
+        mask = example.loss_mask & (example.position_ids > 0)
+        # logits only where needed: the same log-probs at the needed tokens, 0 elsewhere
+        kept, kept_entropy = packed_logprobs(learner.model, example, needed=mask, calculate_entropy=True)
+        _, full_entropy = packed_logprobs(learner.model, example, calculate_entropy=True)
+    torch.testing.assert_close(kept[mask], before[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(kept_entropy[mask], full_entropy[mask], atol=1e-5, rtol=0)
+    assert bool((kept[~mask] == 0).all()) and bool((before[~mask] != 0).any())
     stats = learner.step(example)
     assert learner.version == 1 and stats["learner/policy_version"] == 1.0
     # same weights, so the learner reproduces the server's log-probs of the packed segments
@@ -37,7 +44,6 @@ def test_packed_step_matches_inference_and_follows_advantages(tiny_model_dir, tm
     assert {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "actor/entropy"} <= set(stats)
     with torch.no_grad():
         after, _ = packed_logprobs(learner.model, example)
-    mask = example.loss_mask & (example.position_ids > 0)
     change = (after - before)[mask]
     adv = example.advantages[mask]
     assert change[adv > 0].mean() > change[adv < 0].mean()

@@ -44,22 +44,34 @@ _CKPT_FILE = "learner.pt"
 
 
 def packed_logprobs(model: torch.nn.Module, example: RlExample, temperature: float = 1.0,
-                    calculate_entropy: bool = False):
+                    calculate_entropy: bool = False, needed: Optional[torch.Tensor] = None):
     """Per-token log-probs of packed rows, aligned like ``RlExample.policy_logprobs``.
 
     Args: ``model`` an HF causal LM; ``example`` (only ``input_ids``, ``segment_ids``, ``position_ids`` are read);
-        ``temperature``: logits are divided by it (as the inference server samples).
+        ``temperature``: logits are divided by it (as the inference server samples); ``needed`` ([B, L] bool or
+        None = every position): the tokens whose log-prob is wanted, e.g. the loss mask. The vocabulary projection is
+        computed only at the positions that predict a needed token in some row (``logits_to_keep``: with a 49k
+        vocabulary and ~700-token RLLA prompts it is most of a full-logits forward's cost and memory).
     Returns: ``(log_probs [B, L] float32, entropy [B, L] float32 or None)``; position ``t`` holds
-        ``log p(input_ids[b, t] | its segment's tokens before t)``, 0 at ``t = 0``; differentiable.
+        ``log p(input_ids[b, t] | its segment's tokens before t)`` (the entropy of that distribution) where computed,
+        0 at ``t = 0`` and at positions no row needs; differentiable.
     """
     input_ids = example.input_ids.long()
+    batch, length = input_ids.shape
     mask = segment_attention_mask(example.segment_ids)[:, None]  # [B, 1, L, L] bool, True = attend
+    if needed is None:
+        keep = torch.arange(length - 1, device=input_ids.device)
+    else:
+        keep = torch.nonzero(needed[:, 1:].any(dim=0)).flatten()  # predictor positions t-1 of needed tokens t
     output = model(input_ids=input_ids, attention_mask=mask, position_ids=example.position_ids.long(),
-                   use_cache=False)
-    logits = output.logits[:, :-1].float() / float(temperature)  # position t-1 predicts token t
-    zeros = torch.zeros(input_ids.shape[0], 1, dtype=torch.float32, device=input_ids.device)
-    log_probs = torch.cat([zeros, logprobs_from_logits(logits, input_ids[:, 1:])], dim=1)
-    entropy = torch.cat([zeros, entropy_from_logits(logits)], dim=1) if calculate_entropy else None
+                   use_cache=False, logits_to_keep=keep)
+    logits = output.logits.float() / float(temperature)  # [B, K, V]; position keep[k] predicts token keep[k] + 1
+    log_probs = torch.zeros(batch, length, dtype=torch.float32, device=input_ids.device)
+    log_probs = log_probs.index_copy(1, keep + 1, logprobs_from_logits(logits, input_ids[:, keep + 1]))
+    entropy = None
+    if calculate_entropy:
+        entropy = torch.zeros(batch, length, dtype=torch.float32, device=input_ids.device)
+        entropy = entropy.index_copy(1, keep + 1, entropy_from_logits(logits))
     return log_probs, entropy
 
 
@@ -138,7 +150,8 @@ class Learner:
             mask = _loss_mask(part)
             if not bool(mask.any()):
                 continue
-            log_prob, entropy = packed_logprobs(self.model, part, self.temperature, calculate_entropy=True)
+            log_prob, entropy = packed_logprobs(self.model, part, self.temperature, calculate_entropy=True,
+                                                needed=mask)
             old = part.policy_logprobs
             pg_loss, pg_metrics = self.policy_loss_fn(old, log_prob, part.advantages, mask, loss_agg_mode, cfg)
             if entropy_coeff == 0:
