@@ -37,19 +37,22 @@ def _hand_batch():
 def test_layout_and_mask_by_hand():
     input_ids, attention_mask, position_ids = _hand_batch()
     shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length=2)
-    # [A A A | r0 r0 | r1 | B B | r2 r2]
+    # one row per group, prompts ending at column 3 (the longest prompt), responses from there:
+    # row 0: [A A A | r0 r0 | r1]      row 1: [pad | B B | r2 r2 | pad]
     assert shared.groups == [[0, 1], [2]]
-    assert shared.input_ids.tolist() == [[11, 12, 13, 31, 32, 41, 21, 22, 51, 52]]
-    assert shared.position_ids.tolist() == [[0, 1, 2, 3, 4, 3, 0, 1, 2, 3]]
-    allowed = shared.attention_mask[0, 0]
-    expected = torch.zeros(10, 10, dtype=torch.bool)
-    visible = {0: [0], 1: [0, 1], 2: [0, 1, 2], 3: [0, 1, 2, 3], 4: [0, 1, 2, 3, 4], 5: [0, 1, 2, 5],
-               6: [6], 7: [6, 7], 8: [6, 7, 8], 9: [6, 7, 8, 9]}
-    for query, keys in visible.items():
-        expected[query, keys] = True
-    assert torch.equal(allowed, expected)  # row 1's response never sees row 0's; groups never see each other
-    # logits kept at: A's last token (predicts r0[0] and r1[0]), r0[0] (predicts r0[1]), B's last, r2[0]
-    assert shared.keep.tolist() == [2, 3, 7, 8]
+    pad = int(input_ids[0, 0])
+    assert shared.input_ids.tolist() == [[11, 12, 13, 31, 32, 41], [pad, 21, 22, 51, 52, pad]]
+    assert shared.position_ids.tolist() == [[0, 1, 2, 3, 4, 3], [0, 0, 1, 2, 3, 0]]
+    visible = [{0: [0], 1: [0, 1], 2: [0, 1, 2], 3: [0, 1, 2, 3], 4: [0, 1, 2, 3, 4], 5: [0, 1, 2, 5]},
+               {0: [0], 1: [1], 2: [1, 2], 3: [1, 2, 3], 4: [1, 2, 3, 4], 5: [5]}]  # padding sees only itself
+    for row, keys_of in enumerate(visible):
+        expected = torch.zeros(6, 6, dtype=torch.bool)
+        for query, keys in keys_of.items():
+            expected[query, keys] = True
+        assert torch.equal(shared.attention_mask[row, 0], expected), row  # row 1's response never sees row 0's
+    # logits kept at columns 2 (each prompt's last token: predicts r0[0], r1[0], r2[0]) and 3 (r0[0] -> r0[1],
+    # r2[0] -> r2[1]); the kept logits are [row, column] flattened: row 0 -> 0, 1; row 1 -> 2, 3
+    assert shared.keep.tolist() == [2, 3]
     assert shared.in_response.tolist() == [[True, True], [True, False], [True, True]]
     assert shared.target_index.tolist() == [0, 1, 0, 2, 3]  # r0[0], r0[1], r1[0], r2[0], r2[1]
 

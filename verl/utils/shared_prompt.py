@@ -1,26 +1,34 @@
-"""Shared-prompt packing: the prompt of a group of rollouts is computed once, its responses attend to it.
+"""Shared-prompt layout: the prompt of a group of rollouts is computed once, its responses attend to it.
 
 GRPO-style rollouts draw ``n`` responses per prompt, so a ``[B, P + R]`` actor batch repeats every prompt ``n`` times.
 RLLA prompts are long (median ~720 tokens) and responses short (<= 128 on CPU), so most of a log-prob or update pass
-recomputes the same prompt. This module lays a micro-batch out as one packed row in which each distinct prompt appears
+recomputes the same prompt. This module lays a micro-batch out as one row per distinct prompt (a group), the prompt
 once, followed by the responses of the rows that share it::
 
-    [ prompt_g | response_g1 | response_g2 | ... | prompt_h | response_h1 | ... ]
+    row g: [ pad | prompt_g | response_g1 | response_g2 | ... | pad ]
+    row h: [ pad ...  | prompt_h | response_h1 | ...            | pad ]
 
-with a 4-D attention mask in which
+Prompts are left-padded so that every prompt ends at the same column ``P_max`` (the longest prompt of the micro-batch)
+and the responses of every group start there; the logits needed by all rows then lie in one band of columns, which
+is what ``logits_to_keep`` can select. The 4-D attention mask ``[G, 1, T, T]`` lets
 
-* a prompt token attends causally to the earlier tokens of its own prompt, and
-* a response token attends to its whole prompt and causally to the earlier tokens of its own response (never to a
-  sibling's response, never across groups),
+* a prompt token attend causally to the earlier tokens of its own prompt, and
+* a response token attend to its whole prompt and causally to the earlier tokens of its own response (never to a
+  sibling's response; other groups are other rows),
 
-and with every token keeping its position id from the padded batch. Each response token therefore sees exactly the
-keys, values and positions it sees in the unshared computation, so its hidden states, logits, log-probs and gradients
-are the unshared ones up to floating-point summation order (exact, not approximate). The logits that predict a
+and every token keeps its position id from the padded batch. Each response token therefore sees exactly the keys,
+values and positions it sees in the unshared computation, so its hidden states, logits, log-probs and gradients are
+the unshared ones up to floating-point summation order (exact, not approximate). The logits that predict a
 response's first token sit at the prompt's last position and are shared by the whole group; a gather hands the same
-row of logits to every member, and autograd sums the members' gradients there, as the unshared path does.
+row of logits to every member, and autograd sums the members' gradients there, as the unshared path does. Padding
+positions attend only to themselves (a query with no visible key would give NaN) and nothing attends to them.
 
-The mask is dense ``[T, T]``, so this path needs an attention implementation that takes an arbitrary mask (``sdpa``
-or ``eager``); FlashAttention's varlen kernels cannot express "attend to the prompt, skip the siblings".
+One row per group, rather than one packed row for the whole micro-batch: a dense mask makes attention cost grow with
+the square of the row length, so packing 8 RLLA groups (~11k tokens) into one row cost ~8x the attention FLOPs and
+memory of 8 rows of ~1.4k tokens (measured on the micro-batch-32 benchmark, ``benchmarks/bench_grpo_vs_trl.py``).
+
+The mask is dense, so this path needs an attention implementation that takes an arbitrary mask (``sdpa`` or
+``eager``); FlashAttention's varlen kernels cannot express "attend to the prompt, skip the siblings".
 
 Coordinates: ``S = P + R`` columns per padded row, response in the last ``R`` columns (verl's layout: left-padded
 prompt, right-padded response).
@@ -36,18 +44,19 @@ SUPPORTED_ATTENTION = ("sdpa", "eager")
 
 @dataclass
 class SharedPromptBatch:
-    """One micro-batch laid out with each distinct prompt once.
+    """One micro-batch laid out with each distinct prompt once, one row per group.
 
     Attributes:
-        input_ids: [1, T] int64, the packed tokens (T = sum over groups of prompt length + its responses' lengths).
-        position_ids: [1, T] int64, every token's position id in the padded batch.
-        attention_mask: [1, 1, T, T] bool, True where the query (row) may attend to the key (column).
-        keep: [K] int64 ascending, packed positions whose logits are needed (each group's last prompt token, and every
-            response token that is followed by a valid response token).
+        input_ids: [G, T] int64, the tokens (T = the longest prompt + the largest group's response tokens; padding
+            holds the first row's first token and is never attended to).
+        position_ids: [G, T] int64, every token's position id in the padded batch (0 on padding).
+        attention_mask: [G, 1, T, T] bool, True where the query (row) may attend to the key (column).
+        keep: [K] int64 ascending, the columns whose logits are needed in some row (each group's last prompt token,
+            and every response token that is followed by a valid response token).
         target_index: [N] int64, for each valid response token in row-major ``[b, R]`` order, the index into the
-            ``K`` kept logits that predicts it.
+            ``G * K`` kept logits (``logits.reshape(G * K, V)``) that predicts it.
         in_response: [b, R] bool, the valid response tokens (N = in_response.sum()).
-        groups: the row indices of each group, in order of first appearance.
+        groups: the row indices of each group, in order of first appearance (group g is layout row g).
     """
 
     input_ids: torch.Tensor
@@ -116,42 +125,50 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
         raise ValueError(f"shared-prompt packing: row {int(no_prompt.nonzero()[0])} has no valid prompt token")
 
     groups = group_rows_by_prompt(input_ids, attention_mask, prompt_length)
-    flat_ids, flat_pos, segment, member = [], [], [], []
-    # predictor[b, t]: packed position whose logits predict response token t of row b (its prompt's last token for
-    # t = 0, its response token t - 1 otherwise)
+    prompt_valid = valid[:, :prompt_length]
+    prompt_lengths = prompt_valid.sum(dim=-1)
+    heads = torch.tensor([rows[0] for rows in groups], device=device)
+    start = int(prompt_lengths[heads].max())  # P_max: every prompt ends here, every group's responses start here
+    totals = [int(response_lengths[rows].sum()) for rows in groups]
+    width = start + max(totals)
+    num_groups = len(groups)
+    ids = torch.full((num_groups, width), int(input_ids[0, 0]), dtype=input_ids.dtype, device=device)
+    pos = torch.zeros((num_groups, width), dtype=position_ids.dtype, device=device)
+    # member[g, c]: the batch row a response token belongs to; -1 on the prompt, -2 on padding
+    member = torch.full((num_groups, width), -2, dtype=torch.long, device=device)
+    # predictor[b, t]: column of row-of-b whose logits predict response token t of batch row b (its prompt's last
+    # token for t = 0, its response token t - 1 otherwise)
     predictor = torch.empty((batch_size, response_length), dtype=torch.long, device=device)
+    layout_row = torch.empty(batch_size, dtype=torch.long, device=device)
     steps = torch.arange(response_length, device=device)
-    cursor = 0
-    for group_index, rows in enumerate(groups):
+    for g, rows in enumerate(groups):
         head = rows[0]
-        prompt_cols = valid[head, :prompt_length].nonzero().squeeze(-1)
-        flat_ids.append(input_ids[head, prompt_cols])
-        flat_pos.append(position_ids[head, prompt_cols])
-        segment.append(torch.full((prompt_cols.numel(),), group_index, dtype=torch.long, device=device))
-        member.append(torch.full((prompt_cols.numel(),), -1, dtype=torch.long, device=device))
-        cursor += prompt_cols.numel()
-        last_prompt_token = cursor - 1
+        prompt_cols = prompt_valid[head].nonzero().squeeze(-1)
+        first = start - prompt_cols.numel()
+        ids[g, first:start] = input_ids[head, prompt_cols]
+        pos[g, first:start] = position_ids[head, prompt_cols]
+        member[g, first:start] = -1
+        cursor = start
         for row in rows:
             length = int(response_lengths[row])
+            ids[g, cursor:cursor + length] = input_ids[row, prompt_length:prompt_length + length]
+            pos[g, cursor:cursor + length] = position_ids[row, prompt_length:prompt_length + length]
+            member[g, cursor:cursor + length] = row
             predictor[row] = cursor + steps - 1
-            predictor[row, 0] = last_prompt_token
-            flat_ids.append(input_ids[row, prompt_length:prompt_length + length])
-            flat_pos.append(position_ids[row, prompt_length:prompt_length + length])
-            segment.append(torch.full((length,), group_index, dtype=torch.long, device=device))
-            member.append(torch.full((length,), row, dtype=torch.long, device=device))
+            predictor[row, 0] = start - 1
+            layout_row[row] = g
             cursor += length
-    packed_ids = torch.cat(flat_ids).unsqueeze(0)
-    packed_pos = torch.cat(flat_pos).unsqueeze(0)
-    segment = torch.cat(segment)
-    member = torch.cat(member)
 
-    index = torch.arange(segment.numel(), device=device)
-    allowed = (segment.unsqueeze(1) == segment.unsqueeze(0)) & (index.unsqueeze(0) <= index.unsqueeze(1))
-    allowed &= (member.unsqueeze(0) == -1) | (member.unsqueeze(0) == member.unsqueeze(1))
+    column = torch.arange(width, device=device)
+    causal = column.view(1, 1, width) <= column.view(1, width, 1)  # [1, query, key]
+    query, key = member.unsqueeze(2), member.unsqueeze(1)  # [G, T, 1], [G, 1, T]
+    allowed = causal & (key != -2) & (query != -2) & ((key == -1) | (key == query))
+    allowed |= torch.eye(width, dtype=torch.bool, device=device) & (query == -2)  # padding sees itself only
 
-    keep, target_index = torch.unique(predictor[response_valid], sorted=True, return_inverse=True)
-    return SharedPromptBatch(packed_ids, packed_pos, allowed.view(1, 1, *allowed.shape), keep, target_index,
-                             response_valid, groups)
+    keep, column_index = torch.unique(predictor[response_valid], sorted=True, return_inverse=True)
+    rows_of_tokens = layout_row.unsqueeze(1).expand(batch_size, response_length)[response_valid]
+    target_index = rows_of_tokens * keep.numel() + column_index
+    return SharedPromptBatch(ids, pos, allowed.unsqueeze(1), keep, target_index, response_valid, groups)
 
 
 def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: torch.dtype = torch.float32):

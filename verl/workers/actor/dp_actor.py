@@ -190,12 +190,13 @@ class DataParallelPPOActor:
         device_type = input_ids.device.type
         with compute_autocast(device_type, self.compute_dtype):
             if self.use_shared_prompt:
-                # each distinct prompt once, its responses attending to it (exact: same keys/positions per token)
+                # each distinct prompt once (a row per group), its responses attending to it (exact: same keys and
+                # positions per token)
                 shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length)
                 output = self.actor_module(input_ids=shared.input_ids, position_ids=shared.position_ids,
                                            attention_mask=attention_mask_for(self.actor_module, shared.attention_mask),
                                            use_cache=False, logits_to_keep=shared.keep)
-                logits = output.logits[0][shared.target_index]  # [N, V]: one row per valid response token
+                logits = output.logits.flatten(0, 1)[shared.target_index]  # [N, V]: one per valid response token
                 labels = responses[shared.in_response]  # [N]
                 in_response = shared.in_response  # [b, R]
             elif self.use_remove_padding:
