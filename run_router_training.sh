@@ -33,6 +33,7 @@ $PYTHON -m verl.trainer.main_ppo \
   actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO_BATCH_PER_GPU \
   actor_rollout_ref.model.use_remove_padding=True \
   actor_rollout_ref.model.use_shared_prompt=$SHARED_PROMPT \
+  actor_rollout_ref.model.use_fused_kernels=$FUSED_KERNELS \
   actor_rollout_ref.rollout.name=$ROLLOUT_NAME \
   actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
   actor_rollout_ref.rollout.n=$ROLLOUT_N \

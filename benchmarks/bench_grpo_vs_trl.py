@@ -78,6 +78,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
                         help="ours: compute each prompt once for its n samples (model.use_shared_prompt; exact, on by "
                              "default in the CPU launch scripts); TRL has no equivalent")
+    parser.add_argument("--fused-kernels", action=argparse.BooleanOptionalAction, default=True,
+                        help="ours: log-probs/entropy from the final hidden states in chunks, no [tokens, vocab] "
+                             "logits (model.use_fused_kernels; on by default in the CPU launch scripts)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--result-file", help=argparse.SUPPRESS)  # child mode: run --only, write the result here
     args = parser.parse_args(argv)
@@ -203,6 +206,7 @@ def ours_config(args, data_path: Path, max_prompt_length: int, run_dir: str):
         f"actor_rollout_ref.model.path={args.model}",
         f"actor_rollout_ref.model.enable_gradient_checkpointing={args.gradient_checkpointing}",
         f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
+        f"actor_rollout_ref.model.use_fused_kernels={args.fused_kernels}",
         f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
         f"actor_rollout_ref.actor.optim.lr={args.lr}", "actor_rollout_ref.actor.optim.weight_decay=0.01",
@@ -335,7 +339,8 @@ def run_child(system: str, args) -> dict:
         result_file = fh.name
     argv = ["--only", system, "--result-file", result_file,
             "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
-            "--shared-prompt" if args.shared_prompt else "--no-shared-prompt"]
+            "--shared-prompt" if args.shared_prompt else "--no-shared-prompt",
+            "--fused-kernels" if args.fused_kernels else "--no-fused-kernels"]
     for key in ("steps", "warmup", "model", "prompts", "n", "max_new_tokens", "micro_batch", "lr", "seed", "threads"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     print(f"=== {system}: {' '.join(argv)}", flush=True)
@@ -368,7 +373,8 @@ def print_report(results: list[dict], args) -> None:
     print(f"\nGRPO step, model {args.model}: {args.prompts} prompts x {args.n} samples, {args.max_new_tokens} new "
           f"tokens, micro-batch {args.micro_batch}, gradient checkpointing "
           f"{'on' if args.gradient_checkpointing else 'off'}, ours with shared prompt "
-          f"{'on' if args.shared_prompt else 'off'}, float32, {args.threads} threads; "
+          f"{'on' if args.shared_prompt else 'off'}, fused kernels {'on' if args.fused_kernels else 'off'}, float32, "
+          f"{args.threads} threads; "
           f"median of {args.steps} steps after {args.warmup} warm-up")
     print(f"{'system':<6} {'step s':>8} {'gen s':>7} {'gen tok/s':>10} {'resp tok':>9} {'prompt tok':>11} "
           f"{'peak RSS GB':>12} {'largest process':>24}")

@@ -241,6 +241,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             # the actor's forward settings also serve the reference policy and the log-probs of a rollout-only role
             cfg.actor.use_remove_padding = bool(cfg.model.get("use_remove_padding", False))
             cfg.actor.use_shared_prompt = bool(cfg.model.get("use_shared_prompt", False))
+            cfg.actor.use_fused_kernels = bool(cfg.model.get("use_fused_kernels", False))
             cfg.rollout.shared_prefill = cfg.actor.use_shared_prompt  # the HF rollout prefills each prompt once
             cfg.actor.compute_dtype = cfg.rollout.get("dtype", "bfloat16")
             if self._is_rollout:

@@ -27,6 +27,7 @@ from verl.trainer.ppo import core_algos
 from verl.utils.model_utils import clip_grad_norm, compute_autocast
 from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
 from verl.utils.seqlen_balancing import split_micro_batches
+from verl.utils.fused_linear_logprob import fused_head_problem, linear_logprobs_and_entropy
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
@@ -152,7 +153,10 @@ class DataParallelPPOActor:
             ``ppo_epochs``, ``shuffle``, ``grad_clip``, ``clip_ratio*``, ``policy_loss``, ``loss_agg_mode``,
             ``entropy_coeff``, ``use_kl_loss``, ``kl_loss_coef``, ``kl_loss_type``, ``use_remove_padding`` and
             ``use_shared_prompt`` (copied from ``model.*``; shared-prompt packing computes each distinct prompt of a
-            micro-batch once, see ``verl/utils/shared_prompt.py``, and takes precedence over remove-padding);
+            micro-batch once, see ``verl/utils/shared_prompt.py``, and takes precedence over remove-padding) and
+            ``use_fused_kernels`` (from ``model.*``: log-probs/entropies straight from the final hidden states,
+            ``verl/utils/fused_linear_logprob.py``; ignored with a warning when the LM head is sharded or not a plain
+            linear map, see ``fused_head_problem``);
             optional ``compute_dtype`` (autocast dtype on CUDA, default bf16).
         actor_module: the causal LM (its forward takes ``logits_to_keep``, as every transformers 5 causal LM).
         actor_optimizer: None for a log-prob-only actor (the reference policy).
@@ -164,6 +168,11 @@ class DataParallelPPOActor:
         self.actor_optimizer = actor_optimizer
         self.use_remove_padding = bool(config.get("use_remove_padding", False))
         self.use_shared_prompt = bool(config.get("use_shared_prompt", False))
+        self.use_fused_kernels = bool(config.get("use_fused_kernels", False))
+        problem = fused_head_problem(actor_module) if self.use_fused_kernels else None
+        if problem:
+            logger.warning("model.use_fused_kernels ignored: %s; log-probs come from materialised logits", problem)
+            self.use_fused_kernels = False
         self.compute_dtype = config.get("compute_dtype", "bfloat16")
         self.policy_loss_fn = core_algos.get_policy_loss_fn(config.get("policy_loss", "vanilla") or "vanilla")
 
@@ -188,6 +197,9 @@ class DataParallelPPOActor:
         position_ids = micro_batch["position_ids"]
         batch_size, response_length = responses.shape
         device_type = input_ids.device.type
+        # the forward returns logits at the kept positions, or (fused) the final hidden states there
+        fused = self.use_fused_kernels
+        extra = {"output_hidden_states": True} if fused else {}
         with compute_autocast(device_type, self.compute_dtype):
             if self.use_shared_prompt:
                 # each distinct prompt once (a row per group), its responses attending to it (exact: same keys and
@@ -195,8 +207,9 @@ class DataParallelPPOActor:
                 shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length)
                 output = self.actor_module(input_ids=shared.input_ids, position_ids=shared.position_ids,
                                            attention_mask=attention_mask_for(self.actor_module, shared.attention_mask),
-                                           use_cache=False, logits_to_keep=shared.keep)
-                logits = output.logits.flatten(0, 1)[shared.target_index]  # [N, V]: one per valid response token
+                                           use_cache=False, logits_to_keep=1 if fused else shared.keep, **extra)
+                kept = output.hidden_states[-1][:, shared.keep] if fused else output.logits
+                states = kept.flatten(0, 1)[shared.target_index]  # [N, V or H]: one per valid response token
                 labels = responses[shared.in_response]  # [N]
                 in_response = shared.in_response  # [b, R]
             elif self.use_remove_padding:
@@ -205,20 +218,29 @@ class DataParallelPPOActor:
                 predictors = response_predictor_mask(attention_mask, response_length)  # [b, S]
                 keep = packed_positions_of(attention_mask, predictors)  # [K]
                 output = self.actor_module(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                                           attention_mask=None, use_cache=False, logits_to_keep=keep)
-                logits = output.logits[0]  # [K, V]
+                                           attention_mask=None, use_cache=False, logits_to_keep=1 if fused else keep,
+                                           **extra)
+                states = output.hidden_states[-1][0, keep] if fused else output.logits[0]  # [K, V or H]
                 labels = input_ids[:, 1:][predictors[:, :-1]]  # [K]
                 in_response = predictors[:, -response_length - 1:-1]  # [b, R]
             else:
                 output = self.actor_module(input_ids=input_ids, attention_mask=attention_mask,
                                            position_ids=position_ids, use_cache=False,
-                                           logits_to_keep=response_length + 1)
-                logits = output.logits[:, :-1]  # [b, R, V]: position t predicts response token t
+                                           logits_to_keep=1 if fused else response_length + 1, **extra)
+                # position t predicts response token t: [b, R, V or H]
+                states = output.hidden_states[-1][:, -response_length - 1:-1] if fused else output.logits[:, :-1]
                 labels = responses
                 in_response = None
-        logits = logits.float() / temperature
-        log_probs = logprobs_from_logits(logits, labels)
-        entropy = entropy_from_logits(logits) if calculate_entropy else None
+        if fused:
+            weight = self.actor_module.get_output_embeddings().weight
+            log_probs, entropy = linear_logprobs_and_entropy(states.reshape(-1, states.shape[-1]), weight,
+                                                             labels.reshape(-1), temperature, calculate_entropy)
+            log_probs = log_probs.view(labels.shape)
+            entropy = entropy.view(labels.shape) if entropy is not None else None
+        else:
+            logits = states.float() / temperature
+            log_probs = logprobs_from_logits(logits, labels)
+            entropy = entropy_from_logits(logits) if calculate_entropy else None
         if in_response is not None:  # scatter the packed values back to [b, R]
             log_probs = _scatter(log_probs, in_response)
             entropy = _scatter(entropy, in_response) if entropy is not None else None
