@@ -12,7 +12,7 @@ from verl.utils.fused_linear_logprob import fused_head_problem
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 
 from test_dp_actor_on_cpu import actor_config, assert_gradients_equal_padded
-from test_shared_prompt_on_cpu import ENTROPY_ATOL, LP_ATOL
+from test_shared_prompt_on_cpu import ENTROPY_ATOL, LP_ATOL, assert_update_equals_padded
 from workers_testlib import make_rlla_group_batch
 
 LAYOUTS = {"padded": {}, "remove_padding": {"use_remove_padding": True}, "shared": {"use_shared_prompt": True}}
@@ -43,17 +43,7 @@ def test_fused_update_equals_padded_update(causal_lm, tokenizer):
     head's gradient lands on the embedding)."""
     data = make_rlla_group_batch(tokenizer, n=4, num_prompts=2)
     data.meta_info["temperature"] = 0.7
-    results = []
-    for overrides in ({}, {"use_fused_kernels": True, "use_shared_prompt": True}):
-        model = copy.deepcopy(causal_lm)
-        cfg = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, **overrides)
-        metrics = DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=1e-2)).update_policy(data)
-        results.append((model, metrics))
-    (padded, padded_metrics), (fused, fused_metrics) = results
-    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
-        assert fused_metrics[key] == pytest.approx(padded_metrics[key], rel=1e-5, abs=1e-6), key
-    for (name, p), q in zip(padded.named_parameters(), fused.parameters()):
-        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)
+    assert_update_equals_padded(causal_lm, data, use_fused_kernels=True, use_shared_prompt=True)
 
 
 def test_unsupported_heads_fall_back_with_a_reason(causal_lm, caplog):

@@ -112,20 +112,26 @@ def test_shared_gradients_equal_padded_on_rlla(causal_lm, tokenizer):
     assert_gradients_equal_padded(causal_lm, micro, weights, use_shared_prompt=True)
 
 
+def assert_update_equals_padded(causal_lm, data, **overrides):
+    """One ``update_policy`` (SGD, entropy bonus 0.01, 2 micro-batches of 4) with ``overrides`` against the padded
+    path: same pg_loss / entropy / grad_norm metrics and the same weights afterwards; the weights did change."""
+    results = []
+    for variant in ({}, overrides):
+        model = copy.deepcopy(causal_lm)
+        cfg = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, **variant)
+        metrics = DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=1e-2)).update_policy(data)
+        results.append((model, metrics))
+    (padded, padded_metrics), (other, other_metrics) = results
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
+        assert other_metrics[key] == pytest.approx(padded_metrics[key], rel=1e-5, abs=1e-6), key
+    for (name, p), q in zip(padded.named_parameters(), other.parameters()):
+        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)
+    assert any(not torch.equal(p, q) for p, q in zip(padded.parameters(), causal_lm.parameters()))
+
+
 def test_shared_update_equals_padded_update(causal_lm, tokenizer):
     data = make_rlla_group_batch(tokenizer, n=4, num_prompts=2)
     data.meta_info["temperature"] = 0.7
-    results = []
-    for overrides in ({}, {"use_shared_prompt": True, "use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 4000}):
-        model = copy.deepcopy(causal_lm)
-        cfg = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, **overrides)
-        actor = DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=1e-2))
-        metrics = actor.update_policy(data)
-        results.append((model, metrics))
-    (padded, padded_metrics), (shared, shared_metrics) = results
-    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
-        assert shared_metrics[key] == pytest.approx(padded_metrics[key], rel=1e-5, abs=1e-6), key
-    for (name, p), q in zip(padded.named_parameters(), shared.parameters()):
-        torch.testing.assert_close(q, p, atol=1e-6, rtol=1e-5, msg=name)
-    assert any(not torch.equal(p, q) for p, q in zip(padded.parameters(), causal_lm.parameters()))
+    assert_update_equals_padded(causal_lm, data, use_shared_prompt=True, use_dynamic_bsz=True,
+                                ppo_max_token_len_per_gpu=4000)
 
