@@ -17,6 +17,9 @@ entered an update), rollouts generated/s (async: every completed rollout, stale 
 staleness of what was trained (``replays/rlla/used_version_lag/k`` summed: k = learner version minus the rollout's
 policy version when the batch was made), ``used_frac_on_policy``, the seed's ``frac_on_policy`` and the stale drops.
 The last line prints the async/sync ratios. Timings need a quiet machine: the load average before and after is printed.
+Sync time is the sum of the trainer's ``timing_s/step`` (logging between steps left out); async time is wall time
+between learner results, so the comparison leans slightly towards sync. The staleness counts are of the rollouts the
+batcher handed out (overlong ones, which are not trained, included).
 
 Usage::
 
@@ -51,7 +54,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--max-prompt-length", type=int, default=1024, help="rows with longer prompts are skipped")
     parser.add_argument("--micro-batch", type=int, default=4, help="sequences per forward/backward micro-batch")
     parser.add_argument("--steps", type=int, default=6, help="measured learner steps, after the warm-up")
-    parser.add_argument("--warmup", type=int, default=1, help="learner steps not measured (model loading, first batch)")
+    parser.add_argument("--warmup", type=int, default=1, help="learner steps not measured (model loading, first "
+                        "batch); >= 1")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--max-age", type=int, default=1, help="async.replay.max_age")
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
@@ -59,8 +63,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
-    if min(args.rows, args.prompts, args.n, args.max_new_tokens, args.micro_batch, args.steps) < 1 or args.warmup < 0:
-        parser.error("--rows, --prompts, --n, --max-new-tokens, --micro-batch, --steps must be >= 1, --warmup >= 0")
+    if min(args.rows, args.prompts, args.n, args.max_new_tokens, args.micro_batch, args.steps, args.warmup) < 1:
+        parser.error("--rows, --prompts, --n, --max-new-tokens, --micro-batch, --steps, --warmup must be >= 1 (the "
+                     "async timings are measured from the end of the last warm-up step)")
     if args.n < 2:
         parser.error("--n must be >= 2 (RLOO needs two samples per prompt)")
     return args
@@ -169,8 +174,11 @@ def summarise_async(args, recs: list[dict]) -> dict:
             "learner_steps_per_s": len(measured) / wall, "rollouts_per_step": trained / len(measured),
             "rollouts_trained_per_s": trained / wall, "rollouts_generated_per_s": generated / wall,
             "frac_on_policy": lags.get(0, 0) / used if used else float("nan"),
-            "seed_frac_on_policy_mean": statistics.mean(r.get("replays/rlla/frac_on_policy", float("nan"))
-                                                        for r in measured),
+            # the seed's frac_on_policy is taken on the pool left after the batch (0 when it is empty): averaged
+            # over the reports where something was left
+            "seed_frac_on_policy_mean": statistics.mean(
+                [r["replays/rlla/frac_on_policy"] for r in measured
+                 if r.get("replays/rlla/rollouts_in_buffer", 0) > 0] or [float("nan")]),
             "learner_step_s_median": statistics.median(r.get("learner/step_time_s", float("nan"))
                                                        for r in measured),
             "stale_dropped": sum(r.get("replays/rlla/evicted_stale", 0.0) for r in measured),
@@ -213,7 +221,7 @@ def main(argv=None) -> None:
         a = by["async"]
         print(f"async: learner step {a['learner_step_s_median']:.2f} s (median), broadcast "
               f"{a['broadcast_latency_s_median']:.3f} s, stale rollouts dropped {a['stale_dropped']:.0f}, seed "
-              f"frac_on_policy (pool at batch time) {a['seed_frac_on_policy_mean']:.2f}")
+              f"frac_on_policy (pool left after a batch, when not empty) {a['seed_frac_on_policy_mean']:.2f}")
     if len(by) == 2:
         s, a = by["sync"], by["async"]
         print(f"async/sync: learner steps/s {a['learner_steps_per_s'] / s['learner_steps_per_s']:.2f}x, rollouts "

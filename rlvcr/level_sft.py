@@ -130,9 +130,11 @@ def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelForma
     replaced by the level prompt, plus ``level_target`` (str) and ``level`` (int, :func:`draw_level` of the row's
     position). ``exclude_prompts``: prompt signatures (``rlla_data.prompt_signature``) to drop, e.g. validation
     prompts. ``max_top_sentences``: see :func:`level_think`. Returns ``(rows, skipped)``, ``skipped`` counting
-    reasons."""
+    reasons. Raises ValueError: ``max_top_sentences`` not above the middle levels' sentence counts."""
     from verl.utils.dataset.rlla_data import prompt_signature
 
+    if max_top_sentences is not None:  # fail before the first row, whatever levels are drawn
+        level_think("A. B. C. D.", fmt.num_levels, fmt, max_top_sentences)
     excluded = set(exclude_prompts)
     out, skipped = [], Counter()
     for index, row in enumerate(rows):

@@ -29,8 +29,8 @@ TRAIN_FILE="$LEVEL_DATA/level_sft_full_seed$SEED$TOP.parquet"
 VAL_FILE="$LEVEL_DATA/level_test_seed$SEED$TOP.parquet"   # the 80 validation rows in the level format (val loss)
 CAP=(${MAX_TOP_SENTENCES:+--max-top-sentences "$MAX_TOP_SENTENCES"})
 
-[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE" "${CAP[@]}"
-[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE" "${CAP[@]}"
+[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE" ${CAP[@]+"${CAP[@]}"}
+[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE" ${CAP[@]+"${CAP[@]}"}
 
 # prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.
 SFT_DATA="$TRAIN_FILE" exec bash scripts/prepare_sft_model.sh \

@@ -58,3 +58,16 @@ def test_unsupported_heads_fall_back_with_a_reason(causal_lm, caplog):
     with caplog.at_level("WARNING"):
         actor = DataParallelPPOActor(actor_config(use_fused_kernels=True), with_bias)
     assert not actor.use_fused_kernels and "use_fused_kernels ignored: the LM head has a bias" in caplog.text
+
+
+def test_a_head_that_is_not_linear_in_the_last_hidden_state_is_refused(causal_lm, tokenizer):
+    """A model whose logits are scaled under a config key the static check does not know: the first fused forward
+    compares the model's own logits with the linear head and refuses."""
+    scaled = copy.deepcopy(causal_lm)
+    head = scaled.get_output_embeddings()
+    head.register_forward_hook(lambda module, args, out: out * 0.5)
+    assert fused_head_problem(scaled) is None
+    data = make_rlla_group_batch(tokenizer, n=1, num_prompts=2)
+    data.meta_info.update(temperature=1.0, micro_batch_size=2, use_dynamic_bsz=False, max_token_len=2400)
+    with pytest.raises(ValueError, match="use_fused_kernels=false"):
+        DataParallelPPOActor(actor_config(use_fused_kernels=True), scaled).compute_log_prob(data, False)

@@ -135,9 +135,17 @@ class Orchestrator:
         the vLLM engine options)."""
         inf = self.a.inference
         backend = str(inf.get("backend", "hf"))
-        options: Dict[str, Any] = dict(backend=backend, num_threads=inf.get("num_threads", 1),
-                                       num_gpus=float(inf.get("num_gpus", 0) or 0), dtype=inf.get("dtype"))
-        if backend == "vllm":
+        options: Dict[str, Any] = dict(backend=backend, num_gpus=float(inf.get("num_gpus", 0) or 0),
+                                       dtype=inf.get("dtype"))
+        if backend == "hf":
+            options["num_threads"] = inf.get("num_threads", 1)  # vLLM picks its own CPU threads
+        else:
+            import torch
+
+            if torch.cuda.is_available() and options["num_gpus"] == 0:
+                logger.warning("async.inference.backend=vllm with num_gpus=0 on a GPU machine: Ray hides the GPUs "
+                               "from the server actor, so vLLM would need its CPU build; set "
+                               "async.inference.num_gpus (a fraction shares a GPU with the learner)")
             vllm_cfg = OmegaConf.to_container(inf.get("vllm") or OmegaConf.create({}), resolve=True)
             options.update(max_model_len=int(vllm_cfg.get("max_model_len", 4096)),
                            engine_kwargs=dict(vllm_cfg.get("engine_kwargs") or {}))

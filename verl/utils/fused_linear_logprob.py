@@ -24,17 +24,20 @@ import torch
 
 from verl.utils.torch_functional import DEFAULT_LOGIT_CHUNK_SIZE
 
-__all__ = ["linear_logprobs_and_entropy", "fused_head_problem"]
+__all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head"]
 
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, inv_temperature: float) -> torch.Tensor:
-    """float32 ``[c, V]`` logits of a ``[c, H]`` chunk (the matmul in the weights' dtype, as the model's lm_head)."""
+    """float32 ``[c, V]`` logits of a ``[c, H]`` chunk. The matmul runs in the weights' dtype (this runs outside
+    autocast: with float32 master weights on a GPU it is a float32 GEMM where the logits path under bf16 autocast
+    would run a bf16 one)."""
     return (hidden.to(weight.dtype) @ weight.t()).float() * inv_temperature
 
 
 class _LinearLogProbEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, inv_temperature: float, chunk_size: int, with_entropy: bool):
+        ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None: its term is skipped
         n = hidden.shape[0]
         log_probs = torch.empty(n, dtype=torch.float32, device=hidden.device)
         entropy = torch.zeros(n, dtype=torch.float32, device=hidden.device)
@@ -116,7 +119,9 @@ def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
     """Why :func:`linear_logprobs_and_entropy` cannot stand in for ``model``'s LM head, or None when it can.
 
     It can when ``model.get_output_embeddings()`` is a bias-free ``nn.Linear`` with a plain (unsharded) weight and the
-    config has no logit soft-capping or scaling (``final_logit_softcapping``, ``logit_scale``). A sharded FSDP2 head
+    config has no logit soft-capping or scaling (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``);
+    architectures that transform the hidden states in other ways are caught at the first forward by
+    :func:`check_fused_head`. A sharded FSDP2 head
     (a DTensor weight) would need an all-gather per micro-batch: the padded logits path is used there instead.
     """
     get_head = getattr(model, "get_output_embeddings", None)
@@ -128,8 +133,25 @@ def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
     if type(head.weight).__name__ == "DTensor" or type(getattr(head.weight, "data", None)).__name__ == "DTensor":
         return "the LM head weight is sharded (FSDP2)"
     config = getattr(model, "config", None)
-    for key in ("final_logit_softcapping", "logit_scale"):
+    for key in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
         value = getattr(config, key, None)
         if value not in (None, 1, 1.0):
             return f"the model config sets {key}={value}"
     return None
+
+
+def check_fused_head(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, atol: float = 1e-3) -> None:
+    """Check that the model's own logits equal ``hidden @ weight^T`` (a plain linear head of the last hidden state).
+
+    Args: ``logits`` ``[B, V]`` from the model (e.g. ``output.logits[:, -1]`` with ``logits_to_keep=1``), ``hidden``
+        ``[B, H]`` the matching last hidden states, ``weight`` ``[V, H]``; ``atol`` relative to the logits' scale.
+    Raises ValueError: they differ (e.g. a model that scales logits under a config key not known to
+        :func:`fused_head_problem`): the fused log-probs would be wrong for it.
+    """
+    expected = _chunk_logits(hidden, weight, 1.0)
+    diff = float((logits.float() - expected).abs().max())
+    scale = float(expected.abs().max().clamp(min=1.0))
+    if diff > atol * scale:
+        raise ValueError(f"actor_rollout_ref.model.use_fused_kernels: the model's logits are not its LM head applied "
+                         f"to its last hidden state (max |difference| {diff:.3g}); set "
+                         f"actor_rollout_ref.model.use_fused_kernels=false for this model")

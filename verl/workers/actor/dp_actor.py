@@ -27,7 +27,7 @@ from verl.trainer.ppo import core_algos
 from verl.utils.model_utils import clip_grad_norm, compute_autocast
 from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
 from verl.utils.seqlen_balancing import split_micro_batches
-from verl.utils.fused_linear_logprob import fused_head_problem, linear_logprobs_and_entropy
+from verl.utils.fused_linear_logprob import check_fused_head, fused_head_problem, linear_logprobs_and_entropy
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
@@ -173,6 +173,7 @@ class DataParallelPPOActor:
         if problem:
             logger.warning("model.use_fused_kernels ignored: %s; log-probs come from materialised logits", problem)
             self.use_fused_kernels = False
+        self._fused_head_checked = False
         self.compute_dtype = config.get("compute_dtype", "bfloat16")
         self.policy_loss_fn = core_algos.get_policy_loss_fn(config.get("policy_loss", "vanilla") or "vanilla")
 
@@ -233,6 +234,11 @@ class DataParallelPPOActor:
                 in_response = None
         if fused:
             weight = self.actor_module.get_output_embeddings().weight
+            if not self._fused_head_checked:  # once: the head really is a linear map of the last hidden state
+                with torch.no_grad():
+                    check_fused_head(output.logits[:, -1], output.hidden_states[-1][:, -1], weight)
+                self._fused_head_checked = True
+            del output  # the other layers' hidden states are not needed past this point
             log_probs, entropy = linear_logprobs_and_entropy(states.reshape(-1, states.shape[-1]), weight,
                                                              labels.reshape(-1), temperature, calculate_entropy)
             log_probs = log_probs.view(labels.shape)

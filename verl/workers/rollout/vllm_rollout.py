@@ -67,7 +67,6 @@ def _weights_version(module: torch.nn.Module) -> int:
     return sum(getattr(p, "_local_tensor", p)._version for p in module.parameters())
 
 
-
 def make_llm(model: str, *, on_cpu: bool, max_model_len: int, dtype: str = "bfloat16", enforce_eager: bool = True,
              tensor_parallel_size: int = 1, max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
              load_format: str = "auto", trust_remote_code: bool = False, gpu_memory_utilization: float = 0.5,
