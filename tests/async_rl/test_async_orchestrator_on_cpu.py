@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 import pytest
 
@@ -108,6 +109,18 @@ def test_killed_env_actor_and_server_are_restarted(ray_session, tmp_path):
         orch.shutdown()
 
 
+def _fill_buffers(ray, orch, timeout_s: float = 120.0) -> None:
+    """Take env results, without a learner step, until every buffer holds an untrained rollout: a learner as fast as
+    the envs may have trained everything generated so far, which would make the reload checks vacuous."""
+    deadline = time.monotonic() + timeout_s
+    while not all(any(g.rollouts for g in b._groups.values()) for b in orch.buffers.values()):
+        assert time.monotonic() < deadline, "the env actors delivered no rollout"
+        orch._submit_envs()
+        ready, _ = ray.wait(list(orch._inflight), num_returns=1, timeout=1.0)
+        for ref in ready:
+            orch._on_env_result(ref)
+
+
 def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
     from verl.async_rl.orchestrator import Orchestrator
 
@@ -119,6 +132,7 @@ def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
         ray.kill(orch.learner)
         orch.run(1, timeout_s=120)
         assert orch.restarts["learner"] == 1 and orch.version == 3
+        _fill_buffers(ray, orch)
     finally:
         orch.shutdown()
 

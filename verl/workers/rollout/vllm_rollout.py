@@ -134,6 +134,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
     """
 
     def __init__(self, module: torch.nn.Module, config, tokenizer, model_config):
+        try:  # a missing vLLM is reported before any config problem
+            from vllm import LLM  # noqa: F401
+        except ImportError as err:
+            raise ImportError(f"{INSTALL_HINT} ({err})") from err
         self.module = module
         self.config = config
         self.tokenizer = tokenizer
