@@ -22,9 +22,12 @@ from typing import Optional, Tuple
 
 import torch
 
-from verl.utils.torch_functional import DEFAULT_LOGIT_CHUNK_SIZE
+__all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head", "FUSED_CHUNK_SIZE"]
 
-__all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head"]
+
+# rows per chunk: each chunk makes a few float32 [rows, V] temporaries (logits, log-probs, probabilities, products):
+# 256 x 49,152 x 4 B = 48 MiB each for SmolLM2's vocabulary
+FUSED_CHUNK_SIZE = 256
 
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, inv_temperature: float) -> torch.Tensor:
@@ -84,7 +87,7 @@ class _LinearLogProbEntropy(torch.autograd.Function):
 
 def linear_logprobs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
                                 temperature: float = 1.0, calculate_entropy: bool = True,
-                                chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE
+                                chunk_size: int = FUSED_CHUNK_SIZE
                                 ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``log softmax(h W^T / T)[y]`` and the entropy of that distribution, without materialising the logits.
 
@@ -95,7 +98,7 @@ def linear_logprobs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, labe
         labels: ``[N]`` int64 token ids in ``[0, V)``.
         temperature: logits are divided by it (> 0).
         calculate_entropy: also return the entropy (its gradient is computed only when it is used).
-        chunk_size: rows per chunk (scratch ``chunk_size x V`` float32).
+        chunk_size: rows per chunk (``FUSED_CHUNK_SIZE``; a few float32 ``chunk_size x V`` temporaries at a time).
 
     Returns:
         ``(log_probs [N] float32, entropy [N] float32 or None)``, differentiable w.r.t. ``hidden`` and ``weight``.
