@@ -120,15 +120,14 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
         bad = int((prefix != response_valid).any(dim=-1).nonzero()[0])
         raise ValueError(f"shared-prompt packing: row {bad}'s response tokens are not contiguous from the first "
                          "response column (right padding expected); disable actor_rollout_ref.model.use_shared_prompt")
-    no_prompt = valid[:, :prompt_length].sum(dim=-1) == 0
-    if no_prompt.any():
-        raise ValueError(f"shared-prompt packing: row {int(no_prompt.nonzero()[0])} has no valid prompt token")
-
-    groups = group_rows_by_prompt(input_ids, attention_mask, prompt_length)
     prompt_valid = valid[:, :prompt_length]
     prompt_lengths = prompt_valid.sum(dim=-1)
-    heads = torch.tensor([rows[0] for rows in groups], device=device)
-    start = int(prompt_lengths[heads].max())  # P_max: every prompt ends here, every group's responses start here
+    if (prompt_lengths == 0).any():
+        raise ValueError(f"shared-prompt packing: row {int((prompt_lengths == 0).nonzero()[0])} has no valid prompt "
+                         "token")
+
+    groups = group_rows_by_prompt(input_ids, attention_mask, prompt_length)
+    start = int(prompt_lengths.max())  # P_max: every prompt ends here, every group's responses start here
     totals = [int(response_lengths[rows].sum()) for rows in groups]
     width = start + max(totals)
     num_groups = len(groups)
