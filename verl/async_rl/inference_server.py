@@ -51,7 +51,8 @@ from verl.utils.torch_functional import logprobs_from_logits
 logger = logging.getLogger(__name__)
 
 __all__ = ["PolicyEngine", "InferenceServer", "OpenAIClient", "StaleWeightsError", "load_weights", "template_ids",
-           "start_inference_server", "make_engine", "check_version", "BACKENDS"]
+           "start_inference_server", "make_engine", "check_version", "check_backend", "check_generate_args",
+           "eos_token_ids", "BACKENDS"]
 
 
 class StaleWeightsError(ValueError):
@@ -76,6 +77,32 @@ def load_weights(source: Union[Mapping[str, torch.Tensor], str, os.PathLike]) ->
 
         return load_file(str(path))
     return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+def check_generate_args(prompt_ids: Sequence[int], max_tokens: int, temperature: float, n: int) -> None:
+    """The request checks both engines apply. Raises ValueError: empty prompt, ``max_tokens < 1``, ``n < 1`` or a
+    negative temperature."""
+    if len(prompt_ids) == 0:
+        raise ValueError("prompt has no tokens")
+    if int(max_tokens) < 1 or int(n) < 1 or float(temperature) < 0:
+        raise ValueError(f"need max_tokens >= 1, n >= 1, temperature >= 0; got {max_tokens}, {n}, {temperature}")
+
+
+def eos_token_ids(generation_eos, tokenizer) -> set:
+    """The ids that end a completion: the generation config's ``eos_token_id`` (an int or a list), else the
+    tokenizer's."""
+    eos = generation_eos if generation_eos is not None else tokenizer.eos_token_id
+    return set(eos if isinstance(eos, (list, tuple)) else [eos])
+
+
+BACKENDS = ("hf", "vllm")
+
+
+def check_backend(backend: str) -> str:
+    """``backend`` when it is one of :data:`BACKENDS`. Raises ValueError naming ``async.inference.backend``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"async.inference.backend must be one of {BACKENDS}, got {backend!r}")
+    return backend
 
 
 def check_version(version: int, served: int) -> bool:
@@ -114,10 +141,7 @@ class PolicyEngine:
         self.model.eval()
         self.version = int(version)
         self._lock = threading.Lock()
-        eos = self.model.generation_config.eos_token_id
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        self.eos_token_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+        self.eos_token_ids = eos_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(
             self.eos_token_ids)
 
@@ -149,10 +173,7 @@ class PolicyEngine:
             at its first EOS (kept).
         Raises ValueError: empty prompt, ``max_tokens < 1``, ``n < 1`` or a negative temperature.
         """
-        if len(prompt_ids) == 0:
-            raise ValueError("prompt has no tokens")
-        if int(max_tokens) < 1 or int(n) < 1 or float(temperature) < 0:
-            raise ValueError(f"need max_tokens >= 1, n >= 1, temperature >= 0; got {max_tokens}, {n}, {temperature}")
+        check_generate_args(prompt_ids, max_tokens, temperature, n)
         from transformers import GenerationConfig
 
         greedy = float(temperature) == 0.0
@@ -270,24 +291,19 @@ def _make_handler(engine: PolicyEngine):
     return Handler
 
 
-BACKENDS = ("hf", "vllm")
-
-
 def make_engine(backend: str, model_path: str, version: int = 0, dtype: Optional[str] = None,
                 num_threads: Optional[int] = None, **options):
     """The generation engine of a server: ``"hf"`` (:class:`PolicyEngine`, float32 by default) or ``"vllm"``
     (``vllm_engine.VllmPolicyEngine``, bf16 on GPU by default; ``options``: ``max_model_len``, ``engine_kwargs``).
     Raises ValueError: unknown backend or options the HF engine does not take; ImportError: vLLM missing."""
-    if backend == "hf":
+    if check_backend(backend) == "hf":
         if options:
             raise ValueError(f"async.inference: options {sorted(options)} need backend=vllm")
         return PolicyEngine(model_path, version=version, dtype=dtype or "float32", num_threads=num_threads)
-    if backend == "vllm":
-        from verl.async_rl.vllm_engine import VllmPolicyEngine
+    from verl.async_rl.vllm_engine import VllmPolicyEngine
 
-        return VllmPolicyEngine(model_path, version=version, dtype=dtype or "bfloat16", num_threads=num_threads,
-                                **options)
-    raise ValueError(f"async.inference.backend must be one of {BACKENDS}, got {backend!r}")
+    return VllmPolicyEngine(model_path, version=version, dtype=dtype or "bfloat16", num_threads=num_threads,
+                            **options)
 
 
 class InferenceServer:

@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.async_rl.advantage import get_advantage_function
 from verl.async_rl.batcher import Batcher, BatchNotReady
 from verl.async_rl.env_actor import make_env_actor
-from verl.async_rl.inference_server import BACKENDS, start_inference_server
+from verl.async_rl.inference_server import check_backend, start_inference_server
 from verl.async_rl.learner import WeightBroadcaster, make_learner_actor
 from verl.async_rl.replay_buffer import ReplayBuffer
 from verl.async_rl.types import Rollout
@@ -74,8 +74,7 @@ class Orchestrator:
         a = _section(config)
         if not a.get("envs"):
             raise KeyError("async.envs is empty: configure at least one env")
-        if str(a.inference.get("backend", "hf")) not in BACKENDS:
-            raise ValueError(f"async.inference.backend must be one of {BACKENDS}, got {a.inference.get('backend')!r}")
+        check_backend(str(a.inference.get("backend", "hf")))
         self.config, self.a, self.tracker = config, a, tracker
         self.model_path = str(config.actor_rollout_ref.model.path)
         self.ckpt_dir = str(config.trainer.default_local_dir)

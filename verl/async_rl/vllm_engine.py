@@ -24,7 +24,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 
-from verl.async_rl.inference_server import check_version, load_weights
+from verl.async_rl.inference_server import check_generate_args, check_version, eos_token_ids, load_weights
 
 __all__ = ["VllmPolicyEngine"]
 
@@ -74,9 +74,7 @@ class VllmPolicyEngine:
             eos = GenerationConfig.from_pretrained(self.model_path).eos_token_id
         except OSError:  # no generation_config.json
             eos = None
-        if eos is None:
-            eos = self.tokenizer.eos_token_id
-        self.eos_token_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
+        self.eos_token_ids = eos_token_ids(eos, self.tokenizer)
 
     def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
         """Load new weights (a state dict with HF names or a path, ``load_weights``) as policy ``version``.
@@ -100,10 +98,7 @@ class VllmPolicyEngine:
         """Sample ``n`` completions of one prompt; same arguments, returns and errors as ``PolicyEngine.generate``
         (a choice ends at its first EOS, kept; ``logprobs[i]`` in nats is the log-prob of ``token_ids[i]``).
         ``seed`` seeds this request's sampling in vLLM (reproducible within this backend, not equal to HF's)."""
-        if len(prompt_ids) == 0:
-            raise ValueError("prompt has no tokens")
-        if int(max_tokens) < 1 or int(n) < 1 or float(temperature) < 0:
-            raise ValueError(f"need max_tokens >= 1, n >= 1, temperature >= 0; got {max_tokens}, {n}, {temperature}")
+        check_generate_args(prompt_ids, max_tokens, temperature, n)
         from vllm import SamplingParams
 
         params = SamplingParams(n=int(n), temperature=float(temperature), top_k=-1, top_p=1.0,
