@@ -22,6 +22,8 @@ from typing import Optional, Tuple
 
 import torch
 
+from verl.utils.model_utils import is_dtensor
+
 __all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head", "FUSED_CHUNK_SIZE"]
 
 
@@ -133,7 +135,7 @@ def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
         return f"the model has no nn.Linear output embedding ({type(head).__name__})"
     if head.bias is not None:
         return "the LM head has a bias"
-    if type(head.weight).__name__ == "DTensor" or type(getattr(head.weight, "data", None)).__name__ == "DTensor":
+    if is_dtensor(head.weight):
         return "the LM head weight is sharded (FSDP2)"
     config = getattr(model, "config", None)
     for key in ("final_logit_softcapping", "logit_scale", "logits_scaling"):

@@ -208,7 +208,8 @@ def clip_grad_norm(parameters, max_norm: float | None) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------------- sharded state
-def _is_dtensor(x: Any) -> bool:
+def is_dtensor(x: Any) -> bool:
+    """Whether ``x`` is a ``torch.distributed.tensor.DTensor`` (an FSDP2 shard)."""
     from torch.distributed.tensor import DTensor
 
     return isinstance(x, DTensor)
@@ -221,8 +222,8 @@ def to_local_state(obj: Any, _copies: dict | None = None) -> Any:
     once and stays shared, so ``torch.save`` stores it once (it saved the embedding twice before: ~half the model file
     of the tiny and SmolLM2 presets)."""
     copies = {} if _copies is None else _copies
-    if _is_dtensor(obj) or isinstance(obj, torch.Tensor):
-        local = obj.to_local() if _is_dtensor(obj) else obj
+    if is_dtensor(obj) or isinstance(obj, torch.Tensor):
+        local = obj.to_local() if is_dtensor(obj) else obj
         # state_dict() detaches each entry into a new tensor object: tied entries share the storage, not the object
         key = (local.device, local.untyped_storage().data_ptr(), local.storage_offset(), tuple(local.shape),
                tuple(local.stride()), local.dtype)
@@ -240,7 +241,7 @@ def _like(saved: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
     """``saved`` (a local shard) as a tensor shaped like ``reference`` (a DTensor or a plain tensor)."""
     from torch.distributed.tensor import DTensor
 
-    if _is_dtensor(reference):
+    if is_dtensor(reference):
         local = saved.to(device=reference.to_local().device, dtype=reference.dtype)
         return DTensor.from_local(local, reference.device_mesh, reference.placements, run_check=False,
                                   shape=reference.shape, stride=reference.stride())
@@ -259,7 +260,7 @@ def load_local_model_state(model: torch.nn.Module, saved: dict[str, torch.Tensor
                            f"unexpected {sorted(set(saved) - set(current))[:5]}")
     rebuilt = {}
     for name, ref in current.items():
-        local_ref = ref.to_local() if _is_dtensor(ref) else ref
+        local_ref = ref.to_local() if is_dtensor(ref) else ref
         if tuple(local_ref.shape) != tuple(saved[name].shape):
             raise RuntimeError(f"checkpoint shard {name} has shape {tuple(saved[name].shape)}, model expects "
                                f"{tuple(local_ref.shape)} (saved with another world size?)")
@@ -272,21 +273,21 @@ def load_local_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) ->
     optimizer.load_state_dict(saved)
     for group in optimizer.param_groups:
         for param in group["params"]:
-            if not _is_dtensor(param):
+            if not is_dtensor(param):
                 continue
             state = optimizer.state.get(param, {})
             for key, value in list(state.items()):
-                if isinstance(value, torch.Tensor) and not _is_dtensor(value) and value.dim() > 0:
+                if isinstance(value, torch.Tensor) and not is_dtensor(value) and value.dim() > 0:
                     state[key] = _like(value, param)
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The unsharded float32 CPU state dict (collective under FSDP2: every rank must call; all ranks receive it)."""
-    if any(_is_dtensor(p) for p in model.parameters()):
+    if any(is_dtensor(p) for p in model.parameters()):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
-        return {k: (v.full_tensor() if _is_dtensor(v) else v).detach().cpu() for k, v in sd.items()}
+        return {k: (v.full_tensor() if is_dtensor(v) else v).detach().cpu() for k, v in sd.items()}
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}
 
 
