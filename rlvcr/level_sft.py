@@ -33,7 +33,7 @@ import pyarrow.parquet as pq
 from rlvcr.prompts import LEVEL, RLLA_FORMAT, LevelFormat, add_level_guide, level_context, parse_level_response
 from verl.utils.reward_score.tool_parse import close_tag, open_tag
 
-__all__ = ["LEVEL_SENTENCES", "sentence_ends", "level_think", "draw_level", "level_sft_row",
+__all__ = ["LEVEL_SENTENCES", "check_max_top_sentences", "sentence_ends", "level_think", "draw_level", "level_sft_row",
            "build_level_sft_rows", "build_level_sft_file", "main"]
 
 # sentences of T kept at each level below the top one (the top level keeps all of T, level 1 none)
@@ -57,6 +57,14 @@ def sentence_ends(text: str) -> List[int]:
     return ends
 
 
+def check_max_top_sentences(max_top_sentences: Optional[int]) -> None:
+    """Raises ValueError: a level-4 cap (:func:`level_think`) not above the middle levels' sentence counts (None: no
+    cap, fine)."""
+    if max_top_sentences is not None and int(max_top_sentences) <= max(LEVEL_SENTENCES.values()):
+        raise ValueError(f"max_top_sentences={max_top_sentences} must exceed the middle levels' sentence counts "
+                         f"{LEVEL_SENTENCES}")
+
+
 def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT,
                 max_top_sentences: Optional[int] = None) -> str:
     """T_L of a full think T (str): ``""`` at level 1, the first ``LEVEL_SENTENCES[level]`` sentences at the middle
@@ -72,9 +80,7 @@ def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT,
     if level == fmt.num_levels:
         if max_top_sentences is None:
             return think
-        if int(max_top_sentences) <= max(LEVEL_SENTENCES.values()):
-            raise ValueError(f"max_top_sentences={max_top_sentences} must exceed the middle levels' sentence counts "
-                             f"{LEVEL_SENTENCES}")
+        check_max_top_sentences(max_top_sentences)
         count = int(max_top_sentences)
     elif level not in LEVEL_SENTENCES or not 1 < level < fmt.num_levels:
         raise ValueError(f"no think length for level {level} (levels 1..{fmt.num_levels}, {LEVEL_SENTENCES})")
@@ -133,8 +139,7 @@ def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelForma
     reasons. Raises ValueError: ``max_top_sentences`` not above the middle levels' sentence counts."""
     from verl.utils.dataset.rlla_data import prompt_signature
 
-    if max_top_sentences is not None:  # fail before the first row, whatever levels are drawn
-        level_think("A. B. C. D.", fmt.num_levels, fmt, max_top_sentences)
+    check_max_top_sentences(max_top_sentences)  # before the first row, whatever levels are drawn
     excluded = set(exclude_prompts)
     out, skipped = [], Counter()
     for index, row in enumerate(rows):
