@@ -171,3 +171,12 @@ def test_two_groups_share_a_pool_and_a_third_is_refused(pool, wg):
             RayWorkerGroup(pool, RayClassWithInitArgs(ToyWorker), name_prefix="toy_c")
     finally:
         other.shutdown()
+
+
+def test_master_address_on_the_driver_node_needs_no_task(ray_session):
+    from verl.single_controller.ray.base import _node_rendezvous, master_address
+
+    node = ray.get_runtime_context().get_node_id()
+    address, port = master_address(node)
+    remote_address, remote_port = ray.get(_node_rendezvous.remote())  # the path other nodes take
+    assert address == remote_address and 1024 <= port < 65536 and 1024 <= remote_port < 65536

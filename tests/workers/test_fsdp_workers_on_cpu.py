@@ -66,6 +66,11 @@ def test_one_ppo_step_through_the_worker(actor_worker, tokenizer):
     metrics = out.meta_info["metrics"]
     for key in ("actor/pg_loss", "actor/kl_loss", "actor/grad_norm", "actor/lr", "perf/actor_tokens_per_s"):
         assert key in metrics, key
+    # the step's per-phase peak RSS (GiB) arrives with the update; a phase that did not run since is not reported
+    for phase in ("gen", "old_log_prob", "ref", "update_actor"):
+        assert 0.1 < metrics[f"perf/peak_rss_gb/{phase}"] < 64, phase
+    again = actor_worker.update_actor(batch).meta_info["metrics"]
+    assert [k for k in again if k.startswith("perf/peak_rss_gb/")] == ["perf/peak_rss_gb/update_actor"]
     assert metrics["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # policy == reference before the step
     assert any(not torch.equal(a, b) for a, b in zip(before, actor_worker.actor_module.parameters()))
     # the ref is a frozen separate copy: unchanged by the update

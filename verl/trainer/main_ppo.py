@@ -124,7 +124,8 @@ def init_ray(config: DictConfig) -> None:
 
     Ray >= 2.5x turns token authentication on by default once ``~/.ray/auth_token`` exists. A local instance is
     started with ``RAY_AUTH_MODE=disabled`` unless the user set the variable (the driver, the cluster and the workers
-    must agree, so it is set in the driver's environment before ``ray.init``); a joined cluster keeps its own mode."""
+    must agree, so it is set in the driver's environment before ``ray.init``); a joined cluster keeps its own mode.
+    A local instance starts no idle workers ahead of need (``enable_worker_prestart``)."""
     import ray
 
     if ray.is_initialized():
@@ -144,7 +145,10 @@ def init_ray(config: DictConfig) -> None:
         ray.init(address=address, **kwargs)
     else:
         num_cpus = config.ray_init.get("num_cpus")
-        ray.init(address="local", num_cpus=num_cpus, **kwargs)
+        # no idle Python workers started ahead of need (Ray starts one per CPU by default, ~80 MB each; every
+        # process of ours is an actor with its own worker)
+        ray.init(address="local", num_cpus=num_cpus,
+                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False}, **kwargs)
 
 
 def build_trainer(config: DictConfig):

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
+from verl.utils.memory import phase_peak_memory
 from verl.utils.model_presets import prepare_model
 from verl.utils.model_utils import (
     apply_fsdp2,
@@ -199,6 +200,20 @@ class _ModelWorkerMixin:
             torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
         self.init_distributed(self.device)
 
+    def _peak_memory(self, phase: str):
+        """Context: this phase's peak memory (``verl.utils.memory``, ``perf/peak_rss_gb/{phase}``) goes into the
+        pending metrics (the maximum when a phase runs several times); the step's update call sends them to the trainer
+        with its own metrics (:meth:`_with_memory_metrics`), so calls that return only tensors stay metric-free."""
+        if not hasattr(self, "_memory_metrics"):
+            self._memory_metrics = {}
+        return phase_peak_memory(phase, self._memory_metrics, getattr(self, "device", "cpu"))
+
+    def _with_memory_metrics(self, metrics: dict) -> dict:
+        """``metrics`` plus the pending per-phase peaks (``perf/peak_rss_gb/*``), which are then cleared."""
+        metrics.update(getattr(self, "_memory_metrics", {}))
+        self._memory_metrics = {}
+        return metrics
+
     def _place(self, module: torch.nn.Module, fsdp_config) -> torch.nn.Module:
         module.to(self.device)
         if self.world_size > 1:
@@ -311,7 +326,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         """
         meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
                 **prompts.meta_info}
-        output = self.rollout.generate_sequences(_with_meta(prompts.to(self.device), **meta))
+        with self._peak_memory("gen_val" if meta.get("validate", False) else "gen"):
+            output = self.rollout.generate_sequences(_with_meta(prompts.to(self.device), **meta))
         if meta.get("recompute_log_prob", False) and self.actor is not None:
             output = output.union(self.compute_log_prob(output))
         return output.to("cpu")
@@ -321,7 +337,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         """Current-policy log-probs: batch ``old_log_probs`` and ``entropys`` [B, R] (the caller reduces the entropy
         over ``response_mask`` into ``actor/entropy``, as upstream); meta_info ``temperature``."""
         data = _with_meta(data.to(self.device), **self._log_prob_meta(self.config.rollout))
-        log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
+        with self._peak_memory("old_log_prob"):
+            log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropys},
                                    meta_info={"temperature": data.meta_info["temperature"]}).to("cpu")
 
@@ -331,7 +348,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         if self.ref_policy is None:
             raise RuntimeError(f"compute_ref_log_prob needs a role with ref, this worker is {self.role!r}")
         data = _with_meta(data.to(self.device), **self._log_prob_meta(self.config.ref))
-        log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
+        with self._peak_memory("ref"):
+            log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -341,12 +359,13 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             raise RuntimeError(f"update_actor needs a role with actor, this worker is {self.role!r}")
         data = _with_meta(data.to(self.device), temperature=float(self.config.rollout.temperature))
         start = time.perf_counter()
-        metrics = self.actor.update_policy(data)
+        with self._peak_memory("update_actor"):
+            metrics = self.actor.update_policy(data)
         elapsed = time.perf_counter() - start
         self.actor_lr_scheduler.step()
         tokens = float(data.batch["attention_mask"].sum()) * int(self.config.actor.get("ppo_epochs", 1))
         metrics["perf/actor_tokens_per_s"] = tokens / max(elapsed, 1e-9)
-        return DataProto(meta_info={"metrics": metrics})
+        return DataProto(meta_info={"metrics": self._with_memory_metrics(metrics)})
 
     def _require_router(self, method: str):
         if self.router is None:
@@ -460,15 +479,17 @@ class CriticWorker(_ModelWorkerMixin, Worker):
         data = _with_meta(data.to(self.device), micro_batch_size=cfg.get("forward_micro_batch_size_per_gpu"),
                           use_dynamic_bsz=bool(cfg.get("use_dynamic_bsz", False)),
                           max_token_len=cfg.get("forward_max_token_len_per_gpu"))
-        values = self.critic.compute_values(data)
+        with self._peak_memory("values"):
+            values = self.critic.compute_values(data)
         return DataProto.from_dict(tensors={"values": values}).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         """One PPO value update, then one LR-scheduler step; returns ``meta_info['metrics']``."""
-        metrics = self.critic.update_critic(data.to(self.device))
+        with self._peak_memory("update_critic"):
+            metrics = self.critic.update_critic(data.to(self.device))
         self.critic_lr_scheduler.step()
-        return DataProto(meta_info={"metrics": metrics})
+        return DataProto(meta_info={"metrics": self._with_memory_metrics(metrics)})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,

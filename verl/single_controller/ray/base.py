@@ -203,10 +203,22 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         return self.actor_cls.options(**options).remote(*self.args, **self.kwargs)
 
 
-@ray.remote(num_cpus=0)
-def _node_rendezvous() -> tuple[str, int]:
-    """The node's address and a port free on it (run on rank 0's node)."""
+def _node_address_and_port() -> tuple[str, int]:
+    """This node's address and a port free on it."""
     return ray.util.get_node_ip_address(), find_free_port()
+
+
+_node_rendezvous = ray.remote(num_cpus=0, max_calls=1)(_node_address_and_port)
+
+
+def master_address(node_id: str) -> tuple[str, int]:
+    """Rank 0's ``MASTER_ADDR`` / ``MASTER_PORT``: found in this process when ``node_id`` is the driver's node, else
+    by a one-off task pinned to that node (``max_calls=1``: its worker process exits afterwards instead of idling in
+    Ray's pool with the libraries it imported, ~0.4 GB)."""
+    if node_id == ray.get_runtime_context().get_node_id():
+        return _node_address_and_port()
+    return ray.get(_node_rendezvous.options(
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote())
 
 
 def _finish_dp_future(pad: int, outputs: list):
@@ -251,8 +263,7 @@ class RayWorkerGroup(WorkerGroup):
 
     def _init_with_resource_pool(self, pool: RayResourcePool, cls_with_init: RayClassWithInitArgs) -> None:
         pgs = pool.get_placement_groups()
-        master_addr, master_port = ray.get(_node_rendezvous.options(
-            scheduling_strategy=NodeAffinitySchedulingStrategy(pool.node_ids[0], soft=False)).remote())
+        master_addr, master_port = master_address(pool.node_ids[0])
         num_cpus = _round_down(pool.cpus_per_worker / pool.max_colocate_count)
         num_gpus = _round_down(1.0 / pool.max_colocate_count) if pool.use_gpu else 0.0
         rank = 0
