@@ -169,8 +169,8 @@ class ProcessTreeMemory:
             totals["VmRSS"] += self._kb_field(f"/proc/{proc.pid}/status", "VmRSS") or 0
             totals["Pss"] += self._kb_field(f"/proc/{proc.pid}/smaps_rollup", "Pss") or 0
             name, best = self._peaks.get(proc.pid, ("?", 0))
-            if name in ("?", "python", "ray::IDLE"):  # Ray names a worker by its actor once it hosts one
-                name = self._name(proc)
+            if not name.startswith("ray::") or name == "ray::IDLE":  # a forked process execs (named as its parent
+                name = self._name(proc)  # until then); Ray renames a worker after its actor once it hosts one
             self._peaks[proc.pid] = (name, max(best, hwm))
         for key, value in totals.items():
             self._peak_totals[key] = max(self._peak_totals[key], value)

@@ -135,3 +135,19 @@ def test_shared_update_equals_padded_update(causal_lm, tokenizer):
     assert_update_equals_padded(causal_lm, data, use_shared_prompt=True, use_dynamic_bsz=True,
                                 ppo_max_token_len_per_gpu=4000)
 
+
+
+def test_cpu_sdpa_gets_one_additive_mask_with_the_boolean_masks_scores(causal_lm, tokenizer):
+    data = make_rlla_group_batch(tokenizer, 4, num_prompts=2)
+    b = data.batch
+    shared = build_shared_prompt_batch(b["input_ids"], b["attention_mask"], b["position_ids"],
+                                       b["responses"].shape[1])
+    assert causal_lm.config._attn_implementation == "sdpa"
+    mask = attention_mask_for(causal_lm, shared.attention_mask)
+    assert mask.dtype == torch.float32 and mask.shape == shared.attention_mask.shape
+    assert torch.equal(mask == 0, shared.attention_mask) and torch.isneginf(mask[~shared.attention_mask]).all()
+    with torch.no_grad():
+        additive = causal_lm(input_ids=shared.input_ids, position_ids=shared.position_ids, attention_mask=mask).logits
+        boolean = causal_lm(input_ids=shared.input_ids, position_ids=shared.position_ids,
+                            attention_mask=shared.attention_mask).logits
+    torch.testing.assert_close(additive, boolean, atol=1e-6, rtol=0)
