@@ -18,13 +18,15 @@ def test_phase_peak_sees_a_transient_allocation_and_resets():
     metrics: dict = {}
     before = _current_rss_gb()
     with phase_peak_memory("alloc", metrics):
-        block = np.ones(256 * 2**20 // 8)  # 256 MiB, every page written
+        block = np.ones(512 * 2**20 // 8)  # 512 MiB, every page written
         del block
-    assert metrics["perf/peak_rss_gb/alloc"] >= before + 0.24
+    alloc = metrics["perf/peak_rss_gb/alloc"]
+    assert alloc >= before + 0.45, (before, alloc)
+    quiet_entry = _current_rss_gb()
     with phase_peak_memory("quiet", metrics):  # the mark was reset at entry: the freed block is not counted again
         pass
-    assert metrics["perf/peak_rss_gb/quiet"] < metrics["perf/peak_rss_gb/alloc"] - 0.2
-    assert peak_rss_gb() == pytest.approx(metrics["perf/peak_rss_gb/quiet"], abs=0.05)
+    quiet = metrics["perf/peak_rss_gb/quiet"]
+    assert quiet < quiet_entry + 0.1 and quiet < alloc - 0.4, (quiet_entry, quiet, alloc)
 
 
 def test_a_phase_run_twice_keeps_its_larger_peak():

@@ -27,19 +27,23 @@ from verl.utils.model_utils import is_dtensor
 __all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head", "FUSED_CHUNK_SIZE"]
 
 
-# rows per chunk: each chunk makes a few float32 [rows, V] temporaries (logits, log-probs, probabilities, products):
+# rows per chunk: each chunk holds two float32 [rows, V] buffers (see _LinearLogProbEntropy):
 # 256 x 49,152 x 4 B = 48 MiB each for SmolLM2's vocabulary
 FUSED_CHUNK_SIZE = 256
 
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, inv_temperature: float) -> torch.Tensor:
-    """float32 ``[c, V]`` logits of a ``[c, H]`` chunk. The matmul runs in the weights' dtype (this runs outside
-    autocast: with float32 master weights on a GPU it is a float32 GEMM where the logits path under bf16 autocast
-    would run a bf16 one)."""
-    return (hidden.to(weight.dtype) @ weight.t()).float() * inv_temperature
+    """float32 ``[c, V]`` logits of a ``[c, H]`` chunk (a fresh tensor the caller may overwrite). The matmul runs in
+    the weights' dtype (this runs outside autocast: with float32 master weights on a GPU it is a float32 GEMM where
+    the logits path under bf16 autocast would run a bf16 one)."""
+    z = hidden.to(weight.dtype) @ weight.t()
+    return z.float().mul_(inv_temperature) if z.dtype != torch.float32 else z.mul_(inv_temperature)
 
 
 class _LinearLogProbEntropy(torch.autograd.Function):
+    """Per chunk, at most two ``[c, V]`` float32 buffers are alive (plus ``logsumexp``'s own scratch in the forward):
+    the logits, overwritten in place by the log-probs, and the probabilities, overwritten by the gradient."""
+
     @staticmethod
     def forward(ctx, hidden, weight, labels, inv_temperature: float, chunk_size: int, with_entropy: bool):
         ctx.set_materialize_grads(False)  # an unused output's gradient arrives as None: its term is skipped
@@ -53,8 +57,8 @@ class _LinearLogProbEntropy(torch.autograd.Function):
             lse[s:e] = torch.logsumexp(z, dim=-1)
             log_probs[s:e] = z.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - lse[s:e]
             if with_entropy:
-                logp = z - lse[s:e].unsqueeze(-1)
-                entropy[s:e] = -(torch.exp(logp) * logp).sum(-1)
+                logp = z.sub_(lse[s:e].unsqueeze(-1))  # z's buffer now holds log p
+                entropy[s:e] = -torch.exp(logp).mul_(logp).sum(-1)
         ctx.save_for_backward(hidden, weight, labels, lse, entropy)
         ctx.inv_temperature, ctx.chunk_size = inv_temperature, chunk_size
         return log_probs, entropy
@@ -68,20 +72,25 @@ class _LinearLogProbEntropy(torch.autograd.Function):
         grad_weight = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device) if need_weight else None
         for s in range(0, hidden.shape[0], chunk_size):
             e = s + chunk_size
-            z = _chunk_logits(hidden[s:e], weight, inv_t)
-            logp = z - lse[s:e].unsqueeze(-1)
+            g_lp = grad_log_probs[s:e].unsqueeze(-1) if grad_log_probs is not None else None  # [c, 1]
+            logp = _chunk_logits(hidden[s:e], weight, inv_t).sub_(lse[s:e].unsqueeze(-1))  # [c, V] log p
             p = torch.exp(logp)
-            dz = torch.zeros_like(z)
-            if grad_log_probs is not None:
-                dz -= p * grad_log_probs[s:e].unsqueeze(-1)
-                dz.scatter_add_(-1, labels[s:e].unsqueeze(-1), grad_log_probs[s:e].unsqueeze(-1))
+            # dL/dz = g_lp onehot(y) - p (g_lp + g_H (log p + H)); the bracket is built in log p's buffer
             if grad_entropy is not None:
-                dz -= p * (logp + entropy[s:e].unsqueeze(-1)) * grad_entropy[s:e].unsqueeze(-1)
-            dz *= inv_t
+                coeff = logp.add_(entropy[s:e].unsqueeze(-1)).mul_(grad_entropy[s:e].unsqueeze(-1))
+                if g_lp is not None:
+                    coeff.add_(g_lp)
+            else:
+                coeff = g_lp
+            dz = p.mul_(coeff).neg_()  # p's buffer now holds dL/dz
+            del logp, coeff
+            if g_lp is not None:
+                dz.scatter_add_(-1, labels[s:e].unsqueeze(-1), g_lp)
+            dz.mul_(inv_t)
             if need_hidden:
                 grad_hidden[s:e] = (dz.to(weight.dtype) @ weight).to(hidden.dtype)
             if need_weight:
-                grad_weight += dz.t() @ hidden[s:e].float()
+                grad_weight.addmm_(dz.t(), hidden[s:e].float())
         if grad_weight is not None:
             grad_weight = grad_weight.to(weight.dtype)
         return grad_hidden, grad_weight, None, None, None, None
