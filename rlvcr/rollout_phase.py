@@ -62,7 +62,7 @@ from verl.utils.reward_score.tool_parse import WRAPPER_MARKERS, close_tag, open_
 logger = logging.getLogger(__name__)
 
 __all__ = ["LevelStep", "RLVCRPhase", "level_format", "make_rlvcr_phase", "rlla_level_setup", "insert_instruction",
-           "PHASE_FIELDS"]
+           "alternative_suffix", "PHASE_FIELDS"]
 
 PHASE_FIELDS = ("thinking_level", "thinking_level_action_entropy", "thinking_level_think_cost", "thinking_evaluated")
 GenerateFn = Callable[[DataProto], DataProto]
@@ -102,6 +102,12 @@ def rlla_level_setup(config, tokenizer) -> Tuple[Optional[Callable], Optional[Ca
                                              add_generation_prompt=True)
 
     return chat_template, level_scored_compute_score(default_compute_score)
+
+
+def alternative_suffix(level: int, fmt: LevelFormat) -> str:
+    """Text added to the end of the last user turn when sampling ``T_L`` (§Per step 1): a blank line and
+    :func:`rlvcr.prompts.alternative_instruction`. Raises ValueError: ``level`` outside ``2..num_levels``."""
+    return "\n\n" + alternative_instruction(level, fmt)
 
 
 def _rfind(seq: Sequence[int], sub: Sequence[int], end: Optional[int] = None) -> int:
@@ -210,7 +216,7 @@ class RLVCRPhase:
         for k, step in enumerate(steps):
             for level in range(2, self.fmt.num_levels + 1):
                 if level != step.level:
-                    instruction = self._encode("\n\n" + alternative_instruction(level, self.fmt))
+                    instruction = self._encode(alternative_suffix(level, self.fmt))
                     prompt = insert_instruction(step.history, instruction, self.markers)
                     keys.append((k, level))
                     prompts.append(prompt + self._encode(generation_prefix(level, self.fmt)))
