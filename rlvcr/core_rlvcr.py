@@ -307,7 +307,10 @@ def compute_rlvcr_metrics(thinking_adv: torch.Tensor, chosen_level: Optional[tor
     ``thinking_adv_mean`` / ``thinking_adv_abs_mean``: over all rows. With ``chosen_level`` and ``valid``:
     ``unparseable_frac`` (over all rows) and ``level_frac_k`` (share among valid rows; 0 when none). With
     ``action_entropy`` / ``think_cost`` ``[B, N]``: ``action_entropy_level_k`` / ``think_tokens_level_k``, means
-    over valid, evaluated rows (left out when there is none).
+    over valid, evaluated rows (left out when there is none); with ``think_cost``, also
+    ``chosen_think_tokens_level_k``: the mean think length of the responses that chose level k (their own think,
+    column k-1 of their row; left out when no valid, evaluated row chose k). ``think_tokens_level_k`` mixes these with
+    the sampled alternative thinks of the rows that chose another level.
     """
     adv = thinking_adv.detach().to(torch.float64)
     out = {"rlvcr/thinking_adv_mean": adv.mean().item() if adv.numel() else 0.0,
@@ -325,6 +328,12 @@ def compute_rlvcr_metrics(thinking_adv: torch.Tensor, chosen_level: Optional[tor
             if matrix is not None:
                 means = matrix[used].to(torch.float64).mean(dim=0)
                 out.update({f"rlvcr/{name}_{k + 1}": means[k].item() for k in range(num_levels)})
+        if think_cost is not None:
+            levels = chosen_level[used].long()
+            own = think_cost[used].to(torch.float64).gather(1, (levels - 1).unsqueeze(1)).squeeze(1)
+            for k in range(1, num_levels + 1):
+                if bool((levels == k).any()):
+                    out[f"rlvcr/chosen_think_tokens_level_{k}"] = own[levels == k].mean().item()
     return out
 
 

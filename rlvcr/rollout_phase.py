@@ -32,8 +32,9 @@ int64 ``[B]`` (0 = unparseable), ``thinking_level_action_entropy`` / ``thinking_
 (NaN on rows not evaluated), ``thinking_evaluated`` bool ``[B]``. The per-level statistics (``rlvcr/level_frac_k``,
 ``action_entropy_level_k``, ``think_tokens_level_k``, ``unparseable_frac``) are computed once, at advantage time
 (``compute_rlvcr_metrics``); the phase returns its own: ``rlvcr/alternatives``, ``rlvcr/alt_unclosed_frac``,
-``rlvcr/evaluated_frac``, ``rlvcr/timing_s`` (of which ``rlvcr/timing_alt_gen_s``: parsing and the generate call,
-``rlvcr/timing_score_s``: the log-prob call). Alternatives are never trained on: the batch keeps its rows.
+``rlvcr/alt_empty_frac`` (alternatives with nothing in the think, e.g. EOS at once), ``rlvcr/evaluated_frac``,
+``rlvcr/timing_s`` (of which ``rlvcr/timing_alt_gen_s``: parsing and the generate call, ``rlvcr/timing_score_s``: the
+log-prob call). Alternatives are never trained on: the batch keeps its rows.
 
 ``only_positive_episodes``: rows are evaluated only when their episode return is > 0 (``episode_return`` of agent
 rows, else the row's summed ``token_level_scores`` -- the single-turn phase runs after the reward for this reason);
@@ -238,8 +239,10 @@ class RLVCRPhase:
                for r, m in zip(out.batch["responses"], out.batch["response_mask"])]
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         unclosed = sum(close_tag("think") not in t for t in texts)  # cut by the budget (or ended without it)
-        return ({key: cut_alternative_think(t) for key, t in zip(keys, texts)},
-                {"rlvcr/alternatives": float(len(keys)), "rlvcr/alt_unclosed_frac": unclosed / len(keys)})
+        thinks = {key: cut_alternative_think(t) for key, t in zip(keys, texts)}
+        empty = sum(not t.strip() for t in thinks.values())  # e.g. EOS at once: scored as an empty think
+        return thinks, {"rlvcr/alternatives": float(len(keys)), "rlvcr/alt_unclosed_frac": unclosed / len(keys),
+                        "rlvcr/alt_empty_frac": empty / len(keys)}
 
     # ------------------------------------------------------------------------------------------ 3. contexts
     def level_contexts(self, step: LevelStep, thinks: Dict[int, str]) -> Tuple[List[List[int]], List[float]]:

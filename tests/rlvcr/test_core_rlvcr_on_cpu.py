@@ -243,6 +243,10 @@ def test_estimator_hand_case_with_metrics():
     assert metrics["rlvcr/level_frac_2"] == metrics["rlvcr/level_frac_4"] == 0.0
     assert metrics["rlvcr/action_entropy_level_1"] == pytest.approx((2.0 + 0.5 + 1.0) / 3)
     assert metrics["rlvcr/think_tokens_level_2"] == pytest.approx((10 + 20 + 0) / 3)
+    # each row's own think at the level it chose: r0 level 3 (40 tokens), r2 level 3 (0), r1 level 1 (0)
+    assert metrics["rlvcr/chosen_think_tokens_level_3"] == pytest.approx(20.0)
+    assert metrics["rlvcr/chosen_think_tokens_level_1"] == 0.0
+    assert "rlvcr/chosen_think_tokens_level_2" not in metrics and "rlvcr/chosen_think_tokens_level_4" not in metrics
     assert metrics["rlvcr/thinking_adv_mean"] == pytest.approx(sum(think) / 4)
     assert metrics["rlvcr/thinking_adv_abs_mean"] == pytest.approx(sum(map(abs, think)) / 4)
     # explicit arguments win over the config; step_advantage_w scales only A_think

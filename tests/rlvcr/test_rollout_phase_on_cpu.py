@@ -172,6 +172,11 @@ def test_unparseable_rows_are_not_evaluated_and_get_no_alternatives(rlla_trainer
     first = tok.decode(prompts.batch["input_ids"][0][prompts.batch["attention_mask"][0].bool()])
     assert "Think at level 3" in first and first.endswith("<|im_start|>assistant\n<level>3</level><think>")
     assert metrics["rlvcr/evaluated_frac"] == 0.75 and metrics["rlvcr/timing_s"] >= 0
+    assert metrics["rlvcr/alt_unclosed_frac"] == 0.0 and metrics["rlvcr/alt_empty_frac"] == 0.0
+    # a model that ends every alternative at once: empty thinks (not cut by the budget), counted as such
+    batch = DataProto.from_dict({k: v.clone() for k, v in rlla_batch.batch.items()})
+    metrics = phase(batch, _think_generator(tok, think="</think>"), fake_scores)
+    assert metrics["rlvcr/alt_empty_frac"] == 1.0 and metrics["rlvcr/alt_unclosed_frac"] == 0.0
 
     none = DataProto.from_dict({k: v.clone() for k, v in rlla_batch.batch.items()})
     none.batch["responses"] = _responses(tok, ["no level"] * 4, 48)
