@@ -37,13 +37,13 @@ from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from agent_system.environments.sokoban_env import _PUSH_IDS, SOKOBAN_ACTIONS, SYMBOLS, _import_sokoban
 from rlvcr.level_sft import _schema as _level_schema
 from rlvcr.level_sft import draw_level
 from rlvcr.prompts import AGENT_FORMAT, LevelFormat, level_context
 from rlvcr.rollout_phase import alternative_suffix
+from verl.utils.dataset.rlla_data import write_parquet_atomic
 from verl.utils.reward_score.tool_parse import close_tag
 
 __all__ = ["SokobanGrid", "move_deltas", "solve", "level_think", "level_target", "alternative_level",
@@ -310,14 +310,7 @@ def build_env_level_sft_file(out: str | os.PathLike, tokenizer, num_tasks: int, 
     rows, metrics = collect_expert_rows(tokenizer, [first_seed + i for i in range(int(num_tasks))], seed,
                                         overrides, split, alt_frac=alt_frac)
     schema = _level_schema().append(pa.field("task_seed", pa.int64())).append(pa.field("turn", pa.int64()))
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    path = write_parquet_atomic(pa.Table.from_pylist(rows, schema=schema), out)
     return path, Counter(r["level"] for r in rows), metrics
 
 

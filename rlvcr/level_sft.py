@@ -171,21 +171,14 @@ def build_level_sft_file(out: str | os.PathLike, seed: int = 1, split: str = "sf
 
     Raises FileNotFoundError: the split cannot be found or built.
     """
-    from verl.utils.dataset.rlla_data import prompt_signature, resolve_rlla_file
+    from verl.utils.dataset.rlla_data import prompt_signature, resolve_rlla_file, write_parquet_atomic
 
     rows = pq.read_table(resolve_rlla_file(split)).to_pylist()
     exclude = ()
     if split != "test":
         exclude = {prompt_signature(p) for p in pq.read_table(resolve_rlla_file("test")).column("prompt").to_pylist()}
     kept, skipped = build_level_sft_rows(rows, seed, exclude_prompts=exclude, max_top_sentences=max_top_sentences)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(pa.Table.from_pylist(kept, schema=_schema()), tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    path = write_parquet_atomic(pa.Table.from_pylist(kept, schema=_schema()), out)
     return path, Counter(r["level"] for r in kept), skipped
 
 

@@ -34,6 +34,7 @@ from verl.router import MIXED_LABEL, RouterAction, ToolFamily, parse_other_as
 from verl.router.cost import response_tool_usage
 from verl.router.families import (TOOL_FAMILIES_KEY, block_families, load_tool_family_file, parse_tools_block,
                                   system_text_of)
+from verl.utils.dataset.rlla_data import write_parquet_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -93,16 +94,6 @@ def label_table(table: pa.Table, overrides: Optional[Mapping[str, ToolFamily]] =
     return table.append_column(LABEL_COLUMN, pa.array(labels, pa.string()))
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def preprocess_dir(data_dir: str | os.PathLike, tool_family_file: Optional[str | os.PathLike] = None,
                    other_as: Optional[RouterAction] = RouterAction.SEARCH, splits: Sequence[str] = SPLITS
                    ) -> dict[str, dict]:
@@ -125,7 +116,7 @@ def preprocess_dir(data_dir: str | os.PathLike, tool_family_file: Optional[str |
             continue
         table = label_table(pq.read_table(src), overrides, other_as, source=str(src))
         dst = data_dir / f"{split}_router.parquet"
-        _write_atomic(table, dst)
+        write_parquet_atomic(table, dst)
         counts = dict(Counter(table.column(LABEL_COLUMN).to_pylist()))
         logger.info("router preprocess: wrote %s (%d rows), labels %s", dst, table.num_rows, counts)
         out[split] = {"path": dst, "labels": counts}

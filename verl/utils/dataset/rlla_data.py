@@ -182,6 +182,19 @@ def _atomic_target(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}")
 
 
+def write_parquet_atomic(table: pa.Table, path: str | os.PathLike) -> Path:
+    """Write ``table`` to ``path`` atomically: a temporary file in the same folder (created if missing), then
+    ``os.replace``; the temporary file never outlives a failure. Returns the path."""
+    path = Path(path)
+    tmp = _atomic_target(path)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
 def write_rlla_parquet(rows: Sequence[Mapping], path: str | os.PathLike) -> Path:
     """Write rows in :data:`RLLA_ARROW_SCHEMA` atomically (temporary file in the same folder, then ``os.replace``).
 
@@ -193,13 +206,7 @@ def write_rlla_parquet(rows: Sequence[Mapping], path: str | os.PathLike) -> Path
         table = pa.Table.from_pylist(list(rows), schema=RLLA_ARROW_SCHEMA)
     except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: rows do not match the RLLA schema: {exc}") from exc
-    tmp = _atomic_target(path)
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
+    return write_parquet_atomic(table, path)
 
 
 def _atomic_copy(src: Path, dst: Path) -> Path:
