@@ -142,18 +142,6 @@ class ProcessTreeMemory:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-poller", daemon=True)
 
-    @staticmethod
-    def _kb_field(path: str, field: str) -> int | None:
-        """``field`` (a ``Name:   123 kB`` line) of a /proc file in bytes, None when the process has exited."""
-        try:
-            with open(path) as fh:
-                for line in fh:
-                    if line.startswith(field + ":"):
-                        return int(line.split()[1]) * 1024
-        except OSError:  # the process has exited
-            return None
-        return None
-
     def _poll(self) -> None:
         import psutil
 
@@ -161,13 +149,16 @@ class ProcessTreeMemory:
             procs = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
             return
+        from verl.utils.memory import proc_kb_fields
+
         totals = {"VmRSS": 0, "Pss": 0}
         for proc in procs:
-            hwm = self._kb_field(f"/proc/{proc.pid}/status", "VmHWM")
-            if hwm is None:
+            status = proc_kb_fields(f"/proc/{proc.pid}/status", "VmHWM", "VmRSS")
+            if not status or "VmHWM" not in status:  # the process has exited
                 continue
-            totals["VmRSS"] += self._kb_field(f"/proc/{proc.pid}/status", "VmRSS") or 0
-            totals["Pss"] += self._kb_field(f"/proc/{proc.pid}/smaps_rollup", "Pss") or 0
+            hwm = status["VmHWM"]
+            totals["VmRSS"] += status.get("VmRSS", 0)
+            totals["Pss"] += (proc_kb_fields(f"/proc/{proc.pid}/smaps_rollup", "Pss") or {}).get("Pss", 0)
             name, best = self._peaks.get(proc.pid, ("?", 0))
             if not name.startswith("ray::") or name == "ray::IDLE":  # a forked process execs (named as its parent
                 name = self._name(proc)  # until then); Ray renames a worker after its actor once it hosts one

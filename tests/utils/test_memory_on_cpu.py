@@ -4,12 +4,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from verl.utils.memory import GB, peak_rss_gb, phase_peak_memory, reset_peak_rss
+from verl.utils.memory import GB, phase_peak_memory, proc_kb_fields, reset_peak_rss
 
 
 def _current_rss_gb() -> float:
-    with open("/proc/self/status") as fh:
-        return next(int(line.split()[1]) * 1024 / GB for line in fh if line.startswith("VmRSS:"))
+    return proc_kb_fields("/proc/self/status", "VmRSS")["VmRSS"] / GB
 
 
 def test_phase_peak_sees_a_transient_allocation_and_resets():

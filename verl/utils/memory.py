@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import resource
 from contextlib import contextmanager
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 GB = 1024 ** 3
 _CLEAR_REFS = "/proc/self/clear_refs"
@@ -28,16 +28,28 @@ def reset_peak_rss() -> bool:
         return False
 
 
+def proc_kb_fields(path: str, *fields: str) -> Optional[Dict[str, int]]:
+    """``{field: bytes}`` of the ``Name:   123 kB`` lines of a /proc file (``/proc/PID/status``, ``smaps_rollup``);
+    a field the file lacks is left out. None when the file cannot be read (e.g. the process has exited)."""
+    wanted = {f + ":": f for f in fields}
+    found: Dict[str, int] = {}
+    try:
+        with open(path) as fh:
+            for line in fh:
+                name = line.split(None, 1)[0] if line.strip() else ""
+                if name in wanted:
+                    found[wanted[name]] = int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return found
+
+
 def peak_rss_gb() -> float:
     """This process's peak resident set size in GiB since the last successful :func:`reset_peak_rss` (``VmHWM``),
     else since it started (``ru_maxrss``, KiB on Linux)."""
-    try:
-        with open(_STATUS) as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024 / GB  # "VmHWM:   123456 kB"
-    except OSError:
-        pass
+    hwm = (proc_kb_fields(_STATUS, "VmHWM") or {}).get("VmHWM")
+    if hwm is not None:
+        return hwm / GB
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GB
 
 
@@ -63,4 +75,4 @@ def phase_peak_memory(phase: str, metrics: Dict[str, float], device: str = "cpu"
             metrics[key] = max(value, metrics.get(key, 0.0))
 
 
-__all__ = ["reset_peak_rss", "peak_rss_gb", "phase_peak_memory"]
+__all__ = ["reset_peak_rss", "peak_rss_gb", "phase_peak_memory", "proc_kb_fields"]
