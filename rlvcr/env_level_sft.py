@@ -282,8 +282,7 @@ def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, ove
                 alt_rows.append({**row, "prompt": [{"content": text + suffix, "role": "user"}],
                                  "extra_info": {**row["extra_info"], "instruction": suffix},
                                  "level_target": level_target(grid, plan, alt, fmt), "level": alt})
-            if alt is not None:
-                encode(alt_rows[-1], seed_of[i])
+                encode(alt_rows[-1], seed_of[i])  # its length check
             responses.append(torch.tensor(encode(row, seed_of[i])))
         padded = torch.nn.utils.rnn.pad_sequence(responses, batch_first=True, padding_value=agent.pad_token_id)
         return assemble_rollout_output(gen, padded, width, tokenizer.eos_token_id, agent.pad_token_id)
