@@ -39,8 +39,7 @@ import numpy as np
 import pyarrow as pa
 
 from agent_system.environments.sokoban_env import _PUSH_IDS, SOKOBAN_ACTIONS, SYMBOLS, _import_sokoban
-from rlvcr.level_sft import _schema as _level_schema
-from rlvcr.level_sft import draw_level
+from rlvcr.level_sft import draw_level, level_sft_schema
 from rlvcr.prompts import AGENT_FORMAT, LevelFormat, level_context
 from rlvcr.rollout_phase import alternative_suffix
 from verl.utils.dataset.rlla_data import write_parquet_atomic
@@ -308,7 +307,7 @@ def build_env_level_sft_file(out: str | os.PathLike, tokenizer, num_tasks: int, 
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
     rows, metrics = collect_expert_rows(tokenizer, [first_seed + i for i in range(int(num_tasks))], seed,
                                         overrides, split, alt_frac=alt_frac)
-    schema = _level_schema().append(pa.field("task_seed", pa.int64())).append(pa.field("turn", pa.int64()))
+    schema = level_sft_schema().append(pa.field("task_seed", pa.int64())).append(pa.field("turn", pa.int64()))
     path = write_parquet_atomic(pa.Table.from_pylist(rows, schema=schema), out)
     return path, Counter(r["level"] for r in rows), metrics
 

@@ -34,7 +34,7 @@ from rlvcr.prompts import LEVEL, RLLA_FORMAT, LevelFormat, add_level_guide, leve
 from verl.utils.reward_score.tool_parse import close_tag, open_tag
 
 __all__ = ["LEVEL_SENTENCES", "check_max_top_sentences", "sentence_ends", "level_think", "draw_level", "level_sft_row",
-           "build_level_sft_rows", "build_level_sft_file", "main"]
+           "level_sft_schema", "build_level_sft_rows", "build_level_sft_file", "main"]
 
 # sentences of T kept at each level below the top one (the top level keeps all of T, level 1 none)
 LEVEL_SENTENCES: Dict[int, int] = {2: 1, 3: 3}
@@ -156,7 +156,8 @@ def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelForma
     return out, skipped
 
 
-def _schema() -> pa.Schema:
+def level_sft_schema() -> pa.Schema:
+    """The level SFT parquet's schema: the RLLA schema plus ``level_target`` (string) and ``level`` (int64)."""
     from verl.utils.dataset.rlla_data import RLLA_ARROW_SCHEMA
 
     return RLLA_ARROW_SCHEMA.append(pa.field("level_target", pa.string())).append(pa.field("level", pa.int64()))
@@ -178,7 +179,7 @@ def build_level_sft_file(out: str | os.PathLike, seed: int = 1, split: str = "sf
     if split != "test":
         exclude = {prompt_signature(p) for p in pq.read_table(resolve_rlla_file("test")).column("prompt").to_pylist()}
     kept, skipped = build_level_sft_rows(rows, seed, exclude_prompts=exclude, max_top_sentences=max_top_sentences)
-    path = write_parquet_atomic(pa.Table.from_pylist(kept, schema=_schema()), out)
+    path = write_parquet_atomic(pa.Table.from_pylist(kept, schema=level_sft_schema()), out)
     return path, Counter(r["level"] for r in kept), skipped
 
 
