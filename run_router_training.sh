@@ -34,6 +34,7 @@ $PYTHON -m verl.trainer.main_ppo \
   actor_rollout_ref.model.use_remove_padding=True \
   actor_rollout_ref.model.use_shared_prompt=$SHARED_PROMPT \
   actor_rollout_ref.model.use_fused_kernels=$FUSED_KERNELS \
+  trainer.single_process=${SINGLE_PROCESS:-False} \
   actor_rollout_ref.rollout.name=$ROLLOUT_NAME \
   actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
   actor_rollout_ref.rollout.n=$ROLLOUT_N \

@@ -16,7 +16,9 @@ same ``--prompts`` rows (the order wraps around after the last row). Shared sett
 - the RLLA reward (``compute_score(..., wrapper="qwen")``).
 
 Ours is exactly what ``python -m verl.trainer.main_ppo`` runs (Ray started by the trainer, one
-``ActorRolloutRefWorker`` actor); step and phase times come from its ``metrics.jsonl`` (``timing_s/*``). TRL's step is
+``ActorRolloutRefWorker`` actor), or with ``--single-process`` what ``main_ppo ... trainer.single_process=true`` runs
+(the same worker inside the trainer's process, no Ray, as TRL runs); step and phase times come from its
+``metrics.jsonl`` (``timing_s/*``). TRL's step is
 timed with a trainer callback and its ``generate`` calls with a wrapper. Each system runs in its own subprocess (ours
 first, then TRL), so memory numbers do not mix. Peak RSS is the sum, over the subprocess and every process it starts
 (Ray's daemons and worker actors), of each process's own peak (``VmHWM``, polled every 0.1 s): exact per process and an
@@ -81,6 +83,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--fused-kernels", action=argparse.BooleanOptionalAction, default=True,
                         help="ours: log-probs/entropy from the final hidden states in chunks, no [tokens, vocab] "
                              "logits (model.use_fused_kernels; on by default in the CPU launch scripts)")
+    parser.add_argument("--single-process", action=argparse.BooleanOptionalAction, default=False,
+                        help="ours: trainer.single_process=true, the worker inside the trainer's process and no Ray "
+                             "(as TRL runs); default: the Ray worker actor of a plain main_ppo run")
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--result-file", help=argparse.SUPPRESS)  # child mode: run --only, write the result here
     args = parser.parse_args(argv)
@@ -223,6 +228,7 @@ def ours_config(args, data_path: Path, max_prompt_length: int, run_dir: str):
         f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False", "reward_model.wrapper=qwen",
         "trainer.device=cpu", "trainer.n_gpus_per_node=0", f"trainer.cpu_threads={args.threads}",
+        f"trainer.single_process={args.single_process}",
         "trainer.logger=[]", f"trainer.total_training_steps={args.warmup + args.steps}",
         "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.resume_mode=disable",
         f"trainer.seed={args.seed}", f"data.seed={args.seed}", "trainer.project_name=bench",
@@ -348,7 +354,8 @@ def run_child(system: str, args) -> dict:
     argv = ["--only", system, "--result-file", result_file,
             "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
             "--shared-prompt" if args.shared_prompt else "--no-shared-prompt",
-            "--fused-kernels" if args.fused_kernels else "--no-fused-kernels"]
+            "--fused-kernels" if args.fused_kernels else "--no-fused-kernels",
+            "--single-process" if args.single_process else "--no-single-process"]
     for key in ("steps", "warmup", "model", "prompts", "n", "max_new_tokens", "micro_batch", "lr", "seed", "threads"):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     print(f"=== {system}: {' '.join(argv)}", flush=True)
@@ -360,6 +367,20 @@ def run_child(system: str, args) -> dict:
     return result
 
 
+def _count_worker_phase_peaks(mem: dict, phase_peaks: dict, args) -> None:
+    """The worker resets its process's ``VmHWM`` at each phase start (``perf/peak_rss_gb/*``), so a peak in the last
+    poll interval of a phase could escape the poller: the hosting process's peak is at least its largest phase peak
+    (the worker actor, or with ``--single-process`` the main process). Updates ``mem`` in place."""
+    if not phase_peaks:
+        return
+    host = "main process" if args.single_process else "ray::ActorRolloutRefWorker"
+    for proc in mem["processes"]:
+        if proc["name"].startswith(host):
+            proc["peak_rss_gb"] = max(proc["peak_rss_gb"], max(phase_peaks.values()))
+    mem["processes"].sort(key=lambda p: -p["peak_rss_gb"])
+    mem["peak_rss_gb"] = sum(p["peak_rss_gb"] for p in mem["processes"])
+
+
 def child_main(args) -> None:
     """Child mode: run ``args.only`` under the memory poller and write its result to ``args.result_file``."""
     memory = ProcessTreeMemory().start()
@@ -368,6 +389,7 @@ def child_main(args) -> None:
         result = run_ours(args) if args.only == "ours" else run_trl(args)
     finally:
         mem = memory.stop()
+    _count_worker_phase_peaks(mem, result.get("worker_peak_rss_gb", {}), args)
     rows = args.prompts * args.n
     result.update(system=args.only, total_s=time.perf_counter() - start, rows_per_step=rows, **mem)
     result["step_median_s"] = median(result["step_s"])
@@ -381,7 +403,8 @@ def print_report(results: list[dict], args) -> None:
     print(f"\nGRPO step, model {args.model}: {args.prompts} prompts x {args.n} samples, {args.max_new_tokens} new "
           f"tokens, micro-batch {args.micro_batch}, gradient checkpointing "
           f"{'on' if args.gradient_checkpointing else 'off'}, ours with shared prompt "
-          f"{'on' if args.shared_prompt else 'off'}, fused kernels {'on' if args.fused_kernels else 'off'}, float32, "
+          f"{'on' if args.shared_prompt else 'off'}, fused kernels {'on' if args.fused_kernels else 'off'}, "
+          f"{'single process' if args.single_process else 'Ray worker actor'}, float32, "
           f"{args.threads} threads; "
           f"median of {args.steps} steps after {args.warmup} warm-up")
     print(f"{'system':<6} {'step s':>8} {'gen s':>7} {'gen tok/s':>10} {'resp tok':>9} {'prompt tok':>11} "
@@ -421,8 +444,8 @@ def print_report(results: list[dict], args) -> None:
               f"(target <= {TRL_RSS_TARGET} at micro-batch 32: {'met' if rss_ratio <= TRL_RSS_TARGET else 'NOT met'})")
         print(f"ours/TRL memory, other measures: largest simultaneous RSS total "
               f"{ours['peak_total_rss_gb'] / trl['peak_total_rss_gb']:.2f}x, largest simultaneous PSS total "
-              f"{ours['peak_total_pss_gb'] / trl['peak_total_pss_gb']:.2f}x, our largest process (the worker) "
-              f"{ours['processes'][0]['peak_rss_gb'] / trl['peak_rss_gb']:.2f}x")
+              f"{ours['peak_total_pss_gb'] / trl['peak_total_pss_gb']:.2f}x, our largest process "
+              f"({ours['processes'][0]['name']}) {ours['processes'][0]['peak_rss_gb'] / trl['peak_rss_gb']:.2f}x")
 
 
 def main(argv=None) -> None:

@@ -1,7 +1,7 @@
 # Sourced by the launch scripts: detects GPUs and sets CPU- or GPU-sized defaults that every variable overrides.
 # Variables (all optional): the reward switches, N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
 # MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, SHARED_PROMPT,
-# FUSED_KERNELS, PYTHON.
+# FUSED_KERNELS, SINGLE_PROCESS, PYTHON.
 PYTHON=${PYTHON:-python3}
 # ToolRL's reward switches (off unless set to 1; see README "The ToolRL reward")
 export WITHLENGTH=${WITHLENGTH:-0} REFINEDREWARD=${REFINEDREWARD:-0} COARSEREWARD=${COARSEREWARD:-0}
@@ -21,6 +21,8 @@ if [ "$N_GPUS" -gt 0 ]; then
   : "${SHARED_PROMPT:=False}"
   # fused LM-head log-probs: needs an unsharded head (FSDP2 shards it on GPUs: the worker would warn and fall back)
   : "${FUSED_KERNELS:=False}"
+  # Ray worker actors (verl's layout; N_GPUS workers)
+  : "${SINGLE_PROCESS:=False}"
   # vLLM when it is installed, the HF rollout otherwise
   if $PYTHON -c "import vllm" >/dev/null 2>&1; then : "${ROLLOUT_NAME:=vllm}"; else : "${ROLLOUT_NAME:=hf}"; fi
 else
@@ -35,11 +37,13 @@ else
   : "${SHARED_PROMPT:=True}"
   # log-probs/entropy from the final hidden states in chunks: no [tokens, 49k vocab] logits (exact; less memory)
   : "${FUSED_KERNELS:=True}"
+  # the one CPU worker inside the trainer's process, no Ray (same results; ~1 GB less RSS: README "The trainer")
+  : "${SINGLE_PROCESS:=True}"
 fi
 : "${TOTAL_STEPS:=null}"
 export BASE_MODEL TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE ROLLOUT_N MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TOTAL_EPOCHS
 export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME TOTAL_STEPS PYTHON SHARED_PROMPT
-export FUSED_KERNELS
+export FUSED_KERNELS SINGLE_PROCESS
 # DATA_DIR: unset means "discover" (dataset/rlla_4k, then ../shared/data, then ToolRL's published files)
 if [ -z "${DATA_DIR:-}" ]; then
   DATA_DIR=$($PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1

@@ -14,6 +14,7 @@ ${PYTHON:-python3} -m verl.trainer.main_ppo \
     actor_rollout_ref.model.use_remove_padding=True \
     actor_rollout_ref.model.use_shared_prompt=$SHARED_PROMPT \
     actor_rollout_ref.model.use_fused_kernels=$FUSED_KERNELS \
+    trainer.single_process=${SINGLE_PROCESS:-False} \
     actor_rollout_ref.actor.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE \
     actor_rollout_ref.actor.ppo_micro_batch_size=$MICRO_BATCH_PER_GPU \
     actor_rollout_ref.model.enable_gradient_checkpointing=True \

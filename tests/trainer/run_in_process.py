@@ -1,9 +1,9 @@
-"""``python tests/trainer/run_in_process.py key=value ...``: ``main_ppo``'s run with the workers inside
-this one process (``LocalWorkerGroup``) instead of Ray actors.
+"""``python tests/trainer/run_in_process.py key=value ...``: ``main_ppo``'s run with ``trainer.single_process=true``
+(the workers inside this one process, ``LocalWorkerGroup``, instead of Ray actors).
 
 The kill test's training process: SIGKILL takes the trainer and its workers down together, as losing a node does,
 and a start costs ~10 s less than starting a Ray cluster. Config handling, data, reward, ``fit`` and the checkpoint
-code are ``main_ppo``'s own (``normalize_config`` → ``resolve_paths`` → ``validate_config`` → ``build_trainer``).
+code are ``main_ppo.run_ppo``'s own; unlike ``python -m verl.trainer.main_ppo`` no Hydra output directory is made.
 Exit status: 0 when done, ``128 + signal`` after a ``trainer.save_on_exit`` stop, 1 on an error.
 """
 from __future__ import annotations
@@ -17,16 +17,11 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``ve
 
 
 def main(overrides: list[str]) -> None:
-    from verl.single_controller.local import build_local_trainer
-    from verl.trainer.main_ppo import setup_logging
+    from verl.trainer.config_utils import load_default_config
+    from verl.trainer.main_ppo import run_ppo, setup_logging
 
     setup_logging()
-    trainer = build_local_trainer(overrides, init_workers=False)
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.shutdown()
+    run_ppo(load_default_config([*overrides, "trainer.single_process=true"]))
 
 
 if __name__ == "__main__":

@@ -78,6 +78,10 @@ def test_unknown_key_rejected():
       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"], ["ppo_micro_batch_size_per_gpu"]),
     (["algorithm.adv_estimator=nope"], ["algorithm.adv_estimator", "nope"]),
     (["actor_rollout_ref.rollout.name=sglang"], ["actor_rollout_ref.rollout.name"]),
+    (["trainer.single_process=true", "trainer.n_gpus_per_node=2"], ["trainer.single_process", "2 workers"]),
+    (["trainer.single_process=true", "ray_init.address=auto"], ["trainer.single_process", "ray_init.address"]),
+    (["trainer.single_process=true", "env.env_name=line_world", "env.train_tasks=8"],
+     ["trainer.single_process", "env.use_ray_workers=false"]),
 ])
 def test_bad_batch_arithmetic_names_keys(overrides, keys):
     base = ["trainer.device=cpu", "trainer.n_gpus_per_node=1", "data.train_batch_size=8",

@@ -15,7 +15,10 @@ response text makes the advantages (and so the actor's gradients) non-zero. Inte
 
 Checked: each start resumes from the newest complete checkpoint; the step-3 checkpoint written on SIGTERM and the final
 one equal the uninterrupted run's bit for bit (actor weights, Adam moments, router head, sampler position, λ state);
-logged metrics agree to 1e-5 relative (the resume test's tolerance, see there)."""
+logged metrics agree to 1e-5 relative (the resume test's tolerance, see there).
+
+Also here: the same command with ``trainer.single_process=true`` (worker in the driver process, no Ray) ends equal to
+its Ray run."""
 from __future__ import annotations
 
 import json
@@ -121,6 +124,16 @@ def _compare(a: dict, b: dict) -> float:
     return worst
 
 
+def _assert_same_metrics(a: dict[int, dict], b: dict[int, dict]) -> None:
+    """The ``COMPARED`` metrics of every step of ``a`` agree with ``b``'s to 1e-5 relative (absent/NaN in ``a``:
+    skipped)."""
+    for step in a:
+        for key in COMPARED:
+            x, y = a[step].get(key), b[step].get(key)
+            if x is not None and not (isinstance(x, float) and math.isnan(x)):
+                assert x == pytest.approx(y, rel=1e-5, abs=1e-7), (step, key, x, y)
+
+
 def _metrics(run_dir: Path) -> dict[int, dict]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {r["step"]: r for r in records if "text" not in r}  # a replayed step: its last record counts
@@ -183,11 +196,7 @@ def test_killed_runs_end_equal_to_uninterrupted(tmp_path, short_prompt_data):
     assert sorted(resumed) == sorted(straight) == [1, 2, 3, 4]
     assert [resumed[s]["training/epoch"] for s in (1, 2, 3, 4)] == [0, 0, 1, 1]
     assert any(straight[s]["actor/grad_norm"] > 0 for s in straight)  # the actor really trained
-    for step in straight:
-        for key in COMPARED:
-            a, b = straight[step].get(key), resumed[step].get(key)
-            if a is not None and not (isinstance(a, float) and math.isnan(a)):
-                assert a == pytest.approx(b, rel=1e-5, abs=1e-7), (step, key, a, b)
+    _assert_same_metrics(straight, resumed)
     print("kill test:", json.dumps({"kills": kills, "max_abs_weight_diff_final": final_diff,
                                     "max_abs_weight_diff_sigterm_ckpt": sigterm_diff}))
 
@@ -210,3 +219,26 @@ def test_dead_ray_worker_names_worker_and_phase(tmp_path, short_prompt_data, ray
     failure = info.value
     assert (failure.phase, failure.step, failure.checkpoint) == ("update_actor", 2, str(ckpt / "global_step_1"))
     assert cm.latest_valid_checkpoint(ckpt) == ckpt / "global_step_1" and not (ckpt / "global_step_2").exists()
+
+
+def test_single_process_run_equals_ray_run(tmp_path, short_prompt_data, ray_session):
+    """``trainer.single_process=true`` (the worker inside the driver process, no Ray) and the Ray run of the same
+    command end with bitwise-identical checkpoints (weights, Adam moments, router head, sampler, λ); logged metrics
+    agree to 1e-5 relative (the resume test's tolerance)."""
+    from verl.single_controller.local import LocalWorkerGroup
+    from verl.single_controller.ray import RayWorkerGroup
+    from verl.trainer.config_utils import load_default_config
+    from verl.trainer.main_ppo import run_ppo
+
+    runs = {}
+    for name, single in (("ray", False), ("single", True)):
+        overrides = _overrides(tmp_path / name, short_prompt_data, steps=2,
+                               extra=("trainer.save_freq=2", f"trainer.single_process={single}"))
+        trainer = run_ppo(load_default_config(overrides))
+        assert isinstance(trainer.actor_rollout_wg, LocalWorkerGroup if single else RayWorkerGroup)
+        runs[name] = tmp_path / name
+    diff = _compare(_state(runs["single"] / "ckpt" / "global_step_2"), _state(runs["ray"] / "ckpt" / "global_step_2"))
+    assert diff == 0.0
+    ray_metrics, single_metrics = _metrics(runs["ray"] / "run"), _metrics(runs["single"] / "run")
+    assert sorted(ray_metrics) == sorted(single_metrics) == [1, 2]
+    _assert_same_metrics(ray_metrics, single_metrics)

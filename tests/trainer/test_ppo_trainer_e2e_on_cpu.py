@@ -62,13 +62,17 @@ def test_grpo_two_steps_with_kl_in_reward(tmp_path, small_rlla, ray_session, tin
     _assert_resources_released(ray_session)
 
 
-def test_ppo_gae_with_critic_one_step(tmp_path, small_rlla, ray_session):
+@pytest.mark.parametrize("single_process", [False, True])
+def test_ppo_gae_with_critic_one_step(tmp_path, small_rlla, ray_session, single_process):
+    """Actor and critic workers through Ray, or both inside this process (``trainer.single_process``)."""
     from verl.trainer.main_ppo import run_ppo
 
     config = _config(tmp_path, small_rlla, ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1",
                                             "trainer.total_training_steps=1", "trainer.val_before_train=False",
-                                            "trainer.save_freq=-1", "trainer.test_freq=-1"])
-    run_ppo(config)
+                                            "trainer.save_freq=-1", "trainer.test_freq=-1",
+                                            f"trainer.single_process={single_process}"])
+    trainer = run_ppo(config)
+    assert (type(trainer.critic_wg).__name__ == "LocalWorkerGroup") == single_process
     records = [r for r in _records(tmp_path / "run") if "text" not in r]
     assert [r["step"] for r in records] == [1]
     for key in ("timing_s/values", "timing_s/update_critic", "critic/vf_loss", "critic/values/mean"):

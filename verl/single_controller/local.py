@@ -238,7 +238,8 @@ __all__ = ["LocalDataProtoFuture", "LocalResourcePoolManager", "LocalWorkerGroup
 def build_local_trainer(overrides: list[str], init_workers: bool = True):
     """A ``RayPPOTrainer`` built exactly as ``main_ppo`` builds it (``load_default_config`` → ``normalize_config`` →
     ``resolve_paths`` → ``validate_config`` → ``build_trainer``) but with its workers inside this process
-    (:class:`LocalWorkerGroup`, one rank per role), for benchmarks and tests that must not start Ray.
+    (:class:`LocalWorkerGroup`, one rank per role: ``trainer.single_process=true``), for benchmarks and tests that
+    must not start Ray.
 
     Args:
         overrides: Hydra ``key=value`` overrides of ``ppo_trainer.yaml``.
@@ -250,13 +251,11 @@ def build_local_trainer(overrides: list[str], init_workers: bool = True):
     from verl.trainer.config_utils import load_default_config, normalize_config, validate_config
     from verl.trainer.main_ppo import build_trainer, resolve_paths
 
-    config = load_default_config(overrides)
+    config = load_default_config([*overrides, "trainer.single_process=true"])
     normalize_config(config)
     resolve_paths(config)
     validate_config(config)
     trainer = build_trainer(config)
-    trainer.ray_worker_group_cls = LocalWorkerGroup
-    trainer.resource_pool_manager = LocalResourcePoolManager(trainer.resource_pool_manager.mapping)
     if init_workers:
         trainer.init_workers()
     return trainer

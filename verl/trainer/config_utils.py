@@ -122,6 +122,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     from verl.trainer.ppo.core_algos import get_adv_estimator_fn
 
     n_workers = world_size(config)
+    _validate_single_process(config, n_workers)
     arr = config.actor_rollout_ref
     n = int(arr.rollout.n)
     train_bs = int(config.data.train_batch_size)
@@ -191,6 +192,22 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
+
+
+def _validate_single_process(config: DictConfig, n_workers: int) -> None:
+    """``trainer.single_process``: one worker per role inside the driver, so nothing may need a second process."""
+    if not config.trainer.get("single_process", False):
+        return
+    if n_workers != 1:
+        raise ConfigError(f"trainer.single_process=true hosts one worker per role in the driver process, but "
+                          f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers")
+    if config.ray_init.get("address"):
+        raise ConfigError(f"trainer.single_process=true starts no Ray, but ray_init.address="
+                          f"{config.ray_init.address!r} asks to join a Ray cluster")
+    env = config.get("env")
+    if env is not None and env.get("env_name") and env.get("use_ray_workers", True):
+        raise ConfigError("trainer.single_process=true starts no Ray: set env.use_ray_workers=false (the "
+                          "environments then step in the driver process)")
 
 
 def _validate_env(config: DictConfig) -> None:

@@ -185,23 +185,35 @@ def build_trainer(config: DictConfig):
     if config.critic.enable:
         mapping[Role.Critic] = "global_pool"
         role_worker_mapping[Role.Critic] = CriticWorker
-    resource_pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping,
-                                                use_gpu=config.trainer.device == "cuda",
-                                                cpus_per_worker=float(config.trainer.get("cpus_per_worker", 1)))
+    if config.trainer.get("single_process", False):  # the workers inside this process, no Ray
+        from verl.single_controller.local import LocalResourcePoolManager, LocalWorkerGroup
+
+        resource_pool_manager, worker_group_cls = LocalResourcePoolManager(mapping), LocalWorkerGroup
+    else:
+        resource_pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping,
+                                                    use_gpu=config.trainer.device == "cuda",
+                                                    cpus_per_worker=float(config.trainer.get("cpus_per_worker", 1)))
+        worker_group_cls = None  # RayWorkerGroup
     return RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
-                         resource_pool_manager=resource_pool_manager, reward_fn=reward_fn,
+                         resource_pool_manager=resource_pool_manager, ray_worker_group_cls=worker_group_cls,
+                         reward_fn=reward_fn,
                          val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset,
                          collate_fn=collate_fn)
 
 
 def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
-    """Normalise, resolve, validate, then train. Returns the trainer (its ``run_dir()`` holds metrics.jsonl)."""
+    """Normalise, resolve, validate, then train. Returns the trainer (its ``run_dir()`` holds metrics.jsonl).
+
+    Ray is started (or joined, ``ray_init.address``) unless ``trainer.single_process`` puts the one worker per role
+    inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
+    the Ray daemons and the worker processes' own copies of torch (about 1 GB of RSS on a 2-core CPU machine)."""
     normalize_config(config)
     resolve_paths(config)
     validate_config(config)
     logger.info("device=%s workers=%d estimator=%s", config.trainer.device, world_size(config),
                 config.algorithm.adv_estimator)
-    init_ray(config)
+    if not config.trainer.get("single_process", False):
+        init_ray(config)
     trainer = build_trainer(config)
     os.makedirs(trainer.run_dir(), exist_ok=True)
     with open(os.path.join(trainer.run_dir(), "config.yaml"), "w") as fh:

@@ -212,6 +212,8 @@ class RayPPOTrainer:
         for cls in (actor_cls, critic_cls):
             if cls is not None and self.config.trainer.device == "cpu":
                 cls.update_options({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}})
+        if self.config.trainer.device == "cpu" and self.config.trainer.get("single_process", False):
+            torch.set_num_threads(threads)  # the workers run in this process (LocalWorkerGroup)
         self.actor_rollout_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(actor_role),
                                                           actor_cls, name_prefix="actor_rollout")
         self.critic_wg = None
