@@ -238,7 +238,8 @@ def ours_config(args, data_path: Path, max_prompt_length: int, run_dir: str):
 
 
 def run_ours(args) -> dict:
-    """``run_ppo`` (the ``main_ppo`` entry point: Ray, one worker actor) for warm-up + measured steps."""
+    """``run_ppo`` (the ``main_ppo`` entry point: Ray and one worker actor, or with ``--single-process`` the worker in
+    this process) for warm-up + measured steps."""
     from transformers import AutoTokenizer
 
     from verl.trainer.main_ppo import run_ppo

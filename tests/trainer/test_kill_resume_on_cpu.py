@@ -223,22 +223,32 @@ def test_dead_ray_worker_names_worker_and_phase(tmp_path, short_prompt_data, ray
 
 def test_single_process_run_equals_ray_run(tmp_path, short_prompt_data, ray_session):
     """``trainer.single_process=true`` (the worker inside the driver process, no Ray) and the Ray run of the same
-    command end with bitwise-identical checkpoints (weights, Adam moments, router head, sampler, λ); logged metrics
-    agree to 1e-5 relative (the resume test's tolerance)."""
+    command end with bitwise-identical checkpoints (weights, Adam moments, router head, sampler, λ), also when the
+    single-process run resumes from the Ray run's step-1 checkpoint (the workers' saved RNG state must win over the
+    Ray driver's); logged metrics agree to 1e-5 relative (the resume test's tolerance)."""
+    import shutil
+
     from verl.single_controller.local import LocalWorkerGroup
     from verl.single_controller.ray import RayWorkerGroup
     from verl.trainer.config_utils import load_default_config
     from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.metric_utils import _measured_cpu_peak
 
-    runs = {}
-    for name, single in (("ray", False), ("single", True)):
+    (tmp_path / "resumed" / "ckpt").mkdir(parents=True)
+    for name, single in (("ray", False), ("single", True), ("resumed", True)):
+        if name == "resumed":
+            shutil.copytree(tmp_path / "ray" / "ckpt" / "global_step_1", tmp_path / name / "ckpt" / "global_step_1")
+        _measured_cpu_peak.cache_clear()  # each run measures the CPU peak (in the single process: beside the worker)
         overrides = _overrides(tmp_path / name, short_prompt_data, steps=2,
-                               extra=("trainer.save_freq=2", f"trainer.single_process={single}"))
+                               extra=(f"trainer.single_process={single}",))
         trainer = run_ppo(load_default_config(overrides))
         assert isinstance(trainer.actor_rollout_wg, LocalWorkerGroup if single else RayWorkerGroup)
-        runs[name] = tmp_path / name
-    diff = _compare(_state(runs["single"] / "ckpt" / "global_step_2"), _state(runs["ray"] / "ckpt" / "global_step_2"))
-    assert diff == 0.0
-    ray_metrics, single_metrics = _metrics(runs["ray"] / "run"), _metrics(runs["single"] / "run")
+    ray_state = _state(tmp_path / "ray" / "ckpt" / "global_step_2")
+    for name in ("single", "resumed"):
+        assert _compare(_state(tmp_path / name / "ckpt" / "global_step_2"), ray_state) == 0.0, name
+    ray_metrics, single_metrics = _metrics(tmp_path / "ray" / "run"), _metrics(tmp_path / "single" / "run")
     assert sorted(ray_metrics) == sorted(single_metrics) == [1, 2]
     _assert_same_metrics(ray_metrics, single_metrics)
+    resumed = _metrics(tmp_path / "resumed" / "run")
+    assert sorted(resumed) == [2]  # resumed after step 1
+    _assert_same_metrics(resumed, ray_metrics)

@@ -198,16 +198,18 @@ def _validate_single_process(config: DictConfig, n_workers: int) -> None:
     """``trainer.single_process``: one worker per role inside the driver, so nothing may need a second process."""
     if not config.trainer.get("single_process", False):
         return
+    hint = " (the CPU launch scripts set it unless SINGLE_PROCESS=False)"
     if n_workers != 1:
         raise ConfigError(f"trainer.single_process=true hosts one worker per role in the driver process, but "
-                          f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers")
-    if config.ray_init.get("address"):
-        raise ConfigError(f"trainer.single_process=true starts no Ray, but ray_init.address="
-                          f"{config.ray_init.address!r} asks to join a Ray cluster")
+                          f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers{hint}")
+    address = config.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
+    if address:
+        raise ConfigError(f"trainer.single_process=true does not start Ray, but ray_init.address / RAY_ADDRESS="
+                          f"{address!r} asks to join a Ray cluster{hint}")
     env = config.get("env")
     if env is not None and env.get("env_name") and env.get("use_ray_workers", True):
-        raise ConfigError("trainer.single_process=true starts no Ray: set env.use_ray_workers=false (the "
-                          "environments then step in the driver process)")
+        raise ConfigError(f"trainer.single_process=true does not start Ray: set env.use_ray_workers=false (the "
+                          f"environments then step in the driver process){hint}")
 
 
 def _validate_env(config: DictConfig) -> None:

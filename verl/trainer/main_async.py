@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 def run_async(config: DictConfig) -> list:
     """Train in async mode; returns the per-step metric records of this process.
 
-    Raises ValueError: ``trainer.total_training_steps`` is not set (the async mode has no epochs).
+    Raises ValueError: ``trainer.total_training_steps`` is not set (the async mode has no epochs), or
+    ``trainer.single_process=true`` (the async mode's env actors, inference server and learner are Ray actors).
     """
     from verl.async_rl.orchestrator import Orchestrator
     from verl.trainer.main_ppo import init_ray
@@ -29,6 +30,9 @@ def run_async(config: DictConfig) -> list:
     total = config.trainer.get("total_training_steps")
     if total is None:
         raise ValueError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
+    if config.trainer.get("single_process", False):
+        raise ValueError("trainer.single_process=true is not supported in async mode: its env actors, inference "
+                         "server and learner run on Ray")
     with open_dict(config):
         config.actor_rollout_ref.model.path = prepare_model(config.actor_rollout_ref.model.path)
     run_dir = config.trainer.get("run_dir") or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"

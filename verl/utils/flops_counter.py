@@ -155,8 +155,10 @@ def measure_matmul_peak(seconds: float = 0.5, size: int = 1024, dtype=None, devi
     if seconds <= 0 or size <= 0:
         raise ValueError(f"measure_matmul_peak needs positive seconds and size, got {seconds!r}, {size!r}")
     dtype = dtype or torch.float32
-    a = torch.randn(size, size, dtype=dtype, device=device)
-    b = torch.randn(size, size, dtype=dtype, device=device)
+    # a private generator: the global RNG is the workers' sampling stream when they share this process
+    gen = torch.Generator(device=device).manual_seed(0)
+    a = torch.randn(size, size, dtype=dtype, device=device, generator=gen)
+    b = torch.randn(size, size, dtype=dtype, device=device, generator=gen)
     sync = torch.cuda.synchronize if str(device).startswith("cuda") else (lambda: None)
     torch.matmul(a, b)  # warm-up (thread pool, kernels)
     sync()

@@ -83,18 +83,20 @@ def load_checkpoint(trainer) -> None:
         raise cm.CheckpointError(f"cannot resume from {step_dir}: the config differs on\n  " + "\n  ".join(diffs)
                                  + "\nRestore these values, start a new trainer.default_local_dir, or list keys "
                                    "that are safe to change in trainer.resume_allow_changes.")
-    trainer.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
-    if trainer.use_critic:
-        trainer.critic_wg.load_checkpoint(str(step_dir / "critic"))
     state = torch.load(step_dir / "data.pt", weights_only=False)
-    trainer.global_steps = int(state["global_step"])
-    trainer.epoch = int(state["epoch"])
-    trainer.train_sampler.load_state_dict(state["sampler"])
-    trainer.batches_consumed = int(state["sampler"]["batches_consumed"])
+    # the driver's RNGs first, then the critic's, the actor's last: with trainer.single_process they all share this
+    # process's RNGs, and the actor's saved state (the sampling stream) must win, also for a checkpoint of a Ray run
     torch.set_rng_state(state["rng"]["torch"])
     np.random.set_state(state["rng"]["numpy"])
     if "python" in state["rng"]:
         random.setstate(state["rng"]["python"])
+    if trainer.use_critic:
+        trainer.critic_wg.load_checkpoint(str(step_dir / "critic"))
+    trainer.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
+    trainer.global_steps = int(state["global_step"])
+    trainer.epoch = int(state["epoch"])
+    trainer.train_sampler.load_state_dict(state["sampler"])
+    trainer.batches_consumed = int(state["sampler"]["batches_consumed"])
     if "kl_ctrl" in state and trainer.kl_ctrl_in_reward is not None:
         trainer.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
     if trainer.router is not None:

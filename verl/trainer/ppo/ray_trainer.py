@@ -106,15 +106,17 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
 
 
 class RayPPOTrainer:
-    """Single-controller PPO/GRPO trainer over Ray worker groups.
+    """Single-controller PPO/GRPO trainer over Ray worker groups (or, with ``trainer.single_process``, over
+    ``LocalWorkerGroup``s hosting the workers in this process).
 
     Args:
         config: the full resolved config (``ppo_trainer.yaml`` + overrides, normalised by ``config_utils``).
-        tokenizer: the actor's tokenizer (decoding for rewards and logs; the driver never loads model weights).
+        tokenizer: the actor's tokenizer (decoding for rewards and logs; the driver's own code never loads model
+            weights).
         role_worker_mapping: ``{Role: worker class}``; ``Role.ActorRolloutRef`` (or ``ActorRollout``) is required,
             ``Role.Critic`` when the critic is enabled.
         resource_pool_manager: where each role's workers run.
-        ray_worker_group_cls: the worker-group class (``RayWorkerGroup``).
+        ray_worker_group_cls: the worker-group class (``RayWorkerGroup``, or ``LocalWorkerGroup``).
         reward_fn, val_reward_fn: reward managers, ``fn(batch, step, return_dict=True)``.
         train_dataset, val_dataset: ``RLHFDataset`` instances.
     """
@@ -226,7 +228,8 @@ class RayPPOTrainer:
         self.mfu_meter = MfuMeter.from_config(self.config, threads)
 
     def shutdown(self) -> None:
-        """Stop the worker actors and release their placement groups (the Ray session itself stays up)."""
+        """Stop the workers (Ray: the actors, and release their placement groups; the Ray session itself stays
+        up)."""
         for wg in (getattr(self, "actor_rollout_wg", None), getattr(self, "critic_wg", None)):
             if wg is not None:
                 wg.shutdown()
@@ -315,6 +318,9 @@ class RayPPOTrainer:
         """``VERL_TEST_FAULT=WORKER@...``: kill rank 0 of the actor group as a crash would (Ray groups only)."""
         from verl.trainer.ppo.run_guard import kill_ray_worker
 
+        if self.config.trainer.get("single_process", False):
+            raise RuntimeError("VERL_TEST_FAULT=WORKER@... kills a Ray worker actor; with trainer.single_process=true "
+                               "the worker is this process (use KILL@... instead)")
         kill_ray_worker(self.actor_rollout_wg.workers[0])
 
     def _fit(self) -> None:
