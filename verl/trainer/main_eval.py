@@ -38,6 +38,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from verl.utils.fs import atomic_path
 from verl.utils.jsonl import iter_json_objects
 from verl.utils.reward_score.rlla import InvalidGroundTruthError, RewardSwitches, compute_score
 from verl.utils.reward_score.tool_parse import parse_tool_calls, tool_usage
@@ -53,13 +54,8 @@ DATASETS = {"auto": None, "rlla": "rlla", "api_bank": "rlla_api_bank"}  # --data
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary sibling file and ``os.replace`` (never a partial file)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
+    with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 

@@ -178,8 +178,6 @@ def build_trainer(config: DictConfig):
         val_config = {**data_config, "max_samples": config.data.get("val_max_samples", -1)}
         val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
         reward_fn, val_reward_fn = build_reward_managers(config, tokenizer, compute_score)
-    workers_per_node = max(1, int(config.trainer.n_gpus_per_node))
-    pool_spec = {"global_pool": [workers_per_node] * int(config.trainer.nnodes)}
     mapping = {Role.ActorRolloutRef: "global_pool"}
     role_worker_mapping = {Role.ActorRolloutRef: ActorRolloutRefWorker}
     if config.critic.enable:
@@ -190,15 +188,15 @@ def build_trainer(config: DictConfig):
 
         resource_pool_manager, worker_group_cls = LocalResourcePoolManager(mapping), LocalWorkerGroup
     else:
+        pool_spec = {"global_pool": [max(1, int(config.trainer.n_gpus_per_node))] * int(config.trainer.nnodes)}
         resource_pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping,
                                                     use_gpu=config.trainer.device == "cuda",
                                                     cpus_per_worker=float(config.trainer.get("cpus_per_worker", 1)))
         worker_group_cls = None  # RayWorkerGroup
     return RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
                          resource_pool_manager=resource_pool_manager, ray_worker_group_cls=worker_group_cls,
-                         reward_fn=reward_fn,
-                         val_reward_fn=val_reward_fn, train_dataset=train_dataset, val_dataset=val_dataset,
-                         collate_fn=collate_fn)
+                         reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset,
+                         val_dataset=val_dataset, collate_fn=collate_fn)
 
 
 def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821

