@@ -1,8 +1,8 @@
 # Sourced by the launch scripts: detects GPUs and sets CPU- or GPU-sized defaults that every variable overrides.
 # Variables (all optional): the reward switches, N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
 # MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, SHARED_PROMPT,
-# FUSED_KERNELS, SINGLE_PROCESS, PYTHON.
-PYTHON=${PYTHON:-python3}
+# FUSED_KERNELS, SINGLE_PROCESS, PYTHON (default: scripts/ensure_env.sh's choice; on a bare machine it sets up .venv).
+source "$(dirname "${BASH_SOURCE[0]}")/ensure_env.sh"
 # ToolRL's reward switches (off unless set to 1; see README "The ToolRL reward")
 export WITHLENGTH=${WITHLENGTH:-0} REFINEDREWARD=${REFINEDREWARD:-0} COARSEREWARD=${COARSEREWARD:-0}
 export STRICTMATCH=${STRICTMATCH:-0} CORRECTMAX1=${CORRECTMAX1:-0} MAX1STEP30MAX3=${MAX1STEP30MAX3:-0}
@@ -49,7 +49,8 @@ if [ -z "${DATA_DIR:-}" ]; then
   DATA_DIR=$($PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
 fi
 export DATA_DIR
-# the SFT'd tiny preset is built on first use (a few minutes on CPU)
+# the SFT'd tiny preset is built on first use (~8 minutes on 2 CPU cores) by its own script with its own settings:
+# it reads only SFT_* variables (and PYTHON), never the BASE_MODEL / LR / ... exported above for the trainer
 if [ "$BASE_MODEL" = "tiny-sft" ]; then
   bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1
 fi

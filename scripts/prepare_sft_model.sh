@@ -3,70 +3,80 @@
 # policy that already writes <think>...</think> + <tool_call>/<response> (a random-init model never would).
 #
 #   bash scripts/prepare_sft_model.sh                 # skip if the preset exists
-#   FORCE=1 bash scripts/prepare_sft_model.sh         # rebuild
+#   SFT_FORCE=1 bash scripts/prepare_sft_model.sh     # rebuild
 #   SFT_DATA=sft_full bash scripts/prepare_sft_model.sh   # train on the full-reasoning rows instead
 #   bash scripts/prepare_sft_model.sh trainer.total_epochs=1   # extra Hydra overrides go to the trainer
 #
-# Variables (all optional):
-#   SFT_DATA   train (default: RL-style rows, placeholder think, ~70-token targets) | sft_full (full reasoning,
-#              ~400-token targets) | a parquet path
-#   BASE_MODEL preset or HF directory to start from (default tiny)
-#   TARGET     output directory (default: preset_dir('tiny-sft'), where prepare_model('tiny-sft') looks)
-#   EPOCHS, LR, MAX_LENGTH, BATCH_SIZE, MICRO_BATCH   training knobs (defaults per SFT_DATA below)
-#   NPROC      >1 launches torchrun with that many processes (FSDP2); default 1 (plain single process)
-#   FORCE=1    rebuild even if TARGET exists;  PYTHON   interpreter (default python3)
+# Variables (all optional). Every name starts with SFT_: the training launch scripts export BASE_MODEL, LR, ... for
+# the RL trainer and call this script on first use, and those must never become the SFT's settings.
+#   SFT_DATA        train (default: RL-style rows, placeholder think, ~70-token targets) | sft_full (full reasoning,
+#                   ~400-token targets) | a parquet path
+#   SFT_DATA_DIR    folder of the RLLA files (default: the trainer's data search, without $DATA_DIR)
+#   SFT_BASE_MODEL  preset or HF directory to start from (default tiny)
+#   SFT_TARGET      output directory (default: preset_dir('tiny-sft'), where prepare_model('tiny-sft') looks)
+#   SFT_EPOCHS, SFT_LR, SFT_MAX_LENGTH, SFT_BATCH_SIZE, SFT_MICRO_BATCH   training knobs (defaults per SFT_DATA below)
+#   SFT_MAX_STEPS   stop after this many optimizer steps (default: all epochs)
+#   SFT_NPROC       >1 launches torchrun with that many processes (FSDP2); default 1 (plain single process)
+#   SFT_FORCE=1     rebuild even if SFT_TARGET exists;  PYTHON   interpreter (default: scripts/ensure_env.sh's choice)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+source scripts/ensure_env.sh
 SFT_DATA=${SFT_DATA:-train}
-BASE_MODEL=${BASE_MODEL:-tiny}
-NPROC=${NPROC:-1}
-TARGET=${TARGET:-$($PYTHON -c "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")}
+SFT_BASE_MODEL=${SFT_BASE_MODEL:-tiny}
+SFT_NPROC=${SFT_NPROC:-1}
+SFT_TARGET=${SFT_TARGET:-$($PYTHON -c "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")}
 
-if [ -f "$TARGET/config.json" ] && [ "${FORCE:-0}" != "1" ]; then
-  echo "SFT model already at $TARGET (FORCE=1 to rebuild)"
+if [ -f "$SFT_TARGET/config.json" ] && [ "${SFT_FORCE:-0}" != "1" ]; then
+  echo "SFT model already at $SFT_TARGET (SFT_FORCE=1 to rebuild)"
   exit 0
 fi
 
-rlla_file() { $PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_file; print(resolve_rlla_file('$1'))"; }
+# the RLLA files: SFT_DATA_DIR when set, else the default search (never the trainer's exported DATA_DIR: the preset
+# is one cache shared by every run)
+rlla_file() { env -u DATA_DIR $PYTHON -c "import sys; from verl.utils.dataset.rlla_data import resolve_rlla_file; \
+print(resolve_rlla_file(sys.argv[1], sys.argv[2] or None))" "$1" "${SFT_DATA_DIR:-}"; }
 case "$SFT_DATA" in
   train)
     # Short targets: the loss is on ~70 tokens per row, the cost is the prompt. 1024 tokens keeps ~80% of the prompts
     # whole (longer ones lose the start of their tool list, which the model needs to copy tool names); a random-init
     # 7M model needs a high LR and many small steps (8-row batches: 49 steps per epoch).
-    : "${EPOCHS:=5}" "${LR:=3e-3}" "${MAX_LENGTH:=1024}" "${BATCH_SIZE:=8}" "${MICRO_BATCH:=4}"
+    : "${SFT_EPOCHS:=5}" "${SFT_LR:=3e-3}" "${SFT_MAX_LENGTH:=1024}" "${SFT_BATCH_SIZE:=8}" "${SFT_MICRO_BATCH:=4}"
     TRAIN_FILE=$(rlla_file train) ;;
   sft_full)
-    : "${EPOCHS:=4}" "${LR:=3e-3}" "${MAX_LENGTH:=1536}" "${BATCH_SIZE:=8}" "${MICRO_BATCH:=2}"
+    : "${SFT_EPOCHS:=4}" "${SFT_LR:=3e-3}" "${SFT_MAX_LENGTH:=1536}" "${SFT_BATCH_SIZE:=8}" "${SFT_MICRO_BATCH:=2}"
     TRAIN_FILE=$(rlla_file sft_full) ;;
   *)
-    : "${EPOCHS:=5}" "${LR:=3e-3}" "${MAX_LENGTH:=1024}" "${BATCH_SIZE:=8}" "${MICRO_BATCH:=4}"
+    : "${SFT_EPOCHS:=5}" "${SFT_LR:=3e-3}" "${SFT_MAX_LENGTH:=1024}" "${SFT_BATCH_SIZE:=8}" "${SFT_MICRO_BATCH:=4}"
     TRAIN_FILE=$SFT_DATA ;;
 esac
 VAL_FILE=$(rlla_file test)
 
-if [ "$NPROC" -gt 1 ]; then
-  LAUNCH=(torchrun --standalone --nproc_per_node="$NPROC" -m verl.trainer.fsdp_sft_trainer)
+if [ "$SFT_NPROC" -gt 1 ]; then
+  LAUNCH=("$PYTHON" -m torch.distributed.run --standalone --nproc_per_node="$SFT_NPROC" -m verl.trainer.fsdp_sft_trainer)
 else
   LAUNCH=("$PYTHON" -m verl.trainer.fsdp_sft_trainer)
 fi
 
-echo "SFT of $BASE_MODEL on $TRAIN_FILE -> $TARGET (epochs=$EPOCHS lr=$LR max_length=$MAX_LENGTH)"
+STEPS=()
+[ -n "${SFT_MAX_STEPS:-}" ] && STEPS=(trainer.total_training_steps="$SFT_MAX_STEPS")
+echo "SFT of $SFT_BASE_MODEL on $TRAIN_FILE -> $SFT_TARGET (epochs=$SFT_EPOCHS lr=$SFT_LR \
+max_length=$SFT_MAX_LENGTH${SFT_MAX_STEPS:+ max_steps=$SFT_MAX_STEPS})"
 "${LAUNCH[@]}" \
   data.train_files="$TRAIN_FILE" \
   data.val_files="$VAL_FILE" \
-  data.max_length="$MAX_LENGTH" \
+  data.max_length="$SFT_MAX_LENGTH" \
   data.truncation=left \
-  data.train_batch_size="$BATCH_SIZE" \
-  data.micro_batch_size_per_gpu="$MICRO_BATCH" \
-  model.partial_pretrain="$BASE_MODEL" \
-  optim.lr="$LR" \
+  data.train_batch_size="$SFT_BATCH_SIZE" \
+  data.micro_batch_size_per_gpu="$SFT_MICRO_BATCH" \
+  model.partial_pretrain="$SFT_BASE_MODEL" \
+  optim.lr="$SFT_LR" \
   optim.warmup_steps_ratio=0.05 \
   optim.lr_scheduler=cosine \
-  trainer.total_epochs="$EPOCHS" \
-  trainer.default_local_dir="$TARGET" \
+  trainer.total_epochs="$SFT_EPOCHS" \
+  trainer.default_local_dir="$SFT_TARGET" \
   trainer.overwrite=true \
   trainer.experiment_name="tiny-sft-$SFT_DATA" \
+  ${STEPS[@]+"${STEPS[@]}"} \
   "$@"
 # the loss curve (train and validation) next to the model
-"$PYTHON" scripts/plot_metrics.py "$TARGET/metrics.jsonl" --out "$TARGET/plots" || echo "plotting failed (the model is fine)" >&2
+"$PYTHON" scripts/plot_metrics.py "$SFT_TARGET/metrics.jsonl" --out "$SFT_TARGET/plots" || echo "plotting failed (the model is fine)" >&2

