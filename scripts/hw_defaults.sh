@@ -49,8 +49,8 @@ if [ -z "${DATA_DIR:-}" ]; then
   DATA_DIR=$($PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
 fi
 export DATA_DIR
-# the SFT'd tiny preset is built on first use (~8 minutes on 2 CPU cores) by its own script with its own settings:
+# an SFT preset is built on first use (tiny-sft ~6 min, smollm2-135m-sft ~40 min on 2 CPU cores) by its own script:
 # it reads only SFT_* variables (and PYTHON), never the BASE_MODEL / LR / ... exported above for the trainer
-if [ "$BASE_MODEL" = "tiny-sft" ]; then
-  bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1
+if [ "$BASE_MODEL" = "tiny-sft" ] || [ "$BASE_MODEL" = "smollm2-135m-sft" ]; then
+  SFT_PRESET=$BASE_MODEL bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1
 fi

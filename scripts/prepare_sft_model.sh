@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
-# Build the `tiny-sft` model preset: SFT warm start of the `tiny` preset on RLLA rows, so that RL starts from a
-# policy that already writes <think>...</think> + <tool_call>/<response> (a random-init model never would).
+# Build an SFT model preset: `tiny-sft` (default: the `tiny` preset after SFT on RLLA rows, so that RL starts from a
+# policy that already writes <think>...</think> + <tool_call>/<response>; a random-init model never would) or
+# `smollm2-135m-sft` (SmolLM2-135M-Instruct after the same SFT with its own recipe).
 #
 #   bash scripts/prepare_sft_model.sh                 # skip if the preset exists
+#   SFT_PRESET=smollm2-135m-sft bash scripts/prepare_sft_model.sh   # the real model (~40 min on 2 CPU cores)
 #   SFT_FORCE=1 bash scripts/prepare_sft_model.sh     # rebuild
 #   SFT_DATA=sft_full bash scripts/prepare_sft_model.sh   # train on the full-reasoning rows instead
 #   bash scripts/prepare_sft_model.sh trainer.total_epochs=1   # extra Hydra overrides go to the trainer
 #
 # Variables (all optional). Every name starts with SFT_: the training launch scripts export BASE_MODEL, LR, ... for
 # the RL trainer and call this script on first use, and those must never become the SFT's settings.
+#   SFT_PRESET      tiny-sft (default) | smollm2-135m-sft: which preset to build; it sets the base model, the target
+#                   and the recipe's defaults (tiny-sft: base tiny, lr 3e-3, 5 epochs, batch 8 x micro 4;
+#                   smollm2-135m-sft: base smollm2-135m, lr 1e-4, 1 epoch, batch 8 x micro 2)
 #   SFT_DATA        train (default: RL-style rows, placeholder think, ~70-token targets) | sft_full (full reasoning,
 #                   ~400-token targets) | a parquet path
 #   SFT_DATA_DIR    folder of the RLLA files (default: the trainer's data search, without $DATA_DIR)
@@ -21,10 +26,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure_env.sh
+SFT_PRESET=${SFT_PRESET:-tiny-sft}
+case "$SFT_PRESET" in
+  tiny-sft) : "${SFT_BASE_MODEL:=tiny}" ;;
+  smollm2-135m-sft)
+    # a pretrained 135M instruct model: a small lr, one epoch (49 steps of 8 rows, ~47 s each on 2 CPU cores)
+    : "${SFT_BASE_MODEL:=smollm2-135m}" "${SFT_LR:=1e-4}" "${SFT_EPOCHS:=1}" "${SFT_MICRO_BATCH:=2}" ;;
+  *) echo "prepare_sft_model.sh: SFT_PRESET=$SFT_PRESET; expected tiny-sft or smollm2-135m-sft" >&2; exit 2 ;;
+esac
 SFT_DATA=${SFT_DATA:-train}
-SFT_BASE_MODEL=${SFT_BASE_MODEL:-tiny}
 SFT_NPROC=${SFT_NPROC:-1}
-SFT_TARGET=${SFT_TARGET:-$($PYTHON -c "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")}
+SFT_TARGET=${SFT_TARGET:-$($PYTHON -c "from verl.utils.model_presets import preset_dir; print(preset_dir('$SFT_PRESET'))")}
 
 if [ -f "$SFT_TARGET/config.json" ] && [ "${SFT_FORCE:-0}" != "1" ]; then
   echo "SFT model already at $SFT_TARGET (SFT_FORCE=1 to rebuild)"
@@ -75,7 +87,7 @@ max_length=$SFT_MAX_LENGTH${SFT_MAX_STEPS:+ max_steps=$SFT_MAX_STEPS})"
   trainer.total_epochs="$SFT_EPOCHS" \
   trainer.default_local_dir="$SFT_TARGET" \
   trainer.overwrite=true \
-  trainer.experiment_name="tiny-sft-$SFT_DATA" \
+  trainer.experiment_name="$SFT_PRESET-$SFT_DATA" \
   ${STEPS[@]+"${STEPS[@]}"} \
   "$@"
 # the loss curve (train and validation) next to the model

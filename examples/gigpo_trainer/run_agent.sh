@@ -22,8 +22,8 @@ fi
 : "${MAX_TURNS:=5}" "${MAX_PROMPT_LENGTH:=1024}" "${TEST_FREQ:=$TOTAL_STEPS}" "${SAVE_FREQ:=-1}"
 : "${EXPERIMENT_NAME:=${ESTIMATOR}_${ENV_NAME}}"
 RUN_DIR=${RUN_DIR:-outputs/agent/$EXPERIMENT_NAME}
-if [ "$BASE_MODEL" = "tiny-sft" ]; then
-  bash scripts/prepare_sft_model.sh || exit 1   # reads only SFT_* (never this script's BASE_MODEL / LR)
+if [ "$BASE_MODEL" = "tiny-sft" ] || [ "$BASE_MODEL" = "smollm2-135m-sft" ]; then
+  SFT_PRESET=$BASE_MODEL bash scripts/prepare_sft_model.sh || exit 1   # reads only SFT_* (never BASE_MODEL / LR)
 fi
 $PYTHON -m verl.trainer.main_ppo \
     env.env_name=$ENV_NAME \

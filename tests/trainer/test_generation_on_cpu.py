@@ -150,7 +150,10 @@ def test_evaluate_rows_counts():
     only_api = evaluate_rows(rows, dataset="api_bank")
     assert only_api["rows"] == 1 and only_api["exact_match"] == 0.0 and only_api["rlla_reward"]["rows"] == 0
     with pytest.raises(ValueError, match="dataset"):
+        evaluate_rows(rows, dataset="nope")
+    with pytest.raises(ValueError, match="no generation rows for dataset='bfcl'"):
         evaluate_rows(rows, dataset="bfcl")
+    assert s["tool_cost"]["rows"] == s["rows"]  # every summary carries the tool-cost block
 
 
 def test_read_generations_names_line(tmp_path):

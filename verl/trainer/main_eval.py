@@ -1,5 +1,15 @@
 """Tool-call accuracy of generations: ``python -m verl.trainer.main_eval --generations out.jsonl``.
 
+Benchmarks and oracles (the benchmark's own answers fed through the same conversion and checker: 100% by design)::
+
+    python -m verl.trainer.main_eval --dataset bfcl --generations gen.jsonl        # rows of data.format=bfcl
+    python -m verl.trainer.main_eval --dataset bfcl --categories simple_python,irrelevance,live_simple --oracle
+    python -m verl.trainer.main_eval --dataset api_bank --data-path level-2-api_processed.json --oracle
+
+BFCL rows are scored by BFCL's own checker (:mod:`verl.trainer.eval_bfcl`); everything below is for RLLA-format
+ground truths (RLLA, API-Bank). Every summary has a ``tool_cost`` block (:func:`verl.trainer.tool_cost.
+tool_cost_metrics`: calls per prompt, tool-use rate, call/no-call decision accuracy and F1, tool productivity).
+
 Input: the JSONL written by ``verl.trainer.main_generation`` — one object per (prompt, sample) with at least
 ``response`` (str) and ``ground_truth`` (str in the RLLA output format, or null) or ``ground_truth_tool_calls``
 (list of ``{name, parameters}``); ``data_source`` and ``finished`` are used when present.
@@ -38,6 +48,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from verl.trainer.eval_bfcl import evaluate_bfcl_rows, oracle_bfcl_rows
+from verl.trainer.tool_cost import tool_cost_metrics
+from verl.utils.dataset.bfcl import CATEGORIES as BFCL_CATEGORIES, RELEVANCE_CATEGORIES
 from verl.utils.fs import atomic_path
 from verl.utils.jsonl import iter_json_objects
 from verl.utils.reward_score.rlla import InvalidGroundTruthError, RewardSwitches, compute_score
@@ -45,7 +58,7 @@ from verl.utils.reward_score.tool_parse import parse_tool_calls, tool_usage
 
 logger = logging.getLogger(__name__)
 
-DATASETS = {"auto": None, "rlla": "rlla", "api_bank": "rlla_api_bank"}  # --dataset -> data_source kept
+DATASETS = {"auto": None, "rlla": "rlla", "api_bank": "rlla_api_bank", "bfcl": "bfcl"}  # --dataset -> data_source
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -177,10 +190,13 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     if dataset not in DATASETS:
         raise ValueError(f"eval.dataset / --dataset: {dataset!r} is not one of {sorted(DATASETS)}")
     source = DATASETS[dataset]
-    kept = [r for r in rows if source is None or r.get("data_source") == source]
+    # BFCL oracle rows have no data_source: they are BFCL's by construction
+    kept = [r for r in rows if source is None or r.get("data_source", "bfcl" if "bfcl_id" in r else None) == source]
     if not kept:
         found = sorted(Counter(str(r.get("data_source")) for r in rows))
         raise ValueError(f"no generation rows for dataset={dataset!r} (data_source {source!r}); found {found}")
+    if dataset == "bfcl":
+        return evaluate_bfcl_rows(kept)
     switches = RewardSwitches.from_env() if switches is None else switches
     scored, rewards = [], []
     for row in kept:
@@ -193,6 +209,8 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     call_rows = [s for gt, s in scored if gt]
     no_call_rows = [s for gt, s in scored if not gt]
     finished = [bool(r["finished"]) for r in kept if "finished" in r]
+    made_call = [s["num_calls"] > 0 and not s["parse_failure"] for _, s in scored]
+    right = [s["exact_match"] if gt else (s["num_calls"] == 0 and not s["parse_failure"]) for gt, s in scored]
     summary = {
         "dataset": dataset,
         "rows": len(kept),
@@ -217,6 +235,8 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
             "format": _mean(r[1] for r in rewards),
             "correctness": _mean(r[2] for r in rewards),
         },
+        "tool_cost": tool_cost_metrics([s["num_calls"] for _, s in scored], [bool(gt) for gt, _ in scored], right,
+                                       made_call=made_call),
     }
     return summary
 
@@ -230,22 +250,77 @@ def evaluate_file(generations: str | os.PathLike, dataset: str = "auto", output:
     path = Path(output) if output else default_summary_path(generations)
     summary["summary_path"] = str(path)
     atomic_write_text(path, json.dumps(summary, indent=2) + "\n")
-    logger.info("eval: %d rows, exact_match=%s name_match=%s parse_failure_rate=%s -> %s", summary["rows"],
-                summary["exact_match"], summary["name_match"], summary["parse_failure_rate"], path)
+    headline = {k: summary[k] for k in ("exact_match", "name_match", "parse_failure_rate", "bfcl") if k in summary}
+    logger.info("eval: %d rows, %s -> %s", summary["rows"], headline, path)
     return summary
 
 
+def oracle_rows(dataset: str, data_path: str | None = None, categories: str | None = None,
+                max_rows: int | None = None) -> tuple[list[dict], dict]:
+    """Rows whose response is the benchmark's own answer, and notes for the summary: BFCL
+    (:func:`verl.trainer.eval_bfcl.oracle_bfcl_rows`; default categories: every one that ships answers or is an
+    irrelevance category; ``oracle_excluded`` names the entries no response can pass), API-Bank (``data_path``: any
+    level file of ToolRL's processed form) or RLLA (``data_path``: an RLLA-schema parquet; default the test split).
+
+    Raises:
+        ValueError: ``dataset`` is ``auto`` or unknown; errors of the loaders (file, row and key named).
+    """
+    if dataset == "bfcl":
+        if categories is None:
+            categories = ",".join(c for c in BFCL_CATEGORIES if c not in RELEVANCE_CATEGORIES)
+        rows, excluded = oracle_bfcl_rows(categories, max_rows)
+        if excluded:
+            logger.warning("oracle: %d BFCL entries left out, no response passes BFCL's checker on them: %s",
+                           len(excluded), excluded)
+        return rows, {"oracle_excluded": excluded}
+    if dataset == "api_bank":
+        from verl.utils.dataset.api_bank import api_bank_rlla_rows
+        rows = api_bank_rlla_rows(data_path)
+    elif dataset == "rlla":
+        import pandas as pd
+
+        from verl.utils.dataset.rlla_data import resolve_rlla_file
+        frame = pd.read_parquet(data_path or resolve_rlla_file("test"))
+        rows = frame.to_dict("records")
+    else:
+        raise ValueError(f"--oracle needs --dataset bfcl, api_bank or rlla, got {dataset!r}")
+    rows = rows[: max_rows] if max_rows and max_rows > 0 else rows
+    out = []
+    for i, row in enumerate(rows):
+        gt = row["reward_model"]["ground_truth"]
+        out.append({"response": gt, "ground_truth": gt, "data_source": row["data_source"],
+                    "_where": f"{data_path or dataset}:{i}"})
+    return out, {}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: score a generations JSONL, write ``<name>.summary.json`` (or ``--output``) and print the summary."""
-    parser = argparse.ArgumentParser(description="Tool-call accuracy and RLLA reward of a generations JSONL file.")
-    parser.add_argument("--generations", required=True, help="JSONL written by verl.trainer.main_generation")
+    """CLI: score a generations JSONL (or the benchmark's oracle), write the summary JSON and print it."""
+    parser = argparse.ArgumentParser(description="Tool-call accuracy, BFCL's checker and the RLLA reward of "
+                                                 "generations, or of a benchmark's own answers (--oracle).")
+    parser.add_argument("--generations", default=None, help="JSONL written by verl.trainer.main_generation")
     parser.add_argument("--dataset", default="auto", choices=sorted(DATASETS),
-                        help="auto: every row; rlla / api_bank: only rows of that data source")
+                        help="auto: every row; rlla / api_bank / bfcl: only rows of that benchmark")
+    parser.add_argument("--oracle", action="store_true",
+                        help="score the benchmark's own answers through the same conversion and checker")
+    parser.add_argument("--categories", default=None,
+                        help=f"BFCL categories for --oracle, comma-separated (of {', '.join(BFCL_CATEGORIES)})")
+    parser.add_argument("--data-path", default=None, help="API-Bank JSON or RLLA parquet for --oracle")
+    parser.add_argument("--max-rows", type=int, default=None, help="--oracle: the first N rows (per BFCL category)")
     parser.add_argument("--output", default=None, help="summary JSON (default: <generations>.summary.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "INFO"), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    summary = evaluate_file(args.generations, args.dataset, args.output)
+    if args.oracle == bool(args.generations):
+        parser.error("give exactly one of --generations FILE or --oracle")
+    if args.oracle:
+        if not args.output:
+            parser.error("--oracle needs --output")
+        rows, notes = oracle_rows(args.dataset, args.data_path, args.categories, args.max_rows)
+        summary = {"oracle": True, **evaluate_rows(rows, args.dataset), **notes}
+        summary["summary_path"] = str(args.output)
+        atomic_write_text(args.output, json.dumps(summary, indent=2) + "\n")
+    else:
+        summary = evaluate_file(args.generations, args.dataset, args.output)
     print(json.dumps(summary, indent=2))
     return 0
 

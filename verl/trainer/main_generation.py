@@ -8,8 +8,11 @@ Inputs (``data.format``, ``auto`` decides by extension: ``.json`` → ``api_bank
 
 - ``rlla``: a parquet file in the RLLA schema (``prompt`` chat column, ``reward_model.ground_truth``); default the RLLA
   test split (``rlla_data.resolve_rlla_file("test")``, 80 rows);
-- ``api_bank``: ToolRL's API-Bank JSON (default ``../shared/data/api_bank/level-1-api_processed.json``, 399 rows),
-  converted to RLLA rows by ``verl.utils.dataset.api_bank`` (ground-truth calls in the RLLA output format).
+- ``api_bank``: ToolRL's API-Bank JSON of any level (default ``../shared/data/api_bank/level-1-api_processed.json``,
+  399 rows), converted to RLLA rows by ``verl.utils.dataset.api_bank`` (ground-truth calls in the RLLA output format);
+- ``bfcl``: BFCL v4's single-turn categories (``data.categories``; ``data.max_samples`` rows per category) from the
+  ``bfcl-eval`` package, asked in the RLLA format (``verl.utils.dataset.bfcl``); each output row also carries
+  ``bfcl_id`` and ``bfcl_category``, and the evaluation uses BFCL's own checker (``verl.trainer.eval_bfcl``).
 
 Both go through ``RLHFDataset`` (chat template with the generation prompt, errors naming file/row). Prompts are
 sorted by length and batched ``data.batch_size`` at a time, left-padded only to the batch's longest prompt. Progress:
@@ -47,7 +50,7 @@ from verl.utils.torch_functional import trim_left_padding
 
 logger = logging.getLogger(__name__)
 
-DATA_FORMATS = ("auto", "rlla", "api_bank")
+DATA_FORMATS = ("auto", "rlla", "api_bank", "bfcl")
 
 
 def load_generation_config(overrides: list[str] | None = None) -> DictConfig:
@@ -59,7 +62,7 @@ def load_generation_config(overrides: list[str] | None = None) -> DictConfig:
 
 
 def resolve_data_format(path: str | None, data_format: str) -> str:
-    """``rlla`` or ``api_bank`` from ``data.format`` (``auto``: ``.json`` → ``api_bank``, else ``rlla``).
+    """``rlla``, ``api_bank`` or ``bfcl`` from ``data.format`` (``auto``: ``.json`` → ``api_bank``, else ``rlla``).
 
     Raises:
         ConfigError: unknown ``data.format``.
@@ -79,6 +82,17 @@ def resolve_parquet(data_cfg: DictConfig, tmp_dir: str) -> tuple[str, str]:
     """
     path = data_cfg.get("path")
     data_format = resolve_data_format(path, data_cfg.get("format", "auto"))
+    if data_format == "bfcl":
+        if path:
+            raise ConfigError(f"data.path={path!r} with data.format=bfcl: BFCL's data come from the bfcl-eval "
+                              "package; choose them with data.categories (and data.max_samples per category)")
+        from verl.utils.dataset.bfcl import write_bfcl_parquet
+        max_rows = int(data_cfg.get("max_samples", -1) or -1)
+        try:
+            parquet = write_bfcl_parquet(Path(tmp_dir) / "bfcl.parquet", data_cfg.get("categories"), max_rows)
+        except ValueError as err:
+            raise ConfigError(f"data.categories: {err}") from err
+        return str(parquet), data_format
     if path and not os.path.isfile(os.path.expanduser(str(path))):
         raise FileNotFoundError(f"data.path: {path} not found")
     if data_format == "api_bank":
@@ -104,7 +118,8 @@ def build_dataset(config: DictConfig, tokenizer, parquet: str):
         "truncation": data.get("truncation", "error"),
         "filter_overlong_prompts": bool(data.get("filter_overlong_prompts", False)),
         "return_raw_chat": True,
-        "max_samples": int(data.get("max_samples", -1) or -1),
+        # format bfcl applies max_samples per category when it writes the rows
+        "max_samples": -1 if data.get("format") == "bfcl" else int(data.get("max_samples", -1) or -1),
     })
 
 
@@ -214,6 +229,8 @@ def _output_row(item: Mapping, row: int, sample: int, response_ids: list[int], t
     """One JSONL row (see the module docstring)."""
     response = tokenizer.decode(response_ids, skip_special_tokens=False)
     gt = (item.get("reward_model") or {}).get("ground_truth")
+    extra = item.get("extra_info") if isinstance(item.get("extra_info"), Mapping) else {}
+    bfcl = {k: extra[k] for k in ("bfcl_id", "bfcl_category") if k in extra}
     return {
         "index": int(item["index"]),
         "row": row,
@@ -227,6 +244,7 @@ def _output_row(item: Mapping, row: int, sample: int, response_ids: list[int], t
         "ground_truth": gt,
         "ground_truth_tool_calls": ground_truth_calls(gt, f"row {row}: reward_model.ground_truth")
         if isinstance(gt, str) else None,
+        **bfcl,
     }
 
 
@@ -254,7 +272,10 @@ def run_generation(config: DictConfig) -> dict:
                 stats["generation"]["seconds"], stats["generation"]["new_tokens_per_s"])
     if not config.eval.get("enable", True):
         return {"output_path": str(output), **stats}
-    return evaluate_file(output, config.eval.get("dataset", "auto"), config.eval.get("output_path"),
+    dataset = config.eval.get("dataset", "auto")
+    if dataset == "auto" and stats["generation"]["data_format"] == "bfcl":
+        dataset = "bfcl"
+    return evaluate_file(output, dataset, config.eval.get("output_path"),
                          extra={"output_path": str(output), **stats})
 
 

