@@ -13,12 +13,12 @@ export PROJECT_NAME=${PROJECT_NAME:-router_grpo}
 source scripts/hw_defaults.sh
 BUDGET_B=${BUDGET_B:-0.3}
 if [ ! -f "$DATA_DIR/train_router.parquet" ] || [ ! -f "$DATA_DIR/test_router.parquet" ]; then
-  $PYTHON -m verl.router.preprocess --data_dir "$DATA_DIR"
+  "$PYTHON" -m verl.router.preprocess --data_dir "$DATA_DIR"
 fi
 RUN_DIR=${RUN_DIR:-outputs/$PROJECT_NAME/$EXPERIMENT_NAME}
 # The trainer runs as a child so that `kill <this script>` (SIGTERM) reaches it: it finishes the step in flight, saves
 # a checkpoint and exits non-zero (trainer.save_on_exit). Ctrl-C reaches it directly through the terminal.
-$PYTHON -m verl.trainer.main_ppo \
+"$PYTHON" -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo \
   data.train_files=${DATA_DIR}/train_router.parquet \
   data.val_files=${DATA_DIR}/test_router.parquet \
@@ -64,4 +64,4 @@ if [ "$status" -ne 0 ]; then
   echo "training stopped with status $status; run the same command again to resume from the last checkpoint" >&2
   exit "$status"
 fi
-$PYTHON scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"
+"$PYTHON" scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"

@@ -7,6 +7,6 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export RAY_AUTH_MODE=${RAY_AUTH_MODE:-disabled} TOKENIZERS_PARALLELISM=${TOKENIZERS_PARALLELISM:-false}
 # the environment tests need gym-sokoban and textworld (whose dependency jericho compiles from source with gcc)
-ENSURE_EXTRAS=test,sokoban,textworld source scripts/ensure_env.sh
+ENSURE_EXTRAS=test,sokoban,textworld source scripts/ensure_env.sh || exit 1
 if [ "$#" -eq 0 ]; then set -- tests; fi
 exec "$PYTHON" -m pytest -q "$@"

@@ -8,4 +8,4 @@ source scripts/hw_defaults.sh
 # ToolRL's project name (TinyZero) is kept; metrics and plots go to $RUN_DIR
 RUN_DIR=${RUN_DIR:-outputs/TinyZero/$EXPERIMENT_NAME}
 bash ./examples/ppo_trainer/run_ppo.sh trainer.run_dir="$RUN_DIR" "$@"
-$PYTHON scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"
+"$PYTHON" scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"

@@ -2,13 +2,13 @@
 # Variables (all optional): the reward switches, N_GPUS, BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, TRAIN_BATCH_SIZE, ROLLOUT_N,
 # MAX_PROMPT_LENGTH, MAX_RESPONSE_LENGTH, TOTAL_EPOCHS, TOTAL_STEPS, LR, SAVE_FREQ, TEST_FREQ, ROLLOUT_NAME, SHARED_PROMPT,
 # FUSED_KERNELS, SINGLE_PROCESS, PYTHON (default: scripts/ensure_env.sh's choice; on a bare machine it sets up .venv).
-source "$(dirname "${BASH_SOURCE[0]}")/ensure_env.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/ensure_env.sh" || exit 1
 # ToolRL's reward switches (off unless set to 1; see README "The ToolRL reward")
 export WITHLENGTH=${WITHLENGTH:-0} REFINEDREWARD=${REFINEDREWARD:-0} COARSEREWARD=${COARSEREWARD:-0}
 export STRICTMATCH=${STRICTMATCH:-0} CORRECTMAX1=${CORRECTMAX1:-0} MAX1STEP30MAX3=${MAX1STEP30MAX3:-0}
 export SCHEDULEREWARD=${SCHEDULEREWARD:-0} SCHEDULELENGTH=${SCHEDULELENGTH:-0}
 if [ -z "${N_GPUS+x}" ]; then
-  N_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+  N_GPUS=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 fi
 export N_GPUS
 export ROLLOUT_TP_SIZE=${ROLLOUT_TP_SIZE:-1}
@@ -24,7 +24,7 @@ if [ "$N_GPUS" -gt 0 ]; then
   # Ray worker actors (verl's layout; N_GPUS workers)
   : "${SINGLE_PROCESS:=False}"
   # vLLM when it is installed, the HF rollout otherwise
-  if $PYTHON -c "import vllm" >/dev/null 2>&1; then : "${ROLLOUT_NAME:=vllm}"; else : "${ROLLOUT_NAME:=hf}"; fi
+  if "$PYTHON" -c "import vllm" >/dev/null 2>&1; then : "${ROLLOUT_NAME:=vllm}"; else : "${ROLLOUT_NAME:=hf}"; fi
 else
   # laptop-class CPU: the SFT'd tiny model, small batches, short responses, prompts over 1024 tokens dropped
   : "${BASE_MODEL:=tiny-sft}" "${TRAIN_BATCH_SIZE:=8}" "${PPO_MINI_BATCH_SIZE:=8}" "${ROLLOUT_N:=4}"
@@ -46,11 +46,14 @@ export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME T
 export FUSED_KERNELS SINGLE_PROCESS
 # DATA_DIR: unset means "discover" (dataset/rlla_4k, then ../shared/data, then ToolRL's published files)
 if [ -z "${DATA_DIR:-}" ]; then
-  DATA_DIR=$($PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
+  DATA_DIR=$("$PYTHON" -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
 fi
 export DATA_DIR
 # an SFT preset is built on first use (tiny-sft ~6 min, smollm2-135m-sft ~40 min on 2 CPU cores) by its own script:
 # it reads only SFT_* variables (and PYTHON), never the BASE_MODEL / LR / ... exported above for the trainer
+# (the preset fixes its base, data and folder: an SFT_BASE_MODEL / SFT_DATA / SFT_TARGET exported for another build
+# must not move it where prepare_model would not find it; the recipe's knobs, SFT_LR, SFT_EPOCHS, ..., still apply)
 if [ "$BASE_MODEL" = "tiny-sft" ] || [ "$BASE_MODEL" = "smollm2-135m-sft" ]; then
-  SFT_PRESET=$BASE_MODEL bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1
+  env -u SFT_BASE_MODEL -u SFT_DATA -u SFT_TARGET SFT_PRESET="$BASE_MODEL" \
+    bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1
 fi

@@ -25,7 +25,7 @@
 #   SFT_EPOCHS (default 2), SFT_MAX_LENGTH (default 1024). Threads: OMP_NUM_THREADS=1 keeps the SFT on one core.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/ensure_env.sh
+source scripts/ensure_env.sh || exit 1
 ENV=${SFT_ENV:-sokoban}
 SEED=${SFT_SEED:-1}
 TRAIN_TASKS=${SFT_TRAIN_TASKS:-400}
@@ -38,15 +38,15 @@ if [ "$ENV" != "sokoban" ]; then
   echo "prepare_env_level_sft_model.sh: no expert for SFT_ENV=$ENV (only sokoban)" >&2
   exit 2
 fi
-TARGET=${SFT_TARGET:-$($PYTHON -c "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")-levels-$ENV}
+TARGET=${SFT_TARGET:-$("$PYTHON" -c "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")-levels-$ENV}
 TRAIN_FILE="$LEVEL_DATA/${ENV}_levels_train_seed${SEED}_n${TRAIN_TASKS}_alt${ALT_FRAC}.parquet"
 VAL_FILE="$LEVEL_DATA/${ENV}_levels_val_seed${SEED}_n${VAL_TASKS}_alt${ALT_FRAC}.parquet"
 
 # shellcheck disable=SC2086  # ENV_OVERRIDES is a list of key=value words
-[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.env_level_sft --out "$TRAIN_FILE" --tasks "$TRAIN_TASKS" \
+[ -f "$TRAIN_FILE" ] || "$PYTHON" -m rlvcr.env_level_sft --out "$TRAIN_FILE" --tasks "$TRAIN_TASKS" \
   --first-seed 2000000 --seed "$SEED" --split train --alt-frac "$ALT_FRAC" --tokenizer "$BASE" $ENV_OVERRIDES
 # shellcheck disable=SC2086
-[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.env_level_sft --out "$VAL_FILE" --tasks "$VAL_TASKS" \
+[ -f "$VAL_FILE" ] || "$PYTHON" -m rlvcr.env_level_sft --out "$VAL_FILE" --tasks "$VAL_TASKS" \
   --first-seed 3000000 --seed "$SEED" --split test --alt-frac "$ALT_FRAC" --tokenizer "$BASE" $ENV_OVERRIDES
 
 # prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.

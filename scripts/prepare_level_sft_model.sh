@@ -18,19 +18,19 @@
 #               default SFT_TARGET get a `-top{K}` suffix. A 7M model does not learn to close a ~400-token think: use 5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/ensure_env.sh
+source scripts/ensure_env.sh || exit 1
 SEED=${SFT_SEED:-1}
-py() { $PYTHON -c "$1"; }
+py() { "$PYTHON" -c "$1"; }
 TOP=${SFT_MAX_TOP_SENTENCES:+-top$SFT_MAX_TOP_SENTENCES}
 TARGET=${SFT_TARGET:-$(py "from verl.utils.model_presets import preset_dir; print(preset_dir('tiny-sft'))")-levels$TOP}
-LEVEL_DATA=${SFT_LEVEL_DATA:-$(env -u DATA_DIR $PYTHON -c "from verl.utils.dataset.rlla_data import resolve_rlla_file; \
+LEVEL_DATA=${SFT_LEVEL_DATA:-$(env -u DATA_DIR "$PYTHON" -c "from verl.utils.dataset.rlla_data import resolve_rlla_file; \
 print(resolve_rlla_file('sft_full').parent)")}
 TRAIN_FILE="$LEVEL_DATA/level_sft_full_seed$SEED$TOP.parquet"
 VAL_FILE="$LEVEL_DATA/level_test_seed$SEED$TOP.parquet"   # the 80 validation rows in the level format (val loss)
 CAP=(${SFT_MAX_TOP_SENTENCES:+--max-top-sentences "$SFT_MAX_TOP_SENTENCES"})
 
-[ -f "$TRAIN_FILE" ] || $PYTHON -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE" ${CAP[@]+"${CAP[@]}"}
-[ -f "$VAL_FILE" ] || $PYTHON -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE" ${CAP[@]+"${CAP[@]}"}
+[ -f "$TRAIN_FILE" ] || env -u DATA_DIR "$PYTHON" -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE" ${CAP[@]+"${CAP[@]}"}
+[ -f "$VAL_FILE" ] || env -u DATA_DIR "$PYTHON" -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE" ${CAP[@]+"${CAP[@]}"}
 
 # prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.
 SFT_DATA="$TRAIN_FILE" SFT_TARGET="$TARGET" SFT_BASE_MODEL="${SFT_BASE_MODEL:-tiny}" SFT_EPOCHS="${SFT_EPOCHS:-4}" \

@@ -17,15 +17,15 @@
 #   SFT_DATA        train (default: RL-style rows, placeholder think, ~70-token targets) | sft_full (full reasoning,
 #                   ~400-token targets) | a parquet path
 #   SFT_DATA_DIR    folder of the RLLA files (default: the trainer's data search, without $DATA_DIR)
-#   SFT_BASE_MODEL  preset or HF directory to start from (default tiny)
-#   SFT_TARGET      output directory (default: preset_dir('tiny-sft'), where prepare_model('tiny-sft') looks)
+#   SFT_BASE_MODEL  preset or HF directory to start from (default: the SFT_PRESET's base)
+#   SFT_TARGET      output directory (default: preset_dir(SFT_PRESET), where prepare_model(SFT_PRESET) looks)
 #   SFT_EPOCHS, SFT_LR, SFT_MAX_LENGTH, SFT_BATCH_SIZE, SFT_MICRO_BATCH   training knobs (defaults per SFT_DATA below)
 #   SFT_MAX_STEPS   stop after this many optimizer steps (default: all epochs)
 #   SFT_NPROC       >1 launches torchrun with that many processes (FSDP2); default 1 (plain single process)
 #   SFT_FORCE=1     rebuild even if SFT_TARGET exists;  PYTHON   interpreter (default: scripts/ensure_env.sh's choice)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source scripts/ensure_env.sh
+source scripts/ensure_env.sh || exit 1
 SFT_PRESET=${SFT_PRESET:-tiny-sft}
 case "$SFT_PRESET" in
   tiny-sft) : "${SFT_BASE_MODEL:=tiny}" ;;
@@ -36,7 +36,7 @@ case "$SFT_PRESET" in
 esac
 SFT_DATA=${SFT_DATA:-train}
 SFT_NPROC=${SFT_NPROC:-1}
-SFT_TARGET=${SFT_TARGET:-$($PYTHON -c "from verl.utils.model_presets import preset_dir; print(preset_dir('$SFT_PRESET'))")}
+SFT_TARGET=${SFT_TARGET:-$("$PYTHON" -c "from verl.utils.model_presets import preset_dir; print(preset_dir('$SFT_PRESET'))")}
 
 if [ -f "$SFT_TARGET/config.json" ] && [ "${SFT_FORCE:-0}" != "1" ]; then
   echo "SFT model already at $SFT_TARGET (SFT_FORCE=1 to rebuild)"
@@ -45,7 +45,7 @@ fi
 
 # the RLLA files: SFT_DATA_DIR when set, else the default search (never the trainer's exported DATA_DIR: the preset
 # is one cache shared by every run)
-rlla_file() { env -u DATA_DIR $PYTHON -c "import sys; from verl.utils.dataset.rlla_data import resolve_rlla_file; \
+rlla_file() { env -u DATA_DIR "$PYTHON" -c "import sys; from verl.utils.dataset.rlla_data import resolve_rlla_file; \
 print(resolve_rlla_file(sys.argv[1], sys.argv[2] or None))" "$1" "${SFT_DATA_DIR:-}"; }
 case "$SFT_DATA" in
   train)

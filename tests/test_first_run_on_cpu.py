@@ -89,12 +89,20 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
 
 
 def _source_ensure_env(env: dict, extras: str = "") -> subprocess.CompletedProcess:
-    script = f'ENSURE_EXTRAS="{extras}" source scripts/ensure_env.sh && echo "PYTHON=$PYTHON"'
+    script = f'ENSURE_EXTRAS="{extras}" source scripts/ensure_env.sh || exit 1; echo "PYTHON=$PYTHON"'
     return subprocess.run(["bash", "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
 
 
+def _wrapper(path: Path, target: str) -> Path:
+    """An executable that runs ``target`` with its arguments (a symlink to a venv's python would lose the venv)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f'#!/bin/sh\nexec {target} "$@"\n')
+    path.chmod(0o755)
+    return path
+
+
 def test_explicit_python_is_used_as_given(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, VENV_DIR=str(tmp_path / "venv"))
+    env = dict(os.environ, PYTHON=sys.executable, TOOLRL_VENV=str(tmp_path / "venv"))
     out = _source_ensure_env(env, "test")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == f"PYTHON={sys.executable}"
@@ -104,6 +112,35 @@ def test_explicit_python_is_used_as_given(tmp_path):
     assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == f"PYTHON={sys.executable}"
     assert "warning" in out.stderr and "trl (not installed)" in out.stderr
     assert not (tmp_path / "venv").exists()
+
+
+def _env_without_python(tmp_path: Path, python3_ready: bool) -> dict:
+    """PATH starts with a ``python3`` that is this test's interpreter (ready) or one that fails every check."""
+    bin_dir = tmp_path / "bin"
+    _wrapper(bin_dir / "python3", sys.executable if python3_ready else "false")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHON"}
+    env.update(PATH=f"{bin_dir}:{env['PATH']}", TOOLRL_VENV=str(tmp_path / "venv"))
+    return env
+
+
+def test_ready_python3_is_used_and_nothing_is_created(tmp_path):
+    out = _source_ensure_env(_env_without_python(tmp_path, python3_ready=True), "test")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "PYTHON=python3" and not (tmp_path / "venv").exists()
+
+
+def test_a_venv_the_scripts_did_not_make_is_never_changed(tmp_path):
+    env = _env_without_python(tmp_path, python3_ready=False)
+    venv_python = _wrapper(tmp_path / "venv" / "bin" / "python", sys.executable)
+    out = _source_ensure_env(env, "test")  # ready: used as it is
+    assert out.returncode == 0 and out.stdout.strip().splitlines()[-1] == f"PYTHON={venv_python}", out.stderr
+    out = _source_ensure_env(env, "bench")  # not ready: refused, not completed
+    assert out.returncode == 1 and "was not set up by this script" in out.stderr and "trl" in out.stderr
+    assert sorted(p.name for p in (tmp_path / "venv").iterdir()) == ["bin"]  # no setup.log, no marker, no install
+    # one the scripts made (marker) and ready is used without a set-up line
+    (tmp_path / "venv" / ".toolrl-venv").touch()
+    out = _source_ensure_env(env, "test")
+    assert out.returncode == 0 and "completing" not in out.stdout and "setting up" not in out.stdout
 
 
 def test_check_env_reports_what_is_missing(monkeypatch, capsys):

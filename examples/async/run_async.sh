@@ -3,7 +3,7 @@
 # server, one learner (spec specs/async_rl.md). Extra key=value arguments are passed to Hydra.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/ensure_env.sh
+source scripts/ensure_env.sh || exit 1
 export RAY_AUTH_MODE="${RAY_AUTH_MODE:-disabled}" TOKENIZERS_PARALLELISM=false
 "$PYTHON" -m verl.trainer.main_async \
     actor_rollout_ref.model.path="${MODEL:-tiny}" \

@@ -6,11 +6,11 @@
 # TOTAL_STEPS, TEST_FREQ, SAVE_FREQ, VAL_TASKS, N_GPUS, EXPERIMENT_NAME, PYTHON. CPU-sized defaults without a GPU.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/ensure_env.sh
+source scripts/ensure_env.sh || exit 1
 ENV_NAME=${ENV_NAME:-sokoban}
 ESTIMATOR=${ESTIMATOR:-gigpo}
 if [ -z "${N_GPUS+x}" ]; then
-  N_GPUS=$($PYTHON -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
+  N_GPUS=$("$PYTHON" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
 fi
 if [ "$N_GPUS" -gt 0 ]; then
   : "${BASE_MODEL:=smollm2-135m}" "${TASKS_PER_STEP:=16}" "${GROUP_N:=8}" "${MAX_RESPONSE_LENGTH:=512}"
@@ -23,9 +23,10 @@ fi
 : "${EXPERIMENT_NAME:=${ESTIMATOR}_${ENV_NAME}}"
 RUN_DIR=${RUN_DIR:-outputs/agent/$EXPERIMENT_NAME}
 if [ "$BASE_MODEL" = "tiny-sft" ] || [ "$BASE_MODEL" = "smollm2-135m-sft" ]; then
-  SFT_PRESET=$BASE_MODEL bash scripts/prepare_sft_model.sh || exit 1   # reads only SFT_* (never BASE_MODEL / LR)
+  # reads only SFT_* (never BASE_MODEL / LR); the preset fixes its own base, data and folder
+  env -u SFT_BASE_MODEL -u SFT_DATA -u SFT_TARGET SFT_PRESET="$BASE_MODEL" bash scripts/prepare_sft_model.sh || exit 1
 fi
-$PYTHON -m verl.trainer.main_ppo \
+"$PYTHON" -m verl.trainer.main_ppo \
     env.env_name=$ENV_NAME \
     env.max_steps=$MAX_TURNS \
     env.val_tasks=$VAL_TASKS \
@@ -50,4 +51,4 @@ $PYTHON -m verl.trainer.main_ppo \
     trainer.test_freq=$TEST_FREQ \
     trainer.save_freq=$SAVE_FREQ \
     "$@"
-$PYTHON scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"
+"$PYTHON" scripts/plot_metrics.py "$RUN_DIR/metrics.jsonl"

@@ -2,7 +2,7 @@
 # ToolRL's GRPO override list (examples/grpo_trainer/run_grpo.sh), driven by the variables of train_grpo.sh.
 # algorithm.use_kl_in_reward=True reproduces ToolRL's KL-in-reward GRPO on upstream's loop.
 set -euo pipefail
-${PYTHON:-python3} -m verl.trainer.main_ppo \
+"${PYTHON:-python3}" -m verl.trainer.main_ppo \
     algorithm.adv_estimator=grpo \
     data.train_files=$DATA_DIR/train.parquet \
     data.val_files=$DATA_DIR/test.parquet \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ToolRL's PPO override list (examples/ppo_trainer/run_ppo.sh), driven by the variables of train_ppo.sh.
 set -euo pipefail
-${PYTHON:-python3} -m verl.trainer.main_ppo \
+"${PYTHON:-python3}" -m verl.trainer.main_ppo \
     data.train_files=$DATA_DIR/train.parquet \
     data.val_files=$DATA_DIR/test.parquet \
     data.train_batch_size=$TRAIN_BATCH_SIZE \

@@ -148,6 +148,8 @@ def test_bfcl_prompt_rows_carry_ids(bfcl_entries):
     assert [r["extra_info"]["bfcl_category"] for r in rows] == ["live_simple"] * 2 + ["irrelevance"] * 2
     assert rows[0]["extra_info"]["bfcl_id"] == bfcl_entries["live_simple"][0]["id"]
     assert rows[0]["data_source"] == "bfcl" and rows[0]["prompt"][1]["content"].startswith("**Dialogue Records")
+    assert rows[0]["extra_info"]["bfcl_has_answer"] is True
+    assert bfcl.bfcl_rlla_rows("live_relevance", max_rows=1)[0]["extra_info"]["bfcl_has_answer"] is False
 
 
 def test_bfcl_oracle_cli_scores_100_percent(tmp_path):
@@ -163,6 +165,30 @@ def test_bfcl_oracle_cli_scores_100_percent(tmp_path):
     assert summary["tool_cost"]["decision_f1"] == 1.0 and summary["oracle"] is True
     with pytest.raises(ValueError, match="ships no answers"):
         eval_main(["--dataset", "bfcl", "--oracle", "--categories", "live_relevance", "--output", str(out)])
+
+
+def test_auto_dataset_routes_bfcl_rows_to_bfcl_checker(tmp_path):
+    from verl.trainer.eval_bfcl import oracle_bfcl_rows
+    from verl.trainer.main_eval import evaluate_rows
+
+    rows, excluded = oracle_bfcl_rows("simple_python", max_rows=2)
+    assert excluded == {} and evaluate_rows(rows, "auto")["categories"]["simple_python"]["accuracy"] == 1.0
+    mixed = rows + [{"response": "x", "ground_truth": "<response> y </response>", "data_source": "rlla"}]
+    with pytest.raises(ValueError, match="1 of 2 rows|2 of 3 rows are BFCL rows"):
+        evaluate_rows(mixed, "auto")
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--generations", "g.jsonl", "--categories", "simple_python"], "--categories: only with --oracle"),
+    (["--generations", "g.jsonl", "--max-rows", "3"], "--max-rows: only with --oracle"),
+    (["--oracle", "--output", "s.json"], "--oracle needs --dataset"),
+    (["--oracle", "--dataset", "api_bank", "--categories", "x", "--output", "s.json"], "only with --dataset bfcl"),
+    (["--oracle", "--dataset", "bfcl", "--data-path", "f.json", "--output", "s.json"], "bfcl-eval package"),
+])
+def test_eval_cli_refuses_options_it_would_ignore(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        eval_main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
 
 
 def test_bfcl_summary_uses_bfcl_weighting():
@@ -191,6 +217,9 @@ def test_generation_refuses_a_path_with_bfcl(tmp_path):
         resolve_parquet(cfg.data, str(tmp_path))
     cfg = load_generation_config(["data.format=bfcl", "data.categories=[nope]"])
     with pytest.raises(ConfigError, match="unknown BFCL categories"):
+        resolve_parquet(cfg.data, str(tmp_path))
+    cfg = load_generation_config(["data.format=bfcl", "data.filter_overlong_prompts=true"])
+    with pytest.raises(ConfigError, match="would drop rows that BFCL counts"):
         resolve_parquet(cfg.data, str(tmp_path))
 
 

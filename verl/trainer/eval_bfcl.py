@@ -1,8 +1,8 @@
 """Score responses to BFCL rows with BFCL's own checker and summarise them as BFCL does.
 
 Per row (:func:`check_bfcl_response`), with the calls the project's one parser reads from the response
-(``tool_parse``; a ``<tool_call>`` block that is unclosed or holds an unreadable item is a decode failure, as an
-unparsable answer is in BFCL):
+(``tool_parse``: the complete ``<tool_call>`` blocks; a response with ``<tool_call>`` but no complete block, or a block
+item that is not a readable call, is a decode failure, as an unparsable answer is in BFCL):
 
 - AST categories (``simple_*``, ``multiple``, ``parallel*``, ``live_*`` with answers): a decode failure or a response
   without ``<tool_call>`` is wrong (``ast_decoder:decoder_failed`` / ``ast_decoder:no_tool_call``); otherwise the

@@ -195,6 +195,12 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     if not kept:
         found = sorted(Counter(str(r.get("data_source")) for r in rows))
         raise ValueError(f"no generation rows for dataset={dataset!r} (data_source {source!r}); found {found}")
+    bfcl_rows = sum("bfcl_id" in r for r in kept)
+    if dataset == "auto" and bfcl_rows:
+        if bfcl_rows != len(kept):
+            raise ValueError(f"{bfcl_rows} of {len(kept)} rows are BFCL rows (bfcl_id): BFCL is scored by its own "
+                             "checker, the others by exact match; evaluate them separately with --dataset")
+        dataset = "bfcl"
     if dataset == "bfcl":
         return evaluate_bfcl_rows(kept)
     switches = RewardSwitches.from_env() if switches is None else switches
@@ -312,9 +318,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.oracle == bool(args.generations):
         parser.error("give exactly one of --generations FILE or --oracle")
+    if not args.oracle:
+        given = [f"--{k.replace('_', '-')}" for k in ("categories", "data_path", "max_rows") if getattr(args, k)]
+        if given:
+            parser.error(f"{', '.join(given)}: only with --oracle (generations carry their own rows)")
     if args.oracle:
         if not args.output:
             parser.error("--oracle needs --output")
+        if args.dataset == "auto":
+            parser.error("--oracle needs --dataset bfcl, api_bank or rlla")
+        if args.categories and args.dataset != "bfcl":
+            parser.error("--categories: only with --dataset bfcl")
+        if args.data_path and args.dataset == "bfcl":
+            parser.error("--data-path: BFCL's data come from the bfcl-eval package (choose --categories)")
         rows, notes = oracle_rows(args.dataset, args.data_path, args.categories, args.max_rows)
         summary = {"oracle": True, **evaluate_rows(rows, args.dataset), **notes}
         summary["summary_path"] = str(args.output)

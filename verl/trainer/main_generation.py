@@ -86,6 +86,10 @@ def resolve_parquet(data_cfg: DictConfig, tmp_dir: str) -> tuple[str, str]:
         if path:
             raise ConfigError(f"data.path={path!r} with data.format=bfcl: BFCL's data come from the bfcl-eval "
                               "package; choose them with data.categories (and data.max_samples per category)")
+        if data_cfg.get("filter_overlong_prompts"):
+            raise ConfigError("data.filter_overlong_prompts=true with data.format=bfcl would drop rows that BFCL "
+                              "counts (its scores would rise); raise rollout.prompt_length instead (6144 fits every "
+                              "row with the SmolLM2 tokenizer)")
         from verl.utils.dataset.bfcl import write_bfcl_parquet
         max_rows = int(data_cfg.get("max_samples", -1) or -1)
         try:

@@ -25,6 +25,8 @@ def tool_cost_metrics(num_calls: Sequence[int], wants_call: Sequence[bool], corr
         ``decision_accuracy`` (``made_call == wants_call``) and ``decision_precision`` / ``decision_recall`` /
         ``decision_f1`` with "call" as the positive class; ``tool_productivity`` = Σ correct / Σ num_calls, the
         number of correct answers per tool call (OTC-PO, Wang et al. 2025, arXiv:2504.14870, §4 "tool productivity").
+        As there, every correct row counts, those answered right without a call included (they are what a cheaper
+        policy buys), so it can exceed 1, and a model that calls only where it must scores highest.
         A ratio with a zero denominator is None.
 
     Raises:

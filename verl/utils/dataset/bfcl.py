@@ -14,14 +14,17 @@ asks (does this model's API rewrite ``.`` in function names to ``_``?). So :func
    ``underscore_to_dot=False`` (our model writes names as the tool list spells them) — nothing of the checker's logic
    is replaced;
 3. points ``BFCL_PROJECT_ROOT`` (where BFCL creates its ``result/`` and ``score/`` folders at import) into that cache
-   folder unless the user set it.
+   folder unless the user set it, also when ``bfcl_eval`` was already importable (nothing is written into
+   site-packages).
 
 Conversion both ways (tests: ``tests/data/test_bfcl_on_cpu.py``):
 
 - prompt: BFCL's entry (its function documents with BFCL's own language hints, as BFCL gives every model) becomes an
   RLLA-schema row whose system message is the RLLA system prompt (:mod:`verl.utils.dataset.rlla_prompt`) listing the
-  functions as ``Name`` / ``Description`` / ``Parameters`` (the JSON schema's ``properties``), and whose user message
-  is the RLLA dialogue history; system messages inside BFCL's question are appended to the system prompt;
+  functions as ``Name`` / ``Description`` / ``Parameters`` (the JSON schema's ``properties``, as ToolRL's own BFCL
+  handler did: the RLLA tool block has no place for the schema's ``required`` list, which BFCL's prompts for other
+  models show, so scores are not leaderboard numbers), and whose user message is the RLLA dialogue history; system
+  messages inside BFCL's question are appended to the system prompt;
 - answer: the calls the project's one parser reads from a response (``tool_parse.parse_tool_calls``) become BFCL's
   decoded form ``[{name: {parameter: value}}]``; :func:`oracle_response` writes a BFCL possible answer (the first
   acceptable value of every parameter, nested dicts resolved the same way; ``""`` means "may be omitted") as an RLLA
@@ -122,7 +125,7 @@ def bfcl_api() -> types.SimpleNamespace:
         if not (target / "bfcl_eval").is_dir():
             _install_bfcl_eval(target)
         sys.path.insert(0, str(target))
-        os.environ.setdefault("BFCL_PROJECT_ROOT", str(target / "workdir"))
+    os.environ.setdefault("BFCL_PROJECT_ROOT", str(bfcl_install_dir() / "workdir"))
     if "bfcl_eval.constants.model_config" not in sys.modules:
         stub = types.ModuleType("bfcl_eval.constants.model_config")
         stub.MODEL_CONFIG_MAPPING = _AnyModelConfig()
@@ -209,8 +212,10 @@ def bfcl_messages(entry: Mapping) -> list[dict]:
 
 def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int | None = None) -> list[dict]:
     """RLLA-schema rows for ``categories`` (``max_rows`` per category), ``data_source="bfcl"``; ``extra_info`` carries
-    ``bfcl_id`` and ``bfcl_category``; the ground truth is the oracle response (RLLA format), so RLLA tooling reads
-    the intended calls (relevance rows: a response without a call, as the rows say nothing about the call)."""
+    ``bfcl_id``, ``bfcl_category`` and ``bfcl_has_answer``. The ground truth is the oracle response (RLLA format), so
+    RLLA tooling reads the intended calls; ``live_relevance`` ships no answer (any call is right there), so its rows
+    hold a placeholder without a call and ``bfcl_has_answer=False``: score them with BFCL's checker, never as RLLA
+    ground truths."""
     out = []
     for category in parse_categories(categories):
         for entry in load_category(category, max_rows):
@@ -218,7 +223,8 @@ def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int 
             row = make_rlla_row({"instruction": messages[0]["content"], "input": messages[1]["content"],
                                  "output": oracle_response(entry)}, len(out), split="test")
             row["data_source"] = BFCL_DATA_SOURCE
-            row["extra_info"] = {**row["extra_info"], "bfcl_id": entry["id"], "bfcl_category": category}
+            row["extra_info"] = {**row["extra_info"], "bfcl_id": entry["id"], "bfcl_category": category,
+                                 "bfcl_has_answer": category not in RELEVANCE_CATEGORIES}
             out.append(row)
     return out
 

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Greedy tool-calling evaluation of one model on the three benchmarks of ToolRL's protocol, with the project's own
+# commands (main_generation + its built-in scoring): the RLLA validation split, BFCL (BFCL's checker; BFCL_ROWS rows
+# per category) and API-Bank level 1 (API_BANK_ROWS rows). Writes the generations to outputs/eval/<name>/ (never
+# committed) and the three summaries plus one headline file to benchmarks/results/eval_<name>/.
+#
+#   bash benchmarks/eval_tool_calling.sh smollm2-135m            # before SFT
+#   bash benchmarks/eval_tool_calling.sh smollm2-135m-sft        # after
+# Variables: BFCL_ROWS (default 5), API_BANK_ROWS (default 40), RESPONSE_LENGTH (default 256), BATCH (default 8),
+# PROMPT_LENGTH (default 3072; 6144 for every BFCL row), PYTHON.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/ensure_env.sh || exit 1
+MODEL=${1:?usage: eval_tool_calling.sh MODEL [NAME]}
+NAME=${2:-$(basename "$MODEL")}
+BFCL_ROWS=${BFCL_ROWS:-5} API_BANK_ROWS=${API_BANK_ROWS:-40} RESPONSE_LENGTH=${RESPONSE_LENGTH:-256}
+BATCH=${BATCH:-8} PROMPT_LENGTH=${PROMPT_LENGTH:-3072}
+GEN=outputs/eval/$NAME RES=benchmarks/results/eval_$NAME
+mkdir -p "$GEN" "$RES"
+common=(model.path="$MODEL" rollout.response_length="$RESPONSE_LENGTH" rollout.prompt_length="$PROMPT_LENGTH"
+        data.batch_size="$BATCH")
+start=$(date +%s)
+"$PYTHON" -m verl.trainer.main_generation "${common[@]}" data.format=rlla data.filter_overlong_prompts=true \
+  data.output_path="$GEN/rlla.jsonl" eval.output_path="$RES/rlla.json" > "$GEN/rlla.log" 2>&1
+"$PYTHON" -m verl.trainer.main_generation "${common[@]}" data.format=bfcl data.max_samples="$BFCL_ROWS" \
+  data.output_path="$GEN/bfcl.jsonl" eval.output_path="$RES/bfcl.json" > "$GEN/bfcl.log" 2>&1
+"$PYTHON" -m verl.trainer.main_generation "${common[@]}" data.format=api_bank data.max_samples="$API_BANK_ROWS" \
+  data.output_path="$GEN/api_bank.jsonl" eval.output_path="$RES/api_bank.json" > "$GEN/api_bank.log" 2>&1
+"$PYTHON" - "$RES" "$MODEL" "$(( $(date +%s) - start ))" <<'PY'
+import json, sys
+from pathlib import Path
+res, model, seconds = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+load = lambda name: json.loads((res / f"{name}.json").read_text())
+rlla, bfcl, api = load("rlla"), load("bfcl"), load("api_bank")
+keep = ("calls_per_prompt", "tool_use_rate", "decision_f1", "tool_productivity")
+headline = {
+    "model": model, "wall_s": seconds,
+    "rlla": {"rows": rlla["rows"], **{k: rlla["rlla_reward"][k] for k in ("score", "format", "correctness")},
+             "exact_match": rlla["exact_match"], "name_match": rlla["name_match"],
+             "no_tool_call_rate": rlla["no_tool_call_rate"], **{k: rlla["tool_cost"][k] for k in keep}},
+    "bfcl": {"rows": bfcl["rows"], **bfcl["bfcl"], "categories": {k: v["accuracy"] for k, v in bfcl["categories"].items()},
+             **{k: bfcl["tool_cost"][k] for k in keep}},
+    "api_bank_level1": {"rows": api["rows"], "exact_match": api["exact_match"], "name_match": api["name_match"],
+                        **{k: api["tool_cost"][k] for k in keep}},
+}
+(res / "headline.json").write_text(json.dumps(headline, indent=2) + "\n")
+print(json.dumps(headline, indent=2))
+PY
