@@ -296,7 +296,7 @@ def oracle_rows(dataset: str, data_path: str | None = None, categories: str | No
         gt = row["reward_model"]["ground_truth"]
         out.append({"response": gt, "ground_truth": gt, "data_source": row["data_source"],
                     "_where": f"{data_path or dataset}:{i}"})
-    return out, {}
+    return out, {"data_path": str(data_path) if data_path else None}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
