@@ -194,6 +194,9 @@ def test_killed_runs_end_equal_to_uninterrupted(tmp_path, short_prompt_data):
 
     straight, resumed = _metrics(ref / "run"), _metrics(run / "run")
     assert sorted(resumed) == sorted(straight) == [1, 2, 3, 4]
+    # every step logged once, in order, although steps were redone after each kill (the log is cut on resume)
+    logged = [json.loads(line) for line in (run / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "text" not in r] == [1, 2, 3, 4]
     assert [resumed[s]["training/epoch"] for s in (1, 2, 3, 4)] == [0, 0, 1, 1]
     assert any(straight[s]["actor/grad_norm"] > 0 for s in straight)  # the actor really trained
     _assert_same_metrics(straight, resumed)

@@ -52,6 +52,40 @@ def test_tracking_writes_jsonl_and_text(tmp_path):
     assert lines[1] == {"step": 3, "text": {"val/generations": "hello"}}
 
 
+def _steps(path):
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_tracking_resume_cuts_the_steps_an_interrupted_run_lost(tmp_path):
+    first = Tracking("p", "e", ["console", "tensorboard"], run_dir=tmp_path, resume_step=0)
+    for step in range(0, 6):
+        first.log({"x": float(step)}, step=step)
+    first.log_text("val/generations", "t", step=5)
+    first.finish()
+    with open(tmp_path / "metrics.jsonl", "a") as f:
+        f.write('{"step": 6, "x"')  # a line torn by SIGKILL
+    # resumed from the step-3 checkpoint: steps 4, 5 (and the torn 6) are redone, so they are cut
+    again = Tracking("p", "e", ["console", "tensorboard"], run_dir=tmp_path, resume_step=3)
+    for step in (4, 5):
+        again.log({"x": 10.0 + step}, step=step)
+    again.finish()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [0, 1, 2, 3, 4, 5]
+    assert [r["x"] for r in records[4:]] == [14.0, 15.0]  # the redone values, once
+    # a fresh start in the same folder keeps the old records aside, never mixed in
+    fresh = Tracking("p", "e", ["console"], run_dir=tmp_path, resume_step=0)
+    fresh.log({"x": 0.5}, step=0)
+    fresh.finish()
+    assert _steps(tmp_path / "metrics.jsonl") == [0]
+    [aside] = tmp_path.glob("metrics.*-*.jsonl")
+    assert _steps(aside) == [0, 1, 2, 3, 4, 5]
+    # without resume_step (the SFT trainer): appends as before
+    plain = Tracking("p", "e", ["console"], run_dir=tmp_path)
+    plain.log({"x": 1.0}, step=0)
+    plain.finish()
+    assert _steps(tmp_path / "metrics.jsonl") == [0, 0]
+
+
 def test_tracking_rejects_unknown_backend(tmp_path):
     try:
         Tracking("p", "e", ["console", "mlflowx"], run_dir=tmp_path)

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from verl.utils.fs import atomic_path
+
 logger = logging.getLogger(__name__)
 
 BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
@@ -52,6 +54,39 @@ def format_headline(metrics: dict, keys=HEADLINE_KEYS) -> str:
     return " ".join(parts)
 
 
+def rewind_jsonl(path: Path, step: int) -> int:
+    """Cut ``metrics.jsonl`` back to the records of steps ``<= step`` (see :class:`Tracking`'s ``resume_step``).
+
+    Returns:
+        The number of records dropped (a torn, unreadable line counts as one). ``step == 0`` moves a non-empty file
+        aside instead and returns its record count.
+    """
+    if not path.is_file() or path.stat().st_size == 0:
+        return 0
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    if step <= 0:
+        aside = path.with_name(f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
+        os.replace(path, aside)
+        logger.warning("fresh start in a run directory with metrics: the earlier %d records moved to %s",
+                       len(lines), aside)
+        return len(lines)
+    kept = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # a line torn by a kill
+        if isinstance(record, dict) and isinstance(record.get("step"), int) and record["step"] <= step:
+            kept.append(line)
+    dropped = len(lines) - len(kept)
+    if dropped:
+        with atomic_path(path) as tmp:
+            tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
+        logger.info("resuming at step %d: dropped %d metrics records logged after it by the interrupted run",
+                    step, dropped)
+    return dropped
+
+
 class Tracking:
     """Fan-out metric logger.
 
@@ -60,13 +95,18 @@ class Tracking:
         default_backend: list of backend names from ``BACKENDS``; ``jsonl`` is added when missing.
         config: the resolved config (dict), saved as ``config.yaml`` in the run dir and sent to wandb.
         run_dir: directory for metrics.jsonl, tensorboard and plots.
+        resume_step: the global step the run starts from (its checkpoint's step; 0 for a fresh start), or None to
+            append as is (runs without resume). Records an interrupted run logged after that step describe work that
+            was lost and is about to be redone: they are cut from ``metrics.jsonl`` (with a torn last line), and
+            TensorBoard purges them (``purge_step``), so every step appears once. A fresh start (0) in a run
+            directory that already has metrics moves the old file aside (``metrics.<time>.jsonl``, logged).
 
     Raises:
         ValueError: an unknown backend name.
     """
 
     def __init__(self, project_name: str, experiment_name: str, default_backend, config: dict | None = None,
-                 run_dir: str | os.PathLike = "outputs/run") -> None:
+                 run_dir: str | os.PathLike = "outputs/run", resume_step: int | None = None) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
@@ -77,13 +117,17 @@ class Tracking:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl_path = self.run_dir / "metrics.jsonl"
+        if resume_step is not None:
+            rewind_jsonl(self.jsonl_path, resume_step)
         self._jsonl = open(self.jsonl_path, "a", buffering=1)
         self._tb = None
         self._wandb = None
         if "tensorboard" in backends:
             from torch.utils.tensorboard import SummaryWriter
 
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / "tensorboard"))
+            tb_dir = self.run_dir / "tensorboard"
+            resumed = resume_step is not None and tb_dir.is_dir() and any(tb_dir.iterdir())
+            self._tb = SummaryWriter(log_dir=str(tb_dir), purge_step=resume_step + 1 if resumed else None)
         if "wandb" in backends:
             import wandb
 

@@ -326,11 +326,12 @@ class RayPPOTrainer:
 
     def _fit(self) -> None:
         trainer_cfg = self.config.trainer
-        tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
-                           config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir())
-        self.tracker = tracker
         with self._phase("load_checkpoint"):
             self._load_checkpoint()
+        tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
+                           config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir(),
+                           resume_step=self.global_steps)
+        self.tracker = tracker
         if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
             with self._phase("testing"):
                 val_metrics = self._validate()
