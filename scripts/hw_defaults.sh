@@ -41,6 +41,18 @@ else
   : "${SINGLE_PROCESS:=True}"
 fi
 : "${TOTAL_STEPS:=null}"
+# the variables are checked here, before any data or model work, with their names in the error
+_hw_fail() { echo "$1=${!1}: expected $2" >&2; exit 2; }
+for _v in N_GPUS TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE ROLLOUT_N MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TOTAL_EPOCHS \
+          SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU ROLLOUT_TP_SIZE; do
+  [[ "${!_v}" =~ ^-?[0-9]+$ ]] || _hw_fail "$_v" "an integer"
+done
+[[ "$TOTAL_STEPS" =~ ^([0-9]+|null)$ ]] || _hw_fail TOTAL_STEPS "a whole number of steps, or null (all epochs)"
+[[ "$LR" =~ ^[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?$ ]] || _hw_fail LR "a number such as 1e-4"
+for _v in SHARED_PROMPT FUSED_KERNELS SINGLE_PROCESS FILTER_OVERLONG; do
+  [[ "${!_v}" =~ ^([Tt]rue|[Ff]alse)$ ]] || _hw_fail "$_v" "True or False"
+done
+unset _v
 export BASE_MODEL TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE ROLLOUT_N MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TOTAL_EPOCHS
 export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME TOTAL_STEPS PYTHON SHARED_PROMPT
 export FUSED_KERNELS SINGLE_PROCESS

@@ -33,6 +33,14 @@ def test_corrupted_copy_names_rows(shared_dir, tmp_path, capsys):
     assert "INVALID: 4 problem(s)" in err
 
 
+def test_empty_file_is_invalid(shared_dir, tmp_path, capsys):
+    table = pq.read_table(shared_dir / "data" / "rlla_4k" / "test.parquet")
+    path = tmp_path / "empty.parquet"
+    pq.write_table(table.slice(0, 0), path)
+    assert main([str(path), "--tokenizer", "none"]) == 1
+    assert f"{path}: no rows" in capsys.readouterr().err
+
+
 def test_unreadable_file_and_missing_columns(tmp_path, capsys):
     bad = tmp_path / "not.parquet"
     bad.write_text("hello")

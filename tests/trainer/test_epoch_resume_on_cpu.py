@@ -72,6 +72,24 @@ def test_resume_at_epoch_boundary_and_mid_epoch_replays_nothing(tmp_path):
     assert [m["training/epoch"] for m in metrics if "training/epoch" in m] == [0, 0, 1, 1, 2, 2]
 
 
+def test_only_damaged_checkpoints_stop_the_run_instead_of_a_silent_fresh_start(tmp_path):
+    _run(tmp_path / "c", steps=2, save_freq=1)
+    for step in (1, 2):
+        data = tmp_path / "c" / f"global_step_{step}" / "data.pt"
+        data.write_bytes(data.read_bytes()[:10])  # truncated
+    with pytest.raises(cm.CheckpointError) as err:
+        _run(tmp_path / "c", steps=3, save_freq=1)
+    message = str(err.value)
+    assert "global_step_2: " in message and "global_step_1: " in message and "data.pt" in message
+    assert "trainer.resume_mode=disable" in message
+    assert (tmp_path / "c" / "global_step_2" / "actor" / "model_world_size_1_rank_0.pt").read_text() == "2"  # intact
+    # one valid checkpoint among damaged ones: resumed from it, as before
+    _run(tmp_path / "d", steps=2, save_freq=1)
+    data = tmp_path / "d" / "global_step_2" / "data.pt"
+    data.write_bytes(data.read_bytes()[:10])
+    assert _run(tmp_path / "d", steps=3, save_freq=1)[0][0] == 2  # redoes step 2 from global_step_1
+
+
 @pytest.mark.parametrize("consumed, epoch_after", [(2, 1), (1, 0)])
 def test_sampler_state_positions(consumed, epoch_after):
     """The sampler alone: after loading ``batches_consumed`` of epoch 0 it yields exactly the rest of that epoch."""

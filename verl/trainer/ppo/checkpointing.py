@@ -51,6 +51,27 @@ def save_checkpoint(trainer) -> None:
     logger.info("saved checkpoint %s", step_dir)
 
 
+def _refuse_if_only_invalid(root: Path) -> None:
+    """``resume_mode=auto`` found no valid checkpoint: a fresh start is right only when there is none at all. When
+    ``global_step_*`` folders exist and every one fails verification, starting from step 0 would later overwrite
+    them (their weights may be intact), so stop and say what is wrong with each.
+
+    Raises:
+        CheckpointError: listing every rejected checkpoint and why, and how to start fresh on purpose.
+    """
+    reasons = []
+    for step_dir in cm.step_dirs(root):
+        try:
+            cm.verify_checkpoint(step_dir)
+        except cm.CheckpointError as err:
+            reasons.append(f"{step_dir.name}: {err}")
+    if reasons:
+        raise cm.CheckpointError(f"no valid checkpoint to resume from in {root}, but {len(reasons)} damaged one(s):"
+                                 "\n  " + "\n  ".join(reasons) + "\nRepair or move them, or start fresh on purpose "
+                                 "with trainer.resume_mode=disable (saves then replace these folders) or a new "
+                                 "trainer.default_local_dir.")
+
+
 def load_checkpoint(trainer) -> None:
     """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``.
 
@@ -58,7 +79,8 @@ def load_checkpoint(trainer) -> None:
     on ``checkpoint_manifest.RESUME_KEYS`` unless listed in ``trainer.resume_allow_changes``.
 
     Raises:
-        CheckpointError: ``resume_path`` names an invalid checkpoint, or the configs differ (keys listed).
+        CheckpointError: ``resume_path`` names an invalid checkpoint, the configs differ (keys listed), or
+            ``resume_mode=auto`` finds checkpoints but none valid (each named with its problem).
     """
     cfg = trainer.config.trainer
     mode = cfg.get("resume_mode", "auto")
@@ -73,6 +95,7 @@ def load_checkpoint(trainer) -> None:
     elif mode == "auto":
         step_dir = cm.latest_valid_checkpoint(root)
         if step_dir is None:
+            _refuse_if_only_invalid(root)
             return
     else:
         raise ValueError(f"trainer.resume_mode must be auto, disable or resume_path, got {mode!r}")

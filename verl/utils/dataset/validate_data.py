@@ -91,6 +91,8 @@ def validate_file(path: str | Path, tokenizer=None, max_prompt_length: int = 102
         rows = pq.read_table(path).to_pylist()
     except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
         return [f"{path}: not a readable parquet file: {exc}"], {"rows": 0}
+    if not rows:  # a training file without rows would "validate" and then train on nothing
+        return [f"{path}: no rows (an empty file cannot be trained or validated on)"], {"rows": 0}
     errors, valid = [], []
     for i, row in enumerate(rows):
         problems = row_problems(row, prompt_key)
