@@ -45,7 +45,7 @@ def check_bfcl_response(entry: Mapping, response: str) -> dict:
     api = bfcl_api()
     usage = tool_usage(response)
     calls = parse_tool_calls(response)
-    failure = usage.has_tool_call_tag and (usage.num_blocks == 0 or usage.num_invalid > 0)
+    failure = usage.parse_failed
     decoded = calls_to_bfcl(calls)
     made_call = (not failure and usage.has_tool_call_tag and api.is_function_calling_format_output(decoded)
                  and not api.is_empty_output(decoded))

@@ -128,7 +128,7 @@ def ground_truth_calls(ground_truth: str, where: str = "ground_truth") -> list[d
         InvalidGroundTruthError: the ground truth has a ``<tool_call>`` block that is unclosed or not readable.
     """
     usage = tool_usage(ground_truth)
-    if usage.has_tool_call_tag and (usage.num_blocks == 0 or usage.num_invalid > 0):
+    if usage.parse_failed:
         raise InvalidGroundTruthError(f"{where}: the <tool_call> block cannot be read as tool calls: "
                                       f"{ground_truth[:200]!r}")
     return parse_tool_calls(ground_truth)
@@ -142,7 +142,7 @@ def score_prediction(response: str, gt_calls: Sequence[Mapping]) -> dict:
     """
     usage = tool_usage(response)
     calls = parse_tool_calls(response)
-    failure = usage.has_tool_call_tag and (usage.num_blocks == 0 or usage.num_invalid > 0)
+    failure = usage.parse_failed
     return {
         "tool_calls": calls,
         "num_calls": len(calls),

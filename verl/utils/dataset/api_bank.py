@@ -57,6 +57,12 @@ def _call_problem(call: Any) -> str | None:
     return None
 
 
+def answer_calls(row: Mapping) -> list:
+    """The row's ``answer`` as a list of calls (level 2 gives one call object)."""
+    answer = row.get("answer")
+    return [answer] if isinstance(answer, Mapping) else answer
+
+
 def check_api_bank_row(row: Any, where: str) -> None:
     """Validate one API-Bank row.
 
@@ -70,9 +76,7 @@ def check_api_bank_row(row: Any, where: str) -> None:
         value = row.get(key)
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"{where}: {key}: expected a non-empty string, got {value!r:.80}")
-    answer = row.get("answer")
-    if isinstance(answer, Mapping):  # level 2: one call object
-        answer = [answer]
+    answer = answer_calls(row)
     if not isinstance(answer, list) or not answer:
         raise ValueError(f"{where}: answer: expected a non-empty list of tool calls or one call object, got "
                          f"{answer!r:.80}")
@@ -105,8 +109,7 @@ def load_api_bank(path: str | os.PathLike | None = None) -> list[dict]:
     out = []
     for i, row in enumerate(rows):
         check_api_bank_row(row, f"{path}:{i}")
-        answer = row["answer"]
-        out.append({**row, "answer": [answer] if isinstance(answer, Mapping) else answer})
+        out.append({**row, "answer": answer_calls(row)})
     return out
 
 
@@ -139,8 +142,8 @@ def tool_calls_to_ground_truth(calls: Sequence[Mapping]) -> str:
 def make_api_bank_row(row: Mapping, index: int) -> dict:
     """One API-Bank row → one RLLA-schema row (``data_source="rlla_api_bank"``, ``split="test"``, ``index``)."""
     check_api_bank_row(row, f"API-Bank row {index}")
-    answer = [row["answer"]] if isinstance(row["answer"], Mapping) else row["answer"]
-    example = {"instruction": row["system"], "input": row["user"], "output": tool_calls_to_ground_truth(answer)}
+    example = {"instruction": row["system"], "input": row["user"],
+               "output": tool_calls_to_ground_truth(answer_calls(row))}
     out = make_rlla_row(example, index, split="test")
     out["data_source"] = API_BANK_DATA_SOURCE
     return out

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-import json
 import logging
 import os
 import shutil
@@ -46,6 +45,7 @@ from typing import Mapping, Sequence
 
 import pyarrow as pa
 
+from verl.utils.dataset.api_bank import tool_calls_to_ground_truth
 from verl.utils.dataset.rlla_data import make_rlla_row, write_parquet_atomic
 from verl.utils.dataset.rlla_prompt import render_history, render_system
 
@@ -299,12 +299,10 @@ def unsatisfiable_reason(entry: Mapping) -> str | None:
 
 
 def oracle_response(entry: Mapping) -> str:
-    """The RLLA response a perfect model would give: the possible answer's calls in a ``<tool_call>`` block, or, for
+    """The RLLA response a perfect model would give: the possible answer's calls in a ``<tool_call>`` block (written
+    as RLLA/API-Bank ground truths are, :func:`verl.utils.dataset.api_bank.tool_calls_to_ground_truth`), or, for
     the irrelevance categories, :data:`NO_CALL_RESPONSE`. ``live_relevance`` ships no answers: no call either (its
     oracle is not scored)."""
     calls = oracle_calls(entry.get("ground_truth"), entry.get("function") or ())
-    if not calls:
-        return NO_CALL_RESPONSE
-    body = "\n".join(json.dumps(c, ensure_ascii=False) for c in calls)
-    return f"<think> I should call the tools this request needs. </think>\n<tool_call>\n{body}\n</tool_call>"
+    return tool_calls_to_ground_truth(calls) if calls else NO_CALL_RESPONSE
 

@@ -267,6 +267,11 @@ class ToolUsage:
         """At least one readable call."""
         return self.num_calls > 0
 
+    @property
+    def parse_failed(self) -> bool:
+        """``<tool_call>`` occurs but no complete block does, or some block item is not a readable call."""
+        return self.has_tool_call_tag and (self.num_blocks == 0 or self.num_invalid > 0)
+
 
 def tool_usage(text: str) -> ToolUsage:
     """Summarise the tool calls of one response with the lenient parser (for router costs and metrics)."""
