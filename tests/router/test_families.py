@@ -101,7 +101,10 @@ def test_sidecar_errors_name_file_and_tool(tmp_path):
     with pytest.raises(ValueError, match=r"bad\.json: expected a JSON object"):
         load_tool_family_file(bad)
     bad.write_text("{not json")
-    with pytest.raises(ValueError, match=r"bad\.json: not valid JSON"):
+    with pytest.raises(ValueError, match=r"bad\.json, line 1: not valid JSON"):
+        load_tool_family_file(bad)
+    bad.write_bytes(b'{"Calc": "CALCULATE",\n "T\xff": "SEARCH"}')
+    with pytest.raises(ValueError, match=r"bad\.json, line 2: not valid UTF-8"):
         load_tool_family_file(bad)
     with pytest.raises(FileNotFoundError, match="missing.json"):
         load_tool_family_file(tmp_path / "missing.json")

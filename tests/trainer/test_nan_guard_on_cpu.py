@@ -1,11 +1,14 @@
-"""The non-finite guard: rows with NaN/Inf loss inputs are named, and after max_consecutive_bad_steps bad steps the
-trainer saves the last good state and stops; a good step resets the count."""
+"""The bad-step guard: rows with NaN/Inf loss inputs are named; a step whose share of invalid reward samples exceeds
+``trainer.max_invalid_frac`` is a bad step naming the reward and its first failure; after
+``max_consecutive_bad_steps`` bad steps in a row the trainer saves and stops (``RunStopped``); a good step resets the
+count."""
 import pytest
 import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+from verl.trainer.ppo.run_guard import RunStopped, StepHealth, invalid_reward_problem, non_finite_rows
 
 
 def test_non_finite_rows_named_only_on_response_tokens():
@@ -15,18 +18,46 @@ def test_non_finite_rows_named_only_on_response_tokens():
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
     batch = DataProto.from_dict(tensors={"advantages": adv, "response_mask": mask,
                                          "old_log_probs": torch.zeros(3, 4)})
-    assert RayPPOTrainer._non_finite_rows(batch) == {"advantages": [1]}
+    assert non_finite_rows(batch) == {"advantages": [1]}
+
+
+def test_invalid_reward_share_is_a_bad_step_naming_reward_and_first_failure():
+    assert invalid_reward_problem({"reward/invalid_frac": 0.5}, 0.5, "r", ["x"]) is None  # at the limit: fine
+    assert invalid_reward_problem({}, 0.5, "r", []) is None  # nothing scored: nothing to judge
+    problem = invalid_reward_problem({"reward/invalid_frac": 1.0}, 0.5, "my_reward.score",
+                                     ["TypeError: bad ground truth", "later"])
+    assert "100%" in problem and "my_reward.score" in problem and "TypeError: bad ground truth" in problem
+    assert "later" not in problem
+
+
+def _trainer(tmp_path, limit):
+    trainer = object.__new__(RayPPOTrainer)
+    trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
+    trainer.health, trainer.saved_step = StepHealth(limit), None
+    saved = []
+    trainer._save_checkpoint = lambda: saved.append(trainer.global_steps)
+    return trainer, saved
 
 
 def test_bad_steps_save_and_stop(tmp_path):
-    trainer = object.__new__(RayPPOTrainer)
-    trainer.config = OmegaConf.create({"trainer": {"max_consecutive_bad_steps": 2, "default_local_dir": str(tmp_path)}})
-    trainer.global_steps = 7
-    saved = []
-    trainer._save_checkpoint = lambda: saved.append(trainer.global_steps)
-    trainer._record_bad_step("non-finite advantages")
-    assert trainer.bad_steps == 1 and saved == []
+    trainer, saved = _trainer(tmp_path, 2)
+    trainer.global_steps, trainer.step_problem = 7, "non-finite advantages"
+    trainer._check_step_health()
+    assert trainer.health.count == 1 and saved == []
     trainer.global_steps = 8
-    with pytest.raises(RuntimeError, match="2 consecutive non-finite steps.*global_step_8"):
-        trainer._record_bad_step("non-finite advantages")
+    with pytest.raises(RunStopped, match="2 consecutive bad steps.*non-finite advantages.*global_step_8"):
+        trainer._check_step_health()
     assert saved == [8]
+
+
+def test_a_good_step_resets_the_count(tmp_path):
+    trainer, saved = _trainer(tmp_path, 2)
+    for step, problem in ((1, "bad"), (2, None), (3, "bad"), (4, None)):
+        trainer.global_steps, trainer.step_problem = step, problem
+        trainer._check_step_health()
+    assert saved == [] and trainer.health.count == 0
+
+
+def test_limit_must_be_positive():
+    with pytest.raises(ValueError, match="max_consecutive_bad_steps"):
+        StepHealth(0)

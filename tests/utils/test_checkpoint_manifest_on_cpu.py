@@ -9,13 +9,13 @@ from verl.utils import checkpoint_manifest as cm
 CONFIG = {"data": {"train_batch_size": 8, "seed": 1}, "actor_rollout_ref": {"model": {"path": "m"}}}
 
 
-def _save(root, step, payload=b"weights"):
+def _save(root, step, payload=b"weights", run_id=None):
     tmp = cm.new_temp_dir(root, step)
     (tmp / "actor").mkdir()
     (tmp / "actor" / "model.pt").write_bytes(payload)
     (tmp / "data.pt").write_bytes(b"state")
-    cm.write_manifest(tmp, step=step, epoch=0, config=CONFIG, world_size=1, version="t")
-    return cm.publish_checkpoint(tmp, root, step)
+    cm.write_manifest(tmp, step=step, epoch=0, config=CONFIG, world_size=1, version="t", run_id=run_id)
+    return cm.publish_checkpoint(tmp, root, step, run_id=run_id)
 
 
 def test_publish_and_verify(tmp_path):
@@ -70,3 +70,37 @@ def test_replayed_step_replaces_directory(tmp_path):
     _save(tmp_path, 5, b"new")
     assert (tmp_path / "global_step_5" / "actor" / "model.pt").read_bytes() == b"new"
     cm.verify_checkpoint(tmp_path / "global_step_5")
+
+
+def test_another_runs_checkpoint_is_never_overwritten_or_rotated(tmp_path, caplog):
+    """A fresh run (new run id) saving a step that an earlier run already holds moves the old folder aside instead
+    of replacing it (its weights may be the only copy), and rotation only deletes the current run's checkpoints."""
+    for step in (1, 2):
+        _save(tmp_path, step, payload=b"old-run", run_id="old")
+    (tmp_path / "global_step_2" / "data.pt").write_bytes(b"STATE")  # damaged: resume skips it, weights intact
+    with caplog.at_level(logging.WARNING):
+        _save(tmp_path, 2, payload=b"new-run", run_id="new")
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("global_step_2.replaced-")]
+    assert len(aside) == 1 and (aside[0] / "actor" / "model.pt").read_bytes() == b"old-run"
+    assert "was not written by this run" in caplog.text
+    assert (tmp_path / "global_step_2" / "actor" / "model.pt").read_bytes() == b"new-run"
+    _save(tmp_path, 3, run_id="new")
+    removed = cm.rotate_checkpoints(tmp_path, keep=1, run_id="new")
+    assert [p.name for p in removed] == ["global_step_2"]  # the new run's older one; the old run's step 1 stays
+    assert sorted(p.name for p in cm.step_dirs(tmp_path)) == ["global_step_1", "global_step_3"]
+    _save(tmp_path, 3, payload=b"replayed", run_id="new")  # the same run replays a step: replaced in place
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("global_step_3.replaced-")]
+
+
+def test_manifest_step_must_match_its_folder(tmp_path):
+    import json
+
+    step_dir = _save(tmp_path, 5)
+    manifest = json.loads((step_dir / cm.MANIFEST).read_text())
+    manifest["step"] = 9
+    (step_dir / cm.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(cm.CheckpointError, match="says step 9 but the folder is global_step_5"):
+        cm.verify_checkpoint(step_dir)
+    (step_dir / cm.MANIFEST).write_text(json.dumps({"step": 5}))
+    with pytest.raises(cm.CheckpointError, match="not a checkpoint manifest"):
+        cm.verify_checkpoint(step_dir)

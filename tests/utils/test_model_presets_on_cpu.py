@@ -35,9 +35,14 @@ def test_tiny_preset_loads_generates_and_is_deterministic(tmp_path, monkeypatch,
     assert digest[0] == digest[1]
 
 
-def test_unknown_names_pass_through(tmp_path):
-    assert model_presets.prepare_model(str(tmp_path)) == str(tmp_path)  # a local directory as is
-    assert model_presets.prepare_model("org/some-model") == "org/some-model"  # a hub id, untouched
+def test_unknown_names_pass_through(tmp_path, monkeypatch):
+    (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+    assert model_presets.prepare_model(str(tmp_path)) == str(tmp_path)  # a model folder as is
+    monkeypatch.setattr(model_presets, "hub_reachable", lambda: True)
+    assert model_presets.prepare_model("org/some-model") == "org/some-model"  # a hub id, untouched when reachable
+    monkeypatch.setattr(model_presets, "hub_reachable", lambda: False)
+    with pytest.raises(model_presets.ModelPathError, match="cannot be fetched"):
+        model_presets.prepare_model("org/some-model")
 
 
 def test_tiny_sft_missing_is_a_clear_error(tmp_path, monkeypatch):

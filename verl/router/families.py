@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 from verl.router import RouterAction, ToolFamily
+from verl.utils.jsonl import load_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -186,16 +187,13 @@ def load_tool_family_file(path: str | os.PathLike) -> dict[str, ToolFamily]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: invalid JSON, not an object, or a bad family (the message names the file and the tool).
+        ValueError: not UTF-8, invalid JSON (``JsonInputError``: file, line, column), not an object, or a bad family
+            (the message names the file and the tool).
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise FileNotFoundError(f"router.tool_family_file {path} not found")
-    with open(path, encoding="utf-8") as f:
-        try:
-            raw = json.load(f)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    raw = load_json_file(path)  # JsonInputError (a ValueError) names the file, line and column
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: expected a JSON object {{tool_name: family}}, got {type(raw).__name__}")
     return {str(name): parse_family(value, f"{path}: tool {name!r}") for name, value in raw.items()}

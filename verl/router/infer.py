@@ -168,7 +168,7 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
     if not path.is_file():
         raise FileNotFoundError(f"--prompts {path}: not found")
     if path.suffix.lower() in JSONL_SUFFIXES:
-        located = [(f"{path}:line {n}", record) for n, record in _json_lines(path.read_text(encoding="utf-8"), path)]
+        located = [(f"{path}:line {n}", record) for n, record in iter_json_objects(path)]
     else:
         located = [(f"{path}:row {n}", record) for n, record in enumerate(pd.read_parquet(path).to_dict("records"))]
     if not located:
@@ -185,15 +185,6 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
         index = int(extra["index"]) if isinstance(extra, Mapping) and "index" in extra else position
         rows.append(PromptRow([dict(m) for m in record[prompt_key]], extra, index))
     return rows
-
-
-def _json_lines(text: str, path: Path) -> list[tuple[int, dict]]:
-    """``(1-based line number, object)`` for each non-blank line of a JSONL text.
-
-    Raises:
-        ValueError: a line is not a JSON object (file and line named).
-    """
-    return list(iter_json_objects(path, text))
 
 
 # ------------------------------------------------------------------------------------------------------ inference

@@ -34,6 +34,57 @@ def load_default_config(overrides: list[str] | None = None) -> DictConfig:
         return compose(config_name="ppo_trainer", overrides=list(overrides or []))
 
 
+# Sections whose keys are the user's (their YAML default is an empty mapping): ``+section.anything=...`` is accepted.
+OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.settings")
+
+
+def _unknown_keys(config: DictConfig, base: DictConfig, prefix: str = "") -> list[str]:
+    unknown = []
+    for key in config.keys():
+        path = f"{prefix}{key}"
+        if path in OPEN_SECTIONS:
+            continue
+        if key not in base:
+            unknown.append(path)
+            continue
+        child, base_child = config._get_node(key), base._get_node(key)
+        if isinstance(child, DictConfig) and isinstance(base_child, DictConfig) and not base_child._is_none():
+            unknown.extend(_unknown_keys(child, base_child, path + "."))
+    return unknown
+
+
+def check_known_keys(config: DictConfig) -> None:
+    """Refuse keys that ``ppo_trainer.yaml`` does not define, such as ``+actor_rollout_ref.actor.optim.lrr=1e-5``
+    (Hydra's ``+`` adds a key that nothing would read). Keys under :data:`OPEN_SECTIONS` and below a key whose default
+    is null (the user supplies the whole mapping) are accepted.
+
+    Raises:
+        ConfigError: naming every unknown key and, where one exists, the defined key of the closest spelling.
+    """
+    import difflib
+
+    base = OmegaConf.load(Path(__file__).parent / "config" / "ppo_trainer.yaml")  # no defaults list: the YAML is all
+    unknown = _unknown_keys(config, base)
+    if not unknown:
+        return
+    defined = list(_flat_keys(base))
+    lines = []
+    for path in unknown:
+        close = difflib.get_close_matches(path, defined, n=1, cutoff=0.8)
+        lines.append(f"{path}" + (f" (did you mean {close[0]}?)" if close else ""))
+    raise ConfigError("unknown config key(s), not defined in ppo_trainer.yaml and read by nothing:\n  "
+                      + "\n  ".join(lines) + f"\nOpen sections that accept new keys: {', '.join(OPEN_SECTIONS)}.")
+
+
+def _flat_keys(config: DictConfig, prefix: str = ""):
+    for key in config.keys():
+        node = config._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_none():
+            yield from _flat_keys(node, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
 def resolve_device(config: DictConfig) -> str:
     """``trainer.device`` if set, else ``cuda`` when CUDA is usable and ``trainer.n_gpus_per_node > 0``, else ``cpu``."""
     explicit = config.trainer.get("device")

@@ -52,7 +52,7 @@ from verl.trainer.eval_bfcl import evaluate_bfcl_rows, oracle_bfcl_rows
 from verl.trainer.tool_cost import tool_cost_metrics
 from verl.utils.dataset.bfcl import CATEGORIES as BFCL_CATEGORIES, RELEVANCE_CATEGORIES
 from verl.utils.fs import atomic_path
-from verl.utils.jsonl import iter_json_objects
+from verl.utils.jsonl import JsonInputError, iter_json_objects
 from verl.utils.reward_score.rlla import InvalidGroundTruthError, RewardSwitches, compute_score
 from verl.utils.reward_score.tool_parse import parse_tool_calls, tool_usage
 
@@ -82,10 +82,18 @@ def default_summary_path(generations_path: str | os.PathLike) -> Path:
 def read_generations(path: str | os.PathLike) -> list[dict]:
     """Read a generations JSONL file (blank lines skipped).
 
+    Args:
+        path: the JSONL file.
+
+    Returns:
+        The rows, each with ``_where`` (``file:line``) added.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a line is not a JSON object, lacks a string ``response``, or has neither ``ground_truth`` nor
-            ``ground_truth_tool_calls`` (``file:line: key: problem``).
+        JsonInputError: a line is not valid UTF-8, not valid JSON or not a JSON object (a ``ValueError``:
+            ``file PATH, line N: problem``).
+        ValueError: a row lacks a string ``response``, or has neither ``ground_truth`` nor ``ground_truth_tool_calls``
+            (``file:line: key: problem``).
     """
     path = Path(path)
     if not path.is_file():
@@ -248,10 +256,25 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
 
 
 def evaluate_file(generations: str | os.PathLike, dataset: str = "auto", output: str | os.PathLike | None = None,
-                  extra: Mapping[str, Any] | None = None) -> dict:
+                  extra: Mapping[str, Any] | None = None, rows: Sequence[Mapping] | None = None) -> dict:
     """Read ``generations``, compute :func:`evaluate_rows`, add ``generations`` and ``extra``, write the summary JSON
-    atomically to ``output`` (default :func:`default_summary_path`) and return it (with ``summary_path``)."""
-    summary = {"generations": str(generations), **evaluate_rows(read_generations(generations), dataset)}
+    atomically to ``output`` (default :func:`default_summary_path`) and return it (with ``summary_path``).
+
+    Args:
+        generations: the generations JSONL.
+        dataset: see :func:`evaluate_rows`.
+        output: summary path (None: beside ``generations``).
+        extra: more keys for the summary.
+        rows: the rows of ``generations`` when already read by :func:`read_generations` (None: read them here).
+
+    Returns:
+        The summary.
+
+    Raises:
+        FileNotFoundError, JsonInputError, ValueError: as :func:`read_generations` and :func:`evaluate_rows`.
+    """
+    rows = read_generations(generations) if rows is None else rows
+    summary = {"generations": str(generations), **evaluate_rows(rows, dataset)}
     summary.update(extra or {})
     path = Path(output) if output else default_summary_path(generations)
     summary["summary_path"] = str(path)
@@ -300,7 +323,21 @@ def oracle_rows(dataset: str, data_path: str | None = None, categories: str | No
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: score a generations JSONL (or the benchmark's oracle), write the summary JSON and print it."""
+    """CLI: score a generations JSONL (or the benchmark's oracle), write the summary JSON and print it.
+
+    Args:
+        argv: command-line arguments (None: ``sys.argv[1:]``).
+
+    Returns:
+        0; or 2 when the input cannot be read (a missing file, a generations line that is not UTF-8 / JSON / a
+        well-formed row, an oracle data file that is not UTF-8 / JSON): then one line ``main_eval: error: ...``
+        naming the file and line goes to stderr.
+
+    Raises:
+        SystemExit: bad arguments (status 2, from argparse).
+        ValueError: the rows cannot be evaluated (e.g. none left for ``--dataset``; see :func:`evaluate_rows`), or
+            an oracle row is malformed (see :func:`oracle_rows`).
+    """
     parser = argparse.ArgumentParser(description="Tool-call accuracy, BFCL's checker and the RLLA reward of "
                                                  "generations, or of a benchmark's own answers (--oracle).")
     parser.add_argument("--generations", default=None, help="JSONL written by verl.trainer.main_generation")
@@ -331,12 +368,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--categories: only with --dataset bfcl")
         if args.data_path and args.dataset == "bfcl":
             parser.error("--data-path: BFCL's data come from the bfcl-eval package (choose --categories)")
-        rows, notes = oracle_rows(args.dataset, args.data_path, args.categories, args.max_rows)
+    # unreadable input: one line naming file and line, exit status 2 (every error of read_generations is about the
+    # file; the oracle's loaders also raise ValueError for other reasons, e.g. a category without answers)
+    input_errors = (FileNotFoundError, JsonInputError) if args.oracle else (FileNotFoundError, ValueError)
+    try:
+        if args.oracle:
+            rows, notes = oracle_rows(args.dataset, args.data_path, args.categories, args.max_rows)
+        else:
+            rows = read_generations(args.generations)
+    except input_errors as err:
+        sys.stderr.write(f"main_eval: error: {err}\n")
+        return 2
+    if args.oracle:
         summary = {"oracle": True, **evaluate_rows(rows, args.dataset), **notes}
         summary["summary_path"] = str(args.output)
         atomic_write_text(args.output, json.dumps(summary, indent=2) + "\n")
     else:
-        summary = evaluate_file(args.generations, args.dataset, args.output)
+        summary = evaluate_file(args.generations, args.dataset, args.output, rows=rows)
     print(json.dumps(summary, indent=2))
     return 0
 

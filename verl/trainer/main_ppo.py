@@ -1,8 +1,10 @@
 """Entry point: ``python -m verl.trainer.main_ppo key=value ...`` (Hydra over ``config/ppo_trainer.yaml``).
 
-Accepts ToolRL's launch overrides verbatim. Steps: normalise deprecated keys → resolve the data files (RLLA discovery
-when unset) and the model (presets are prepared once, on the driver) → validate the config → start or join Ray →
-build datasets, reward managers and worker groups → ``RayPPOTrainer.fit()``.
+Accepts ToolRL's launch overrides verbatim. Steps: refuse keys the config does not define → normalise deprecated keys
+→ resolve the data files (RLLA discovery when unset) → validate the config → check every data row → resolve the model
+(presets are prepared once, on the driver) → start or join Ray → build datasets (prompt lengths checked), reward
+managers and worker groups → ``RayPPOTrainer.fit()``. A user's mistake found by these checks (config, data, model path,
+checkpoint) is printed as one ``error:`` line, exit status 2, without a traceback.
 """
 from __future__ import annotations
 
@@ -26,30 +28,66 @@ def setup_logging() -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-def resolve_paths(config: DictConfig) -> DictConfig:
-    """Fill ``data.{train,val}_files`` from RLLA discovery when unset and turn the model preset into a directory."""
+def resolve_data_files(config: DictConfig) -> DictConfig:
+    """Fill ``data.{train,val}_files`` from RLLA discovery when unset (the router's ``*_router`` files are written
+    next to the data once when ``router.enable``); nothing to do in agent mode (``env.env_name``)."""
+    agent_mode = config.get("env") is not None and bool(config.env.get("env_name"))
+    if agent_mode or (config.data.train_files and config.data.val_files):
+        return config
+    from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
+
+    data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
+    suffix = ""
+    if config.router.enable:  # weak labels and tool families for the router (written once, next to the data)
+        from verl.router.preprocess import preprocess_dir
+
+        if not (data_dir / "train_router.parquet").is_file():
+            preprocess_dir(data_dir, tool_family_file=config.router.get("tool_family_file"))
+        suffix = "_router"
+    with open_dict(config):
+        config.data.train_files = config.data.train_files or str(data_dir / f"train{suffix}.parquet")
+        config.data.val_files = config.data.val_files or str(data_dir / f"test{suffix}.parquet")
+    return config
+
+
+def resolve_models(config: DictConfig) -> DictConfig:
+    """Turn ``actor_rollout_ref.model.path`` (and the critic's) into a local directory: a preset is prepared once
+    here on the driver; a folder must hold a readable ``config.json``; a hub id is accepted only where the hub can be
+    reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key)."""
     from verl.utils.model_presets import prepare_model
 
-    agent_mode = config.get("env") is not None and bool(config.env.get("env_name"))
     with open_dict(config):
-        if not agent_mode and (not config.data.train_files or not config.data.val_files):
-            from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
-
-            data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
-            suffix = ""
-            if config.router.enable:  # weak labels and tool families for the router (written once, next to the data)
-                from verl.router.preprocess import preprocess_dir
-
-                if not (data_dir / "train_router.parquet").is_file():
-                    preprocess_dir(data_dir, tool_family_file=config.router.get("tool_family_file"))
-                suffix = "_router"
-            config.data.train_files = config.data.train_files or str(data_dir / f"train{suffix}.parquet")
-            config.data.val_files = config.data.val_files or str(data_dir / f"test{suffix}.parquet")
-        model_dir = prepare_model(config.actor_rollout_ref.model.path)
+        model_dir = prepare_model(config.actor_rollout_ref.model.path, key="actor_rollout_ref.model.path")
         config.actor_rollout_ref.model.path = model_dir
         if config.critic.enable:
-            config.critic.model.path = prepare_model(config.critic.model.path)
+            config.critic.model.path = prepare_model(config.critic.model.path, key="critic.model.path")
             config.critic.model.tokenizer_path = model_dir
+    return config
+
+
+def resolve_paths(config: DictConfig) -> DictConfig:
+    """``resolve_data_files`` then ``resolve_models``."""
+    return resolve_models(resolve_data_files(config))
+
+
+def prepare_config(config: DictConfig) -> DictConfig:
+    """Everything checked before a model is built, cheapest first, so a typo fails in seconds: keys the config does
+    not define (``check_known_keys``), deprecated-key mapping (``normalize_config``), data discovery, batch
+    arithmetic and names (``validate_config``), every data row (``preflight.check_data_files``), then the model
+    paths (presets are built here, which can take minutes the first time).
+
+    Raises:
+        ConfigError, DataCheckError, ModelPathError: the message names the key, file or row.
+    """
+    from verl.trainer.config_utils import check_known_keys
+    from verl.trainer.preflight import check_data_files
+
+    check_known_keys(config)
+    normalize_config(config)
+    resolve_data_files(config)
+    validate_config(config)
+    check_data_files(config)
+    resolve_models(config)
     return config
 
 
@@ -157,6 +195,7 @@ def build_trainer(config: DictConfig):
 
     from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
     from verl.trainer.ppo.ray_trainer import RayPPOTrainer
+    from verl.trainer.preflight import check_prompt_lengths
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
 
@@ -177,6 +216,7 @@ def build_trainer(config: DictConfig):
         train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=data_config)
         val_config = {**data_config, "max_samples": config.data.get("val_max_samples", -1)}
         val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
+        check_prompt_lengths(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
         reward_fn, val_reward_fn = build_reward_managers(config, tokenizer, compute_score)
     mapping = {Role.ActorRolloutRef: "global_pool"}
     role_worker_mapping = {Role.ActorRolloutRef: ActorRolloutRefWorker}
@@ -200,14 +240,12 @@ def build_trainer(config: DictConfig):
 
 
 def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
-    """Normalise, resolve, validate, then train. Returns the trainer (its ``run_dir()`` holds metrics.jsonl).
+    """Check and resolve the config (``prepare_config``), then train. Returns the trainer (its ``run_dir()`` holds metrics.jsonl).
 
     Ray is started (or joined, ``ray_init.address``) unless ``trainer.single_process`` puts the one worker per role
     inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
     the Ray daemons and the worker processes' own copies of torch (about 1 GB of RSS on a 2-core CPU machine)."""
-    normalize_config(config)
-    resolve_paths(config)
-    validate_config(config)
+    prepare_config(config)
     logger.info("device=%s workers=%d estimator=%s", config.trainer.device, world_size(config),
                 config.algorithm.adv_estimator)
     if not config.trainer.get("single_process", False):
@@ -224,10 +262,25 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     return trainer
 
 
+def user_errors() -> tuple[type[Exception], ...]:
+    """Exception types that report a user's mistake with a message naming the key, file or row: ``main`` prints them
+    as one line (exit 2) instead of a traceback."""
+    from verl.trainer.config_utils import ConfigError
+    from verl.trainer.preflight import DataCheckError
+    from verl.utils.checkpoint_manifest import CheckpointError
+    from verl.utils.model_presets import ModelPathError
+
+    return ConfigError, DataCheckError, CheckpointError, ModelPathError
+
+
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base="1.3")
 def main(config: DictConfig) -> None:
     setup_logging()
-    run_ppo(config)
+    try:
+        run_ppo(config)
+    except user_errors() as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

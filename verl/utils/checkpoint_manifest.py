@@ -77,15 +77,23 @@ def flatten(config: dict, prefix: str = "") -> dict:
     return out
 
 
-def write_manifest(step_dir: Path, *, step: int, epoch: int, config: dict, world_size: int, version: str) -> dict:
-    """Hash every file under ``step_dir`` and write ``manifest.json`` (the last file of a checkpoint)."""
+def config_sha256(config: dict) -> str:
+    """SHA-256 of a resolved config (a plain nested dict) as canonical JSON: the manifest's ``config_sha256``."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def write_manifest(step_dir: Path, *, step: int, epoch: int, config: dict, world_size: int, version: str,
+                   run_id: str | None = None) -> dict:
+    """Hash every file under ``step_dir`` and write ``manifest.json`` (the last file of a checkpoint).
+
+    ``run_id`` names the training run (a fresh start and all its resumes share it): publication and rotation only
+    replace or delete checkpoints of the same run."""
     files = []
     for path in sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST):
         files.append({"path": str(path.relative_to(step_dir)), "size": path.stat().st_size, "sha256": _sha256(path)})
-    config_text = json.dumps(config, sort_keys=True, default=str)
     manifest = {"step": step, "epoch": epoch, "world_size": world_size, "package_version": version,
-                "git_commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                "config_sha256": hashlib.sha256(config_text.encode()).hexdigest(),
+                "git_commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": run_id,
+                "config_sha256": config_sha256(config),
                 "resume_keys": {k: flatten(config).get(k) for k in RESUME_KEYS}, "files": files}
     tmp = step_dir / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
@@ -106,8 +114,15 @@ def verify_checkpoint(step_dir: Path, check_hashes: bool = True) -> dict:
         raise CheckpointError(f"{step_dir}: no {MANIFEST} (incomplete save)")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as err:
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{manifest_path}: unreadable ({err})") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list) \
+            or not isinstance(manifest.get("step"), int):
+        raise CheckpointError(f"{manifest_path}: not a checkpoint manifest (needs an int 'step' and a 'files' list)")
+    name = step_dir.name
+    if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit() \
+            and int(name[len(STEP_PREFIX):]) != manifest["step"]:
+        raise CheckpointError(f"{manifest_path}: says step {manifest['step']} but the folder is {name}")
     for entry in manifest["files"]:
         path = step_dir / entry["path"]
         if not path.is_file():
@@ -152,13 +167,35 @@ def new_temp_dir(root: Path, step: int) -> Path:
     return tmp
 
 
-def publish_checkpoint(tmp_dir: Path, root: Path, step: int) -> Path:
+def run_id_of(step_dir: Path) -> str | None:
+    """The ``run_id`` recorded in ``step_dir``'s manifest; None when there is none or it cannot be read."""
+    try:
+        manifest = json.loads((step_dir / MANIFEST).read_text())
+        return manifest.get("run_id") if isinstance(manifest, dict) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def _same_run(step_dir: Path, run_id: str | None) -> bool:
+    """Whether ``step_dir`` was written by run ``run_id`` (a manifest that cannot be read belongs to no run; with
+    ``run_id`` None, callers that do not track runs, any readable manifest without one matches)."""
+    return (step_dir / MANIFEST).is_file() and run_id_of(step_dir) == run_id
+
+
+def publish_checkpoint(tmp_dir: Path, root: Path, step: int, run_id: str | None = None) -> Path:
     """fsync ``tmp_dir`` (manifest already written), rename it to ``global_step_{step}``, then update the tracker.
 
-    An existing directory of the same step (a replayed step after a resume) is replaced.
+    An existing directory of the same step is replaced only when the same run wrote it (a replayed step after a
+    resume); one written by another run, or whose manifest cannot be read, is never overwritten: it is renamed to
+    ``global_step_{step}.replaced-<time>`` (which resume ignores) with a warning naming both.
     """
     _fsync_tree(tmp_dir)
     target = root / f"{STEP_PREFIX}{step}"
+    if target.exists() and not _same_run(target, run_id):
+        aside = root / f"{target.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
+        os.replace(target, aside)
+        logger.warning("%s was not written by this run (run %s): kept as %s, not overwritten", target,
+                       run_id_of(aside) or "unknown", aside)
     if target.exists():
         old = root / f"{TMP_PREFIX}{step}.old"
         os.replace(target, old)
@@ -174,15 +211,18 @@ def publish_checkpoint(tmp_dir: Path, root: Path, step: int) -> Path:
     return target
 
 
-def rotate_checkpoints(root: Path, keep: int | None) -> list[Path]:
+def rotate_checkpoints(root: Path, keep: int | None, run_id: str | None = None) -> list[Path]:
     """Delete the oldest checkpoints beyond the ``keep`` newest VALID ones; never the newest valid checkpoint.
 
-    Invalid directories older than the newest valid one are removed too. Returns what was removed.
+    Invalid directories older than the newest valid one are removed too. With ``run_id``, only directories written
+    by that run are counted or removed (another run's checkpoints are never deleted). Returns what was removed.
     """
     if not keep or keep <= 0:
         return []
     kept_valid, removed = 0, []
     for step_dir in step_dirs(root):
+        if run_id is not None and not _same_run(step_dir, run_id):
+            continue
         try:
             verify_checkpoint(step_dir, check_hashes=False)
             valid = True

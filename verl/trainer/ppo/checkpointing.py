@@ -6,8 +6,10 @@ last; see :mod:`verl.utils.checkpoint_manifest`), plus ``latest_checkpointed_ite
 """
 from __future__ import annotations
 
+import copy
 import logging
 import random
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -16,15 +18,33 @@ from omegaconf import OmegaConf
 
 from verl import __version__
 from verl.utils import checkpoint_manifest as cm
+from verl.utils.checkpoint_manifest import CheckpointError
 
 logger = logging.getLogger(__name__)
 
 
-def save_checkpoint(trainer) -> None:
+def driver_state(trainer) -> dict:
+    """A copy of the driver's state that a step changes: RNG states (torch, numpy, python), the KL controller and
+    the router (λ, its running averages). Taken at the start of every step so that a save after an error in that
+    step stores the state the step began from (:func:`save_after_error`)."""
+    state = {"rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}}
+    if trainer.kl_ctrl_in_reward is not None:
+        state["kl_ctrl"] = copy.deepcopy(trainer.kl_ctrl_in_reward.state_dict())
+    if trainer.router is not None:
+        state["router"] = copy.deepcopy(trainer.router.state_dict())
+    return state
+
+
+def save_checkpoint(trainer, driver: dict | None = None) -> None:
     """Atomic checkpoint: workers and driver state are written into a temporary directory, the manifest (sizes
     and SHA-256 of every file) last, then the directory is renamed to ``global_step_N`` and the tracker file
     updated (upstream layout: ``actor/``, ``critic/``, ``data.pt``). Rotation keeps the newest
-    ``max_actor_ckpt_to_keep`` valid checkpoints and never deletes the newest valid one."""
+    ``max_actor_ckpt_to_keep`` valid checkpoints of this run (``trainer.run_id``) and never deletes the newest valid
+    one nor another run's.
+
+    Args:
+        driver: the :func:`driver_state` to store; None stores the current one.
+    """
     root = Path(trainer.config.trainer.default_local_dir)
     tmp = cm.new_temp_dir(root, trainer.global_steps)
     trainer.actor_rollout_wg.save_checkpoint(str(tmp / "actor"), global_step=trainer.global_steps)
@@ -32,22 +52,18 @@ def save_checkpoint(trainer) -> None:
         trainer.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=trainer.global_steps)
     trainer.phases.fault_point("save_partial", trainer.global_steps)  # kill tests: die with the save half written
     state = {"sampler": trainer.train_sampler.state_dict(trainer.batches_consumed), "global_step": trainer.global_steps,
-             "epoch": trainer.epoch, "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-                                          "python": random.getstate()}}
-    if trainer.kl_ctrl_in_reward is not None:
-        state["kl_ctrl"] = trainer.kl_ctrl_in_reward.state_dict()
-    if trainer.router is not None:
-        state["router"] = trainer.router.state_dict()
+             "epoch": trainer.epoch, **(driver or driver_state(trainer))}
     torch.save(state, tmp / "data.pt")
     config = OmegaConf.to_container(trainer.config, resolve=True)
     (tmp / "config.yaml").write_text(OmegaConf.to_yaml(trainer.config, resolve=True))
     cm.write_manifest(tmp, step=trainer.global_steps, epoch=trainer.epoch, config=config, world_size=trainer.n_workers,
-                      version=__version__)
-    step_dir = cm.publish_checkpoint(tmp, root, trainer.global_steps)
+                      version=__version__, run_id=trainer.run_id)
+    step_dir = cm.publish_checkpoint(tmp, root, trainer.global_steps, run_id=trainer.run_id)
     keep = [k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep)
             if k]
-    for removed in cm.rotate_checkpoints(root, min(keep) if keep else None):
+    for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=trainer.run_id):
         logger.info("removed old checkpoint %s", removed)
+    trainer.saved_step = trainer.global_steps
     logger.info("saved checkpoint %s", step_dir)
 
 
@@ -72,18 +88,60 @@ def _refuse_if_only_invalid(root: Path) -> None:
                                  "trainer.default_local_dir.")
 
 
-def load_checkpoint(trainer) -> None:
-    """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``.
-
-    A checkpoint is valid only with a manifest whose files all match; its config must agree with the current one
-    on ``checkpoint_manifest.RESUME_KEYS`` unless listed in ``trainer.resume_allow_changes``.
+def _check_manifest_against_files(step_dir: Path, manifest: dict, state: dict) -> None:
+    """The manifest's own fields must describe the files beside it: ``config_sha256`` and ``resume_keys`` the saved
+    ``config.yaml``, ``step`` and ``epoch`` the driver state in ``data.pt`` (an edited manifest could otherwise make
+    a resume skip or replay steps, or pass the config check on values the run never had).
 
     Raises:
-        CheckpointError: ``resume_path`` names an invalid checkpoint, the configs differ (keys listed), or
-            ``resume_mode=auto`` finds checkpoints but none valid (each named with its problem).
+        CheckpointError: naming the checkpoint, the field and both values.
+    """
+    config_file = step_dir / "config.yaml"
+    if config_file.is_file():
+        saved = OmegaConf.to_container(OmegaConf.load(config_file), resolve=True)
+        if manifest.get("config_sha256") != cm.config_sha256(saved):
+            raise CheckpointError(f"{step_dir}: manifest.json's config_sha256 does not match config.yaml")
+        flat = cm.flatten(saved)
+        edited = [k for k, v in (manifest.get("resume_keys") or {}).items() if flat.get(k) != v]
+        if edited:
+            raise CheckpointError(f"{step_dir}: manifest.json's resume_keys differ from config.yaml on "
+                                  f"{', '.join(edited)}")
+    for field, value in (("step", state.get("global_step")), ("epoch", state.get("epoch"))):
+        if manifest.get(field) != value:
+            raise CheckpointError(f"{step_dir}: manifest.json says {field} {manifest.get(field)!r}, data.pt holds "
+                                  f"{value!r}")
+
+
+def _warn_if_tracker_disagrees(root: Path, step_dir: Path) -> None:
+    """Upstream's ``latest_checkpointed_iteration.txt`` should name the checkpoint resume picks; say so when not
+    (deleted, edited, or left behind by a save that was killed after the rename)."""
+    tracker = root / cm.TRACKER
+    try:
+        text = tracker.read_text().strip()
+    except OSError:
+        logger.warning("%s is missing: resuming from %s, the newest valid checkpoint", tracker, step_dir.name)
+        return
+    if text != step_dir.name[len(cm.STEP_PREFIX):]:
+        logger.warning("%s says %r but the newest valid checkpoint is %s: resuming from %s", tracker, text,
+                       step_dir.name, step_dir.name)
+
+
+def load_checkpoint(trainer) -> None:
+    """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``, and set
+    ``trainer.run_id`` (the checkpoint's on resume, a new one on a fresh start).
+
+    A checkpoint is valid only with a manifest whose files all match and whose own fields agree with them
+    (:func:`_check_manifest_against_files`); its config must agree with the current one on
+    ``checkpoint_manifest.RESUME_KEYS`` unless listed in ``trainer.resume_allow_changes``.
+
+    Raises:
+        CheckpointError: ``resume_path`` names an invalid checkpoint, the configs differ (keys listed), the manifest
+            disagrees with its files, or ``resume_mode=auto`` finds checkpoints but none valid (each named with its
+            problem).
     """
     cfg = trainer.config.trainer
     mode = cfg.get("resume_mode", "auto")
+    trainer.run_id = uuid.uuid4().hex
     if mode == "disable":
         return
     root = Path(cfg.default_local_dir)
@@ -97,6 +155,7 @@ def load_checkpoint(trainer) -> None:
         if step_dir is None:
             _refuse_if_only_invalid(root)
             return
+        _warn_if_tracker_disagrees(root, step_dir)
     else:
         raise ValueError(f"trainer.resume_mode must be auto, disable or resume_path, got {mode!r}")
     manifest = cm.verify_checkpoint(step_dir, check_hashes=False)
@@ -107,6 +166,8 @@ def load_checkpoint(trainer) -> None:
                                  + "\nRestore these values, start a new trainer.default_local_dir, or list keys "
                                    "that are safe to change in trainer.resume_allow_changes.")
     state = torch.load(step_dir / "data.pt", weights_only=False)
+    _check_manifest_against_files(step_dir, manifest, state)
+    trainer.run_id = manifest.get("run_id") or trainer.run_id
     # the driver's RNGs first, then the critic's, the actor's last: with trainer.single_process they all share this
     # process's RNGs, and the actor's saved state (the sampling stream) must win, also for a checkpoint of a Ray run
     torch.set_rng_state(state["rng"]["torch"])
@@ -127,3 +188,50 @@ def load_checkpoint(trainer) -> None:
             raise cm.CheckpointError(f"router.enable=true but checkpoint {step_dir} has no router state")
         trainer.router.load_state_dict(state["router"])
     logger.info("resumed from %s (global step %d, epoch %d)", step_dir, trainer.global_steps, trainer.epoch)
+
+
+def save_after_error(trainer) -> str:
+    """On an error inside the training loop, save the last completed step like a SIGTERM stop does
+    (``trainer.save_on_exit``), and return a sentence for the error: what was saved, or why not, and how to resume.
+
+    Saved only when it is the state of a whole step: not when the error came during a step's updates
+    (``trainer.updating``: the weights are partly updated), not when no step completed, not when that step is
+    already saved. A failure in a step's generation, reward, log-prob or advantage phase leaves the workers at the
+    last completed step; the driver state of that step's start (``trainer.step_start_state``: RNGs, KL controller,
+    router λ) is stored, so with ``trainer.single_process`` (one shared RNG) the resume equals an uninterrupted run.
+    A save that itself fails (e.g. the worker is dead) is reported, never raised over the original error.
+    """
+    cfg = trainer.config.trainer
+    root = Path(cfg.default_local_dir)
+    step = trainer.completed_step
+
+    def newest() -> str:
+        last = cm.latest_valid_checkpoint(root, check_hashes=False)
+        return f"run the same command to resume from {last}" if last else "no checkpoint yet: a new start begins " \
+                                                                        "at step 1"
+
+    if step is None:
+        return f"the error came before training started; {newest()}"
+    if not cfg.get("save_on_exit", False):
+        return f"nothing saved (trainer.save_on_exit=false); {newest()}"
+    if trainer.updating:
+        return (f"the error came during the updates of step {step + 1}, so the weights are partly updated and no "
+                f"checkpoint was written; {newest()}")
+    if step == 0 or trainer.saved_step == step:
+        return newest()
+    failed_mid_step = trainer.global_steps > step
+    driver = getattr(trainer, "step_start_state", None) if failed_mid_step else None
+    if driver is not None:  # the workers save their RNGs too: in one process, they must save the step's start
+        torch.set_rng_state(driver["rng"]["torch"])
+        np.random.set_state(driver["rng"]["numpy"])
+        random.setstate(driver["rng"]["python"])
+    failed_at = trainer.global_steps
+    trainer.global_steps = step
+    try:
+        save_checkpoint(trainer, driver=driver)
+    except Exception as err:  # noqa: BLE001 - reported with the original error, which is the one to raise
+        logger.error("could not save step %d after the error: %s", step, err)
+        return f"saving step {step} after the error failed too ({err}); {newest()}"
+    finally:
+        trainer.global_steps = failed_at
+    return f"step {step}, the last completed one, is saved: run the same command to resume from it"

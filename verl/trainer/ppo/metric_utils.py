@@ -58,6 +58,9 @@ def compute_data_metrics(batch, use_critic: bool = True) -> dict:
     ``critic/rewards/*`` (after the KL penalty), ``critic/advantages/*``, ``critic/returns/*``, ``critic/values/*``
     (with a critic), ``response_length/{mean,max,min,clip_ratio}``, ``prompt_length/*``,
     ``critic/zero_std_groups_frac`` (groups without reward variance), ``reward/invalid_count``.
+
+    Score statistics (``critic/score/*``, ``critic/<component>_score/*``) are over the samples the reward scored
+    (``reward_valid``): an invalid sample's placeholder 0 is not a score. With no valid sample they are not logged.
     """
     response_mask = batch.batch["response_mask"].bool()
     max_response_length = batch.batch["responses"].shape[-1]
@@ -68,11 +71,15 @@ def compute_data_metrics(batch, use_critic: bool = True) -> dict:
     response_len = response_mask.sum(-1).float()
 
     metrics = {}
-    metrics.update(_stats("critic/score", sequence_score))
-    for name in REWARD_COMPONENTS:
-        key = f"token_level_scores_{name}"
-        if key in batch.batch.keys():
-            metrics.update(_stats(f"critic/{name}_score", batch.batch[key].sum(-1)))
+    valid = torch.ones(len(sequence_score), dtype=torch.bool)
+    if "reward_valid" in batch.non_tensor_batch:  # samples the reward could not score hold a placeholder 0
+        valid = torch.as_tensor(batch.non_tensor_batch["reward_valid"].astype(bool))
+    if bool(valid.any()):
+        metrics.update(_stats("critic/score", sequence_score[valid]))
+        for name in REWARD_COMPONENTS:
+            key = f"token_level_scores_{name}"
+            if key in batch.batch.keys():
+                metrics.update(_stats(f"critic/{name}_score", batch.batch[key].sum(-1)[valid]))
     metrics.update(_stats("critic/rewards", sequence_reward))
     metrics.update(_masked_stats("critic/advantages", batch.batch["advantages"], response_mask))
     metrics.update(_masked_stats("critic/returns", batch.batch["returns"], response_mask))

@@ -36,8 +36,10 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
-from verl.trainer.ppo.run_guard import ExitRequest, PhaseTracker, worker_failure
+from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, invalid_reward_problem,
+                                        non_finite_rows, worker_failure)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
 from verl.utils.torch_functional import masked_mean, trim_left_padding
@@ -159,6 +161,13 @@ class RayPPOTrainer:
         self.batches_consumed = 0
         self._timing: dict = {}
         self.phases = PhaseTracker(kill_worker=self._kill_first_actor_worker)
+        self.health = StepHealth(int(config.trainer.get("max_consecutive_bad_steps", 3)))
+        self.run_id: str | None = None  # set by load_checkpoint: the run whose checkpoints this one may replace
+        self.completed_step: int | None = None  # the last step whose update finished (None before the loop)
+        self.saved_step: int | None = None  # the last step saved by this process
+        self.updating = False  # inside a step's updates: the workers' state is between two steps
+        self.step_problem: str | None = None  # why the current step is a bad one (StepHealth)
+        self.reward_errors: list[str] = []  # the last training batch's reward failures (messages)
         self._create_dataloader(train_dataset, val_dataset, collate_fn or default_collate_fn)
 
     # ------------------------------------------------------------------ data
@@ -264,6 +273,7 @@ class RayPPOTrainer:
         extra = result.get("reward_extra_info", {})
         if "reward_valid" in extra:
             batch.non_tensor_batch["reward_valid"] = np.asarray(extra["reward_valid"], dtype=bool)
+        self.reward_errors = [e for e in extra.get("reward_error", []) if e]
         return dict(result.get("reward_metrics", {}))
 
     def _route(self, batch: DataProto, n: int, validate: bool) -> DataProto:
@@ -299,17 +309,29 @@ class RayPPOTrainer:
     def fit(self) -> None:
         """Run the training loop (upstream's order), validating and checkpointing on schedule.
 
+        An error inside the loop first goes through ``checkpointing.save_after_error`` (with ``trainer.save_on_exit``
+        the last completed step is saved, unless the error came in the middle of the updates), then is raised with a
+        note saying what was saved and that the same command resumes.
+
         Raises:
             WorkerFailure: a worker died or raised; the message names the worker group, rank and method, the phase
                 and step, and the newest valid checkpoint (which a failed save never replaces).
+            RunStopped: ``trainer.max_consecutive_bad_steps`` bad steps in a row (saved first).
         """
         from verl.single_controller.base.worker_group import WorkerGroupError
+        from verl.trainer.ppo.checkpointing import save_after_error
 
         try:
             self._fit()
-        except WorkerGroupError as exc:
-            raise worker_failure(exc, self.phases.failed_phase, self.global_steps,
-                                 Path(self.config.trainer.default_local_dir)) from exc
+        except RunStopped:
+            raise
+        except Exception as exc:
+            note = save_after_error(self)
+            if isinstance(exc, WorkerGroupError):
+                raise worker_failure(exc, self.phases.failed_phase, self.global_steps,
+                                     Path(self.config.trainer.default_local_dir)) from exc
+            exc.add_note(note)
+            raise
 
     def _phase(self, name: str):
         """Time phase ``name`` of the current step (``timing_s/<name>``) and track it for error messages."""
@@ -340,6 +362,7 @@ class RayPPOTrainer:
                 tracker.finish()
                 return
         progress = StepProgress(self.total_training_steps, initial=self.global_steps)
+        self.completed_step = self.global_steps
         self.global_steps += 1
         n = int(self.config.actor_rollout_ref.rollout.n)
         exit_request = ExitRequest(enabled=bool(trainer_cfg.get("save_on_exit", False)))
@@ -347,8 +370,10 @@ class RayPPOTrainer:
             while self.global_steps <= self.total_training_steps:
                 self.train_sampler.set_epoch(self.epoch)
                 for batch_dict in self.train_dataloader:
+                    self.step_start_state = driver_state(self)
                     metrics = self._train_step(batch_dict, n)
                     self.batches_consumed += 1
+                    self.completed_step, self.updating = self.global_steps, False
                     is_last = self.global_steps >= self.total_training_steps
                     if trainer_cfg.test_freq > 0 and (is_last or self.global_steps % trainer_cfg.test_freq == 0):
                         with self._phase("testing"):
@@ -361,6 +386,7 @@ class RayPPOTrainer:
                     metrics["training/epoch"] = self.epoch
                     tracker.log(metrics, step=self.global_steps)
                     progress.update(metrics)
+                    self._check_step_health()
                     if exit_request.signum is not None and not is_last:
                         self._exit_after_signal(exit_request.signum, saved=trainer_cfg.save_freq > 0 and
                                                 self.global_steps % trainer_cfg.save_freq == 0)
@@ -373,6 +399,23 @@ class RayPPOTrainer:
             exit_request.restore()
             progress.close()
             tracker.finish()
+
+    def _check_step_health(self) -> None:
+        """After a step: count it bad (``step_problem``) or good; after ``trainer.max_consecutive_bad_steps`` bad
+        steps in a row, save (non-finite updates were skipped, so the weights are the last good ones) and stop.
+
+        Raises:
+            RunStopped: the limit was reached (the message names the cause and the checkpoint).
+        """
+        if self.step_problem is None:
+            self.health.good()
+            return
+        if self.health.bad(self.global_steps, self.step_problem):
+            if self.saved_step != self.global_steps:
+                self._save_checkpoint()
+            raise RunStopped(f"stopping after {self.health.count} consecutive bad steps (last: {self.step_problem}); "
+                             f"the state is saved in {self.config.trainer.default_local_dir}/global_step_"
+                             f"{self.global_steps}")
 
     def _exit_after_signal(self, signum: int, saved: bool) -> None:
         """``trainer.save_on_exit``: after the step in flight, save (unless this step just did) and exit non-zero."""
@@ -415,11 +458,13 @@ class RayPPOTrainer:
                 else:
                     batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
                 batch = compute_advantage(batch, config.algorithm.adv_estimator, config.algorithm, metrics)
-            bad_inputs = self._non_finite_rows(batch)
+            self.step_problem = None
+            bad_inputs = non_finite_rows(batch)
             if bad_inputs:
                 metrics["training/non_finite_inputs"] = 1.0
-                self._record_bad_step(f"non-finite {bad_inputs}: updates skipped")
+                self.step_problem = f"non-finite {bad_inputs}: updates skipped"
                 return metrics
+            self.updating = True
             if self.use_critic:
                 with self._phase("update_critic"):
                     out = self.critic_wg.update_critic(batch)
@@ -435,9 +480,11 @@ class RayPPOTrainer:
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
         skipped = metrics.get("actor/skipped_steps", 0.0)
         if skipped or not np.isfinite(metrics.get("actor/pg_loss", 0.0)):
-            self._record_bad_step(f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)")
+            self.step_problem = f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)"
         else:
-            self.bad_steps = 0
+            self.step_problem = invalid_reward_problem(
+                metrics, float(config.trainer.get("max_invalid_frac", 0.5)),
+                getattr(self.reward_fn, "name", type(self.reward_fn).__name__), self.reward_errors)
         self.last_batch = batch
         if "is_pad" in batch.non_tensor_batch:  # agent mode: inert padding rows stay out of the data metrics
             batch = batch[~batch.non_tensor_batch["is_pad"]]
@@ -499,34 +546,6 @@ class RayPPOTrainer:
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         return batch
 
-    @staticmethod
-    def _non_finite_rows(batch: DataProto) -> dict:
-        """``{tensor name: [row indices]}`` of the loss inputs holding NaN/Inf on response tokens (empty if clean)."""
-        mask = batch.batch["response_mask"].bool()
-        found = {}
-        for key in ("token_level_scores", "token_level_rewards", "old_log_probs", "ref_log_prob", "values",
-                    "advantages", "returns"):
-            if key in batch.batch.keys():
-                bad = (~torch.isfinite(batch.batch[key]) & mask).any(-1)
-                if bool(bad.any()):
-                    found[key] = bad.nonzero().flatten().tolist()
-        return found
-
-    def _record_bad_step(self, what: str) -> None:
-        """Count a bad step; after ``trainer.max_consecutive_bad_steps`` in a row, save the last good state and stop.
-
-        Raises:
-            RuntimeError: the limit was reached (the message names the checkpoint).
-        """
-        self.bad_steps = getattr(self, "bad_steps", 0) + 1
-        limit = int(self.config.trainer.get("max_consecutive_bad_steps", 3))
-        logger.error("step %d: %s (%d consecutive bad steps, limit %d)", self.global_steps, what, self.bad_steps, limit)
-        if self.bad_steps >= limit:
-            self._save_checkpoint()  # the skipped updates left the weights at the last good state
-            raise RuntimeError(f"stopping after {self.bad_steps} consecutive non-finite steps (last: {what}); the last "
-                               f"good state is saved in {self.config.trainer.default_local_dir}/global_step_"
-                               f"{self.global_steps}")
-
     def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
         """ReMax baseline: the reward of one greedy rollout per prompt, [B_prompts] (Li et al. 2023, eq. 5)."""
         out = self._rollout(batch.select(batch_keys=GEN_KEYS, deepcopy=True), do_sample=False, validate=True)
@@ -536,54 +555,10 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> dict:
-        """Rollout with ``rollout.val_kwargs`` (greedy by default) over the whole validation set; per-source mean
-        scores. ``val_kwargs.n > 1`` samples that many responses per prompt (rows repeated, interleaved, as upstream)
-        and the means are over all of them."""
-        metrics: dict = {}
-        if self.agent is not None:  # multi-turn: greedy episodes on the validation tasks
-            seeds = np.concatenate([b["task_seed"] for b in self.val_dataloader])
-            return self.agent.validate(seeds, lambda gen: self._rollout(gen, do_sample=False, validate=True))
-        val_n = int(self.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1))  # >= 1 (config check)
-        for batch_dict in self.val_dataloader:
-            batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-            if self.router is not None:  # router logits once per prompt, then the val_n-fold repeat (as in training)
-                batch = self._route(batch, n=val_n, validate=True)
-            elif val_n > 1:
-                batch = batch.repeat(repeat_times=val_n, interleave=True)
-            batch = self._generate(batch, validate=True)
-            self._score(batch, self.val_reward_fn, self.global_steps)
-            if self.router is not None:
-                metrics.update(self.router.score(batch, self.global_steps, validate=True))
-            sources = batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object))
-            scores = {"score": batch.batch["token_level_scores"].sum(-1)}
-            for name in REWARD_COMPONENTS:
-                if f"token_level_scores_{name}" in batch.batch.keys():
-                    scores[name] = batch.batch[f"token_level_scores_{name}"].sum(-1)
-            for source in sorted(set(sources.tolist())):
-                rows = torch.tensor([s == source for s in sources.tolist()])
-                for name, values in scores.items():
-                    metrics[f"val/test_{name}/{source}"] = values[rows].float().mean().item()
-            metrics["val/response_length/mean"] = batch.batch["response_mask"].sum(-1).float().mean().item()
-            if "reward_valid" in batch.non_tensor_batch:
-                metrics["val/reward_invalid_count"] = float((~batch.non_tensor_batch["reward_valid"]).sum())
-            self._log_generations(batch, scores["score"])
-        return metrics
+        """Validation metrics (:func:`verl.trainer.ppo.validation.validate`)."""
+        from verl.trainer.ppo.validation import validate
 
-    def _log_generations(self, batch: DataProto, scores: torch.Tensor) -> None:
-        k = int(self.config.trainer.get("log_val_generations", 0))
-        if k <= 0 or not hasattr(self, "tracker"):
-            return
-        prompt_len = batch.batch["prompts"].shape[-1]
-        lines = []
-        for i in range(min(k, len(batch))):
-            prompt_ids = batch.batch["prompts"][i][batch.batch["attention_mask"][i, :prompt_len].bool()]
-            response_ids = batch.batch["responses"][i][batch.batch["response_mask"][i].bool()]
-            prompt = self.tokenizer.decode(prompt_ids[-200:], skip_special_tokens=False)
-            response = self.tokenizer.decode(response_ids, skip_special_tokens=False)
-            lines.append(f"### sample {i} (score {scores[i].item():.3f})\n[prompt tail] …{prompt[-300:]}\n"
-                         f"[response] {response}")
-        self.tracker.log_text("val/generations", "\n\n".join(lines), self.global_steps)
+        return validate(self)
 
     # ------------------------------------------------------------------ checkpoints
     def run_dir(self) -> str:

@@ -6,10 +6,14 @@
   through it, so when a worker dies the trainer can raise ``WorkerFailure`` naming the worker, the phase and the
   step, together with the last valid checkpoint (issue 6: "a Ray worker that dies surfaces as an error naming the
   worker and the phase").
+- ``StepHealth``: consecutive bad steps (non-finite loss inputs or gradients; a share of invalid reward samples above
+  ``trainer.max_invalid_frac``) stop the run after ``trainer.max_consecutive_bad_steps`` with a checkpoint and a
+  ``RunStopped`` error naming the cause — a run in which every sample is invalid does not run on to "success".
 - Fault injection for the kill tests, off unless ``VERL_TEST_FAULT`` is set: a comma-separated list of
   ``ACTION@PHASE:STEP`` items. When the trainer enters ``PHASE`` of step ``STEP`` it applies ``ACTION``:
   ``KILL`` (SIGKILL to itself: dies at once, no cleanup), ``TERM`` / ``INT`` (sends itself that signal, as an operator
-  would), ``WORKER`` (kills the first actor worker process, as a crash or an OOM kill would). Besides the timed
+  would), ``WORKER`` (kills the first actor worker process, as a crash or an OOM kill would), ``RAISE`` (raises
+  ``InjectedFault``, as a bug or a bad row in that phase would). Besides the timed
   phases there are two points in the checkpoint code: ``save_partial`` (the workers' files are in the temporary
   directory, ``data.pt`` and the manifest are not) and ``load_checkpoint`` (step = the step being resumed, or 0).
   Example: ``VERL_TEST_FAULT=KILL@save_partial:2`` dies in the middle of writing the step-2 checkpoint.
@@ -29,7 +33,7 @@ from verl.trainer.ppo.metric_utils import marked_timer
 logger = logging.getLogger(__name__)
 
 FAULT_ENV = "VERL_TEST_FAULT"
-FAULT_ACTIONS = ("KILL", "TERM", "INT", "WORKER")
+FAULT_ACTIONS = ("KILL", "TERM", "INT", "WORKER", "RAISE")
 
 
 class ExitRequest:
@@ -56,6 +60,62 @@ class ExitRequest:
     def restore(self) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+
+class InjectedFault(RuntimeError):
+    """Raised by a ``RAISE@PHASE:STEP`` fault (tests of the error path)."""
+
+
+class RunStopped(RuntimeError):
+    """The run stopped itself on purpose (too many bad steps) after saving; nothing more to save on the way out."""
+
+
+def non_finite_rows(batch) -> dict:
+    """``{tensor name: [row indices]}`` of the loss inputs holding NaN/Inf on response tokens (empty if clean)."""
+    import torch
+
+    mask = batch.batch["response_mask"].bool()
+    found = {}
+    for key in ("token_level_scores", "token_level_rewards", "old_log_probs", "ref_log_prob", "values",
+                "advantages", "returns"):
+        if key in batch.batch.keys():
+            bad = (~torch.isfinite(batch.batch[key]) & mask).any(-1)
+            if bool(bad.any()):
+                found[key] = bad.nonzero().flatten().tolist()
+    return found
+
+
+def invalid_reward_problem(metrics: dict, max_invalid_frac: float, reward_name: str, errors: list[str]) -> str | None:
+    """A sentence when the step's share of invalid reward samples (``reward/invalid_frac``) exceeds
+    ``max_invalid_frac``, naming the reward and its first failure; None otherwise (also when nothing was scored)."""
+    frac = metrics.get("reward/invalid_frac")
+    if frac is None or frac <= max_invalid_frac:
+        return None
+    first = errors[0] if errors else "no reason recorded"
+    return (f"{frac:.0%} of the samples could not be scored (trainer.max_invalid_frac={max_invalid_frac}) by reward "
+            f"{reward_name}; first failure: {first}")
+
+
+class StepHealth:
+    """Counts consecutive bad steps; the trainer saves and raises :class:`RunStopped` when :meth:`bad` says so.
+
+    Args:
+        limit: ``trainer.max_consecutive_bad_steps`` (>= 1).
+    """
+
+    def __init__(self, limit: int) -> None:
+        if int(limit) < 1:
+            raise ValueError(f"trainer.max_consecutive_bad_steps must be >= 1, got {limit}")
+        self.limit, self.count = int(limit), 0
+
+    def bad(self, step: int, what: str) -> bool:
+        """Record a bad step (logged as an error); True when ``limit`` bad steps came in a row."""
+        self.count += 1
+        logger.error("step %d: %s (%d consecutive bad steps, limit %d)", step, what, self.count, self.limit)
+        return self.count >= self.limit
+
+    def good(self) -> None:
+        self.count = 0
 
 
 class WorkerFailure(RuntimeError):
@@ -129,6 +189,8 @@ class PhaseTracker:
                 os.kill(os.getpid(), signal.SIGKILL)
             elif action in ("TERM", "INT"):
                 os.kill(os.getpid(), getattr(signal, "SIG" + action))
+            elif action == "RAISE":
+                raise InjectedFault(f"{FAULT_ENV}: RAISE at phase {name} of step {step}")
             elif self.kill_worker is None:
                 raise RuntimeError(f"{FAULT_ENV}: WORKER fault at {name}:{step} but this trainer has no worker to kill")
             else:

@@ -34,6 +34,7 @@ from typing import Any, Mapping, Sequence
 
 from verl.utils.dataset.rlla_data import TOOL_CALL_THINK_PLACEHOLDER, default_shared_dir, make_rlla_row, \
     write_rlla_parquet
+from verl.utils.jsonl import JsonInputError, load_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -94,16 +95,16 @@ def load_api_bank(path: str | os.PathLike | None = None) -> list[dict]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: not JSON, not a list, or a row is malformed (``file:row: key: problem``).
+        JsonInputError: not UTF-8 or not JSON (a ``ValueError``: ``file PATH, line N: not an API-Bank JSON file: ...``).
+        ValueError: not a list, or a row is malformed (``file:row: key: problem``).
     """
     path = Path(path) if path is not None else default_api_bank_path()
     if not path.is_file():
         raise FileNotFoundError(f"API-Bank file {path} not found")
     try:
-        with path.open(encoding="utf-8") as f:
-            rows = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ValueError(f"{path}: not an API-Bank JSON file ({err})") from err
+        rows = load_json_file(path)
+    except JsonInputError as err:
+        raise JsonInputError(path, err.line, f"not an API-Bank JSON file: {err.problem}") from err
     if not isinstance(rows, list):
         raise ValueError(f"{path}: expected a JSON list of {{system, user, answer}} objects, got {type(rows).__name__}")
     out = []

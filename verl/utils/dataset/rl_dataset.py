@@ -216,9 +216,17 @@ class RLHFDataset(Dataset):
             self._origins = self._origins[: self.max_samples]
         logger.info("RLHFDataset: %d rows from %s", len(self.dataframe), ", ".join(self.data_files))
 
-    def _filter_overlong(self) -> None:
+    def prompt_lengths(self) -> list[int]:
+        """Token length of every row's prompt text (chat-templated as ``__getitem__`` builds it), in row order."""
         texts = [self._prompt_text(self._messages(p)) for p in self.dataframe[self.prompt_key]]
-        lengths = [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+        return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def origins(self) -> list[tuple[str, int]]:
+        """``(file, row in that file)`` of every item, in item order (rows counted from 0, before any filtering)."""
+        return list(self._origins)
+
+    def _filter_overlong(self) -> None:
+        lengths = self.prompt_lengths()
         keep = [n <= self.max_prompt_length for n in lengths]
         dropped = len(keep) - sum(keep)
         logger.info("RLHFDataset: filtered %d of %d prompts longer than max_prompt_length=%d", dropped, len(keep),

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import os
 import re
@@ -45,6 +44,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from verl.utils.fs import atomic_path, temp_sibling
+from verl.utils.jsonl import load_json_file
 
 logger = logging.getLogger(__name__)
 
@@ -89,14 +89,14 @@ def load_raw_records(path: str | os.PathLike) -> list[dict]:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        JsonInputError: the file is not UTF-8 or not JSON (a ``ValueError``; file, line and column named).
         ValueError: the JSON is not a list of objects, or a record lacks a non-empty string field (the message names
             file, row and key).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"raw RLLA file {path} not found")
-    with path.open(encoding="utf-8") as f:
-        records = json.load(f)
+    records = load_json_file(path)
     if not isinstance(records, list):
         raise ValueError(f"{path}: expected a JSON list of {{instruction, input, output}} objects, got "
                          f"{type(records).__name__}")

@@ -4,12 +4,20 @@ Debugging rewards without training (``../shared/specs/reward_api.md`` "Reward dr
 
     reward-dry-run --parquet ../shared/data/rlla_4k/test.parquet            # each GT scored against itself
     reward-dry-run --jsonl rollouts.jsonl --step 40 --set SCHEDULEREWARD=1  # {"response", "ground_truth"[, "step"]}
+    reward-dry-run --jsonl rollouts.jsonl --reward-path my_reward.py --reward-name tool_reward --timeout-s 10
 
 Scoring goes through ``default_compute_score`` (so any ``data_source`` it knows; rows without one count as
-``"rlla"``), or through any reward-API function (``--reward-path FILE [--reward-name NAME]``, or ``--reward-name`` of a
-registered reward such as ``rlla``; run in this process, each response as one assistant message). Switches come from
-the environment, overlaid with ``--set VAR=VALUE``. Samples that raise are counted as invalid with their reason; the
-command only fails on unreadable input.
+``"rlla"``; in this process), or through any reward-API function (``--reward-path FILE [--reward-name NAME]``, or
+``--reward-name`` of a registered reward such as ``rlla``), each response as one assistant message. A reward-API
+function runs through the same runner as in training (``agent_system.reward.make_runner``), with the trainer's
+``reward.*`` settings as options: ``--sandbox process|none`` (default ``process`` for ``--reward-path``, ``none`` for a
+registered reward), ``--timeout-s`` (default: the reward's own ``@reward_function(timeout_s=...)``, else 30 s),
+``--memory-mb`` (default 2048; 0: no limit) and ``--num-workers`` (default 2). In the sandbox a call that runs past
+its timeout is killed (its row reported as ``timed out after Ns``), one that allocates past the memory limit gets a
+``MemoryError``, and a crash fails only its row. Switches come from the environment, overlaid with
+``--set VAR=VALUE``. Samples that raise, time out or crash are counted as invalid with their reason; the command only
+fails (exit status 2, one line on stderr naming the file and line) on unreadable input or a reward that cannot be
+loaded.
 """
 from __future__ import annotations
 
@@ -47,10 +55,15 @@ class DryRunSample:
 
 @dataclass
 class DryRunReport:
-    """Result of a dry run: per-sample score dicts of valid samples and ``(row, reason)`` of invalid ones."""
+    """Result of a dry run: per-sample score dicts of valid samples, ``(row, reason)`` of invalid ones, and how many
+    reward calls the sandbox killed for running past the timeout (``timeouts``) or lost to a crashed worker
+    (``crashes``); ``sandbox`` describes where a reward-API function ran (None for ``default_compute_score``)."""
 
     results: list[dict] = field(default_factory=list)
     invalid: list[tuple[int, str]] = field(default_factory=list)
+    timeouts: int = 0
+    crashes: int = 0
+    sandbox: str | None = None
 
     def stats(self) -> dict[str, dict[str, float]]:
         """``{component: {count, mean, std (population), min, max}}`` over valid samples (NaN when none), for
@@ -92,9 +105,18 @@ def load_parquet_samples(path: str) -> list[DryRunSample]:
 def load_jsonl_samples(path: str) -> list[DryRunSample]:
     """Samples from JSON lines with ``response`` and ``ground_truth`` (optional ``step``, ``data_source``).
 
+    Args:
+        path: the JSONL file.
+
+    Returns:
+        One sample per non-blank line; ``row`` is the 0-based line index.
+
     Raises:
         FileNotFoundError: no such file.
-        ValueError: a line is not a JSON object with string ``response`` and ``ground_truth`` (names the line).
+        JsonInputError: a line is not valid UTF-8, not valid JSON or not a JSON object (a ``ValueError``:
+            ``file PATH, line N: problem``).
+        ValueError: an object lacks string ``response`` and ``ground_truth``, or has a non-integer ``step``
+            (``path:line: problem``).
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--jsonl {path}: no such file")
@@ -131,13 +153,51 @@ def score_samples(samples: Iterable[DryRunSample], step: int = 0, wrapper: str |
     return report
 
 
+def default_sandbox(fn: Any) -> str:
+    """The trainer's default ``reward.sandbox`` for ``fn``: ``"process"`` for a reward loaded from a file (a user's
+    code; ``fn.source.path`` set), ``"none"`` for a registered or importable one (e.g. the built-in ``rlla``).
+
+    Args:
+        fn: an ``agent_system.reward.RewardFunction``.
+
+    Returns:
+        ``"process"`` or ``"none"``.
+    """
+    source = getattr(fn, "source", None)
+    return "process" if source is not None and source.path is not None else "none"
+
+
 def score_with_reward_function(samples: Iterable[DryRunSample], fn: Any, step: int = 0,
-                               wrapper: str | None = "qwen", switches: RewardSwitches | None = None) -> DryRunReport:
-    """Score every sample with the reward-API function ``fn`` (``agent_system.reward.RewardFunction``), in this
-    process: each response is one assistant message (and ``solution_str``), with ``data_source`` and ``extra_info``
-    (``step``, ``wrapper``) as keywords; a result's ``score`` and ``metrics`` are the sample's components. Invalid
-    results (the reward raised or returned garbage) go to ``DryRunReport.invalid`` with their reason."""
-    from agent_system.reward import InProcessRunner, RewardRequest
+                               wrapper: str | None = "qwen", switches: RewardSwitches | None = None,
+                               sandbox: str | None = None, timeout_s: float | None = None,
+                               memory_mb: float | None = None, num_workers: int = 2) -> DryRunReport:
+    """Score every sample with the reward-API function ``fn`` through ``agent_system.reward.make_runner``, as the
+    trainer does: each response is one assistant message (and ``solution_str``), with ``data_source`` and
+    ``extra_info`` (``step``, ``wrapper``) as keywords; a result's ``score`` and ``metrics`` are the sample's
+    components.
+
+    Args:
+        samples: the samples; a sample's own ``step`` overrides ``step``.
+        fn: an ``agent_system.reward.RewardFunction``.
+        step: trainer step passed to the reward.
+        wrapper: chat wrapper passed in ``extra_info`` (None: from ``switches.experiment_name``).
+        switches: reward switches passed as ``reward_switches`` (None: from the environment).
+        sandbox: ``"process"`` or ``"none"``; None: :func:`default_sandbox` (``process`` for a reward from a file).
+        timeout_s: per-call limit in the process sandbox; None: the reward's own ``timeout_s``, else 30 s.
+        memory_mb: memory a sandbox worker may add after loading the reward (MiB); None: 2048; 0: no limit.
+        num_workers: sandbox worker processes.
+
+    Returns:
+        The report: results of valid samples; ``(row, reason)`` of samples whose reward raised, returned garbage,
+        ran past the timeout (``reward 'NAME' timed out after Ns; ...``), hit the memory limit or crashed its
+        worker; the timeout and crash counts.
+
+    Raises:
+        ValueError: unknown ``sandbox``, or ``process`` for a reward without a file or module to load it from.
+        RewardSandboxError: a sandbox worker could not start (the reward does not load there).
+    """
+    from agent_system.reward import RewardRequest, make_runner
+    from agent_system.reward.sandbox import DEFAULT_MEMORY_MB
 
     sw = RewardSwitches.from_env() if switches is None else switches
     samples = list(samples)
@@ -145,8 +205,10 @@ def score_with_reward_function(samples: Iterable[DryRunSample], fn: Any, step: i
                               kwargs={"data_source": s.data_source, "solution_str": s.response,
                                       "extra_info": {"step": step if s.step is None else s.step, "wrapper": wrapper}})
                 for s in samples]
-    run = InProcessRunner(fn).run(requests, {"step": step, "reward_switches": dataclasses.asdict(sw)})
-    report = DryRunReport()
+    with make_runner(fn, sandbox=sandbox or default_sandbox(fn), num_workers=num_workers, timeout_s=timeout_s,
+                     memory_mb=DEFAULT_MEMORY_MB if memory_mb is None else memory_mb) as runner:
+        run = runner.run(requests, {"step": step, "reward_switches": dataclasses.asdict(sw)})
+    report = DryRunReport(timeouts=run.timeouts, crashes=run.crashes, sandbox=_describe_runner(runner))
     for sample, result in zip(samples, run.results):
         if result.is_score_valid and result.score is not None:
             report.results.append({"score": result.score, **result.metric_values()})
@@ -155,14 +217,26 @@ def score_with_reward_function(samples: Iterable[DryRunSample], fn: Any, step: i
     return report
 
 
+def _describe_runner(runner: Any) -> str:
+    from agent_system.reward import ProcessSandbox
+
+    if isinstance(runner, ProcessSandbox):
+        memory = f"{runner.memory_mb:g} MiB" if runner.memory_mb else "unlimited"
+        return f"process (timeout {runner.timeout_s:g}s, memory {memory}, {runner.num_workers} workers)"
+    return "none (in this process: no timeout or memory limit)"
+
+
 def format_report(report: DryRunReport, max_reasons: int = 5) -> str:
-    """Human-readable table of ``report.stats()`` plus the invalid count and the first ``max_reasons`` reasons."""
+    """Human-readable table of ``report.stats()`` plus the invalid count, the sandbox's timeout and crash counts
+    (when any) and the first ``max_reasons`` reasons (``invalid row N: reason``)."""
     lines = [f"{'component':<12} {'count':>6} {'mean':>10} {'std':>10} {'min':>10} {'max':>10}"]
     for key, s in report.stats().items():
         lines.append(f"{key:<12} {s['count']:>6d} {s['mean']:>10.4f} {s['std']:>10.4f} {s['min']:>10.4f} "
                      f"{s['max']:>10.4f}")
     total = len(report.results) + len(report.invalid)
     lines.append(f"samples: {total}, valid: {len(report.results)}, invalid: {len(report.invalid)}")
+    if report.timeouts or report.crashes:
+        lines.append(f"sandbox: {report.timeouts} call(s) timed out, {report.crashes} crashed")
     for row, reason in report.invalid[:max_reasons]:
         lines.append(f"  invalid row {row}: {reason[:300]}")
     if len(report.invalid) > max_reasons:
@@ -190,8 +264,31 @@ def _load_reward(path: str | None, name: str | None) -> Any:
     return load_reward_function(path, name or "compute_score") if path else get_reward_function(name)
 
 
+def _number(kind: type, ok: Any, expected: str) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+        return value
+    return parse
+
+
+_positive_float = _number(float, lambda v: v > 0, "a number > 0")
+_non_negative_float = _number(float, lambda v: v >= 0, "a number >= 0")
+_positive_int = _number(int, lambda v: v >= 1, "an integer >= 1")
+
+SANDBOX_OPTIONS = ("sandbox", "timeout_s", "memory_mb", "num_workers")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    """Argument parser of ``reward-dry-run``."""
+    """Argument parser of ``reward-dry-run``.
+
+    Returns:
+        The parser (see the module docstring for the options).
+    """
     parser = argparse.ArgumentParser(prog="reward-dry-run", description=__doc__.split("\n\n")[0])
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--parquet", help="RLHF parquet; each row's ground truth is scored against itself")
@@ -207,22 +304,61 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--reward-path", help="score with this file's reward function (reward API) instead")
     parser.add_argument("--reward-name", help="function in --reward-path (default compute_score), or without it a "
                                               "registered reward (e.g. rlla)")
+    sandbox = parser.add_argument_group("reward sandbox (with --reward-path / --reward-name; the trainer's reward.*)")
+    sandbox.add_argument("--sandbox", choices=("process", "none"), default=None,
+                         help="where the reward runs (default: process for --reward-path, none for a registered "
+                              "reward)")
+    sandbox.add_argument("--timeout-s", type=_positive_float, default=None,
+                         help="per-call limit in the process sandbox (default: the reward's own timeout_s, else 30)")
+    sandbox.add_argument("--memory-mb", type=_non_negative_float, default=None,
+                         help="memory a sandbox worker may add after loading the reward, MiB (default 2048; 0: none)")
+    sandbox.add_argument("--num-workers", type=_positive_int, default=None,
+                         help="sandbox worker processes (default 2)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
-    """Entry point of ``reward-dry-run``; returns the exit status (0, or 2 on unreadable input)."""
+    """Entry point of ``reward-dry-run``.
+
+    Args:
+        argv: command-line arguments (None: ``sys.argv[1:]``).
+        out: where the report goes (None: stdout).
+
+    Returns:
+        The exit status: 0 (also when samples are invalid, time out or crash), or 2 on unreadable input, a bad
+        ``--set``, sandbox limits without the process sandbox, or a reward that cannot be loaded or started: then
+        one line ``reward-dry-run: error: ...`` (naming file and line for a bad input line) goes to stderr.
+
+    Raises:
+        SystemExit: bad arguments (status 2, from argparse).
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     stream = out or sys.stdout
-    try:
-        overlay = _parse_set(args.set)
-        samples = load_parquet_samples(args.parquet) if args.parquet else load_jsonl_samples(args.jsonl)
-        reward_fn = _load_reward(args.reward_path, args.reward_name)
-    except (argparse.ArgumentTypeError, FileNotFoundError, KeyError, ValueError, AttributeError, TypeError) as err:
-        parser.print_usage(sys.stderr)
+
+    def fail(err: object) -> int:
         sys.stderr.write(f"reward-dry-run: error: {err}\n")
         return 2
+
+    try:
+        overlay = _parse_set(args.set)
+    except argparse.ArgumentTypeError as err:
+        parser.print_usage(sys.stderr)
+        return fail(err)
+    given = [f"--{k.replace('_', '-')}" for k in SANDBOX_OPTIONS if getattr(args, k) is not None]
+    if given and not (args.reward_path or args.reward_name):
+        return fail(f"{', '.join(given)}: only with --reward-path or --reward-name (the built-in "
+                    "default_compute_score runs in this process)")
+    try:
+        samples = load_parquet_samples(args.parquet) if args.parquet else load_jsonl_samples(args.jsonl)
+        reward_fn = _load_reward(args.reward_path, args.reward_name)
+    except (FileNotFoundError, KeyError, ValueError, AttributeError, TypeError) as err:
+        return fail(err)
+    if reward_fn is not None and (args.sandbox or default_sandbox(reward_fn)) == "none":
+        limits = [f"--{k.replace('_', '-')}" for k in SANDBOX_OPTIONS[1:] if getattr(args, k) is not None]
+        if limits:
+            return fail(f"{', '.join(limits)}: only with the process sandbox (add --sandbox process; the reward "
+                        f"{reward_fn.name!r} runs in this process by default)")
     if args.limit is not None:
         samples = samples[: args.limit]
     switches = RewardSwitches.from_env({**os.environ, **overlay})
@@ -230,14 +366,24 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if reward_fn is None:
         report = score_samples(samples, step=args.step, wrapper=wrapper, switches=switches)
     else:
-        report = score_with_reward_function(samples, reward_fn, step=args.step, wrapper=wrapper, switches=switches)
+        from agent_system.reward import RewardSandboxError
+
+        try:
+            report = score_with_reward_function(samples, reward_fn, step=args.step, wrapper=wrapper,
+                                                switches=switches, sandbox=args.sandbox, timeout_s=args.timeout_s,
+                                                memory_mb=args.memory_mb, num_workers=args.num_workers or 2)
+        except (ValueError, RewardSandboxError) as err:
+            return fail(err)
     if args.json:
         payload = {"stats": report.stats(), "valid": len(report.results), "invalid": len(report.invalid),
                    "invalid_reasons": [{"row": r, "reason": m} for r, m in report.invalid[: args.show_invalid]],
-                   "switches": switches.active(), "step": args.step}
+                   "switches": switches.active(), "step": args.step, "sandbox": report.sandbox,
+                   "timeouts": report.timeouts, "crashes": report.crashes}
         stream.write(json.dumps(payload, allow_nan=True) + "\n")
     else:
-        stream.write(f"switches on: {switches.active() or 'none'}; step {args.step}; wrapper {args.wrapper}\n")
+        sandbox = f"; sandbox {report.sandbox}" if report.sandbox else ""
+        stream.write(f"switches on: {switches.active() or 'none'}; step {args.step}; wrapper {args.wrapper}"
+                     f"{sandbox}\n")
         stream.write(format_report(report, args.show_invalid) + "\n")
     return 0
 

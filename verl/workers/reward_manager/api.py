@@ -63,6 +63,11 @@ class RewardAPIManager(RLLARewardManager):
                          reward_fn_key=reward_fn_key, switches=switches)
         self.runner = runner
 
+    @property
+    def name(self) -> str:
+        """The reward-API function, for messages."""
+        return repr(self.runner.fn)
+
     def close(self) -> None:
         """Stop the runner's worker processes."""
         self.runner.close()

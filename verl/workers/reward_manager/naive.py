@@ -112,6 +112,12 @@ class RLLARewardManager:
         self.reward_fn_key = reward_fn_key
         self.switches = switches
 
+    @property
+    def name(self) -> str:
+        """The scoring function, for messages (``module.qualname``)."""
+        fn = self.compute_score
+        return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+
     # ------------------------------------------------------------------------------------------------------------
     def _decode_row(self, prompt_ids: torch.Tensor, response_ids: torch.Tensor, valid_prompt_len: int,
                     valid_response_len: int, decode: str | None = None) -> str:

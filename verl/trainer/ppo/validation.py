@@ -1,0 +1,70 @@
+"""Validation of :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`: greedy rollouts over the validation set, scored
+by the validation reward manager, means per data source (upstream's ``val/test_score/<source>``), and sample
+generations for the tracker."""
+from __future__ import annotations
+
+import uuid
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.trainer.ppo.metric_utils import REWARD_COMPONENTS
+
+
+def validate(trainer) -> dict:
+    """Rollout with ``rollout.val_kwargs`` (greedy by default) over the whole validation set; per-source mean
+    scores. ``val_kwargs.n > 1`` samples that many responses per prompt (rows repeated, interleaved, as upstream)
+    and the means are over all of them; samples the reward could not score (``reward_valid`` false) are left out of
+    the means and counted in ``val/reward_invalid_count``."""
+    metrics: dict = {}
+    if trainer.agent is not None:  # multi-turn: greedy episodes on the validation tasks
+        seeds = np.concatenate([b["task_seed"] for b in trainer.val_dataloader])
+        return trainer.agent.validate(seeds, lambda gen: trainer._rollout(gen, do_sample=False, validate=True))
+    val_n = int(trainer.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1))  # >= 1 (config check)
+    for batch_dict in trainer.val_dataloader:
+        batch = DataProto.from_single_dict(batch_dict)
+        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
+        if trainer.router is not None:  # router logits once per prompt, then the val_n-fold repeat (as in training)
+            batch = trainer._route(batch, n=val_n, validate=True)
+        elif val_n > 1:
+            batch = batch.repeat(repeat_times=val_n, interleave=True)
+        batch = trainer._generate(batch, validate=True)
+        trainer._score(batch, trainer.val_reward_fn, trainer.global_steps)
+        if trainer.router is not None:
+            metrics.update(trainer.router.score(batch, trainer.global_steps, validate=True))
+        sources = batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object))
+        scores = {"score": batch.batch["token_level_scores"].sum(-1)}
+        for name in REWARD_COMPONENTS:
+            if f"token_level_scores_{name}" in batch.batch.keys():
+                scores[name] = batch.batch[f"token_level_scores_{name}"].sum(-1)
+        valid = batch.non_tensor_batch.get("reward_valid", np.ones(len(batch), dtype=bool)).astype(bool)
+        for source in sorted(set(sources.tolist())):  # means over the samples the reward could score
+            rows = torch.tensor([s == source and v for s, v in zip(sources.tolist(), valid.tolist())])
+            if not bool(rows.any()):
+                continue
+            for name, values in scores.items():
+                metrics[f"val/test_{name}/{source}"] = values[rows].float().mean().item()
+        metrics["val/response_length/mean"] = batch.batch["response_mask"].sum(-1).float().mean().item()
+        if "reward_valid" in batch.non_tensor_batch:
+            metrics["val/reward_invalid_count"] = float((~batch.non_tensor_batch["reward_valid"]).sum())
+        log_generations(trainer, batch, scores["score"])
+    return metrics
+
+
+def log_generations(trainer, batch: DataProto, scores: torch.Tensor) -> None:
+    """The first ``trainer.log_val_generations`` validation samples (prompt tail, response, score [B] float) as one
+    text record of the tracker (TensorBoard text / wandb table), at the current step."""
+    k = int(trainer.config.trainer.get("log_val_generations", 0))
+    if k <= 0 or not hasattr(trainer, "tracker"):
+        return
+    prompt_len = batch.batch["prompts"].shape[-1]
+    lines = []
+    for i in range(min(k, len(batch))):
+        prompt_ids = batch.batch["prompts"][i][batch.batch["attention_mask"][i, :prompt_len].bool()]
+        response_ids = batch.batch["responses"][i][batch.batch["response_mask"][i].bool()]
+        prompt = trainer.tokenizer.decode(prompt_ids[-200:], skip_special_tokens=False)
+        response = trainer.tokenizer.decode(response_ids, skip_special_tokens=False)
+        lines.append(f"### sample {i} (score {scores[i].item():.3f})\n[prompt tail] …{prompt[-300:]}\n"
+                     f"[response] {response}")
+    trainer.tracker.log_text("val/generations", "\n\n".join(lines), trainer.global_steps)

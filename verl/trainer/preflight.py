@@ -1,0 +1,105 @@
+"""Checks that run before any model is built, so a bad file or path fails in seconds with its name, not after a model
+load or in the middle of a run (issue 22 "Check before training").
+
+- :func:`check_data_files`: every ``data.train_files`` / ``data.val_files`` file opens as parquet, has rows, and every
+  row passes the schema check of ``validate-data`` (:func:`verl.utils.dataset.validate_data.row_problems`, ground
+  truth included). Files are scanned whole: :class:`~verl.utils.dataset.rl_dataset.RLHFDataset` reads them whole
+  into memory anyway, so a file the trainer can hold is a file it can scan (~10 µs a row).
+- :func:`check_prompt_lengths`: with ``data.truncation=error`` and no ``filter_overlong_prompts``, every prompt fits
+  ``data.max_prompt_length`` (the length pass of ``filter_overlong_prompts``, run once at load), else an error naming
+  the file and row of each over-long prompt — instead of a ``PromptTooLongError`` at the step that draws the row.
+
+Both raise :class:`DataCheckError`, which ``main_ppo`` prints as one line (exit status 2).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+logger = logging.getLogger(__name__)
+
+MAX_LISTED = 10  # problems listed in one error message; the count says how many more
+
+
+class DataCheckError(ValueError):
+    """A data file cannot be trained on; the message names the config key, the file and the rows."""
+
+
+def _files(config: DictConfig, key: str) -> list[str]:
+    files = config.data.get(key)
+    if files is None:
+        return []
+    return [os.path.expanduser(str(f)) for f in ([files] if isinstance(files, str) else list(files))]
+
+
+def _listed(problems: list[str]) -> str:
+    more = f"\n  ... and {len(problems) - MAX_LISTED} more" if len(problems) > MAX_LISTED else ""
+    return "\n  " + "\n  ".join(problems[:MAX_LISTED]) + more
+
+
+def check_data_files(config: DictConfig) -> dict[str, int]:
+    """Open every data file of ``config.data.{train,val}_files`` and check every row's schema.
+
+    Skipped in agent mode (``env.env_name`` set: tasks come from environments, not files).
+
+    Returns:
+        ``{file: rows}`` for every file checked.
+
+    Raises:
+        DataCheckError: a file is missing, is not readable parquet (pyarrow's message kept), has no rows, or has rows
+            that fail the schema check; the message names the key (``data.train_files``), the file, and each row as
+            ``file:row: key: problem`` (first ``MAX_LISTED``), and points at ``validate-data``.
+    """
+    import pyarrow.parquet as pq
+
+    from verl.utils.dataset.validate_data import row_problems
+
+    if config.get("env") is not None and config.env.get("env_name"):
+        return {}
+    prompt_key = config.data.get("prompt_key", "prompt")
+    rows_per_file: dict[str, int] = {}
+    for key in ("train_files", "val_files"):
+        for path in _files(config, key):
+            if not os.path.isfile(path):
+                raise DataCheckError(f"data.{key}: file not found: {path}")
+            try:
+                rows = pq.read_table(path).to_pylist()
+            except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+                raise DataCheckError(f"data.{key}: {path} is not a readable parquet file ({exc})") from None
+            if not rows:
+                raise DataCheckError(f"data.{key}: {path} has no rows: there is nothing to train or validate on")
+            problems = [f"{path}:{i}: {name}: {problem}" for i, row in enumerate(rows)
+                        for name, problem in row_problems(row, prompt_key)]
+            if problems:
+                raise DataCheckError(f"data.{key}: {len(problems)} problem(s) in {path} (row numbers from 0):"
+                                     f"{_listed(problems)}\nFix the rows (`validate-data {path}` lists them all).")
+            rows_per_file[path] = len(rows)
+    if rows_per_file:
+        logger.info("data check: %s", ", ".join(f"{Path(p).name} {n} rows" for p, n in rows_per_file.items()))
+    return rows_per_file
+
+
+def check_prompt_lengths(config: DictConfig, datasets: dict) -> None:
+    """Under ``data.truncation=error`` (without ``filter_overlong_prompts``), refuse datasets holding prompts longer
+    than ``data.max_prompt_length`` at load.
+
+    Args:
+        datasets: ``{config key: RLHFDataset}``, e.g. ``{"data.train_files": train, "data.val_files": val}``.
+
+    Raises:
+        DataCheckError: names the key and every over-long prompt as ``file:row: N tokens`` (first ``MAX_LISTED``).
+    """
+    if config.data.get("truncation") != "error" or config.data.get("filter_overlong_prompts"):
+        return
+    limit = int(config.data.max_prompt_length)
+    for key, dataset in datasets.items():
+        over = [f"{file}:{row}: {n} tokens" for (file, row), n in zip(dataset.origins(), dataset.prompt_lengths())
+                if n > limit]
+        if over:
+            raise DataCheckError(f"{key}: {len(over)} prompt(s) longer than data.max_prompt_length={limit} with "
+                                 f"data.truncation=error:{_listed(over)}\nRaise data.max_prompt_length, set "
+                                 "data.filter_overlong_prompts=true (drops them) or data.truncation=left (keeps the "
+                                 "last tokens, as ToolRL's trainer).")
