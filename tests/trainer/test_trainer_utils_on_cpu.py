@@ -86,6 +86,22 @@ def test_tracking_resume_cuts_the_steps_an_interrupted_run_lost(tmp_path):
     assert _steps(tmp_path / "metrics.jsonl") == [0, 0]
 
 
+def test_tracking_restores_the_record_of_a_step_killed_between_save_and_log(tmp_path):
+    """Step 2's checkpoint was published, then the run was killed before step 2's line: the resume from step 2 logs
+    the record the checkpoint stored; a resume whose step is already logged does not log it twice."""
+    first = Tracking("p", "e", ["console"], run_dir=tmp_path, resume_step=0)
+    first.log({"x": 1.0}, step=1)
+    first.finish()
+    again = Tracking("p", "e", ["console"], run_dir=tmp_path, resume_step=2, resume_record={"x": 2.0})
+    again.log({"x": 3.0}, step=3)
+    again.finish()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["x"]) for r in records] == [(1, 1.0), (2, 2.0), (3, 3.0)]
+    once_more = Tracking("p", "e", ["console"], run_dir=tmp_path, resume_step=2, resume_record={"x": 99.0})
+    once_more.finish()
+    assert _steps(tmp_path / "metrics.jsonl") == [1, 2]
+
+
 def test_tracking_rejects_unknown_backend(tmp_path):
     try:
         Tracking("p", "e", ["console", "mlflowx"], run_dir=tmp_path)

@@ -87,6 +87,20 @@ def rewind_jsonl(path: Path, step: int) -> int:
     return dropped
 
 
+def has_step(path: Path, step: int) -> bool:
+    """Whether ``metrics.jsonl`` holds a metrics record (not a text record) of ``step``."""
+    if not path.is_file():
+        return False
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(record, dict) and record.get("step") == step and "text" not in record:
+            return True
+    return False
+
+
 class Tracking:
     """Fan-out metric logger.
 
@@ -100,13 +114,17 @@ class Tracking:
             was lost and is about to be redone: they are cut from ``metrics.jsonl`` (with a torn last line), and
             TensorBoard purges them (``purge_step``), so every step appears once. A fresh start (0) in a run
             directory that already has metrics moves the old file aside (``metrics.<time>.jsonl``, logged).
+        resume_record: the metrics of step ``resume_step`` as its checkpoint stored them. A kill between publishing
+            a checkpoint and logging its step would otherwise lose that step's record for good: when the file has no
+            record of ``resume_step``, this one is logged (its timing of the save itself is missing).
 
     Raises:
         ValueError: an unknown backend name.
     """
 
     def __init__(self, project_name: str, experiment_name: str, default_backend, config: dict | None = None,
-                 run_dir: str | os.PathLike = "outputs/run", resume_step: int | None = None) -> None:
+                 run_dir: str | os.PathLike = "outputs/run", resume_step: int | None = None,
+                 resume_record: dict | None = None) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
@@ -135,6 +153,10 @@ class Tracking:
                                      dir=str(self.run_dir))
         self.project_name = project_name
         self.experiment_name = experiment_name
+        if resume_record and resume_step and not has_step(self.jsonl_path, resume_step):
+            logger.warning("metrics.jsonl has no record of step %d (killed between its save and its log): restoring "
+                           "the record stored in its checkpoint", resume_step)
+            self.log(resume_record, step=resume_step)
 
     def log(self, data: dict, step: int) -> None:
         """Write one step's metrics to every backend."""

@@ -38,7 +38,8 @@ def driver_state(trainer) -> dict:
 def save_checkpoint(trainer, driver: dict | None = None) -> None:
     """Atomic checkpoint: workers and driver state are written into a temporary directory, the manifest (sizes
     and SHA-256 of every file) last, then the directory is renamed to ``global_step_N`` and the tracker file
-    updated (upstream layout: ``actor/``, ``critic/``, ``data.pt``). Rotation keeps the newest
+    updated (upstream layout: ``actor/``, ``critic/``, ``data.pt``; ``data.pt`` also holds the step's metrics
+    record, which ``Tracking`` restores when a kill lands between this save and the log). Rotation keeps the newest
     ``max_actor_ckpt_to_keep`` valid checkpoints of this run (``trainer.run_id``) and never deletes the newest valid
     one nor another run's.
 
@@ -53,12 +54,16 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
     trainer.phases.fault_point("save_partial", trainer.global_steps)  # kill tests: die with the save half written
     state = {"sampler": trainer.train_sampler.state_dict(trainer.batches_consumed), "global_step": trainer.global_steps,
              "epoch": trainer.epoch, **(driver or driver_state(trainer))}
+    step, metrics = getattr(trainer, "step_record", None) or (None, None)
+    if step == trainer.global_steps:  # the step's metrics, for a kill between this save and their log
+        state["metrics"] = {**metrics, **{f"timing_s/{k}": v for k, v in trainer._timing.items()}}
     torch.save(state, tmp / "data.pt")
     config = OmegaConf.to_container(trainer.config, resolve=True)
     (tmp / "config.yaml").write_text(OmegaConf.to_yaml(trainer.config, resolve=True))
     cm.write_manifest(tmp, step=trainer.global_steps, epoch=trainer.epoch, config=config, world_size=trainer.n_workers,
                       version=__version__, run_id=trainer.run_id)
     step_dir = cm.publish_checkpoint(tmp, root, trainer.global_steps, run_id=trainer.run_id)
+    trainer.phases.fault_point("save_published", trainer.global_steps)  # kill tests: published, metrics not logged
     keep = [k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep)
             if k]
     for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=trainer.run_id):
@@ -168,6 +173,7 @@ def load_checkpoint(trainer) -> None:
     state = torch.load(step_dir / "data.pt", weights_only=False)
     _check_manifest_against_files(step_dir, manifest, state)
     trainer.run_id = manifest.get("run_id") or trainer.run_id
+    trainer.resume_record = state.get("metrics")
     # the driver's RNGs first, then the critic's, the actor's last: with trainer.single_process they all share this
     # process's RNGs, and the actor's saved state (the sampling stream) must win, also for a checkpoint of a Ray run
     torch.set_rng_state(state["rng"]["torch"])

@@ -352,7 +352,7 @@ class RayPPOTrainer:
             self._load_checkpoint()
         tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
                            config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir(),
-                           resume_step=self.global_steps)
+                           resume_step=self.global_steps, resume_record=getattr(self, "resume_record", None))
         self.tracker = tracker
         if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
             with self._phase("testing"):
@@ -378,12 +378,13 @@ class RayPPOTrainer:
                     if trainer_cfg.test_freq > 0 and (is_last or self.global_steps % trainer_cfg.test_freq == 0):
                         with self._phase("testing"):
                             metrics.update(self._validate())
+                    metrics["training/global_step"] = self.global_steps
+                    metrics["training/epoch"] = self.epoch
+                    self.step_record = (self.global_steps, metrics)  # saved with the checkpoint (data.pt "metrics")
                     if trainer_cfg.save_freq > 0 and (is_last or self.global_steps % trainer_cfg.save_freq == 0):
                         with self._phase("save_checkpoint"):
                             self._save_checkpoint()
                     metrics.update({f"timing_s/{k}": v for k, v in self._timing.items()})
-                    metrics["training/global_step"] = self.global_steps
-                    metrics["training/epoch"] = self.epoch
                     tracker.log(metrics, step=self.global_steps)
                     progress.update(metrics)
                     self._check_step_health()

@@ -14,8 +14,9 @@
   ``KILL`` (SIGKILL to itself: dies at once, no cleanup), ``TERM`` / ``INT`` (sends itself that signal, as an operator
   would), ``WORKER`` (kills the first actor worker process, as a crash or an OOM kill would), ``RAISE`` (raises
   ``InjectedFault``, as a bug or a bad row in that phase would). Besides the timed
-  phases there are two points in the checkpoint code: ``save_partial`` (the workers' files are in the temporary
-  directory, ``data.pt`` and the manifest are not) and ``load_checkpoint`` (step = the step being resumed, or 0).
+  phases there are three points in the checkpoint code: ``save_partial`` (the workers' files are in the temporary
+  directory, ``data.pt`` and the manifest are not), ``save_published`` (the checkpoint is in place, the step's metrics
+  are not logged yet) and ``load_checkpoint`` (step = the step being resumed, or 0).
   Example: ``VERL_TEST_FAULT=KILL@save_partial:2`` dies in the middle of writing the step-2 checkpoint.
 """
 from __future__ import annotations
