@@ -105,3 +105,28 @@ def test_cpu_when_no_gpus_requested():
     cfg = normalize_config(load_default_config(["trainer.n_gpus_per_node=0"]))
     assert cfg.trainer.device == "cpu" and cfg.actor_rollout_ref.device == "cpu"
     assert world_size(cfg) == 1
+
+
+@pytest.mark.parametrize("overrides", [TOOLRL_GRPO, TOOLRL_PPO], ids=["run_grpo.sh", "run_ppo.sh"])
+def test_toolrl_lines_keep_toolrl_kl_penalty_and_entropy_bonus(overrides, caplog):
+    """ToolRL's lines set no use_kl_in_reward: its trainer put the KL penalty in the reward because use_kl_loss is
+    false, and its entropy coefficient default was 0.001. Both resolve to ToolRL's behaviour here, with one line
+    saying why (docs/toolrl_defaults.md)."""
+    with caplog.at_level(logging.INFO, logger="verl.trainer.config_utils"):
+        cfg = normalize_config(load_default_config(overrides + ["trainer.device=cpu"]))
+    assert cfg.algorithm.use_kl_in_reward is True and cfg.algorithm.kl_ctrl.kl_coef == 0.001
+    assert cfg.actor_rollout_ref.actor.entropy_coeff == 0.001
+    assert "algorithm.use_kl_in_reward=null -> True (ToolRL's rule: KL penalty in the reward (kl_coef=0.001) " \
+           "because actor.use_kl_loss=false)" in caplog.text
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["algorithm.use_kl_in_reward=false"], False),  # an explicit value wins
+    (["actor_rollout_ref.actor.use_kl_loss=true"], False),  # KL in the loss instead
+    (["algorithm.kl_ctrl.kl_coef=0"], False),  # nothing to apply
+    (["env.env_name=sokoban"], False),  # agent mode: not a ToolRL setup
+    ([], True),
+])
+def test_kl_in_reward_rule(extra, expected):
+    cfg = normalize_config(load_default_config(extra + ["trainer.device=cpu"]))
+    assert cfg.algorithm.use_kl_in_reward is expected

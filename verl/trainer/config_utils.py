@@ -123,6 +123,7 @@ def normalize_config(config: DictConfig) -> DictConfig:
     - ``critic.rollout_n`` and ``actor_rollout_ref.router`` copied from ``rollout.n`` and ``router`` (the workers
       only see their own section).
     - ``trainer.device`` resolved (see ``resolve_device``) and copied into the worker sections as ``device``.
+    - ``algorithm.use_kl_in_reward`` null → ToolRL's rule (:func:`resolve_kl_in_reward`).
     """
     n_workers = world_size(config)
     with open_dict(config):
@@ -144,6 +145,7 @@ def normalize_config(config: DictConfig) -> DictConfig:
         if config.data.get("val_batch_size") is not None:
             logger.warning("data.val_batch_size=%s is ignored: validation runs over the whole set in one pass "
                            "(upstream behaviour)", config.data.val_batch_size)
+        resolve_kl_in_reward(config)
         if config.critic.get("enable") is None:
             config.critic.enable = config.algorithm.adv_estimator == "gae"
         arr.router = config.router  # the actor worker owns the router head
@@ -153,6 +155,34 @@ def normalize_config(config: DictConfig) -> DictConfig:
         arr.device = device
         config.critic.device = device
     return config
+
+
+def resolve_kl_in_reward(config: DictConfig) -> bool:
+    """``algorithm.use_kl_in_reward`` when it is null (the default): ToolRL's rule — the KL penalty goes into the
+    reward whenever ``actor.use_kl_loss`` is false (ToolRL's TinyZero-era trainer; upstream made it an explicit key
+    defaulting to false, which would silently drop the penalty from ToolRL's own launch lines). Not in agent mode
+    (``env.env_name``; not a ToolRL setup: upstream's false), and not when ``algorithm.kl_ctrl.kl_coef`` is 0 (the
+    penalty would be zero and the reference pass wasted). One INFO line says what was chosen and why; an explicit
+    true/false is kept as given. See ``docs/toolrl_defaults.md``.
+
+    Returns:
+        The resolved value (also written into the config).
+    """
+    algo = config.algorithm
+    if algo.get("use_kl_in_reward") is not None:
+        return bool(algo.use_kl_in_reward)
+    use_kl_loss = bool(config.actor_rollout_ref.actor.use_kl_loss)
+    agent_mode = config.get("env") is not None and bool(config.env.get("env_name"))
+    coef = float(algo.kl_ctrl.kl_coef)
+    value = not use_kl_loss and not agent_mode and coef > 0
+    why = ("actor.use_kl_loss=true: the KL term is in the loss" if use_kl_loss else
+           "agent mode (env.env_name set): upstream's default" if agent_mode else
+           "algorithm.kl_ctrl.kl_coef=0: no penalty to apply" if coef <= 0 else
+           f"KL penalty in the reward (kl_coef={coef:g}) because actor.use_kl_loss=false")
+    with open_dict(config):
+        algo.use_kl_in_reward = value
+    logger.info("algorithm.use_kl_in_reward=null -> %s (ToolRL's rule: %s)", value, why)
+    return value
 
 
 def _check_divides(small: int, big: int, small_key: str, big_key: str) -> None:

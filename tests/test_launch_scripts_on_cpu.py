@@ -1,0 +1,71 @@
+"""Every launch script runs for one step with the tiny model (issue 21): a key renamed in the config, or a variable
+renamed in a script, breaks this test instead of a user's run. ``run_router_training.sh`` has its own longer test
+(``tests/router/test_router_main_job_on_cpu.py``: SIGTERM, resume, plots).
+
+Each script gets CPU-sized variables (the tiny preset, 2 prompts × 2 samples, 8 response tokens, 1 step) and its
+outputs in a temporary folder; passing means exit status 0 and a ``metrics.jsonl`` holding step 1."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+TIMEOUT_S = 600
+
+
+def _env(tmp_path: Path, data_dir: Path) -> dict:
+    env = dict(os.environ)
+    env.update(PYTHON=sys.executable, N_GPUS="0", BASE_MODEL="tiny", DATA_DIR=str(data_dir), TRAIN_BATCH_SIZE="2",
+               PPO_MINI_BATCH_SIZE="2", MICRO_BATCH_PER_GPU="2", ROLLOUT_N="2", MAX_PROMPT_LENGTH="1024",
+               MAX_RESPONSE_LENGTH="8", TOTAL_STEPS="1", SAVE_FREQ="-1", TEST_FREQ="-1",
+               RUN_DIR=str(tmp_path / "run"), EXPERIMENT_NAME="smoke", PYTHONUNBUFFERED="1",
+               RAY_AUTH_MODE="disabled")
+    return env
+
+
+def _steps(run_dir: Path) -> list[int]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [r["step"] for r in map(json.loads, path.read_text().splitlines()) if "text" not in r]
+
+
+def _run(args: list[str], env: dict) -> subprocess.CompletedProcess:
+    out = subprocess.run(["bash", *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
+    assert out.returncode == 0, (args, out.stdout[-3000:], out.stderr[-3000:])
+    return out
+
+
+COMMON = ["trainer.val_before_train=False"]  # the CPU defaults run the worker in the trainer's process
+
+
+@pytest.mark.parametrize("script", ["train_grpo.sh", "train_ppo.sh"])
+def test_toolrl_scripts_train_one_step(script, tmp_path, small_rlla):
+    _run([str(REPO_ROOT / script), f"trainer.default_local_dir={tmp_path}/ckpt", *COMMON,
+          "critic.ppo_micro_batch_size_per_gpu=2"], _env(tmp_path, small_rlla))
+    assert _steps(tmp_path / "run") == [1]
+    assert (tmp_path / "run" / "plots").is_dir()  # the script's plot step ran
+
+
+def test_agent_script_trains_one_step(tmp_path):
+    env = _env(tmp_path, tmp_path)
+    env.update(ENV_NAME="line_world", TASKS_PER_STEP="2", GROUP_N="2", MAX_TURNS="2", MAX_RESPONSE_LENGTH="8",
+               VAL_TASKS="2", TEST_FREQ="-1", MICRO_BATCH="2")
+    _run([str(REPO_ROOT / "examples/gigpo_trainer/run_agent.sh"), f"trainer.default_local_dir={tmp_path}/ckpt",
+          *COMMON, "trainer.single_process=true", "env.use_ray_workers=false", "env.train_tasks=2"], env)
+    assert _steps(tmp_path / "run") == [1]
+
+
+def test_async_script_trains_one_step(tmp_path):
+    env = _env(tmp_path, tmp_path)
+    env.pop("DATA_DIR")  # the RLLA environment finds the real rows itself
+    env.update(STEPS="1", NAME="smoke")
+    _run([str(REPO_ROOT / "examples/async/run_async.sh"), f"trainer.default_local_dir={tmp_path}/ckpt",
+          f"trainer.run_dir={tmp_path}/run", "trainer.save_freq=-1"], env)
+    assert 1 in _steps(tmp_path / "run")
