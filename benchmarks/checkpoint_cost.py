@@ -27,7 +27,7 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``ve
 
 
 def _build(model: str, root: Path):
-    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import build_local_trainer
 
     return build_local_trainer([
         f"actor_rollout_ref.model.path={model}", "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=0",

@@ -286,8 +286,9 @@ def _load(path: Path):
     step's metrics record kept in ``data.pt`` loses its :data:`VOLATILE` keys (timings differ between runs)."""
     import torch
     from safetensors.torch import load_file
-    content = {".pt": lambda: torch.load(path, weights_only=False, map_location="cpu"), ".safetensors": lambda: load_file(
-        str(path)), ".json": lambda: json.loads(path.read_text())}.get(path.suffix, path.read_bytes)()
+    readers = {".pt": lambda: torch.load(path, weights_only=False, map_location="cpu"),
+               ".safetensors": lambda: load_file(str(path)), ".json": lambda: json.loads(path.read_text())}
+    content = readers.get(path.suffix, path.read_bytes)()
     if path.name == "data.pt" and isinstance(content, dict) and isinstance(content.get("metrics"), dict):
         content["metrics"] = {k: v for k, v in content["metrics"].items() if not k.startswith(VOLATILE)}
     return content

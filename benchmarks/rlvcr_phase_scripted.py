@@ -14,7 +14,7 @@ import sys
 
 import torch
 
-from verl.single_controller.local import build_local_trainer
+from verl.trainer.main_ppo import build_local_trainer
 from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
 from verl.workers.rollout.base import assemble_rollout_output
 

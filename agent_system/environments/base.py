@@ -94,28 +94,13 @@ def register_env(name: str) -> Callable:
     return wrap
 
 
-def _import_builtin_envs() -> None:
-    """Import the modules of the built-in environments (each registers itself; optional packages are imported lazily
-    by the environment's constructor, so a missing extra fails only when that environment is built)."""
-    from agent_system.environments import toy_envs  # noqa: F401
-
-    for module in ("sokoban_env", "textworld_env", "rlla_multiturn"):
-        try:
-            __import__(f"agent_system.environments.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"agent_system.environments.{module}":
-                raise
-
-
 def available_envs() -> List[str]:
     """Names accepted by ``env.env_name``."""
-    _import_builtin_envs()
     return sorted(_REGISTRY)
 
 
 def env_class(name: str):
     """The class registered as ``name``. Raises ValueError for an unknown name (listing the registered ones)."""
-    _import_builtin_envs()
     if name not in _REGISTRY:
         raise ValueError(f"env.env_name={name!r} is not a registered environment; expected one of {sorted(_REGISTRY)}")
     return _REGISTRY[name]

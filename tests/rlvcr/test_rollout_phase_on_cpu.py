@@ -58,7 +58,7 @@ def _generated(prompts: DataProto, tokenizer, texts, width=48) -> DataProto:
 
 @pytest.fixture(scope="module")
 def rlla_trainer(tmp_path_factory, small_rlla):
-    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import build_local_trainer
 
     tmp = tmp_path_factory.mktemp("rlvcr_phase")
     trainer = build_local_trainer(e2e_overrides(tmp, small_rlla) + ONE_STEP + [RLLA_TAGS])
@@ -243,7 +243,7 @@ def _check_step_metrics(run_dir, rows_expected=None):
 
 
 def test_rlvcr_step_inside_fit_on_rlla_rows(tmp_path, small_rlla):
-    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import build_local_trainer
 
     trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + ONE_STEP + [RLLA_TAGS])
     calls = _script_rollout(trainer, RLLA_TEXTS)
@@ -258,7 +258,7 @@ def test_rlvcr_step_inside_fit_on_rlla_rows(tmp_path, small_rlla):
 
 
 def test_rlvcr_step_inside_fit_on_line_world(tmp_path):
-    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import build_local_trainer
 
     agent = ["data.train_files=null", "data.val_files=null", "data.max_prompt_length=512", "env.env_name=line_world",
              "env.max_steps=2", "env.train_tasks=8", "env.val_tasks=2", "env.num_workers=1",

@@ -108,7 +108,7 @@ def test_local_resource_pool_manager():
 
 
 def test_ray_ppo_trainer_trains_one_step_in_process(tmp_path, small_rlla):
-    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import build_local_trainer
 
     trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + [
         "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1", "trainer.val_before_train=False",

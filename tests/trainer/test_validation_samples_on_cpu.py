@@ -11,7 +11,7 @@ from conftest import e2e_overrides
 
 @pytest.mark.parametrize("val_n", [1, 3])
 def test_validation_samples_val_kwargs_n_responses_per_prompt(tmp_path, small_rlla, val_n):
-    from verl.single_controller.local import build_local_trainer
+    from verl.trainer.main_ppo import build_local_trainer
 
     sampled = ["actor_rollout_ref.rollout.val_kwargs.do_sample=True",
                "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"] if val_n > 1 else []

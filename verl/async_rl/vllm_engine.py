@@ -24,7 +24,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import torch
 
-from verl.async_rl.inference_server import check_generate_args, check_version, eos_token_ids, load_weights
+from verl.async_rl.engine_utils import check_generate_args, check_version, eos_token_ids, load_weights
 
 __all__ = ["VllmPolicyEngine"]
 

@@ -233,26 +233,3 @@ class LocalResourcePoolManager:
 
 
 __all__ = ["LocalDataProtoFuture", "LocalResourcePoolManager", "LocalWorkerGroup"]
-
-
-def build_local_trainer(overrides: list[str], init_workers: bool = True):
-    """A ``RayPPOTrainer`` built exactly as ``main_ppo`` builds it (``load_default_config`` → ``prepare_config`` →
-    ``build_trainer``) but with its workers inside this process
-    (:class:`LocalWorkerGroup`, one rank per role: ``trainer.single_process=true``), for benchmarks and tests that
-    must not start Ray.
-
-    Args:
-        overrides: Hydra ``key=value`` overrides of ``ppo_trainer.yaml``.
-        init_workers: build the workers (models, optimizers) right away.
-
-    Raises:
-        ConfigError: the config is invalid (the message names the key).
-    """
-    from verl.trainer.config_utils import load_default_config
-    from verl.trainer.main_ppo import build_trainer, prepare_config
-
-    config = prepare_config(load_default_config([*overrides, "trainer.single_process=true"]))
-    trainer = build_trainer(config)
-    if init_workers:
-        trainer.init_workers()
-    return trainer

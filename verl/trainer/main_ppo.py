@@ -239,8 +239,31 @@ def build_trainer(config: DictConfig):
                          val_dataset=val_dataset, collate_fn=collate_fn)
 
 
+def build_local_trainer(overrides: list[str], init_workers: bool = True):
+    """A ``RayPPOTrainer`` built exactly as ``main_ppo`` builds it (``load_default_config`` → ``prepare_config`` →
+    ``build_trainer``) but with its workers inside this process
+    (:class:`LocalWorkerGroup`, one rank per role: ``trainer.single_process=true``), for benchmarks and tests that
+    must not start Ray.
+
+    Args:
+        overrides: Hydra ``key=value`` overrides of ``ppo_trainer.yaml``.
+        init_workers: build the workers (models, optimizers) right away.
+
+    Raises:
+        ConfigError: the config is invalid (the message names the key).
+    """
+    from verl.trainer.config_utils import load_default_config
+
+    config = prepare_config(load_default_config([*overrides, "trainer.single_process=true"]))
+    trainer = build_trainer(config)
+    if init_workers:
+        trainer.init_workers()
+    return trainer
+
+
 def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
-    """Check and resolve the config (``prepare_config``), then train. Returns the trainer (its ``run_dir()`` holds metrics.jsonl).
+    """Check and resolve the config (``prepare_config``), then train. Returns the trainer (its ``run_dir()`` holds
+    metrics.jsonl).
 
     Ray is started (or joined, ``ray_init.address``) unless ``trainer.single_process`` puts the one worker per role
     inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
