@@ -231,6 +231,7 @@ def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, ove
     import torch
 
     from agent_system.multi_turn_rollout.agent_rollout import AgentRollout
+    from rlvcr.rollout_phase import agent_level_setup
     from verl.protocol import DataProto
     from verl.trainer.config_utils import load_default_config
     from verl.workers.rollout.base import assemble_rollout_output
@@ -240,7 +241,8 @@ def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, ove
                                   "data.max_prompt_length=1024",  # run_agent.sh's; 512 cuts history prompts
                                   f"data.train_batch_size={len(task_seeds)}", "actor_rollout_ref.rollout.n=1",
                                   *overrides])
-    agent = AgentRollout(config, tokenizer)
+    rlvcr, suffix = agent_level_setup(config, tokenizer)
+    agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix)
     envs, fmt = agent.train_envs, agent.collector.rlvcr.fmt
     width = int(config.data.max_response_length)  # every rollout output has exactly this many response columns
     seed_of = np.repeat(np.asarray(task_seeds, dtype=np.int64), envs.group_n)  # instance -> its task's seed

@@ -54,7 +54,7 @@ import torch
 from rlvcr.core_rlvcr import RLVCRSettings, compute_action_uncertainty, rlvcr_active
 from rlvcr.prompts import (
     AGENT_FORMAT, RLLA_FORMAT, LevelFormat, alternative_instruction, cut_alternative_think, generation_prefix,
-    level_context, parse_level_response,
+    level_context, level_guide, parse_level_response,
 )
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
@@ -85,6 +85,13 @@ def make_rlvcr_phase(config, tokenizer, rlla: bool) -> Optional["RLVCRPhase"]:
         logger.warning("RLVCR on RLLA rows with algorithm.rlvcr.action_tags=%s: RLLA actions are <tool_call>/"
                        "<response> (set action_tags=[tool_call,response])", list(settings.action_tags))
     return RLVCRPhase(tokenizer, settings, level_format(settings, rlla))
+
+
+def agent_level_setup(config, tokenizer) -> Tuple[Optional["RLVCRPhase"], str]:
+    """Agent environments under RLVCR: ``(phase, prompt_suffix)`` for ``AgentRollout`` — the phase and its
+    thinking-level guide appended to every observation prompt — or ``(None, "")`` when the phase is off."""
+    phase = make_rlvcr_phase(config, tokenizer, rlla=False)
+    return phase, (level_guide(phase.fmt) if phase is not None else "")
 
 
 def rlla_level_setup(config, tokenizer) -> Tuple[Optional[Callable], Optional[Callable]]:

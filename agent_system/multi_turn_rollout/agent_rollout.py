@@ -92,20 +92,19 @@ class AgentRollout:
     Args:
         config: the full trainer config (reads ``env.*``, ``data.train_batch_size``, ``algorithm.adv_estimator``).
         tokenizer: the actor's tokenizer.
+        rlvcr: the RLVCR phase (``adv_estimator=rlvcr``), handed over by the trainer, which builds it
+            (``rlvcr.rollout_phase.make_rlvcr_phase``); None otherwise.
+        prompt_suffix: text appended to every observation prompt (with RLVCR: its level guide).
     """
 
-    def __init__(self, config: DictConfig, tokenizer):
+    def __init__(self, config: DictConfig, tokenizer, rlvcr=None, prompt_suffix: str = ""):
         env = config.env
         name = env.env_name
         kwargs = OmegaConf.to_container(env.get(name), resolve=True) if env.get(name) is not None else {}
         self.env_name = name
-        from rlvcr.prompts import level_guide
-        from rlvcr.rollout_phase import make_rlvcr_phase
-
-        rlvcr = make_rlvcr_phase(config, tokenizer, rlla=False)  # adv_estimator=rlvcr: level-aware prompts + phase
         common = dict(env_name=name, env_kwargs=kwargs, history_length=int(env.history_length),
                       num_workers=int(env.num_workers), use_ray=bool(env.use_ray_workers),
-                      action_tag=str(env.action_tag), prompt_suffix=level_guide(rlvcr.fmt) if rlvcr else "")
+                      action_tag=str(env.action_tag), prompt_suffix=prompt_suffix)
         self.train_envs = EnvironmentManager(num_tasks=int(config.data.train_batch_size),
                                              group_n=int(env.rollout.n), **common)
         self.val_batch = int(env.val_tasks)

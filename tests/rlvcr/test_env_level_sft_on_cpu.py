@@ -172,7 +172,10 @@ def test_sft_prompt_ids_are_the_rollout_loop_prompt_ids(expert_rows, tokenizer, 
     config = load_default_config(["env.env_name=sokoban", "algorithm.adv_estimator=rlvcr", "env.use_ray_workers=false",
                                   "data.train_batch_size=6", "actor_rollout_ref.rollout.n=1", "env.val_tasks=1",
                                   "env.max_steps=20", *OVERRIDES])
-    agent = AgentRollout(config, tokenizer)
+    from rlvcr.rollout_phase import agent_level_setup
+
+    rlvcr, suffix = agent_level_setup(config, tokenizer)  # as RayPPOTrainer hands it to the rollout
+    agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix)
     seen = []
 
     def generate(gen):

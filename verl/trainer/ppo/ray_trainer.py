@@ -152,8 +152,10 @@ class RayPPOTrainer:
         self.agent = None  # multi-turn environments (env.env_name set): agent_system.multi_turn_rollout
         if config.get("env") is not None and config.env.get("env_name"):
             from agent_system.multi_turn_rollout.agent_rollout import AgentRollout
+            from rlvcr.rollout_phase import agent_level_setup
 
-            self.agent = AgentRollout(config, tokenizer)
+            rlvcr, suffix = agent_level_setup(config, tokenizer)  # adv_estimator=rlvcr: level prompts + phase
+            self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.global_steps = 0
