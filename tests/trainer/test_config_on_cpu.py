@@ -130,3 +130,39 @@ def test_toolrl_lines_keep_toolrl_kl_penalty_and_entropy_bonus(overrides, caplog
 def test_kl_in_reward_rule(extra, expected):
     cfg = normalize_config(load_default_config(extra + ["trainer.device=cpu"]))
     assert cfg.algorithm.use_kl_in_reward is expected
+
+
+@pytest.mark.parametrize("override, message", [
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "sequence parallelism is not implemented"),
+    ("reward_model.enable=true", "model-based rewards are not implemented"),
+    ("router.sample_per_rollout=false", "only an independent route per copy"),
+    ("router.detach_backbone=false", "gradient into the LM would be dropped"),
+])
+def test_keys_nothing_implements_are_refused_by_name(override, message):
+    """Keys kept for ToolRL's and upstream's lines whose other values nothing implements: refused at load, not
+    accepted and ignored (issue 21)."""
+    cfg = normalize_config(load_default_config(["trainer.device=cpu", "router.enable=true", override]))
+    with pytest.raises(ConfigError, match=f"{override.split('=')[0]}=.*{message}"):
+        validate_config(cfg, check_files=False)
+
+
+def test_optimizer_offload_accepted_with_a_warning(caplog):
+    """ToolRL's run_ppo.sh sets critic optimizer_offload=True: accepted (same results), never silently."""
+    with caplog.at_level(logging.WARNING):
+        validate_config(normalize_config(load_default_config(TOOLRL_PPO + ["trainer.device=cpu"])), check_files=False)
+    assert "critic.model.fsdp_config.optimizer_offload=true is not implemented" in caplog.text
+
+
+def test_external_lib_is_imported_before_the_model(tmp_path, monkeypatch):
+    from omegaconf import OmegaConf
+
+    from verl.utils.model_utils import import_external_lib
+
+    (tmp_path / "my_arch.py").write_text("import builtins\nbuiltins._my_arch_imported = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import_external_lib(OmegaConf.create({"external_lib": "my_arch"}))
+    import builtins
+    assert getattr(builtins, "_my_arch_imported", False)
+    del builtins._my_arch_imported
+    with pytest.raises(ModuleNotFoundError, match="model.external_lib='no_such_module'"):
+        import_external_lib(OmegaConf.create({"external_lib": "no_such_module"}))

@@ -131,3 +131,17 @@ def test_main_prints_user_errors_in_one_line(tmp_path, small_rlla, override, exp
     assert out.returncode == 2, out.stderr[-2000:]
     assert "error: " in out.stderr and expected in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
+
+
+def test_rollout_data_dir_dumps_every_step(tmp_path, small_rlla):
+    """``trainer.rollout_data_dir`` (verl's key, issue 21): each training step's rollouts as <dir>/<step>.jsonl,
+    one line per response (2 prompts x 2 samples), with the score the reward gave."""
+    _run(tmp_path, small_rlla, VARIES, f"trainer.rollout_data_dir={tmp_path}/rollouts", steps=2)
+    for step in (1, 2):
+        records = [json.loads(line) for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and {r["step"] for r in records} == {step}
+        for r in records:
+            assert r["input"].startswith("<|im_start|>") and isinstance(r["output"], str)
+            assert r["score"] == pytest.approx((sum(map(ord, r["output"].replace("<|im_end|>", ""))) % 7) / 6.0) \
+                or r["score"] == pytest.approx((sum(map(ord, r["output"])) % 7) / 6.0)
+            assert r["reward_valid"] is True

@@ -273,6 +273,56 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
+    _refuse_unsupported(config)
+
+
+# Keys the YAML keeps for ToolRL's and upstream's launch lines but whose non-default values this project does not
+# implement: (key, supported value, what to do instead). Refused at load rather than accepted and ignored.
+UNSUPPORTED = (
+    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1,
+     "sequence parallelism is not implemented: set 1 (use_remove_padding / use_dynamic_bsz keep long sequences cheap)"),
+    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", 1, "sequence parallelism is not implemented: set 1"),
+    ("critic.ulysses_sequence_parallel_size", 1, "sequence parallelism is not implemented: set 1"),
+    ("reward_model.enable", False,
+     "model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)"),
+    ("router.sample_per_rollout", True,
+     "only an independent route per copy of a prompt is implemented: set true (or rollout.n=1)"),
+    ("router.detach_backbone", True,
+     "the router head has its own optimizer over the head only, so a gradient into the LM would be dropped: set "
+     "true"),
+    ("data.return_raw_input_ids", False, "raw prompt ids are not returned by the dataset: set false"),
+    ("actor_rollout_ref.hybrid_engine", True, "the actor and its rollout always share weights here: set true"),
+    ("actor_rollout_ref.actor.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1 (shard over "
+                                                          "all workers)"),
+    ("actor_rollout_ref.ref.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1"),
+    ("critic.model.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1"),
+    ("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params", 0,
+     "FSDP2 shards every decoder layer (no size-based wrap policy): set 0"),
+    ("actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params", 0, "FSDP2 shards every decoder layer: set 0"),
+    ("critic.model.fsdp_config.wrap_policy.min_num_params", 0, "FSDP2 shards every decoder layer: set 0"),
+    ("trainer.default_hdfs_dir", None, "HDFS checkpoints are not implemented: leave null (trainer.default_local_dir "
+                                       "holds them)"),
+    ("trainer.del_local_ckpt_after_load", False, "checkpoints are never deleted after a resume: set false "
+                                                 "(trainer.max_actor_ckpt_to_keep rotates them)"),
+)
+
+
+def _refuse_unsupported(config: DictConfig) -> None:
+    """Raise ``ConfigError`` for a key of :data:`UNSUPPORTED` set to a value nothing implements (naming the key, the
+    value and what to do). ``*.fsdp_config.optimizer_offload=true`` (ToolRL's run_ppo.sh sets it for the critic) is
+    accepted with a warning: the optimizer state stays on the training device, which changes memory, not results."""
+    for key in ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "critic.model.fsdp_config.optimizer_offload"):
+        if OmegaConf.select(config, key):
+            logger.warning("%s=true is not implemented: the optimizer state stays on the training device (same "
+                           "results, more device memory)", key)
+    for key, supported, instead in UNSUPPORTED:
+        value = OmegaConf.select(config, key)
+        if value != supported and not (supported is not None and value is None):
+            if key.startswith("critic.") and not config.critic.enable:
+                continue
+            if key.startswith("router.") and not config.router.enable:
+                continue
+            raise ConfigError(f"{key}={value}: {instead}")
 
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:

@@ -37,11 +37,29 @@ def _plain(cfg: Any) -> dict:
     return dict(cfg)
 
 
+def import_external_lib(model_config: DictConfig) -> None:
+    """``model.external_lib`` (verl's key): import that module before the model is built, so that it can register
+    custom architectures with transformers' Auto classes.
+
+    Raises:
+        ModuleNotFoundError: the module cannot be imported (the message names the key).
+    """
+    import importlib
+
+    name = model_config.get("external_lib")
+    if name:
+        try:
+            importlib.import_module(str(name))
+        except ModuleNotFoundError as err:
+            raise ModuleNotFoundError(f"model.external_lib={name!r}: cannot import it ({err})") from err
+
+
 def load_hf_config(model_config: DictConfig, **extra):
     """``(local path, HF config)`` of ``model_config.path`` (a preset is prepared first) with ``override_config`` and
     ``extra`` applied: what the workers build the model from."""
     from transformers import AutoConfig
 
+    import_external_lib(model_config)
     path = prepare_model(model_config.path)
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.get("trust_remote_code", False))
     for key, value in {**_plain(model_config.get("override_config")), **extra}.items():

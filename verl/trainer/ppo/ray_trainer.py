@@ -524,6 +524,10 @@ class RayPPOTrainer:
             metrics.update(self._score(batch, self.reward_fn, self.global_steps))
             if self.router is not None:
                 metrics.update(self.router.score(batch, self.global_steps))
+        if config.trainer.get("rollout_data_dir"):  # verl's key: this step's rollouts as <dir>/<step>.jsonl
+            from verl.trainer.ppo.rollout_dump import dump_rollouts
+
+            dump_rollouts(batch, self.tokenizer, self.global_steps, config.trainer.rollout_data_dir)
         if self.rlvcr is not None:  # after the reward (only_positive_episodes reads it), before the advantage
             with self._phase("rlvcr"):
                 metrics.update(self.rlvcr(batch, lambda gen: self._rollout(gen, do_sample=True, validate=False),
