@@ -61,3 +61,25 @@ def test_a_good_step_resets_the_count(tmp_path):
 def test_limit_must_be_positive():
     with pytest.raises(ValueError, match="max_consecutive_bad_steps"):
         StepHealth(0)
+
+
+def test_agent_batch_without_a_valid_action_is_a_bad_step():
+    from verl.trainer.ppo.run_guard import agent_action_problem
+
+    assert agent_action_problem({"env/sokoban/invalid_action_rate": 0.5}) is None
+    problem = agent_action_problem({"env/sokoban/invalid_action_rate": 1.0, "critic/score/mean": 0.0})
+    assert "no step produced a valid action (env/sokoban/invalid_action_rate=1.0)" in problem
+
+
+def test_zero_variance_groups_warn_above_the_threshold(caplog):
+    import logging
+
+    from verl.trainer.ppo.run_guard import warn_zero_variance
+
+    with caplog.at_level(logging.WARNING):
+        warn_zero_variance({"critic/zero_std_groups_frac": 0.5}, 0.9, step=3)
+        assert caplog.text == ""
+        warn_zero_variance({"critic/zero_std_groups_frac": 0.95}, 0.9, step=4)
+        warn_zero_variance({"critic/zero_std_groups_frac": 1.0}, 1.0, step=5)  # 1.0 turns the warning off
+    assert "step 4: 95% of the prompt groups have zero reward variance" in caplog.text
+    assert "step 5" not in caplog.text

@@ -38,8 +38,8 @@ from verl.trainer.ppo.metric_utils import (
 )
 from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
-from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, invalid_reward_problem,
-                                        non_finite_rows, worker_failure)
+from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
+                                        invalid_reward_problem, non_finite_rows, warn_zero_variance, worker_failure)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
 from verl.utils.torch_functional import masked_mean, trim_left_padding
@@ -487,11 +487,13 @@ class RayPPOTrainer:
         else:
             self.step_problem = invalid_reward_problem(
                 metrics, float(config.trainer.get("max_invalid_frac", 0.5)),
-                getattr(self.reward_fn, "name", type(self.reward_fn).__name__), self.reward_errors)
+                getattr(self.reward_fn, "name", type(self.reward_fn).__name__), self.reward_errors
+            ) or agent_action_problem(metrics)
         self.last_batch = batch
         if "is_pad" in batch.non_tensor_batch:  # agent mode: inert padding rows stay out of the data metrics
             batch = batch[~batch.non_tensor_batch["is_pad"]]
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
+        warn_zero_variance(metrics, float(config.trainer.get("warn_zero_std_frac", 0.9)), self.global_steps)
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
         if self.mfu_meter is not None:

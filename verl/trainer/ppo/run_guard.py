@@ -97,6 +97,24 @@ def invalid_reward_problem(metrics: dict, max_invalid_frac: float, reward_name: 
             f"{reward_name}; first failure: {first}")
 
 
+def agent_action_problem(metrics: dict) -> str | None:
+    """A sentence when, in agent mode, no step of the batch produced a valid action (``env/<name>/
+    invalid_action_rate`` = 1): the rollout then trains on nothing but invalid-action penalties. None otherwise."""
+    for key, value in metrics.items():
+        if key.startswith("env/") and key.endswith("/invalid_action_rate") and value >= 1.0:
+            return f"no step produced a valid action ({key}=1.0): check env.action_tag and the prompt format"
+    return None
+
+
+def warn_zero_variance(metrics: dict, threshold: float, step: int) -> None:
+    """Log a warning when the share of prompt groups whose rewards are all equal (``critic/zero_std_groups_frac``,
+    no GRPO signal) reaches ``threshold`` (``trainer.warn_zero_std_frac``)."""
+    frac = metrics.get("critic/zero_std_groups_frac")
+    if frac is not None and threshold < 1.0 and frac >= threshold:
+        logger.warning("step %d: %.0f%% of the prompt groups have zero reward variance (no learning signal from "
+                       "them); raise rollout.n, the temperature or the task difficulty's spread", step, 100 * frac)
+
+
 class StepHealth:
     """Counts consecutive bad steps; the trainer saves and raises :class:`RunStopped` when :meth:`bad` says so.
 
