@@ -96,9 +96,11 @@ def test_plus_key_the_config_does_not_define_is_refused():
         check_known_keys(load_default_config(["+actor_rollout_ref.actor.optim.lrr=1e-5"]))
     with pytest.raises(ConfigError, match="trainer.not_a_key"):
         check_known_keys(load_default_config(["+trainer.not_a_key=1"]))
+    with pytest.raises(ConfigError, match="env.settings"):  # the open section is textworld's, not env's
+        check_known_keys(load_default_config(["+env.settings.rewards=sparse"]))
     # open sections, and ToolRL's own launch keys, are accepted
     check_known_keys(load_default_config(["+actor_rollout_ref.model.override_config.attn_implementation=eager",
-                                          "+env.settings.rewards=sparse", "actor_rollout_ref.actor.fsdp_config."
+                                          "+env.textworld.settings.rewards=sparse", "actor_rollout_ref.actor.fsdp_config."
                                           "grad_offload=False"]))
 
 

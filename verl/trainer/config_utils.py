@@ -35,7 +35,7 @@ def load_default_config(overrides: list[str] | None = None) -> DictConfig:
 
 
 # Sections whose keys are the user's (their YAML default is an empty mapping): ``+section.anything=...`` is accepted.
-OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.settings")
+OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.textworld.settings")
 
 
 def _unknown_keys(config: DictConfig, base: DictConfig, prefix: str = "") -> list[str]:
