@@ -34,7 +34,7 @@ BASELINE = {
     "cycles": 1,
     "cycle_modules": 3,
     "long_files": 2,
-    "outside_citations": 69,
+    "outside_citations": 63,
 }
 
 

@@ -13,7 +13,7 @@ token: the step reward r_t for ``reward_mode='step'``, the trajectory's undiscou
 ``'episode'``); non-tensors ``uid`` (task group), ``traj_uid``, ``step_index`` (0-based turn), ``anchor_obs`` (the
 raw observation the action was taken in), ``step_reward``, ``is_action_valid``, ``episode_return``, ``won``
 (the episode's outcome), ``reward_valid`` (False for trajectories ended by an environment error) and
-``data_source`` (the environment name). These are the fields ``verl.trainer.ppo.gigpo`` reads (specs/gigpo.md).
+``data_source`` (the environment name). These are the fields ``verl.trainer.ppo.gigpo`` reads (GiGPO, arXiv 2505.10978).
 """
 from __future__ import annotations
 

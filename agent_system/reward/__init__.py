@@ -1,4 +1,4 @@
-"""Reward authoring API (``../shared/specs/reward_api.md``; seed 002 Tasks 1.1-1.4).
+"""Reward authoring API (README.md, section "Writing a reward").
 
 - types: :class:`Message`, :class:`EvaluateResult`, :class:`StepOutput`, :class:`MetricResult`, :class:`StepData`;
 - ``@reward_function`` (pointwise / batch), ``load_reward_function(path, name)``, the named-reward registry

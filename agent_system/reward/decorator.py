@@ -1,6 +1,6 @@
 """``@reward_function``, loading user reward files, and the registry of named rewards.
 
-Spec: ``../shared/specs/reward_api.md`` "Decorator" (seed 002, Task 1.2):
+The API (README.md, section "Writing a reward"):
 
 - ``@reward_function`` (bare) or ``@reward_function(mode="pointwise"|"batch", timeout_s=..., name=...)``;
 - pointwise: ``fn(messages: list[Message], ground_truth, **kwargs) -> EvaluateResult``;
