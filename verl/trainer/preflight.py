@@ -55,7 +55,7 @@ def check_data_files(config: DictConfig) -> dict[str, int]:
     """
     import pyarrow.parquet as pq
 
-    from verl.utils.dataset.validate_data import row_problems
+    from verl.utils.dataset.validate_data import file_row_problems
 
     if config.get("env") is not None and config.env.get("env_name"):
         return {}
@@ -71,8 +71,7 @@ def check_data_files(config: DictConfig) -> dict[str, int]:
                 raise DataCheckError(f"data.{key}: {path} is not a readable parquet file ({exc})") from None
             if not rows:
                 raise DataCheckError(f"data.{key}: {path} has no rows: there is nothing to train or validate on")
-            problems = [f"{path}:{i}: {name}: {problem}" for i, row in enumerate(rows)
-                        for name, problem in row_problems(row, prompt_key)]
+            problems, _ = file_row_problems(path, rows, prompt_key)
             if problems:
                 raise DataCheckError(f"data.{key}: {len(problems)} problem(s) in {path} (row numbers from 0):"
                                      f"{_listed(problems)}\nFix the rows (`validate-data {path}` lists them all).")

@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from verl import __version__
 from verl.utils import checkpoint_manifest as cm
+from verl.trainer.ppo.run_guard import resume_hint
 from verl.utils.checkpoint_manifest import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -33,6 +34,14 @@ def driver_state(trainer) -> dict:
     if trainer.router is not None:
         state["router"] = copy.deepcopy(trainer.router.state_dict())
     return state
+
+
+def _set_rngs(rng: dict) -> None:
+    """Restore this process's torch, numpy and (when saved) Python RNG states from a :func:`driver_state` ``rng``."""
+    torch.set_rng_state(rng["torch"])
+    np.random.set_state(rng["numpy"])
+    if "python" in rng:
+        random.setstate(rng["python"])
 
 
 def save_checkpoint(trainer, driver: dict | None = None) -> None:
@@ -176,10 +185,7 @@ def load_checkpoint(trainer) -> None:
     trainer.resume_record = state.get("metrics")
     # the driver's RNGs first, then the critic's, the actor's last: with trainer.single_process they all share this
     # process's RNGs, and the actor's saved state (the sampling stream) must win, also for a checkpoint of a Ray run
-    torch.set_rng_state(state["rng"]["torch"])
-    np.random.set_state(state["rng"]["numpy"])
-    if "python" in state["rng"]:
-        random.setstate(state["rng"]["python"])
+    _set_rngs(state["rng"])
     if trainer.use_critic:
         trainer.critic_wg.load_checkpoint(str(step_dir / "critic"))
     trainer.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
@@ -212,9 +218,7 @@ def save_after_error(trainer) -> str:
     step = trainer.completed_step
 
     def newest() -> str:
-        last = cm.latest_valid_checkpoint(root, check_hashes=False)
-        return f"run the same command to resume from {last}" if last else "no checkpoint yet: a new start begins " \
-                                                                        "at step 1"
+        return resume_hint(root)[1]
 
     if step is None:
         return f"the error came before training started; {newest()}"
@@ -228,9 +232,7 @@ def save_after_error(trainer) -> str:
     failed_mid_step = trainer.global_steps > step
     driver = getattr(trainer, "step_start_state", None) if failed_mid_step else None
     if driver is not None:  # the workers save their RNGs too: in one process, they must save the step's start
-        torch.set_rng_state(driver["rng"]["torch"])
-        np.random.set_state(driver["rng"]["numpy"])
-        random.setstate(driver["rng"]["python"])
+        _set_rngs(driver["rng"])
     failed_at = trainer.global_steps
     trainer.global_steps = step
     try:

@@ -391,8 +391,7 @@ class RayPPOTrainer:
                     progress.update(metrics)
                     self._check_step_health()
                     if exit_request.signum is not None and not is_last:
-                        self._exit_after_signal(exit_request.signum, saved=trainer_cfg.save_freq > 0 and
-                                                self.global_steps % trainer_cfg.save_freq == 0)
+                        self._exit_after_signal(exit_request.signum, saved=self.saved_step == self.global_steps)
                     if is_last:
                         return
                     self.global_steps += 1

@@ -152,16 +152,22 @@ class WorkerFailure(RuntimeError):
         self.phase, self.step, self.checkpoint = phase, step, checkpoint
 
 
+def resume_hint(checkpoint_root: Path) -> tuple[Path | None, str]:
+    """``(newest valid checkpoint or None, a sentence saying what the same command resumes from)``; sizes are
+    checked, not hashes (this only names it; the resume verifies it fully)."""
+    from verl.utils import checkpoint_manifest as cm
+
+    last = cm.latest_valid_checkpoint(checkpoint_root, check_hashes=False)
+    return last, (f"the newest valid checkpoint is {last}: run the same command again to resume from it" if last
+                  else "no valid checkpoint yet: a new start begins at step 1")
+
+
 def worker_failure(exc: Exception, phase: str | None, step: int, checkpoint_root: Path) -> WorkerFailure:
     """``WorkerFailure`` for a worker group's error: ``step S, phase 'P': <the group's message naming the worker
     group, rank and method>`` and the newest valid checkpoint under ``checkpoint_root`` (sizes checked, not hashes:
     this only names it; the resume verifies it fully)."""
-    from verl.utils import checkpoint_manifest as cm
-
     phase = phase or "unknown"
-    last = cm.latest_valid_checkpoint(checkpoint_root, check_hashes=False)
-    resume = (f"the newest valid checkpoint is {last}: run the same command again to resume from it" if last
-              else "no valid checkpoint yet: a new start begins at step 1")
+    last, resume = resume_hint(checkpoint_root)
     message = f"step {step}, phase {phase!r}: {exc}\n{resume}"
     logger.error("worker failure: %s", message)
     return WorkerFailure(message, phase=phase, step=step, checkpoint=str(last) if last else None)

@@ -65,6 +65,19 @@ def row_problems(row: dict, prompt_key: str = "prompt") -> list[tuple[str, str]]
     return problems
 
 
+def file_row_problems(path: str | Path, rows: Sequence[dict], prompt_key: str = "prompt"
+                      ) -> tuple[list[str], list[dict]]:
+    """Schema check of a file's rows (:func:`row_problems`): ``(problems, valid rows)``, each problem as
+    ``"file:row: key: problem"`` (rows counted from 0)."""
+    problems, valid = [], []
+    for i, row in enumerate(rows):
+        found = row_problems(row, prompt_key)
+        problems.extend(f"{path}:{i}: {key}: {problem}" for key, problem in found)
+        if not found:
+            valid.append(row)
+    return problems, valid
+
+
 def length_stats(lengths: Sequence[int]) -> dict[str, float]:
     """``{count, median, p90, max}`` of token lengths (numpy's linear-interpolation percentiles); zeros when empty."""
     if len(lengths) == 0:
@@ -93,12 +106,7 @@ def validate_file(path: str | Path, tokenizer=None, max_prompt_length: int = 102
         return [f"{path}: not a readable parquet file: {exc}"], {"rows": 0}
     if not rows:  # a training file without rows would "validate" and then train on nothing
         return [f"{path}: no rows (an empty file cannot be trained or validated on)"], {"rows": 0}
-    errors, valid = [], []
-    for i, row in enumerate(rows):
-        problems = row_problems(row, prompt_key)
-        errors.extend(f"{path}:{i}: {key}: {problem}" for key, problem in problems)
-        if not problems:
-            valid.append(row)
+    errors, valid = file_row_problems(path, rows, prompt_key)
     report: dict = {"rows": len(rows), "valid_rows": len(valid)}
     if tokenizer is not None and valid:
         prompts = [prompt_text(tokenizer, [dict(m) for m in r[prompt_key]]) for r in valid]
