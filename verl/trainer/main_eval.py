@@ -5,6 +5,7 @@ Benchmarks and oracles (the benchmark's own answers fed through the same convers
     python -m verl.trainer.main_eval --dataset bfcl --generations gen.jsonl        # rows of data.format=bfcl
     python -m verl.trainer.main_eval --dataset bfcl --categories simple_python,irrelevance,live_simple --oracle
     python -m verl.trainer.main_eval --dataset api_bank --data-path level-2-api_processed.json --oracle
+    python -m verl.trainer.main_eval --generations after.jsonl --baseline before.jsonl  # paired gain, same prompts
 
 BFCL rows are scored by BFCL's own checker (:mod:`verl.trainer.eval_bfcl`); everything below is for RLLA-format
 ground truths (RLLA, API-Bank). Every summary has a ``tool_cost`` block (:func:`verl.trainer.tool_cost.
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from verl.trainer.eval_bfcl import evaluate_bfcl_rows, oracle_bfcl_rows
+from verl.trainer.eval_compare import paired_comparison
 from verl.trainer.tool_cost import tool_cost_metrics
 from verl.utils.dataset.bfcl import CATEGORIES as BFCL_CATEGORIES, RELEVANCE_CATEGORIES
 from verl.utils.fs import atomic_path
@@ -159,6 +161,25 @@ def score_prediction(response: str, gt_calls: Sequence[Mapping]) -> dict:
         "exact_match": not failure and calls_exact_match(calls, gt_calls),
         "name_match": not failure and call_names_match(calls, gt_calls),
     }
+
+
+def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen") -> dict[str, float]:
+    """The per-row values of a paired comparison (:mod:`verl.trainer.eval_compare`): ``exact_match`` (1.0 when the
+    predicted calls equal the ground truth's; on a no-call row, when nothing was called and nothing failed to parse)
+    and, for rows with a ground-truth string, the RLLA reward's ``score``, ``format`` and ``correctness``.
+
+    Raises:
+        InvalidGroundTruthError, ValueError: the ground truth cannot be read (the row is named).
+    """
+    gt_calls = _row_gt_calls(row)
+    scored = score_prediction(row["response"], gt_calls)
+    right = scored["exact_match"] if gt_calls else (scored["num_calls"] == 0 and not scored["parse_failure"])
+    out = {"exact_match": float(right)}
+    if isinstance(row.get("ground_truth"), str):
+        score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
+                                                   switches=switches)
+        out.update(score=float(score), format=float(fmt), correctness=float(correctness))
+    return out
 
 
 def _row_gt_calls(row: Mapping) -> list[dict]:
@@ -349,6 +370,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"BFCL categories for --oracle, comma-separated (of {', '.join(BFCL_CATEGORIES)})")
     parser.add_argument("--data-path", default=None, help="API-Bank JSON or RLLA parquet for --oracle")
     parser.add_argument("--max-rows", type=int, default=None, help="--oracle: the first N rows (per BFCL category)")
+    parser.add_argument("--baseline", default=None,
+                        help="generations of another model on the same prompts: adds a paired comparison "
+                             "(per-prompt gain, its standard error, sign test) to the summary")
     parser.add_argument("--output", default=None, help="summary JSON (default: <generations>.summary.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "INFO"), stream=sys.stderr,
@@ -368,6 +392,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error("--categories: only with --dataset bfcl")
         if args.data_path and args.dataset == "bfcl":
             parser.error("--data-path: BFCL's data come from the bfcl-eval package (choose --categories)")
+        if args.baseline:
+            parser.error("--baseline: only with --generations")
     # unreadable input: one line naming file and line, exit status 2 (every error of read_generations is about the
     # file; the oracle's loaders also raise ValueError for other reasons, e.g. a category without answers)
     input_errors = (FileNotFoundError, JsonInputError) if args.oracle else (FileNotFoundError, ValueError)
@@ -376,6 +402,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows, notes = oracle_rows(args.dataset, args.data_path, args.categories, args.max_rows)
         else:
             rows = read_generations(args.generations)
+            baseline = read_generations(args.baseline) if args.baseline else None
     except input_errors as err:
         sys.stderr.write(f"main_eval: error: {err}\n")
         return 2
@@ -384,7 +411,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary["summary_path"] = str(args.output)
         atomic_write_text(args.output, json.dumps(summary, indent=2) + "\n")
     else:
-        summary = evaluate_file(args.generations, args.dataset, args.output, rows=rows)
+        extra = None
+        if baseline is not None:
+            switches = RewardSwitches.from_env()
+            try:
+                paired = paired_comparison(baseline, rows, lambda row: row_metrics(row, switches))
+            except ValueError as err:  # the two files are not of the same prompts: a usage error, named
+                sys.stderr.write(f"main_eval: error: --baseline {args.baseline}: {err}\n")
+                return 2
+            extra = {"baseline": str(args.baseline), "paired": paired}
+            for name, st in paired["metrics"].items():
+                se = "n/a" if st["se"] is None else f"{st['se']:.4f}"
+                logger.info("paired %s: %.4f -> %.4f, gain %+.4f (se %s), wins/losses/ties %d/%d/%d, sign test "
+                            "p=%.3g", name, st["before"], st["after"], st["gain"], se, st["wins"], st["losses"],
+                            st["ties"], st["sign_test_p"])
+        summary = evaluate_file(args.generations, args.dataset, args.output, rows=rows, extra=extra)
     print(json.dumps(summary, indent=2))
     return 0
 
