@@ -95,9 +95,12 @@ class AgentRollout:
         rlvcr: the RLVCR phase (``adv_estimator=rlvcr``), handed over by the trainer, which builds it
             (``rlvcr.rollout_phase.make_rlvcr_phase``); None otherwise.
         prompt_suffix: text appended to every observation prompt (with RLVCR: its level guide).
+        reward_runner: an ``agent_system.reward`` ``RewardRunner`` (``custom_reward_function`` in agent mode) whose
+            rewards replace the environments' (:class:`agent_system.reward.trajectory.TrajectoryRewardScorer`, with
+            ``algorithm.gigpo.default_step_reward``), in training and validation; None: the environments' rewards.
     """
 
-    def __init__(self, config: DictConfig, tokenizer, rlvcr=None, prompt_suffix: str = ""):
+    def __init__(self, config: DictConfig, tokenizer, rlvcr=None, prompt_suffix: str = "", reward_runner=None):
         env = config.env
         name = env.env_name
         kwargs = OmegaConf.to_container(env.get(name), resolve=True) if env.get(name) is not None else {}
@@ -115,37 +118,50 @@ class AgentRollout:
         self.val_envs = EnvironmentManager(num_tasks=self.val_batch, group_n=1, **common)
         mode = env.get("reward_mode") or ("step" if config.algorithm.adv_estimator in STEP_LEVEL_ESTIMATORS
                                           else "episode")
+        scorer = None
+        if reward_runner is not None:
+            from agent_system.reward.trajectory import TrajectoryRewardScorer
+
+            scorer = TrajectoryRewardScorer(reward_runner, tokenizer, reward_mode=mode,
+                                            default_step_reward=float(config.algorithm.gigpo.default_step_reward))
+            logger.info("agent mode: rewards from %s (custom_reward_function), not the environments", scorer.name)
         self.collector = TrajectoryCollector(tokenizer, max_steps=int(env.max_steps),
                                              max_prompt_length=int(env.max_prompt_length), reward_mode=mode,
-                                             rlvcr=rlvcr)
+                                             rlvcr=rlvcr, reward_scorer=scorer)
         self.pad_token_id = self.collector.pad_token_id
         logger.info("agent mode: env %s, %d tasks x %d copies per step, max %d turns, reward_mode=%s", name,
                     self.train_envs.num_tasks, self.train_envs.group_n, self.collector.max_steps, mode)
 
     def collect(self, task_seeds, generate_fn: Callable[[DataProto], DataProto],
-                log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None) -> Tuple[DataProto, Dict]:
-        """Play one training batch (sampling); returns the step rows and ``env/*`` metrics. With RLVCR
-        (``adv_estimator=rlvcr``) and a ``log_prob_fn`` the rows also get the RLVCR phase's fields."""
+                log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None, step: int = 0
+                ) -> Tuple[DataProto, Dict]:
+        """Play one training batch (sampling); returns the step rows and ``env/*`` metrics (``reward/*`` too with a
+        reward runner, which receives ``step``). With RLVCR (``adv_estimator=rlvcr``) and a ``log_prob_fn`` the rows
+        also get the RLVCR phase's fields."""
         return self.collector.multi_turn_loop(self.train_envs, generate_fn, [int(s) for s in task_seeds],
-                                              log_prob_fn=log_prob_fn)
+                                              log_prob_fn=log_prob_fn, step=step)
 
-    def validate(self, task_seeds, generate_fn: Callable[[DataProto], DataProto]) -> Dict[str, float]:
-        """Play the validation tasks (greedy, ``val_kwargs``) in chunks of ``env.val_tasks``; ``val/env/*``."""
+    def validate(self, task_seeds, generate_fn: Callable[[DataProto], DataProto], step: int = 0) -> Dict[str, float]:
+        """Play the validation tasks (greedy, ``val_kwargs``) in chunks of ``env.val_tasks``; ``val/env/*`` (and
+        ``val/reward/*`` with a reward runner)."""
         seeds = [int(s) for s in task_seeds]
         chunks = [seeds[i:i + self.val_batch] for i in range(0, len(seeds), self.val_batch)]
         totals: Dict[str, float] = {}
         weights = 0
         for chunk in chunks:
             chunk = chunk + [chunk[-1]] * (self.val_batch - len(chunk))  # a short last chunk repeats its last task
-            _, metrics = self.collector.vanilla_multi_turn_loop(self.val_envs, generate_fn, chunk)
+            _, metrics = self.collector.vanilla_multi_turn_loop(self.val_envs, generate_fn, chunk, step=step)
             for key, value in metrics.items():
                 totals[key] = totals.get(key, 0.0) + value
             weights += 1
         return {f"val/{k}": v / weights for k, v in totals.items() if not k.startswith("timing_s/")}
 
     def close(self) -> None:
+        """Close the environments and the reward runner."""
         self.train_envs.close()
         self.val_envs.close()
+        if self.collector.reward_scorer is not None:
+            self.collector.reward_scorer.close()
 
 
 def update_row_multiple(config: DictConfig) -> int:

@@ -83,49 +83,54 @@ class TrajectoryCollector:
         use_chat_template: wrap the prompt text in the tokenizer's chat template as a user message.
         rlvcr: the RLVCR phase (``rlvcr.rollout_phase.RLVCRPhase``) or None: with it, :meth:`multi_turn_loop` runs
             :meth:`rlvcr_multi_turn_loop` when given a ``log_prob_fn``.
+        reward_scorer: ``agent_system.reward.trajectory.TrajectoryRewardScorer`` or None: with it, the rows' rewards
+            are the reward-API function's instead of the environments' (``custom_reward_function`` in agent mode),
+            rewritten at the end of :meth:`vanilla_multi_turn_loop` (before the RLVCR phase).
 
     Raises:
         ValueError: ``max_steps`` < 1, ``max_prompt_length`` < 1 or an unknown ``reward_mode``.
     """
 
     def __init__(self, tokenizer, max_steps: int, max_prompt_length: int, reward_mode: str = "step",
-                 use_chat_template: bool = True, rlvcr=None):
+                 use_chat_template: bool = True, rlvcr=None, reward_scorer=None):
         if int(max_steps) < 1 or int(max_prompt_length) < 1:
             raise ValueError(f"env.max_steps ({max_steps}) and env.max_prompt_length ({max_prompt_length}) must be >= 1")
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
         self.tokenizer, self.max_steps, self.max_prompt_length = tokenizer, int(max_steps), int(max_prompt_length)
         self.reward_mode, self.use_chat_template, self.rlvcr = reward_mode, use_chat_template, rlvcr
+        self.reward_scorer = reward_scorer
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
     def multi_turn_loop(self, envs, generate_fn: Callable[[DataProto], DataProto], task_seeds: Sequence[int],
                         meta_info: Optional[Dict[str, Any]] = None,
-                        log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None
+                        log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None, step: int = 0
                         ) -> Tuple[DataProto, Dict[str, float]]:
         """Entry point (verl-agent's name): :meth:`rlvcr_multi_turn_loop` with an RLVCR phase and a ``log_prob_fn``,
-        else :meth:`vanilla_multi_turn_loop`."""
+        else :meth:`vanilla_multi_turn_loop`. ``step``: the trainer's global step (for the reward scorer)."""
         if self.rlvcr is not None and log_prob_fn is not None:
-            return self.rlvcr_multi_turn_loop(envs, generate_fn, task_seeds, log_prob_fn, meta_info)
-        return self.vanilla_multi_turn_loop(envs, generate_fn, task_seeds, meta_info)
+            return self.rlvcr_multi_turn_loop(envs, generate_fn, task_seeds, log_prob_fn, meta_info, step=step)
+        return self.vanilla_multi_turn_loop(envs, generate_fn, task_seeds, meta_info, step=step)
 
     def rlvcr_multi_turn_loop(self, envs, generate_fn: Callable[[DataProto], DataProto], task_seeds: Sequence[int],
                               log_prob_fn: Callable[[DataProto], DataProto],
-                              meta_info: Optional[Dict[str, Any]] = None) -> Tuple[DataProto, Dict[str, float]]:
+                              meta_info: Optional[Dict[str, Any]] = None, step: int = 0
+                              ) -> Tuple[DataProto, Dict[str, float]]:
         """:meth:`vanilla_multi_turn_loop`, then the RLVCR phase on its step rows (``rlvcr.rollout_phase``; spec
         ``rlvcr.md`` §Where it runs): per step, alternative thinks for the other levels from ``generate_fn`` (one
         batched call for the whole batch, after the episodes) and the original action's entropy under each level's
         context from ``log_prob_fn`` (the actor's ``compute_log_prob``). Adds the fields
         ``rlvcr.rollout_phase.PHASE_FIELDS`` to the rows and ``rlvcr/*`` and ``timing_s/rlvcr`` to the metrics; the
         rows themselves (what is trained) are the vanilla loop's."""
-        batch, metrics = self.vanilla_multi_turn_loop(envs, generate_fn, task_seeds, meta_info)
+        batch, metrics = self.vanilla_multi_turn_loop(envs, generate_fn, task_seeds, meta_info, step=step)
         start = time.perf_counter()
         metrics.update(self.rlvcr(batch, generate_fn, log_prob_fn))
         metrics["timing_s/rlvcr"] = time.perf_counter() - start
         return batch, metrics
 
     def vanilla_multi_turn_loop(self, envs, generate_fn: Callable[[DataProto], DataProto],
-                                task_seeds: Sequence[int], meta_info: Optional[Dict[str, Any]] = None
-                                ) -> Tuple[DataProto, Dict[str, float]]:
+                                task_seeds: Sequence[int], meta_info: Optional[Dict[str, Any]] = None,
+                                step: int = 0) -> Tuple[DataProto, Dict[str, float]]:
         """Reset ``envs`` with ``task_seeds`` and step every active instance until done or ``max_steps`` turns.
 
         Args:
@@ -135,6 +140,7 @@ class TrajectoryCollector:
                 ``position_ids``, ``response_mask``), one response per row.
             task_seeds: one seed per task group.
             meta_info: copied into every generate call (sampling switches).
+            step: the trainer's global step, passed to the reward scorer.
         Returns:
             The rows of all active steps (see the module docstring) and the episode metrics ``env/*``.
         Raises:
@@ -208,6 +214,10 @@ class TrajectoryCollector:
                                   int(rows.size))
         metrics[f"env/{envs.env_name}/prompt_truncated_frac"] = truncated / max(total_prompts, 1)
         metrics["timing_s/env_step"] = t_env
+        if self.reward_scorer is not None:  # custom_reward_function: the user's rewards replace the environments'
+            start = time.perf_counter()
+            metrics.update(self.reward_scorer(batch, step))
+            metrics["timing_s/reward"] = time.perf_counter() - start
         return batch, metrics
 
 

@@ -7,6 +7,12 @@
   crash isolation), both through :func:`make_runner`;
 - :func:`align`: ``StepOutput.step_index`` -> ``StepData``.
 
+Submodules that need torch and the trainer's data protocol (import them by name): ``manager``
+(``RewardAPIManager``, the single-turn reward manager over this API), ``trajectory`` (``TrajectoryRewardScorer``, the
+same for agent trajectories) and ``dry_run`` (the ``reward-dry-run`` CLI). The built-in ToolRL reward itself stays at
+ToolRL's path, ``verl.utils.reward_score.rlla``, with the one tool-call parser (``verl.utils.reward_score.tool_parse``)
+that the reward, the router's cost and the evaluation share.
+
 Importing this package does not import torch or the trainer, so sandbox workers start quickly.
 """
 from agent_system.reward.aligner import AlignedRollout, Alignment, align

@@ -1,4 +1,4 @@
-"""Reward manager over the reward authoring API (``../shared/specs/reward_api.md``).
+"""Reward manager over the reward authoring API (README.md, section "Writing a reward").
 
 ``RewardAPIManager`` is :class:`~verl.workers.reward_manager.naive.RLLARewardManager` (same decoding, tensor layout,
 components and ``reward_extra_info``) with its scoring step replaced: each row becomes a
@@ -16,16 +16,20 @@ What the reward receives for a row:
   dict).
 
 Result -> tensors: ``score`` at the last valid response token; ``metrics`` named ``format``/``correctness``/``length``
-become the component tensors, every other metric goes to ``reward_extra_info``. An invalid result (the reward raised,
-timed out, ran out of memory, crashed, returned garbage, or returned no score) scores 0 with ``reward_valid=False`` and
-its reason in ``reward_error``; ``reward_metrics`` adds ``reward/timeouts`` and ``reward/crashes``.
+become the component tensors, every other metric goes to ``reward_extra_info``. A single-turn response is a trajectory
+of one assistant turn (index 0), aligned as in agent mode (``agent_system.reward.trajectory``): without a ``score``, the
+``StepOutput`` of turn 0 is the reward; a ``StepOutput`` naming another turn is counted in ``reward/align_unmatched``.
+An invalid result (the reward raised, timed out, ran out of memory, crashed, returned garbage, or returned neither a
+score nor a step output for turn 0) scores 0 with ``reward_valid=False`` and its reason in ``reward_error``;
+``reward_metrics`` adds ``reward/timeouts``, ``reward/crashes`` and ``reward/align_unmatched``.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-from agent_system.reward.models import EvaluateResult, format_error
+from agent_system.reward.aligner import TURN_INDEX_KEY, align
+from agent_system.reward.models import EvaluateResult, StepData, format_error
 from agent_system.reward.sandbox import RewardRequest, RewardRunner
 from verl.protocol import DataProto
 from verl.utils.reward_score.rlla import RewardSwitches
@@ -34,12 +38,17 @@ from verl.workers.reward_manager.naive import _MAX_REASON_CHARS, RLLARewardManag
 __all__ = ["RewardAPIManager"]
 
 
-def _outcome(result: EvaluateResult) -> tuple[float, dict, str]:
+def _outcome(result: EvaluateResult, unmatched: list[int]) -> tuple[float, dict, str]:
+    """(score, metrics, reason) of one single-turn result; ``unmatched`` counts step outputs naming no turn."""
     if not result.is_score_valid:
         return 0.0, {}, (result.reason or "reward marked the result invalid")[:_MAX_REASON_CHARS]
-    if result.score is None:
-        return 0.0, {}, "reward returned no score (EvaluateResult.score is None)"
-    return float(result.score), result.metric_values(), ""
+    # one assistant turn: a trajectory of one step, aligned as in agent mode (agent_system.reward.trajectory)
+    aligned = align(result, {"row": [StepData(system_step_index=0, step_info={TURN_INDEX_KEY: 0})]}, "row")
+    unmatched[0] += aligned.unmatched_step_outputs
+    step = aligned.rollouts[0].steps[0].base_reward
+    if result.score is None and step is None:
+        return 0.0, {}, "reward returned no score (EvaluateResult.score is None) and no StepOutput for turn 0"
+    return float(result.score if result.score is not None else step), result.metric_values(), ""
 
 
 class RewardAPIManager(RLLARewardManager):
@@ -92,7 +101,9 @@ class RewardAPIManager(RLLARewardManager):
             except (KeyError, ValueError) as err:
                 outcomes[k] = (0.0, {}, format_error(err)[:_MAX_REASON_CHARS])
         report = self.runner.run(requests, {"step": step, "reward_switches": dataclasses.asdict(switches)})
+        unmatched = [0]
         for k, result in zip(requested, report.results):
-            outcomes[k] = _outcome(result)
+            outcomes[k] = _outcome(result, unmatched)
         metrics = report.metrics()
-        return outcomes, {key: metrics[key] for key in ("reward/timeouts", "reward/crashes")}
+        return outcomes, {**{key: metrics[key] for key in ("reward/timeouts", "reward/crashes")},
+                          "reward/align_unmatched": float(unmatched[0])}

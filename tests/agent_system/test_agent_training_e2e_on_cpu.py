@@ -57,3 +57,40 @@ def test_agent_config_is_validated(tmp_path):
         validate_config(load_default_config(base + ["env.rollout.n=3"]), check_files=False)
     with pytest.raises(ConfigError, match="env.train_tasks"):
         validate_config(load_default_config(base + ["env.train_tasks=1"]), check_files=False)
+
+
+REWARD_FILE = '''
+from agent_system.reward import EvaluateResult, reward_function
+
+
+@reward_function
+def turns(messages, ground_truth, **kwargs):
+    return EvaluateResult(score=float(len(messages) // 2))  # the return of a trajectory = its number of turns
+'''
+
+
+def test_custom_reward_function_scores_agent_trajectories(tmp_path, ray_session):
+    """custom_reward_function in agent mode replaces the environments' rewards (it was ignored before)."""
+    from verl.trainer.main_ppo import run_ppo
+
+    path = tmp_path / "turns.py"
+    path.write_text(REWARD_FILE)
+    config = load_default_config(e2e_overrides(tmp_path, "unused") + AGENT + [
+        f"custom_reward_function.path={path}", "custom_reward_function.name=turns", "reward.sandbox=none",
+        "trainer.save_freq=-1"])
+    run_ppo(config)
+    records = _records(tmp_path / "run")
+    for r in records[1:]:
+        assert r["reward/score/mean"] == pytest.approx(r["env/line_world/episode_length/mean"])
+        assert r["reward/invalid_count"] == 0.0
+        # GiGPO's returns are the reward's: every trajectory's return is its length (>= 1), never the corridor's 0/1
+        assert r["critic/score/max"] >= 1.0 or r["env/line_world/episode_length/mean"] == pytest.approx(1.0)
+    assert records[0]["val/reward/score/mean"] == pytest.approx(records[0]["val/env/line_world/episode_length/mean"])
+
+
+def test_default_step_reward_is_refused_where_nothing_reads_it(tmp_path):
+    base = e2e_overrides(tmp_path, "unused") + AGENT
+    with pytest.raises(ConfigError, match="default_step_reward=0.5: only read when custom_reward_function"):
+        validate_config(load_default_config(base + ["algorithm.gigpo.default_step_reward=0.5"]), check_files=False)
+    validate_config(load_default_config(base + ["algorithm.gigpo.default_step_reward=0.5",
+                                                "custom_reward_function.name=rlla"]), check_files=False)

@@ -43,7 +43,8 @@ from conftest import REPO_ROOT
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 from verl.utils.reward_score.rlla import RewardSwitches
-from verl.workers.reward_manager import RewardAPIManager, RLLARewardManager
+from agent_system.reward.manager import RewardAPIManager
+from verl.workers.reward_manager import RLLARewardManager
 
 REWARDS = textwrap.dedent('''
     import os, time
@@ -341,7 +342,7 @@ def test_main_ppo_builds_managers_from_custom_reward_function(tokenizer, reward_
 
 
 def test_reward_dry_run_with_any_reward_function(shared_dir, reward_file, tmp_path):
-    from verl.utils.reward_score import dry_run
+    from agent_system.reward import dry_run
 
     def run(*args: str) -> dict:
         out = io.StringIO()
@@ -444,3 +445,22 @@ def test_aligner_warns_on_unmatched_and_duplicate_indices(caplog):
         align([result], data, ["ep-7", "ep-8"])
     with pytest.raises(KeyError, match="ep-8"):
         align([result], data, ["ep-8"])
+
+
+@reward_function
+def _turn_rewards(messages, ground_truth, **kwargs):
+    """Row 0: only a StepOutput for turn 0 (its reward is the score); row 1: only one naming turn 3 (no score)."""
+    index = 0 if "1" not in str(kwargs["extra_info"].get("index", "")) else 3
+    return EvaluateResult(step_outputs=[StepOutput(step_index=index, base_reward=0.75)])
+
+
+def test_api_manager_single_turn_step_output_is_the_reward(tokenizer, rows):
+    """A single-turn response is a one-step trajectory: its StepOutput(0) is the reward when there is no score (it
+    used to be dropped, leaving the row invalid); a step output naming another turn is counted, not silently lost."""
+    batch = build_batch(tokenizer, rows[:2])
+    batch.non_tensor_batch["extra_info"] = np.array([{"index": 0}, {"index": 1}], dtype=object)
+    out = RewardAPIManager(tokenizer, InProcessRunner(_turn_rewards))(batch, step=1, return_dict=True)
+    info = out["reward_extra_info"]
+    assert out["reward_tensor"].sum(-1).tolist() == [0.75, 0.0]
+    assert info["reward_valid"] == [True, False] and "no StepOutput for turn 0" in info["reward_error"][1]
+    assert out["reward_metrics"]["reward/align_unmatched"] == 1.0

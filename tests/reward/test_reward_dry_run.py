@@ -8,7 +8,7 @@ import sys
 import pandas as pd
 import pytest
 
-from verl.utils.reward_score.dry_run import DryRunSample, main, score_samples
+from agent_system.reward.dry_run import DryRunSample, main, score_samples
 from verl.utils.reward_score.rlla import RewardSwitches
 
 
@@ -170,7 +170,7 @@ def test_clis_name_file_and_line_of_undecodable_input(tmp_path, bad_line, expect
 
     path = tmp_path / "rollouts.jsonl"
     path.write_bytes(GOOD_LINE + b"\n" + bad_line + GOOD_LINE)  # line 2 blank: still counted
-    module = "verl.utils.reward_score.dry_run" if cli == "reward-dry-run" else "verl.trainer.main_eval"
+    module = "agent_system.reward.dry_run" if cli == "reward-dry-run" else "verl.trainer.main_eval"
     flag = "--jsonl" if cli == "reward-dry-run" else "--generations"
     proc = subprocess.run([sys.executable, "-m", module, flag, str(path)], capture_output=True, text=True,
                           timeout=120)

@@ -344,9 +344,18 @@ def _validate_single_process(config: DictConfig, n_workers: int) -> None:
 
 
 def _validate_env(config: DictConfig) -> None:
-    """``env.*`` (multi-turn agent mode), checked only when ``env.env_name`` is set."""
+    """``env.*`` (multi-turn agent mode), checked only when ``env.env_name`` is set; and
+    ``algorithm.gigpo.default_step_reward``, which only a reward-API function scoring agent trajectories reads."""
     env = config.get("env")
-    if env is None or not env.get("env_name"):
+    agent = env is not None and bool(env.get("env_name"))
+    reward = config.get("custom_reward_function") or {}
+    custom = bool(reward.get("path")) or (reward.get("name") or "compute_score") != "compute_score"
+    default_step = OmegaConf.select(config, "algorithm.gigpo.default_step_reward", default=0.0)
+    if default_step not in (0, None) and not (agent and custom):
+        raise ConfigError(f"algorithm.gigpo.default_step_reward={default_step}: only read when "
+                          "custom_reward_function scores the trajectories of env.env_name (the r_t of a turn no "
+                          "StepOutput names); environments give every step its own reward. Leave it 0.0")
+    if not agent:
         return
     from agent_system.environments.base import available_envs
 

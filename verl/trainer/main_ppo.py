@@ -135,7 +135,8 @@ def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
     """Training and validation reward managers: the built-in RLLA manager (scoring with ``compute_score``, default
     ``default_compute_score``), or, with ``custom_reward_function``, a ``RewardAPIManager`` pair sharing one runner
     (sandbox)."""
-    from verl.workers.reward_manager import RewardAPIManager, RLLARewardManager
+    from agent_system.reward.manager import RewardAPIManager
+    from verl.workers.reward_manager import RLLARewardManager
 
     kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.get("decode", "response"),
                   wrapper=config.reward_model.get("wrapper", "auto"),
@@ -206,7 +207,12 @@ def build_trainer(config: DictConfig):
 
         train_dataset = EnvTaskDataset(int(config.env.train_tasks), offset=int(config.env.seed))
         val_dataset = EnvTaskDataset(int(config.env.val_tasks), offset=int(config.env.val_seed_offset))
-        collate_fn, reward_fn, val_reward_fn = task_collate_fn, None, None  # rewards come from the environments
+        collate_fn, val_reward_fn = task_collate_fn, None
+        # rewards come from the environments, or from custom_reward_function scoring whole trajectories
+        fn = load_custom_reward(config)
+        reward_fn = build_reward_runner(config, fn) if fn is not None else None
+        if fn is not None:
+            logger.info("agent reward: %r through the reward API, sandbox=%s", fn, type(reward_fn).__name__)
     else:
         from rlvcr.rollout_phase import rlla_level_setup
 

@@ -119,7 +119,9 @@ class RayPPOTrainer:
             ``Role.Critic`` when the critic is enabled.
         resource_pool_manager: where each role's workers run.
         ray_worker_group_cls: the worker-group class (``RayWorkerGroup``, or ``LocalWorkerGroup``).
-        reward_fn, val_reward_fn: reward managers, ``fn(batch, step, return_dict=True)``.
+        reward_fn, val_reward_fn: reward managers, ``fn(batch, step, return_dict=True)``. Agent mode (``env.env_name``):
+            ``reward_fn`` is a reward-API ``RewardRunner`` scoring whole trajectories (``custom_reward_function``;
+            ``agent_system.reward.trajectory``) or None (the environments' rewards).
         train_dataset, val_dataset: ``RLHFDataset`` instances.
     """
 
@@ -155,7 +157,7 @@ class RayPPOTrainer:
             from rlvcr.rollout_phase import agent_level_setup
 
             rlvcr, suffix = agent_level_setup(config, tokenizer)  # adv_estimator=rlvcr: level prompts + phase
-            self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix)
+            self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix, reward_runner=reward_fn)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.global_steps = 0
@@ -546,7 +548,8 @@ class RayPPOTrainer:
             batch, env_metrics = self.agent.collect(
                 batch.non_tensor_batch["task_seed"],
                 lambda gen: self._rollout(gen, do_sample=do_sample, validate=False),
-                log_prob_fn=self.actor_rollout_wg.compute_log_prob)  # RLVCR phase (timing_s/rlvcr, within gen)
+                log_prob_fn=self.actor_rollout_wg.compute_log_prob,  # RLVCR phase (timing_s/rlvcr, within gen)
+                step=self.global_steps)
         metrics.update(env_metrics)
         batch = pad_rows_to_multiple(batch, update_row_multiple(self.config), self.agent.pad_token_id)
         if self.config.trainer.get("balance_batch", True):

@@ -20,7 +20,8 @@ def validate(trainer) -> dict:
     metrics: dict = {}
     if trainer.agent is not None:  # multi-turn: greedy episodes on the validation tasks
         seeds = np.concatenate([b["task_seed"] for b in trainer.val_dataloader])
-        return trainer.agent.validate(seeds, lambda gen: trainer._rollout(gen, do_sample=False, validate=True))
+        return trainer.agent.validate(seeds, lambda gen: trainer._rollout(gen, do_sample=False, validate=True),
+                                      step=trainer.global_steps)
     val_n = int(trainer.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1))  # >= 1 (config check)
     for batch_dict in trainer.val_dataloader:
         batch = DataProto.from_single_dict(batch_dict)

@@ -1,17 +1,17 @@
 """Reward managers: turn a rollout batch into token-level scores (verl's ``reward_model.reward_manager`` choices).
 
 ``naive`` (upstream's name) and ``rlla`` both resolve to :class:`RLLARewardManager`; see its module for the decode
-modes and the invalid-sample handling. :class:`RewardAPIManager` (``api.py``) scores through the reward authoring API
-(``custom_reward_function.path/name``); ``main_ppo.build_reward_managers`` chooses it.
+modes and the invalid-sample handling. Rewards written with the reward authoring API (``custom_reward_function.path/
+name``) are scored by ``agent_system.reward.manager.RewardAPIManager``, a subclass that lives with that API;
+``main_ppo.build_reward_managers`` chooses between them.
 """
 from __future__ import annotations
 
-from verl.workers.reward_manager.api import RewardAPIManager
 from verl.workers.reward_manager.naive import NaiveRewardManager, RLLARewardManager, infer_wrapper
 
 REWARD_MANAGER_REGISTRY: dict[str, type] = {"naive": RLLARewardManager, "rlla": RLLARewardManager}
 
-__all__ = ["NaiveRewardManager", "RLLARewardManager", "RewardAPIManager", "infer_wrapper", "REWARD_MANAGER_REGISTRY",
+__all__ = ["NaiveRewardManager", "RLLARewardManager", "infer_wrapper", "REWARD_MANAGER_REGISTRY",
            "get_reward_manager_cls"]
 
 

@@ -12,7 +12,7 @@ A bare response and a wrapped one score the same under the RLLA reward (spec §1
 two modes agree for RLLA rows. The trainer step reaches the scorer through ``extra_info["step"]`` and the chat
 wrapper through ``extra_info["wrapper"]``.
 
-Scoring is one method, ``_score_rows`` (``RewardAPIManager`` overrides it to call a reward-API function). A sample
+Scoring is one method, ``_score_rows`` (``agent_system.reward.manager.RewardAPIManager`` overrides it to call a reward-API function). A sample
 whose scoring raises (e.g. ``InvalidGroundTruthError``) does not stop the batch: it scores 0, is marked
 ``reward_valid=False`` and counted (``reward_invalid_count``, ``reward_metrics``), with a warning naming the row.
 """
