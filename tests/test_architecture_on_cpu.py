@@ -30,11 +30,11 @@ arch = _load_checker()
 # change that removes an upward import, a cycle, a long file or an outside citation, and the architecture issue is
 # done when every one of them is 0 (then ``scripts/check_architecture.py --strict`` passes).
 BASELINE = {
-    "upward_edges": 1,
+    "upward_edges": 0,
     "cycles": 1,
     "cycle_modules": 3,
     "long_files": 2,
-    "outside_citations": 61,
+    "outside_citations": 59,
 }
 
 

@@ -57,9 +57,10 @@ def async_config(tmp_path, data_dir=None, extra=()):
 
 
 def test_two_envs_train_and_broadcast(ray_session, tmp_path, short_rlla):
+    from agent_system.environments.env_actor import make_env_actor
     from verl.async_rl.orchestrator import Orchestrator
 
-    orch = Orchestrator(async_config(tmp_path, short_rlla))
+    orch = Orchestrator(async_config(tmp_path, short_rlla), make_env_actor=make_env_actor)
     try:
         records = orch.run(2, timeout_s=240)
         assert [r["policy_version"] for r in records] == [1.0, 2.0]
@@ -92,10 +93,11 @@ def _trained_uids(log_path, version):
 
 
 def test_killed_env_actor_and_server_are_restarted(ray_session, tmp_path):
+    from agent_system.environments.env_actor import make_env_actor
     from verl.async_rl.orchestrator import Orchestrator
 
     ray = ray_session
-    orch = Orchestrator(async_config(tmp_path))
+    orch = Orchestrator(async_config(tmp_path), make_env_actor=make_env_actor)
     try:
         orch.run(1, timeout_s=120)
         ray.kill(orch.env_actors[("line_world", 0)])
@@ -122,11 +124,12 @@ def _fill_buffers(ray, orch, timeout_s: float = 120.0) -> None:
 
 
 def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
+    from agent_system.environments.env_actor import make_env_actor
     from verl.async_rl.orchestrator import Orchestrator
 
     ray = ray_session
     config = async_config(tmp_path, extra=["async.replay.max_age=2"])
-    orch = Orchestrator(config)
+    orch = Orchestrator(config, make_env_actor=make_env_actor)
     try:
         orch.run(2, timeout_s=120)
         ray.kill(orch.learner)
@@ -137,7 +140,7 @@ def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
         orch.shutdown()
 
     # a new driver resumes from the last checkpoint (version 3) and reloads the replay logs
-    orch = Orchestrator(config)
+    orch = Orchestrator(config, make_env_actor=make_env_actor)
     try:
         assert orch.version == 3
         for name, buffer in orch.buffers.items():

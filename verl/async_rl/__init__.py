@@ -10,7 +10,8 @@ Components (Ray actors; imported from their modules, not here, so the pure core 
 
 * :mod:`verl.async_rl.inference_server` -- OpenAI-compatible HF inference server with versioned weight updates.
 * :mod:`verl.async_rl.learner` -- ``Learner`` (one PPO step per packed batch, core_algos loss), ``WeightBroadcaster``.
-* :mod:`verl.async_rl.env_actor` -- ``EnvActor`` (registered text envs, single-turn RLLA).
+* env actors (registered text envs, single-turn RLLA) live with the environments,
+  :mod:`agent_system.environments.env_actor`; the entry point hands ``make_env_actor`` to the orchestrator.
 * :mod:`verl.async_rl.orchestrator` -- ``Orchestrator`` (starts, feeds and restarts the components).
 """
 from verl.async_rl.advantage import GRPOZScore, RLOO, AdvantageFunction, get_advantage_function

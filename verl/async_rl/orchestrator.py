@@ -37,13 +37,12 @@ import logging
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
 from verl.async_rl.advantage import get_advantage_function
 from verl.async_rl.batcher import Batcher, BatchNotReady
-from verl.async_rl.env_actor import make_env_actor
 from verl.async_rl.inference_server import check_backend, start_inference_server
 from verl.async_rl.learner import WeightBroadcaster, make_learner_actor
 from verl.async_rl.replay_buffer import ReplayBuffer
@@ -64,13 +63,20 @@ class Orchestrator:
     """Starts the components described by ``config`` (the trainer config tree with its ``async`` section) and trains.
 
     Args: ``config``; ``tracker``: an object with ``log(dict, step)`` (e.g. ``verl.utils.tracking.Tracking``), or
-    None (metrics are only returned by :meth:`run`). Requires ``ray.init`` to have been called.
+    None (metrics are only returned by :meth:`run`); ``make_env_actor``: starts one environment actor,
+    ``make_env_actor(name, spec, server_url, model_path, group_size=, max_tokens=, temperature=, max_turns=, seed=)``
+    -> a Ray actor handle whose ``run_group()`` returns a group as ``Rollout.to_dict()`` dicts (the composition layer passes
+    ``agent_system.environments.env_actor.make_env_actor``: the async core does not import the environments).
+    Requires ``ray.init`` to have been called.
 
-    Raises KeyError: no ``async`` section or no env in ``async.envs``. ValueError: an unknown
+    Raises TypeError: no ``make_env_actor``. KeyError: no ``async`` section or no env in ``async.envs``. ValueError: an unknown
     ``async.inference.backend``, bad batcher / buffer settings (from :class:`Batcher` / :class:`ReplayBuffer`).
     """
 
-    def __init__(self, config: DictConfig, tracker: Any = None):
+    def __init__(self, config: DictConfig, tracker: Any = None, make_env_actor: Optional[Callable[..., Any]] = None):
+        if make_env_actor is None:
+            raise TypeError("Orchestrator needs make_env_actor (agent_system.environments.env_actor.make_env_actor)")
+        self.make_env_actor = make_env_actor
         a = _section(config)
         if not a.get("envs"):
             raise KeyError("async.envs is empty: configure at least one env")
@@ -159,7 +165,7 @@ class Orchestrator:
         spec = self.envs[name]
         inf = self.a.inference
         seed = int(spec.get("seed", 0)) + 1_000_000 * replica + 10_000 * self.restarts[f"env/{name}/{replica}"]
-        self.env_actors[(name, replica)] = make_env_actor(
+        self.env_actors[(name, replica)] = self.make_env_actor(
             name, spec, self.urls[replica % len(self.urls)], self.model_path, group_size=int(spec.get("group_size", 2)),
             max_tokens=int(inf.max_tokens), temperature=float(inf.temperature), max_turns=int(spec.get("max_turns", 2)),
             seed=seed)

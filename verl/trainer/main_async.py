@@ -22,6 +22,7 @@ def run_async(config: DictConfig) -> list:
     Raises ValueError: ``trainer.total_training_steps`` is not set (the async mode has no epochs), or
     ``trainer.single_process=true`` (the async mode's env actors, inference server and learner are Ray actors).
     """
+    from agent_system.environments.env_actor import make_env_actor
     from verl.async_rl.orchestrator import Orchestrator
     from verl.trainer.main_ppo import init_ray
     from verl.utils.model_presets import prepare_model
@@ -39,7 +40,7 @@ def run_async(config: DictConfig) -> list:
     init_ray(config)
     tracker = Tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
                        config=OmegaConf.to_container(config, resolve=True), run_dir=run_dir)
-    orchestrator = Orchestrator(config, tracker)
+    orchestrator = Orchestrator(config, tracker, make_env_actor=make_env_actor)
     try:
         left = int(total) - orchestrator.version
         logger.info("async: policy version %d, %d learner steps to go", orchestrator.version, max(left, 0))

@@ -1,8 +1,9 @@
 """Env actors of the asynchronous mode: play episodes against an OpenAI-compatible inference server, return Rollouts.
 
-Source: seed ``004_75565871a1053bd4.txt`` "Envs" (generate rollouts asynchronously and continuously; a set of
-problems with solutions and a verifier) and spec ``specs/async_rl.md`` "Env actors" (any env type; talk to inference
-through the OpenAI-compatible interface with log-probs).
+README.md, section "Asynchronous mode": env actors generate rollouts continuously from a set of problems with a
+verifier (any env type), talking to inference through the OpenAI-compatible interface with log-probs. They live with
+the environments they play; the async core (``verl.async_rl.orchestrator.Orchestrator``) receives
+:func:`make_env_actor` from the entry point (``verl.trainer.main_async``) and never imports them.
 
 Two kinds (``kind`` of an env spec):
 
@@ -39,6 +40,7 @@ import time
 import uuid
 from typing import Any, Dict, List, Mapping
 
+from agent_system.environments.base import make_env, project_action
 from verl.async_rl.inference_server import OpenAIClient, template_ids
 from verl.async_rl.types import Rollout, Turn
 
@@ -172,8 +174,6 @@ class EnvActor:
         return rollouts
 
     def _episode(self, seed: int) -> Rollout:
-        from agent_system.environments.base import make_env, project_action
-
         env = make_env(self.spec["env"], **dict(self.spec.get("env_kwargs") or {}))
         try:
             first = env.reset(seed)
