@@ -29,8 +29,9 @@ With ``thinking_level`` present, A_think is computed here (:func:`compute_thinki
 broadcast over the response) is read. ``thinking_token_costs`` [B, L_resp] (C_l broadcast) is a logging field: the
 estimator does not read it. :func:`thinking_batch_fields` builds both tensors.
 
-``verl.trainer.ppo.core_algos`` imports this module at its end and registers the estimator; group statistics reuse
-its ``group_normalize`` (unbiased std, order-invariant, a constant group gives exactly 0), looked up at call time.
+The estimator registers itself under ``rlvcr`` (:mod:`verl.trainer.ppo.registry`; ``core_algos`` imports this module
+so that every estimator is there); group statistics reuse :func:`verl.trainer.ppo.group_stats.group_normalize`
+(unbiased std, order-invariant, a constant group gives exactly 0).
 """
 from __future__ import annotations
 
@@ -42,6 +43,8 @@ import numpy as np
 import torch
 
 from rlvcr.prompts import ParsedStep, check_action_tags, parse_level_response
+from verl.trainer.ppo.group_stats import group_ids, group_normalize
+from verl.trainer.ppo.registry import AdvantageEstimator, cfg_get, register_adv_est, resolve
 
 __all__ = [
     "RLVCR_MODES", "RLVCR_BATCH_FIELDS", "RLVCRSettings", "check_rlvcr_settings", "rlvcr_active",
@@ -59,11 +62,6 @@ RLVCR_BATCH_FIELDS = {
 }
 
 
-def _ca():
-    """``verl.trainer.ppo.core_algos`` (imported at call time: it imports this module while loading)."""
-    from verl.trainer.ppo import core_algos
-
-    return core_algos
 
 
 def _typed(key: str, value: Any, kind: type) -> Any:
@@ -101,8 +99,7 @@ class RLVCRSettings:
     def from_config(cls, section: Any = None, **overrides: Any) -> "RLVCRSettings":
         """Settings read from an ``algorithm.rlvcr`` section (dict, DictConfig, object or None), missing or null keys
         at their defaults, then the non-None ``overrides``; validated (:meth:`check`)."""
-        ca = _ca()
-        values = {f.name: ca._cfg_get(section, f.name, f.default) for f in fields(cls)}
+        values = {f.name: cfg_get(section, f.name, f.default) for f in fields(cls)}
         values.update({k: v for k, v in overrides.items() if v is not None})
         tags = values["action_tags"]
         values["action_tags"] = check_action_tags(tags if isinstance(tags, str) else list(tags))
@@ -142,9 +139,8 @@ def check_rlvcr_settings(section: Any) -> RLVCRSettings:
 
 def rlvcr_active(algo_config: Any) -> bool:
     """True when the rollout must run the RLVCR phase: ``adv_estimator == "rlvcr"`` and ``rlvcr.enable``."""
-    ca = _ca()
-    return ca._cfg_get(algo_config, "adv_estimator") == "rlvcr" and bool(
-        ca._cfg_get(ca._cfg_get(algo_config, "rlvcr"), "enable", True))
+    return cfg_get(algo_config, "adv_estimator") == "rlvcr" and bool(
+        cfg_get(cfg_get(algo_config, "rlvcr"), "enable", True))
 
 
 # -------------------- per-step pieces --------------------------------------------------------------------------------
@@ -259,7 +255,7 @@ def compute_thinking_advantage(
         rows = used.nonzero().squeeze(-1)
         scores = compute_level_scores(u[rows], c[rows], thinking_cost_w, cost_max)  # [R, N]
         group = torch.arange(rows.shape[0], device=device).repeat_interleave(num_levels)
-        normed = _ca().group_normalize(scores.reshape(-1), group, epsilon=epsilon,
+        normed = group_normalize(scores.reshape(-1), group, epsilon=epsilon,
                                        norm_by_std=mode == "mean_std_norm", singleton_zero=True)
         adv[rows] = normed.view(-1, num_levels).gather(1, (level[rows] - 1).unsqueeze(-1)).squeeze(-1)
     if thinking_diversity_w:
@@ -279,22 +275,21 @@ def compute_trajectory_advantage(row_returns: torch.Tensor, index: Any, traj_ind
     Returns: float64 ``[B]`` on CPU.
     Raises ValueError: wrong lengths, or a trajectory whose rows carry different ``index`` values.
     """
-    ca = _ca()
     cpu = torch.device("cpu")
     returns = row_returns.detach().to(cpu, torch.float64).reshape(-1)
     batch = returns.shape[0]
     norm = dict(epsilon=epsilon, norm_by_std=norm_by_std, singleton_zero=True)
     if traj_index is None:
-        return ca.group_normalize(returns, index, **norm)
-    uid, _ = ca._group_ids(index, batch, cpu)
-    traj, n_traj = ca._group_ids(traj_index, batch, cpu)
+        return group_normalize(returns, index, **norm)
+    uid, _ = group_ids(index, batch, cpu)
+    traj, n_traj = group_ids(traj_index, batch, cpu)
     traj_return = torch.zeros(n_traj, dtype=torch.float64).index_add_(0, traj, returns)
     traj_uid = torch.zeros(n_traj, dtype=torch.long).scatter_(0, traj, uid)
     mixed = traj_uid[traj] != uid
     if mixed.any():
         raise ValueError(f"RLVCR: trajectory {list(traj_index)[int(mixed.nonzero()[0])]!r} has rows in more than "
                          "one uid group")
-    return ca.group_normalize(traj_return, traj_uid, **norm)[traj]
+    return group_normalize(traj_return, traj_uid, **norm)[traj]
 
 
 # -------------------- metrics, batch plumbing ------------------------------------------------------------------------
@@ -358,6 +353,7 @@ def _level_matrix(values: Any, name: str, rows_used: torch.Tensor, num_levels: i
     return matrix
 
 
+@register_adv_est(AdvantageEstimator.RLVCR)
 def compute_rlvcr_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, traj_index: Any = None,
     chosen_level: Any = None, action_entropy: Any = None, think_cost: Any = None, evaluated: Any = None,
@@ -390,9 +386,8 @@ def compute_rlvcr_outcome_advantage(
     Raises ValueError: ``index`` missing; RLVCR enabled but neither ``chosen_level`` (with ``action_entropy`` and
         ``think_cost``) nor ``thinking_level_entropies`` given; bad settings or inputs (see the functions above).
     """
-    ca = _ca()
     settings = RLVCRSettings.from_config(
-        ca._cfg_get(config, "rlvcr"), step_advantage_w=step_advantage_w, thinking_diversity_w=thinking_diversity_w,
+        cfg_get(config, "rlvcr"), step_advantage_w=step_advantage_w, thinking_diversity_w=thinking_diversity_w,
         mode=mode, thinking_cost_w=thinking_cost_w, cost_max=cost_max, epsilon=epsilon)
     if index is None:
         raise ValueError("RLVCR needs `index` (non_tensor_batch['uid'])")
@@ -402,7 +397,7 @@ def compute_rlvcr_outcome_advantage(
         row_returns = (token_level_rewards.detach().to(torch.float64) * mask).sum(dim=-1)
         traj_adv = compute_trajectory_advantage(
             row_returns, index, traj_index, settings.epsilon,
-            bool(ca._resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True)))
+            bool(resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True)))
         found: Dict[str, float] = {}
         chosen_cost = torch.zeros(batch, dtype=torch.float64)
         if not settings.enable:

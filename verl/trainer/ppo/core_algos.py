@@ -28,225 +28,33 @@ elsewhere; they are order-invariant (the rows may come in any order).
 """
 from __future__ import annotations
 
-from enum import Enum
-from typing import Any, Callable, Dict, Optional, Tuple, Union
+from typing import Any, Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 import verl.utils.torch_functional as verl_F
-
-
-def _cfg_get(config: Any, key: str, default: Any = None) -> Any:
-    """``config[key]`` for a dict/DictConfig, ``config.key`` for an object; ``default`` when missing or None."""
-    if config is None:
-        return default
-    if hasattr(config, "get") and callable(config.get):
-        value = config.get(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None else value
-
-
-def _resolve(explicit: Any, config: Any, key: str, default: Any) -> Any:
-    return explicit if explicit is not None else _cfg_get(config, key, default)
-
-
-# -------------------- registries -------------------------------------------------------------------------------------
-class AdvantageEstimator(str, Enum):
-    """Names of the advantage estimators (``algorithm.adv_estimator``). ``GIGPO`` lives in
-    :mod:`verl.trainer.ppo.gigpo` and ``RLVCR`` in :mod:`rlvcr.core_rlvcr`; both are registered at the end of this
-    module."""
-
-    GAE = "gae"
-    GRPO = "grpo"
-    GRPO_VECTORIZED = "grpo_vectorized"
-    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
-    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
-    REMAX = "remax"
-    RLOO = "rloo"
-    RLOO_VECTORIZED = "rloo_vectorized"
-    GIGPO = "gigpo"
-    RLVCR = "rlvcr"
-
-
-ADV_ESTIMATOR_REGISTRY: Dict[str, Callable] = {}
-POLICY_LOSS_REGISTRY: Dict[str, Callable] = {}
-
-_RESERVED_ELSEWHERE = {"rlvcr": "rlvcr.core_rlvcr (specs/rlvcr.md)"}
-
-
-def _name_of(name_or_enum: Union[str, Enum]) -> str:
-    return name_or_enum.value if isinstance(name_or_enum, Enum) else str(name_or_enum)
-
-
-def _fn_key(fn: Callable) -> Tuple[str, str]:
-    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
-
-
-def register_adv_est(name_or_enum: Union[str, AdvantageEstimator]) -> Callable[[Callable], Callable]:
-    """Decorator registering an advantage estimator under ``name_or_enum`` (module docstring: calling convention).
-
-    Re-registering the same function is a no-op (module reloads).
-
-    Raises ValueError: the name is already registered to a different function.
-    """
-
-    def decorator(fn: Callable) -> Callable:
-        name = _name_of(name_or_enum)
-        existing = ADV_ESTIMATOR_REGISTRY.get(name)
-        if existing is not None and _fn_key(existing) != _fn_key(fn):
-            raise ValueError(f"advantage estimator {name!r} is already registered to {existing!r}")
-        ADV_ESTIMATOR_REGISTRY[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_adv_estimator_fn(name_or_enum: Union[str, AdvantageEstimator]) -> Callable:
-    """The estimator registered under ``name_or_enum``.
-
-    Raises:
-        ValueError: unknown name; the message lists the registered names (and, for a reserved name such as
-        ``rlvcr``, the module that registers it).
-    """
-    name = _name_of(name_or_enum)
-    if name not in ADV_ESTIMATOR_REGISTRY:
-        where = _RESERVED_ELSEWHERE.get(name)
-        hint = f"; {name!r} is registered when {where} is imported" if where else ""
-        raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADV_ESTIMATOR_REGISTRY)}{hint}")
-    return ADV_ESTIMATOR_REGISTRY[name]
-
-
-def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
-    """Decorator registering a policy loss ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
-    config, rollout_is_weights) -> (loss, metrics)`` under ``name`` (``actor.policy_loss.loss_mode``)."""
-
-    def decorator(fn: Callable) -> Callable:
-        POLICY_LOSS_REGISTRY[name] = fn
-        return fn
-
-    return decorator
-
-
-def get_policy_loss_fn(name: str) -> Callable:
-    """The policy loss registered under ``name``.
-
-    Raises ValueError: unknown name (the message lists the registered ones).
-    """
-    if name not in POLICY_LOSS_REGISTRY:
-        raise ValueError(f"unknown policy loss {name!r}; registered: {sorted(POLICY_LOSS_REGISTRY)}")
-    return POLICY_LOSS_REGISTRY[name]
-
-
-# -------------------- group statistics (shared by every grouped estimator) -------------------------------------------
-def _group_ids(index: Any, batch_size: int, device: torch.device) -> Tuple[torch.Tensor, int]:
-    """Map group labels (any hashable values) to ``0..G-1``; returns ``(ids LongTensor[B], G)``."""
-    if index is None:
-        raise ValueError("this estimator needs `index` (one group id per row, e.g. the prompt uid)")
-    labels = index.tolist() if isinstance(index, (torch.Tensor, np.ndarray)) else list(index)
-    if len(labels) != batch_size:
-        raise ValueError(f"index has {len(labels)} entries for a batch of {batch_size} rows")
-    mapping: Dict[Any, int] = {}
-    try:
-        ids = [mapping.setdefault(label, len(mapping)) for label in labels]
-    except TypeError as exc:
-        raise TypeError(f"group ids must be hashable (got {type(labels[0]).__name__}): {exc}") from None
-    return torch.tensor(ids, dtype=torch.long, device=device), len(mapping)
-
-
-def compute_group_statistics(scores: torch.Tensor, index: Any) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-row statistics of the row's ``index`` group: mean, unbiased (n-1) std and size.
-
-    Args: ``scores`` float ``[B]``; ``index`` ``[B]`` hashable group labels (numpy object array of uids, list, tensor).
-    Returns: ``(mean [B], std [B], count [B])`` (``count`` long). A singleton group has ``std = 0`` (callers choose
-        their singleton policy). Computed in float64 after shifting by the group minimum, so a constant group has
-        exactly ``mean = score`` and ``std = 0``, and the result does not depend on row order.
-    Raises ValueError: ``index`` missing or of the wrong length. TypeError: unhashable labels.
-    """
-    ids, n_groups = _group_ids(index, scores.shape[0], scores.device)
-    s = scores.detach().to(torch.float64)
-    count = torch.bincount(ids, minlength=n_groups)
-    ref = torch.full((n_groups,), float("inf"), dtype=torch.float64, device=s.device)
-    ref = ref.scatter_reduce(0, ids, s, reduce="amin")
-    group_sum = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(0, ids, s - ref[ids])
-    mean = ref + group_sum / count
-    dev = s - mean[ids]
-    sq = torch.zeros(n_groups, dtype=torch.float64, device=s.device).index_add_(0, ids, dev * dev)
-    var = torch.where(count > 1, sq / (count - 1).clamp(min=1), torch.zeros_like(sq))
-    return mean[ids].to(scores.dtype), var.sqrt()[ids].to(scores.dtype), count[ids]
-
-
-def group_normalize(
-    scores: torch.Tensor, index: Any, epsilon: float = 1e-6, norm_by_std: bool = True, singleton_zero: bool = False,
-) -> torch.Tensor:
-    """Group-relative score ``(s - mean_g) / (std_g + epsilon)`` (``s - mean_g`` when ``norm_by_std`` is False).
-
-    Source: Shao et al. 2024 (DeepSeekMath, GRPO) §4.1.2 outcome supervision; Liu et al. 2025 (Dr. GRPO) drop the std.
-    Args: ``scores`` float ``[B]``; ``index`` ``[B]`` group labels; ``singleton_zero``: a group of one row gets 0
-        (GiGPO / RLVCR); otherwise upstream verl's GRPO rule, mean 0 and std 1 (``s / (1 + epsilon)``).
-    Returns: float ``[B]``; a group whose scores are all equal gets exactly 0.
-    """
-    mean, std, count = compute_group_statistics(scores, index)
-    single = count == 1
-    mean = torch.where(single, torch.zeros_like(mean), mean)
-    std = torch.where(single, torch.ones_like(std), std)
-    adv = (scores - mean) / (std + epsilon) if norm_by_std else scores - mean
-    return torch.where(single, torch.zeros_like(adv), adv) if singleton_zero else adv
-
-
-def compute_advantage_on_valid_rows(fn: Callable, valid: Any, **inputs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Run the estimator ``fn`` on the rows whose reward is valid only, so invalid samples never enter any group's
-    statistics (``../shared/specs/reward_api.md`` "Sandboxed execution": "the sample is excluded from its group's
-    statistics").
-
-    Args: ``fn`` a registered estimator; ``valid`` bool ``[B]`` (e.g. ``non_tensor_batch["reward_valid"]``);
-        ``inputs`` the estimator's keyword arguments: every tensor / array / list whose first dimension is ``B`` is
-        cut to the valid rows, everything else is passed unchanged.
-    Returns: ``(advantages, returns)`` ``[B, L]``: the estimator's values on valid rows; on invalid rows advantage 0
-        and return = ``values`` when given (no value loss), else 0. All rows valid: exactly ``fn(**inputs)``.
-    Raises ValueError: ``valid`` does not have one entry per row.
-    """
-    mask = inputs["response_mask"]
-    batch_size = mask.shape[0]
-    keep_np = np.asarray(valid, dtype=bool).reshape(-1)
-    if keep_np.shape[0] != batch_size:
-        raise ValueError(f"reward_valid has {keep_np.shape[0]} entries for a batch of {batch_size} rows")
-    if keep_np.all():
-        return fn(**inputs)
-    keep = torch.as_tensor(np.flatnonzero(keep_np), dtype=torch.long, device=mask.device)
-    values = inputs.get("values")
-    advantages = torch.zeros(mask.shape, dtype=inputs["token_level_rewards"].dtype, device=mask.device)
-    returns = advantages.clone() if values is None else values * mask.to(values.dtype)
-    if keep.numel():
-        subset = {}
-        for key, value in inputs.items():
-            if isinstance(value, torch.Tensor) and value.dim() and value.shape[0] == batch_size:
-                value = value[keep.to(value.device)]
-            elif isinstance(value, np.ndarray) and value.ndim and value.shape[0] == batch_size:
-                value = value[keep_np]
-            elif isinstance(value, (list, tuple)) and len(value) == batch_size:
-                value = [value[i] for i in np.flatnonzero(keep_np)]
-            subset[key] = value
-        sub_adv, sub_ret = fn(**subset)
-        advantages[keep] = sub_adv.to(advantages.dtype)
-        returns[keep] = sub_ret.to(returns.dtype)
-    return advantages, returns
+from verl.trainer.ppo.group_stats import (  # noqa: F401 - public names of core_algos (upstream's module)
+    compute_advantage_on_valid_rows,
+    compute_group_statistics,
+    group_ids,
+    group_normalize,
+    masked_reverse_discount,
+)
+from verl.trainer.ppo.registry import (  # noqa: F401 - public names of core_algos (upstream's module)
+    ADV_ESTIMATOR_REGISTRY,
+    POLICY_LOSS_REGISTRY,
+    AdvantageEstimator,
+    cfg_get,
+    get_adv_estimator_fn,
+    get_policy_loss_fn,
+    register_adv_est,
+    register_policy_loss,
+    resolve,
+)
 
 
 # -------------------- advantage estimators ---------------------------------------------------------------------------
-def _masked_reverse_discount(x: torch.Tensor, mask: torch.Tensor, discount: float) -> torch.Tensor:
-    """``out[t] = x[t] + discount * out[t']`` over response tokens, ``t'`` the next position with mask 1 (0 past the
-    end); masked positions are skipped (their ``x`` never enters) and get 0. ``[B, L]`` -> ``[B, L]``."""
-    out = torch.zeros_like(x)
-    carry = torch.zeros_like(x[:, 0])
-    valid = mask.bool()
-    for t in reversed(range(x.shape[1])):
-        carry = torch.where(valid[:, t], x[:, t] + discount * carry, carry)
-        out[:, t] = torch.where(valid[:, t], carry, torch.zeros_like(carry))
-    return out
-
-
 @register_adv_est(AdvantageEstimator.GAE)
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
@@ -267,8 +75,8 @@ def compute_gae_advantage_return(
     """
     if values is None:
         raise ValueError("GAE needs `values` from the critic")
-    gamma = float(_resolve(gamma, config, "gamma", 1.0))
-    lam = float(_resolve(lam, config, "lam", 1.0))
+    gamma = float(resolve(gamma, config, "gamma", 1.0))
+    lam = float(resolve(lam, config, "lam", 1.0))
     with torch.no_grad():
         valid = response_mask.bool()
         next_values = torch.zeros_like(values)
@@ -277,7 +85,7 @@ def compute_gae_advantage_return(
             next_values[:, t] = carry
             carry = torch.where(valid[:, t], values[:, t], carry)
         deltas = token_level_rewards + gamma * next_values - values
-        advantages = _masked_reverse_discount(deltas, response_mask, gamma * lam)
+        advantages = masked_reverse_discount(deltas, response_mask, gamma * lam)
         mask_f = response_mask.to(values.dtype)
         returns = (advantages + values) * mask_f
         advantages = verl_F.masked_whiten(advantages, response_mask) * mask_f
@@ -301,7 +109,7 @@ def compute_grpo_outcome_advantage(
         mean 0 and std 1 (upstream verl: the raw score / (1 + eps)); a zero-variance group gets exactly 0.
     Raises ValueError: ``index`` missing or of the wrong length.
     """
-    norm = bool(_resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True))
+    norm = bool(resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True))
     with torch.no_grad():
         scores = (token_level_rewards * response_mask).sum(dim=-1)
         adv = group_normalize(scores, index, epsilon=epsilon, norm_by_std=norm)
@@ -351,9 +159,9 @@ def compute_reinforce_plus_plus_outcome_advantage(
     Returns: ``advantages`` (whitened) and ``returns`` (``G_t``), ``[B, L]``, zero off the mask.
     Raises ValueError: fewer than two response tokens in the batch.
     """
-    gamma = float(_resolve(gamma, config, "gamma", 1.0))
+    gamma = float(resolve(gamma, config, "gamma", 1.0))
     with torch.no_grad():
-        returns = _masked_reverse_discount(token_level_rewards, response_mask, gamma)
+        returns = masked_reverse_discount(token_level_rewards, response_mask, gamma)
         advantages = verl_F.masked_whiten(returns, response_mask) * response_mask.to(returns.dtype)
     return advantages, returns
 
@@ -395,7 +203,7 @@ def compute_remax_outcome_advantage(
     if reward_baselines is None or response_mask is None:
         raise ValueError("ReMax needs `reward_baselines` (greedy-rollout rewards, [B]) and `response_mask`")
     with torch.no_grad():
-        returns = _masked_reverse_discount(token_level_rewards, response_mask, 1.0)
+        returns = masked_reverse_discount(token_level_rewards, response_mask, 1.0)
         advantages = returns - reward_baselines.to(returns.dtype).unsqueeze(-1) * response_mask.to(returns.dtype)
     return advantages, returns
 
@@ -490,10 +298,10 @@ def compute_policy_loss_vanilla(
         ``actor/pg_clipfrac_lower`` (fraction where the dual clip is active).
     Raises ValueError: ``clip_ratio_c <= 1``; unknown ``loss_agg_mode``.
     """
-    clip_ratio = float(_cfg_get(config, "clip_ratio", 0.2))
-    clip_low = float(_cfg_get(config, "clip_ratio_low", clip_ratio))
-    clip_high = float(_cfg_get(config, "clip_ratio_high", clip_ratio))
-    clip_c = float(_cfg_get(config, "clip_ratio_c", 3.0))
+    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
+    clip_low = float(cfg_get(config, "clip_ratio_low", clip_ratio))
+    clip_high = float(cfg_get(config, "clip_ratio_high", clip_ratio))
+    clip_c = float(cfg_get(config, "clip_ratio_c", 3.0))
     pg_losses, clipfrac, ppo_kl, clipfrac_lower = _clipped_pg_losses(
         old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high, clip_c
     )
@@ -658,15 +466,15 @@ def get_kl_controller(kl_ctrl: Any) -> Union[FixedKLController, AdaptiveKLContro
 
     Raises ValueError: unknown ``type``; invalid adaptive settings.
     """
-    kind = _cfg_get(kl_ctrl, "type", "fixed")
-    coef = float(_cfg_get(kl_ctrl, "kl_coef", 0.001))
+    kind = cfg_get(kl_ctrl, "type", "fixed")
+    coef = float(cfg_get(kl_ctrl, "kl_coef", 0.001))
     if kind == "fixed":
         return FixedKLController(kl_coef=coef)
     if kind == "adaptive":
         return AdaptiveKLController(
             init_kl_coef=coef,
-            target_kl=float(_cfg_get(kl_ctrl, "target_kl", 0.1)),
-            horizon=int(_cfg_get(kl_ctrl, "horizon", 10000)),
+            target_kl=float(cfg_get(kl_ctrl, "target_kl", 0.1)),
+            horizon=int(cfg_get(kl_ctrl, "horizon", 10000)),
         )
     raise ValueError(f"unknown kl_ctrl.type {kind!r}: fixed or adaptive")
 
@@ -691,13 +499,6 @@ def apply_kl_penalty(data, kl_ctrl, kl_penalty: str = "kl"):
     return data, {"actor/reward_kl_penalty": current_kl, "actor/reward_kl_penalty_coeff": beta}
 
 
-# -------------------- GiGPO (verl/trainer/ppo/gigpo.py, specs/gigpo.md) ----------------------------------------------
-# Imported last: gigpo.py uses the helpers above at call time.
-from verl.trainer.ppo.gigpo import compute_gigpo_outcome_advantage  # noqa: E402
-
-register_adv_est(AdvantageEstimator.GIGPO)(compute_gigpo_outcome_advantage)
-
-# -------------------- RLVCR (rlvcr/core_rlvcr.py, specs/rlvcr.md) ----------------------------------------------------
-from rlvcr.core_rlvcr import compute_rlvcr_outcome_advantage  # noqa: E402
-
-register_adv_est(AdvantageEstimator.RLVCR)(compute_rlvcr_outcome_advantage)
+# -------------------- plug-in estimators: GiGPO and RLVCR register themselves on import ---------------------------------
+from rlvcr.core_rlvcr import compute_rlvcr_outcome_advantage  # noqa: E402,F401 - registers "rlvcr"
+from verl.trainer.ppo.gigpo import compute_gigpo_outcome_advantage  # noqa: E402,F401 - registers "gigpo"

@@ -19,13 +19,12 @@ Data unit: one row = one agent step (one LLM response) of one trajectory. Estima
 :func:`gigpo_batch_inputs` turns a ``non_tensor_batch`` into these keyword arguments (the multi-turn rollout
 produces the fields). The registry calls :func:`compute_gigpo_outcome_advantage` with the trainer's usual keyword
 arguments (``token_level_rewards``, ``config``, ...) plus these; missing fields raise a ``ValueError`` naming them.
-``ray_trainer.compute_advantage`` does not pass them yet (single-turn batches have none): the multi-turn wiring adds
-``inputs.update(gigpo_batch_inputs(data.non_tensor_batch))`` and, for the ``gigpo/*`` metrics, a ``metrics`` dict.
+``ray_trainer.compute_advantage`` adds ``gigpo_batch_inputs(data.non_tensor_batch)`` and, for the ``gigpo/*``
+metrics, a ``metrics`` dict.
 
-Group statistics reuse :func:`verl.trainer.ppo.core_algos.group_normalize` (unbiased std, order-invariant, a
-singleton or constant group gives exactly 0) and the discounted recursion reuses ``core_algos``'s masked reverse
-discount. ``core_algos`` imports this module at its end and registers the estimator, so the helpers are looked up at
-call time (no import cycle).
+Group statistics reuse :func:`verl.trainer.ppo.group_stats.group_normalize` (unbiased std, order-invariant, a
+singleton or constant group gives exactly 0) and its masked reverse discount. The estimator registers itself under
+``gigpo`` (:mod:`verl.trainer.ppo.registry`); ``core_algos`` imports this module so that every estimator is there.
 """
 from __future__ import annotations
 
@@ -35,6 +34,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
+
+from verl.trainer.ppo.group_stats import group_ids, group_normalize, masked_reverse_discount
+from verl.trainer.ppo.registry import AdvantageEstimator, cfg_get, register_adv_est, resolve
 
 __all__ = [
     "GIGPO_BATCH_FIELDS", "GIGPO_MODES", "GiGPOComponents", "canonicalize_anchor", "anchor_similarity_ratio",
@@ -52,11 +54,6 @@ GIGPO_BATCH_FIELDS = {
 _NAN = float("nan")  # one NaN object: equal NaN anchors hash and compare equal through identity
 
 
-def _ca():
-    """``verl.trainer.ppo.core_algos`` (imported at call time: it imports this module while loading)."""
-    from verl.trainer.ppo import core_algos
-
-    return core_algos
 
 
 # -------------------- anchors ----------------------------------------------------------------------------------------
@@ -182,7 +179,6 @@ def compute_gigpo_components(
         length; a trajectory with two rows of one ``step_index``; a trajectory whose rows carry different ``index``
         values. TypeError: an anchor that cannot be canonicalised, or unhashable ids.
     """
-    ca = _ca()
     check_gigpo_settings(mode, epsilon, invalid_action_penalty, anchor_similarity)
     rewards = torch.as_tensor(step_rewards).detach().to("cpu", torch.float64).reshape(-1)
     batch = rewards.shape[0]
@@ -194,8 +190,8 @@ def compute_gigpo_components(
         valid = torch.as_tensor(np.asarray(_as_list(is_action_valid, "is_action_valid", batch), dtype=bool))
         rewards = rewards - invalid_action_penalty * (~valid).to(torch.float64)
     cpu = torch.device("cpu")
-    uid, _ = ca._group_ids(_as_list(index, "index", batch), batch, cpu)
-    traj, n_traj = ca._group_ids(_as_list(traj_index, "traj_index", batch), batch, cpu)
+    uid, _ = group_ids(_as_list(index, "index", batch), batch, cpu)
+    traj, n_traj = group_ids(_as_list(traj_index, "traj_index", batch), batch, cpu)
     traj_np, uid_np = traj.numpy(), uid.numpy()
 
     # trajectories -> rows of a [T, S] matrix in step order (a row's column = its rank inside its trajectory)
@@ -219,17 +215,17 @@ def compute_gigpo_components(
     cell = (traj, torch.from_numpy(column))
     matrix[cell] = rewards
     filled[cell] = 1.0
-    step_return = ca._masked_reverse_discount(matrix, filled, float(gamma))[cell]
+    step_return = masked_reverse_discount(matrix, filled, float(gamma))[cell]
 
     norm = dict(epsilon=epsilon, norm_by_std=mode == "mean_std_norm", singleton_zero=True)
     episode_return = matrix.sum(dim=1)  # [T]
-    episode_adv = ca.group_normalize(episode_return, traj_uid, **norm)
+    episode_adv = group_normalize(episode_return, traj_uid, **norm)
 
     keys = list(zip(uid_np.tolist(), anchors))
     if anchor_similarity < 1.0:
         keys = _merge_similar_strings(keys, anchor_similarity)
-    step_group, n_groups = ca._group_ids(keys, batch, cpu)
-    step_adv = ca.group_normalize(step_return, step_group, **norm)
+    step_group, n_groups = group_ids(keys, batch, cpu)
+    step_adv = group_normalize(step_return, step_group, **norm)
 
     row_episode_adv = episode_adv[traj]
     group_size = torch.bincount(step_group, minlength=n_groups)
@@ -244,6 +240,7 @@ def compute_gigpo_components(
     return GiGPOComponents(row_episode_adv, step_adv, step_return, episode_return[traj], step_group, metrics)
 
 
+@register_adv_est(AdvantageEstimator.GIGPO)
 def compute_gigpo_outcome_advantage(
     step_rewards: Any = None, response_mask: Optional[torch.Tensor] = None, anchor_obs: Any = None, index: Any = None,
     traj_index: Any = None, step_index: Any = None, gamma: Optional[float] = None,
@@ -280,22 +277,21 @@ def compute_gigpo_outcome_advantage(
     if missing:
         raise ValueError(f"GiGPO needs {', '.join(missing)}: one row per agent step with non_tensor_batch fields "
                          "uid, traj_uid, step_index, anchor_obs (see verl.trainer.ppo.gigpo.gigpo_batch_inputs)")
-    ca = _ca()
-    gigpo_cfg = ca._cfg_get(config, "gigpo")
+    gigpo_cfg = cfg_get(config, "gigpo")
     if step_rewards is None:
         step_rewards = (token_level_rewards * response_mask.to(token_level_rewards.dtype)).sum(dim=-1)
     out_dtype = torch.as_tensor(step_rewards).dtype if token_level_rewards is None else token_level_rewards.dtype
     out_dtype = out_dtype if out_dtype.is_floating_point else torch.float32
-    omega = float(ca._resolve(step_advantage_w, gigpo_cfg, "step_advantage_w", 1.0))
+    omega = float(resolve(step_advantage_w, gigpo_cfg, "step_advantage_w", 1.0))
     with torch.no_grad():
         parts = compute_gigpo_components(
             step_rewards, anchor_obs, index, traj_index, step_index,
-            gamma=float(ca._resolve(gamma, config, "gamma", 1.0)),
-            mode=str(ca._resolve(mode, gigpo_cfg, "mode", "mean_std_norm")),
-            epsilon=float(ca._resolve(epsilon, gigpo_cfg, "epsilon", 1e-6)),
+            gamma=float(resolve(gamma, config, "gamma", 1.0)),
+            mode=str(resolve(mode, gigpo_cfg, "mode", "mean_std_norm")),
+            epsilon=float(resolve(epsilon, gigpo_cfg, "epsilon", 1e-6)),
             is_action_valid=is_action_valid,
-            invalid_action_penalty=float(ca._resolve(invalid_action_penalty, gigpo_cfg, "invalid_action_penalty", 0.0)),
-            anchor_similarity=float(ca._resolve(anchor_similarity, gigpo_cfg, "anchor_similarity", 1.0)),
+            invalid_action_penalty=float(resolve(invalid_action_penalty, gigpo_cfg, "invalid_action_penalty", 0.0)),
+            anchor_similarity=float(resolve(anchor_similarity, gigpo_cfg, "anchor_similarity", 1.0)),
         )
         scores = (parts.episode_advantage + omega * parts.step_advantage).to(response_mask.device, out_dtype)
         advantages = scores.unsqueeze(-1) * response_mask.to(out_dtype)

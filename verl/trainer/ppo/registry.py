@@ -1,0 +1,117 @@
+"""Registries of the advantage estimators and policy losses, and the config lookup every estimator shares.
+
+Estimators are pure tensor functions registered by name (``algorithm.adv_estimator``) with :func:`register_adv_est`;
+the calling convention is in :mod:`verl.trainer.ppo.core_algos`' docstring. The built-in estimators register in
+``core_algos``; GiGPO (:mod:`verl.trainer.ppo.gigpo`) and RLVCR (:mod:`rlvcr.core_rlvcr`) register themselves, with
+the group statistics of :mod:`verl.trainer.ppo.group_stats`, and ``core_algos`` imports them so that importing it
+gives every estimator. Nothing here imports an estimator, so a plug-in can import this module without a cycle.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Callable, Dict, Tuple, Union
+
+__all__ = ["AdvantageEstimator", "ADV_ESTIMATOR_REGISTRY", "POLICY_LOSS_REGISTRY", "register_adv_est",
+           "get_adv_estimator_fn", "register_policy_loss", "get_policy_loss_fn", "cfg_get", "resolve"]
+
+
+def cfg_get(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` for a dict/DictConfig, ``config.key`` for an object; ``default`` when missing or None."""
+    if config is None:
+        return default
+    if hasattr(config, "get") and callable(config.get):
+        value = config.get(key, default)
+    else:
+        value = getattr(config, key, default)
+    return default if value is None else value
+
+
+def resolve(explicit: Any, config: Any, key: str, default: Any) -> Any:
+    """``explicit`` when given, else ``config[key]``, else ``default`` (explicit arguments win over the config)."""
+    return explicit if explicit is not None else cfg_get(config, key, default)
+
+
+class AdvantageEstimator(str, Enum):
+    """Names of the advantage estimators (``algorithm.adv_estimator``). ``GIGPO`` lives in
+    :mod:`verl.trainer.ppo.gigpo` and ``RLVCR`` in :mod:`rlvcr.core_rlvcr`; both are registered at the end of this
+    module."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GIGPO = "gigpo"
+    RLVCR = "rlvcr"
+
+
+ADV_ESTIMATOR_REGISTRY: Dict[str, Callable] = {}
+POLICY_LOSS_REGISTRY: Dict[str, Callable] = {}
+
+_RESERVED_ELSEWHERE = {"gigpo": "verl.trainer.ppo.gigpo (or core_algos)", "rlvcr": "rlvcr.core_rlvcr (or core_algos)"}
+
+
+def _name_of(name_or_enum: Union[str, Enum]) -> str:
+    return name_or_enum.value if isinstance(name_or_enum, Enum) else str(name_or_enum)
+
+
+def _fn_key(fn: Callable) -> Tuple[str, str]:
+    return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
+
+
+def register_adv_est(name_or_enum: Union[str, AdvantageEstimator]) -> Callable[[Callable], Callable]:
+    """Decorator registering an advantage estimator under ``name_or_enum`` (module docstring: calling convention).
+
+    Re-registering the same function is a no-op (module reloads).
+
+    Raises ValueError: the name is already registered to a different function.
+    """
+
+    def decorator(fn: Callable) -> Callable:
+        name = _name_of(name_or_enum)
+        existing = ADV_ESTIMATOR_REGISTRY.get(name)
+        if existing is not None and _fn_key(existing) != _fn_key(fn):
+            raise ValueError(f"advantage estimator {name!r} is already registered to {existing!r}")
+        ADV_ESTIMATOR_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: Union[str, AdvantageEstimator]) -> Callable:
+    """The estimator registered under ``name_or_enum``.
+
+    Raises:
+        ValueError: unknown name; the message lists the registered names (and, for a reserved name such as
+        ``rlvcr``, the module that registers it).
+    """
+    name = _name_of(name_or_enum)
+    if name not in ADV_ESTIMATOR_REGISTRY:
+        where = _RESERVED_ELSEWHERE.get(name)
+        hint = f"; {name!r} is registered when {where} is imported" if where else ""
+        raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADV_ESTIMATOR_REGISTRY)}{hint}")
+    return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def register_policy_loss(name: str) -> Callable[[Callable], Callable]:
+    """Decorator registering a policy loss ``fn(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode,
+    config, rollout_is_weights) -> (loss, metrics)`` under ``name`` (``actor.policy_loss.loss_mode``)."""
+
+    def decorator(fn: Callable) -> Callable:
+        POLICY_LOSS_REGISTRY[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss_fn(name: str) -> Callable:
+    """The policy loss registered under ``name``.
+
+    Raises ValueError: unknown name (the message lists the registered ones).
+    """
+    if name not in POLICY_LOSS_REGISTRY:
+        raise ValueError(f"unknown policy loss {name!r}; registered: {sorted(POLICY_LOSS_REGISTRY)}")
+    return POLICY_LOSS_REGISTRY[name]
