@@ -122,3 +122,49 @@ def test_scorer_arguments_are_checked(tokenizer):
         TrajectoryRewardScorer(per_turn, tokenizer)
     with pytest.raises(ValueError, match="env.reward_mode"):
         TrajectoryRewardScorer(make_runner(per_turn, sandbox="none"), tokenizer, reward_mode="turn")
+
+
+@reward_function(mode="batch")
+def first_rollout_pays(rollouts_messages, ground_truths, **kwargs):
+    """Batch mode: the first trajectory of the batch gets r_t = 1 on every turn, the others 0 (no score: return = sum)."""
+    return [EvaluateResult(step_outputs=[StepOutput(step_index=t, base_reward=1.0 if k == 0 else 0.0)
+                                         for t in range(len(m) // 2)])
+            for k, m in enumerate(rollouts_messages)]
+
+
+def test_step_rewards_change_gigpo_advantages_as_a_hand_computation_says(tokenizer):
+    """One task, two copies playing the same two turns (same seed, same scripted policy): with the corridor's rewards
+    both win and GiGPO gives 0 everywhere; with the reward's r_t = (1, 1) vs (0, 0), by hand (omega = 1, gamma = 1,
+    mean_std_norm with the unbiased std): episode returns 2 vs 0 -> A_E = +-1/sqrt(2); step returns (2, 1) vs (0, 0)
+    in the anchor groups of turns 0 and 1 -> A_S = +-1/sqrt(2) each; so A = +-sqrt(2) on every row."""
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from verl.trainer.ppo.gigpo import gigpo_batch_inputs
+
+    seed = next(s for s in range(100) if _distance(tokenizer, s) == 2)
+    config = {"gamma": 1.0, "gigpo": {"step_advantage_w": 1.0, "mode": "mean_std_norm", "epsilon": 1e-9,
+                                      "invalid_action_penalty": 0.0}}
+
+    def advantages(batch):
+        nt = batch.non_tensor_batch
+        adv, _ = get_adv_estimator_fn("gigpo")(token_level_rewards=batch.batch["token_level_scores"],
+                                               response_mask=batch.batch["response_mask"], index=nt["uid"],
+                                               config=config, **gigpo_batch_inputs(nt))
+        return (adv * batch.batch["response_mask"]).sum(-1) / batch.batch["response_mask"].sum(-1)
+
+    envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=1, group_n=2, use_ray=False)
+    generate, _ = _scripted_generate(tokenizer, _towards)
+    plain, _ = TrajectoryCollector(tokenizer, max_steps=6, max_prompt_length=2048).multi_turn_loop(envs, generate,
+                                                                                                  [seed])
+    assert torch.equal(advantages(plain), torch.zeros(4, dtype=advantages(plain).dtype))
+    batch, _ = _play(tokenizer, first_rollout_pays, seeds=(seed,))
+    nt = batch.non_tensor_batch
+    first = nt["traj_uid"] == sorted(set(nt["traj_uid"]), key=list(nt["traj_uid"]).index)[0]
+    expected = torch.tensor([2 ** 0.5 if f else -(2 ** 0.5) for f in first], dtype=torch.float64)
+    torch.testing.assert_close(advantages(batch).to(torch.float64), expected, rtol=1e-6, atol=1e-6)
+
+
+def _distance(tokenizer, seed):
+    envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=1, group_n=1, use_ray=False)
+    obs, _ = envs.reset([seed])
+    pos, goal = obs["anchor"][0]
+    return abs(goal - pos)
