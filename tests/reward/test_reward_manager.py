@@ -176,3 +176,21 @@ def test_custom_scorer_dict_extra_keys(tokenizer, batch):
     assert info["format"] == [0.0] * N_ROWS
     assert out["reward_tensor"].sum(-1).tolist() == [0.0] + [0.5] * (N_ROWS - 1)
     assert np.asarray(info["reward_valid"]).sum() == N_ROWS - 1
+
+
+def test_tool_call_metrics_count_the_responses_calls(tokenizer, rows, batch):
+    """Responses = the ground truths: 4 rows with tool calls (their calls counted with the parser) and
+    2 without; then one response whose <tool_call> block cannot be read."""
+    from verl.utils.reward_score.tool_parse import parse_tool_calls
+
+    calls = [len(parse_tool_calls(r["reward_model"]["ground_truth"])) for r in rows]
+    assert calls[:4] and all(c >= 1 for c in calls[:4]) and calls[4:] == [0, 0]
+    for decode in ("response", "prompt+response"):  # the prompt's tool list never counts
+        metrics = RLLARewardManager(tokenizer, decode=decode)(batch, step=0, return_dict=True)["reward_metrics"]
+        assert metrics["response/tool_calls/mean"] == pytest.approx(sum(calls) / N_ROWS)
+        assert metrics["response/tool_call_rate"] == pytest.approx(4 / N_ROWS)
+        assert metrics["response/tool_parse_failure_rate"] == 0.0
+    broken = [dict(r, reward_model={"ground_truth": INVALID_GT}) if i == 0 else r for i, r in enumerate(rows)]
+    metrics = RLLARewardManager(tokenizer)(build_batch(tokenizer, broken), step=0, return_dict=True)["reward_metrics"]
+    assert metrics["response/tool_parse_failure_rate"] == pytest.approx(1 / N_ROWS)
+    assert metrics["response/tool_calls/mean"] == pytest.approx((sum(calls) - calls[0]) / N_ROWS)

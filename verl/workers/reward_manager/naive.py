@@ -29,6 +29,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score.rlla import RewardSwitches
+from verl.utils.reward_score.tool_parse import tool_usage
 
 logger = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class RLLARewardManager:
               that lack them);
             - ``reward_invalid_count`` (int) and ``reward_metrics`` (``reward/invalid_count``,
               ``reward/invalid_frac``, plus those of the scorer, e.g. ``reward/timeouts`` from the reward API's
-              sandbox).
+              sandbox, and the tool calls of the responses, :meth:`_tool_call_metrics`).
 
             If the batch already holds ``rm_scores`` (a reward model ran), that tensor is the reward, as upstream.
 
@@ -235,8 +236,22 @@ class RLLARewardManager:
             "reward_extra_info": dict(extra),
             "reward_invalid_count": invalid,
             "reward_metrics": {"reward/invalid_count": float(invalid),
-                               "reward/invalid_frac": invalid / batch_size if batch_size else 0.0, **run_metrics},
+                               "reward/invalid_frac": invalid / batch_size if batch_size else 0.0, **run_metrics,
+                               **self._tool_call_metrics(prompts, responses, rows)},
         }
+
+    def _tool_call_metrics(self, prompts: torch.Tensor, responses: torch.Tensor, rows: list[ScoreRow]) -> dict:
+        """Tool calls of the responses (the one lenient parser, ``tool_parse.tool_usage``, on the response text):
+        ``response/tool_calls/mean`` (readable calls per response), ``response/tool_call_rate`` (responses with at
+        least one), ``response/tool_parse_failure_rate`` (a ``<tool_call>`` that cannot be read)."""
+        if not rows:
+            return {}
+        usages = [tool_usage(row.text if self.decode == "response" else self._decode_row(
+            prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response")) for row in rows]
+        n = len(usages)
+        return {"response/tool_calls/mean": sum(u.num_calls for u in usages) / n,
+                "response/tool_call_rate": sum(u.num_calls > 0 for u in usages) / n,
+                "response/tool_parse_failure_rate": sum(u.parse_failed for u in usages) / n}
 
     def _score_rows(self, data: DataProto, rows: list[ScoreRow], step: int,
                     switches: RewardSwitches) -> tuple[list[tuple[float, dict, str]], dict[str, float]]:
