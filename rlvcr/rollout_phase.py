@@ -233,7 +233,7 @@ class RLVCRPhase:
     def sample_thinks(self, steps: Sequence[LevelStep], generate_fn: GenerateFn
                       ) -> Tuple[Dict[Tuple[int, int], str], Dict[str, float]]:
         """``{(step index, L): T_L}`` for every alternative, from ONE ``generate_fn`` call; and its metrics."""
-        from agent_system.multi_turn_rollout.rollout_loop import left_pad_prompts
+        from verl.utils.prompt_batch import left_pad_prompts
 
         keys, prompts = self.alternative_prompts(steps)
         if not keys:
@@ -272,7 +272,7 @@ class RLVCRPhase:
         """The log-prob input ``[c | a]``: ``input_ids``/``attention_mask``/``position_ids`` ``[K, P + A]``
         (contexts left-padded to P, actions right-padded to A), ``responses`` ``[K, A]``, ``response_mask`` ``[K, A]``
         (1 on the action tokens)."""
-        from agent_system.multi_turn_rollout.rollout_loop import left_pad_prompts
+        from verl.utils.prompt_batch import left_pad_prompts
 
         ctx = left_pad_prompts(contexts, self.pad_id)
         width = max(len(a) for a in actions)

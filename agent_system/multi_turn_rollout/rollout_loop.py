@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.utils.torch_functional import compute_position_id_with_mask, pad_sequence_to_length
+from verl.utils.prompt_batch import concat_prompt_batches, left_pad_prompts
 
 logger = logging.getLogger(__name__)
 
@@ -37,37 +37,6 @@ def _chat_ids(tokenizer, text: str, use_chat_template: bool) -> List[int]:
         text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
                                              add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def left_pad_prompts(ids: Sequence[Sequence[int]], pad_token_id: int) -> Dict[str, torch.Tensor]:
-    """``input_ids``/``attention_mask``/``position_ids`` ``[B, P]`` (P = longest row) of left-padded token lists."""
-    width = max(max(len(x) for x in ids), 1)
-    input_ids = torch.full((len(ids), width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((len(ids), width), dtype=torch.long)
-    for i, row in enumerate(ids):
-        if len(row):
-            input_ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
-            mask[i, width - len(row):] = 1
-    return {"input_ids": input_ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
-
-
-def concat_step_batches(steps: List[DataProto], pad_token_id: int) -> DataProto:
-    """Concatenate per-turn rollout outputs whose prompt widths differ: prompts are left-padded to the widest, then
-    ``input_ids``/``attention_mask``/``position_ids`` are rebuilt as ``[prompt | response]``. Responses all have the
-    rollout's ``response_length`` columns already. Padding never changes a row's tokens or positions."""
-    width = max(s.batch["prompts"].shape[1] for s in steps)
-    fixed = []
-    for s in steps:
-        prompt_len = s.batch["prompts"].shape[1]
-        tensors = {k: s.batch[k] for k in s.batch.keys()}
-        if prompt_len < width:
-            pad = width - prompt_len
-            tensors["prompts"] = pad_sequence_to_length(tensors["prompts"], width, pad_token_id, left_pad=True)
-            for key, value in (("input_ids", pad_token_id), ("attention_mask", 0), ("position_ids", 0)):
-                full = tensors[key]
-                tensors[key] = torch.cat([torch.full((full.shape[0], pad), value, dtype=full.dtype), full], dim=1)
-        fixed.append(DataProto.from_dict(tensors, non_tensors=dict(s.non_tensor_batch), meta_info=dict(s.meta_info)))
-    return DataProto.concat(fixed)
 
 
 class TrajectoryCollector:
@@ -201,7 +170,7 @@ class TrajectoryCollector:
             })
             step_batches.append(out)
             row_instance.append(active)
-        batch = concat_step_batches(step_batches, self.pad_token_id)
+        batch = concat_prompt_batches(step_batches, self.pad_token_id)
         rows = np.concatenate(row_instance)
         batch.non_tensor_batch["episode_return"] = episode_return[rows]
         batch.non_tensor_batch["won"] = won[rows]

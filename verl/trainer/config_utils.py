@@ -273,6 +273,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
+    _validate_filter_groups(config)
     _refuse_unsupported(config)
 
 
@@ -341,6 +342,36 @@ def _validate_single_process(config: DictConfig, n_workers: int) -> None:
     if env is not None and env.get("env_name") and env.get("use_ray_workers", True):
         raise ConfigError(f"trainer.single_process=true does not start Ray: set env.use_ray_workers=false (the "
                           f"environments then step in the driver process){hint}")
+
+
+# estimators whose advantage is group-relative on single-turn rows: where DAPO's dynamic sampling means something
+FILTER_GROUPS_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
+
+
+def _validate_filter_groups(config: DictConfig) -> None:
+    """``algorithm.filter_groups`` (DAPO's dynamic sampling): only for group-relative single-turn estimators with
+    ``rollout.n > 1``, without the router (routes are drawn per generation batch) or agent environments."""
+    fg = OmegaConf.select(config, "algorithm.filter_groups")
+    if fg is None or not fg.get("enable"):
+        return
+    from verl.trainer.ppo.dynamic_sampling import METRIC_TENSORS
+
+    where = "algorithm.filter_groups.enable=true"
+    if config.algorithm.adv_estimator not in FILTER_GROUPS_ESTIMATORS:
+        raise ConfigError(f"{where} needs a group-relative estimator ({', '.join(FILTER_GROUPS_ESTIMATORS)}), got "
+                          f"algorithm.adv_estimator={config.algorithm.adv_estimator}")
+    if int(config.actor_rollout_ref.rollout.n) < 2:
+        raise ConfigError(f"{where} needs actor_rollout_ref.rollout.n >= 2 (a group of one has no variance)")
+    if config.get("router") is not None and config.router.enable:
+        raise ConfigError(f"{where} is not supported with router.enable=true")
+    if config.get("env") is not None and config.env.get("env_name"):
+        raise ConfigError(f"{where} is not supported in agent mode (env.env_name)")
+    if fg.get("metric") is not None and fg.metric not in METRIC_TENSORS:
+        raise ConfigError(f"algorithm.filter_groups.metric={fg.metric!r}: expected null or one of "
+                          f"{sorted(METRIC_TENSORS)}")
+    if int(fg.max_num_gen_batches) < 0:
+        raise ConfigError(f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches}: expected >= 0 "
+                          "(0: until the epoch's data run out)")
 
 
 def _validate_env(config: DictConfig) -> None:

@@ -37,6 +37,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.checkpointing import driver_state
+from verl.trainer.ppo.dynamic_sampling import collect_filtered
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
                                         invalid_reward_problem, non_finite_rows, warn_zero_variance, worker_failure)
@@ -373,7 +374,8 @@ class RayPPOTrainer:
         try:
             while self.global_steps <= self.total_training_steps:
                 self.train_sampler.set_epoch(self.epoch)
-                for batch_dict in self.train_dataloader:
+                self.epoch_batches = iter(self.train_dataloader)  # dynamic sampling may draw more within a step
+                for batch_dict in self.epoch_batches:
                     self.step_start_state = driver_state(self)
                     metrics = self._train_step(batch_dict, n)
                     self.batches_consumed += 1
@@ -442,6 +444,8 @@ class RayPPOTrainer:
                 batch = self._collect_agent_batch(batch, metrics)
             else:
                 batch = self._collect_batch(batch, n, metrics)
+                if config.algorithm.filter_groups.enable:  # DAPO: only groups whose rewards differ
+                    batch = collect_filtered(self, batch, n, metrics, self.epoch_batches)
             with self._phase("old_log_prob"):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
                 metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
