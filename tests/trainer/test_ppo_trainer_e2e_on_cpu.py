@@ -43,9 +43,12 @@ def test_grpo_two_steps_with_kl_in_reward(tmp_path, small_rlla, ray_session, tin
         for key in ("critic/score/mean", "critic/format_score/mean", "actor/pg_loss", "actor/entropy",
                     "actor/reward_kl_penalty", "response_length/mean", "critic/zero_std_groups_frac"):
             assert key in record, key
+        assert "response/tool_calls/mean" in record
         for phase in ("gen", "old_log_prob", "ref", "update_actor"):  # measured CPU peak; a real MFU is in (0, 1)
             assert 0.0 < record[f"perf/mfu_{phase}"] < 1.0 and record[f"perf/model_tflops_{phase}"] > 0, phase
     assert any("text" in r for r in records)  # sample generations logged at validation
+    # step k generates with the weights of k - 1 updates (the actor's scheduler count, checked against the rollout's)
+    assert [r["rollout/weight_version"] for r in metric_records[1:]] == [0.0, 1.0]
 
     ckpt = tmp_path / "ckpt"
     assert (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() == "2"

@@ -50,3 +50,12 @@ def test_term_fault_is_recorded_by_save_on_exit_and_worker_fault_kills(monkeypat
     monkeypatch.setenv(FAULT_ENV, "WORKER@gen:1")
     with pytest.raises(RuntimeError, match="no worker to kill"):
         PhaseTracker().fault_point("gen", 1)
+
+
+def test_check_weight_version_is_loud_when_a_sync_was_missed():
+    from verl.trainer.ppo.run_guard import WeightSyncError, check_weight_version
+
+    assert check_weight_version({}) is None  # a worker that reports nothing
+    assert check_weight_version({"rollout_weight_version": 3, "actor_weight_version": 3}) == 3
+    with pytest.raises(WeightSyncError, match="weights of update 2, but the actor is at update 3"):
+        check_weight_version({"rollout_weight_version": 2, "actor_weight_version": 3})

@@ -164,6 +164,20 @@ def test_sync_weights_follows_actor_updates(rollout, model, tokenizer, prompts):
     rollout.sync_weights()
     assert_same_samples(rollout.generate_sequences(with_meta(prompts, do_sample=False)), before)
 
+    # every sync is checked against the engine (no error above); weights the engine does not hold are caught
+    from verl.workers.rollout.vllm_rollout import check_engine_weights
+
+    sent = {k: v for k, v in original.items() if k != "lm_head.weight" or not model.config.tie_word_embeddings}
+    check_engine_weights(rollout.llm, sent, rtol=1e-5)
+    with pytest.raises(RuntimeError, match="differ from the actor's"):
+        check_engine_weights(rollout.llm, {**sent, "model.norm.weight": sent["model.norm.weight"] * 1.5}, rtol=1e-5)
+    # the version the engine holds: the caller's actor_weight_version at the syncing generation
+    model.load_state_dict(updated)
+    out = rollout.generate_sequences(with_meta(prompts, do_sample=False, actor_weight_version=7))
+    assert out.meta_info["rollout_weight_version"] == 7
+    out = rollout.generate_sequences(with_meta(prompts, do_sample=False, actor_weight_version=8))  # no sync: same
+    assert out.meta_info["rollout_weight_version"] == 7
+
 
 def test_config_errors_and_missing_vllm(model, tokenizer, tiny_model_dir, monkeypatch):
     model_config = OmegaConf.create({"path": tiny_model_dir})

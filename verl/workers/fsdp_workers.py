@@ -324,12 +324,17 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
 
         ``eos_token_id``/``pad_token_id`` default to the tokenizer's. Timing is the caller's (``timing_s/gen``).
         """
+        # the actor's weight version (its updates so far: the LR scheduler's step count, saved with checkpoints)
+        version = int(self.actor_lr_scheduler.last_epoch) if self.actor_lr_scheduler is not None else 0
         meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
-                **prompts.meta_info}
+                **prompts.meta_info, "actor_weight_version": version}
         with self._peak_memory("gen_val" if meta.get("validate", False) else "gen"):
             output = self.rollout.generate_sequences(_with_meta(prompts.to(self.device), **meta))
         if meta.get("recompute_log_prob", False) and self.actor is not None:
             output = output.union(self.compute_log_prob(output))
+        # the HF rollout generates with the actor's own module; vLLM reports the version its engine was synced to
+        output.meta_info.setdefault("rollout_weight_version", version)
+        output.meta_info["actor_weight_version"] = version
         return output.to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)

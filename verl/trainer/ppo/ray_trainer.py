@@ -40,7 +40,8 @@ from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.dynamic_sampling import collect_filtered
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
-                                        invalid_reward_problem, non_finite_rows, warn_zero_variance, worker_failure)
+                                        check_weight_version, invalid_reward_problem, non_finite_rows,
+                                        warn_zero_variance, worker_failure)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
 from verl.utils.torch_functional import masked_mean, trim_left_padding
@@ -162,6 +163,7 @@ class RayPPOTrainer:
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.global_steps = 0
+        self.rollout_weight_version = None  # the actor update the last rollout generated with (run_guard)
         self.epoch = 0
         self.batches_consumed = 0
         self._timing: dict = {}
@@ -309,7 +311,9 @@ class RayPPOTrainer:
         gen_batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id,
                                     "pad_token_id": self.tokenizer.pad_token_id,
                                     "do_sample": do_sample, "validate": validate})
-        return self.actor_rollout_wg.generate_sequences(gen_batch)
+        out = self.actor_rollout_wg.generate_sequences(gen_batch)
+        self.rollout_weight_version = check_weight_version(out.meta_info)  # loud when a weight sync was missed
+        return out
 
     def fit(self) -> None:
         """Run the training loop (upstream's order), validating and checkpointing on schedule.
@@ -446,6 +450,8 @@ class RayPPOTrainer:
                 batch = self._collect_batch(batch, n, metrics)
                 if config.algorithm.filter_groups.enable:  # DAPO: only groups whose rewards differ
                     batch = collect_filtered(self, batch, n, metrics, self.epoch_batches)
+            if self.rollout_weight_version is not None:  # checked against the actor's in _rollout
+                metrics["rollout/weight_version"] = float(self.rollout_weight_version)
             with self._phase("old_log_prob"):
                 old = self.actor_rollout_wg.compute_log_prob(batch)
                 metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))

@@ -106,6 +106,27 @@ def agent_action_problem(metrics: dict) -> str | None:
     return None
 
 
+class WeightSyncError(RuntimeError):
+    """The rollout generated with other weights than the actor's current ones (a weight sync that never happened)."""
+
+
+def check_weight_version(meta_info: dict) -> int | None:
+    """The weight version the rollout generated with (``meta_info['rollout_weight_version']``, set by the worker: the
+    actor's update count for the HF rollout, the version last synced into the vLLM engine), checked against the
+    actor's (``actor_weight_version``). None when the worker reports none.
+
+    Raises:
+        WeightSyncError: the two differ (the message names both).
+    """
+    rollout, actor = meta_info.get("rollout_weight_version"), meta_info.get("actor_weight_version")
+    if rollout is None:
+        return None
+    if actor is not None and int(rollout) != int(actor):
+        raise WeightSyncError(f"the rollout generated with the weights of update {rollout}, but the actor is at update "
+                              f"{actor}: the weight sync to the rollout engine did not happen")
+    return int(rollout)
+
+
 def warn_zero_variance(metrics: dict, threshold: float, step: int) -> None:
     """Log a warning when the share of prompt groups whose rewards are all equal (``critic/zero_std_groups_frac``,
     no GRPO signal) reaches ``threshold`` (``trainer.warn_zero_std_frac``)."""

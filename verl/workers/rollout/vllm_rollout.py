@@ -62,6 +62,45 @@ def _reload_weights_from_file(worker, path: str) -> None:
         dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)
 
 
+def _engine_checksum(worker) -> tuple[float, float]:
+    """Runs inside each vLLM engine worker: ``(sum, sum of squares)`` in float64 over the model's parameters
+    (:func:`weights_checksum`)."""
+    return weights_checksum(worker.model_runner.get_model().parameters())
+
+
+def weights_checksum(tensors) -> tuple[float, float]:
+    """``(sum, sum of squares)`` in float64 over every element of ``tensors``: a cheap fingerprint of a set of
+    weights that does not depend on how they are split or fused into parameters (vLLM fuses q/k/v and gate/up, pads
+    the vocabulary with zeros, shares a tied ``lm_head``)."""
+    total = squares = 0.0
+    for t in tensors:
+        t = getattr(t, "_local_tensor", t).detach().double()
+        total += float(t.sum())
+        squares += float((t * t).sum())
+    return total, squares
+
+
+def check_engine_weights(llm, state: Mapping[str, torch.Tensor], rtol: float) -> None:
+    """After a weight sync: the engine's checksum must equal the checksum of the state it was sent.
+
+    Args:
+        llm: the ``vllm.LLM`` (one worker: tensor parallel size 1).
+        state: the HF-named tensors pushed (``lm_head.weight`` already dropped when tied).
+        rtol: relative tolerance (float32 engine: 1e-5; bf16: 1e-2, its rounding).
+
+    Raises:
+        RuntimeError: the checksums differ (the message gives both): the engine did not take the actor's weights.
+    """
+    expected = weights_checksum(state.values())
+    [engine] = llm.collective_rpc(_engine_checksum)
+    for what, want, got in (("sum", expected[0], engine[0]), ("sum of squares", expected[1], engine[1])):
+        scale = max(abs(want), expected[1] ** 0.5, 1e-12)  # the sum may be ~0: measure it against the weights' norm
+        if abs(got - want) > rtol * scale:
+            raise RuntimeError(f"weight sync: the vLLM engine's weights differ from the actor's after the sync "
+                               f"({what} {got:.6g} vs {want:.6g}, rtol {rtol}); the rollout would sample from other "
+                               "weights than the ones being trained")
+
+
 def _weights_version(module: torch.nn.Module) -> int:
     """Sum of the parameters' autograd version counters: it grows with every in-place change of any parameter."""
     return sum(getattr(p, "_local_tensor", p)._version for p in module.parameters())
@@ -96,10 +135,11 @@ def make_llm(model: str, *, on_cpu: bool, max_model_len: int, dtype: str = "bflo
     return LLM(**kwargs)
 
 
-def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> None:
+def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> dict[str, torch.Tensor]:
     """Load a full HF-named state dict into every worker of ``llm`` (module docstring: through a safetensors file in
     ``/dev/shm``, removed afterwards) and reset the prefix cache (its KV blocks were computed with the old weights).
-    ``tied``: the model ties ``lm_head`` to the embedding (``lm_head.weight`` is then not sent)."""
+    ``tied``: the model ties ``lm_head`` to the embedding (``lm_head.weight`` is then not sent). Returns what was
+    sent."""
     from safetensors.torch import save_file
 
     state = {k: v for k, v in state.items() if not (tied and k == "lm_head.weight")}
@@ -112,6 +152,7 @@ def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> None:
     finally:
         os.remove(path)
     logger.debug("vLLM: pushed %d tensors into the engine", len(state))
+    return state
 
 
 class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
@@ -150,6 +191,11 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         self.sleep_mode = bool(config.get("free_cache_engine", False)) and not on_cpu
         self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
         dummy = str(config.get("load_format", "auto") or "auto").startswith("dummy")
+        self.tp_size = int(config.get("tensor_model_parallel_size", 1))
+        self.engine_float32 = on_cpu or str(config.get("dtype", "bfloat16")) in ("float32", "fp32")
+        # the weights the engine holds: the actor_weight_version of the generation that synced them (syncs so far
+        # when the caller gives none; the checkpoint it was built from: 0)
+        self.weight_version = 0
         self.llm = make_llm(
             str(prepare_model(model_config.path)), on_cpu=on_cpu, max_model_len=prompt_length + self.response_length,
             dtype=config.get("dtype", "bfloat16"), enforce_eager=bool(config.get("enforce_eager", True)),
@@ -172,6 +218,12 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         module, or a state dict with HF checkpoint names.
 
         Collective under FSDP2 (every rank must call it) when the weights come from a sharded module.
+        Every sync is checked (:func:`check_engine_weights`; with tensor parallel size 1). Each generation reports the
+        version of the weights it used as ``meta_info['rollout_weight_version']``: the ``actor_weight_version`` the
+        syncing generation was given (the worker passes the actor's update count), else the number of syncs.
+
+        Raises:
+            RuntimeError: the engine's weights differ from what was sent.
         """
         source = self.module if weights is None else weights
         state = full_state_dict(source) if isinstance(source, torch.nn.Module) else dict(source)
@@ -180,10 +232,13 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         try:
             if was_asleep:
                 self._wake_up()
-            push_weights(self.llm, state, tied=bool(getattr(config, "tie_word_embeddings", False)))
+            sent = push_weights(self.llm, state, tied=bool(getattr(config, "tie_word_embeddings", False)))
+            if self.tp_size == 1:  # a sharded engine holds replicated tensors (norms) once per worker
+                check_engine_weights(self.llm, sent, rtol=1e-5 if self.engine_float32 else 1e-2)
         finally:
             if was_asleep:
                 self._sleep()
+        self.weight_version += 1
         if weights is None or weights is self.module:
             self._synced_version = _weights_version(self.module)
 
@@ -230,6 +285,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         pad = int(pad if pad is not None else (eos if isinstance(eos, int) else eos[0]))
         if self._synced_version != _weights_version(self.module):
             self.sync_weights()
+            # the version of the weights just pushed (the caller's count of actor updates; else syncs so far)
+            self.weight_version = int(meta.get("actor_weight_version", self.weight_version))
         ids, mask = prompts.batch["input_ids"].cpu(), prompts.batch["attention_mask"].cpu().bool()
         requests = [{"prompt_token_ids": ids[row][mask[row]].tolist()} for row in range(len(prompts))]
         self._wake_up()
@@ -251,6 +308,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         if self.calculate_log_probs:
             mask = output.batch["response_mask"]
             output.batch["rollout_log_probs"] = (log_probs.to(mask.device) * mask).to(torch.float32)
+        output.meta_info["rollout_weight_version"] = self.weight_version
         return output
 
 
