@@ -7,12 +7,13 @@ exactly ``HFRollout``'s layout (``BaseRollout``; assembled by ``assemble_rollout
 Weight sync (``sync_weights``): the actor's full state dict is written to a safetensors file in ``/dev/shm`` and every
 engine worker reloads it with ``reload_weights(weights_iterator=..., is_checkpoint_format=True)`` through
 ``LLM.collective_rpc`` (passing a tensor dict directly through ``collective_rpc`` did not work; see
-``../shared/notes/platform.md``). On the CPU backend with tied embeddings the ``lm_head`` GEMM is re-dispatched after
-the reload, or it keeps the stale weights; the prefix cache is reset (its KV blocks were computed with the old
-weights). The engine follows every actor update without the worker calling anything: ``generate_sequences`` syncs
-first whenever the actor's parameters changed in place since the last sync (their autograd version counters moved:
-optimizer steps, ``load_state_dict``, checkpoint loads), so the reload happens once per update, right before the
-next rollout. ``sync_weights()`` can also be called directly (e.g. to push other weights).
+``docs/platform_notes.md`` "Weight reload"). On the CPU backend with tied embeddings the ``lm_head`` GEMM is
+re-dispatched after the reload, or it keeps the stale weights (same page, "Tied lm_head re-dispatch"); the prefix
+cache is reset (its KV blocks were computed with the old weights). The engine follows every actor update without the
+worker calling anything: ``generate_sequences`` syncs first whenever the actor's parameters changed in place since
+the last sync (their autograd version counters moved: optimizer steps, ``load_state_dict``, checkpoint loads), so the
+reload happens once per update, right before the next rollout. ``sync_weights()`` can also be called directly (e.g.
+to push other weights).
 
 Log-probs (``rollout.calculate_log_probs``): vLLM's ``processed_logprobs``, i.e. after temperature and top-k/top-p.
 With ``top_k=-1, top_p=1`` they equal the actor's ``compute_log_prob`` at the same temperature (float32 on CPU:
@@ -62,43 +63,60 @@ def _reload_weights_from_file(worker, path: str) -> None:
         dispatch_cpu_unquantized_gemm(lm_head, remove_weight=False)
 
 
-def _engine_checksum(worker) -> tuple[float, float]:
-    """Runs inside each vLLM engine worker: ``(sum, sum of squares)`` in float64 over the model's parameters
-    (:func:`weights_checksum`)."""
-    return weights_checksum(worker.model_runner.get_model().parameters())
+PROBE_LENGTH = 16  # tokens of the fixed probe sequence of check_engine_weights
 
 
-def weights_checksum(tensors) -> tuple[float, float]:
-    """``(sum, sum of squares)`` in float64 over every element of ``tensors``: a cheap fingerprint of a set of
-    weights that does not depend on how they are split or fused into parameters (vLLM fuses q/k/v and gate/up, pads
-    the vocabulary with zeros, shares a tied ``lm_head``)."""
-    total = squares = 0.0
-    for t in tensors:
-        t = getattr(t, "_local_tensor", t).detach().double()
-        total += float(t.sum())
-        squares += float((t * t).sum())
-    return total, squares
+def probe_ids(vocab_size: int, length: int = PROBE_LENGTH) -> list[int]:
+    """A fixed, model-independent token sequence spread over the vocabulary (ids ``7919 * i mod vocab_size``)."""
+    return [(7919 * i) % int(vocab_size) for i in range(1, length + 1)]
 
 
-def check_engine_weights(llm, state: Mapping[str, torch.Tensor], rtol: float) -> None:
-    """After a weight sync: the engine's checksum must equal the checksum of the state it was sent.
+@torch.no_grad()
+def module_probe_logprobs(module: torch.nn.Module, ids: list[int]) -> torch.Tensor:
+    """float64 ``[len(ids) - 1]``: the log-probability of each probe token after the previous ones under ``module``
+    (an HF causal LM; under FSDP2 every rank must call it, like the sync itself)."""
+    device = next(module.parameters()).device
+    logits = module(input_ids=torch.tensor([ids], device=device)).logits[0, :-1].double()
+    return torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:], device=device)[:, None])[:, 0].cpu()
+
+
+def engine_probe_logprobs(llm, ids: list[int]) -> torch.Tensor:
+    """The same log-probabilities computed by the vLLM engine (``prompt_logprobs`` of the probe, temperature 1)."""
+    from vllm import SamplingParams
+
+    out = llm.generate([{"prompt_token_ids": list(ids)}], SamplingParams(max_tokens=1, temperature=1.0,
+                                                                         prompt_logprobs=0), use_tqdm=False)
+    steps = out[0].prompt_logprobs  # position 0 has none
+    return torch.tensor([steps[t][ids[t]].logprob for t in range(1, len(ids))], dtype=torch.float64)
+
+
+def check_engine_weights(llm, module: torch.nn.Module, atol: float) -> float:
+    """After a weight sync: the engine must compute the actor's function. The log-probabilities of a fixed probe
+    sequence (:func:`probe_ids`) under the actor's module and under the engine are compared; a sync that did not
+    reach the engine gives differences of order 1, numerics give ~1e-6 (float32) or ~1e-2 (bf16). Parameters cannot be
+    compared directly: vLLM fuses, pads and (on CPU) repacks them into its GEMM layout.
 
     Args:
-        llm: the ``vllm.LLM`` (one worker: tensor parallel size 1).
-        state: the HF-named tensors pushed (``lm_head.weight`` already dropped when tied).
-        rtol: relative tolerance (float32 engine: 1e-5; bf16: 1e-2, its rounding).
+        llm: the ``vllm.LLM``.
+        module: the actor's module whose weights were just pushed.
+        atol: the largest mean absolute difference accepted (float32 engine: 1e-3; bf16: 0.1).
+
+    Returns:
+        The mean absolute difference.
 
     Raises:
-        RuntimeError: the checksums differ (the message gives both): the engine did not take the actor's weights.
+        RuntimeError: the difference exceeds ``atol`` (the message gives it): the engine did not take the weights.
     """
-    expected = weights_checksum(state.values())
-    [engine] = llm.collective_rpc(_engine_checksum)
-    for what, want, got in (("sum", expected[0], engine[0]), ("sum of squares", expected[1], engine[1])):
-        scale = max(abs(want), expected[1] ** 0.5, 1e-12)  # the sum may be ~0: measure it against the weights' norm
-        if abs(got - want) > rtol * scale:
-            raise RuntimeError(f"weight sync: the vLLM engine's weights differ from the actor's after the sync "
-                               f"({what} {got:.6g} vs {want:.6g}, rtol {rtol}); the rollout would sample from other "
-                               "weights than the ones being trained")
+    config = getattr(module, "config", None)
+    ids = probe_ids(int(getattr(config, "vocab_size", 32000)))
+    actor = module_probe_logprobs(module, ids)
+    engine = engine_probe_logprobs(llm, ids)
+    diff = float((actor - engine).abs().mean())
+    if not diff <= atol:
+        raise RuntimeError(f"weight sync: the vLLM engine does not compute with the actor's weights after the sync "
+                           f"(mean |log-prob difference| {diff:.3g} on a {len(ids)}-token probe, tolerance {atol}); "
+                           "the rollout would sample from other weights than the ones being trained")
+    return diff
 
 
 def _weights_version(module: torch.nn.Module) -> int:
@@ -135,11 +153,10 @@ def make_llm(model: str, *, on_cpu: bool, max_model_len: int, dtype: str = "bflo
     return LLM(**kwargs)
 
 
-def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> dict[str, torch.Tensor]:
+def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> None:
     """Load a full HF-named state dict into every worker of ``llm`` (module docstring: through a safetensors file in
     ``/dev/shm``, removed afterwards) and reset the prefix cache (its KV blocks were computed with the old weights).
-    ``tied``: the model ties ``lm_head`` to the embedding (``lm_head.weight`` is then not sent). Returns what was
-    sent."""
+    ``tied``: the model ties ``lm_head`` to the embedding (``lm_head.weight`` is then not sent)."""
     from safetensors.torch import save_file
 
     state = {k: v for k, v in state.items() if not (tied and k == "lm_head.weight")}
@@ -152,7 +169,6 @@ def push_weights(llm, state: Mapping[str, torch.Tensor], tied: bool) -> dict[str
     finally:
         os.remove(path)
     logger.debug("vLLM: pushed %d tensors into the engine", len(state))
-    return state
 
 
 class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
@@ -191,7 +207,6 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         self.sleep_mode = bool(config.get("free_cache_engine", False)) and not on_cpu
         self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
         dummy = str(config.get("load_format", "auto") or "auto").startswith("dummy")
-        self.tp_size = int(config.get("tensor_model_parallel_size", 1))
         self.engine_float32 = on_cpu or str(config.get("dtype", "bfloat16")) in ("float32", "fp32")
         # the weights the engine holds: the actor_weight_version of the generation that synced them (syncs so far
         # when the caller gives none; the checkpoint it was built from: 0)
@@ -218,7 +233,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         module, or a state dict with HF checkpoint names.
 
         Collective under FSDP2 (every rank must call it) when the weights come from a sharded module.
-        Every sync is checked (:func:`check_engine_weights`; with tensor parallel size 1). Each generation reports the
+        A sync of the actor's module is checked (:func:`check_engine_weights`). Each generation reports the
         version of the weights it used as ``meta_info['rollout_weight_version']``: the ``actor_weight_version`` the
         syncing generation was given (the worker passes the actor's update count), else the number of syncs.
 
@@ -232,9 +247,9 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         try:
             if was_asleep:
                 self._wake_up()
-            sent = push_weights(self.llm, state, tied=bool(getattr(config, "tie_word_embeddings", False)))
-            if self.tp_size == 1:  # a sharded engine holds replicated tensors (norms) once per worker
-                check_engine_weights(self.llm, sent, rtol=1e-5 if self.engine_float32 else 1e-2)
+            push_weights(self.llm, state, tied=bool(getattr(config, "tie_word_embeddings", False)))
+            if weights is None or weights is self.module:  # the engine must now compute the actor's function
+                check_engine_weights(self.llm, self.module, atol=1e-3 if self.engine_float32 else 0.1)
         finally:
             if was_asleep:
                 self._sleep()
