@@ -1,14 +1,14 @@
 """RLVCR advantage: thinking-level scores from action entropy under alternative thinks, plus the trajectory term
 (``algorithm.adv_estimator=rlvcr``).
 
-Spec: ``../shared/specs/rlvcr.md`` (cited as "spec §<section>"); seed ``001`` (the method: fix history and action,
-vary the thinking level, compare the entropy of the *original* action tokens, group advantage of the chosen level).
-What this module builds, and what it deliberately does not (the spec lists a public fork's defects):
+Documentation: ``docs/rlvcr.md`` (cited below as "docs §<section>"): fix history and action, vary the thinking
+level, compare the entropy of the *original* action tokens, group advantage of the chosen level.
+What this module builds, and what it deliberately does not (mistakes a public implementation of the method makes):
 
-- the thinking advantage is additive, ``A = A_traj + w * A_think`` (spec §Final advantage), never a multiplicative
+- the thinking advantage is additive, ``A = A_traj + w * A_think`` (docs §Final advantage), never a multiplicative
   confidence re-weighting of the trajectory advantage;
 - the per-level inputs ``U_L`` must come from scoring the *same* original action token ids under every context c_L
-  (spec §Per step 3): this module only consumes them; alternatives are never trained on.
+  (docs §Rollout phase, step 3): this module only consumes them; alternatives are never trained on.
 
 Pure tensor functions, no model calls. Batch fields the estimator reads (``rlvcr_batch_inputs`` collects them; the
 rollout-side RLVCR phase writes them; the trainer's ``compute_advantage`` must pass them, as it does for GiGPO):
@@ -25,7 +25,7 @@ batch field                       estimator argument            content
 ================================  ============================  ===========================================
 
 With ``thinking_level`` present, A_think is computed here (:func:`compute_thinking_advantage`, settings from
-``algorithm.rlvcr``); otherwise the precomputed ``thinking_level_entropies`` tensor (spec §Batch fields: A_think
+``algorithm.rlvcr``); otherwise the precomputed ``thinking_level_entropies`` tensor (docs §Batch fields: A_think
 broadcast over the response) is read. ``thinking_token_costs`` [B, L_resp] (C_l broadcast) is a logging field: the
 estimator does not read it. :func:`thinking_batch_fields` builds both tensors.
 
@@ -79,7 +79,7 @@ def _typed(key: str, value: Any, kind: type) -> Any:
 # -------------------- settings ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class RLVCRSettings:
-    """``algorithm.rlvcr`` with the spec's defaults (spec §Config; ``ppo_trainer.yaml`` documents each key)."""
+    """``algorithm.rlvcr`` with its defaults (docs §Configuration; ``ppo_trainer.yaml`` documents each key)."""
 
     enable: bool = True
     step_advantage_w: float = 1.0
@@ -151,10 +151,10 @@ def parsed_levels(steps: Sequence[ParsedStep]) -> Tuple[torch.Tensor, torch.Tens
 
 
 def compute_action_uncertainty(token_entropy: torch.Tensor, action_mask: torch.Tensor) -> torch.Tensor:
-    """U = mean over the scored action tokens of ``H_t = -sum_v p log p`` (spec §Per step 4).
+    """U = mean over the scored action tokens of ``H_t = -sum_v p log p`` (docs §Rollout phase, step 3).
 
     Args: ``token_entropy`` float ``[K, T]`` (one row per (step, level) context); ``action_mask`` 0/1 ``[K, T]``:
-        the original action tokens (forced ``<level>`` tag tokens and the context must be 0, spec §Per step 3).
+        the original action tokens (forced ``<level>`` tag tokens and the context must be 0, same section).
     Returns: float ``[K]``; NaN for a row with no action token (such a step is unparseable; NaN makes
         :func:`compute_thinking_advantage` raise if it is used anyway).
     Raises ValueError: shapes differ.
@@ -170,13 +170,13 @@ def compute_action_uncertainty(token_entropy: torch.Tensor, action_mask: torch.T
 
 def compute_level_scores(action_entropy: torch.Tensor, think_cost: torch.Tensor, thinking_cost_w: float = 0.1,
                          cost_max: float = 256.0) -> torch.Tensor:
-    """``S_L = -U_L - kappa * C_L / cost_max`` (spec §Per step 5). float ``[B, N]`` x2 -> float ``[B, N]``."""
+    """``S_L = -U_L - kappa * C_L / cost_max`` (docs §Per-level scores). float ``[B, N]`` x2 -> float ``[B, N]``."""
     return -action_entropy - thinking_cost_w * think_cost / cost_max
 
 
 def compute_level_diversity(chosen_level: torch.Tensor, valid: torch.Tensor, num_levels: int,
                             epsilon: float = 1e-6) -> torch.Tensor:
-    """Diversity bonus ``D = -log(f_l + eps) + mean_rows log(f_{l_row} + eps)`` (spec §Per step 7).
+    """Diversity bonus ``D = -log(f_l + eps) + mean_rows log(f_{l_row} + eps)`` (docs §Diversity term).
 
     ``f_k`` = share of level k among the valid rows; the row mean is taken over valid rows and evaluated as
     ``sum_k f_k log(f_k + eps)`` (the same value, exact for a one-level batch, where D is exactly 0).
@@ -209,7 +209,7 @@ def compute_thinking_advantage(
     cost_max: float = 256.0, mode: str = "mean_norm", thinking_diversity_w: float = 0.5, epsilon: float = 1e-6,
     evaluated: Any = None,
 ) -> torch.Tensor:
-    """Thinking advantage of each step's chosen level (spec §Per step 5-7, §Public function).
+    """Thinking advantage of each step's chosen level (docs §Per-level scores, §Thinking advantage, §Diversity term).
 
     ``S = compute_level_scores(U, C)``; ``mean_norm``: ``A = S_l - mean_L S_L``; ``mean_std_norm``:
     ``A = (S_l - mean_L S_L) / (std_L S_L + epsilon)`` (unbiased std over the N levels; equal scores give exactly 0);
@@ -266,7 +266,8 @@ def compute_thinking_advantage(
 # -------------------- trajectory term --------------------------------------------------------------------------------
 def compute_trajectory_advantage(row_returns: torch.Tensor, index: Any, traj_index: Any = None,
                                  epsilon: float = 1e-6, norm_by_std: bool = True) -> torch.Tensor:
-    """A_traj of each row (spec §Final advantage; GiGPO's episode term, ``specs/gigpo.md``).
+    """A_traj of each row (docs §Final advantage; GiGPO's episode term, ``docs/gigpo.md``, section "Episode-level
+    advantage A_E").
 
     ``R(tau)`` = sum of ``row_returns`` over the trajectory's rows; per ``index`` group, each trajectory counted
     once: ``(R - mean R) / (std R + epsilon)`` (unbiased std; ``R - mean R`` when ``norm_by_std`` is False); a
@@ -297,7 +298,7 @@ def compute_rlvcr_metrics(thinking_adv: torch.Tensor, chosen_level: Optional[tor
                           valid: Optional[torch.Tensor] = None, action_entropy: Optional[torch.Tensor] = None,
                           think_cost: Optional[torch.Tensor] = None, evaluated: Optional[torch.Tensor] = None,
                           num_levels: int = 4) -> Dict[str, float]:
-    """The ``rlvcr/*`` metrics of spec §Metrics (``rlvcr/timing_s`` is the rollout phase's).
+    """The ``rlvcr/*`` metrics of docs §Metrics (``rlvcr/timing_s`` is the rollout phase's).
 
     ``thinking_adv_mean`` / ``thinking_adv_abs_mean``: over all rows. With ``chosen_level`` and ``valid``:
     ``unparseable_frac`` (over all rows) and ``level_frac_k`` (share among valid rows; 0 when none). With
@@ -364,7 +365,7 @@ def compute_rlvcr_outcome_advantage(
     row_outputs: Optional[Dict[str, torch.Tensor]] = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """RLVCR advantage ``A(step) = A_traj + step_advantage_w * A_think``, broadcast over the step's response tokens
-    (spec §Final advantage; seed 001 "RLVCR Advantage Formula").
+    (docs §Final advantage).
 
     Args:
         token_level_rewards: float ``[B, L]``; a row's return is its sum over ``response_mask`` (0/1 ``[B, L]``).
@@ -378,7 +379,7 @@ def compute_rlvcr_outcome_advantage(
         step_advantage_w ... epsilon: None -> ``config.rlvcr.<key>`` -> :class:`RLVCRSettings` defaults.
         config: the ``algorithm`` section. metrics: optional dict updated with the ``rlvcr/*`` metrics.
         row_outputs: optional dict receiving float64 ``[B]`` ``thinking_adv`` (A_think) and ``think_cost`` (C of the
-            chosen level, 0 where none) for :func:`thinking_batch_fields` (the spec's batch tensors).
+            chosen level, 0 where none) for :func:`thinking_batch_fields` (docs §Batch fields).
         kwargs: the registry's other inputs (``gamma``, ``values``, ...), ignored.
     ``rlvcr.enable`` false: A_think = 0 (trajectory term only) and no RLVCR field is needed.
     Returns: ``(advantages, returns)``, the same ``[B, L]`` tensor, 0 off the mask, ``token_level_rewards``' dtype
@@ -448,7 +449,7 @@ def rlvcr_batch_inputs(non_tensor_batch: Dict[str, Any], batch: Any = None) -> D
 
 def thinking_batch_fields(thinking_adv: torch.Tensor, chosen_cost: torch.Tensor,
                           response_mask: torch.Tensor, rows: Any = None) -> Dict[str, torch.Tensor]:
-    """Spec §Batch fields: ``thinking_level_entropies`` (A_think) and ``thinking_token_costs`` (C_l), both float
+    """Docs §Batch fields: ``thinking_level_entropies`` (A_think) and ``thinking_token_costs`` (C_l), both float
     ``[B, L_resp]``, each row's value broadcast over its response mask (0 elsewhere). Inputs ``[b]``, ``[b]``,
     0/1 ``[B, L_resp]``; ``rows`` (bool ``[B]``, e.g. ``reward_valid``) places the ``b`` values on those rows (the
     others get 0); None: ``b == B``. Output dtype float32."""

@@ -1,5 +1,5 @@
-"""SFT warm start for the RLVCR level format on the ``sokoban`` agent environment (issue 8; seed ``001``;
-``../shared/specs/rlvcr.md`` "Response format"): the agent-env counterpart of :mod:`rlvcr.level_sft`, so that a
+"""SFT warm start for the RLVCR level format on the ``sokoban`` agent environment (issue 8; ``docs/rlvcr.md``,
+sections "Level SFT" and "Response format and parsing"): the agent-env counterpart of :mod:`rlvcr.level_sft`, so that a
 tiny model writes ``<level>N</level><think>…</think><action>up</action>`` and RLVCR has model-chosen levels to train.
 
 Rows come from expert episodes played through the real rollout loop: an

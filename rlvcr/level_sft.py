@@ -1,6 +1,6 @@
-"""SFT warm start for the RLVCR level format on RLLA rows (seed ``001``; ``../shared/specs/rlvcr.md`` "Response
-format"): the RL policy must already write ``<level>N</level><think>…</think>\\n<tool_call>…`` before RLVCR can
-parse a single rollout.
+"""SFT warm start for the RLVCR level format on RLLA rows (``docs/rlvcr.md``, sections "Level SFT" and "Response
+format and parsing"): the RL policy must already write ``<level>N</level><think>…</think>\\n<tool_call>…`` before
+RLVCR can parse a single rollout.
 
 One RLLA row (chat prompt, ground truth ``<think>T</think>\\n<action part>``) becomes one SFT row:
 

@@ -1,15 +1,16 @@
 """RLVCR text side: level-aware prompt templates, the response parser and the context builders.
 
-Spec: ``../shared/specs/rlvcr.md`` "Response format" (cited below as "spec") and seed ``001`` (the four thinking
-levels, the alternative contexts truncated before the action). A response is::
+Documentation: ``docs/rlvcr.md`` (cited below as "docs"), sections "Response format and parsing", "Level-aware
+prompts" and "Rollout phase" (the four thinking levels, the alternative contexts truncated before the action).
+A response is::
 
     <level>N</level><think>T</think><action>a</action>          (agent envs, ``AGENT_FORMAT``)
     <level>N</level><think>T</think>\\n<tool_call>\\n...\\n</tool_call>   (RLLA tool use, ``RLLA_FORMAT``)
 
 ``N`` in ``1..num_levels``; level 1 has no think block, or an empty one (RLLA always writes ``<think></think>`` so
 that ToolRL's format rule, which demands a think block, still holds once :func:`strip_level_tag` has removed the level
-tag). The action span is the first of ``action_tags`` with a complete span after the think (spec: "the first present
-one is the action").
+tag). The action span is the first of ``action_tags`` with a complete span after the think (docs "Response format and
+parsing").
 
 Everything here is pure string processing; spans are found with ``verl.utils.reward_score.tool_parse``'s lenient
 ``first_span`` (the project's one tag parser).
@@ -135,7 +136,7 @@ def add_level_guide(messages: List[Dict[str, str]], fmt: LevelFormat = RLLA_FORM
 
 
 def alternative_instruction(level: int, fmt: LevelFormat = AGENT_FORMAT) -> str:
-    """Level-specific instruction used when sampling the alternative think ``T_L`` (spec "Per step" 1).
+    """Level-specific instruction used when sampling the alternative think ``T_L`` (docs "Rollout phase", step 1).
 
     Raises ValueError: ``level`` outside ``2..num_levels`` (level 1 has no think to sample).
     """
@@ -182,7 +183,7 @@ def _first_action(text: str, tags: Sequence[str], pos: int) -> Optional[TagSpan]
 
 
 def parse_level_response(text: str, action_tags: Sequence[str] = ("action",), num_levels: int = 4) -> ParsedStep:
-    """Parse ``<level>N</level>[<think>T</think>]<tag>a</tag>`` (spec "Response format").
+    """Parse ``<level>N</level>[<think>T</think>]<tag>a</tag>`` (docs "Response format and parsing").
 
     Rules: the first complete ``<level>`` span gives N (decimal digits, surrounding whitespace allowed); the think is
     the first complete ``<think>`` span after it that starts before the first action span; the action is the first
@@ -190,9 +191,9 @@ def parse_level_response(text: str, action_tags: Sequence[str] = ("action",), nu
     no think). Searching forward keeps a tag quoted inside the think from being taken as the action.
 
     Unparseable (``parseable=False``, ``reason`` set): no level tag; N not an integer in ``1..num_levels``; no
-    complete action span; an empty (whitespace-only) action; level 1 with a non-empty think (T_1 is empty by the
-    spec); level >= 2 without a non-empty think (a step could otherwise claim a high level while paying no thinking
-    cost).
+    complete action span; an empty (whitespace-only) action; level 1 with a non-empty think (T_1 is empty, docs
+    "Response format and parsing"); level >= 2 without a non-empty think (a step could otherwise claim a high level
+    while paying no thinking cost).
 
     Raises TypeError: ``text`` is not a ``str``. ValueError: invalid ``action_tags``.
     """
@@ -268,8 +269,9 @@ def _level_tag(level: int, fmt: LevelFormat) -> str:
 
 
 def generation_prefix(level: int, fmt: LevelFormat = AGENT_FORMAT) -> str:
-    """Forced prefix appended to the history to sample ``T_L`` (spec "Per step" 1): ``<level>L</level><think>``;
-    generation stops at ``</think>``. Raises ValueError: ``level`` outside ``2..num_levels``."""
+    """Forced prefix appended to the history to sample ``T_L`` (docs "Rollout phase", step 1):
+    ``<level>L</level><think>``; generation stops at ``</think>``. Raises ValueError: ``level`` outside
+    ``2..num_levels``."""
     if level < 2:
         raise ValueError(f"level 1 has no think to generate (got level {level})")
     return _level_tag(level, fmt) + open_tag(THINK)
@@ -282,7 +284,7 @@ def cut_alternative_think(generated: str) -> str:
 
 
 def level_context(level: int, think: str, action_tag: str, fmt: LevelFormat = AGENT_FORMAT) -> str:
-    """The response-side part of context c_L (spec "Per step" 2), appended to the history h:
+    """The response-side part of context c_L (docs "Rollout phase", step 2), appended to the history h:
     ``<level>L</level>`` + ``<think>T_L</think>`` + ``fmt.think_action_sep`` + ``<action_tag>``.
 
     Level 1 has no think block (``<think></think>`` when ``fmt.level1_empty_think``; ``think`` is then ignored).

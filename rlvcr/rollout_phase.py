@@ -1,16 +1,17 @@
 """The RLVCR rollout phase: per step, alternative thinks for the other levels, then the entropy of the *original*
-action tokens under every level's context (spec ``../shared/specs/rlvcr.md`` §Per step 1-4; seed ``001``).
+action tokens under every level's context (``docs/rlvcr.md``, section "Rollout phase", steps 1-4; cited below as
+"docs step N").
 
 Input: the batch the trainer holds after generation (single-turn RLLA rows after the reward, or the multi-turn
 loop's step rows): ``prompts`` ``[B, P]`` (left-padded history h), ``responses`` ``[B, R]``, ``attention_mask``
 ``[B, P + R]``, ``response_mask`` ``[B, R]``. For each row:
 
-1. Parse (spec §Response format, :func:`rlvcr.prompts.parse_level_response`) the decoded response. The action
-   token ids ``a`` are the response's own sampled ids covering the action content (token-in/token-out, never
+1. Parse (docs §Response format and parsing, :func:`rlvcr.prompts.parse_level_response`) the decoded response. The
+   action token ids ``a`` are the response's own sampled ids covering the action content (token-in/token-out, never
    re-encoded). A token may straddle the opening tag and the content (``'>left'``, ``'>\\n'``): it belongs to ``a``
    and the part of the tag it carries (``tag_tail``) is cut from the end of every context, so that context + ``a``
    always reads ``...<tag>a``. A row whose action does not align this way is counted as unparseable.
-2. Alternatives (§Per step 1): for every evaluated row and level ``L != l``, ``L > 1``: prompt = h with the
+2. Alternatives (docs step 1): for every evaluated row and level ``L != l``, ``L > 1``: prompt = h with the
    level-specific instruction (:func:`rlvcr.prompts.alternative_instruction`) appended to the last turn before the
    assistant header + ``<level>L</level><think>`` (:func:`rlvcr.prompts.generation_prefix`). All of them go through
    ONE ``generate_fn`` call (the trainer's rollout) with meta_info ``temperature=alt_temperature``,
@@ -19,9 +20,9 @@ loop's step rows): ``prompts`` ``[B, P]`` (left-padded history h), ``responses``
    (the HF and vLLM rollouts honour both keys, ``resolve_sampling``; the cut also covers an engine without stop
    strings). Alternatives are sampled unless the generate function is greedy (agent mode: ``rollout.do_sample``).
    ``T_1`` is empty; ``T_l`` is the original think.
-3. Contexts (§Per step 2): ``c_l`` = h + the response ids before ``a`` (exactly what was sampled); ``c_L`` (L != l) =
+3. Contexts (docs step 2): ``c_l`` = h + the response ids before ``a`` (exactly what was sampled); ``c_L`` (L != l) =
    h + the tokens of :func:`rlvcr.prompts.level_context` (``<level>L</level>[<think>T_L</think>]<tag>``).
-4. Scoring (§Per step 3-4): ONE ``log_prob_fn`` call (the actor's ``compute_log_prob``: micro-batched, entropy over
+4. Scoring (docs steps 3-4): ONE ``log_prob_fn`` call (the actor's ``compute_log_prob``: micro-batched, entropy over
    the vocabulary computed in chunks by ``verl.utils.torch_functional.entropy_from_logits``) on ``B_eval x N`` rows
    ``[c_L | a]``: ``U_L`` = mean entropy over the tokens of ``a`` only (the forced level/think/tag tokens are context
    and never scored). The entropy is that of the policy's sampling distribution (logits / ``rollout.temperature``),
@@ -113,7 +114,7 @@ def rlla_level_setup(config, tokenizer) -> Tuple[Optional[Callable], Optional[Ca
 
 
 def alternative_suffix(level: int, fmt: LevelFormat) -> str:
-    """Text added to the end of the last user turn when sampling ``T_L`` (§Per step 1): a blank line and
+    """Text added to the end of the last user turn when sampling ``T_L`` (docs step 1): a blank line and
     :func:`rlvcr.prompts.alternative_instruction`. Raises ValueError: ``level`` outside ``2..num_levels``."""
     return "\n\n" + alternative_instruction(level, fmt)
 

@@ -2,7 +2,7 @@
 
 Debugging rewards without training (README.md, section "Writing a reward"):
 
-    reward-dry-run --parquet ../shared/data/rlla_4k/test.parquet            # each GT scored against itself
+    reward-dry-run --parquet dataset/rlla_4k/test.parquet                  # each GT scored against itself
     reward-dry-run --jsonl rollouts.jsonl --step 40 --set SCHEDULEREWARD=1  # {"response", "ground_truth"[, "step"]}
     reward-dry-run --jsonl rollouts.jsonl --reward-path my_reward.py --reward-name tool_reward --timeout-s 10
 

@@ -1,11 +1,12 @@
-"""Data types of the reward authoring API (``../shared/specs/reward_api.md`` "Types"; seed 002, Task 1.1).
+"""Data types of the reward authoring API (``docs/reward_api.md`` "Types").
 
 User reward functions read :class:`Message` lists and return :class:`EvaluateResult` (optionally with per-step
 :class:`StepOutput`); the system keeps its own per-step record, :class:`StepData`, filled by the multi-turn rollout
 loop and completed by the aligner (``agent_system.reward.aligner``).
 
-Backward compatibility (spec "Types"): :func:`coerce_result` turns what older reward functions return -- a number, or
-upstream verl's ``{"score": ..., <extra numeric keys>}`` dict -- into an :class:`EvaluateResult`.
+Backward compatibility (``docs/reward_api.md`` "Backward compatibility"): :func:`coerce_result` turns what older
+reward functions return -- a number, or upstream verl's ``{"score": ..., <extra numeric keys>}`` dict -- into an
+:class:`EvaluateResult`.
 """
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ class ToolCall(BaseModel):
 
 
 class Message(BaseModel):
-    """One chat message, the input of user reward functions (spec "Types": ``Message(role, content, tool_calls=None,
-    tool_call_id=None, name=None)``).
+    """One chat message, the input of user reward functions (``docs/reward_api.md`` "Types": ``Message(role, content,
+    tool_calls=None, tool_call_id=None, name=None)``).
 
     Attributes:
         role: ``"system"``, ``"user"``, ``"assistant"``, ``"tool"`` or any other role the data uses.
@@ -92,7 +93,7 @@ class MetricResult(BaseModel):
 
 
 class StepOutput(BaseModel):
-    """Per-step base reward from a user reward function (spec "Types"; seed Task 1.1 step 2).
+    """Per-step base reward from a user reward function (``docs/reward_api.md`` "Types").
 
     Attributes:
         step_index: the step it rewards; the aligner matches it against ``StepData.step_info["assistant_turn_index"]``
@@ -115,13 +116,13 @@ class StepOutput(BaseModel):
 
 
 class EvaluateResult(BaseModel):
-    """What a reward function returns for one rollout (spec "Types"; seed Task 1.1 step 3).
+    """What a reward function returns for one rollout (``docs/reward_api.md`` "Types").
 
     Attributes:
         score: the rollout's (final) score; None when only ``step_outputs`` are given. Must be finite.
         is_score_valid: False marks the sample invalid: it gets no reward and is excluded from its group's statistics
-            (spec "Sandboxed execution"). The sandbox sets it, with ``reason``, when the function raises, times out,
-            exceeds its memory limit, crashes or returns something that cannot be coerced.
+            (``docs/reward_api.md`` "Invalid results"). The sandbox sets it, with ``reason``, when the function
+            raises, times out, exceeds its memory limit, crashes or returns something that cannot be coerced.
         reason: explanation (the error for invalid results).
         metrics: named sub-scores, numbers or :class:`MetricResult`; ``format``/``correctness``/``length`` become the
             reward manager's component tensors, every metric goes to ``reward_extra_info``.
@@ -145,8 +146,8 @@ class EvaluateResult(BaseModel):
 
 
 class StepData(BaseModel):
-    """The system's own record of one step of a rollout (spec "Types"; seed Task 1.1 step 4), filled by the
-    multi-turn rollout loop; reward functions never see it.
+    """The system's own record of one step of a rollout (``docs/reward_api.md`` "Types"), filled by the multi-turn
+    rollout loop; reward functions never see it.
 
     Attributes:
         system_step_index: position of the step in the rollout (0-based).
@@ -181,7 +182,8 @@ _RESULT_FIELDS = frozenset(EvaluateResult.model_fields)
 
 
 def coerce_result(value: Any) -> EvaluateResult:
-    """Turn a reward function's return value into an :class:`EvaluateResult` (spec "Types": backward compatible).
+    """Turn a reward function's return value into an :class:`EvaluateResult` (``docs/reward_api.md`` "Backward
+    compatibility").
 
     Accepted: an :class:`EvaluateResult`; an int/float (incl. bool) -> ``score``; a dict whose keys are all
     ``EvaluateResult`` fields (validated as one); upstream verl's dict ``{"score": x, **extra}`` -> ``score=x`` and

@@ -1,8 +1,8 @@
 """Running reward functions: in the trainer process, or sandboxed in a pool of worker processes.
 
-Spec: ``../shared/specs/reward_api.md`` "Sandboxed execution" (seed 002, Task 1.3). User reward code runs out of the
-trainer process: a pool of worker processes (``python -m agent_system.reward._worker``), data passed as JSON lines
-(pydantic ``model_dump_json`` / ``model_validate_json``), with
+Reference: ``docs/reward_api.md`` "Sandboxed execution". User reward code runs out of the trainer process: a pool of
+worker processes (``python -m agent_system.reward._worker``), data passed as JSON lines (pydantic ``model_dump_json`` /
+``model_validate_json``), with
 
 - a per-call timeout: a call that runs past it is killed with its worker (and the worker's process group);
 - a memory limit: ``RLIMIT_AS`` in the worker, set after the reward is loaded to what the worker then uses plus
@@ -167,7 +167,7 @@ class InProcessRunner(RewardRunner):
         for call in calls:
             try:
                 outcomes.append(execute_call(self.fn, call))
-            except Exception as err:  # noqa: BLE001 - a failing reward marks its samples invalid (spec)
+            except Exception as err:  # noqa: BLE001 - a failing reward marks its samples invalid (docs/reward_api.md)
                 outcomes.append([invalid_result(format_error(err))] * len(call.rollouts))
         return outcomes
 

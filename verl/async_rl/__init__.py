@@ -1,4 +1,4 @@
-"""Asynchronous RL mode, pure core (spec ``specs/async_rl.md``; seed ``004_75565871a1053bd4.txt``).
+"""Asynchronous RL mode, pure core (design: ``docs/async.md``).
 
 * :mod:`verl.async_rl.types` -- ``Turn``, ``Rollout`` (JSON log form), ``Group``, ``RlExample`` (packed learner input).
 * :mod:`verl.async_rl.advantage` -- ``AdvantageFunction``, ``RLOO`` (default), ``GRPOZScore``, registry.

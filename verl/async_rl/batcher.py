@@ -1,9 +1,9 @@
 """Batcher v0 of the asynchronous mode: picks groups from the per-env replay buffers by token deficit and packs their
 rollouts into an :class:`~verl.async_rl.types.RlExample`.
 
-Source: seed ``004_75565871a1053bd4.txt`` "Batcher" ("v0: simple round-robin": inputs ``total_token_budget``,
-``env_fractions``, ``max_seq_len``; round-robin over envs by token deficit; newest groups first; block when an env
-cannot meet its share; metric names) and spec ``specs/async_rl.md`` "Batcher v0". Rules pinned here:
+Design: ``docs/async.md``, sections "Batcher" and "Metrics" (v0: inputs ``total_token_budget``, ``env_fractions``,
+``max_seq_len``; round-robin over envs by token deficit; newest groups first; block when an env cannot meet its
+share). Rules pinned here:
 
 * Token counts are real (unpadded) rollout tokens, prompt and generated. Env ``e``'s share is
   ``env_fractions[e] * total_token_budget`` and is a cap: a group is taken for ``e`` only if it fits ``e``'s

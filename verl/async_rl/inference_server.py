@@ -1,8 +1,8 @@
 """Inference server of the asynchronous mode: the current policy behind an OpenAI-compatible HTTP endpoint.
 
-Source: seed ``004_75565871a1053bd4.txt`` "OAI Inference Server(s)" (receive new weights, generate responses) and spec
-``specs/async_rl.md`` "Inference server(s)": serve the current policy over OpenAI-compatible HTTP on loopback (HF
-backend on CPU), accept new weights with a version number, never go back to an older version.
+Design: ``docs/async.md``, sections "Inference server" and "Token-in/token-out": serve the current policy over
+OpenAI-compatible HTTP on loopback (HF backend on CPU), accept new weights with a version number, never go back to an
+older version.
 
 Pieces:
 

@@ -1,8 +1,8 @@
 """Learner and weight broadcaster of the asynchronous mode.
 
-Source: seed ``004_75565871a1053bd4.txt`` "Learner" (takes batches of RlExamples, updates the model with a standard
-PPO-ish loss, sends the new weights with a new policy version to the Weight Broadcaster) and "Weight Broadcaster";
-spec ``specs/async_rl.md`` "Learner", "Weight Broadcaster", "Metrics" and "Entry point and guarantees".
+Design: ``docs/async.md``, sections "Learner", "Weight broadcast", "Checkpoints and resume" and "Metrics" (takes
+packed batches of RlExamples, updates the model with a PPO-style loss, and hands the new weights with a new policy
+version to the broadcaster).
 
 One :meth:`Learner.step` is one optimizer step on one packed :class:`~verl.async_rl.types.RlExample` with the
 synchronous trainer's loss code: the registered policy loss (``core_algos.get_policy_loss_fn(actor.policy_loss)``,

@@ -1,16 +1,16 @@
 """Orchestrator of the asynchronous mode: starts and supervises every component, moves data between them, logs.
 
-Source: seed ``004_75565871a1053bd4.txt`` "Orchestrator" (spin up the components with the replicas of each env,
-coordinate training and rollout generation, receive and log the metrics) and spec ``specs/async_rl.md`` "Components"
-and "Entry point and guarantees" (a killed env or inference actor is restarted and training continues; a killed
-learner resumes from the last checkpoint and the replay buffers' logs are reloaded).
+Design: ``docs/async.md``, sections "Orchestrator" and "Checkpoints and resume" (start the components with the
+replicas of each env, coordinate training and rollout generation, log every metric; a killed env or inference actor is
+restarted and training continues; a killed learner resumes from the last checkpoint and the replay buffers' logs are
+reloaded).
 
 Layout (one Ray actor per component, started with ``num_cpus=0`` so a small local cluster hosts them all):
 
 * ``async.inference.num_servers`` :class:`~verl.async_rl.inference_server.InferenceServer` actors;
 * one :class:`~verl.async_rl.learner.Learner` actor;
-* ``replicas`` :class:`~verl.async_rl.env_actor.EnvActor` actors per env of ``async.envs``; replica ``i`` of all envs
-  talks to server ``i mod num_servers``;
+* ``replicas`` :class:`~agent_system.environments.env_actor.EnvActor` actors per env of ``async.envs``; replica
+  ``i`` of all envs talks to server ``i mod num_servers``;
 * on the driver: one :class:`~verl.async_rl.replay_buffer.ReplayBuffer` per env (logs under ``async.replay.log_dir``),
   the :class:`~verl.async_rl.batcher.Batcher`, the :class:`~verl.async_rl.learner.WeightBroadcaster`, the tracker.
 

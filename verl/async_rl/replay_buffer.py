@@ -1,8 +1,8 @@
 """Per-env replay buffer of the asynchronous mode: crash-safe on-disk log, pool of groups, advantages, metrics.
 
-Source: seed ``004_75565871a1053bd4.txt`` "ReplayBuffer" (max age, min group size, AdvantageFunction, metric names)
-and spec ``specs/async_rl.md`` "ReplayBuffer per env type" and "Entry point and guarantees" (the log is reloaded
-after a learner restart and nothing already written is lost). Rules pinned here where the spec is open:
+Design: ``docs/async.md``, sections "Replay buffer", "Rollout log" and "Metrics" (max age, min group size, the
+pluggable advantage function; after a learner restart the log is reloaded and nothing already written is lost).
+Rules pinned here:
 
 * Versions. ``current_version`` is the learner's policy version. A rollout is *rejected* when its ``policy_version``
   is newer than ``current_version`` (reason ``future_version``: the learner restarted from an older checkpoint), or
@@ -26,7 +26,7 @@ after a learner restart and nothing already written is lost). Rules pinned here 
   appends a ``reload`` record, so a later reload ignores what the discarded weights wrote before it (version numbers
   are reused after a restart): :func:`~verl.async_rl.rollout_log.scan_replay_log`.
 * Reward components for ``rewards/{name}/*`` come from ``Rollout.metadata["rewards"]`` (a dict of floats).
-* Metrics are "reported when a batch is created" (seed): :meth:`metrics` returns them and, with ``reset=True``,
+* Metrics are reported when a batch is created: :meth:`metrics` returns them and, with ``reset=True``,
   starts a new period for the ``new_*``, reward, rejection and used-lag statistics. Stds are population (ddof 0).
 """
 from __future__ import annotations
@@ -97,7 +97,7 @@ class ReplayBuffer:
     Args:
         env_name: the env type; rollouts must have ``environment == env_name``; names the log file and metrics.
         log_dir: folder of the append-only log (created if missing).
-        max_age: versions a rollout may lag behind ``current_version`` (seed default 1).
+        max_age: versions a rollout may lag behind ``current_version`` (default 1).
         min_group_size: rollouts a group needs to be handed out (>= 1).
         advantage_fn: the group advantage (:class:`~verl.async_rl.advantage.RLOO` when None).
         fsync: fsync every log write (default True); False: flush only.
@@ -373,7 +373,7 @@ class ReplayBuffer:
             return dict(sorted(hist.items()))
 
     def metrics(self, reset: bool = True) -> Dict[str, float]:
-        """The seed's ``replays/{env}/...`` metrics plus staleness (module docstring: "Metrics").
+        """The ``replays/{env}/...`` metrics plus staleness (``docs/async.md``, section "Metrics").
 
         Pool state: ``rollouts_in_buffer``, ``tokens_in_buffer``, ``frac_on_policy`` (rollouts of
         ``current_version`` / pool; 0 when empty), ``ready_groups``, ``policy_version``, ``version_lag/{k}``.

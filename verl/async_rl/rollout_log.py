@@ -1,7 +1,7 @@
 """Append-only, crash-safe JSON-lines log, and the replay buffer's record format on it.
 
-Source: spec ``specs/async_rl.md`` "ReplayBuffer per env type" ("writes them to disk (append-only, crash-safe)") and
-"Entry point and guarantees" ("the replay buffers' on-disk log is reloaded, nothing already written is lost").
+Design: ``docs/async.md``, sections "Rollout log" and "Checkpoints and resume" (rollouts go to disk append-only and
+crash-safe; after a learner restart the log is reloaded and nothing already written is lost).
 
 Durability rule: :meth:`RolloutLog.append` writes all its records with one ``write``, then ``flush`` and (with
 ``fsync=True``, the default) ``os.fsync``, and returns only then; a caller acknowledges a record only after

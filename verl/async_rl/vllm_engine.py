@@ -1,7 +1,7 @@
 """vLLM backend of the asynchronous mode's inference server (``async.inference.backend=vllm``).
 
-Source: spec ``specs/async_rl.md`` "Inference server(s)" (HF backend on CPU; vLLM when installed) and seed
-``004_75565871a1053bd4.txt`` "OAI Inference Server(s)". :class:`VllmPolicyEngine` has :class:`PolicyEngine`'s
+Design: ``docs/async.md``, section "Inference server" (HF backend by default; vLLM when installed).
+:class:`VllmPolicyEngine` has :class:`PolicyEngine`'s
 interface (``tokenizer``, ``model_name``, ``version``, ``eos_token_ids``, ``generate``, ``update_weights``), so the
 OpenAI-compatible HTTP front (``inference_server``) serves either engine unchanged.
 

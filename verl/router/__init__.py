@@ -1,4 +1,4 @@
-"""Budgeted tool router (``../shared/specs/router.md``; seed ``000``).
+"""Budgeted tool router (design, formulas and config keys: ``docs/router.md``).
 
 A 3-way policy on the actor LM picks, per prompt copy, whether the model should answer directly or use the search-like
 or the calculate-like tools; the prompt is rewritten for that route, the generated answer is charged a tool cost, and
@@ -15,6 +15,7 @@ Modules (each usable on its own; the trainer and the actor worker wire them toge
 - :mod:`verl.router.preprocess` — offline weak labels (``train_router.parquet`` / ``test_router.parquet``).
 
 This file only defines the shared vocabularies (routes, tool families, weak labels) so that importing it is cheap.
+Section names cited as spec "…" in this package are the sections of ``docs/router.md``.
 """
 from __future__ import annotations
 

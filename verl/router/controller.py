@@ -1,6 +1,6 @@
 """The router on the driver: route and rewrite before generation, cost and advantages after the reward, dual ascent.
 
-``RayPPOTrainer`` calls, per step (seed ``000`` §3–§5, ``specs/router.md``)::
+``RayPPOTrainer`` calls, per step (``docs/router.md``, from "Router head" to "Lagrangian budget")::
 
     logits = actor_rollout_wg.compute_router_logits(prompts)          # original prompts, [B, 3]
     controller.route(batch, logits, validate)                           # sample per copy, rewrite, re-tokenise
@@ -8,8 +8,8 @@
     metrics = controller.score(batch, step, validate)                   # cost, r_router, router advantages, λ
     actor_rollout_wg.update_router(batch)                               # router GRPO step (worker)
 
-Batch fields written (names from the spec): ``router_action`` int64 [B], ``router_log_prob`` [B], ``router_logits``
-[B, 3], ``router_input_ids/attention_mask/position_ids`` (the original prompt), ``router_cost`` [B],
+Batch fields written (names as in ``docs/router.md``): ``router_action`` int64 [B], ``router_log_prob`` [B],
+``router_logits`` [B, 3], ``router_input_ids/attention_mask/position_ids`` (the original prompt), ``router_cost`` [B],
 ``router_token_level_rewards`` [B, R], ``router_advantages`` [B], ``router_target_action_id`` [B] (−1 = no weak
 label); non-tensor ``tool_families`` (per-row {tool name: family}).
 """

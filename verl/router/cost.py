@@ -4,10 +4,10 @@ Parsing uses the project's single ``<think>/<tool_call>/<response>`` parser, the
 :mod:`verl.utils.reward_score.tool_parse` (every complete ``<tool_call>`` block, unreadable items counted, never
 raises).
 Text inside complete ``<think>…</think>`` spans is ignored first: a thought that mentions ``<tool_call>`` is not a call
-(the RLLA data has such thoughts, ``../shared/specs/rlla_reward.md`` "Crashes and oddities" 1).
+(the RLLA data has such thoughts, ``docs/rlla_reward.md`` "Crashes and oddities").
 
-- ``used_any_tool``: a ``<tool_call>`` tag occurs outside the thoughts (seed §3.3 "check if ``<tool_call>`` appears at
-  all"). A malformed call therefore still costs: the policy cannot dodge the budget by writing broken JSON.
+- ``used_any_tool``: a ``<tool_call>`` tag occurs outside the thoughts, readable or not. A malformed call therefore
+  still costs: the policy cannot dodge the budget by writing broken JSON.
 - ``used_search`` / ``used_calculate``: at least one readable call to a tool of that route
   (:func:`verl.router.families.call_route`; ``OTHER`` tools follow ``other_as``, unknown names are classified from
   the name).

@@ -1,6 +1,6 @@
 """Tool families: the RLLA ``**Available Tools**`` block, a keyword heuristic, and the sidecar override file.
 
-Block format (every row of ``../shared/data/rlla_4k/test.parquet`` and ``rlla_4k_raw/rlla_sft.json``; seed ``003``)::
+Block format (every row of the RLLA splits and of ToolRL's SFT data; ``docs/router.md`` "Tool families")::
 
     **Available Tools**
     In your response, you can use the following tools:

@@ -67,7 +67,8 @@ def resolve_sft_files(files: Any, split: str) -> list[str]:
     """Parquet paths for ``data.train_files`` / ``data.val_files``.
 
     ``None`` means the RLLA split ``{split}.parquet`` found by ``verl.utils.dataset.rlla_data.resolve_rlla_file``
-    (built from ``../shared`` when missing); an empty list means none (no validation).
+    (built from the shared reference folder, ``$TOOLRL_SHARED`` or the folder ``shared`` beside the checkout, when
+    missing); an empty list means none (no validation).
 
     Raises:
         FileNotFoundError: a named file (or the default split) does not exist.

@@ -1,7 +1,7 @@
 """Entry point of the asynchronous RL mode: ``python -m verl.trainer.main_async [key=value ...]``.
 
-Composes ``verl/trainer/config/async_trainer.yaml`` (the synchronous trainer's tree plus the ``async:`` section; spec
-``specs/async_rl.md`` "Entry point and guarantees"), starts Ray (``verl.trainer.main_ppo.init_ray``), and runs the
+Composes ``verl/trainer/config/async_trainer.yaml`` (the synchronous trainer's tree plus the ``async:`` section;
+``docs/async.md``, section "Configuration"), starts Ray (``verl.trainer.main_ppo.init_ray``), and runs the
 :class:`~verl.async_rl.orchestrator.Orchestrator` until the learner reaches ``trainer.total_training_steps`` policy
 versions (a resumed run continues from its checkpoint's version). Metrics go to one tracker on the driver
 (``verl.utils.tracking.Tracking``: ``trainer.logger`` backends, ``{run_dir}/metrics.jsonl``).

@@ -8,8 +8,9 @@ Inputs (``data.format``, ``auto`` decides by extension: ``.json`` → ``api_bank
 
 - ``rlla``: a parquet file in the RLLA schema (``prompt`` chat column, ``reward_model.ground_truth``); default the RLLA
   test split (``rlla_data.resolve_rlla_file("test")``, 80 rows);
-- ``api_bank``: ToolRL's API-Bank JSON of any level (default ``../shared/data/api_bank/level-1-api_processed.json``,
-  399 rows), converted to RLLA rows by ``verl.utils.dataset.api_bank`` (ground-truth calls in the RLLA output format);
+- ``api_bank``: ToolRL's API-Bank JSON of any level (default ``data/api_bank/level-1-api_processed.json`` in the
+  shared reference folder, ``$TOOLRL_SHARED`` or the folder ``shared`` beside the checkout; 399 rows), converted to
+  RLLA rows by ``verl.utils.dataset.api_bank`` (ground-truth calls in the RLLA output format);
 - ``bfcl``: BFCL v4's single-turn categories (``data.categories``; ``data.max_samples`` rows per category) from the
   ``bfcl-eval`` package, asked in the RLLA format (``verl.utils.dataset.bfcl``); each output row also carries
   ``bfcl_id`` and ``bfcl_category``, and the evaluation uses BFCL's own checker (``verl.trainer.eval_bfcl``).

@@ -92,7 +92,7 @@ def prepare_config(config: DictConfig) -> DictConfig:
 
 
 def load_custom_reward(config: DictConfig):
-    """The reward-API function named by ``custom_reward_function`` (``../shared/specs/reward_api.md`` "Decorator"),
+    """The reward-API function named by ``custom_reward_function`` (``docs/reward_api.md`` "Decorator"),
     or None for the built-in default path (RLLA via ``default_compute_score``, in process).
 
     - ``path`` set: ``name`` (default ``compute_score``) from that file: a ``@reward_function``, an upstream-style

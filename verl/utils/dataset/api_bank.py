@@ -1,6 +1,7 @@
 """The API-Bank evaluation sets (as processed by ToolRL) turned into RLLA-schema rows.
 
-Default file: ``../shared/data/api_bank/level-1-api_processed.json`` — a JSON list of 399 objects::
+Default file: ``data/api_bank/level-1-api_processed.json`` in the shared reference folder (``$TOOLRL_SHARED``, by
+default the folder ``shared`` beside the checkout) — a JSON list of 399 objects::
 
     {"system": str,                        # RLLA-style instruction with the available tools and the output format
      "user":   str,                        # "**Dialogue Records History** <user>…</user> <response>…</response> …"
@@ -43,7 +44,8 @@ API_BANK_RELATIVE_PATH = Path("data") / "api_bank" / "level-1-api_processed.json
 
 
 def default_api_bank_path() -> Path:
-    """``<shared>/data/api_bank/level-1-api_processed.json`` (``$TOOLRL_SHARED`` or ``<repo>/../shared``)."""
+    """``<shared>/data/api_bank/level-1-api_processed.json``, where ``<shared>`` is ``$TOOLRL_SHARED`` or the folder
+    ``shared`` beside the checkout (:func:`~verl.utils.dataset.rlla_data.default_shared_dir`)."""
     return default_shared_dir() / API_BANK_RELATIVE_PATH
 
 

@@ -1,6 +1,6 @@
 """``RLHFDataset`` (prompts from parquet files, tokenised and left-padded) and its ``collate_fn``.
 
-Compatible with both constructor styles (``../shared/specs/verl_compat.md`` §3):
+Compatible with both constructor styles (``docs/verl_compat.md`` "RLHFDataset"):
 
 - ToolRL / verl 0.2: ``RLHFDataset(parquet_files, tokenizer, prompt_key='prompt', max_prompt_length=1024,
   use_chat_template=True, filter_prompts=True, cache_dir='~/.cache/verl/rlhf', chat_template_func=None,

@@ -1,6 +1,6 @@
 """The RLLA data: ToolRL's row schema, the project's default splits, and where the trainer finds them.
 
-Row schema (ToolRL ``dataset/rlla_4k_raw/rlla.py``; ``../shared/specs/verl_compat.md`` §4)::
+Row schema (ToolRL ``dataset/rlla_4k_raw/rlla.py``; ``docs/verl_compat.md`` "RLLA row schema")::
 
     data_source  = "rlla"
     prompt       = [{"role": "system", "content": instruction}, {"role": "user", "content": input}]
@@ -11,17 +11,17 @@ Row schema (ToolRL ``dataset/rlla_4k_raw/rlla.py``; ``../shared/specs/verl_compa
 The Arrow types (:data:`RLLA_ARROW_SCHEMA`) are those of ToolRL's published ``test.parquet`` (struct fields in
 alphabetical order, ``int64`` index), so files written here read back with exactly the shared file's schema.
 
-Default splits (:func:`build_default_rlla_splits`). ToolRL's 4k RL JSON is not in ``../shared``; what is there is its
-400-row SFT set (full reasoning) and the 80-row processed test split. The project therefore trains on the SFT rows in
-ToolRL's RL form: the reasoning inside ``<think>…</think>`` is replaced by the placeholder sentence that ToolRL's RL
-ground truths carry (ToolRL README: "the RL data contains only placeholders in the thought field"). The two sentences
-below were read from the 80 shared ground truths (71 tool-call rows, 9 response rows). Which one applies is decided
-from the text after ``</think>``, since 17 SFT thoughts quote the literal ``<tool_call>``.
+Default splits (:func:`build_default_rlla_splits`). ToolRL's 4k RL JSON is not in the shared reference folder; what
+is there is its 400-row SFT set (full reasoning) and the 80-row processed test split. The project therefore trains on
+the SFT rows in ToolRL's RL form: the reasoning inside ``<think>…</think>`` is replaced by the placeholder sentence
+that ToolRL's RL ground truths carry (ToolRL README: "the RL data contains only placeholders in the thought field").
+The two sentences below were read from the 80 shared ground truths (71 tool-call rows, 9 response rows). Which one
+applies is decided from the text after ``</think>``, since 17 SFT thoughts quote the literal ``<tool_call>``.
 
 Discovery (:func:`resolve_rlla_data_dir`) looks, in order, at: the explicit directory (argument, then ``$DATA_DIR``),
-the repository's git-ignored ``dataset/rlla_4k/``, a build from ``$TOOLRL_SHARED`` (default ``<repo>/../shared``)
-into ``dataset/rlla_4k/``, and a download of ToolRL's published parquet files (the full 3,920-row train split) into
-``dataset/rlla_4k/``. Set ``TOOLRL_OFFLINE=1`` to skip the download.
+the repository's git-ignored ``dataset/rlla_4k/``, a build from the shared reference folder (``$TOOLRL_SHARED``, by
+default the folder ``shared`` beside the checkout) into ``dataset/rlla_4k/``, and a download of ToolRL's published
+parquet files (the full 3,920-row train split) into ``dataset/rlla_4k/``. Set ``TOOLRL_OFFLINE=1`` to skip the download.
 
 CLI: ``python -m verl.utils.dataset.rlla_data [--data-dir DIR]`` prints the resolved directory (for shell scripts:
 ``DATA_DIR=$(python -m verl.utils.dataset.rlla_data)``).
@@ -53,7 +53,7 @@ ABILITY = "math"  # ToolRL labels every RLLA row "math"; kept for compatibility.
 TOOLRL_SEED = 31415
 TOOLRL_TEST_FRAC = 0.02
 
-# Exact think blocks of ToolRL's RL ground truths (read from ../shared/data/rlla_4k/test.parquet).
+# Exact think blocks of ToolRL's RL ground truths (read from the shared folder's data/rlla_4k/test.parquet).
 TOOL_CALL_THINK_PLACEHOLDER = "I should use the appropriate tool with proper parameters to respond to the user's need."
 RESPONSE_THINK_PLACEHOLDER = "I should directly respond to the user's need."
 
@@ -323,7 +323,7 @@ def repo_root() -> Path:
 
 
 def default_shared_dir(root: Path | None = None) -> Path:
-    """``$TOOLRL_SHARED`` if set, else ``<repo>/../shared``."""
+    """``$TOOLRL_SHARED`` if set, else the folder ``shared`` beside the checkout (a sibling of the repository root)."""
     env = os.environ.get("TOOLRL_SHARED")
     return Path(env).expanduser() if env else (root or repo_root()).parent / "shared"
 

@@ -1,8 +1,9 @@
 """The RLLA prompt format, so that other benchmarks (BFCL) can be asked in exactly the format a model trained on RLLA
 rows has learned.
 
-Every RLLA row (ToolRL's processed train/test splits, ``../shared/data/rlla_4k``) has the same system message except
-for its tool list: :data:`SYSTEM_HEAD` + the numbered tool entries + :data:`SYSTEM_TAIL`. A tool entry is::
+Every RLLA row (ToolRL's processed train/test splits, ``data/rlla_4k`` of the shared reference folder located by
+``$TOOLRL_SHARED``) has the same system message except for its tool list: :data:`SYSTEM_HEAD` + the numbered tool
+entries + :data:`SYSTEM_TAIL`. A tool entry is::
 
     <n>. Name: <name>
     Description: <description>

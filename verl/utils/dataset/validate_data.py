@@ -4,9 +4,9 @@ Usage::
 
     validate-data FILE.parquet [FILE ...] [--tokenizer tiny|DIR|none] [--max_prompt_length N] [--prompt_key KEY]
 
-Schema (``../shared/specs/verl_compat.md`` §4, ToolRL's ``rlla.py``): ``data_source`` a non-empty string; the prompt
-a non-empty list of ``{role, content}`` with non-empty strings; ``ability`` a string; ``reward_model`` an object with
-a non-empty string ``ground_truth``; ``extra_info`` an object with an int ``index``.
+Schema (``docs/verl_compat.md`` "RLLA row schema", ToolRL's ``rlla.py``): ``data_source`` a non-empty string; the
+prompt a non-empty list of ``{role, content}`` with non-empty strings; ``ability`` a string; ``reward_model`` an object
+with a non-empty string ``ground_truth``; ``extra_info`` an object with an int ``index``.
 
 Prints, per file, the row count and token-length statistics (count, median, p90, max) of the chat-templated prompts
 (as :class:`~verl.utils.dataset.rl_dataset.RLHFDataset` builds them) and of the ground truths, plus how many prompts

@@ -1,9 +1,9 @@
 """Rule-based reward functions, dispatched by ``data_source`` (upstream verl's ``default_compute_score``).
 
 Only the RLLA (ToolRL) reward is built in: any ``data_source`` containing ``"rlla"`` goes to
-``verl.utils.reward_score.rlla.compute_score`` (``../shared/specs/rlla_reward.md`` §1 "How it is called"). Upstream's
-signature has no ``step``; the adapter takes it, and the chat wrapper, from ``extra_info``
-(``../shared/specs/verl_compat.md`` "Reward manager").
+``verl.utils.reward_score.rlla.compute_score`` (``docs/rlla_reward.md`` "How it is called"). Upstream's signature has
+no ``step``; the adapter takes it, and the chat wrapper, from ``extra_info`` (``docs/verl_compat.md`` "Reward
+manager").
 """
 from __future__ import annotations
 

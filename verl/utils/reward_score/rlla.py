@@ -1,8 +1,9 @@
 """The ToolRL (RLLA) reward: format + tool-call correctness (+ optional think length).
 
-Behaviour reproduced case by case from ``../shared/specs/rlla_reward.md`` (cited below as "spec §…") and checked
-against every line of ``../shared/golden/rlla_reward_public.jsonl``. Parsing goes through
-``verl.utils.reward_score.tool_parse`` (strict, reward-compatible functions).
+Behaviour reproduced case by case from ToolRL's reward (Qian et al. 2025, arXiv 2504.13958), written out in
+``docs/rlla_reward.md`` (cited below as "spec" with the section name), and checked against every line of the golden
+file in the shared reference folder, ``$TOOLRL_SHARED`` (``tests/reward/test_rlla_reward_golden.py``; spec "Golden
+file check"). Parsing goes through ``verl.utils.reward_score.tool_parse`` (strict, reward-compatible functions).
 
 Differences from the reference, all deliberate:
 
@@ -65,15 +66,15 @@ class RLLARewardError(ValueError):
 
 class InvalidGroundTruthError(RLLARewardError):
     """The ground truth cannot be scored against: not a string, or its first ``<tool_call>`` block is not one JSON
-    value per line (the reference's uncaught ``json.loads``; spec §1 "Correctness score")."""
+    value per line (the reference's uncaught ``json.loads``; spec "Correctness score")."""
 
 
 class UnknownModelWrapperError(RLLARewardError, NotImplementedError):
     """No chat wrapper could be chosen: ``EXPERIMENT_NAME`` contains neither ``"llama"`` nor ``"qwen"`` (case-sensitive)
-    and none was passed, or an unknown ``wrapper=`` was passed (spec §1 "Extracting the prediction")."""
+    and none was passed, or an unknown ``wrapper=`` was passed (spec "Extracting the prediction")."""
 
 
-# Environment variable of each RewardSwitches field (spec §1 "Switches").
+# Environment variable of each RewardSwitches field (spec "Switches").
 SWITCH_ENV_VARS: dict[str, str] = {
     "withlength": "WITHLENGTH",
     "schedulelength": "SCHEDULELENGTH",
@@ -89,7 +90,7 @@ SWITCH_ENV_VARS: dict[str, str] = {
 
 @dataclass(frozen=True)
 class RewardSwitches:
-    """Snapshot of the reward switches (spec §1 "Switches"). A switch is on only when its variable is exactly ``"1"``.
+    """Snapshot of the reward switches (spec "Switches"). A switch is on only when its variable is exactly ``"1"``.
 
     ``strictmatch`` is recorded for completeness and, as in the reference, read nowhere. ``experiment_name`` is the
     raw ``EXPERIMENT_NAME`` (``""`` when unset); it picks the chat wrapper when ``compute_score`` gets none.
@@ -120,7 +121,8 @@ class RewardSwitches:
 
 def resolve_wrapper(wrapper: str | None, experiment_name: str) -> str:
     """The chat wrapper to strip: ``wrapper`` itself if given, else chosen from ``experiment_name`` like ToolRL:
-    ``"llama"`` if it contains ``llama``, else ``"qwen"`` if it contains ``qwen`` (both case-sensitive; spec §1).
+    ``"llama"`` if it contains ``llama``, else ``"qwen"`` if it contains ``qwen`` (both case-sensitive; spec
+    "Extracting the prediction").
 
     Raises:
         UnknownModelWrapperError: ``wrapper`` is not one of ``"qwen"``, ``"llama"``, ``"none"``, or it is None and
@@ -141,7 +143,7 @@ def resolve_wrapper(wrapper: str | None, experiment_name: str) -> str:
 
 
 def format_range(step: float, switches: RewardSwitches) -> tuple[float, float]:
-    """``(max, min)`` of the format term at ``step`` (spec §1 "Format score" and "Switches").
+    """``(max, min)`` of the format term at ``step`` (spec "Format score" and "Switches").
 
     Default (1, 0). MAX1STEP30MAX3: halved from step 30. Then SCHEDULEREWARD:
     max = max(1, 2 − (2 − max)·step/150), min = min(−1, −2 + (2 + min)·step/150).
@@ -158,7 +160,7 @@ def format_range(step: float, switches: RewardSwitches) -> tuple[float, float]:
 
 
 def correctness_range(step: float, switches: RewardSwitches) -> tuple[float, float]:
-    """``(max, min)`` of the correctness term at ``step`` (spec §1 "Correctness score" and "Switches").
+    """``(max, min)`` of the correctness term at ``step`` (spec "Correctness score" and "Switches").
 
     Default (3, −3); CORRECTMAX1 (1, −1). MAX1STEP30MAX3: divided by 3 before step 30. Then SCHEDULEREWARD:
     max = min(3, (max − 2)·step/150 + 2), min = max(−3, (min + 2)·step/150 − 2).
@@ -175,7 +177,8 @@ def correctness_range(step: float, switches: RewardSwitches) -> tuple[float, flo
 
 
 def match_score(list1: list, list2: list, refined: bool = False) -> float:
-    """Similarity of two lists (tool names, or one tool's parameter keys); spec §1 step 2 and REFINEDREWARD.
+    """Similarity of two lists (tool names, or one tool's parameter keys); spec "Correctness score" step 2 and
+    REFINEDREWARD.
 
     1.0 for equal lists; with ``refined`` 0.0 for anything else; otherwise 0.0 if either is empty, else the multiset
     Jaccard ratio |A∩B| / (|A| + |B| − |A∩B|).
@@ -194,7 +197,7 @@ def match_score(list1: list, list2: list, refined: bool = False) -> float:
 
 
 def format_reward(prediction: str, ground_truth: str, fmax: float, fmin: float) -> float:
-    """``fmax`` if ``prediction`` has the shape the GT calls for, else ``fmin`` (spec §1 "Format score").
+    """``fmax`` if ``prediction`` has the shape the GT calls for, else ``fmin`` (spec "Format score").
 
     The expected shape comes from substring tests on the whole GT (think included); each pattern is anchored with
     ``^…$`` under DOTALL, and the tool_call/response tags must each occur exactly once (think tags are not counted).
@@ -218,7 +221,7 @@ def format_reward(prediction: str, ground_truth: str, fmax: float, fmin: float) 
 
 def length_reward(prediction: str, step: float, switches: RewardSwitches, lmax: float = 1.0,
                   lmin: float = 0.0) -> float:
-    """Think-length term (spec §1 "Length score"); only added by ``compute_score`` under WITHLENGTH.
+    """Think-length term (spec "Length score"); only added by ``compute_score`` under WITHLENGTH.
 
     ``lmin`` if the prediction lacks ``<think>`` or ``</think>``; else, with ``w`` the whitespace-separated words
     after the last ``<think>`` and before the next ``</think>``: ``min(1, round(w / L, 2))·(lmax − lmin) + lmin``,
@@ -249,7 +252,7 @@ def parse_ground_truth_tools(ground_truth: str) -> list[Any]:
 
 def compute_tool_call_reward(gt_tools: list, pd_tools: list, cmax: float, cmin: float,
                              switches: RewardSwitches) -> float:
-    """Correctness of predicted tool calls against the GT's (spec §1 ``compute_tool_call_reward`` steps 1–5).
+    """Correctness of predicted tool calls against the GT's (spec "Correctness score", steps 1–5).
 
     1. ``gt_tools == pd_tools`` → ``cmax`` (COARSEREWARD: anything else → ``cmin``).
     2. S = match_score(gt names, pd names).
@@ -296,7 +299,7 @@ def compute_tool_call_reward(gt_tools: list, pd_tools: list, cmax: float, cmin: 
 
 def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: float,
                        switches: RewardSwitches) -> float:
-    """Tool-call correctness term (spec §1 "Correctness score").
+    """Tool-call correctness term (spec "Correctness score").
 
     0.0 when the GT has no ``<tool_call>``. Otherwise the GT is parsed (errors propagate) and the prediction must
     contain both tags and parse strictly (first block only); any exception while parsing or comparing the
@@ -311,7 +314,7 @@ def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: fl
     try:
         pd_tools = strict_tool_calls(prediction, require_close=True)
         return compute_tool_call_reward(gt_tools, pd_tools, cmax, cmin, switches)
-    except Exception as err:  # noqa: BLE001 - the reference maps every failure to the minimum (spec §1)
+    except Exception as err:  # noqa: BLE001 - the reference maps every failure to the minimum (spec)
         logger.debug("rlla correctness: prediction unparseable or malformed (%s: %s) -> min %s",
                      type(err).__name__, err, cmin)
         return cmin
@@ -319,7 +322,7 @@ def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: fl
 
 def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper: str | None = None, *,
                   switches: RewardSwitches | None = None) -> tuple[float, float, float, float]:
-    """RLLA reward of one decoded sample (spec §1).
+    """RLLA reward of one decoded sample (spec "How it is called").
 
     Args:
         solution_str: decoded text: the whole chat (ToolRL: prompt + response, special tokens kept) or a bare

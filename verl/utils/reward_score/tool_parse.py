@@ -4,7 +4,7 @@ Two families of functions live here; pick by what the caller needs:
 
 **Strict, reward-compatible** (``first_block``, ``parse_tool_lines``, ``strict_tool_calls``,
 ``extract_assistant_turn``). These reproduce the ToolRL reward's parsing exactly, quirks included
-(``../shared/specs/rlla_reward.md`` §1 "Correctness score"):
+(``docs/rlla_reward.md`` "Correctness score"):
 
 - only the *first* ``<tool_call>…</tool_call>`` block is read: the text after the first opening tag, cut at the
   next closing tag (or the end of the text when there is none), stripped;
@@ -18,8 +18,9 @@ Use these only to score, or to reproduce what the reward saw. Changing them chan
 **Lenient, for analysis** (``find_spans``, ``first_span``, ``extract_tags``, ``parse_tool_calls``, ``tool_usage``).
 These never raise on malformed model output: every complete ``<tag>…</tag>`` span is found, every block is read,
 pretty-printed JSON and JSON lists are accepted, ``arguments`` is accepted for ``parameters``, and anything
-unparseable is counted rather than fatal. Use them to count tool calls per response (router cost, ``router.md``
-"Tool usage and cost"), to pick the first think / action span (RLVCR, ``rlvcr.md`` "Response format"), or for logs.
+unparseable is counted rather than fatal. Use them to count tool calls per response (router cost, ``docs/router.md``
+"Tool usage and cost (after generation)"), to pick the first think / action span (RLVCR, ``docs/rlvcr.md`` "Response
+format and parsing"), or for logs.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ TOOL_CALL = "tool_call"
 RESPONSE = "response"
 RLLA_TAGS = (THINK, TOOL_CALL, RESPONSE)
 
-# Chat-template markers delimiting the assistant turn (spec §1 "Extracting the prediction").
+# Chat-template markers delimiting the assistant turn (``docs/rlla_reward.md`` "Extracting the prediction").
 WRAPPER_MARKERS: dict[str, tuple[str, str]] = {
     "qwen": ("<|im_start|>assistant", "<|im_end|>"),
     "llama": ("<|start_header_id|>assistant<|end_header_id|>", "<|eot_id|>"),
@@ -71,7 +72,8 @@ def close_tag(tag: str) -> str:
 # Strict (reward-compatible)
 # --------------------------------------------------------------------------------------------------------------------
 def extract_assistant_turn(solution_str: str, wrapper: str) -> str:
-    """The assistant's text inside a decoded chat, exactly as the RLLA reward extracts it (spec §1).
+    """The assistant's text inside a decoded chat, exactly as the RLLA reward extracts it
+    (``docs/rlla_reward.md`` "Extracting the prediction").
 
     ``"qwen"``: the text after the *last* ``<|im_start|>assistant`` and before the next ``<|im_end|>``;
     ``"llama"``: the same with ``<|start_header_id|>assistant<|end_header_id|>`` / ``<|eot_id|>``;

@@ -1,8 +1,9 @@
 """The data-parallel PPO actor: response log-probs of a batch, and the clipped policy-gradient update.
 
 verl's ``DataParallelPPOActor`` (``verl/workers/actor/dp_actor.py``) with three ToolRL bugs fixed
-(``../shared/specs/verl_compat.md``): the KL loss is *added* (upstream #179), ``ppo_epochs`` and ``shuffle`` are
-honoured, and micro-batch gradients are weighted so a mini-batch's gradient does not depend on how it is cut.
+(``docs/verl_compat.md`` "Actor and critic fixes"): the KL loss is *added* (upstream #179), ``ppo_epochs`` and
+``shuffle`` are honoured, and micro-batch gradients are weighted so a mini-batch's gradient does not depend on how it
+is cut.
 
 Loss of one mini-batch (every term aggregated with ``loss_agg_mode`` over ``response_mask``)::
 

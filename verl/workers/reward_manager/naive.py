@@ -1,16 +1,16 @@
 """Rule-based reward manager: decode each rollout, score it, put the score on the last valid response token.
 
-One class serves both conventions (``../shared/specs/verl_compat.md`` "Reward manager", ``rlla_reward.md`` §1
-"How it is called"):
+One class serves both conventions (``docs/verl_compat.md`` "Reward manager", ``docs/rlla_reward.md`` "How it is
+called"):
 
 - upstream verl's ``NaiveRewardManager``: ``decode="response"`` decodes only the valid response tokens with
   ``skip_special_tokens=True`` and calls ``compute_score(data_source, solution_str, ground_truth, extra_info)``;
 - ToolRL's ``RewardManager``: ``decode="prompt+response"`` decodes the valid prompt plus the valid response with
   special tokens kept, so the RLLA reward strips the chat wrapper itself.
 
-A bare response and a wrapped one score the same under the RLLA reward (spec §1 "Extracting the prediction"), so the
-two modes agree for RLLA rows. The trainer step reaches the scorer through ``extra_info["step"]`` and the chat
-wrapper through ``extra_info["wrapper"]``.
+A bare response and a wrapped one score the same under the RLLA reward (``docs/rlla_reward.md`` "Extracting the
+prediction"), so the two modes agree for RLLA rows. The trainer step reaches the scorer through ``extra_info["step"]``
+and the chat wrapper through ``extra_info["wrapper"]``.
 
 Scoring is one method, ``_score_rows`` (``agent_system.reward.manager.RewardAPIManager`` overrides it to call a reward-API function). A sample
 whose scoring raises (e.g. ``InvalidGroundTruthError``) does not stop the batch: it scores 0, is marked
@@ -271,7 +271,7 @@ class RLLARewardManager:
                                             ground_truth=ground_truth_of(row.reward_model), extra_info=extra_info)
                 values = dict(result) if isinstance(result, dict) else {"score": result}
                 outcomes.append((float(values.pop("score")), values, ""))
-            except Exception as err:  # noqa: BLE001 - one bad sample must not stop training (rlla_reward.md)
+            except Exception as err:  # noqa: BLE001 - one bad sample must not stop training (docs/rlla_reward.md)
                 outcomes.append((0.0, {}, f"{type(err).__name__}: {err}"[:_MAX_REASON_CHARS]))
         return outcomes, {}
 
