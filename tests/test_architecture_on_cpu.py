@@ -26,15 +26,15 @@ def _load_checker():
 
 arch = _load_checker()
 
-# Measured on this checkout when the checker was added. These numbers must only go DOWN: lower them in the same
-# change that removes an upward import, a cycle, a long file or an outside citation, and the architecture issue is
-# done when every one of them is 0 (then ``scripts/check_architecture.py --strict`` passes).
+# Every count reached 0 (``scripts/check_architecture.py --strict`` passes): no upward import, no import cycle (imports
+# inside functions counted), no package file over 600 lines, no citation of a path outside the repository. A change
+# that adds one fails here with the report naming it.
 BASELINE = {
     "upward_edges": 0,
     "cycles": 0,
     "cycle_modules": 0,
-    "long_files": 1,
-    "outside_citations": 55,
+    "long_files": 0,
+    "outside_citations": 0,
 }
 
 

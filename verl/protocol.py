@@ -16,6 +16,8 @@ Copy semantics: operations that select rows (indexing, ``slice``, ``chunk``, ``s
 as the underlying ``TensorDict`` / NumPy indexing does (basic slices and ``int`` indices share storage, fancy indices
 copy); ``select(deepcopy=False)`` and ``pop`` share the tensors and the non-tensor arrays with the source;
 ``select(deepcopy=True)`` returns fully independent data. ``meta_info`` dicts are shallow-copied for derived objects.
+The internals (field checks, concatenation, index normalisation, padding helpers, ``DataProtoFuture``) live in
+:mod:`verl.utils.dataproto_ops` and are re-exported here with upstream's names.
 """
 from __future__ import annotations
 
@@ -23,20 +25,37 @@ import copy
 import logging
 import os
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 import numpy as np
 import torch
 from tensordict import TensorDict
-from torch.utils.data import DataLoader
 
+from verl.utils.dataproto_ops import (
+    DataProtoConfig,
+    DataProtoFuture,
+    check_present,
+    key_subset,
+    log_size,
+    rename_batch_keys,
+    row_positions,
+    split_single_dict,
+    check_fields,
+    common_batch_size,
+    concat_fields,
+    fold_batch_dim,
+    mini_batch_iterator,
+    pad_dataproto_to_divisor,
+    to_non_tensor_array,
+    unfold_batch_dim,
+    unfold_columns,
+    unpad_dataproto,
+)
 from verl.utils.tensordict_utils import (
     DataProtoError,
     as_object_array,
-    deep_equal,
     deserialize_single_tensor,
     deserialize_tensordict,
     get_tensordict,
@@ -71,45 +90,6 @@ __all__ = [
     "serialize_tensordict",
     "deserialize_tensordict",
 ]
-
-
-class _DataProtoConfigMeta(type):
-    """Metaclass giving :class:`DataProtoConfig` a class-level ``auto_padding`` property."""
-
-    _config: dict[str, Any] = {}
-    auto_padding_key = "_verl_auto_padding"
-
-    @property
-    def auto_padding(cls) -> bool:
-        from_env = os.getenv("VERL_AUTO_PADDING", "FALSE").upper() in ("TRUE", "1")
-        return from_env or bool(cls._config.get(cls.auto_padding_key, False))
-
-    @auto_padding.setter
-    def auto_padding(cls, enabled: bool) -> None:
-        if not isinstance(enabled, bool):
-            raise TypeError(f"auto_padding must be a bool, got {type(enabled).__name__}")
-        cls._config[cls.auto_padding_key] = enabled
-
-
-class DataProtoConfig(metaclass=_DataProtoConfigMeta):
-    """Process-wide switches. ``DataProtoConfig.auto_padding = True`` (or env ``VERL_AUTO_PADDING=1``) lets
-    ``chunk`` accept sizes that do not divide evenly and lets worker groups pad inputs to the world size."""
-
-
-def _to_non_tensor_array(key: str, val: Any) -> np.ndarray:
-    """Per-row values -> ndarray; lists/tuples always become object arrays of shape ``(B,)``."""
-    if isinstance(val, np.ndarray):
-        if val.ndim == 0:
-            raise ValueError(f"non-tensor {key!r} is a 0-d array; expected one value per row")
-        return val
-    if isinstance(val, (list, tuple)):
-        return as_object_array(val)
-    raise TypeError(f"non-tensor {key!r} has type {type(val).__name__}; expected an np.ndarray, list or tuple")
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# DataProtoItem / DataProto
-# ---------------------------------------------------------------------------------------------------------------------
 
 
 @dataclass(eq=False)
@@ -168,32 +148,7 @@ class DataProto:
             DataProtoError: the batch does not have exactly one batch dimension, or a non-tensor array's length
                 differs from the batch size (the message names the key).
         """
-        if self.batch is not None and not isinstance(self.batch, TensorDict):
-            raise TypeError(f"DataProto.batch must be a TensorDict or None, got {type(self.batch).__name__}")
-        if not isinstance(self.non_tensor_batch, dict):
-            raise TypeError(f"non_tensor_batch must be a dict, got {type(self.non_tensor_batch).__name__}")
-        if not isinstance(self.meta_info, dict):
-            raise TypeError(f"meta_info must be a dict, got {type(self.meta_info).__name__}")
-        expected: int | None = None
-        source = "the batch"
-        if self.batch is not None:
-            if len(self.batch.batch_size) != 1:
-                raise DataProtoError(
-                    f"DataProto.batch must have exactly one batch dimension (num_batch_dims=1), got batch_size "
-                    f"{tuple(self.batch.batch_size)}"
-                )
-            expected = int(self.batch.batch_size[0])
-        for key, val in self.non_tensor_batch.items():
-            if not isinstance(val, np.ndarray) or val.ndim == 0:
-                raise TypeError(
-                    f"non_tensor_batch[{key!r}] must be an np.ndarray with a batch dimension, got {type(val).__name__}"
-                )
-            if expected is None:
-                expected, source = int(val.shape[0]), f"non_tensor_batch[{key!r}]"
-            elif val.shape[0] != expected:
-                raise DataProtoError(
-                    f"non_tensor_batch[{key!r}] has length {val.shape[0]} but {source} has batch size {expected}"
-                )
+        check_fields(self.batch, self.non_tensor_batch, self.meta_info)
 
     # ----------------------------------------------------------------------------------------------- constructors
 
@@ -206,17 +161,7 @@ class DataProto:
         Raises:
             TypeError: a value is neither a ``torch.Tensor`` nor an ``np.ndarray`` (the message names the key).
         """
-        tensors, non_tensors = {}, {}
-        for key, val in data.items():
-            if isinstance(val, torch.Tensor):
-                tensors[key] = val
-            elif isinstance(val, np.ndarray):
-                non_tensors[key] = val
-            else:
-                raise TypeError(
-                    f"from_single_dict: value for {key!r} has type {type(val).__name__}; expected torch.Tensor or "
-                    f"np.ndarray"
-                )
+        tensors, non_tensors = split_single_dict(data)
         return cls.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta_info, auto_padding=auto_padding)
 
     @classmethod
@@ -252,23 +197,8 @@ class DataProto:
         if not isinstance(num_batch_dims, int) or num_batch_dims < 1:
             raise ValueError(f"num_batch_dims must be a positive int, got {num_batch_dims!r}")
 
-        batch_size, pivot = None, None
-        for key, tensor in tensors.items():
-            if not isinstance(tensor, torch.Tensor):
-                raise TypeError(f"tensor {key!r} has type {type(tensor).__name__}; expected torch.Tensor")
-            if tensor.dim() < num_batch_dims:
-                raise DataProtoError(
-                    f"tensor {key!r} has shape {tuple(tensor.shape)}, fewer than {num_batch_dims} batch dims"
-                )
-            current = tuple(tensor.shape[:num_batch_dims])
-            if batch_size is None:
-                batch_size, pivot = current, key
-            elif current != batch_size:
-                raise DataProtoError(
-                    f"tensor {key!r} has batch dims {current} but tensor {pivot!r} has {batch_size}; "
-                    f"all tensors must share the first {num_batch_dims} dim(s)"
-                )
-        non_tensors = {key: _to_non_tensor_array(key, val) for key, val in non_tensors.items()}
+        batch_size = common_batch_size(tensors, num_batch_dims)
+        non_tensors = {key: to_non_tensor_array(key, val) for key, val in non_tensors.items()}
         if auto_padding:
             meta_info[DataProtoConfig.auto_padding_key] = True
         batch = TensorDict(source=tensors, batch_size=batch_size) if tensors else None
@@ -341,24 +271,7 @@ class DataProto:
             IndexError: a boolean mask whose length is not ``len(self)``, or positions out of range.
             TypeError: non-integer, non-boolean indices.
         """
-        if isinstance(idxs, torch.Tensor):
-            idx_np = idxs.detach().cpu().numpy()
-        else:
-            idx_np = np.asarray(idxs)
-            if idx_np.size == 0:
-                idx_np = idx_np.astype(np.int64)
-        if idx_np.ndim != 1:
-            raise IndexError(f"indices must be 1-D, got shape {idx_np.shape}")
-        n = len(self)
-        if idx_np.dtype == bool:
-            if idx_np.shape[0] != n:
-                raise IndexError(f"boolean mask has length {idx_np.shape[0]} but DataProto has {n} rows")
-            idx_np = np.flatnonzero(idx_np)
-        elif not np.issubdtype(idx_np.dtype, np.integer):
-            raise TypeError(f"indices must be integers or booleans, got dtype {idx_np.dtype}")
-        idx_np = idx_np.astype(np.int64, copy=False)
-        if idx_np.size and (idx_np.max() >= n or idx_np.min() < -n):
-            raise IndexError(f"index out of range for DataProto of length {n}")
+        idx_np = row_positions(idxs, len(self))
         batch = None
         if self.batch is not None:
             index = torch.from_numpy(idx_np)
@@ -400,23 +313,14 @@ class DataProto:
             batch = batch.select(*batch_keys)
         elif batch_keys is not None and batch_keys:
             raise KeyError(f"batch keys {list(batch_keys)} requested but this DataProto has no tensor batch")
-        non_tensor = self._subset(self.non_tensor_batch, non_tensor_batch_keys, "non_tensor_batch")
-        meta = self._subset(self.meta_info, meta_info_keys, "meta_info")
+        non_tensor = key_subset(self.non_tensor_batch, non_tensor_batch_keys, "non_tensor_batch")
+        meta = key_subset(self.meta_info, meta_info_keys, "meta_info")
         if deepcopy:
             batch = batch.clone() if batch is not None else None
             non_tensor, meta = copy.deepcopy(non_tensor), copy.deepcopy(meta)
         elif batch is self.batch and batch is not None:
             batch = batch.select(*batch.keys())  # new container, same tensors
         return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
-
-    @staticmethod
-    def _subset(source: dict, keys: Sequence[str] | None, what: str) -> dict:
-        if keys is None:
-            return dict(source)
-        missing = [k for k in keys if k not in source]
-        if missing:
-            raise KeyError(f"{what} keys {missing} not found; available: {sorted(source)}")
-        return {k: source[k] for k in keys}
 
     def pop(
         self,
@@ -432,14 +336,8 @@ class DataProto:
         batch_keys, non_tensor_batch_keys = list(batch_keys or []), list(non_tensor_batch_keys or [])
         meta_info_keys = list(meta_info_keys or [])
         available = set(self.batch.keys()) if self.batch is not None else set()
-        for keys, pool, what in (
-            (batch_keys, available, "batch"),
-            (non_tensor_batch_keys, self.non_tensor_batch, "non_tensor_batch"),
-            (meta_info_keys, self.meta_info, "meta_info"),
-        ):
-            missing = [k for k in keys if k not in pool]
-            if missing:
-                raise KeyError(f"cannot pop {what} keys {missing}: not present (available: {sorted(pool)})")
+        check_present(((batch_keys, available, "batch"), (non_tensor_batch_keys, self.non_tensor_batch,
+                       "non_tensor_batch"), (meta_info_keys, self.meta_info, "meta_info")))
         tensors = {k: self.batch.pop(k) for k in batch_keys}
         non_tensors = {k: self.non_tensor_batch.pop(k) for k in non_tensor_batch_keys}
         meta = {k: self.meta_info.pop(k) for k in meta_info_keys}
@@ -454,24 +352,7 @@ class DataProto:
         Raises:
             TypeError: keys are not str / list of str. ValueError: lengths differ. KeyError: an old key is missing.
         """
-
-        def as_list(keys: Any, name: str) -> list[str]:
-            if isinstance(keys, str):
-                return [keys]
-            if isinstance(keys, (list, tuple)) and all(isinstance(k, str) for k in keys):
-                return list(keys)
-            raise TypeError(f"{name} must be a str or a list of str, got {keys!r}")
-
-        old, new = as_list(old_keys, "old_keys"), as_list(new_keys, "new_keys")
-        if len(old) != len(new):
-            raise ValueError(f"rename needs as many new keys as old keys, got {len(old)} and {len(new)}")
-        if self.batch is None:
-            raise KeyError(f"cannot rename {old}: this DataProto has no tensor batch")
-        missing = [k for k in old if k not in self.batch.keys()]
-        if missing:
-            raise KeyError(f"cannot rename batch keys {missing}: not present")
-        for old_key, new_key in zip(old, new):
-            self.batch.rename_key_(old_key, new_key)
+        rename_batch_keys(self.batch, old_keys, new_keys)
         return self
 
     def union(self, other: DataProto) -> DataProto:
@@ -581,33 +462,7 @@ class DataProto:
         for i, d in enumerate(data):
             if not isinstance(d, DataProto):
                 raise TypeError(f"concat: element {i} is a {type(d).__name__}, expected DataProto")
-        has_batch = [d.batch is not None for d in data]
-        if any(has_batch) and not all(has_batch):
-            raise ValueError("concat: either all parts or none must have a tensor batch")
-        batch = torch.cat([d.batch for d in data], dim=0) if has_batch[0] else None
-        keys0 = set(data[0].non_tensor_batch)
-        for i, d in enumerate(data[1:], start=1):
-            if set(d.non_tensor_batch) != keys0:
-                raise ValueError(
-                    f"concat: part {i} has non-tensor keys {sorted(d.non_tensor_batch)}, part 0 has {sorted(keys0)}"
-                )
-        non_tensor = {k: np.concatenate([d.non_tensor_batch[k] for d in data], axis=0) for k in keys0}
-
-        meta: dict[str, Any] = {}
-        all_metrics: list[dict] = []
-        for d in data:
-            for key, val in d.meta_info.items():
-                if key == "metrics":
-                    if isinstance(val, (list, tuple)):
-                        all_metrics.extend(val)
-                    elif val is not None:
-                        all_metrics.append(val)
-                elif key in meta and not deep_equal(meta[key], val):
-                    raise DataProtoError(f"concat: conflicting values for meta_info key {key!r}")
-                else:
-                    meta.setdefault(key, val)
-        if all_metrics:
-            meta["metrics"] = list_of_dict_to_dict_of_list(all_metrics)
+        batch, non_tensor, meta = concat_fields(data)
         return type(data[0])(batch=batch, non_tensor_batch=non_tensor, meta_info=meta)
 
     def reorder(self, indices: torch.Tensor | np.ndarray | Sequence[int]) -> None:
@@ -661,26 +516,7 @@ class DataProto:
         Raises:
             ValueError: a split entry's dim 1 is not divisible by ``n_split``. KeyError: unknown split key.
         """
-        split_keys = set(split_keys or [])
-        known = set(self.non_tensor_batch) | (set(self.batch.keys()) if self.batch is not None else set())
-        if split_keys - known:
-            raise KeyError(f"unfold_column_chunks: unknown keys {sorted(split_keys - known)}")
-
-        def unfold(key: str, val: Any, repeat: Callable) -> Any:
-            if key not in split_keys:
-                return repeat(val)
-            if val.ndim < 2 or val.shape[1] % n_split != 0:
-                raise ValueError(f"{key!r} of shape {tuple(val.shape)} cannot be split into {n_split} along dim 1")
-            return val.reshape(val.shape[0] * n_split, val.shape[1] // n_split, *val.shape[2:])
-
-        batch = None
-        if self.batch is not None:
-            cols = {k: unfold(k, v, lambda t: t.repeat_interleave(n_split, dim=0)) for k, v in self.batch.items()}
-            batch = TensorDict(cols, batch_size=(len(self) * n_split,), device=self.batch.device)
-        non_tensor = {
-            k: unfold(k, v, lambda a: np.repeat(a, n_split, axis=0)) for k, v in self.non_tensor_batch.items()
-        }
-        return type(self)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(self.meta_info))
+        return unfold_columns(self, n_split, split_keys)
 
     # ---------------------------------------------------------------------------------------- iteration / device
 
@@ -697,34 +533,7 @@ class DataProto:
             ValueError: ``len(self)`` is not divisible by ``mini_batch_size``, or bad ``epochs``.
             TypeError: ``dataloader_kwargs`` is not a dict.
         """
-        if not isinstance(mini_batch_size, (int, np.integer)) or mini_batch_size < 1:
-            raise ValueError(f"mini_batch_size must be a positive int, got {mini_batch_size!r}")
-        if len(self) % mini_batch_size != 0:
-            raise ValueError(f"DataProto of size {len(self)} is not divisible by mini_batch_size {mini_batch_size}")
-        if not isinstance(epochs, (int, np.integer)) or epochs < 0:
-            raise ValueError(f"epochs must be a non-negative int, got {epochs!r}")
-        dataloader_kwargs = {} if dataloader_kwargs is None else dataloader_kwargs
-        if not isinstance(dataloader_kwargs, dict):
-            raise TypeError(f"dataloader_kwargs must be a dict, got {type(dataloader_kwargs).__name__}")
-        generator = None
-        if seed is not None:
-            generator = torch.Generator()
-            generator.manual_seed(seed)
-        loader = DataLoader(
-            dataset=range(len(self)),
-            batch_size=int(mini_batch_size),
-            collate_fn=partial(_select_rows, self),
-            generator=generator,
-            **dataloader_kwargs,
-        )
-
-        def get_data():
-            for _ in range(epochs):
-                for mini_batch in loader:
-                    mini_batch.meta_info = self.meta_info
-                    yield mini_batch
-
-        return iter(get_data())
+        return mini_batch_iterator(self, mini_batch_size, epochs, seed, dataloader_kwargs)
 
     def to(self, device: str | torch.device) -> DataProto:
         """Move the tensor batch to ``device`` (in place) and return ``self``."""
@@ -765,101 +574,7 @@ class DataProto:
 
     def print_size(self, prefix: str = "") -> None:
         """Log (INFO) the memory held by tensors and non-tensor arrays, in MB."""
-        tensor_bytes = 0 if self.batch is None else sum(
-            t.numel() * t.element_size() for t in self.batch.values(include_nested=True, leaves_only=True)
-        )
-        array_bytes = sum(v.nbytes for v in self.non_tensor_batch.values())
-        logger.info(
-            "%sDataProto size: batch %.3f MB, non_tensor_batch %.3f MB", prefix, tensor_bytes / 1024**2,
-            array_bytes / 1024**2,
-        )
-
-
-def _select_rows(data: DataProto, positions: list[int]) -> DataProto:
-    """Collate function for :meth:`DataProto.make_iterator`: row positions -> DataProto."""
-    return data.select_idxs(np.asarray(positions, dtype=np.int64))
-
-
-# ---------------------------------------------------------------------------------------------------------------------
-# module-level helpers
-# ---------------------------------------------------------------------------------------------------------------------
-
-
-def pad_dataproto_to_divisor(data: DataProto, size_divisor: int) -> tuple[DataProto, int]:
-    """Append rows (cycling from the start, as many times as needed) so that the length divides ``size_divisor``.
-
-    Returns:
-        ``(padded, pad_size)``; ``padded is data`` when no padding is needed.
-
-    Raises:
-        TypeError: ``data`` is not a DataProto. ValueError: ``size_divisor < 1`` or padding an empty DataProto.
-    """
-    if not isinstance(data, DataProto):
-        raise TypeError(f"expected a DataProto, got {type(data).__name__}")
-    if not isinstance(size_divisor, (int, np.integer)) or size_divisor < 1:
-        raise ValueError(f"size_divisor must be a positive int, got {size_divisor!r}")
-    n = len(data)
-    if n % size_divisor == 0:
-        if n == 0:
-            logger.warning("pad_dataproto_to_divisor: DataProto is empty, nothing to pad")
-        return data, 0
-    pad_size = int(size_divisor - n % size_divisor)
-    padded = DataProto.concat([data, data.select_idxs(np.arange(pad_size) % n)])
-    return padded, pad_size
-
-
-def unpad_dataproto(data: DataProto, pad_size: int) -> DataProto:
-    """Drop the last ``pad_size`` rows (inverse of :func:`pad_dataproto_to_divisor`).
-
-    Raises:
-        ValueError: ``pad_size`` negative or larger than ``len(data)``.
-    """
-    if pad_size < 0 or pad_size > len(data):
-        raise ValueError(f"pad_size must be in [0, {len(data)}], got {pad_size}")
-    return data[: len(data) - pad_size] if pad_size else data
-
-
-def fold_batch_dim(data: DataProto, new_batch_size: int) -> DataProto:
-    """Reshape ``(B, ...)`` into ``(new_batch_size, B // new_batch_size, ...)``; the batch dim becomes
-    ``new_batch_size``. Non-tensor arrays are reshaped the same way.
-
-    Raises:
-        ValueError: ``B`` not divisible by ``new_batch_size``.
-    """
-    n = len(data)
-    if new_batch_size < 1 or n % new_batch_size != 0:
-        raise ValueError(f"batch size {n} is not divisible by new_batch_size {new_batch_size}")
-    group = n // new_batch_size
-    batch = None
-    if data.batch is not None:
-        cols = {k: v.reshape(new_batch_size, group, *v.shape[1:]) for k, v in data.batch.items()}
-        batch = TensorDict(cols, batch_size=(new_batch_size,), device=data.batch.device)
-    non_tensor = {k: v.reshape(new_batch_size, group, *v.shape[1:]) for k, v in data.non_tensor_batch.items()}
-    return type(data)(batch=batch, non_tensor_batch=non_tensor, meta_info=data.meta_info)
-
-
-def unfold_batch_dim(data: DataProto, batch_dims: int = 2) -> DataProto:
-    """Inverse of :func:`fold_batch_dim`: merge the first ``batch_dims`` dims of every entry into one batch dim.
-
-    Raises:
-        ValueError: ``batch_dims < 1`` or entries disagree on their leading dims.
-    """
-    if batch_dims < 1:
-        raise ValueError(f"batch_dims must be >= 1, got {batch_dims}")
-    lead: tuple | None = None
-    entries = list(data.batch.items()) if data.batch is not None else []
-    entries += list(data.non_tensor_batch.items())
-    for key, val in entries:
-        if val.ndim < batch_dims or (lead is not None and tuple(val.shape[:batch_dims]) != lead):
-            raise ValueError(f"{key!r} of shape {tuple(val.shape)} does not share {batch_dims} leading batch dims")
-        lead = tuple(val.shape[:batch_dims])
-    n = int(np.prod(lead)) if lead is not None else 0
-    batch = None
-    if data.batch is not None:
-        cols = {k: v.reshape(n, *v.shape[batch_dims:]) for k, v in data.batch.items()}
-        batch = TensorDict(cols, batch_size=(n,), device=data.batch.device)
-    non_tensor = {k: v.reshape(n, *v.shape[batch_dims:]) for k, v in data.non_tensor_batch.items()}
-    return type(data)(batch=batch, non_tensor_batch=non_tensor, meta_info=data.meta_info)
+        log_size(self, prefix)
 
 
 def collate_fn(x: Sequence[DataProtoItem]) -> DataProto:
@@ -880,51 +595,3 @@ def collate_fn(x: Sequence[DataProtoItem]) -> DataProto:
     columns = list_of_dict_to_dict_of_list([item.non_tensor_batch for item in items])
     non_tensor = {k: as_object_array(v) for k, v in columns.items()}
     return DataProto(batch=batch, non_tensor_batch=non_tensor, meta_info=items[0].meta_info)
-
-
-@dataclass(eq=False)
-class DataProtoFuture:
-    """A DataProto that is still being computed by remote workers.
-
-    Attributes:
-        collect_fn: combines the resolved list of DataProtos (typically :meth:`DataProto.concat`).
-        futures: list of ``ray.ObjectRef`` each resolving to a DataProto.
-        dispatch_fn: optional function applied to the collected DataProto (e.g. picking one chunk).
-    """
-
-    collect_fn: Callable[[list[DataProto]], DataProto]
-    futures: list
-    dispatch_fn: Callable[[DataProto], DataProto] | None = None
-
-    @staticmethod
-    def concat(data: list) -> DataProtoFuture:
-        """Future of the concatenation of the DataProtos behind ``data`` (a list of ``ray.ObjectRef``)."""
-        return DataProtoFuture(collect_fn=DataProto.concat, futures=list(data))
-
-    def chunk(self, chunks: int) -> list[DataProtoFuture]:
-        """``chunks`` futures, the ``i``-th resolving to ``self.get().chunk(chunks)[i]``."""
-        return [
-            DataProtoFuture(self.collect_fn, self.futures, dispatch_fn=partial(_pick_chunk, i, chunks))
-            for i in range(chunks)
-        ]
-
-    def get(self) -> DataProto:
-        """Block on the futures (``ray.get``), collect and dispatch.
-
-        Raises:
-            TypeError: a future did not resolve to a DataProto.
-        """
-        import ray  # imported lazily: the protocol must not require Ray at import time
-
-        outputs = ray.get(self.futures)
-        for i, out in enumerate(outputs):
-            if not isinstance(out, DataProto):
-                raise TypeError(f"future {i} resolved to {type(out).__name__}, expected DataProto")
-        result = self.collect_fn(outputs)
-        if self.dispatch_fn is not None:
-            result = self.dispatch_fn(result)
-        return result
-
-
-def _pick_chunk(index: int, chunks: int, data: DataProto) -> DataProto:
-    return data.chunk(chunks)[index]
