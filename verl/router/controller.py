@@ -95,7 +95,13 @@ class RouterController:
 
     def score(self, batch, step: int, validate: bool = False) -> dict:
         """Tool cost, ``r_router = r_task − λ·cost``, router GRPO advantages (grouped by ``uid``); λ's dual step
-        during training. Needs ``token_level_scores`` and ``response_mask``; returns the router metrics."""
+        during training. Needs ``token_level_scores`` and ``response_mask``; returns the router metrics.
+
+        Rows the reward could not score (``reward_valid`` false) get router advantage 0 and stay out of their group's
+        statistics and of ``router/mean_task_reward`` (their task reward is a placeholder 0), as the LM's advantage
+        does; their tool cost still counts towards λ (the calls were made). ``router/route_entropy`` and
+        ``router/route_acc_vs_weak_label`` are taken at routing time (the update logs its own ``router/entropy`` and
+        ``router/acc_vs_weak_label``, argmax-based, after the update's forward)."""
         response_mask = batch.batch["response_mask"]
         texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
                  for ids, mask in zip(batch.batch["responses"], response_mask)]
@@ -105,20 +111,28 @@ class RouterController:
         tlr = router_token_level_rewards(r_router, response_mask)
         batch.batch["router_cost"] = costs
         batch.batch["router_token_level_rewards"] = tlr
-        batch.batch["router_advantages"] = compute_router_advantages(tlr, response_mask, batch.non_tensor_batch["uid"])
+        valid = np.asarray(batch.non_tensor_batch.get("reward_valid", np.ones(len(batch), dtype=bool)), dtype=bool)
+        advantages = torch.zeros(len(batch), dtype=tlr.dtype)
+        if valid.any():
+            keep = torch.as_tensor(np.flatnonzero(valid))
+            advantages[keep] = compute_router_advantages(tlr[keep], response_mask[keep],
+                                                         batch.non_tensor_batch["uid"][valid]).to(tlr.dtype)
+        batch.batch["router_advantages"] = advantages
         actions = batch.batch["router_action"]
         metrics = router_batch_metrics(actions, costs, task, r_router, usage["used_any_tool"])
+        task_mean = float(task[torch.as_tensor(valid)].mean()) if valid.any() else 0.0
+        metrics["router/mean_task_reward"] = task_mean
         probs = torch.softmax(batch.batch["router_logits"], dim=-1)
-        metrics["router/entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
+        metrics["router/route_entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
         if "router_target_action_id" in batch.batch.keys():
             target = batch.batch["router_target_action_id"]
             labelled = target >= 0
             if bool(labelled.any()):
-                metrics["router/acc_vs_weak_label"] = (actions[labelled] == target[labelled]).float().mean().item()
+                metrics["router/route_acc_vs_weak_label"] = (actions[labelled] == target[labelled]).float().mean().item()
         if validate:
             return {f"val/{k}": v for k, v in metrics.items()}
         metrics["router/budget"] = self.lagrange.budget
-        metrics.update(self.lagrange.update(costs.mean().item(), step, task.mean().item()))
+        metrics.update(self.lagrange.update(costs.mean().item(), step, task_mean))
         if self.cfg.get("actor_reward", "task") == "router":
             batch.batch["token_level_scores"] = tlr
         return metrics

@@ -1,0 +1,39 @@
+"""RouterController.score on a hand-built batch: router advantages leave out rows the reward could not score."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from conftest import REPO_ROOT
+from verl.protocol import DataProto
+from verl.router.controller import RouterController
+
+
+def _batch(tokenizer, scores, valid):
+    """Four copies of one prompt answering without tools (cost 0), task scores ``scores``."""
+    ids = tokenizer("<think> t </think>\n<response> hi </response>", add_special_tokens=False)["input_ids"]
+    responses = torch.tensor([ids] * 4)
+    token_scores = torch.zeros(4, len(ids))
+    token_scores[:, -1] = torch.tensor(scores)
+    families = np.empty(4, dtype=object)
+    families[:] = [{}] * 4
+    return DataProto.from_dict(
+        {"responses": responses, "response_mask": torch.ones_like(responses), "token_level_scores": token_scores,
+         "router_action": torch.zeros(4, dtype=torch.long), "router_logits": torch.zeros(4, 3)},
+        non_tensors={"uid": np.array(["p"] * 4, dtype=object), "tool_families": families,
+                     "reward_valid": np.array(valid)})
+
+
+def test_invalid_rows_get_no_router_advantage_and_stay_out_of_the_group(tokenizer):
+    cfg = OmegaConf.load(REPO_ROOT / "verl/trainer/config/ppo_trainer.yaml").router
+    controller = RouterController(cfg, OmegaConf.create({"max_prompt_length": 64}), tokenizer)
+    batch = _batch(tokenizer, [1.0, 3.0, 0.0, 2.0], [True, True, False, True])
+    metrics = controller.score(batch, step=1)
+    adv = batch.batch["router_advantages"]
+    # valid rows 1, 3, 2 (no cost, lambda 0): mean 2, unbiased std 1 -> -1, +1, 0; the invalid row 0
+    torch.testing.assert_close(adv, torch.tensor([-1.0, 1.0, 0.0, 0.0]), atol=1e-5, rtol=0)
+    assert metrics["router/mean_task_reward"] == pytest.approx(2.0)  # the placeholder 0 is not a task reward
+    assert metrics["router/route_entropy"] == pytest.approx(np.log(3), rel=1e-6)  # uniform logits at routing time
+    assert "router/entropy" not in metrics  # that name belongs to the router update's own metric
