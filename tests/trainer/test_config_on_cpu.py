@@ -146,11 +146,28 @@ def test_keys_nothing_implements_are_refused_by_name(override, message):
         validate_config(cfg, check_files=False)
 
 
-def test_optimizer_offload_accepted_with_a_warning(caplog):
-    """ToolRL's run_ppo.sh sets critic optimizer_offload=True: accepted (same results), never silently."""
-    with caplog.at_level(logging.WARNING):
-        validate_config(normalize_config(load_default_config(TOOLRL_PPO + ["trainer.device=cpu"])), check_files=False)
-    assert "critic.model.fsdp_config.optimizer_offload=true is not implemented" in caplog.text
+def test_optimizer_offload_moves_the_state_around_each_update(monkeypatch):
+    """ToolRL's run_ppo.sh sets critic optimizer_offload=True: accepted, and implemented: on a GPU the state goes to
+    the device for the update and back to host memory after; on CPU nothing moves."""
+    import torch
+
+    from verl.utils import model_utils
+
+    validate_config(normalize_config(load_default_config(TOOLRL_PPO + ["trainer.device=cpu"])), check_files=False)
+    param = torch.nn.Parameter(torch.ones(3))
+    optimizer = torch.optim.AdamW([param], lr=0.1)
+    param.grad = torch.ones(3)
+    optimizer.step()
+    assert model_utils.move_optimizer_state(optimizer, "cpu") == 0  # exp_avg, exp_avg_sq, step already there
+    calls = []
+    monkeypatch.setattr(model_utils, "move_optimizer_state", lambda opt, device: calls.append(device) or 0)
+    with model_utils.optimizer_on_device(optimizer, "cuda", offload=True):
+        assert calls == ["cuda"]
+    assert calls == ["cuda", "cpu"]
+    for device, offload in (("cpu", True), ("cuda", False)):
+        with model_utils.optimizer_on_device(optimizer, device, offload=offload):
+            pass
+    assert calls == ["cuda", "cpu"]
 
 
 def test_external_lib_is_imported_before_the_model(tmp_path, monkeypatch):

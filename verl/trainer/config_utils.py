@@ -310,12 +310,7 @@ UNSUPPORTED = (
 
 def _refuse_unsupported(config: DictConfig) -> None:
     """Raise ``ConfigError`` for a key of :data:`UNSUPPORTED` set to a value nothing implements (naming the key, the
-    value and what to do). ``*.fsdp_config.optimizer_offload=true`` (ToolRL's run_ppo.sh sets it for the critic) is
-    accepted with a warning: the optimizer state stays on the training device, which changes memory, not results."""
-    for key in ("actor_rollout_ref.actor.fsdp_config.optimizer_offload", "critic.model.fsdp_config.optimizer_offload"):
-        if OmegaConf.select(config, key):
-            logger.warning("%s=true is not implemented: the optimizer state stays on the training device (same "
-                           "results, more device memory)", key)
+    value and what to do)."""
     for key, supported, instead in UNSUPPORTED:
         value = OmegaConf.select(config, key)
         if value != supported and not (supported is not None and value is None):

@@ -38,6 +38,7 @@ from verl.utils.model_utils import (
     load_local_model_state,
     load_local_optimizer_state,
     load_value_model,
+    optimizer_on_device,
     to_local_state,
 )
 from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -364,7 +365,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             raise RuntimeError(f"update_actor needs a role with actor, this worker is {self.role!r}")
         data = _with_meta(data.to(self.device), temperature=float(self.config.rollout.temperature))
         start = time.perf_counter()
-        with self._peak_memory("update_actor"):
+        offload = bool((self.config.actor.get("fsdp_config") or {}).get("optimizer_offload", False))
+        with self._peak_memory("update_actor"), optimizer_on_device(self.actor_optimizer, self.device, offload):
             metrics = self.actor.update_policy(data)
         elapsed = time.perf_counter() - start
         self.actor_lr_scheduler.step()
@@ -491,7 +493,8 @@ class CriticWorker(_ModelWorkerMixin, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         """One PPO value update, then one LR-scheduler step; returns ``meta_info['metrics']``."""
-        with self._peak_memory("update_critic"):
+        offload = bool((self.config.model.get("fsdp_config") or {}).get("optimizer_offload", False))
+        with self._peak_memory("update_critic"), optimizer_on_device(self.critic_optimizer, self.device, offload):
             metrics = self.critic.update_critic(data.to(self.device))
         self.critic_lr_scheduler.step()
         return DataProto(meta_info={"metrics": self._with_memory_metrics(metrics)})
