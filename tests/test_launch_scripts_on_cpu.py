@@ -53,6 +53,16 @@ def test_toolrl_scripts_train_one_step(script, tmp_path, small_rlla):
     assert (tmp_path / "run" / "plots").is_dir()  # the script's plot step ran
 
 
+@pytest.mark.parametrize("script,loss_mode", [("examples/gspo_trainer/run_gspo.sh", "gspo"),
+                                              ("examples/cispo_trainer/run_cispo.sh", "cispo")])
+def test_policy_loss_recipes_train_one_step(script, loss_mode, tmp_path, small_rlla):
+    _run([str(REPO_ROOT / script), f"trainer.default_local_dir={tmp_path}/ckpt", *COMMON],
+         _env(tmp_path, small_rlla))
+    assert _steps(tmp_path / "run") == [1]
+    config = (tmp_path / "run" / "config.yaml").read_text()
+    assert f"loss_mode: {loss_mode}" in config
+
+
 def test_agent_script_trains_one_step(tmp_path):
     env = _env(tmp_path, tmp_path)
     env.update(ENV_NAME="line_world", TASKS_PER_STEP="2", GROUP_N="2", MAX_TURNS="2", MAX_RESPONSE_LENGTH="8",

@@ -183,3 +183,13 @@ def test_external_lib_is_imported_before_the_model(tmp_path, monkeypatch):
     del builtins._my_arch_imported
     with pytest.raises(ModuleNotFoundError, match="model.external_lib='no_such_module'"):
         import_external_lib(OmegaConf.create({"external_lib": "no_such_module"}))
+
+
+def test_policy_loss_mode_is_checked_at_load():
+    base = ["trainer.device=cpu"]
+    for mode in ("vanilla", "gspo", "cispo"):
+        validate_config(normalize_config(load_default_config(base + [
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={mode}"])), check_files=False)
+    with pytest.raises(ConfigError, match="actor_rollout_ref.actor.policy_loss.loss_mode: unknown policy loss 'gpso'"):
+        validate_config(normalize_config(load_default_config(base + [
+            "actor_rollout_ref.actor.policy_loss.loss_mode=gpso"])), check_files=False)

@@ -200,7 +200,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     ``ppo_mini_batch_size × n / world_size`` rows per mini-batch, which the per-GPU micro batch must divide (unless
     ``use_dynamic_bsz``).
     """
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn
+    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn, policy_loss_mode
 
     n_workers = world_size(config)
     _validate_single_process(config, n_workers)
@@ -212,6 +212,10 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         get_adv_estimator_fn(estimator)
     except (KeyError, ValueError) as err:
         raise ConfigError(f"algorithm.adv_estimator: {err}") from None
+    try:
+        get_policy_loss_fn(policy_loss_mode(arr.actor))
+    except ValueError as err:
+        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.loss_mode: {err}") from None
     if estimator == "gigpo":
         from verl.trainer.ppo.gigpo import check_gigpo_settings
 

@@ -48,6 +48,7 @@ from verl.trainer.ppo.registry import (  # noqa: F401 - public names of core_alg
     cfg_get,
     get_adv_estimator_fn,
     get_policy_loss_fn,
+    policy_loss_mode,
     register_adv_est,
     register_policy_loss,
     resolve,
@@ -258,6 +259,12 @@ def agg_loss(
     return loss
 
 
+def _clip_range(config: Any) -> Tuple[float, float]:
+    """``(clip_ratio_low, clip_ratio_high)`` of an actor config; each defaults to ``clip_ratio`` (0.2)."""
+    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
+    return float(cfg_get(config, "clip_ratio_low", clip_ratio)), float(cfg_get(config, "clip_ratio_high", clip_ratio))
+
+
 def _clipped_pg_losses(
     old_log_prob, log_prob, advantages, response_mask, clip_low: float, clip_high: float, clip_ratio_c: float,
 ):
@@ -298,9 +305,7 @@ def compute_policy_loss_vanilla(
         ``actor/pg_clipfrac_lower`` (fraction where the dual clip is active).
     Raises ValueError: ``clip_ratio_c <= 1``; unknown ``loss_agg_mode``.
     """
-    clip_ratio = float(cfg_get(config, "clip_ratio", 0.2))
-    clip_low = float(cfg_get(config, "clip_ratio_low", clip_ratio))
-    clip_high = float(cfg_get(config, "clip_ratio_high", clip_ratio))
+    clip_low, clip_high = _clip_range(config)
     clip_c = float(cfg_get(config, "clip_ratio_c", 3.0))
     pg_losses, clipfrac, ppo_kl, clipfrac_lower = _clipped_pg_losses(
         old_log_prob, log_prob, advantages, response_mask, clip_low, clip_high, clip_c
@@ -312,6 +317,83 @@ def compute_policy_loss_vanilla(
         "actor/pg_clipfrac": clipfrac.detach().item(),
         "actor/ppo_kl": ppo_kl.detach().item(),
         "actor/pg_clipfrac_lower": clipfrac_lower.detach().item(),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("gspo")
+def compute_policy_loss_gspo(
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean", config: Any = None, rollout_is_weights: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """GSPO, the GSPO-token form: one importance ratio per sequence, clipped per sequence.
+
+    Source: Zheng et al. 2025, "Group Sequence Policy Optimization" (arXiv 2507.18071), eqs. 5-7 and §4.3::
+
+        log s_i = sum_t m_it (lp_it - olp_it) / |y_i|                (clamped to <= 10 before exp)
+        s_it    = exp(lp_it - sg(lp_it) + sg(log s_i))               (value s_i, gradient s_i * grad lp_it)
+        l_it    = max(-A_it s_it, -A_it clip(s_it, 1 - eps_low, 1 + eps_high))
+
+    aggregated with ``loss_agg_mode`` (the paper's ``seq-mean-token-mean``). With every token of a sequence at the same
+    ratio it is PPO-clip at the same clip range.
+
+    Args: as :func:`compute_policy_loss_vanilla` (``clip_ratio_c`` is not used).
+    Returns: ``(pg_loss, metrics)``: ``actor/pg_clipfrac`` (masked share of tokens whose clipped term is active),
+        ``actor/ppo_kl`` (masked mean of ``olp - lp``).
+    Raises ValueError: unknown ``loss_agg_mode``.
+    """
+    clip_low, clip_high = _clip_range(config)
+    mask = response_mask.to(log_prob.dtype)
+    log_ratio = log_prob - old_log_prob
+    seq_log_ratio = (log_ratio * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+    seq_log_ratio = torch.clamp(seq_log_ratio.detach(), max=10.0)
+    ratio = torch.exp(log_prob - log_prob.detach() + seq_log_ratio.unsqueeze(-1))
+    loss_unclipped = -advantages * ratio
+    loss_clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg_losses = torch.maximum(loss_unclipped, loss_clipped)
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    metrics = {
+        "actor/pg_clipfrac": verl_F.masked_mean((loss_clipped > loss_unclipped).to(log_prob.dtype),
+                                                response_mask).item(),
+        "actor/ppo_kl": verl_F.masked_mean(-log_ratio.detach(), response_mask).item(),
+    }
+    return pg_loss, metrics
+
+
+@register_policy_loss("cispo")
+def compute_policy_loss_cispo(
+    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean", config: Any = None, rollout_is_weights: Optional[torch.Tensor] = None,
+) -> Tuple[torch.Tensor, Dict[str, float]]:
+    """CISPO: the clipped importance weight multiplies the log-probability, with its gradient stopped, so no token's
+    gradient is ever zeroed by the clip (unlike PPO-clip).
+
+    Source: MiniMax 2025, "MiniMax-M1" (arXiv 2506.13585), eqs. 4-5::
+
+        r_it = exp(clamp(lp_it - olp_it, -20, 20)),   r^_it = clip(r_it, 1 - eps_low, 1 + eps_high)
+        l_it = -sg(r^_it) * A_it * lp_it              (d l_it / d lp_it = -r^_it A_it)
+
+    aggregated with ``loss_agg_mode`` (the paper's ``token-mean``). The paper sets no lower bound on the weight
+    (``clip_ratio_low`` >= 1) and tunes ``clip_ratio_high``.
+
+    Args: as :func:`compute_policy_loss_vanilla` (``clip_ratio_c`` is not used).
+    Returns: ``(pg_loss, metrics)``: ``actor/pg_clipfrac`` (masked share of tokens whose weight was clipped),
+        ``actor/ppo_kl`` (masked mean of ``olp - lp``).
+    Raises ValueError: unknown ``loss_agg_mode``.
+    """
+    clip_low, clip_high = _clip_range(config)
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(log_ratio).detach()
+    clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    pg_losses = -clipped * advantages * log_prob
+    if rollout_is_weights is not None:
+        pg_losses = pg_losses * rollout_is_weights
+    pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
+    metrics = {
+        "actor/pg_clipfrac": verl_F.masked_mean((clipped != ratio).to(log_prob.dtype), response_mask).item(),
+        "actor/ppo_kl": verl_F.masked_mean(-log_ratio.detach(), response_mask).item(),
     }
     return pg_loss, metrics
 

@@ -12,7 +12,8 @@ from enum import Enum
 from typing import Any, Callable, Dict, Tuple, Union
 
 __all__ = ["AdvantageEstimator", "ADV_ESTIMATOR_REGISTRY", "POLICY_LOSS_REGISTRY", "register_adv_est",
-           "get_adv_estimator_fn", "register_policy_loss", "get_policy_loss_fn", "cfg_get", "resolve"]
+           "get_adv_estimator_fn", "register_policy_loss", "get_policy_loss_fn", "policy_loss_mode", "cfg_get",
+           "resolve"]
 
 
 def cfg_get(config: Any, key: str, default: Any = None) -> Any:
@@ -115,3 +116,13 @@ def get_policy_loss_fn(name: str) -> Callable:
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(f"unknown policy loss {name!r}; registered: {sorted(POLICY_LOSS_REGISTRY)}")
     return POLICY_LOSS_REGISTRY[name]
+
+
+def policy_loss_mode(config: Any) -> str:
+    """``actor.policy_loss.loss_mode`` (verl's key; a plain string ``actor.policy_loss`` is read too), default
+    ``vanilla``."""
+    section = config.get("policy_loss") if hasattr(config, "get") else getattr(config, "policy_loss", None)
+    if section is None or isinstance(section, str):
+        return section or "vanilla"
+    mode = section.get("loss_mode") if hasattr(section, "get") else getattr(section, "loss_mode", None)
+    return mode or "vanilla"

@@ -176,7 +176,7 @@ class DataParallelPPOActor:
             self.use_fused_kernels = False
         self._fused_head_checked = False
         self.compute_dtype = config.get("compute_dtype", "bfloat16")
-        self.policy_loss_fn = core_algos.get_policy_loss_fn(config.get("policy_loss", "vanilla") or "vanilla")
+        self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(config))
 
     # ------------------------------------------------------------------------------------------------- forward
     def _forward_micro_batch(self, micro_batch, temperature: float, calculate_entropy: bool = False):
