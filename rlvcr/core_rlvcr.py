@@ -44,7 +44,7 @@ import torch
 
 from rlvcr.prompts import ParsedStep, check_action_tags, parse_level_response
 from verl.trainer.ppo.group_stats import group_ids, group_normalize
-from verl.trainer.ppo.registry import AdvantageEstimator, cfg_get, register_adv_est, resolve
+from verl.trainer.ppo.registry import AdvantageEstimator, EstimatorPlugin, cfg_get, register_adv_est, resolve
 
 __all__ = [
     "RLVCR_MODES", "RLVCR_BATCH_FIELDS", "RLVCRSettings", "check_rlvcr_settings", "rlvcr_active",
@@ -354,7 +354,6 @@ def _level_matrix(values: Any, name: str, rows_used: torch.Tensor, num_levels: i
     return matrix
 
 
-@register_adv_est(AdvantageEstimator.RLVCR)
 def compute_rlvcr_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, traj_index: Any = None,
     chosen_level: Any = None, action_entropy: Any = None, think_cost: Any = None, evaluated: Any = None,
@@ -462,3 +461,26 @@ def thinking_batch_fields(thinking_adv: torch.Tensor, chosen_cost: torch.Tensor,
     return {"thinking_level_entropies": thinking_adv.to(mask.device, torch.float32).unsqueeze(-1) * mask,
             "thinking_token_costs": chosen_cost.to(mask.device, torch.float32).unsqueeze(-1) * mask}
 
+
+def _batch_inputs(data: Any, metrics: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    """The registry's ``batch_inputs``: the RLVCR phase's per-level fields, the metrics dict and a ``row_outputs``
+    dict the estimator fills (for :func:`_batch_outputs`)."""
+    return {**rlvcr_batch_inputs(data.non_tensor_batch, data.batch), "metrics": metrics, "row_outputs": {}}
+
+
+def _batch_outputs(data: Any, inputs: Dict[str, Any], valid: Any) -> None:
+    """The registry's ``batch_outputs``: docs §Batch fields ``thinking_level_entropies`` / ``thinking_token_costs``."""
+    out = inputs.get("row_outputs")
+    if out:
+        data.batch.update(thinking_batch_fields(out["thinking_adv"], out["think_cost"], data.batch["response_mask"],
+                                                rows=valid))
+
+
+def _check_config(algorithm_config: Any) -> None:
+    """The registry's ``check_config``: ``algorithm.rlvcr`` (:func:`check_rlvcr_settings`)."""
+    check_rlvcr_settings(cfg_get(algorithm_config, "rlvcr"))
+
+
+register_adv_est(AdvantageEstimator.RLVCR, EstimatorPlugin(
+    batch_inputs=_batch_inputs, batch_outputs=_batch_outputs, check_config=_check_config, grouped=True,
+    step_level=True))(compute_rlvcr_outcome_advantage)

@@ -23,10 +23,9 @@ from omegaconf import DictConfig, OmegaConf
 from agent_system.environments.manager import EnvironmentManager
 from agent_system.multi_turn_rollout.rollout_loop import TrajectoryCollector
 from verl.protocol import DataProto
+from verl.trainer.ppo.core_algos import get_estimator_plugin
 
 logger = logging.getLogger(__name__)
-
-STEP_LEVEL_ESTIMATORS = ("gigpo", "rlvcr")
 
 
 class EnvTaskDataset(torch.utils.data.Dataset):
@@ -116,8 +115,8 @@ class AgentRollout:
         if getattr(env_class(name), "has_splits", False):  # e.g. rlla_multiturn: validation tasks from the test split
             common["env_kwargs"] = {**kwargs, "split": "test"}
         self.val_envs = EnvironmentManager(num_tasks=self.val_batch, group_n=1, **common)
-        mode = env.get("reward_mode") or ("step" if config.algorithm.adv_estimator in STEP_LEVEL_ESTIMATORS
-                                          else "episode")
+        step_level = get_estimator_plugin(config.algorithm.adv_estimator).step_level  # GiGPO, RLVCR
+        mode = env.get("reward_mode") or ("step" if step_level else "episode")
         scorer = None
         if reward_runner is not None:
             from agent_system.reward.trajectory import TrajectoryRewardScorer

@@ -147,7 +147,12 @@ def normalize_config(config: DictConfig) -> DictConfig:
                            "(upstream behaviour)", config.data.val_batch_size)
         resolve_kl_in_reward(config)
         if config.critic.get("enable") is None:
-            config.critic.enable = config.algorithm.adv_estimator == "gae"
+            from verl.trainer.ppo.core_algos import get_estimator_plugin
+
+            try:
+                config.critic.enable = get_estimator_plugin(config.algorithm.adv_estimator).needs_values
+            except ValueError:  # an unknown estimator: validate_config names it
+                config.critic.enable = False
         arr.router = config.router  # the actor worker owns the router head
         config.critic.rollout_n = arr.rollout.n  # the critic's mini-batches are given in prompts too
         device = resolve_device(config)
@@ -200,7 +205,8 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     ``ppo_mini_batch_size × n / world_size`` rows per mini-batch, which the per-GPU micro batch must divide (unless
     ``use_dynamic_bsz``).
     """
-    from verl.trainer.ppo.core_algos import get_adv_estimator_fn, get_policy_loss_fn, policy_loss_mode
+    from verl.trainer.ppo.core_algos import (get_adv_estimator_fn, get_estimator_plugin, get_policy_loss_fn,
+                                             policy_loss_mode)
 
     n_workers = world_size(config)
     _validate_single_process(config, n_workers)
@@ -216,20 +222,10 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         get_policy_loss_fn(policy_loss_mode(arr.actor))
     except ValueError as err:
         raise ConfigError(f"actor_rollout_ref.actor.policy_loss.loss_mode: {err}") from None
-    if estimator == "gigpo":
-        from verl.trainer.ppo.gigpo import check_gigpo_settings
-
-        gigpo = config.algorithm.gigpo
+    plugin = get_estimator_plugin(estimator)
+    if plugin.check_config is not None:  # the estimator's own section (algorithm.gigpo, algorithm.rlvcr, ...)
         try:
-            check_gigpo_settings(gigpo.mode, float(gigpo.epsilon), float(gigpo.invalid_action_penalty),
-                                 float(gigpo.anchor_similarity))
-        except ValueError as err:
-            raise ConfigError(str(err)) from None
-    if estimator == "rlvcr":
-        from rlvcr.core_rlvcr import check_rlvcr_settings
-
-        try:
-            check_rlvcr_settings(config.algorithm.rlvcr)
+            plugin.check_config(config.algorithm)
         except ValueError as err:
             raise ConfigError(str(err)) from None
     if n < 1:
@@ -237,7 +233,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     val_n = (arr.rollout.get("val_kwargs", None) or {}).get("n", 1)
     if val_n is None or int(val_n) < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got {val_n}")
-    if estimator in ("grpo", "rloo", "reinforce_plus_plus_baseline", "rlvcr") and n == 1:
+    if plugin.grouped and n == 1:
         logger.warning("algorithm.adv_estimator=%s with actor_rollout_ref.rollout.n=1: every group is a singleton, "
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
@@ -278,6 +274,12 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
     _validate_filter_groups(config)
+    from verl.trainer.ppo.rollout_corr import check_correction_settings, correction_settings
+
+    try:
+        check_correction_settings(**correction_settings(config.algorithm))
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     _refuse_unsupported(config)
 
 

@@ -45,8 +45,10 @@ from verl.trainer.ppo.registry import (  # noqa: F401 - public names of core_alg
     ADV_ESTIMATOR_REGISTRY,
     POLICY_LOSS_REGISTRY,
     AdvantageEstimator,
+    EstimatorPlugin,
     cfg_get,
     get_adv_estimator_fn,
+    get_estimator_plugin,
     get_policy_loss_fn,
     policy_loss_mode,
     register_adv_est,
@@ -56,7 +58,10 @@ from verl.trainer.ppo.registry import (  # noqa: F401 - public names of core_alg
 
 
 # -------------------- advantage estimators ---------------------------------------------------------------------------
-@register_adv_est(AdvantageEstimator.GAE)
+GROUPED = EstimatorPlugin(grouped=True)  # advantages relative within the prompt group (index)
+
+
+@register_adv_est(AdvantageEstimator.GAE, EstimatorPlugin(needs_values=True))
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
     gamma: Optional[float] = None, lam: Optional[float] = None, config: Any = None, **kwargs,
@@ -93,7 +98,7 @@ def compute_gae_advantage_return(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.GRPO)
+@register_adv_est(AdvantageEstimator.GRPO, GROUPED)
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
     norm_adv_by_std_in_grpo: Optional[bool] = None, config: Any = None, **kwargs,
@@ -118,7 +123,7 @@ def compute_grpo_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.RLOO)
+@register_adv_est(AdvantageEstimator.RLOO, GROUPED)
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
     config: Any = None, **kwargs,
@@ -143,8 +148,8 @@ def compute_rloo_outcome_advantage(
 # The implementations above are already vectorised; upstream's `*_vectorized` names resolve to them.
 compute_grpo_vectorized_outcome_advantage = compute_grpo_outcome_advantage
 compute_rloo_vectorized_outcome_advantage = compute_rloo_outcome_advantage
-register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)(compute_grpo_outcome_advantage)
-register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)(compute_rloo_outcome_advantage)
+register_adv_est(AdvantageEstimator.GRPO_VECTORIZED, GROUPED)(compute_grpo_outcome_advantage)
+register_adv_est(AdvantageEstimator.RLOO_VECTORIZED, GROUPED)(compute_rloo_outcome_advantage)
 
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
@@ -167,7 +172,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     return advantages, returns
 
 
-@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE)
+@register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE, GROUPED)
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
     config: Any = None, **kwargs,
@@ -189,7 +194,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     return advantages, advantages
 
 
-@register_adv_est(AdvantageEstimator.REMAX)
+@register_adv_est(AdvantageEstimator.REMAX, EstimatorPlugin(needs_greedy_baseline=True))
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor = None, response_mask: torch.Tensor = None,
     config: Any = None, **kwargs,

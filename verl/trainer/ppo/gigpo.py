@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from verl.trainer.ppo.group_stats import group_ids, group_normalize, masked_reverse_discount
-from verl.trainer.ppo.registry import AdvantageEstimator, cfg_get, register_adv_est, resolve
+from verl.trainer.ppo.registry import AdvantageEstimator, EstimatorPlugin, cfg_get, register_adv_est, resolve
 
 __all__ = [
     "GIGPO_BATCH_FIELDS", "GIGPO_MODES", "GiGPOComponents", "canonicalize_anchor", "anchor_similarity_ratio",
@@ -242,7 +242,6 @@ def compute_gigpo_components(
     return GiGPOComponents(row_episode_adv, step_adv, step_return, episode_return[traj], step_group, metrics)
 
 
-@register_adv_est(AdvantageEstimator.GIGPO)
 def compute_gigpo_outcome_advantage(
     step_rewards: Any = None, response_mask: Optional[torch.Tensor] = None, anchor_obs: Any = None, index: Any = None,
     traj_index: Any = None, step_index: Any = None, gamma: Optional[float] = None,
@@ -307,3 +306,24 @@ def gigpo_batch_inputs(non_tensor_batch: Dict[str, Any]) -> Dict[str, Any]:
     """The GiGPO keyword arguments found in a ``non_tensor_batch`` (:data:`GIGPO_BATCH_FIELDS`; absent fields are
     left out, so the estimator's error names them). ``uid`` -> ``index`` is passed by the trainer already."""
     return {arg: non_tensor_batch[field] for field, arg in GIGPO_BATCH_FIELDS.items() if field in non_tensor_batch}
+
+
+def _batch_inputs(data: Any, metrics: Optional[Dict[str, float]]) -> Dict[str, Any]:
+    """The registry's ``batch_inputs``: the per-step fields of the multi-turn rows, and the metrics dict."""
+    inputs = gigpo_batch_inputs(data.non_tensor_batch)
+    if metrics is not None:  # gigpo/* step-group statistics
+        inputs["metrics"] = metrics
+    return inputs
+
+
+def _check_config(algorithm_config: Any) -> None:
+    """The registry's ``check_config``: ``algorithm.gigpo`` (:func:`check_gigpo_settings`)."""
+    gigpo = cfg_get(algorithm_config, "gigpo")
+    check_gigpo_settings(str(cfg_get(gigpo, "mode", "mean_std_norm")), float(cfg_get(gigpo, "epsilon", 1e-6)),
+                         float(cfg_get(gigpo, "invalid_action_penalty", 0.0)),
+                         float(cfg_get(gigpo, "anchor_similarity", 1.0)))
+
+
+register_adv_est(AdvantageEstimator.GIGPO, EstimatorPlugin(batch_inputs=_batch_inputs, check_config=_check_config,
+                                                           grouped=True, step_level=True))(
+    compute_gigpo_outcome_advantage)

@@ -16,7 +16,6 @@ import logging
 import os
 import signal
 import uuid
-from typing import Optional
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +35,10 @@ from verl.trainer.ppo.metric_utils import (
     compute_timing_metrics,
     reduce_metrics,
 )
+from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream's ray_trainer.compute_advantage)
 from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.dynamic_sampling import collect_filtered
+from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
                                         check_weight_version, invalid_reward_problem, non_finite_rows,
@@ -58,55 +59,6 @@ def compute_response_mask(data: DataProto) -> torch.Tensor:
     """[B, R] mask of response tokens: the response part of ``attention_mask`` (first EOS included)."""
     response_length = data.batch["responses"].shape[-1]
     return data.batch["attention_mask"][:, -response_length:]
-
-
-def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConfig,
-                      metrics: Optional[dict] = None) -> DataProto:
-    """Fill ``advantages`` and ``returns`` [B, R] with the registered estimator ``adv_estimator``.
-
-    Inputs passed by name (each estimator takes what it needs): ``token_level_rewards``, ``response_mask``,
-    ``index`` (the prompt uid, for grouped estimators), ``values`` (GAE), ``reward_baselines`` (ReMax), ``gamma``,
-    ``lam``, ``norm_adv_by_std_in_grpo``, the algorithm config, for ``gigpo`` the per-step fields of
-    ``gigpo.GIGPO_BATCH_FIELDS`` and for ``rlvcr`` those read by ``rlvcr.core_rlvcr.rlvcr_batch_inputs``. Rows whose
-    ``reward_valid`` is False (the reward manager could not score them) are left out of the estimate and get
-    advantage 0 (``core_algos.compute_advantage_on_valid_rows``). ``metrics``, when given, receives the estimator's
-    own statistics (``gigpo/*``, ``rlvcr/*``).
-    """
-    fn = core_algos.get_adv_estimator_fn(adv_estimator)
-    inputs = dict(
-        token_level_rewards=data.batch["token_level_rewards"],
-        response_mask=data.batch["response_mask"],
-        index=data.non_tensor_batch["uid"],
-        gamma=algo_config.gamma,
-        lam=algo_config.lam,
-        norm_adv_by_std_in_grpo=algo_config.get("norm_adv_by_std_in_grpo", True),
-        config=algo_config,
-    )
-    for key in ("values", "reward_baselines"):
-        if key in data.batch.keys():
-            inputs[key] = data.batch[key]
-    if adv_estimator == "gigpo":  # per-step rows of the multi-turn rollout: traj_uid, step_index, anchor_obs, ...
-        from verl.trainer.ppo.gigpo import gigpo_batch_inputs
-
-        inputs.update(gigpo_batch_inputs(data.non_tensor_batch))
-        if metrics is not None:  # gigpo/* step-group statistics
-            inputs["metrics"] = metrics
-    if adv_estimator == "rlvcr":  # per-level action entropies / think costs from the RLVCR phase
-        from rlvcr.core_rlvcr import rlvcr_batch_inputs
-
-        inputs.update(rlvcr_batch_inputs(data.non_tensor_batch, data.batch), metrics=metrics, row_outputs={})
-    valid = data.non_tensor_batch.get("reward_valid")
-    advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
-        fn, valid, **inputs)
-    data.batch["advantages"] = advantages
-    data.batch["returns"] = returns
-    if inputs.get("row_outputs"):  # RLVCR: the spec's thinking_level_entropies / thinking_token_costs [B, R]
-        from rlvcr.core_rlvcr import thinking_batch_fields
-
-        out = inputs["row_outputs"]
-        data.batch.update(thinking_batch_fields(out["thinking_adv"], out["think_cost"], data.batch["response_mask"],
-                                                rows=valid))
-    return data
 
 
 class RayPPOTrainer:
@@ -459,6 +411,7 @@ class RayPPOTrainer:
                     metrics["actor/entropy"] = masked_mean(old.batch["entropys"], batch.batch["response_mask"]).item()
                     old.batch.pop("entropys")
                 batch = batch.union(old)
+                metrics.update(apply_rollout_correction(batch, config.algorithm))  # when the rollout has log-probs
             if self.use_reference_policy:
                 with self._phase("ref"):
                     batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
@@ -518,7 +471,7 @@ class RayPPOTrainer:
         config = self.config
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         baseline = None
-        if config.algorithm.adv_estimator == "remax":
+        if core_algos.get_estimator_plugin(config.algorithm.adv_estimator).needs_greedy_baseline:  # ReMax
             with self._phase("gen_max"):
                 baseline = self._greedy_baseline(batch)
         if self.router is not None:

@@ -8,10 +8,12 @@ gives every estimator. Nothing here imports an estimator, so a plug-in can impor
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-__all__ = ["AdvantageEstimator", "ADV_ESTIMATOR_REGISTRY", "POLICY_LOSS_REGISTRY", "register_adv_est",
+__all__ = ["AdvantageEstimator", "EstimatorPlugin", "ADV_ESTIMATOR_REGISTRY", "POLICY_LOSS_REGISTRY",
+           "register_adv_est", "get_estimator_plugin",
            "get_adv_estimator_fn", "register_policy_loss", "get_policy_loss_fn", "policy_loss_mode", "cfg_get",
            "resolve"]
 
@@ -49,7 +51,35 @@ class AdvantageEstimator(str, Enum):
     RLVCR = "rlvcr"
 
 
+@dataclass(frozen=True)
+class EstimatorPlugin:
+    """What an estimator declares beside its function, so that no code outside it compares estimator names.
+
+    Attributes:
+        batch_inputs: ``fn(data, metrics) -> dict``: the extra keyword arguments the estimator reads from a batch
+            (``data`` a ``DataProto``; ``metrics`` the step's dict, or None), e.g. GiGPO's per-step fields.
+        batch_outputs: ``fn(data, inputs, valid) -> None``: writes extra per-row outputs of the estimate into
+            ``data`` (``inputs`` as passed to the estimator; ``valid`` the ``reward_valid`` rows or None).
+        check_config: ``fn(algorithm_config) -> None``: validates the estimator's own config section at load; raises
+            ValueError naming the key.
+        grouped: the advantage is relative within the ``index`` groups (``rollout.n > 1`` needed for a signal).
+        step_level: rows are agent steps and the estimator reads per-step rewards (agent mode's default
+            ``env.reward_mode`` is then ``step``).
+        needs_values: reads critic ``values`` (the critic is enabled by default).
+        needs_greedy_baseline: reads ``reward_baselines``, the reward of a greedy rollout per prompt (ReMax).
+    """
+
+    batch_inputs: Optional[Callable[[Any, Optional[dict]], dict]] = None
+    batch_outputs: Optional[Callable[[Any, dict, Any], None]] = None
+    check_config: Optional[Callable[[Any], None]] = None
+    grouped: bool = False
+    step_level: bool = False
+    needs_values: bool = False
+    needs_greedy_baseline: bool = False
+
+
 ADV_ESTIMATOR_REGISTRY: Dict[str, Callable] = {}
+ESTIMATOR_PLUGINS: Dict[str, EstimatorPlugin] = {}
 POLICY_LOSS_REGISTRY: Dict[str, Callable] = {}
 
 _RESERVED_ELSEWHERE = {"gigpo": "verl.trainer.ppo.gigpo (or core_algos)", "rlvcr": "rlvcr.core_rlvcr (or core_algos)"}
@@ -63,8 +93,10 @@ def _fn_key(fn: Callable) -> Tuple[str, str]:
     return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
 
 
-def register_adv_est(name_or_enum: Union[str, AdvantageEstimator]) -> Callable[[Callable], Callable]:
-    """Decorator registering an advantage estimator under ``name_or_enum`` (module docstring: calling convention).
+def register_adv_est(name_or_enum: Union[str, AdvantageEstimator],
+                     plugin: Optional[EstimatorPlugin] = None) -> Callable[[Callable], Callable]:
+    """Decorator registering an advantage estimator under ``name_or_enum`` (module docstring: calling convention),
+    with what it declares about itself (:class:`EstimatorPlugin`; None: nothing beyond the common inputs).
 
     Re-registering the same function is a no-op (module reloads).
 
@@ -77,6 +109,7 @@ def register_adv_est(name_or_enum: Union[str, AdvantageEstimator]) -> Callable[[
         if existing is not None and _fn_key(existing) != _fn_key(fn):
             raise ValueError(f"advantage estimator {name!r} is already registered to {existing!r}")
         ADV_ESTIMATOR_REGISTRY[name] = fn
+        ESTIMATOR_PLUGINS[name] = plugin or EstimatorPlugin()
         return fn
 
     return decorator
@@ -95,6 +128,16 @@ def get_adv_estimator_fn(name_or_enum: Union[str, AdvantageEstimator]) -> Callab
         hint = f"; {name!r} is registered when {where} is imported" if where else ""
         raise ValueError(f"unknown advantage estimator {name!r}; registered: {sorted(ADV_ESTIMATOR_REGISTRY)}{hint}")
     return ADV_ESTIMATOR_REGISTRY[name]
+
+
+def get_estimator_plugin(name_or_enum: Union[str, AdvantageEstimator]) -> EstimatorPlugin:
+    """The :class:`EstimatorPlugin` of a registered estimator.
+
+    Raises:
+        ValueError: unknown name (as :func:`get_adv_estimator_fn`).
+    """
+    get_adv_estimator_fn(name_or_enum)
+    return ESTIMATOR_PLUGINS[_name_of(name_or_enum)]
 
 
 def register_policy_loss(name: str) -> Callable[[Callable], Callable]:

@@ -311,6 +311,8 @@ class DataParallelPPOActor:
         kl_loss_coef = float(cfg.get("kl_loss_coef", 0.0) or 0.0)
         loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
         keys = UPDATE_KEYS + (("ref_log_prob",) if use_kl_loss else ())
+        if "rollout_is_weights" in data.batch.keys():  # rollout correction (verl/trainer/ppo/rollout_corr.py)
+            keys += ("rollout_is_weights",)
         batch = data.batch.select(*keys)
         self.actor_module.train()
         per_update = [
@@ -342,7 +344,8 @@ class DataParallelPPOActor:
 
             # policy-gradient term (clipped surrogate, core_algos registry)
             pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, advantages, response_mask,
-                                                      loss_agg_mode, cfg)
+                                                      loss_agg_mode, cfg,
+                                                      rollout_is_weights=micro.get("rollout_is_weights", None))
             loss = pg_loss
 
             # entropy bonus: subtracted (higher entropy lowers the loss); with coefficient 0 it is only a metric
