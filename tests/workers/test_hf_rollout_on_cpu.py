@@ -153,3 +153,31 @@ def test_shared_prefill_computes_each_distinct_prompt_once(causal_lm, tokenizer,
     finally:
         handle.remove()
     assert calls == [torch.Size([3, ids.shape[1] - 1])]
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.7), dict(temperature=1.3, top_k=5, top_p=0.9)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_calculate_log_probs_is_the_sampling_distribution(causal_lm, tokenizer, prompts, sampling, shared):
+    """rollout.calculate_log_probs: each sampled token's log-prob under the distribution it was sampled from (the
+    temperature, then top-k and top-p renormalised), checked against a teacher-forced forward of the same rows."""
+    torch.manual_seed(0)
+    cfg = rollout_config(calculate_log_probs=True, shared_prefill=shared, dtype="float32", **sampling)
+    data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"n": 2})
+    out = HFRollout(causal_lm, cfg, tokenizer).generate_sequences(data).batch
+    with torch.no_grad():
+        logits = causal_lm(input_ids=out["input_ids"], attention_mask=out["attention_mask"],
+                           position_ids=out["position_ids"]).logits[:, -RESPONSE_LENGTH - 1:-1].float()
+    logits = logits / sampling["temperature"]
+    if "top_k" in sampling:
+        kth = logits.topk(sampling["top_k"], dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits, -1)
+        order = probs.sort(dim=-1, descending=True)
+        cumulative = order.values.cumsum(-1)
+        drop_sorted = (cumulative - order.values) > sampling["top_p"]  # tokens after the nucleus is full
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order.indices, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    expected = torch.log_softmax(logits, -1).gather(-1, out["responses"].unsqueeze(-1)).squeeze(-1)
+    mask = out["response_mask"].bool()
+    assert out["rollout_log_probs"].dtype == torch.float32 and not out["rollout_log_probs"][~mask].any()
+    torch.testing.assert_close(out["rollout_log_probs"][mask], expected[mask], atol=2e-5, rtol=0)

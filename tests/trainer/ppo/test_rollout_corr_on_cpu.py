@@ -92,3 +92,26 @@ def test_apply_rollout_correction_on_a_batch():
     apply_rollout_correction(data, cfg)
     assert data.batch["response_mask"].tolist() == [[1.0, 1.0, 0.0]]
     torch.testing.assert_close(data.batch["rollout_is_weights"], torch.tensor([[math.exp(0.2), 1.0, 0.0]]))
+
+
+def test_trainer_reports_the_hf_rollouts_mismatch_and_corrects(tmp_path, small_rlla):
+    """Two GRPO steps with the HF rollout reporting its log-probs: the rollout_corr metrics appear every step and,
+    the rollout being the actor's own module, the mismatch is numerics only (float32 on CPU)."""
+    import json
+
+    from conftest import e2e_overrides
+    from verl.trainer.config_utils import load_default_config
+    from verl.trainer.main_ppo import run_ppo
+
+    config = load_default_config(e2e_overrides(tmp_path, small_rlla) + [
+        "algorithm.adv_estimator=grpo", "trainer.single_process=true", "trainer.test_freq=-1",
+        "trainer.logger=[console,jsonl]", "actor_rollout_ref.rollout.calculate_log_probs=true",
+        "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_rs=token",
+        "algorithm.rollout_correction.rollout_rs_threshold=2.0"])
+    run_ppo(config)
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    records = [r for r in records if "rollout_corr/kl" in r]
+    assert [r["step"] for r in records] == [1, 2]
+    for r in records:
+        assert abs(r["rollout_corr/kl"]) < 1e-4 and r["rollout_corr/is_weight_max"] < 1.01
+        assert r["rollout_corr/rs_masked_frac"] == 0.0

@@ -23,13 +23,58 @@ from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, reso
 logger = logging.getLogger(__name__)
 
 
+class SampledLogProbs:
+    """A ``generate`` logits processor that records the log-probability of every sampled token under the sampling
+    distribution (``rollout.calculate_log_probs``).
+
+    Custom processors run before ``generate``'s own temperature / top-k / top-p warpers, so this one applies the same
+    warpers (transformers' classes, same order) to a copy of the scores, keeps the ``log_softmax`` of the result for one
+    step and reads the sampled token's entry from it at the next call (the token is then the last of ``input_ids``);
+    :meth:`finish` reads the last step's. Memory: one ``[rows, vocab]`` float32 tensor.
+    """
+
+    def __init__(self, temperature: float, top_k: int | None, top_p: float | None, do_sample: bool):
+        from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                            TopPLogitsWarper)
+
+        self.warpers = []
+        if do_sample:
+            if temperature is not None and temperature != 1.0:
+                self.warpers.append(TemperatureLogitsWarper(temperature))
+            if top_k is not None and top_k > 0:
+                self.warpers.append(TopKLogitsWarper(top_k=top_k))
+            if top_p is not None and top_p < 1.0:
+                self.warpers.append(TopPLogitsWarper(top_p=top_p))
+        self.previous: torch.Tensor | None = None
+        self.steps: list[torch.Tensor] = []
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(-1, input_ids[:, -1:]).squeeze(-1))
+        processed = scores.float()
+        for warper in self.warpers:
+            processed = warper(input_ids, processed)
+        self.previous = torch.log_softmax(processed, dim=-1)
+        return scores
+
+    def finish(self, sequences: torch.Tensor, width: int) -> torch.Tensor:
+        """float32 ``[rows, width]``: the recorded log-probs, the last step read from ``sequences``' last token,
+        zero-padded to ``width`` columns."""
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(-1, sequences[:, -1:]).squeeze(-1))
+            self.previous = None
+        out = torch.stack(self.steps, dim=1) if self.steps else sequences.new_zeros((sequences.shape[0], 0)).float()
+        return torch.nn.functional.pad(out, (0, width - out.shape[1]))
+
+
 class HFRollout(BaseRollout):
     """``BaseRollout`` backed by ``module.generate``.
 
     Args:
         module: a ``transformers`` causal LM (plain or FSDP2-sharded), shared with the actor.
         config: the ``rollout`` config (``response_length``, ``temperature``, ``top_k``, ``top_p``, ``do_sample``,
-            ``micro_batch_size``, ``val_kwargs``, ``dtype``, ``shared_prefill``).
+            ``micro_batch_size``, ``val_kwargs``, ``dtype``, ``shared_prefill``, ``calculate_log_probs``: also return
+            ``rollout_log_probs [B, R]`` float32, :class:`SampledLogProbs`).
         tokenizer: supplies the default EOS/pad ids when ``meta_info`` has none.
 
     Raises:
@@ -88,7 +133,7 @@ class HFRollout(BaseRollout):
         ``meta_info['max_new_tokens']`` / ``['stop']`` (``resolve_sampling``): a shorter budget (the response width
         is then that budget) and stop strings (``generate``'s ``stop_strings``; the stop string stays in the
         output)."""
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig, LogitsProcessorList
 
         meta = prompts.meta_info
         sampling = resolve_sampling(self.config, meta)
@@ -109,6 +154,7 @@ class HFRollout(BaseRollout):
             num_return_sequences=1 if shared_prefill else n,
             use_cache=True,
         )
+        record = bool(self.config.get("calculate_log_probs", False))
         device = next(self.module.parameters()).device
         synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         batch = prompts.batch
@@ -116,12 +162,17 @@ class HFRollout(BaseRollout):
         step = int(self.micro_batch_size or size)
         was_training = self.module.training
         self.module.eval()
-        chunks = []
+        chunks, log_prob_chunks = [], []
         try:
             for start in range(0, size, step):
                 ids = batch["input_ids"][start:start + step].to(device)
                 mask = batch["attention_mask"][start:start + step].to(device)
                 extra = {}
+                recorder = None
+                if record:
+                    recorder = SampledLogProbs(sampling["temperature"], sampling["top_k"], sampling["top_p"],
+                                               sampling["do_sample"])
+                    extra["logits_processor"] = LogitsProcessorList([recorder])
                 with compute_autocast(device.type, self.config.get("dtype", "bfloat16")):
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
@@ -131,9 +182,15 @@ class HFRollout(BaseRollout):
                                                **extra)
                 response = out[:, ids.shape[1]:]
                 chunks.append(torch.nn.functional.pad(response, (0, length - response.shape[1]), value=pad))
+                if recorder is not None:
+                    log_prob_chunks.append(recorder.finish(out, length).cpu())
         finally:
             self.module.train(was_training)
         responses = torch.cat(chunks, dim=0)
         if stop:  # a row ended by a stop string is followed by pad ids: the pad id ends its response mask too
             eos = [*(eos if isinstance(eos, (list, tuple)) else [eos]), pad]
-        return assemble_rollout_output(prompts, responses, length, eos, pad, n=n)
+        output = assemble_rollout_output(prompts, responses, length, eos, pad, n=n)
+        if record:  # the sampling distribution's log-prob of each response token, 0 after the response ends
+            mask = output.batch["response_mask"]
+            output.batch["rollout_log_probs"] = torch.cat(log_prob_chunks).to(mask.device) * mask
+        return output
