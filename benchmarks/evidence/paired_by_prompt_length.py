@@ -1,0 +1,54 @@
+"""Paired before/after comparison of two RLLA generation files, overall and split by prompt length.
+
+    python benchmarks/evidence/paired_by_prompt_length.py BEFORE.jsonl AFTER.jsonl --tokenizer MODEL_DIR \
+        --max-prompt-tokens 768 --output benchmarks/results/X.json
+
+Rows are paired by (data_source, row, sample) with ``verl.trainer.eval_compare.paired_comparison`` (per-prompt gain,
+its standard error, sign test) on the RLLA reward's score / format / correctness and the exact tool-call match. The
+split uses the chat-templated prompt length of the RLLA test split (``dataset/rlla_4k/test.parquet`` or DATA_DIR):
+the rows a run trained on prompts of at most ``--max-prompt-tokens`` tokens can be told apart from longer ones.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+from transformers import AutoTokenizer
+
+from verl.trainer.eval_compare import paired_comparison
+from verl.trainer.main_eval import read_generations, row_metrics
+from verl.utils.dataset.rlla_data import resolve_rlla_file
+from verl.utils.reward_score.rlla import RewardSwitches
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("before")
+    parser.add_argument("after")
+    parser.add_argument("--tokenizer", required=True, help="model directory whose chat template sizes the prompts")
+    parser.add_argument("--max-prompt-tokens", type=int, default=768)
+    parser.add_argument("--output", default=None)
+    args = parser.parse_args()
+    tok = AutoTokenizer.from_pretrained(args.tokenizer)
+    frame = pd.read_parquet(os.environ.get("RLLA_TEST_FILE") or resolve_rlla_file("test"))
+    lengths = [len(tok(tok.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False),
+                       add_special_tokens=False)["input_ids"]) for p in frame["prompt"]]
+    before, after = read_generations(args.before), read_generations(args.after)
+    switches = RewardSwitches.from_env()
+    metric = lambda row: row_metrics(row, switches)  # noqa: E731
+    cut = args.max_prompt_tokens
+    out = {"before": args.before, "after": args.after, "max_prompt_tokens": cut}
+    for name, keep in (("all", lambda r: True), (f"prompt<={cut}", lambda r: lengths[r["row"]] <= cut),
+                       (f"prompt>{cut}", lambda r: lengths[r["row"]] > cut)):
+        out[name] = paired_comparison([r for r in before if keep(r)], [r for r in after if keep(r)], metric)
+    text = json.dumps(out, indent=2)
+    if args.output:
+        Path(args.output).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
