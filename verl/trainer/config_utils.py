@@ -274,6 +274,10 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
     _validate_filter_groups(config)
+    buffer = OmegaConf.select(config, "reward_model.overlong_buffer")
+    if buffer is not None and buffer.get("enable") and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
+        raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "
+                          f"({config.data.max_response_length}) with reward_model.overlong_buffer.enable=true")
     from verl.trainer.ppo.rollout_corr import check_correction_settings, correction_settings
 
     try:

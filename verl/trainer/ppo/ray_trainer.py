@@ -38,6 +38,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream's ray_trainer.compute_advantage)
 from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.dynamic_sampling import collect_filtered
+from verl.trainer.ppo.overlong import apply_overlong_shaping
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
@@ -488,6 +489,7 @@ class RayPPOTrainer:
         batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
         with self._phase("reward"):
             metrics.update(self._score(batch, self.reward_fn, self.global_steps))
+            metrics.update(apply_overlong_shaping(batch, config, self.tokenizer.eos_token_id))  # DAPO, when on
             if self.router is not None:
                 metrics.update(self.router.score(batch, self.global_steps))
         if config.trainer.get("rollout_data_dir"):  # verl's key: this step's rollouts as <dir>/<step>.jsonl
