@@ -56,6 +56,7 @@ from verl.utils.dataset.bfcl import CATEGORIES as BFCL_CATEGORIES, RELEVANCE_CAT
 from verl.utils.fs import atomic_path
 from verl.utils.jsonl import JsonInputError, iter_json_objects
 from verl.utils.reward_score.rlla import InvalidGroundTruthError, RewardSwitches, compute_score
+from verl.utils.reward_score.tool_formats import TOOL_FORMATS, parse_calls
 from verl.utils.reward_score.tool_parse import parse_tool_calls, tool_usage
 
 logger = logging.getLogger(__name__)
@@ -144,20 +145,27 @@ def ground_truth_calls(ground_truth: str, where: str = "ground_truth") -> list[d
     return parse_tool_calls(ground_truth)
 
 
-def score_prediction(response: str, gt_calls: Sequence[Mapping]) -> dict:
+def score_prediction(response: str, gt_calls: Sequence[Mapping], tool_format: str = "toolrl") -> dict:
     """Tool-call metrics of one response against the ground-truth calls (see the module docstring).
+
+    Args:
+        tool_format: how the response writes its calls (``verl.utils.reward_score.tool_formats``: ``toolrl``, the
+            default and the RLLA reward's; ``hermes``, ``llama3``, ``mistral``).
 
     Returns:
         ``{tool_calls, num_calls, parse_failure, no_tool_call, exact_match, name_match}``.
     """
-    usage = tool_usage(response)
-    calls = parse_tool_calls(response)
-    failure = usage.parse_failed
+    if tool_format == "toolrl":
+        usage = tool_usage(response)
+        calls, failure, attempted = parse_tool_calls(response), usage.parse_failed, usage.has_tool_call_tag
+    else:
+        parsed = parse_calls(response, tool_format)
+        calls, failure, attempted = list(parsed.calls), parsed.parse_failed, parsed.attempted
     return {
         "tool_calls": calls,
         "num_calls": len(calls),
         "parse_failure": failure,
-        "no_tool_call": not usage.has_tool_call_tag,
+        "no_tool_call": not attempted,
         "exact_match": not failure and calls_exact_match(calls, gt_calls),
         "name_match": not failure and call_names_match(calls, gt_calls),
     }
@@ -202,7 +210,7 @@ def _mean(values: Iterable[float]) -> float | None:
 
 
 def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str = "qwen",
-                  switches: RewardSwitches | None = None) -> dict:
+                  switches: RewardSwitches | None = None, tool_format: str = "toolrl") -> dict:
     """Summary metrics of generation rows (see the module docstring for every field).
 
     Args:
@@ -211,6 +219,8 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
             ``rlla_api_bank``).
         wrapper: chat wrapper of the RLLA reward.
         switches: RLLA reward switches; None reads the environment once.
+        tool_format: how the responses write their calls (:func:`score_prediction`); the RLLA reward itself always
+            reads ToolRL's format.
 
     Raises:
         ValueError: unknown ``dataset``, or no row left after filtering.
@@ -236,7 +246,7 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     scored, rewards = [], []
     for row in kept:
         gt_calls = _row_gt_calls(row)
-        scored.append((gt_calls, score_prediction(row["response"], gt_calls)))
+        scored.append((gt_calls, score_prediction(row["response"], gt_calls, tool_format)))
         if isinstance(row.get("ground_truth"), str):
             score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
                                                        switches=switches)
@@ -248,6 +258,7 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     right = [s["exact_match"] if gt else (s["num_calls"] == 0 and not s["parse_failure"]) for gt, s in scored]
     summary = {
         "dataset": dataset,
+        "tool_format": tool_format,
         "rows": len(kept),
         "data_sources": dict(Counter(str(r.get("data_source")) for r in kept)),
         "tool_call_rows": len(call_rows),
@@ -277,7 +288,8 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
 
 
 def evaluate_file(generations: str | os.PathLike, dataset: str = "auto", output: str | os.PathLike | None = None,
-                  extra: Mapping[str, Any] | None = None, rows: Sequence[Mapping] | None = None) -> dict:
+                  extra: Mapping[str, Any] | None = None, rows: Sequence[Mapping] | None = None,
+                  tool_format: str = "toolrl") -> dict:
     """Read ``generations``, compute :func:`evaluate_rows`, add ``generations`` and ``extra``, write the summary JSON
     atomically to ``output`` (default :func:`default_summary_path`) and return it (with ``summary_path``).
 
@@ -295,7 +307,7 @@ def evaluate_file(generations: str | os.PathLike, dataset: str = "auto", output:
         FileNotFoundError, JsonInputError, ValueError: as :func:`read_generations` and :func:`evaluate_rows`.
     """
     rows = read_generations(generations) if rows is None else rows
-    summary = {"generations": str(generations), **evaluate_rows(rows, dataset)}
+    summary = {"generations": str(generations), **evaluate_rows(rows, dataset, tool_format=tool_format)}
     summary.update(extra or {})
     path = Path(output) if output else default_summary_path(generations)
     summary["summary_path"] = str(path)
@@ -373,6 +385,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--baseline", default=None,
                         help="generations of another model on the same prompts: adds a paired comparison "
                              "(per-prompt gain, its standard error, sign test) to the summary")
+    parser.add_argument("--tool-format", default="toolrl", choices=sorted(TOOL_FORMATS),
+                        help="how the responses write tool calls (RLLA/API-Bank rows; the RLLA reward always reads "
+                             "ToolRL's format)")
     parser.add_argument("--output", default=None, help="summary JSON (default: <generations>.summary.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "INFO"), stream=sys.stderr,
@@ -425,7 +440,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 logger.info("paired %s: %.4f -> %.4f, gain %+.4f (se %s), wins/losses/ties %d/%d/%d, sign test "
                             "p=%.3g", name, st["before"], st["after"], st["gain"], se, st["wins"], st["losses"],
                             st["ties"], st["sign_test_p"])
-        summary = evaluate_file(args.generations, args.dataset, args.output, rows=rows, extra=extra)
+        summary = evaluate_file(args.generations, args.dataset, args.output, rows=rows, extra=extra,
+                                tool_format=args.tool_format)
     print(json.dumps(summary, indent=2))
     return 0
 
