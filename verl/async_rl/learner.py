@@ -5,7 +5,7 @@ packed batches of RlExamples, updates the model with a PPO-style loss, and hands
 version to the broadcaster).
 
 One :meth:`Learner.step` is one optimizer step on one packed :class:`~verl.async_rl.types.RlExample` with the
-synchronous trainer's loss code: the registered policy loss (``core_algos.get_policy_loss_fn(actor.policy_loss)``,
+synchronous trainer's loss code: the registered policy loss (``actor.policy_loss.loss_mode``,
 PPO's clipped surrogate by default), ``core_algos.agg_loss`` for the entropy term, ``dp_actor.MiniBatchScale`` for
 micro-batch weights and ``dp_actor.clipped_optimizer_step``. The PPO "old" log-probs are the inference server's
 (``RlExample.policy_logprobs``): the behaviour policy that sampled the tokens, whatever its age.
@@ -116,7 +116,7 @@ class Learner:
         self.temperature = float(temperature)
         self.model = AutoModelForCausalLM.from_pretrained(prepare_model(model_path), dtype=torch.float32)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.get("optim", OmegaConf.create({"lr": 1e-6})))
-        self.policy_loss_fn = core_algos.get_policy_loss_fn(cfg.get("policy_loss", "vanilla") or "vanilla")
+        self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(cfg))
         self.version = 0
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
 
