@@ -36,6 +36,8 @@ from verl.router.rewrite import rewrite_batch, tokenize_prompts
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
+UPDATE_KEYS = ("router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
+               "router_advantages", "router_target_action_id")  # what update_router reads
 
 
 class RouterController:
@@ -136,6 +138,25 @@ class RouterController:
         if self.cfg.get("actor_reward", "task") == "router":
             batch.batch["token_level_scores"] = tlr
         return metrics
+
+    # ----------------------------------------------------------------------------- the trainer's step hooks
+    def expand(self, batch, n: int, validate: bool, worker_group):
+        """Before generation, in place of the plain ``n``-fold repeat: router logits once per prompt from the actor
+        (``worker_group.compute_router_logits``), the repeat, then a route per copy and the prompt rewrite
+        (:meth:`route`). Returns the repeated, routed batch."""
+        prompts = batch.select(batch_keys=list(PROMPT_KEYS), non_tensor_batch_keys=[])
+        logits = worker_group.compute_router_logits(prompts).batch["router_logits"]
+        batch = batch.repeat(repeat_times=n, interleave=True)
+        self.route(batch, logits.repeat_interleave(n, dim=0), validate=validate)
+        return batch
+
+    def update(self, batch, worker_group) -> dict:
+        """After the actor update: the router head's own GRPO update on the worker (``update_router`` with the
+        routed prompts, actions, advantages and weak labels); returns its metrics (means over micro-batches)."""
+        keys = [k for k in UPDATE_KEYS if k in batch.batch.keys()]
+        out = worker_group.update_router(batch.select(batch_keys=keys, non_tensor_batch_keys=[]))
+        return {k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v
+                for k, v in out.meta_info.get("metrics", {}).items()}
 
     def state_dict(self) -> dict:
         """λ trajectory state and the route-sampling RNG (saved in ``data.pt``)."""

@@ -52,8 +52,6 @@ from verl.utils.tracking import StepProgress, Tracking
 logger = logging.getLogger(__name__)
 
 GEN_KEYS = ["input_ids", "attention_mask", "position_ids"]
-ROUTER_UPDATE_KEYS = ["router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
-                      "router_advantages", "router_target_action_id"]
 
 
 def compute_response_mask(data: DataProto) -> torch.Tensor:
@@ -235,14 +233,6 @@ class RayPPOTrainer:
             batch.non_tensor_batch["reward_valid"] = np.asarray(extra["reward_valid"], dtype=bool)
         self.reward_errors = [e for e in extra.get("reward_error", []) if e]
         return dict(result.get("reward_metrics", {}))
-
-    def _route(self, batch: DataProto, n: int, validate: bool) -> DataProto:
-        """Router logits once per prompt, then (after the ``n``-fold repeat) a route per copy and the prompt rewrite."""
-        prompts = batch.select(batch_keys=GEN_KEYS, non_tensor_batch_keys=[])
-        logits = self.actor_rollout_wg.compute_router_logits(prompts).batch["router_logits"]
-        batch = batch.repeat(repeat_times=n, interleave=True)
-        self.router.route(batch, logits.repeat_interleave(n, dim=0), validate=validate)
-        return batch
 
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:
         """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
@@ -441,11 +431,9 @@ class RayPPOTrainer:
                 with self._phase("update_actor"):
                     out = self.actor_rollout_wg.update_actor(batch)
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
-            if self.router is not None:
+            if self.router is not None:  # the router head's own update (verl/router/controller.py)
                 with self._phase("update_router"):
-                    keys = [k for k in ROUTER_UPDATE_KEYS if k in batch.batch.keys()]
-                    out = self.actor_rollout_wg.update_router(batch.select(batch_keys=keys, non_tensor_batch_keys=[]))
-                    metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
+                    metrics.update(self.router.update(batch, self.actor_rollout_wg))
         skipped = metrics.get("actor/skipped_steps", 0.0)
         if skipped or not np.isfinite(metrics.get("actor/pg_loss", 0.0)):
             self.step_problem = f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)"
@@ -477,7 +465,7 @@ class RayPPOTrainer:
                 baseline = self._greedy_baseline(batch)
         if self.router is not None:
             with self._phase("router"):
-                batch = self._route(batch, n, validate=False)
+                batch = self.router.expand(batch, n, validate=False, worker_group=self.actor_rollout_wg)
         else:
             batch = batch.repeat(repeat_times=n, interleave=True)
         with self._phase("gen"):

@@ -27,7 +27,7 @@ def validate(trainer) -> dict:
         batch = DataProto.from_single_dict(batch_dict)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         if trainer.router is not None:  # router logits once per prompt, then the val_n-fold repeat (as in training)
-            batch = trainer._route(batch, n=val_n, validate=True)
+            batch = trainer.router.expand(batch, val_n, validate=True, worker_group=trainer.actor_rollout_wg)
         elif val_n > 1:
             batch = batch.repeat(repeat_times=val_n, interleave=True)
         batch = trainer._generate(batch, validate=True)
