@@ -33,6 +33,11 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``ve
 QWEN2_05B = dict(vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                  num_attention_heads=14, num_key_value_heads=2, max_position_embeddings=32768, rms_norm_eps=1e-6,
                  rope_theta=1000000.0, tie_word_embeddings=True)
+# SmolLM2-135M's architecture (Llama: 30 layers, hidden 576, 9/3 heads, MLP 1536, vocab 49,152, tied embeddings)
+SMOLLM2_135M = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                    num_attention_heads=9, num_key_value_heads=3, max_position_embeddings=8192, rms_norm_eps=1e-5,
+                    rope_theta=100000.0, tie_word_embeddings=True)
+SHAPES = {"qwen2-0.5b": ("Qwen2", QWEN2_05B), "smollm2-135m": ("Llama", SMOLLM2_135M)}
 
 
 def build_batch(args, tokenizer, device):
@@ -102,11 +107,14 @@ def main() -> None:
     parser.add_argument("--tokenizer", default="tiny", help="model preset or directory whose tokenizer is used")
     parser.add_argument("--json", default=None)
     parser.add_argument("--cpu-smoke", action="store_true", help="run a 2-layer model on CPU (checks the script only)")
+    parser.add_argument("--model-shape", default="qwen2-0.5b", choices=sorted(SHAPES),
+                        help="architecture of the randomly initialised model")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
         raise SystemExit("bench_gpu_mfu.py needs a CUDA GPU (torch.cuda.is_available() is False)")
 
-    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+    import transformers
+    from transformers import AutoTokenizer
 
     from verl.protocol import DataProto
     from verl.utils.flops_counter import gpu_bf16_peak_flops, mfu, train_flops
@@ -119,19 +127,22 @@ def main() -> None:
     peak = 1e12 if args.cpu_smoke else gpu_bf16_peak_flops(gpu)
     tokenizer = AutoTokenizer.from_pretrained(prepare_model(args.tokenizer))
     torch.manual_seed(0)
-    config = Qwen2Config(**{**QWEN2_05B, **(dict(num_hidden_layers=2) if args.cpu_smoke else {})})
-    model = Qwen2ForCausalLM(config).to(device)  # float32 master weights, as the actor worker loads them
+    family, shape = SHAPES[args.model_shape]
+    config = getattr(transformers, f"{family}Config")(**{**shape, **(dict(num_hidden_layers=2) if args.cpu_smoke
+                                                                       else {})})
+    model = getattr(transformers, f"{family}ForCausalLM")(config).to(device)  # float32 master weights
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     batch, prompts, seq_lens, response_tokens = build_batch(args, tokenizer, device)
     flops = train_flops(config, seq_lens, logit_positions=response_tokens)
-    results = dict(gpu=gpu, peak_bf16_flops=peak, params=params, rows=len(batch), args=vars(args),
+    results = dict(gpu=gpu, model_shape=args.model_shape, peak_bf16_flops=peak, params=params, rows=len(batch),
+                   args=vars(args),
                    prompt_tokens=sum(len(p) for p in prompts) * args.n, response_tokens=response_tokens,
                    padded_tokens=int(batch.batch["attention_mask"].numel()), model_flops_per_update=flops,
                    update={})
-    print(f"{gpu}: Qwen2-0.5B-shaped model, {params / 1e6:.0f}M parameters; {len(batch)} rows "
+    print(f"{gpu}: {args.model_shape}-shaped model, {params / 1e6:.0f}M parameters; {len(batch)} rows "
           f"({args.prompts} RLLA prompts x {args.n}), {results['prompt_tokens'] + response_tokens} valid tokens of "
           f"{results['padded_tokens']} padded; {flops / 1e12:.2f} model TFLOPs per update")
 

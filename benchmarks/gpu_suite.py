@@ -1,0 +1,180 @@
+"""One command that measures the GPU whenever one is lent (issue 24): ``bash benchmarks/gpu_suite.sh``.
+
+Runs, each as a child process with its own time limit (the whole suite stays under ``--budget-s``, 25 min by default):
+
+1. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512) with
+   gradient checkpointing off and on, and on the SmolLM2-135M-shaped model: update-pass MFU in the padded, packed and
+   shared-prompt layouts, peak memory, and the HF rollout's generated tokens/s (shared prefill off / on);
+2. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``smollm2-135m`` (``trainer.single_process=true``: the GPU
+   machines have no Ray): seconds per step and each phase's share of the step;
+3. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
+   with the reason);
+4. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` (ratio new / old).
+
+Everything goes into one JSON (``--output``, default ``benchmarks/results/gpu_<date>.json``) and a Markdown table on
+stdout. A step that fails or runs out of time is recorded with its reason; the suite goes on. ``--cpu-smoke`` runs the
+same steps on CPU at toy sizes (2-layer models, the ``tiny`` preset, 1 training step) so that CI checks the suite
+itself; its numbers mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import glob
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_step(name: str, cmd: list[str], timeout_s: float, env: dict | None = None) -> dict:
+    """Run ``cmd``; ``{"ok", "seconds", "returncode", "tail"}`` (the output's last 2,000 characters on failure)."""
+    start = time.perf_counter()
+    try:
+        out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1))
+        ok, code, text = out.returncode == 0, out.returncode, out.stdout + out.stderr
+    except subprocess.TimeoutExpired as err:
+        ok, code, text = False, None, f"timed out after {timeout_s:.0f} s: {(err.stdout or '')[-500:]}"
+    seconds = time.perf_counter() - start
+    print(f"[gpu_suite] {name}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
+    return {"ok": ok, "seconds": round(seconds, 1), "returncode": code, **({} if ok else {"tail": text[-2000:]})}
+
+
+def mfu_runs(args, tmp: Path, deadline: float) -> dict:
+    """Step 1 (module docstring)."""
+    if args.cpu_smoke:
+        configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"]}
+        sizes = ["--cpu-smoke", "--prompts", "2", "--n", "2", "--response-length", "16", "--micro-batch", "2",
+                 "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2"]
+    else:
+        configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"],
+                   "qwen2-0.5b_gc": ["--model-shape", "qwen2-0.5b", "--gradient-checkpointing"],
+                   "smollm2-135m": ["--model-shape", "smollm2-135m"]}
+        sizes = ["--prompts", "8", "--n", "4", "--response-length", "512", "--micro-batch", "8"]
+    out = {}
+    for name, extra in configs.items():
+        path = tmp / f"mfu_{name}.json"
+        step = run_step(f"update_mfu/{name}", [sys.executable, "benchmarks/bench_gpu_mfu.py", *sizes, *extra,
+                                               "--json", str(path)], deadline - time.time())
+        if step["ok"] and path.is_file():
+            result = json.loads(path.read_text())
+            step.update(update={k: {"mfu": v["mfu"], "median_s": v["median_s"], "max_mem_gib": v["max_mem_gib"]}
+                                for k, v in result["update"].items()},
+                        rollout_tokens_per_s={k: v["tokens_per_s"] for k, v in result["rollout"].items()},
+                        device=result["gpu"], params=result["params"])
+        out[name] = step
+    return out
+
+
+def train_run(args, tmp: Path, deadline: float) -> dict:
+    """Step 2 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps."""
+    run_dir = tmp / "train_grpo"
+    env = {**os.environ, "RUN_DIR": str(run_dir), "EXPERIMENT_NAME": "gpu_suite", "SINGLE_PROCESS": "True",
+           "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "TOTAL_STEPS": "1" if args.cpu_smoke else "10",
+           "BASE_MODEL": "tiny" if args.cpu_smoke else "smollm2-135m", "PYTHON": sys.executable}
+    if args.cpu_smoke:
+        env.update(N_GPUS="0", TRAIN_BATCH_SIZE="2", PPO_MINI_BATCH_SIZE="2", MICRO_BATCH_PER_GPU="2", ROLLOUT_N="2",
+                   MAX_RESPONSE_LENGTH="8")
+    step = run_step("train_grpo", ["bash", "train_grpo.sh", f"trainer.default_local_dir={tmp}/ckpt",
+                                   "trainer.val_before_train=False", "trainer.single_process=true"],
+                    deadline - time.time(), env=env)
+    metrics = run_dir / "metrics.jsonl"
+    if step["ok"] and metrics.is_file():
+        records = [r for r in map(json.loads, metrics.read_text().splitlines()) if "timing_s/step" in r]
+        later = records[1:] or records  # the first step includes compilation / warm-up
+        step_s = sum(r["timing_s/step"] for r in later) / len(later)
+        phases = {k[len("timing_s/"):]: sum(r.get(k, 0.0) for r in later) / len(later) / step_s
+                  for k in later[0] if k.startswith("timing_s/") and k != "timing_s/step"}
+        step.update(steps=len(records), step_s=step_s, phase_share={k: round(v, 3) for k, v in phases.items()})
+    return step
+
+
+def async_run(args, tmp: Path, deadline: float) -> dict:
+    """Step 3 (module docstring)."""
+    if importlib.util.find_spec("ray") is None:
+        return {"ok": False, "skipped": "Ray is not importable on this machine"}
+    path = tmp / "async.json"
+    sizes = (["--rows", "8", "--prompts", "2", "--n", "2", "--max-new-tokens", "8", "--steps", "1"] if args.cpu_smoke
+             else ["--model", "smollm2-135m", "--steps", "6"])
+    step = run_step("async", [sys.executable, "benchmarks/bench_async_vs_sync.py", "--only", "async", *sizes,
+                              "--json", str(path)], deadline - time.time())
+    if step["ok"] and path.is_file():
+        summary = next((r for r in json.loads(path.read_text()) if r.get("mode") == "async"), {})
+        step["result"] = {k: summary[k] for k in ("rollouts_trained_per_s", "rollouts_generated_per_s",
+                                                  "learner_step_s_median", "frac_on_policy") if k in summary}
+    return step
+
+
+def flatten(results: dict, prefix: str = "") -> dict:
+    """Numeric leaves of ``results`` as ``{"a/b/c": value}`` (for the comparison and the table)."""
+    out = {}
+    for key, value in results.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = float(value)
+    return out
+
+
+def compare(figures: dict, previous: Path | None) -> dict:
+    """``{figure: new / old}`` for every figure both runs have (MFU, tokens/s, step seconds, ...)."""
+    if previous is None:
+        return {}
+    old = flatten(json.loads(previous.read_text()).get("figures", {}))
+    return {k: round(v / old[k], 3) for k, v in figures.items() if old.get(k)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on CPU: checks the suite, not the GPU")
+    parser.add_argument("--output", default=None, help="JSON (default benchmarks/results/gpu_<date>.json)")
+    parser.add_argument("--budget-s", type=float, default=25 * 60, help="the whole suite's time limit")
+    args = parser.parse_args(argv)
+    import torch
+
+    if not args.cpu_smoke and not torch.cuda.is_available():
+        print("gpu_suite: no CUDA GPU here (torch.cuda.is_available() is False); use --cpu-smoke to check the suite",
+              file=sys.stderr)
+        return 2
+    deadline = time.time() + args.budget_s
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M")
+    output = Path(args.output or REPO_ROOT / "benchmarks" / "results" / f"gpu_{stamp}.json")
+    committed = sorted(glob.glob(str(REPO_ROOT / "benchmarks" / "results" / "gpu_*.json")))
+    previous = Path(committed[-1]) if committed and not args.cpu_smoke else None
+    with tempfile.TemporaryDirectory(prefix="gpu_suite_") as tmp:
+        tmp = Path(tmp)
+        steps = {"update_mfu": mfu_runs(args, tmp, deadline), "train_grpo": train_run(args, tmp, deadline),
+                 "async": async_run(args, tmp, deadline)}
+    figures = {
+        "update_mfu": {name: s.get("update", {}) for name, s in steps["update_mfu"].items()},
+        "rollout_tokens_per_s": {name: s.get("rollout_tokens_per_s", {}) for name, s in steps["update_mfu"].items()},
+        "train_grpo_step_s": steps["train_grpo"].get("step_s"),
+        "async": steps["async"].get("result") or {},
+    }
+    figures = {k: v for k, v in figures.items() if v not in (None, {})}
+    result = {"date": stamp, "cpu_smoke": args.cpu_smoke, "device": torch.cuda.get_device_name() if
+              torch.cuda.is_available() and not args.cpu_smoke else "cpu", "steps": steps, "figures": figures,
+              "compared_with": str(previous.relative_to(REPO_ROOT)) if previous else None,
+              "ratio_vs_previous": compare(flatten(figures), previous)}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(result, indent=1) + "\n")
+    ratios = result["ratio_vs_previous"]
+    print("\n| figure | value | vs previous |\n|---|---|---|")
+    for name, value in sorted(flatten(figures).items()):
+        print(f"| {name} | {value:.4g} | {ratios.get(name, '-')} |")
+    failed = [name for name, s in steps.items() if isinstance(s, dict) and s.get("ok") is False and
+              not s.get("skipped")]
+    failed += [f"update_mfu/{n}" for n, s in steps["update_mfu"].items() if not s.get("ok")]
+    print(f"\nwritten {output}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
