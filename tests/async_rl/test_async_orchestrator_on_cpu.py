@@ -159,8 +159,9 @@ def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
 def test_main_async_entry_runs_and_resumes(ray_session, tmp_path):
     from verl.trainer.main_async import run_async
 
+    # save_freq 5 > the steps run: the learner's checkpoint after the last step is what the second launch resumes
     extra = ["trainer.total_training_steps=1", "trainer.logger=[console]", f"trainer.run_dir={tmp_path}/run",
-             "async.max_buffer_rollouts=4"]
+             "async.max_buffer_rollouts=4", "trainer.save_freq=5"]
     records = run_async(async_config(tmp_path, extra=extra))
     assert [r["policy_version"] for r in records] == [1.0]
     # a second launch with a higher step target resumes from global_step_1 and trains one more step

@@ -287,7 +287,8 @@ class Orchestrator:
 
     def run(self, num_steps: int, poll_s: float = 0.05, timeout_s: Optional[float] = None) -> List[Dict[str, float]]:
         """Train until ``num_steps`` more learner steps have finished; returns their metric records (also logged to
-        the tracker with ``step = policy_version``).
+        the tracker with ``step = policy_version``). With ``trainer.save_freq > 0`` the learner checkpoints every
+        ``save_freq`` versions and after the last step of the run.
 
         Raises TimeoutError: ``timeout_s`` passed first. RuntimeError: too many restarts.
         """
@@ -314,6 +315,8 @@ class Orchestrator:
                         records.append(metrics)
                         if self.tracker is not None:
                             self.tracker.log(metrics, step=self.version)
+        if records and self.save_freq > 0 and self.version % self.save_freq != 0:  # the last step, as the sync trainer
+            ray.get(self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True)))
         return records
 
     def shutdown(self) -> None:
