@@ -1,6 +1,7 @@
 """Async learner (verl/async_rl/learner.py): packed forward, PPO step with the core_algos loss, checkpoints."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from verl.async_rl.batcher import Batcher
@@ -59,3 +60,26 @@ def test_packed_step_matches_inference_and_follows_advantages(tiny_model_dir, tm
     with torch.no_grad():
         out = engine.generate([5, 6, 7], max_tokens=3, seed=0)
     assert out["policy_version"] == 1
+
+
+def test_rollout_correction_decouples_the_ratio_and_weights_stale_tokens(tiny_model_dir):
+    """With algorithm.rollout_correction the ratio is against the learner's own policy (so nothing is clipped in a
+    single step) and the server's stale log-probs only enter the truncated IS weights: the gradient equals the plain
+    learner's with the server's log-probs replaced by the learner's and the loss scaled by min(rho, C) per token."""
+    engine = PolicyEngine(tiny_model_dir)
+    groups = [_group(engine, "p0", [5, 6, 7], [1.0, -1.0]), _group(engine, "p1", [9, 10, 11, 12], [1.0, -1.0])]
+    example, _, _ = Batcher(64, {"e": 1.0}, 40).pack(groups)
+    stale = example.policy_logprobs.clone()
+    stale[example.loss_mask] -= 0.3  # the server's policy was older: every token 0.3 nats less likely
+    import dataclasses
+
+    example = dataclasses.replace(example, policy_logprobs=stale)
+    corrected = Learner(tiny_model_dir, ACTOR, rollout_correction={"rollout_is": "token", "rollout_is_threshold": 1.2})
+    stats = corrected.step(example)
+    assert stats["actor/pg_clipfrac"] == 0.0  # ratio 1 against the learner's own policy
+    assert abs(stats["rollout_corr/kl"] + 0.3) < 1e-3  # rlp - olp = -0.3
+    assert abs(stats["rollout_corr/is_weight_max"] - 1.2) < 1e-6  # rho = e^0.3 = 1.35, truncated at C = 1.2
+    plain = Learner(tiny_model_dir, ACTOR)  # behaviour-policy PPO: ratio e^0.3 > 1.2 clips the positive-advantage half
+    assert plain.step(example)["actor/pg_clipfrac"] > 0.3
+    with pytest.raises(ValueError, match="rollout_rs_threshold"):
+        Learner(tiny_model_dir, ACTOR, rollout_correction={"rollout_rs": "token"})

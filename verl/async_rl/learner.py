@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.async_rl.batcher import segment_attention_mask
 from verl.async_rl.types import RlExample
 from verl.trainer.ppo import core_algos
+from verl.trainer.ppo.rollout_corr import check_correction_settings, compute_rollout_correction
 from verl.utils import checkpoint_manifest as manifest
 from verl.utils.model_utils import build_optimizer
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
@@ -101,7 +102,8 @@ class Learner:
     """
 
     def __init__(self, model_path: str, actor_config: Mapping[str, Any] | DictConfig, temperature: float = 1.0,
-                 checkpoint_dir: Optional[str] = None, num_threads: Optional[int] = None, seed: int = 0):
+                 checkpoint_dir: Optional[str] = None, num_threads: Optional[int] = None, seed: int = 0,
+                 rollout_correction: Optional[Mapping[str, Any]] = None):
         from transformers import AutoModelForCausalLM
 
         from verl.utils.model_presets import prepare_model
@@ -119,10 +121,23 @@ class Learner:
         self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(cfg))
         self.version = 0
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        # decoupled objective with rollout correction (``algorithm.rollout_correction``): see :meth:`step`
+        corr = dict(rollout_correction or {})
+        self.rollout_correction = corr if corr.get("rollout_is") or corr.get("rollout_rs") else None
+        if self.rollout_correction is not None:
+            check_correction_settings(**self.rollout_correction)
 
     # ------------------------------------------------------------------------------------------------ step
     def step(self, example: RlExample) -> Dict[str, float]:
         """One PPO optimizer step on ``example``; bumps :attr:`version` by one.
+
+        The PPO "old" log-probs are the inference server's (the behaviour policy, whatever its age), unless
+        ``rollout_correction`` is set: then the ratio is taken against the learner's own policy before the step
+        (decoupled from the behaviour policy, as in the synchronous trainer where the old log-probs are recomputed) and
+        the gap to the server's log-probs goes through :func:`verl.trainer.ppo.rollout_corr.compute_rollout_correction`
+        (truncated importance weights and / or rejection masks; rejected tokens add nothing, the token normaliser
+        keeps them), which is what keeps stale rollouts (``async.replay.max_age > 1``) usable; ``rollout_corr/*``
+        metrics are added.
 
         Returns metrics: ``actor/pg_loss``, ``actor/pg_clipfrac``, ``actor/ppo_kl``, ``actor/pg_clipfrac_lower``,
         ``actor/entropy``, ``actor/grad_norm``, ``actor/skipped_steps``, ``actor/lr``; ``learner/logprob_gap``
@@ -153,18 +168,27 @@ class Learner:
             log_prob, entropy = packed_logprobs(self.model, part, self.temperature, calculate_entropy=True,
                                                 needed=mask)
             old = part.policy_logprobs
-            pg_loss, pg_metrics = self.policy_loss_fn(old, log_prob, part.advantages, mask, loss_agg_mode, cfg)
+            weights, corr_metrics = None, {}
+            if self.rollout_correction is not None:  # ratio against the learner's policy, IS weights for staleness
+                rollout_lp, old = old, log_prob.detach()
+                weights, keep, corr_metrics = compute_rollout_correction(old, rollout_lp, mask.to(old.dtype),
+                                                                         **self.rollout_correction)
+                mask = keep.bool()
+                if not bool(mask.any()):
+                    continue
+            pg_loss, pg_metrics = self.policy_loss_fn(old, log_prob, part.advantages, mask, loss_agg_mode, cfg,
+                                                      rollout_is_weights=weights)
             if entropy_coeff == 0:
                 entropy = entropy.detach()
             entropy_loss = core_algos.agg_loss(entropy, mask, loss_agg_mode)
             loss = pg_loss - entropy_coeff * entropy_loss if entropy_coeff != 0 else pg_loss
             weight = scale.grad_scale(mask)
             (loss * weight).backward()
-            diff = (old - log_prob.detach())[mask]
+            diff = (part.policy_logprobs - log_prob.detach())[mask]  # the server's vs the learner's, before the step
             gap += float(diff.sum())
             abs_gap += float(diff.abs().sum())
             for key, value in {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_loss.detach(),
-                               **pg_metrics}.items():
+                               **pg_metrics, **corr_metrics}.items():
                 stats[key] = stats.get(key, 0.0) + float(value) * weight
         stats.update(clipped_optimizer_step(self.model, self.optimizer, cfg.get("grad_clip"), "actor"))
         stats["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])

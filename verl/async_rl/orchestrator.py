@@ -117,8 +117,11 @@ class Orchestrator:
     # ------------------------------------------------------------------------------------------ components
     def _start_learner(self) -> None:
         actor_cfg = OmegaConf.to_container(self.config.actor_rollout_ref.actor, resolve=True)
+        from verl.trainer.ppo.rollout_corr import correction_settings
+
         self.learner = make_learner_actor(self.model_path, actor_cfg, float(self.a.inference.temperature),
-                                          self.ckpt_dir, num_threads=self.a.get("learner_threads"))
+                                          self.ckpt_dir, num_threads=self.a.get("learner_threads"),
+                                          rollout_correction=correction_settings(self.config.get("algorithm")))
         import ray
 
         self.version = int(ray.get(self.learner.resume.remote()))
