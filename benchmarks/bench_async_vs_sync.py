@@ -58,6 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "batch); >= 1")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--max-age", type=int, default=1, help="async.replay.max_age")
+    parser.add_argument("--rollout-is", choices=("token", "sequence"), default=None,
+                        help="async: algorithm.rollout_correction.rollout_is (the learner's correction of stale "
+                             "rollouts; default none: behaviour-policy PPO)")
+    parser.add_argument("--rollout-is-threshold", type=float, default=2.0)
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
                         help="sync: model.use_shared_prompt (the CPU launch default)")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
@@ -126,7 +130,10 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
             f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
             f"async.max_buffer_rollouts={rollouts}", f"async.replay.max_age={args.max_age}",
             "async.replay.advantage=rloo", "~async.envs.line_world",
-            f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: 1, fraction: 1.0, group_size: {args.n}}}"]
+            f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: 1, fraction: 1.0, group_size: {args.n}}}",
+            *([f"algorithm.rollout_correction.rollout_is={args.rollout_is}",
+               f"algorithm.rollout_correction.rollout_is_threshold={args.rollout_is_threshold}"]
+              if args.rollout_is else [])]
 
 
 def run(command: list[str], label: str) -> float:
@@ -184,7 +191,17 @@ def summarise_async(args, recs: list[dict]) -> dict:
             "stale_dropped": sum(r.get("replays/rlla/evicted_stale", 0.0) for r in measured),
             "broadcast_latency_s_median": statistics.median(r.get("weights/broadcast_latency_s", float("nan"))
                                                             for r in measured),
-            "used_version_lag": dict(sorted(lags.items()))}
+            "used_version_lag": dict(sorted(lags.items())),
+            # the reward of the rollouts that arrived during the measured steps (the policy's quality as it trains)
+            "reward_mean": _mean_of(measured, "replays/rlla/reward/mean"),
+            "reward_mean_last_half": _mean_of(measured[len(measured) // 2:], "replays/rlla/reward/mean"),
+            **{f"{k}_mean": _mean_of(measured, k) for k in ("rollout_corr/kl", "rollout_corr/is_weight_mean",
+                                                            "rollout_corr/is_weight_max", "actor/pg_clipfrac")}}
+
+
+def _mean_of(records_: list[dict], key: str) -> float:
+    values = [r[key] for r in records_ if key in r]
+    return statistics.mean(values) if values else float("nan")
 
 
 def main(argv=None) -> None:
