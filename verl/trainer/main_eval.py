@@ -171,6 +171,11 @@ def score_prediction(response: str, gt_calls: Sequence[Mapping], tool_format: st
     }
 
 
+def decision_right(gt_calls: Sequence[Mapping], scored: Mapping) -> bool:
+    """A row answered right: the exact calls when the ground truth calls tools, else no call and no parse failure."""
+    return bool(scored["exact_match"]) if gt_calls else (scored["num_calls"] == 0 and not scored["parse_failure"])
+
+
 def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen") -> dict[str, float]:
     """The per-row values of a paired comparison (:mod:`verl.trainer.eval_compare`): ``exact_match`` (1.0 when the
     predicted calls equal the ground truth's; on a no-call row, when nothing was called and nothing failed to parse)
@@ -181,7 +186,7 @@ def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen") -
     """
     gt_calls = _row_gt_calls(row)
     scored = score_prediction(row["response"], gt_calls)
-    right = scored["exact_match"] if gt_calls else (scored["num_calls"] == 0 and not scored["parse_failure"])
+    right = decision_right(gt_calls, scored)
     out = {"exact_match": float(right)}
     if isinstance(row.get("ground_truth"), str):
         score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
@@ -255,7 +260,7 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     no_call_rows = [s for gt, s in scored if not gt]
     finished = [bool(r["finished"]) for r in kept if "finished" in r]
     made_call = [s["num_calls"] > 0 and not s["parse_failure"] for _, s in scored]
-    right = [s["exact_match"] if gt else (s["num_calls"] == 0 and not s["parse_failure"]) for gt, s in scored]
+    right = [decision_right(gt, s) for gt, s in scored]
     summary = {
         "dataset": dataset,
         "tool_format": tool_format,
