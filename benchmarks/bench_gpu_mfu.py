@@ -119,6 +119,7 @@ def main() -> None:
     from verl.protocol import DataProto
     from verl.utils.flops_counter import gpu_bf16_peak_flops, mfu, train_flops
     from verl.utils.model_presets import prepare_model
+    from verl.trainer.config_utils import default_section
     from verl.workers.actor.dp_actor import DataParallelPPOActor
     from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -153,7 +154,7 @@ def main() -> None:
     print(f"shared-prompt layout executes {shared_flops / 1e12:.2f} TFLOPs per update "
           f"({shared_flops / flops:.2f}x of the unshared count)")
     for layout in ("padded", "packed", "shared"):
-        actor_cfg = OmegaConf.create(dict(
+        actor_cfg = default_section("actor_rollout_ref.actor", **dict(
             ppo_mini_batch_size=len(batch), ppo_micro_batch_size_per_gpu=args.micro_batch, use_dynamic_bsz=False,
             use_remove_padding=layout == "packed", use_shared_prompt=layout == "shared", compute_dtype="bfloat16",
             clip_ratio=0.2, loss_agg_mode="token-mean", entropy_coeff=0.0, grad_clip=1.0, ppo_epochs=1,

@@ -74,13 +74,14 @@ def prompt_batch(prompts: list[list[int]], pad_id: int):
 
 def run_step(model, tokenizer, prompts, n: int, shared: bool, args) -> dict:
     """One actor step (rollout, old log-probs, update) on ``prompts`` x ``n``; returns phase seconds and tokens."""
+    from verl.trainer.config_utils import default_section
     from verl.workers.actor.dp_actor import DataParallelPPOActor
     from verl.workers.rollout.hf_rollout import HFRollout
 
     rollout_cfg = OmegaConf.create(dict(response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0,
                                         do_sample=True, dtype="bfloat16", micro_batch_size=len(prompts) * n,
                                         shared_prefill=shared))
-    actor_cfg = OmegaConf.create(dict(
+    actor_cfg = default_section("actor_rollout_ref.actor", **dict(
         ppo_mini_batch_size=len(prompts) * n, ppo_micro_batch_size_per_gpu=args.micro_batch, use_dynamic_bsz=False,
         use_remove_padding=False, use_shared_prompt=shared, clip_ratio=0.2, loss_agg_mode="token-mean",
         entropy_coeff=0.0, grad_clip=1.0, ppo_epochs=1, shuffle=False))

@@ -116,7 +116,7 @@ class AgentRollout:
             common["env_kwargs"] = {**kwargs, "split": "test"}
         self.val_envs = EnvironmentManager(num_tasks=self.val_batch, group_n=1, **common)
         step_level = get_estimator_plugin(config.algorithm.adv_estimator).step_level  # GiGPO, RLVCR
-        mode = env.get("reward_mode") or ("step" if step_level else "episode")
+        mode = env.reward_mode or ("step" if step_level else "episode")
         scorer = None
         if reward_runner is not None:
             from agent_system.reward.trajectory import TrajectoryRewardScorer
@@ -168,7 +168,7 @@ def update_row_multiple(config: DictConfig) -> int:
     mini-batch in rows (``ppo_mini_batch_size × rollout.n``) and the number of data-parallel workers."""
     n = int(config.actor_rollout_ref.rollout.n)
     sizes = [int(config.actor_rollout_ref.actor.ppo_mini_batch_size) * n]
-    if config.critic.get("enable"):
+    if config.critic.enable:
         sizes.append(int(config.critic.ppo_mini_batch_size) * n)
     workers = max(1, int(config.trainer.n_gpus_per_node)) * int(config.trainer.nnodes)
     return math.lcm(*sizes, workers)

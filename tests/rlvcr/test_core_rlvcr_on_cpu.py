@@ -334,8 +334,8 @@ def test_yaml_defaults_match_the_settings_and_validate():
     ("algorithm.rlvcr.enable=maybe", "algorithm.rlvcr.enable must be of type bool"),
 ])
 def test_validate_config_rejects_bad_rlvcr_settings(override, match):
-    config = normalize_config(load_default_config(["algorithm.adv_estimator=rlvcr", override]))
-    with pytest.raises(ConfigError, match=match):
+    with pytest.raises(ConfigError, match=match):  # a value of the wrong type already fails at load (typed config)
+        config = normalize_config(load_default_config(["algorithm.adv_estimator=rlvcr", override]))
         validate_config(config, check_files=False)
 
 

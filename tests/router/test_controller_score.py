@@ -4,11 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from omegaconf import OmegaConf
 
-from conftest import REPO_ROOT
 from verl.protocol import DataProto
 from verl.router.controller import RouterController
+from verl.trainer.config_utils import default_section
 
 
 def _batch(tokenizer, scores, valid):
@@ -27,8 +26,7 @@ def _batch(tokenizer, scores, valid):
 
 
 def test_invalid_rows_get_no_router_advantage_and_stay_out_of_the_group(tokenizer):
-    cfg = OmegaConf.load(REPO_ROOT / "verl/trainer/config/ppo_trainer.yaml").router
-    controller = RouterController(cfg, OmegaConf.create({"max_prompt_length": 64}), tokenizer)
+    controller = RouterController(default_section("router"), default_section("data", max_prompt_length=64), tokenizer)
     batch = _batch(tokenizer, [1.0, 3.0, 0.0, 2.0], [True, True, False, True])
     metrics = controller.score(batch, step=1)
     adv = batch.batch["router_advantages"]

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.trainer.config_utils import load_default_config
 from verl.trainer.ppo.metric_utils import MfuMeter, compute_mfu_metrics
 from verl.utils.flops_counter import measure_matmul_peak
 
@@ -54,8 +54,8 @@ def test_shared_prompt_counts_each_prompt_once():
 def test_meter_switches(tmp_path):
     (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4, '
                                           '"num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}')
-    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": str(tmp_path)}},
-                               "trainer": {"log_mfu": True, "peak_flops_per_s": 1000.0, "device": "cpu"}})
+    config = load_default_config([f"actor_rollout_ref.model.path={tmp_path}", "trainer.log_mfu=true",
+                                  "trainer.peak_flops_per_s=1000.0", "trainer.device=cpu"])
     meter = MfuMeter.from_config(config)
     assert meter.peak_flops_per_s == 1000.0
     metrics = meter(_batch(), {"gen": 1.0}, n_workers=1)

@@ -14,6 +14,7 @@ import torch  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.config_utils import default_section  # noqa: E402
 from verl.workers.actor.dp_actor import DataParallelPPOActor  # noqa: E402
 from verl.workers.rollout.hf_rollout import HFRollout  # noqa: E402
 from verl.workers.rollout.vllm_rollout import vLLMRollout  # noqa: E402
@@ -57,7 +58,8 @@ def hf_generate(model, tokenizer, prompts, **meta) -> DataProto:
 
 
 def actor_log_probs(model, batch: DataProto, temperature: float) -> torch.Tensor:
-    actor = DataParallelPPOActor(OmegaConf.create({"use_remove_padding": False, "compute_dtype": "float32"}), model)
+    actor = DataParallelPPOActor(default_section("actor_rollout_ref.actor", use_remove_padding=False,
+                                                 compute_dtype="float32"), model)
     data = with_meta(batch, temperature=temperature, micro_batch_size=ROWS)
     return actor.compute_log_prob(data)[0]
 

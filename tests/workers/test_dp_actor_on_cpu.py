@@ -6,8 +6,8 @@ import copy
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
+from verl.trainer.config_utils import default_section
 from verl.trainer.ppo.core_algos import kl_penalty
 from verl.utils.torch_functional import masked_mean
 from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -22,13 +22,13 @@ GRAD_REL_NORM = 1e-5
 
 
 def actor_config(**overrides):
+    """The typed ``actor_rollout_ref.actor`` section of the YAML with this file's batch settings and ``overrides``."""
     base = dict(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=6, use_dynamic_bsz=False,
                 ppo_max_token_len_per_gpu=40, grad_clip=1.0, clip_ratio=0.2, clip_ratio_c=3.0,
                 loss_agg_mode="token-mean", entropy_coeff=0.0, use_kl_loss=False, kl_loss_coef=0.0,
-                kl_loss_type="low_var_kl", ppo_epochs=1, shuffle=False, policy_loss="vanilla",
-                use_remove_padding=False)
+                kl_loss_type="low_var_kl", ppo_epochs=1, shuffle=False, use_remove_padding=False)
     base.update(overrides)
-    return OmegaConf.create(base)
+    return default_section("actor_rollout_ref.actor", **base)
 
 
 def log_prob_meta(batch, **meta):

@@ -6,6 +6,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.trainer.config_utils import default_section
 from verl.utils.model_utils import load_value_model
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from workers_testlib import make_batch
@@ -16,7 +17,7 @@ def critic_config(**overrides):
                 ppo_max_token_len_per_gpu=24, ppo_epochs=1, shuffle=False, grad_clip=1.0, cliprange_value=0.5,
                 loss_agg_mode="token-mean", use_remove_padding=False)
     base.update(overrides)
-    return OmegaConf.create(base)
+    return default_section("critic", **base)
 
 
 @pytest.fixture(scope="module")

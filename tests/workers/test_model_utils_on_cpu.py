@@ -7,6 +7,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from verl.trainer.config_utils import default_section
 from verl.utils.model_utils import build_lr_scheduler, build_optimizer, load_causal_lm, to_local_state
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from workers_testlib import make_batch
@@ -53,7 +54,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
     for checkpointing in (False, True):
         module = load_causal_lm(OmegaConf.create({"path": tiny_model_dir,
                                                   "enable_gradient_checkpointing": checkpointing}))
-        actor = DataParallelPPOActor(OmegaConf.create({"use_remove_padding": True}), module)
+        actor = DataParallelPPOActor(default_section("actor_rollout_ref.actor", use_remove_padding=True), module)
         _, log_probs = actor._forward_micro_batch(micro, temperature=1.0)
         (log_probs * micro["response_mask"]).sum().backward()
         grads.append([p.grad for p in module.parameters()])

@@ -46,12 +46,12 @@ class RouterComponent:
     def __init__(self, router_cfg, hidden_size: int, device: str, actor_optimizer=None) -> None:
         self.cfg = router_cfg
         self.device = device
-        self.head = RouterHead(hidden_size, head=router_cfg.get("head", "linear"),
-                               pooling=router_cfg.get("pooling", "last_token"),
-                               detach_backbone=bool(router_cfg.get("detach_backbone", True))).to(device)
-        optim_cfg = router_cfg.get("optim", {}) or {}
-        lr = float(optim_cfg.get("lr", 1e-4))
-        self.shared = bool(optim_cfg.get("shared", False))
+        self.head = RouterHead(hidden_size, head=router_cfg.head,
+                               pooling=router_cfg.pooling,
+                               detach_backbone=bool(router_cfg.detach_backbone)).to(device)
+        optim_cfg = router_cfg.optim
+        lr = float(optim_cfg.lr)
+        self.shared = bool(optim_cfg.shared)
         if self.shared:
             if actor_optimizer is None:
                 raise ValueError("router.optim.shared=true needs the actor's optimizer (this worker has no actor)")
@@ -59,7 +59,7 @@ class RouterComponent:
             self.optimizer = actor_optimizer
         else:
             self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=lr, weight_decay=0.0)
-        self.micro_batch_size = int(router_cfg.get("micro_batch_size", 16))
+        self.micro_batch_size = int(router_cfg.micro_batch_size)
 
     def logits(self, module: torch.nn.Module, batch, grad: bool = False) -> torch.Tensor:
         """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), in micro-batches."""
@@ -83,14 +83,14 @@ class RouterComponent:
         target = batch["router_target_action_id"].to(self.device) if "router_target_action_id" in batch.keys() else None
         loss, metrics = compute_router_loss(logits, batch["router_action"].to(self.device),
                                             batch["router_advantages"].to(self.device).float(), target_actions=target,
-                                            entropy_coeff=float(self.cfg.get("entropy_coeff", 0.0)),
-                                            sup_coeff=float(self.cfg.get("sup_coeff", 0.05)))
+                                            entropy_coeff=float(self.cfg.entropy_coeff),
+                                            sup_coeff=float(self.cfg.sup_coeff))
         loss.backward()
         params = [p for p in self.head.parameters() if p.grad is not None]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             for p in params:
                 dist.all_reduce(p.grad, op=dist.ReduceOp.AVG)
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=float(self.cfg.get("grad_clip", 1.0)))
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=float(self.cfg.grad_clip))
         if torch.isfinite(grad_norm):
             self.optimizer.step()
         else:

@@ -55,13 +55,13 @@ class RouterController:
         self.data_cfg = data_cfg
         self.tokenizer = tokenizer
         self.lagrange = LagrangeMultiplier.from_config(router_cfg)
-        self.weights = CostWeights.from_config(router_cfg.get("cost_weights", {}))
-        self.other_as = parse_other_as(router_cfg.get("other_as", "search"))
-        path = router_cfg.get("tool_family_file")
+        self.weights = CostWeights.from_config(router_cfg.cost_weights)
+        self.other_as = parse_other_as(router_cfg.other_as)
+        path = router_cfg.tool_family_file
         self.family_overrides = load_tool_family_file(path) if path else None
         self.generator = torch.Generator().manual_seed(int(seed))
-        if router_cfg.get("actor_reward", "task") not in ("task", "router"):
-            raise ValueError(f"router.actor_reward must be 'task' or 'router', got {router_cfg.get('actor_reward')!r}")
+        if router_cfg.actor_reward not in ("task", "router"):
+            raise ValueError(f"router.actor_reward must be 'task' or 'router', got {router_cfg.actor_reward!r}")
 
     def route(self, batch, router_logits: torch.Tensor, validate: bool) -> None:
         """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
@@ -74,15 +74,15 @@ class RouterController:
         """
         if "raw_prompt" not in batch.non_tensor_batch:
             raise KeyError("router.enable needs raw prompts in the batch: set data.return_raw_chat=true")
-        greedy = validate and bool(self.cfg.get("greedy_eval", True))
+        greedy = validate and bool(self.cfg.greedy_eval)
         actions, log_probs = sample_actions(router_logits.float(), greedy=greedy, generator=self.generator)
         raw = batch.non_tensor_batch["raw_prompt"]
         extra = batch.non_tensor_batch.get("extra_info", [None] * len(batch))
         families = [row_tool_families(list(raw[i]), extra[i], self.family_overrides) for i in range(len(batch))]
         messages = rewrite_batch([list(p) for p in raw], actions, families,
-                                 filter_tools=bool(self.cfg.get("filter_tools", False)), other_as=self.other_as)
+                                 filter_tools=bool(self.cfg.filter_tools), other_as=self.other_as)
         tokens = tokenize_prompts(self.tokenizer, messages, int(self.data_cfg.max_prompt_length),
-                                  truncation=self.data_cfg.get("truncation", "left"))
+                                  truncation=self.data_cfg.truncation)
         for key in PROMPT_KEYS:
             batch.batch[f"router_{key}"] = batch.batch[key]
             batch.batch[key] = tokens[key]
@@ -135,7 +135,7 @@ class RouterController:
             return {f"val/{k}": v for k, v in metrics.items()}
         metrics["router/budget"] = self.lagrange.budget
         metrics.update(self.lagrange.update(costs.mean().item(), step, task_mean))
-        if self.cfg.get("actor_reward", "task") == "router":
+        if self.cfg.actor_reward == "router":
             batch.batch["token_level_scores"] = tlr
         return metrics
 

@@ -31,8 +31,97 @@ def load_default_config(overrides: list[str] | None = None) -> DictConfig:
 
     config_dir = str(Path(__file__).parent / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=list(overrides or []))
+        config = compose(config_name="ppo_trainer", overrides=list(overrides or []))
+    check_known_keys(config)
+    return typed_config(config)
 
+
+def typed_config(config: DictConfig) -> DictConfig:
+    """The composed config with the types of ``verl.trainer.config_schema`` (``PPOTrainerConfig``): every value
+    converted to its field's type or refused, every YAML key present. A config that is already typed is returned as it
+    is. Call :func:`check_known_keys` first for its friendlier message about unknown keys.
+
+    Raises:
+        ConfigError: a value of the wrong type, a key the schema does not define, or a key the config lacks (each
+            named by its full dotted path).
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    from verl.trainer.config_schema import PPOTrainerConfig
+
+    if OmegaConf.get_type(config) is PPOTrainerConfig:
+        return config
+    try:
+        typed = OmegaConf.merge(OmegaConf.structured(PPOTrainerConfig), config)
+    except OmegaConfBaseException as err:
+        key = getattr(err, "full_key", None)
+        first = str(err).splitlines()[0]
+        kind = _field_type_name(PPOTrainerConfig, key) if key else None
+        raise ConfigError(f"{key} must be of type {kind}: {first}" if kind else
+                          f"{key}: {first}" if key else f"config: {first}") from None
+    missing = sorted(OmegaConf.missing_keys(typed))
+    if missing:
+        raise ConfigError("config key(s) without a value (ppo_trainer.yaml defines them all; was a section replaced "
+                          "by hand?): " + ", ".join(missing))
+    OmegaConf.set_struct(typed, True)
+    return typed
+
+
+
+def _field_type_name(schema: type, key: str) -> str | None:
+    """``int``, ``float or null``, ... for the dotted ``key`` of a schema dataclass; None when it names no field."""
+    import dataclasses
+    import typing
+
+    kind: typing.Any = schema
+    for part in key.split("."):
+        if not dataclasses.is_dataclass(kind):
+            return None
+        kind = typing.get_type_hints(kind).get(part)
+        if kind is None:
+            return None
+    args = [a for a in typing.get_args(kind) if a is not type(None)]
+    if typing.get_origin(kind) is typing.Union and len(args) == 1:  # Optional[X]
+        return f"{getattr(args[0], '__name__', args[0])} or null"
+    return getattr(kind, "__name__", None) or str(kind)
+
+
+def default_section(path: str, **overrides) -> DictConfig:
+    """A typed copy of one section of the default config, interpolations resolved, with ``overrides`` applied — for
+    tests and benchmarks that drive one component (``DataParallelPPOActor`` takes ``actor_rollout_ref.actor``)::
+
+        default_section("actor_rollout_ref.actor", ppo_mini_batch_size=6, **{"policy_loss.loss_mode": "gspo"})
+
+    Keys may be dotted (relative to the section); derived fields (``use_remove_padding`` and the like) are set the
+    same way.
+
+    Raises:
+        ConfigError: ``path`` is not a section, or an override names an unknown key or has the wrong type.
+    """
+    import copy
+
+    from omegaconf.errors import OmegaConfBaseException
+
+    section = OmegaConf.select(_default_config(), path)
+    if not isinstance(section, DictConfig):
+        raise ConfigError(f"{path!r} is not a section of ppo_trainer.yaml")
+    section = copy.deepcopy(section)
+    OmegaConf.resolve(section)
+    for key, value in overrides.items():
+        try:
+            OmegaConf.update(section, key, value, merge=False)
+        except OmegaConfBaseException as err:
+            raise ConfigError(f"{path}.{key}: {str(err).splitlines()[0]}") from None
+    return section
+
+
+_DEFAULT_CONFIG: list = []
+
+
+def _default_config() -> DictConfig:
+    if not _DEFAULT_CONFIG:
+        _DEFAULT_CONFIG.append(load_default_config())
+    return _DEFAULT_CONFIG[0]
 
 # Sections whose keys are the user's (their YAML default is an empty mapping): ``+section.anything=...`` is accepted.
 OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.textworld.settings")
@@ -64,6 +153,10 @@ def check_known_keys(config: DictConfig) -> None:
     import difflib
 
     base = OmegaConf.load(Path(__file__).parent / "config" / "ppo_trainer.yaml")  # no defaults list: the YAML is all
+    from verl.trainer.config_schema import PPOTrainerConfig
+
+    if OmegaConf.get_type(config) is PPOTrainerConfig:
+        return  # typed_config already refused every key the schema lacks; its derived fields are the code's
     unknown = _unknown_keys(config, base)
     if not unknown:
         return
@@ -87,7 +180,7 @@ def _flat_keys(config: DictConfig, prefix: str = ""):
 
 def resolve_device(config: DictConfig) -> str:
     """``trainer.device`` if set, else ``cuda`` when CUDA is usable and ``trainer.n_gpus_per_node > 0``, else ``cpu``."""
-    explicit = config.trainer.get("device")
+    explicit = config.trainer.device
     if explicit:
         if explicit not in ("cpu", "cuda"):
             raise ConfigError(f"trainer.device must be 'cpu' or 'cuda', got {explicit!r}")
@@ -140,13 +233,13 @@ def normalize_config(config: DictConfig) -> DictConfig:
                                 "critic", n_workers)
         for where, section in (("actor_rollout_ref.actor", arr.actor.fsdp_config),
                                ("critic.model", config.critic.model.fsdp_config)):
-            if section.get("grad_offload"):
+            if section.grad_offload:
                 logger.warning("%s.fsdp_config.grad_offload is deprecated and ignored", where)
-        if config.data.get("val_batch_size") is not None:
+        if config.data.val_batch_size is not None:
             logger.warning("data.val_batch_size=%s is ignored: validation runs over the whole set in one pass "
                            "(upstream behaviour)", config.data.val_batch_size)
         resolve_kl_in_reward(config)
-        if config.critic.get("enable") is None:
+        if config.critic.enable is None:
             from verl.trainer.ppo.core_algos import get_estimator_plugin
 
             try:
@@ -174,10 +267,10 @@ def resolve_kl_in_reward(config: DictConfig) -> bool:
         The resolved value (also written into the config).
     """
     algo = config.algorithm
-    if algo.get("use_kl_in_reward") is not None:
+    if algo.use_kl_in_reward is not None:
         return bool(algo.use_kl_in_reward)
     use_kl_loss = bool(config.actor_rollout_ref.actor.use_kl_loss)
-    agent_mode = config.get("env") is not None and bool(config.env.get("env_name"))
+    agent_mode = bool(config.env.env_name)
     coef = float(algo.kl_ctrl.kl_coef)
     value = not use_kl_loss and not agent_mode and coef > 0
     why = ("actor.use_kl_loss=true: the KL term is in the loss" if use_kl_loss else
@@ -230,7 +323,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
             raise ConfigError(str(err)) from None
     if n < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n}")
-    val_n = (arr.rollout.get("val_kwargs", None) or {}).get("n", 1)
+    val_n = arr.rollout.val_kwargs.n
     if val_n is None or int(val_n) < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got {val_n}")
     if plugin.grouped and n == 1:
@@ -274,8 +367,8 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
     _validate_filter_groups(config)
-    buffer = OmegaConf.select(config, "reward_model.overlong_buffer")
-    if buffer is not None and buffer.get("enable") and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
+    buffer = config.reward_model.overlong_buffer
+    if buffer.enable and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
         raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "
                           f"({config.data.max_response_length}) with reward_model.overlong_buffer.enable=true")
     from verl.trainer.ppo.rollout_corr import check_correction_settings, correction_settings
@@ -333,18 +426,18 @@ def _refuse_unsupported(config: DictConfig) -> None:
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:
     """``trainer.single_process``: one worker per role inside the driver, so nothing may need a second process."""
-    if not config.trainer.get("single_process", False):
+    if not config.trainer.single_process:
         return
     hint = " (the CPU launch scripts set it unless SINGLE_PROCESS=False)"
     if n_workers != 1:
         raise ConfigError(f"trainer.single_process=true hosts one worker per role in the driver process, but "
                           f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers{hint}")
-    address = config.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
+    address = config.ray_init.address or os.environ.get("RAY_ADDRESS")
     if address:
         raise ConfigError(f"trainer.single_process=true does not start Ray, but ray_init.address / RAY_ADDRESS="
                           f"{address!r} asks to join a Ray cluster{hint}")
-    env = config.get("env")
-    if env is not None and env.get("env_name") and env.get("use_ray_workers", True):
+    env = config.env
+    if env.env_name and env.use_ray_workers:
         raise ConfigError(f"trainer.single_process=true does not start Ray: set env.use_ray_workers=false (the "
                           f"environments then step in the driver process){hint}")
 
@@ -356,8 +449,8 @@ FILTER_GROUPS_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized"
 def _validate_filter_groups(config: DictConfig) -> None:
     """``algorithm.filter_groups`` (DAPO's dynamic sampling): only for group-relative single-turn estimators with
     ``rollout.n > 1``, without the router (routes are drawn per generation batch) or agent environments."""
-    fg = OmegaConf.select(config, "algorithm.filter_groups")
-    if fg is None or not fg.get("enable"):
+    fg = config.algorithm.filter_groups
+    if not fg.enable:
         return
     from verl.trainer.ppo.dynamic_sampling import METRIC_TENSORS
 
@@ -367,11 +460,11 @@ def _validate_filter_groups(config: DictConfig) -> None:
                           f"algorithm.adv_estimator={config.algorithm.adv_estimator}")
     if int(config.actor_rollout_ref.rollout.n) < 2:
         raise ConfigError(f"{where} needs actor_rollout_ref.rollout.n >= 2 (a group of one has no variance)")
-    if config.get("router") is not None and config.router.enable:
+    if config.router.enable:
         raise ConfigError(f"{where} is not supported with router.enable=true")
-    if config.get("env") is not None and config.env.get("env_name"):
+    if config.env.env_name:
         raise ConfigError(f"{where} is not supported in agent mode (env.env_name)")
-    if fg.get("metric") is not None and fg.metric not in METRIC_TENSORS:
+    if fg.metric is not None and fg.metric not in METRIC_TENSORS:
         raise ConfigError(f"algorithm.filter_groups.metric={fg.metric!r}: expected null or one of "
                           f"{sorted(METRIC_TENSORS)}")
     if int(fg.max_num_gen_batches) < 0:
@@ -382,10 +475,10 @@ def _validate_filter_groups(config: DictConfig) -> None:
 def _validate_env(config: DictConfig) -> None:
     """``env.*`` (multi-turn agent mode), checked only when ``env.env_name`` is set; and
     ``algorithm.gigpo.default_step_reward``, which only a reward-API function scoring agent trajectories reads."""
-    env = config.get("env")
-    agent = env is not None and bool(env.get("env_name"))
-    reward = config.get("custom_reward_function") or {}
-    custom = bool(reward.get("path")) or (reward.get("name") or "compute_score") != "compute_score"
+    env = config.env
+    agent = bool(env.env_name)
+    reward = config.custom_reward_function
+    custom = bool(reward.path) or (reward.name or "compute_score") != "compute_score"
     default_step = OmegaConf.select(config, "algorithm.gigpo.default_step_reward", default=0.0)
     if default_step not in (0, None) and not (agent and custom):
         raise ConfigError(f"algorithm.gigpo.default_step_reward={default_step}: only read when "
@@ -407,7 +500,7 @@ def _validate_env(config: DictConfig) -> None:
     if int(env.train_tasks) < int(config.data.train_batch_size):
         raise ConfigError(f"env.train_tasks ({env.train_tasks}) must be >= data.train_batch_size "
                           f"({config.data.train_batch_size}) tasks per step")
-    if env.get("reward_mode") not in (None, "step", "episode"):
+    if env.reward_mode not in (None, "step", "episode"):
         raise ConfigError(f"env.reward_mode must be step, episode or null, got {env.reward_mode!r}")
 
 

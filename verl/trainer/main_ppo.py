@@ -31,7 +31,7 @@ def setup_logging() -> None:
 def resolve_data_files(config: DictConfig) -> DictConfig:
     """Fill ``data.{train,val}_files`` from RLLA discovery when unset (the router's ``*_router`` files are written
     next to the data once when ``router.enable``); nothing to do in agent mode (``env.env_name``)."""
-    agent_mode = config.get("env") is not None and bool(config.env.get("env_name"))
+    agent_mode = bool(config.env.env_name)
     if agent_mode or (config.data.train_files and config.data.val_files):
         return config
     from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
@@ -42,7 +42,7 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
         from verl.router.preprocess import preprocess_dir
 
         if not (data_dir / "train_router.parquet").is_file():
-            preprocess_dir(data_dir, tool_family_file=config.router.get("tool_family_file"))
+            preprocess_dir(data_dir, tool_family_file=config.router.tool_family_file)
         suffix = "_router"
     with open_dict(config):
         config.data.train_files = config.data.train_files or str(data_dir / f"train{suffix}.parquet")
@@ -72,17 +72,19 @@ def resolve_paths(config: DictConfig) -> DictConfig:
 
 def prepare_config(config: DictConfig) -> DictConfig:
     """Everything checked before a model is built, cheapest first, so a typo fails in seconds: keys the config does
-    not define (``check_known_keys``), deprecated-key mapping (``normalize_config``), data discovery, batch
+    not define (``check_known_keys``), the type of every value (``typed_config``: the returned config is a new,
+    typed object — use it, not the argument), deprecated-key mapping (``normalize_config``), data discovery, batch
     arithmetic and names (``validate_config``), every data row (``preflight.check_data_files``), then the model
     paths (presets are built here, which can take minutes the first time).
 
     Raises:
         ConfigError, DataCheckError, ModelPathError: the message names the key, file or row.
     """
-    from verl.trainer.config_utils import check_known_keys
+    from verl.trainer.config_utils import check_known_keys, typed_config
     from verl.trainer.preflight import check_data_files
 
     check_known_keys(config)
+    config = typed_config(config)
     normalize_config(config)
     resolve_data_files(config)
     validate_config(config)
@@ -106,8 +108,8 @@ def load_custom_reward(config: DictConfig):
     """
     from agent_system.reward import get_reward_function, load_reward_function
 
-    spec_cfg = config.get("custom_reward_function") or {}
-    path, name = spec_cfg.get("path"), spec_cfg.get("name") or "compute_score"
+    spec_cfg = config.custom_reward_function
+    path, name = spec_cfg.path, spec_cfg.name or "compute_score"
     if path:
         return load_reward_function(path, name)
     if name == "compute_score":
@@ -125,10 +127,10 @@ def build_reward_runner(config: DictConfig, fn):
     """
     from agent_system.reward import make_runner
 
-    cfg = config.get("reward") or {}
-    sandbox = cfg.get("sandbox") or ("process" if (config.get("custom_reward_function") or {}).get("path") else "none")
-    return make_runner(fn, sandbox=sandbox, num_workers=int(cfg.get("num_workers") or 2),
-                       timeout_s=cfg.get("timeout_s"), memory_mb=cfg.get("memory_mb", 2048))
+    cfg = config.reward
+    sandbox = cfg.sandbox or ("process" if config.custom_reward_function.path else "none")
+    return make_runner(fn, sandbox=sandbox, num_workers=int(cfg.num_workers or 2),
+                       timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
 
 
 def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
@@ -138,10 +140,10 @@ def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
     from agent_system.reward.manager import RewardAPIManager
     from verl.workers.reward_manager import RLLARewardManager
 
-    kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.get("decode", "response"),
-                  wrapper=config.reward_model.get("wrapper", "auto"),
-                  reward_fn_key=config.data.get("reward_fn_key", "data_source"))
-    num_examine = int(config.reward_model.get("num_examine", 1))
+    kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.decode,
+                  wrapper=config.reward_model.wrapper,
+                  reward_fn_key=config.data.reward_fn_key)
+    num_examine = int(config.reward_model.num_examine)
     fn = load_custom_reward(config)
     if fn is None:
         kwargs["compute_score"] = compute_score
@@ -169,7 +171,7 @@ def init_ray(config: DictConfig) -> None:
 
     if ray.is_initialized():
         return
-    address = config.ray_init.get("address") or os.environ.get("RAY_ADDRESS")
+    address = config.ray_init.address or os.environ.get("RAY_ADDRESS")
     if not address:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     env_vars = {"TOKENIZERS_PARALLELISM": "false"}
@@ -183,7 +185,7 @@ def init_ray(config: DictConfig) -> None:
         logger.info("joining Ray cluster at %s", address)
         ray.init(address=address, **kwargs)
     else:
-        num_cpus = config.ray_init.get("num_cpus")
+        num_cpus = config.ray_init.num_cpus
         # no idle Python workers started ahead of need (Ray starts one per CPU by default, ~80 MB each; every
         # process of ours is an actor with its own worker)
         ray.init(address="local", num_cpus=num_cpus,
@@ -202,7 +204,7 @@ def build_trainer(config: DictConfig):
 
     tokenizer = AutoTokenizer.from_pretrained(config.actor_rollout_ref.model.path)
     collate_fn = None
-    if config.get("env") is not None and config.env.get("env_name"):  # multi-turn: task seeds instead of prompts
+    if config.env.env_name:  # multi-turn: task seeds instead of prompts
         from agent_system.multi_turn_rollout.agent_rollout import EnvTaskDataset, task_collate_fn
 
         train_dataset = EnvTaskDataset(int(config.env.train_tasks), offset=int(config.env.seed))
@@ -220,7 +222,7 @@ def build_trainer(config: DictConfig):
         template, compute_score = rlla_level_setup(config, tokenizer)
         data_config = {**OmegaConf.to_container(config.data, resolve=True), "chat_template_func": template}
         train_dataset = RLHFDataset(data_files=config.data.train_files, tokenizer=tokenizer, config=data_config)
-        val_config = {**data_config, "max_samples": config.data.get("val_max_samples", -1)}
+        val_config = {**data_config, "max_samples": config.data.val_max_samples}
         val_dataset = RLHFDataset(data_files=config.data.val_files, tokenizer=tokenizer, config=val_config)
         check_prompt_lengths(config, {"data.train_files": train_dataset, "data.val_files": val_dataset})
         reward_fn, val_reward_fn = build_reward_managers(config, tokenizer, compute_score)
@@ -229,7 +231,7 @@ def build_trainer(config: DictConfig):
     if config.critic.enable:
         mapping[Role.Critic] = "global_pool"
         role_worker_mapping[Role.Critic] = CriticWorker
-    if config.trainer.get("single_process", False):  # the workers inside this process, no Ray
+    if config.trainer.single_process:  # the workers inside this process, no Ray
         from verl.single_controller.local import LocalResourcePoolManager, LocalWorkerGroup
 
         resource_pool_manager, worker_group_cls = LocalResourcePoolManager(mapping), LocalWorkerGroup
@@ -237,7 +239,7 @@ def build_trainer(config: DictConfig):
         pool_spec = {"global_pool": [max(1, int(config.trainer.n_gpus_per_node))] * int(config.trainer.nnodes)}
         resource_pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping,
                                                     use_gpu=config.trainer.device == "cuda",
-                                                    cpus_per_worker=float(config.trainer.get("cpus_per_worker", 1)))
+                                                    cpus_per_worker=float(config.trainer.cpus_per_worker))
         worker_group_cls = None  # RayWorkerGroup
     return RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
                          resource_pool_manager=resource_pool_manager, ray_worker_group_cls=worker_group_cls,
@@ -274,10 +276,10 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     Ray is started (or joined, ``ray_init.address``) unless ``trainer.single_process`` puts the one worker per role
     inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
     the Ray daemons and the worker processes' own copies of torch (about 1 GB of RSS on a 2-core CPU machine)."""
-    prepare_config(config)
+    config = prepare_config(config)
     logger.info("device=%s workers=%d estimator=%s", config.trainer.device, world_size(config),
                 config.algorithm.adv_estimator)
-    if not config.trainer.get("single_process", False):
+    if not config.trainer.single_process:
         init_ray(config)
     trainer = build_trainer(config)
     os.makedirs(trainer.run_dir(), exist_ok=True)

@@ -57,9 +57,9 @@ def check_data_files(config: DictConfig) -> dict[str, int]:
 
     from verl.utils.dataset.validate_data import file_row_problems
 
-    if config.get("env") is not None and config.env.get("env_name"):
+    if config.env.env_name:
         return {}
-    prompt_key = config.data.get("prompt_key", "prompt")
+    prompt_key = config.data.prompt_key
     rows_per_file: dict[str, int] = {}
     for key in ("train_files", "val_files"):
         for path in _files(config, key):
@@ -91,7 +91,7 @@ def check_prompt_lengths(config: DictConfig, datasets: dict) -> None:
     Raises:
         DataCheckError: names the key and every over-long prompt as ``file:row: N tokens`` (first ``MAX_LISTED``).
     """
-    if config.data.get("truncation") != "error" or config.data.get("filter_overlong_prompts"):
+    if config.data.truncation != "error" or config.data.filter_overlong_prompts:
         return
     limit = int(config.data.max_prompt_length)
     for key, dataset in datasets.items():

@@ -42,6 +42,7 @@ from verl.utils.model_utils import (
     to_local_state,
 )
 from verl.workers.actor.dp_actor import DataParallelPPOActor
+from verl.workers.config import ActorRolloutRefConfig, CriticConfig, worker_section
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ DEFAULT_SAVE_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 # ----------------------------------------------------------------------------------------------------- config helpers
 def _resolve_device(config: DictConfig) -> str:
-    device = config.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda', got {device!r}")
     return device
@@ -240,26 +241,26 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         super().__init__()
         if role not in ROLES:
             raise ValueError(f"unknown role {role!r}; one of {ROLES}")
-        self.config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+        self.config = worker_section(config, ActorRolloutRefConfig)
         self.role = role
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
         cfg = self.config
         with open_dict(cfg):
-            rollout_n = int(cfg.rollout.get("n", 1) or 1)
-            if float(cfg.rollout.get("temperature", 1.0)) <= 0:
+            rollout_n = int(cfg.rollout.n or 1)
+            if float(cfg.rollout.temperature) <= 0:
                 raise ValueError("actor_rollout_ref.rollout.temperature must be > 0 (it also scales the log-probs); "
                                  "use rollout.do_sample=false or val_kwargs for greedy decoding")
             if self._is_actor:
                 _normalize_mini_batch(cfg.actor, "actor_rollout_ref.actor", rollout_n, self.world_size)
                 _per_gpu(cfg.actor, "ppo_micro_batch_size", "actor_rollout_ref.actor", self.world_size)
             # the actor's forward settings also serve the reference policy and the log-probs of a rollout-only role
-            cfg.actor.use_remove_padding = bool(cfg.model.get("use_remove_padding", False))
-            cfg.actor.use_shared_prompt = bool(cfg.model.get("use_shared_prompt", False))
-            cfg.actor.use_fused_kernels = bool(cfg.model.get("use_fused_kernels", False))
+            cfg.actor.use_remove_padding = bool(cfg.model.use_remove_padding)
+            cfg.actor.use_shared_prompt = bool(cfg.model.use_shared_prompt)
+            cfg.actor.use_fused_kernels = bool(cfg.model.use_fused_kernels)
             cfg.rollout.shared_prefill = cfg.actor.use_shared_prompt  # the HF rollout prefills each prompt once
-            cfg.actor.compute_dtype = cfg.rollout.get("dtype", "bfloat16")
+            cfg.actor.compute_dtype = cfg.rollout.dtype
             if self._is_rollout:
                 _per_gpu(cfg.rollout, "log_prob_micro_batch_size", "actor_rollout_ref.rollout", self.world_size)
             if self._is_ref:
@@ -274,35 +275,34 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
 
         cfg = self.config
         self._setup_device()
-        _seed_rngs(cfg.get("seed"), self.rank)
+        _seed_rngs(cfg.seed, self.rank)
         self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(cfg.model.path),
-                                                       trust_remote_code=cfg.model.get("trust_remote_code", False))
+                                                       trust_remote_code=cfg.model.trust_remote_code)
         if self._is_actor or self._is_rollout:
             module = load_causal_lm(cfg.model, trainable=self._is_actor)
-            self.actor_module = self._place(module, cfg.actor.get("fsdp_config"))
+            self.actor_module = self._place(module, cfg.actor.fsdp_config)
             if self._is_actor:
                 self.actor_optimizer = build_optimizer(self.actor_module.parameters(), cfg.actor.optim)
                 self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, cfg.actor.optim)
                 self.checkpointer = _Checkpointer(self, self.actor_module, self.actor_optimizer,
                                                   self.actor_lr_scheduler, self.tokenizer,
-                                                  cfg.actor.get("checkpoint", {}).get("save_contents"))
+                                                  cfg.actor.checkpoint.save_contents)
             self.actor = DataParallelPPOActor(cfg.actor, self.actor_module, self.actor_optimizer)
-            router_cfg = cfg.get("router") or {}
-            if self._is_actor and router_cfg.get("enable", False):
+            if self._is_actor and cfg.router is not None and cfg.router.enable:  # set by normalize_config
                 from verl.router.component import RouterComponent
 
-                self.router = RouterComponent(router_cfg, self.actor_module.config.hidden_size, self.device,
+                self.router = RouterComponent(cfg.router, self.actor_module.config.hidden_size, self.device,
                                               self.actor_optimizer)
         if self._is_rollout:
             self.rollout = self._build_rollout()
         if self._is_ref:
-            ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.get("fsdp_config"))
+            ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.fsdp_config)
             self.ref_policy = DataParallelPPOActor(cfg.actor, ref_module)
         logger.info("ActorRolloutRefWorker rank %d/%d: role=%s device=%s", self.rank, self.world_size, self.role,
                     self.device)
 
     def _build_rollout(self):
-        name = self.config.rollout.get("name", "hf")
+        name = self.config.rollout.name
         if name == "hf":
             from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -314,9 +314,9 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         raise ValueError(f"actor_rollout_ref.rollout.name must be 'hf' or 'vllm', got {name!r}")
 
     def _log_prob_meta(self, section: DictConfig) -> dict:
-        return {"micro_batch_size": section.get("log_prob_micro_batch_size_per_gpu"),
-                "use_dynamic_bsz": bool(section.get("log_prob_use_dynamic_bsz", False)),
-                "max_token_len": section.get("log_prob_max_token_len_per_gpu"),
+        return {"micro_batch_size": section.log_prob_micro_batch_size_per_gpu,
+                "use_dynamic_bsz": bool(section.log_prob_use_dynamic_bsz),
+                "max_token_len": section.log_prob_max_token_len_per_gpu,
                 "temperature": float(self.config.rollout.temperature)}
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
@@ -365,12 +365,12 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             raise RuntimeError(f"update_actor needs a role with actor, this worker is {self.role!r}")
         data = _with_meta(data.to(self.device), temperature=float(self.config.rollout.temperature))
         start = time.perf_counter()
-        offload = bool((self.config.actor.get("fsdp_config") or {}).get("optimizer_offload", False))
+        offload = bool(self.config.actor.fsdp_config.optimizer_offload)
         with self._peak_memory("update_actor"), optimizer_on_device(self.actor_optimizer, self.device, offload):
             metrics = self.actor.update_policy(data)
         elapsed = time.perf_counter() - start
         self.actor_lr_scheduler.step()
-        tokens = float(data.batch["attention_mask"].sum()) * int(self.config.actor.get("ppo_epochs", 1))
+        tokens = float(data.batch["attention_mask"].sum()) * int(self.config.actor.ppo_epochs)
         metrics["perf/actor_tokens_per_s"] = tokens / max(elapsed, 1e-9)
         return DataProto(meta_info={"metrics": self._with_memory_metrics(metrics)})
 
@@ -448,16 +448,16 @@ class CriticWorker(_ModelWorkerMixin, Worker):
 
     def __init__(self, config: DictConfig):
         super().__init__()
-        self.config = OmegaConf.create(OmegaConf.to_container(config, resolve=True))
+        self.config = worker_section(config, CriticConfig)
         cfg = self.config
-        if cfg.get("rollout_n") is None:
+        if cfg.rollout_n is None:
             logger.warning("critic.rollout_n not set: assuming 1 response per prompt for critic.ppo_mini_batch_size")
         with open_dict(cfg):
-            _normalize_mini_batch(cfg, "critic", int(cfg.get("rollout_n") or 1), self.world_size)
+            _normalize_mini_batch(cfg, "critic", int(cfg.rollout_n or 1), self.world_size)
             _per_gpu(cfg, "ppo_micro_batch_size", "critic", self.world_size)
             _per_gpu(cfg, "forward_micro_batch_size", "critic", self.world_size)
-            cfg.use_remove_padding = bool(cfg.model.get("use_remove_padding", False))
-            cfg.compute_dtype = cfg.get("compute_dtype", "bfloat16")
+            cfg.use_remove_padding = bool(cfg.model.use_remove_padding)
+            cfg.compute_dtype = cfg.compute_dtype or "bfloat16"
         self.critic_module = self.critic = self.critic_optimizer = self.critic_lr_scheduler = None
         self.checkpointer = None
 
@@ -468,24 +468,24 @@ class CriticWorker(_ModelWorkerMixin, Worker):
 
         cfg = self.config
         self._setup_device()
-        _seed_rngs(cfg.get("seed"), self.rank)
-        tokenizer_path = cfg.model.get("tokenizer_path") or cfg.model.path
+        _seed_rngs(cfg.seed, self.rank)
+        tokenizer_path = cfg.model.tokenizer_path or cfg.model.path
         tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path),
-                                                  trust_remote_code=cfg.model.get("trust_remote_code", False))
-        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.get("fsdp_config"))
+                                                  trust_remote_code=cfg.model.trust_remote_code)
+        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.fsdp_config)
         self.critic_optimizer = build_optimizer(self.critic_module.parameters(), cfg.optim)
         self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim)
         self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)
         self.checkpointer = _Checkpointer(self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler,
-                                          tokenizer, cfg.get("checkpoint", {}).get("save_contents"))
+                                          tokenizer, cfg.checkpoint.save_contents)
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """Batch ``values`` [B, R] (zero outside ``response_mask``)."""
         cfg = self.config
-        data = _with_meta(data.to(self.device), micro_batch_size=cfg.get("forward_micro_batch_size_per_gpu"),
-                          use_dynamic_bsz=bool(cfg.get("use_dynamic_bsz", False)),
-                          max_token_len=cfg.get("forward_max_token_len_per_gpu"))
+        data = _with_meta(data.to(self.device), micro_batch_size=cfg.forward_micro_batch_size_per_gpu,
+                          use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
+                          max_token_len=cfg.forward_max_token_len_per_gpu)
         with self._peak_memory("values"):
             values = self.critic.compute_values(data)
         return DataProto.from_dict(tensors={"values": values}).to("cpu")
@@ -493,7 +493,7 @@ class CriticWorker(_ModelWorkerMixin, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         """One PPO value update, then one LR-scheduler step; returns ``meta_info['metrics']``."""
-        offload = bool((self.config.model.get("fsdp_config") or {}).get("optimizer_offload", False))
+        offload = bool(self.config.model.fsdp_config.optimizer_offload)
         with self._peak_memory("update_critic"), optimizer_on_device(self.critic_optimizer, self.device, offload):
             metrics = self.critic.update_critic(data.to(self.device))
         self.critic_lr_scheduler.step()

@@ -154,7 +154,7 @@ def load_checkpoint(trainer) -> None:
             problem).
     """
     cfg = trainer.config.trainer
-    mode = cfg.get("resume_mode", "auto")
+    mode = cfg.resume_mode
     trainer.run_id = uuid.uuid4().hex
     if mode == "disable":
         return
@@ -174,7 +174,7 @@ def load_checkpoint(trainer) -> None:
         raise ValueError(f"trainer.resume_mode must be auto, disable or resume_path, got {mode!r}")
     manifest = cm.verify_checkpoint(step_dir, check_hashes=False)
     current = cm.flatten(OmegaConf.to_container(trainer.config, resolve=True))
-    diffs = cm.config_differences(manifest["resume_keys"], current, list(cfg.get("resume_allow_changes") or []))
+    diffs = cm.config_differences(manifest["resume_keys"], current, list(cfg.resume_allow_changes or []))
     if diffs:
         raise cm.CheckpointError(f"cannot resume from {step_dir}: the config differs on\n  " + "\n  ".join(diffs)
                                  + "\nRestore these values, start a new trainer.default_local_dir, or list keys "
@@ -222,7 +222,7 @@ def save_after_error(trainer) -> str:
 
     if step is None:
         return f"the error came before training started; {newest()}"
-    if not cfg.get("save_on_exit", False):
+    if not cfg.save_on_exit:
         return f"nothing saved (trainer.save_on_exit=false); {newest()}"
     if trainer.updating:
         return (f"the error came during the updates of step {step + 1}, so the weights are partly updated and no "

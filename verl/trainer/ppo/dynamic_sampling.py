@@ -21,7 +21,7 @@ is invalid (``reward_valid`` false) do not count towards a group's variance.
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import numpy as np
 
@@ -69,17 +69,20 @@ def _rows_of(batch: DataProto, uids: list) -> DataProto:
     return rows
 
 
-def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next_batch: Iterator) -> DataProto:
+def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next_batch: Iterator,
+                     collect: Callable[[DataProto, int, dict], DataProto]) -> DataProto:
     """The step's training batch under dynamic sampling (module docstring).
 
     Args:
-        trainer: the ``RayPPOTrainer`` (``_collect_batch``, ``_balance_batch``, ``batches_consumed``, ``tokenizer``,
+        trainer: the ``RayPPOTrainer`` (``_balance_batch``, ``batches_consumed``, ``global_steps``, ``tokenizer``,
             its config).
-        batch: the step's first generation batch, already collected and scored by ``trainer._collect_batch``.
+        batch: the step's first generation batch, already collected and scored by ``collect``.
         n: responses per prompt (``rollout.n``).
         metrics: the step's metrics (updated with ``filter_groups/*``; the reward metrics stay those of the first
             generation batch).
         next_batch: the epoch's data-loader iterator (the batch dicts after this step's).
+        collect: generates and scores one more generation batch from a batch of prompts
+            (``batch_source.SingleTurnSource.collect_once``).
 
     Returns:
         ``train_batch_size`` groups of ``n`` rows.
@@ -110,7 +113,7 @@ def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next
         if batch_dict is None:
             break
         trainer.batches_consumed += 1  # a resume skips it, as a step's own batch
-        batch = trainer._collect_batch(DataProto.from_single_dict(batch_dict), n, {})
+        batch = collect(DataProto.from_single_dict(batch_dict), n, {})
     filled = target - num_kept
     if filled:
         filler = concat_prompt_batches(dropped, pad)
@@ -121,7 +124,7 @@ def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next
         logger.warning("filter_groups: step %d: %d of %d groups with reward variance %s; %d zero-variance groups "
                        "fill the batch", trainer.global_steps, num_kept, target, why, filled)
     out = concat_prompt_batches(kept, pad)  # generation batches differ in prompt width
-    if trainer.config.trainer.get("balance_batch", True):
+    if trainer.config.trainer.balance_batch:
         trainer._balance_batch(out, metrics)
     out.meta_info["global_token_num"] = out.batch["attention_mask"].sum(-1).tolist()
     metrics.update({"filter_groups/num_gen_batches": float(gen_batches),

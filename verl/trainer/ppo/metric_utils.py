@@ -215,21 +215,21 @@ class MfuMeter:
         from verl.utils.flops_counter import gpu_bf16_peak_flops
 
         trainer = config.trainer
-        if not trainer.get("log_mfu", True):
+        if not trainer.log_mfu:
             return None
         try:
             from verl.utils.model_utils import load_hf_config
 
             _, model_config = load_hf_config(config.actor_rollout_ref.model)  # override_config applied, as in workers
-            peak = trainer.get("peak_flops_per_s", None)
-            if not peak and trainer.get("device") == "cuda" and torch.cuda.is_available():
+            peak = trainer.peak_flops_per_s
+            if not peak and trainer.device == "cuda" and torch.cuda.is_available():
                 peak = gpu_bf16_peak_flops(torch.cuda.get_device_name())
             if not peak:
                 peak = _measured_cpu_peak(max(int(threads), 1))
         except (OSError, KeyError, ValueError) as err:
             logging.getLogger(__name__).warning("perf/mfu_* metrics off: %s", err)
             return None
-        return cls(model_config, float(peak), bool(config.actor_rollout_ref.model.get("use_shared_prompt", False)))
+        return cls(model_config, float(peak), bool(config.actor_rollout_ref.model.use_shared_prompt))
 
     def __call__(self, batch, timing_raw: dict, n_workers: int, ppo_epochs: int = 1) -> dict:
         metrics = compute_mfu_metrics(batch, timing_raw, self.model_config, self.peak_flops_per_s, n_workers,

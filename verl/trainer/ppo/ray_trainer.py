@@ -15,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -36,9 +35,8 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream's ray_trainer.compute_advantage)
+from verl.trainer.ppo.batch_source import make_batch_source
 from verl.trainer.ppo.checkpointing import driver_state
-from verl.trainer.ppo.dynamic_sampling import collect_filtered
-from verl.trainer.ppo.overlong import apply_overlong_shaping
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
@@ -100,18 +98,19 @@ class RayPPOTrainer:
         if self.use_critic and Role.Critic not in role_worker_mapping:
             raise ValueError("critic.enable is true but role_worker_mapping has no Role.Critic")
         self.router = None
-        if config.get("router") is not None and config.router.enable:
+        if config.router.enable:
             from verl.router.controller import RouterController
 
-            self.router = RouterController(config.router, config.data, tokenizer, seed=int(config.data.get("seed", 1)))
+            self.router = RouterController(config.router, config.data, tokenizer, seed=int(config.data.seed))
         self.agent = None  # multi-turn environments (env.env_name set): agent_system.multi_turn_rollout
-        if config.get("env") is not None and config.env.get("env_name"):
+        if config.env.env_name:
             from agent_system.multi_turn_rollout.agent_rollout import AgentRollout
             from rlvcr.rollout_phase import agent_level_setup
 
             rlvcr, suffix = agent_level_setup(config, tokenizer)  # adv_estimator=rlvcr: level prompts + phase
             self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix, reward_runner=reward_fn)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
+        self.batch_source = make_batch_source(self)  # where a step's scored batch comes from
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.global_steps = 0
         self.rollout_weight_version = None  # the actor update the last rollout generated with (run_guard)
@@ -119,7 +118,7 @@ class RayPPOTrainer:
         self.batches_consumed = 0
         self._timing: dict = {}
         self.phases = PhaseTracker(kill_worker=self._kill_first_actor_worker)
-        self.health = StepHealth(int(config.trainer.get("max_consecutive_bad_steps", 3)))
+        self.health = StepHealth(int(config.trainer.max_consecutive_bad_steps))
         self.run_id: str | None = None  # set by load_checkpoint: the run whose checkpoints this one may replace
         self.completed_step: int | None = None  # the last step whose update finished (None before the loop)
         self.saved_step: int | None = None  # the last step saved by this process
@@ -137,14 +136,14 @@ class RayPPOTrainer:
         if len(train_dataset) < batch_size:
             raise ValueError(f"data.train_batch_size ({batch_size}) is larger than the training set "
                              f"({len(train_dataset)} rows after filtering)")
-        self.train_sampler = EpochSeededSampler(len(train_dataset), seed=int(data.get("seed", 1)),
-                                                shuffle=bool(data.get("shuffle", True)), batch_size=batch_size)
+        self.train_sampler = EpochSeededSampler(len(train_dataset), seed=int(data.seed),
+                                                shuffle=bool(data.shuffle), batch_size=batch_size)
         # Own generators: creating a loader iterator draws a base seed, which must not advance the global torch RNG
         # (restored exactly on resume; shared with the workers when they run in this process).
         self.train_dataloader = DataLoader(train_dataset, batch_size=batch_size, sampler=self.train_sampler,
                                            drop_last=True, collate_fn=collate_fn,
-                                           num_workers=int(data.get("dataloader_num_workers", 0)),
-                                           generator=torch.Generator().manual_seed(int(data.get("seed", 1))))
+                                           num_workers=int(data.dataloader_num_workers),
+                                           generator=torch.Generator().manual_seed(int(data.seed)))
         self.val_dataloader = DataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
                                          drop_last=False, collate_fn=collate_fn, generator=torch.Generator())
         self.steps_per_epoch = len(train_dataset) // batch_size
@@ -157,7 +156,7 @@ class RayPPOTrainer:
         self.config.actor_rollout_ref.actor.optim.total_training_steps = total
         self.config.critic.optim.total_training_steps = total
         for role in (self.config.actor_rollout_ref, self.config.critic):  # workers seed their RNGs with it (+rank)
-            role.seed = self.config.trainer.get("seed", 1)
+            role.seed = self.config.trainer.seed
         OmegaConf.set_struct(self.config, True)
         logger.info("train: %d rows, %d steps/epoch, %d total steps; val: %d rows", len(train_dataset),
                     self.steps_per_epoch, total, len(val_dataset))
@@ -176,9 +175,9 @@ class RayPPOTrainer:
             if self.use_critic else None
         # Ray gives actors with fractional CPUs OMP_NUM_THREADS=1; the phases run one after the other, so each CPU
         # worker may use its node's share of the cores.
-        threads = self.config.trainer.get("cpu_threads") or max(
+        threads = self.config.trainer.cpu_threads or max(
             1, (os.cpu_count() or 1) // max(1, int(self.config.trainer.n_gpus_per_node)))
-        if self.config.trainer.device == "cpu" and self.config.trainer.get("single_process", False):
+        if self.config.trainer.device == "cpu" and self.config.trainer.single_process:
             torch.set_num_threads(threads)  # the workers run in this process (LocalWorkerGroup)
         elif self.config.trainer.device == "cpu":
             for cls in (actor_cls, critic_cls):
@@ -293,7 +292,7 @@ class RayPPOTrainer:
         """``VERL_TEST_FAULT=WORKER@...``: kill rank 0 of the actor group as a crash would (Ray groups only)."""
         from verl.trainer.ppo.run_guard import kill_ray_worker
 
-        if self.config.trainer.get("single_process", False):
+        if self.config.trainer.single_process:
             raise RuntimeError("VERL_TEST_FAULT=WORKER@... kills a Ray worker actor; with trainer.single_process=true "
                                "the worker is this process (use KILL@... instead)")
         kill_ray_worker(self.actor_rollout_wg.workers[0])
@@ -306,18 +305,18 @@ class RayPPOTrainer:
                            config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir(),
                            resume_step=self.global_steps, resume_record=getattr(self, "resume_record", None))
         self.tracker = tracker
-        if trainer_cfg.get("val_before_train", True) and self.global_steps == 0:
+        if trainer_cfg.val_before_train and self.global_steps == 0:
             with self._phase("testing"):
                 val_metrics = self._validate()
             tracker.log(val_metrics, step=self.global_steps)
-            if trainer_cfg.get("val_only", False):
+            if trainer_cfg.val_only:
                 tracker.finish()
                 return
         progress = StepProgress(self.total_training_steps, initial=self.global_steps)
         self.completed_step = self.global_steps
         self.global_steps += 1
         n = int(self.config.actor_rollout_ref.rollout.n)
-        exit_request = ExitRequest(enabled=bool(trainer_cfg.get("save_on_exit", False)))
+        exit_request = ExitRequest(enabled=bool(trainer_cfg.save_on_exit))
         try:
             while self.global_steps <= self.total_training_steps:
                 self.train_sampler.set_epoch(self.epoch)
@@ -386,13 +385,8 @@ class RayPPOTrainer:
         timing: dict = {}
         self._timing = timing
         with self._phase("step"):
-            batch = DataProto.from_single_dict(batch_dict)
-            if self.agent is not None:
-                batch = self._collect_agent_batch(batch, metrics)
-            else:
-                batch = self._collect_batch(batch, n, metrics)
-                if config.algorithm.filter_groups.enable:  # DAPO: only groups whose rewards differ
-                    batch = collect_filtered(self, batch, n, metrics, self.epoch_batches)
+            # single-turn prompts or agent environments (ppo/batch_source.py): a scored batch either way
+            batch = self.batch_source.collect(DataProto.from_single_dict(batch_dict), n, metrics)
             if self.rollout_weight_version is not None:  # checked against the actor's in _rollout
                 metrics["rollout/weight_version"] = float(self.rollout_weight_version)
             with self._phase("old_log_prob"):
@@ -439,76 +433,20 @@ class RayPPOTrainer:
             self.step_problem = f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)"
         else:
             self.step_problem = invalid_reward_problem(
-                metrics, float(config.trainer.get("max_invalid_frac", 0.5)),
+                metrics, float(config.trainer.max_invalid_frac),
                 getattr(self.reward_fn, "name", type(self.reward_fn).__name__), self.reward_errors
             ) or agent_action_problem(metrics)
         self.last_batch = batch
         if "is_pad" in batch.non_tensor_batch:  # agent mode: inert padding rows stay out of the data metrics
             batch = batch[~batch.non_tensor_batch["is_pad"]]
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
-        warn_zero_variance(metrics, float(config.trainer.get("warn_zero_std_frac", 0.9)), self.global_steps)
+        warn_zero_variance(metrics, float(config.trainer.warn_zero_std_frac), self.global_steps)
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
         if self.mfu_meter is not None:
             epochs = self.config.actor_rollout_ref.actor.ppo_epochs
             metrics.update(self.mfu_meter(batch, timing, self.n_workers, epochs))
         return metrics
-
-    def _collect_batch(self, batch: DataProto, n: int, metrics: dict) -> DataProto:
-        """Single-turn: ``n`` responses per prompt (routed first when the router is on), scored by the reward
-        manager; ReMax adds its greedy baseline."""
-        config = self.config
-        batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
-        baseline = None
-        if core_algos.get_estimator_plugin(config.algorithm.adv_estimator).needs_greedy_baseline:  # ReMax
-            with self._phase("gen_max"):
-                baseline = self._greedy_baseline(batch)
-        if self.router is not None:
-            with self._phase("router"):
-                batch = self.router.expand(batch, n, validate=False, worker_group=self.actor_rollout_wg)
-        else:
-            batch = batch.repeat(repeat_times=n, interleave=True)
-        with self._phase("gen"):
-            batch = self._generate(batch, validate=False)
-        if baseline is not None:
-            batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
-        if config.trainer.get("balance_batch", True):
-            self._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-        with self._phase("reward"):
-            metrics.update(self._score(batch, self.reward_fn, self.global_steps))
-            metrics.update(apply_overlong_shaping(batch, config, self.tokenizer.eos_token_id))  # DAPO, when on
-            if self.router is not None:
-                metrics.update(self.router.score(batch, self.global_steps))
-        if config.trainer.get("rollout_data_dir"):  # verl's key: this step's rollouts as <dir>/<step>.jsonl
-            from verl.trainer.ppo.rollout_dump import dump_rollouts
-
-            dump_rollouts(batch, self.tokenizer, self.global_steps, config.trainer.rollout_data_dir)
-        if self.rlvcr is not None:  # after the reward (only_positive_episodes reads it), before the advantage
-            with self._phase("rlvcr"):
-                metrics.update(self.rlvcr(batch, lambda gen: self._rollout(gen, do_sample=True, validate=False),
-                                          self.actor_rollout_wg.compute_log_prob))
-        return batch
-
-    def _collect_agent_batch(self, batch: DataProto, metrics: dict) -> DataProto:
-        """Multi-turn rollout on ``env.env_name`` for the batch's task seeds: scored step rows (rewards from the
-        environments), padded with inert rows to a multiple of the mini-batch
-        (``agent_rollout.pad_rows_to_multiple``)."""
-        from agent_system.multi_turn_rollout.agent_rollout import pad_rows_to_multiple, update_row_multiple
-
-        do_sample = self.config.actor_rollout_ref.rollout.do_sample
-        with self._phase("gen"):
-            batch, env_metrics = self.agent.collect(
-                batch.non_tensor_batch["task_seed"],
-                lambda gen: self._rollout(gen, do_sample=do_sample, validate=False),
-                log_prob_fn=self.actor_rollout_wg.compute_log_prob,  # RLVCR phase (timing_s/rlvcr, within gen)
-                step=self.global_steps)
-        metrics.update(env_metrics)
-        batch = pad_rows_to_multiple(batch, update_row_multiple(self.config), self.agent.pad_token_id)
-        if self.config.trainer.get("balance_batch", True):
-            self._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-        return batch
 
     def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
         """ReMax baseline: the reward of one greedy rollout per prompt, [B_prompts] (Li et al. 2023, eq. 5)."""
@@ -527,7 +465,7 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------ checkpoints
     def run_dir(self) -> str:
         cfg = self.config.trainer
-        return cfg.get("run_dir") or os.path.join("outputs", cfg.project_name, cfg.experiment_name)
+        return cfg.run_dir or os.path.join("outputs", cfg.project_name, cfg.experiment_name)
 
     def _save_checkpoint(self) -> None:
         """Atomic checkpoint of workers and driver state (:func:`verl.trainer.ppo.checkpointing.save_checkpoint`)."""

@@ -22,7 +22,7 @@ def validate(trainer) -> dict:
         seeds = np.concatenate([b["task_seed"] for b in trainer.val_dataloader])
         return trainer.agent.validate(seeds, lambda gen: trainer._rollout(gen, do_sample=False, validate=True),
                                       step=trainer.global_steps)
-    val_n = int(trainer.config.actor_rollout_ref.rollout.get("val_kwargs", {}).get("n", 1))  # >= 1 (config check)
+    val_n = int(trainer.config.actor_rollout_ref.rollout.val_kwargs.n)  # >= 1 (config check)
     for batch_dict in trainer.val_dataloader:
         batch = DataProto.from_single_dict(batch_dict)
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
@@ -56,7 +56,7 @@ def validate(trainer) -> dict:
 def log_generations(trainer, batch: DataProto, scores: torch.Tensor) -> None:
     """The first ``trainer.log_val_generations`` validation samples (prompt tail, response, score [B] float) as one
     text record of the tracker (TensorBoard text / wandb table), at the current step."""
-    k = int(trainer.config.trainer.get("log_val_generations", 0))
+    k = int(trainer.config.trainer.log_val_generations)
     if k <= 0 or not hasattr(trainer, "tracker"):
         return
     prompt_len = batch.batch["prompts"].shape[-1]

@@ -167,15 +167,15 @@ class DataParallelPPOActor:
         self.config = config
         self.actor_module = actor_module
         self.actor_optimizer = actor_optimizer
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
-        self.use_shared_prompt = bool(config.get("use_shared_prompt", False))
-        self.use_fused_kernels = bool(config.get("use_fused_kernels", False))
+        self.use_remove_padding = bool(config.use_remove_padding)
+        self.use_shared_prompt = bool(config.use_shared_prompt)
+        self.use_fused_kernels = bool(config.use_fused_kernels)
         problem = fused_head_problem(actor_module) if self.use_fused_kernels else None
         if problem:
             logger.warning("model.use_fused_kernels ignored: %s; log-probs come from materialised logits", problem)
             self.use_fused_kernels = False
         self._fused_head_checked = False
-        self.compute_dtype = config.get("compute_dtype", "bfloat16")
+        self.compute_dtype = config.compute_dtype or "bfloat16"
         self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(config))
 
     # ------------------------------------------------------------------------------------------------- forward
@@ -306,10 +306,10 @@ class DataParallelPPOActor:
             raise RuntimeError("update_policy called on an actor without an optimizer (reference policy?)")
         cfg = self.config
         temperature = float(data.meta_info["temperature"])
-        use_kl_loss = bool(cfg.get("use_kl_loss", False))
-        entropy_coeff = float(cfg.get("entropy_coeff", 0.0) or 0.0)
-        kl_loss_coef = float(cfg.get("kl_loss_coef", 0.0) or 0.0)
-        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
+        use_kl_loss = bool(cfg.use_kl_loss)
+        entropy_coeff = float(cfg.entropy_coeff)
+        kl_loss_coef = float(cfg.kl_loss_coef)
+        loss_agg_mode = cfg.loss_agg_mode
         keys = UPDATE_KEYS + (("ref_log_prob",) if use_kl_loss else ())
         if "rollout_is_weights" in data.batch.keys():  # rollout correction (verl/trainer/ppo/rollout_corr.py)
             keys += ("rollout_is_weights",)
@@ -317,8 +317,8 @@ class DataParallelPPOActor:
         self.actor_module.train()
         per_update = [
             self._update_mini_batch(mini_batch, temperature, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef)
-            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.get("ppo_epochs", 1),
-                                                   bool(cfg.get("shuffle", False)), "actor.ppo_mini_batch_size")
+            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs,
+                                                   bool(cfg.shuffle), "actor.ppo_mini_batch_size")
         ]
         return average_update_metrics(per_update, self.actor_optimizer, "actor")
 
@@ -326,9 +326,9 @@ class DataParallelPPOActor:
         """One optimizer step on one mini-batch; returns its metrics (weighted means over its micro-batches)."""
         cfg = self.config
         scale = MiniBatchScale(mini_batch["response_mask"], loss_agg_mode)
-        micro_batches, _ = split_micro_batches(mini_batch, cfg.get("ppo_micro_batch_size_per_gpu"),
-                                               bool(cfg.get("use_dynamic_bsz", False)),
-                                               cfg.get("ppo_max_token_len_per_gpu"),
+        micro_batches, _ = split_micro_batches(mini_batch, cfg.ppo_micro_batch_size_per_gpu,
+                                               bool(cfg.use_dynamic_bsz),
+                                               cfg.ppo_max_token_len_per_gpu,
                                                self._shared_prompt_length(mini_batch))
         self.actor_optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
@@ -357,7 +357,7 @@ class DataParallelPPOActor:
 
             # KL to the reference policy: ADDED (ToolRL subtracted it; upstream verl #179 fixed the sign)
             if use_kl_loss:
-                kld = core_algos.kl_penalty(log_prob, micro["ref_log_prob"], cfg.get("kl_loss_type", "low_var_kl"))
+                kld = core_algos.kl_penalty(log_prob, micro["ref_log_prob"], cfg.kl_loss_type)
                 kl_loss = core_algos.agg_loss(kld, response_mask, loss_agg_mode)
                 loss = loss + kl_loss_coef * kl_loss
 
@@ -371,7 +371,7 @@ class DataParallelPPOActor:
             if use_kl_loss:
                 record("actor/kl_loss", kl_loss.detach(), weight)
 
-        stats.update(clipped_optimizer_step(self.actor_module, self.actor_optimizer, cfg.get("grad_clip"), "actor"))
+        stats.update(clipped_optimizer_step(self.actor_module, self.actor_optimizer, cfg.grad_clip, "actor"))
         if use_kl_loss:
             stats["actor/kl_coef"] = kl_loss_coef
         return stats

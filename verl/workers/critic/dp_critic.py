@@ -51,8 +51,8 @@ class DataParallelPPOCritic:
         self.config = config
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
-        self.use_remove_padding = bool(config.get("use_remove_padding", False))
-        self.compute_dtype = config.get("compute_dtype", "bfloat16")
+        self.use_remove_padding = bool(config.use_remove_padding)
+        self.compute_dtype = config.compute_dtype or "bfloat16"
 
     def _forward_micro_batch(self, micro_batch) -> torch.Tensor:
         """Values ``[b, R]`` float32 of one micro-batch (unmasked; differentiable)."""
@@ -104,20 +104,20 @@ class DataParallelPPOCritic:
         self.critic_module.train()
         per_update = [
             self._update_mini_batch(mini_batch)
-            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.get("ppo_epochs", 1),
-                                                   bool(cfg.get("shuffle", False)), "critic.ppo_mini_batch_size")
+            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs,
+                                                   bool(cfg.shuffle), "critic.ppo_mini_batch_size")
         ]
         return average_update_metrics(per_update, self.critic_optimizer, "critic")
 
     def _update_mini_batch(self, mini_batch) -> dict[str, float]:
         """One optimizer step on one mini-batch; returns its metrics (weighted means over its micro-batches)."""
         cfg = self.config
-        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
-        cliprange_value = float(cfg.get("cliprange_value", 0.5))
+        loss_agg_mode = cfg.loss_agg_mode
+        cliprange_value = float(cfg.cliprange_value)
         scale = MiniBatchScale(mini_batch["response_mask"], loss_agg_mode)
-        micro_batches, _ = split_micro_batches(mini_batch, cfg.get("ppo_micro_batch_size_per_gpu"),
-                                               bool(cfg.get("use_dynamic_bsz", False)),
-                                               cfg.get("ppo_max_token_len_per_gpu"))
+        micro_batches, _ = split_micro_batches(mini_batch, cfg.ppo_micro_batch_size_per_gpu,
+                                               bool(cfg.use_dynamic_bsz),
+                                               cfg.ppo_max_token_len_per_gpu)
         self.critic_optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
         for micro in micro_batches:
@@ -131,7 +131,7 @@ class DataParallelPPOCritic:
             for key, value in (("critic/vf_loss", vf_loss), ("critic/vf_clipfrac", vf_clipfrac),
                                ("critic/vpred_mean", masked_mean(vpreds, response_mask))):
                 stats[key] = stats.get(key, 0.0) + float(value.detach()) * weight
-        stats.update(clipped_optimizer_step(self.critic_module, self.critic_optimizer, cfg.get("grad_clip"), "critic"))
+        stats.update(clipped_optimizer_step(self.critic_module, self.critic_optimizer, cfg.grad_clip, "critic"))
         return stats
 
 __all__ = ["DataParallelPPOCritic"]
