@@ -65,3 +65,27 @@ def test_worker_generates_with_the_actor_weights_and_follows_updates(worker, sha
     assert_matches_hf_and_actor(worker, prompts, second)
     mask = first.batch["response_mask"].bool() & second.batch["response_mask"].bool()
     assert (first.batch["old_log_probs"][mask] - second.batch["old_log_probs"][mask]).abs().max() > 100 * LP_ATOL
+
+
+def test_a_lora_actor_syncs_its_merged_weights(tiny_model_dir, shared_dir):
+    """actor_rollout_ref.model.lora_rank > 0: the engine receives the merged weights (W + alpha/r · B A under the
+    plain model's names), generates exactly what the LoRA actor's HF generate gives, and follows an adapter update."""
+    cfg = workers_testlib().trainer_config(tiny_model_dir, **{
+        "data.max_prompt_length": PROMPT_LENGTH, "data.max_response_length": RESPONSE_LENGTH,
+        "actor_rollout_ref.rollout.name": "vllm", "actor_rollout_ref.rollout.n": N,
+        "actor_rollout_ref.rollout.dtype": "float32", "actor_rollout_ref.rollout.calculate_log_probs": True,
+        "actor_rollout_ref.actor.optim.lr": 1e-2, "actor_rollout_ref.model.lora_rank": 4,
+        "actor_rollout_ref.model.lora_alpha": 8})
+    worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout")
+    worker.init_model()
+    with torch.no_grad():  # peft starts B at zero (the base model); a random B makes the adapters matter
+        for name, p in worker.actor_module.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(0.0, 0.05)
+    prompts = rlla_prompts(shared_dir, worker.tokenizer, 2, PROMPT_LENGTH)
+    first = generate(worker, prompts)
+    assert_matches_hf_and_actor(worker, prompts, first)
+    first.batch["advantages"] = torch.randn(first.batch["responses"].shape, generator=torch.Generator().manual_seed(0))
+    worker.update_actor(first)
+    second = generate(worker, prompts)
+    assert_matches_hf_and_actor(worker, prompts, second)

@@ -86,7 +86,7 @@ def _field_type_name(schema: type, key: str) -> str | None:
     return getattr(kind, "__name__", None) or str(kind)
 
 
-def default_section(path: str, **overrides) -> DictConfig:
+def default_section(where: str, /, **overrides) -> DictConfig:
     """A typed copy of one section of the default config, interpolations resolved, with ``overrides`` applied — for
     tests and benchmarks that drive one component (``DataParallelPPOActor`` takes ``actor_rollout_ref.actor``)::
 
@@ -96,22 +96,22 @@ def default_section(path: str, **overrides) -> DictConfig:
     same way.
 
     Raises:
-        ConfigError: ``path`` is not a section, or an override names an unknown key or has the wrong type.
+        ConfigError: ``where`` is not a section, or an override names an unknown key or has the wrong type.
     """
     import copy
 
     from omegaconf.errors import OmegaConfBaseException
 
-    section = OmegaConf.select(_default_config(), path)
+    section = OmegaConf.select(_default_config(), where)
     if not isinstance(section, DictConfig):
-        raise ConfigError(f"{path!r} is not a section of ppo_trainer.yaml")
+        raise ConfigError(f"{where!r} is not a section of ppo_trainer.yaml")
     section = copy.deepcopy(section)
     OmegaConf.resolve(section)
     for key, value in overrides.items():
         try:
             OmegaConf.update(section, key, value, merge=False)
         except OmegaConfBaseException as err:
-            raise ConfigError(f"{path}.{key}: {str(err).splitlines()[0]}") from None
+            raise ConfigError(f"{where}.{key}: {str(err).splitlines()[0]}") from None
     return section
 
 
@@ -367,6 +367,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
     _validate_filter_groups(config)
+    _validate_lora(config.actor_rollout_ref.model)
     buffer = config.reward_model.overlong_buffer
     if buffer.enable and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
         raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "
@@ -422,6 +423,21 @@ def _refuse_unsupported(config: DictConfig) -> None:
             if key.startswith("router.") and not config.router.enable:
                 continue
             raise ConfigError(f"{key}={value}: {instead}")
+
+
+def _validate_lora(model: DictConfig) -> None:
+    """``actor_rollout_ref.model.lora_rank`` (0: full fine-tuning) and, with LoRA, ``lora_alpha`` and
+    ``target_modules`` (``verl/utils/lora.py``)."""
+    if model.lora_rank < 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank}: 0 (full fine-tuning) or a rank > 0")
+    if model.lora_rank == 0:
+        return
+    if model.lora_alpha <= 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha}: must be positive with lora_rank > 0")
+    targets = model.target_modules
+    if not (isinstance(targets, str) and targets) and not (OmegaConf.is_list(targets) and len(targets)):
+        raise ConfigError(f"actor_rollout_ref.model.target_modules={targets!r}: 'all-linear' or a non-empty list of "
+                          "module names (e.g. [q_proj,v_proj])")
 
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:

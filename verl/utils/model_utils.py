@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
+from verl.utils.lora import apply_lora, is_lora, lora_rank, lora_scaling, merged_state_dict, trainable_state
 from verl.utils.model_presets import prepare_model
 from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
@@ -71,11 +72,14 @@ def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn
     """Load the causal LM of ``model_config.path`` (a preset, local dir or hub id) in float32.
 
     Args:
-        model_config: the ``model`` subtree (``path``, ``override_config``, ``enable_gradient_checkpointing``).
-        trainable: False freezes the parameters and puts the module in eval mode (reference policy).
+        model_config: the ``model`` subtree (``path``, ``override_config``, ``enable_gradient_checkpointing``,
+            ``lora_rank`` / ``lora_alpha`` / ``target_modules``).
+        trainable: False freezes the parameters and puts the module in eval mode (reference policy); LoRA adapters
+            are attached only to a trainable model.
 
     Returns:
-        ``transformers`` ``AutoModelForCausalLM`` instance on CPU (callers move it to their device).
+        ``transformers`` ``AutoModelForCausalLM`` instance on CPU (callers move it to their device), wrapped in a
+        ``peft.PeftModel`` when ``lora_rank > 0``.
     """
     from transformers import AutoModelForCausalLM
 
@@ -83,7 +87,10 @@ def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn
     model = AutoModelForCausalLM.from_pretrained(
         path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
     )
-    return _finish(model, model_config, trainable)
+    model = _finish(model, model_config, trainable)
+    if trainable and lora_rank(model_config) > 0:  # LoRA RL: only the adapters train (verl/utils/lora.py)
+        model = apply_lora(model, model_config)
+    return model
 
 
 def load_value_model(model_config: DictConfig) -> torch.nn.Module:
@@ -302,7 +309,7 @@ def load_local_model_state(model: torch.nn.Module, saved: dict[str, torch.Tensor
     Raises:
         RuntimeError: keys or shard shapes differ (e.g. a checkpoint written with another world size).
     """
-    current = model.state_dict()
+    current = trainable_state(model, model.state_dict())  # a LoRA model's checkpoint holds its adapters only
     if set(current) != set(saved):
         raise RuntimeError(f"checkpoint keys differ from the model: missing {sorted(set(current) - set(saved))[:5]}, "
                            f"unexpected {sorted(set(saved) - set(current))[:5]}")
@@ -313,7 +320,7 @@ def load_local_model_state(model: torch.nn.Module, saved: dict[str, torch.Tensor
             raise RuntimeError(f"checkpoint shard {name} has shape {tuple(saved[name].shape)}, model expects "
                                f"{tuple(local_ref.shape)} (saved with another world size?)")
         rebuilt[name] = _like(saved[name], ref)
-    model.load_state_dict(rebuilt)
+    model.load_state_dict(rebuilt, strict=not is_lora(model))
 
 
 def load_local_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
@@ -330,13 +337,17 @@ def load_local_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) ->
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The unsharded float32 CPU state dict (collective under FSDP2: every rank must call; all ranks receive it)."""
+    """The unsharded float32 CPU state dict (collective under FSDP2: every rank must call; all ranks receive it).
+    A LoRA model gives its merged weights under the plain model's names (``verl.utils.lora.merged_state_dict``):
+    what vLLM and the HF export load."""
     if any(is_dtensor(p) for p in model.parameters()):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
         sd = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=False))
-        return {k: (v.full_tensor() if is_dtensor(v) else v).detach().cpu() for k, v in sd.items()}
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        state = {k: (v.full_tensor() if is_dtensor(v) else v).detach().cpu() for k, v in sd.items()}
+    else:
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return merged_state_dict(state, lora_scaling(model)) if is_lora(model) else state
 
 
 __all__ = [

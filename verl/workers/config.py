@@ -30,6 +30,9 @@ class ModelConfig:
     use_shared_prompt: bool = MISSING
     use_fused_kernels: bool = MISSING
     trust_remote_code: bool = MISSING
+    lora_rank: int = MISSING
+    lora_alpha: float = MISSING
+    target_modules: Any = MISSING  # "all-linear" or a list of module names
 
 
 @dataclass

@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
+from verl.utils.lora import adapters_disabled, is_lora, trainable_state
 from verl.utils.memory import phase_peak_memory
 from verl.utils.model_presets import prepare_model
 from verl.utils.model_utils import (
@@ -134,8 +135,9 @@ class _Checkpointer:
     def save(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> None:
         rank, world = self.worker.rank, self.worker.world_size
         os.makedirs(local_path, exist_ok=True)
-        if "model" in self.save_contents:
-            torch.save(to_local_state(self.module.state_dict()), _rank_file(local_path, "model", world, rank))
+        if "model" in self.save_contents:  # a LoRA model: its adapters (the frozen base comes from model.path)
+            state = trainable_state(self.module, self.module.state_dict())
+            torch.save(to_local_state(state), _rank_file(local_path, "model", world, rank))
         if "optimizer" in self.save_contents and self.optimizer is not None:
             torch.save(to_local_state(self.optimizer.state_dict()), _rank_file(local_path, "optim", world, rank))
         if "extra" in self.save_contents:
@@ -150,7 +152,9 @@ class _Checkpointer:
 
     def _save_hf(self, hf_dir: str, state: dict) -> None:
         os.makedirs(hf_dir, exist_ok=True)
-        self.module.save_pretrained(hf_dir, state_dict=state, safe_serialization=True)
+        # a LoRA model exports its merged weights (full_state_dict) as the plain model they belong to
+        model = self.module.get_base_model() if is_lora(self.module) else self.module
+        model.save_pretrained(hf_dir, state_dict=state, safe_serialization=True)
         if self.tokenizer is not None:
             self.tokenizer.save_pretrained(hf_dir)
 
@@ -282,7 +286,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             module = load_causal_lm(cfg.model, trainable=self._is_actor)
             self.actor_module = self._place(module, cfg.actor.fsdp_config)
             if self._is_actor:
-                self.actor_optimizer = build_optimizer(self.actor_module.parameters(), cfg.actor.optim)
+                trainable = [p for p in self.actor_module.parameters() if p.requires_grad]  # LoRA: the adapters
+                self.actor_optimizer = build_optimizer(trainable, cfg.actor.optim)
                 self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, cfg.actor.optim)
                 self.checkpointer = _Checkpointer(self, self.actor_module, self.actor_optimizer,
                                                   self.actor_lr_scheduler, self.tokenizer,
@@ -295,7 +300,10 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
                                               self.actor_optimizer)
         if self._is_rollout:
             self.rollout = self._build_rollout()
-        if self._is_ref:
+        if self._is_ref and self._is_actor and is_lora(self.actor_module):
+            # LoRA: the reference policy is the actor's module with its adapters disabled (no second copy)
+            self.ref_policy = DataParallelPPOActor(cfg.actor, self.actor_module)
+        elif self._is_ref:
             ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.fsdp_config)
             self.ref_policy = DataParallelPPOActor(cfg.actor, ref_module)
         logger.info("ActorRolloutRefWorker rank %d/%d: role=%s device=%s", self.rank, self.world_size, self.role,
@@ -354,7 +362,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         if self.ref_policy is None:
             raise RuntimeError(f"compute_ref_log_prob needs a role with ref, this worker is {self.role!r}")
         data = _with_meta(data.to(self.device), **self._log_prob_meta(self.config.ref))
-        with self._peak_memory("ref"):
+        with self._peak_memory("ref"), adapters_disabled(self.ref_policy.actor_module):  # no-op without LoRA
             log_probs, _ = self.ref_policy.compute_log_prob(data, calculate_entropy=False)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs}).to("cpu")
 
