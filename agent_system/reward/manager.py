@@ -55,7 +55,7 @@ class RewardAPIManager(RLLARewardManager):
     """Reward manager whose scores come from a reward-API function run by ``runner``.
 
     Args:
-        tokenizer, num_examine, decode, wrapper, reward_fn_key, switches: as :class:`RLLARewardManager`.
+        tokenizer, num_examine, decode, wrapper, reward_fn_key, switches, tool_format: as :class:`RLLARewardManager`.
         runner: ``agent_system.reward.make_runner(fn, sandbox=...)``; may be shared by the training and validation
             managers. :meth:`close` closes it.
 
@@ -65,11 +65,11 @@ class RewardAPIManager(RLLARewardManager):
 
     def __init__(self, tokenizer: Any, runner: RewardRunner, num_examine: int = 0, decode: str = "response",
                  wrapper: str = "auto", reward_fn_key: str = "data_source",
-                 switches: RewardSwitches | None = None) -> None:
+                 switches: RewardSwitches | None = None, tool_format: str = "toolrl") -> None:
         if not isinstance(runner, RewardRunner):
             raise TypeError(f"RewardAPIManager needs a RewardRunner, got {type(runner).__name__}")
         super().__init__(tokenizer, num_examine=num_examine, decode=decode, wrapper=wrapper,
-                         reward_fn_key=reward_fn_key, switches=switches)
+                         reward_fn_key=reward_fn_key, switches=switches, tool_format=tool_format)
         self.runner = runner
 
     @property

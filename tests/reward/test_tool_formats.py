@@ -110,3 +110,59 @@ def test_main_eval_scores_other_formats(tmp_path):
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["tool_format"] == "mistral" and summary["exact_match"] == 0.5
     assert summary["parse_failure_count"] == 1 and summary["no_tool_call_rate"] == 0.0
+
+
+# ---------------------------------------------------------------- data.tool_format: the reward, the cost, the metrics
+GT_CALLS = ('<think> weather and time </think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", '
+            '"unit": "celsius"}}\n{"name": "get_time", "parameters": {"tz": "CET"}}\n</tool_call>')
+GT_ANSWER = "<think> no tool </think>\n<response> Hello. </response>"
+
+
+@pytest.mark.parametrize("fmt", sorted(REAL))
+def test_the_rlla_reward_reads_each_format_like_toolrl_reads_its_own(fmt):
+    """The same calls written in any format get the same reward as ToolRL's own string: format 1 (max), correctness
+    3 (max: names, parameter names and values all match) — and a broken call of that format gets the minima."""
+    from verl.utils.reward_score.rlla import RewardSwitches, compute_score
+
+    sw = RewardSwitches()
+    expected = compute_score(REAL["toolrl"], GT_CALLS, wrapper="none", switches=sw)
+    assert expected == (4.0, 1.0, 3.0, 0.0)
+    assert compute_score(REAL[fmt], GT_CALLS, wrapper="none", switches=sw, tool_format=fmt) == expected
+    broken = {"toolrl": REAL["toolrl"].replace('"tz": "CET"}}', '"tz": "CET"}'),
+              "hermes": REAL["hermes"].replace('"tz": "CET"}}', '"tz": "CET"}'),
+              "llama3": REAL["llama3"].replace('"tz": "CET"}}', '"tz": "CET"}'),
+              "mistral": REAL["mistral"].replace('"tz": "CET"}}]', '"tz": "CET"}]')}[fmt]
+    # ToolRL's format term checks the tag layout only, so its broken call keeps format 1 (the reward as released)
+    minima = (-2.0, 1.0, -3.0, 0.0) if fmt == "toolrl" else (-3.0, 0.0, -3.0, 0.0)
+    assert compute_score(broken, GT_CALLS, wrapper="none", switches=sw, tool_format=fmt) == minima
+    # a plain answer where none is called: format max, correctness 0; a call where none is wanted: format min
+    if fmt != "toolrl":
+        assert compute_score("Hello.", GT_ANSWER, wrapper="none", switches=sw, tool_format=fmt) == (1.0, 1.0, 0.0, 0.0)
+        assert compute_score(REAL[fmt], GT_ANSWER, wrapper="none", switches=sw, tool_format=fmt)[1] == 0.0
+
+
+@pytest.mark.parametrize("fmt", sorted(REAL))
+def test_router_cost_and_tool_metrics_read_the_same_format(fmt):
+    from verl.router.cost import compute_costs
+    from verl.utils.reward_score.tool_formats import format_tool_usage
+
+    usage = format_tool_usage(REAL[fmt], fmt)
+    assert usage.names == ("get_weather", "get_time") and usage.num_calls == 2 and not usage.parse_failed
+    cost, parts = compute_costs([REAL[fmt], "Hello."], [{}, {}], tool_format=fmt)
+    assert cost.tolist() == [1.0, 0.0] and parts["num_calls"].tolist() == [2.0, 0.0]
+    if fmt in ("llama3", "mistral"):  # read as ToolRL's format, their calls are not seen
+        toolrl_view = format_tool_usage(REAL[fmt], "toolrl")
+        assert (toolrl_view.num_calls, toolrl_view.parse_failed) != (2, False)
+
+
+def test_tool_format_is_checked_at_load_and_auto_follows_the_chat_template():
+    from types import SimpleNamespace
+
+    from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config
+    from verl.utils.reward_score.tool_formats import resolve_tool_format
+
+    with pytest.raises(ConfigError, match="data.tool_format='xml'"):
+        validate_config(normalize_config(load_default_config(["data.tool_format=xml"])), check_files=False)
+    qwen = SimpleNamespace(chat_template="{% for m in messages %}<tool_call>{{ m }}</tool_call>{% endfor %}")
+    assert resolve_tool_format("auto", qwen) == "hermes" and resolve_tool_format("auto", None) == "toolrl"
+    assert resolve_tool_format("mistral", qwen) == "mistral"

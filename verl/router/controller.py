@@ -25,6 +25,7 @@ from verl.router.cost import CostWeights, compute_costs
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import sample_actions
 from verl.router.lagrangian import LagrangeMultiplier
+from verl.utils.reward_score.tool_formats import resolve_tool_format
 from verl.router.loss import (
     compute_router_advantages,
     compute_router_rewards,
@@ -57,6 +58,7 @@ class RouterController:
         self.lagrange = LagrangeMultiplier.from_config(router_cfg)
         self.weights = CostWeights.from_config(router_cfg.cost_weights)
         self.other_as = parse_other_as(router_cfg.other_as)
+        self.tool_format = resolve_tool_format(data_cfg.tool_format, tokenizer)  # the reward's reading of calls
         path = router_cfg.tool_family_file
         self.family_overrides = load_tool_family_file(path) if path else None
         self.generator = torch.Generator().manual_seed(int(seed))
@@ -107,7 +109,8 @@ class RouterController:
         response_mask = batch.batch["response_mask"]
         texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
                  for ids, mask in zip(batch.batch["responses"], response_mask)]
-        costs, usage = compute_costs(texts, list(batch.non_tensor_batch["tool_families"]), self.weights, self.other_as)
+        costs, usage = compute_costs(texts, list(batch.non_tensor_batch["tool_families"]), self.weights, self.other_as,
+                                     self.tool_format)
         task = batch.batch["token_level_scores"].sum(-1).float()
         r_router = compute_router_rewards(task, costs, self.lagrange.value)
         tlr = router_token_level_rewards(r_router, response_mask)

@@ -26,7 +26,8 @@ import torch
 
 from verl.router import RouterAction, ToolFamily
 from verl.router.families import call_route
-from verl.utils.reward_score.tool_parse import THINK, find_spans, tool_usage
+from verl.utils.reward_score.tool_formats import format_tool_usage
+from verl.utils.reward_score.tool_parse import THINK, find_spans
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,8 @@ def strip_thoughts(text: str) -> str:
 
 
 def response_tool_usage(response: str, families: Mapping[str, ToolFamily],
-                        other_as: Optional[RouterAction] = RouterAction.SEARCH) -> RouterToolUsage:
+                        other_as: Optional[RouterAction] = RouterAction.SEARCH,
+                        tool_format: str = "toolrl") -> RouterToolUsage:
     """Tool usage of one response.
 
     Args:
@@ -99,8 +101,9 @@ def response_tool_usage(response: str, families: Mapping[str, ToolFamily],
             ``<tool_call>`` example); special tokens may be kept.
         families: the row's ``{tool_name: ToolFamily}`` (:func:`verl.router.families.row_tool_families`).
         other_as: the route ``OTHER`` tools count for (None: neither).
+        tool_format: how the response writes its calls (``data.tool_format``; ``tool_formats.format_tool_usage``).
     """
-    usage = tool_usage(strip_thoughts(response))
+    usage = format_tool_usage(strip_thoughts(response), tool_format)
     routes = [call_route(name, families, other_as) for name in usage.names]
     n_search = sum(r == RouterAction.SEARCH for r in routes)
     n_calc = sum(r == RouterAction.CALCULATE for r in routes)
@@ -116,7 +119,8 @@ def response_tool_usage(response: str, families: Mapping[str, ToolFamily],
 
 
 def batch_tool_usage(responses: Sequence[str], families: Sequence[Mapping[str, ToolFamily]],
-                     other_as: Optional[RouterAction] = RouterAction.SEARCH) -> dict[str, torch.Tensor]:
+                     other_as: Optional[RouterAction] = RouterAction.SEARCH,
+                     tool_format: str = "toolrl") -> dict[str, torch.Tensor]:
     """:func:`response_tool_usage` for a batch, as tensors ``[B]`` keyed by :data:`USAGE_KEYS` (bools as float32
     0/1, counts as float32 too so they can be averaged and weighted directly).
 
@@ -125,7 +129,7 @@ def batch_tool_usage(responses: Sequence[str], families: Sequence[Mapping[str, T
     """
     if len(responses) != len(families):
         raise ValueError(f"batch_tool_usage: {len(responses)} responses but {len(families)} family maps")
-    rows = [response_tool_usage(r, f, other_as) for r, f in zip(responses, families)]
+    rows = [response_tool_usage(r, f, other_as, tool_format) for r, f in zip(responses, families)]
     return {key: torch.tensor([float(getattr(u, key)) for u in rows], dtype=torch.float32) for key in USAGE_KEYS}
 
 
@@ -143,10 +147,11 @@ def trajectory_cost(used_any_tool: torch.Tensor, used_search: torch.Tensor, used
 
 
 def compute_costs(responses: Sequence[str], families: Sequence[Mapping[str, ToolFamily]],
-                  weights: CostWeights = CostWeights(), other_as: Optional[RouterAction] = RouterAction.SEARCH
-                  ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Costs of a batch of responses: ``(cost float32 [B], usage tensors [B] by USAGE_KEYS)``."""
-    usage = batch_tool_usage(responses, families, other_as)
+                  weights: CostWeights = CostWeights(), other_as: Optional[RouterAction] = RouterAction.SEARCH,
+                  tool_format: str = "toolrl") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Costs of a batch of responses: ``(cost float32 [B], usage tensors [B] by USAGE_KEYS)``; the calls are read
+    in ``tool_format`` (``data.tool_format``), the same parser as the reward's."""
+    usage = batch_tool_usage(responses, families, other_as, tool_format)
     cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"],
                            weights.any_tool, weights.search, weights.calculate, weights.per_call)
     return cost, usage

@@ -27,6 +27,7 @@ class DataConfig:
     val_files: Any = MISSING
     prompt_key: str = MISSING
     reward_fn_key: str = MISSING
+    tool_format: str = MISSING
     max_prompt_length: int = MISSING
     max_response_length: int = MISSING
     train_batch_size: int = MISSING

@@ -368,6 +368,10 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     _validate_env(config)
     _validate_filter_groups(config)
     _validate_lora(config.actor_rollout_ref.model)
+    from verl.utils.reward_score.tool_formats import TOOL_FORMATS
+
+    if config.data.tool_format != "auto" and config.data.tool_format not in TOOL_FORMATS:
+        raise ConfigError(f"data.tool_format={config.data.tool_format!r}: auto or one of {sorted(TOOL_FORMATS)}")
     buffer = config.reward_model.overlong_buffer
     if buffer.enable and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
         raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "

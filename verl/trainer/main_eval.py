@@ -224,8 +224,8 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
             ``rlla_api_bank``).
         wrapper: chat wrapper of the RLLA reward.
         switches: RLLA reward switches; None reads the environment once.
-        tool_format: how the responses write their calls (:func:`score_prediction`); the RLLA reward itself always
-            reads ToolRL's format.
+        tool_format: how the responses write their calls (:func:`score_prediction`, and the RLLA reward's
+            ``tool_format``, as in training with ``data.tool_format``).
 
     Raises:
         ValueError: unknown ``dataset``, or no row left after filtering.
@@ -254,7 +254,7 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
         scored.append((gt_calls, score_prediction(row["response"], gt_calls, tool_format)))
         if isinstance(row.get("ground_truth"), str):
             score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
-                                                       switches=switches)
+                                                       switches=switches, tool_format=tool_format)
             rewards.append((score, fmt, correctness))
     call_rows = [s for gt, s in scored if gt]
     no_call_rows = [s for gt, s in scored if not gt]

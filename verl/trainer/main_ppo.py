@@ -142,7 +142,7 @@ def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
 
     kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.decode,
                   wrapper=config.reward_model.wrapper,
-                  reward_fn_key=config.data.reward_fn_key)
+                  reward_fn_key=config.data.reward_fn_key, tool_format=config.data.tool_format)
     num_examine = int(config.reward_model.num_examine)
     fn = load_custom_reward(config)
     if fn is None:

@@ -24,7 +24,8 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: str
         ground_truth: the row's ``reward_model["ground_truth"]``.
         extra_info: optional dict; ``step`` (int, default 0) is the trainer step for the RLLA schedules,
             ``wrapper`` (``"qwen"``/``"llama"``/``"none"``, default None = from ``EXPERIMENT_NAME``) the chat wrapper,
-            ``reward_switches`` an optional ``rlla.RewardSwitches`` snapshot (default: read the environment).
+            ``reward_switches`` an optional ``rlla.RewardSwitches`` snapshot (default: read the environment),
+            ``tool_format`` how the response writes its calls (``data.tool_format``; default ``toolrl``).
         **kwargs: accepted and ignored (upstream passes extra keyword arguments to custom scorers).
 
     Returns:
@@ -46,5 +47,6 @@ def default_compute_score(data_source: str, solution_str: str, ground_truth: str
         step=info.get("step", 0),
         wrapper=info.get("wrapper"),
         switches=info.get("reward_switches"),
+        tool_format=info.get("tool_format") or "toolrl",
     )
     return {"score": float(score), "format": float(fmt), "correctness": float(correctness), "length": float(length)}

@@ -320,8 +320,43 @@ def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: fl
         return cmin
 
 
+def format_reward_in(prediction: str, ground_truth: str, fmax: float, fmin: float, fmt: str) -> float:
+    """The format term for a tool-call format other than ToolRL's (``data.tool_format``; ``docs/rlla_reward.md``
+    "Other tool-call formats"): ``fmax`` when the response has the ground truth's shape in ``fmt`` — a call attempted
+    and read without failures where the GT calls a tool, no call attempted (and some text) where it does not — else
+    ``fmin``. ToolRL's own ``<think>`` / tag layout is not asked for."""
+    from verl.utils.reward_score.tool_formats import parse_calls
+
+    parsed = parse_calls(prediction, fmt)
+    if open_tag(TOOL_CALL) in ground_truth:
+        ok = parsed.attempted and bool(parsed.calls) and not parsed.failures
+    else:
+        ok = not parsed.attempted and bool(prediction.strip())
+    return fmax if ok else fmin
+
+
+def correctness_reward_in(prediction: str, ground_truth: str, cmax: float, cmin: float, switches: RewardSwitches,
+                          fmt: str) -> float:
+    """:func:`correctness_reward` with the calls read by ``fmt``'s parser: 0.0 when the GT has no tool call, ``cmin``
+    when the response's calls cannot all be read, else the same matching of names and parameters as ToolRL's.
+
+    Raises:
+        InvalidGroundTruthError: see ``parse_ground_truth_tools``.
+    """
+    from verl.utils.reward_score.tool_formats import parse_calls
+
+    if open_tag(TOOL_CALL) not in ground_truth:
+        return 0.0
+    gt_tools = parse_ground_truth_tools(ground_truth)
+    parsed = parse_calls(prediction, fmt)
+    if not parsed.attempted or parsed.parse_failed:
+        return cmin
+    return compute_tool_call_reward(gt_tools, [dict(c) for c in parsed.calls], cmax, cmin, switches)
+
+
 def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper: str | None = None, *,
-                  switches: RewardSwitches | None = None) -> tuple[float, float, float, float]:
+                  switches: RewardSwitches | None = None, tool_format: str = "toolrl"
+                  ) -> tuple[float, float, float, float]:
     """RLLA reward of one decoded sample (spec "How it is called").
 
     Args:
@@ -331,6 +366,9 @@ def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper
         step: trainer global step (0 = validation before training); drives the schedules.
         wrapper: ``"qwen"`` | ``"llama"`` | ``"none"``; None chooses from ``EXPERIMENT_NAME`` like ToolRL.
         switches: snapshot of the switches; None reads the environment now (``RewardSwitches.from_env()``).
+        tool_format: how the response's calls are written (``data.tool_format``; ``tool_formats``' registry):
+            ``toolrl`` is ToolRL's reward exactly; another format reads the calls with its parser and checks its own
+            shape (:func:`format_reward_in`, :func:`correctness_reward_in`). The ground truth is always ToolRL's.
 
     Returns:
         ``(score, format, correctness, length)`` with score = format + correctness + length; length is 0.0 unless
@@ -351,8 +389,12 @@ def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper
     prediction = extract_assistant_turn(solution_str, chosen)
     fmax, fmin = format_range(step, sw)
     cmax, cmin = correctness_range(step, sw)
-    format_score = format_reward(prediction, ground_truth, fmax, fmin)
-    correctness_score = correctness_reward(prediction, ground_truth, cmax, cmin, sw)
+    if tool_format == "toolrl":
+        format_score = format_reward(prediction, ground_truth, fmax, fmin)
+        correctness_score = correctness_reward(prediction, ground_truth, cmax, cmin, sw)
+    else:
+        format_score = format_reward_in(prediction, ground_truth, fmax, fmin, tool_format)
+        correctness_score = correctness_reward_in(prediction, ground_truth, cmax, cmin, sw, tool_format)
     length_score = length_reward(prediction, step, sw) if sw.withlength else 0.0
     score = format_score + correctness_score + length_score
     if logger.isEnabledFor(logging.DEBUG):

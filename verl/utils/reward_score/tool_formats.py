@@ -25,10 +25,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
-from verl.utils.reward_score.tool_parse import TOOL_CALL, _normalize_call, find_spans, open_tag
+from verl.utils.reward_score.tool_parse import TOOL_CALL, ToolUsage, _normalize_call, find_spans, open_tag, tool_usage
 
 __all__ = ["ParsedCalls", "TOOL_FORMATS", "register_tool_format", "get_tool_format", "parse_calls", "render_calls",
-           "detect_tool_format", "tool_schema"]
+           "detect_tool_format", "resolve_tool_format", "format_tool_usage", "tool_schema"]
 
 
 @dataclass(frozen=True)
@@ -239,6 +239,35 @@ def detect_tool_format(chat_template: Optional[str]) -> str:
     if open_tag(TOOL_CALL) in template:
         return "hermes"
     return "toolrl"
+
+
+def resolve_tool_format(name: str, tokenizer: Any = None) -> str:
+    """``data.tool_format``: a registered format as it is, or ``auto``: :func:`detect_tool_format` on the tokenizer's
+    chat template (``toolrl`` without a tokenizer or template).
+
+    Raises:
+        ValueError: neither ``auto`` nor a registered format (the message lists them).
+    """
+    if name == "auto":
+        return detect_tool_format(getattr(tokenizer, "chat_template", None))
+    get_tool_format(name)
+    return name
+
+
+def format_tool_usage(text: str, fmt: str = "toolrl") -> ToolUsage:
+    """Tool usage of one response in ``fmt``, the summary the router's cost and the tool-call metrics read:
+    ``toolrl`` is ``tool_parse.tool_usage`` itself; another format counts its parsed calls, one unreadable part per
+    failure, and ``has_tool_call_tag`` when the response attempted a call in that format."""
+    if fmt == "toolrl":
+        return tool_usage(text)
+    parsed = parse_calls(text, fmt)
+    names = tuple(c["name"] for c in parsed.calls)
+    counts: Dict[str, int] = {}
+    for name in names:
+        counts[name] = counts.get(name, 0) + 1
+    return ToolUsage(num_blocks=int(parsed.attempted and bool(parsed.calls)), num_calls=len(names),
+                     num_invalid=len(parsed.failures), names=names, counts=counts,
+                     has_tool_call_tag=parsed.attempted)
 
 
 def tool_schema(tool: Any) -> dict:

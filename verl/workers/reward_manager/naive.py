@@ -29,7 +29,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.reward_score import default_compute_score
 from verl.utils.reward_score.rlla import RewardSwitches
-from verl.utils.reward_score.tool_parse import tool_usage
+from verl.utils.reward_score.tool_formats import format_tool_usage, resolve_tool_format
 
 logger = logging.getLogger(__name__)
 
@@ -91,14 +91,17 @@ class RLLARewardManager:
         reward_fn_key: non-tensor key holding each row's data source.
         switches: RLLA switches to use; None snapshots the environment once per call (``RewardSwitches.from_env``).
             Only handed to the default scorer (``extra_info["reward_switches"]``).
+        tool_format: how responses write their calls (``data.tool_format``: a ``tool_formats`` name or ``auto``,
+            from the tokenizer's chat template): handed to the scorer as ``extra_info["tool_format"]`` and used for
+            the tool-call metrics.
 
     Raises:
-        ValueError: unknown ``decode`` or ``wrapper``, or negative ``num_examine``.
+        ValueError: unknown ``decode``, ``wrapper`` or ``tool_format``, or negative ``num_examine``.
     """
 
     def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable | None = None,
                  decode: str = "response", wrapper: str = "auto", reward_fn_key: str = "data_source",
-                 switches: RewardSwitches | None = None) -> None:
+                 switches: RewardSwitches | None = None, tool_format: str = "toolrl") -> None:
         if decode not in DECODE_MODES:
             raise ValueError(f"reward manager: decode={decode!r}; expected one of {DECODE_MODES}")
         if wrapper not in WRAPPER_CHOICES:
@@ -112,6 +115,7 @@ class RLLARewardManager:
         self.wrapper = infer_wrapper(tokenizer) if wrapper == "auto" else wrapper
         self.reward_fn_key = reward_fn_key
         self.switches = switches
+        self.tool_format = resolve_tool_format(tool_format, tokenizer)
 
     @property
     def name(self) -> str:
@@ -192,7 +196,8 @@ class RLLARewardManager:
                 index=i, data_source=self._row_value(data, self.reward_fn_key, i),
                 reward_model=self._row_value(data, "reward_model", i),
                 text=self._decode_row(prompts[i], responses[i], int(valid_prompt_lens[i]), valid_len),
-                extra_info={**(row_info if isinstance(row_info, dict) else {}), "step": step, "wrapper": self.wrapper},
+                extra_info={**(row_info if isinstance(row_info, dict) else {}), "step": step, "wrapper": self.wrapper,
+                            "tool_format": self.tool_format},
                 valid_response_len=valid_len))
         outcomes, run_metrics = self._score_rows(data, rows, step, switches)
 
@@ -241,13 +246,14 @@ class RLLARewardManager:
         }
 
     def _tool_call_metrics(self, prompts: torch.Tensor, responses: torch.Tensor, rows: list[ScoreRow]) -> dict:
-        """Tool calls of the responses (the one lenient parser, ``tool_parse.tool_usage``, on the response text):
+        """Tool calls of the responses (read in ``data.tool_format``, ``tool_formats.format_tool_usage``):
         ``response/tool_calls/mean`` (readable calls per response), ``response/tool_call_rate`` (responses with at
         least one), ``response/tool_parse_failure_rate`` (a ``<tool_call>`` that cannot be read)."""
         if not rows:
             return {}
-        usages = [tool_usage(row.text if self.decode == "response" else self._decode_row(
-            prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response")) for row in rows]
+        usages = [format_tool_usage(row.text if self.decode == "response" else self._decode_row(
+            prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response"),
+            self.tool_format) for row in rows]
         n = len(usages)
         return {"response/tool_calls/mean": sum(u.num_calls for u in usages) / n,
                 "response/tool_call_rate": sum(u.num_calls > 0 for u in usages) / n,
