@@ -173,3 +173,53 @@ def test_dataloader_to_dataproto(parquet, tokenizer):
     assert data.non_tensor_batch["raw_prompt"].shape == (3,)  # each row holds an equal-length (2-message) list
     assert list(data.non_tensor_batch["index"]) == [7, 42, 3]
     assert data.non_tensor_batch["reward_model"][0]["ground_truth"] == "<response> 0 </response>"
+
+
+# ------------------------------------------------------------------- a `tools` column, rendered by the chat template
+TOOLS_TEMPLATE = ("{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}:{{ t.function.description }};"
+                  "{% endfor %}</tools>{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
+                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                                           "required": ["city"]}}}
+
+
+def _tools_parquet(path, tools_cells):
+    import json
+
+    import pandas as pd
+
+    rows = _rows(["Weather in Paris?", "Hi"])
+    for row, cell in zip(rows, tools_cells):
+        row["tools"] = cell if cell is None or isinstance(cell, str) else json.dumps(cell)
+    pd.DataFrame(rows).to_parquet(path)  # write_rlla_parquet keeps RLLA's columns only
+    return str(path)
+
+
+def test_a_tools_column_is_rendered_by_the_chat_template(tmp_path, tokenizer):
+    import copy
+
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = TOOLS_TEMPLATE
+    path = _tools_parquet(tmp_path / "tools.parquet", [[WEATHER], None])
+    ds = RLHFDataset(path, tok, max_prompt_length=96, truncation="error")
+    first = tok.decode(ds[0]["input_ids"][ds[0]["attention_mask"].bool()])
+    second = tok.decode(ds[1]["input_ids"][ds[1]["attention_mask"].bool()])
+    assert first.startswith("<tools>get_weather:Weather of a city.;</tools><|system|>")
+    assert second.startswith("<|system|>") and "<tools>" not in second  # a row without tools has none
+    assert ds.prompt_lengths()[0] == int(ds[0]["attention_mask"].sum())  # lengths count the rendered tools too
+
+
+def test_tools_the_template_would_drop_or_cannot_read_are_refused(tmp_path, tokenizer):
+    import copy
+
+    path = _tools_parquet(tmp_path / "tools.parquet", [[WEATHER], None])
+    plain = copy.deepcopy(tokenizer)
+    plain.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}"  # no `tools`: they would vanish
+    with pytest.raises(ValueError, match=r"tools\.parquet: column 'tools'.*does not|has no `tools`"):
+        RLHFDataset(path, plain, max_prompt_length=96)
+    tok = copy.deepcopy(tokenizer)
+    tok.chat_template = TOOLS_TEMPLATE
+    bad = _tools_parquet(tmp_path / "bad.parquet", ["[{\"name\": ", None])
+    with pytest.raises(ValueError, match=r"bad\.parquet:0: tools: not JSON"):
+        RLHFDataset(bad, tok, max_prompt_length=96)

@@ -18,6 +18,7 @@ and ignored, as in ToolRL (its length filter was commented out; files are read i
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import os
 from typing import Any, Callable, Mapping, Sequence
@@ -78,15 +79,57 @@ def message_list_problems(value: Any, key: str = "prompt") -> list[tuple[str, st
     return problems
 
 
+TOOLS_KEY = "tools"  # an optional column: the row's tools, rendered by the chat template (``tools=[...]``)
+
+
+def row_tools(value: Any) -> list[dict] | None:
+    """A row's ``tools`` cell as OpenAI function specs: None (no tools), a JSON string or a list of specs (each
+    checked by ``tool_formats.tool_schema``; a bare ``{"name", ...}`` is wrapped).
+
+    Raises:
+        ValueError: not JSON, not a list, or a spec without a name (the message says which).
+    """
+    from verl.utils.reward_score.tool_formats import tool_schema
+
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return None
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"not JSON ({err.msg} at character {err.pos})") from None
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of function specs, got {type(value).__name__}")
+    return [tool_schema(dict(t) if isinstance(t, Mapping) else t) for t in value]
+
+
+def renders_tools(tokenizer) -> bool:
+    """Whether the tokenizer's chat template reads the ``tools`` variable (``apply_chat_template`` drops it silently
+    otherwise)."""
+    return "tools" in (getattr(tokenizer, "chat_template", None) or "")
+
+
 def prompt_text(tokenizer, messages: list[dict], use_chat_template: bool = True,
-                chat_template_func: Callable | None = None) -> str:
+                chat_template_func: Callable | None = None, tools: list[dict] | None = None) -> str:
     """The text a prompt is tokenised from: ``chat_template_func(messages)`` if given, else the tokenizer's chat
-    template with the generation prompt (verl), else the message contents joined with newlines (ToolRL returned an
-    empty prompt here, a bug)."""
+    template with the generation prompt (verl) — with ``tools`` (OpenAI function specs) rendered by the template as
+    the model was trained to see them — else the message contents joined with newlines (ToolRL returned an empty
+    prompt here, a bug).
+
+    Raises:
+        ValueError: ``tools`` given but the prompt is not built by a chat template that renders them.
+    """
+    if tools is not None and (chat_template_func is not None or not use_chat_template or not renders_tools(tokenizer)):
+        raise ValueError("the row has tools but its prompt is not built by a chat template that renders them "
+                         "(the tokenizer's template has no `tools` variable, or use_chat_template / "
+                         "chat_template_func is set)")
     if chat_template_func is not None:
         return chat_template_func(messages)
     if use_chat_template:
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **({"tools": tools} if tools is not None else {}))
     return "\n".join(m["content"] for m in messages)
 
 
@@ -126,7 +169,9 @@ class RLHFDataset(Dataset):
 
     Prompt text: ``chat_template_func(messages)`` if given, else ``tokenizer.apply_chat_template(messages,
     add_generation_prompt=True)`` if ``use_chat_template``, else the contents joined with newlines. Tokenised without
-    special tokens (verl's ``tokenize_and_postprocess_data``).
+    special tokens (verl's ``tokenize_and_postprocess_data``). A ``tools`` column (OpenAI function specs, a list or a
+    JSON string per row; :func:`row_tools`) is rendered by the chat template (``apply_chat_template(..., tools=...)``),
+    which must read ``tools`` (checked at construction: a template that would drop them is an error).
 
     Truncation of prompts longer than ``max_prompt_length``: ``error`` raises :class:`PromptTooLongError` (naming file,
     row and length) when the item is fetched; ``left`` keeps the last tokens (ToolRL's trainer), ``right`` the first,
@@ -207,6 +252,8 @@ class RLHFDataset(Dataset):
                 if problems:
                     key, problem = problems[0]
                     raise ValueError(f"{local}:{row}: {key}: {problem}")
+            if TOOLS_KEY in df.columns:
+                self._check_tools(local, df[TOOLS_KEY])
             frames.append(df)
             origins.extend((local, row) for row in range(len(df)))
         self.dataframe = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
@@ -216,9 +263,26 @@ class RLHFDataset(Dataset):
             self._origins = self._origins[: self.max_samples]
         logger.info("RLHFDataset: %d rows from %s", len(self.dataframe), ", ".join(self.data_files))
 
+    def _check_tools(self, path: str, column) -> None:
+        """A ``tools`` column needs a chat template that renders tools, and every cell must read as specs."""
+        if not (self.use_chat_template and self.chat_template_func is None and renders_tools(self.tokenizer)):
+            raise ValueError(f"{path}: column {TOOLS_KEY!r} holds tools for the chat template, but the prompts are not "
+                             f"built by a template that renders them (the tokenizer of this model has no `tools` in its "
+                             f"chat template, or use_chat_template / chat_template_func is set); drop the column or "
+                             f"use a model whose template supports tools")
+        for row, value in enumerate(column):
+            try:
+                row_tools(value)
+            except (ValueError, TypeError) as err:
+                raise ValueError(f"{path}:{row}: {TOOLS_KEY}: {err}") from None
+
+    def _tools(self, row: Mapping) -> list[dict] | None:
+        return row_tools(row.get(TOOLS_KEY)) if TOOLS_KEY in self.dataframe.columns else None
+
     def prompt_lengths(self) -> list[int]:
         """Token length of every row's prompt text (chat-templated as ``__getitem__`` builds it), in row order."""
-        texts = [self._prompt_text(self._messages(p)) for p in self.dataframe[self.prompt_key]]
+        texts = [self._prompt_text(self._messages(row[self.prompt_key]), self._tools(row))
+                 for row in self.dataframe.to_dict("records")]
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def origins(self) -> list[tuple[str, int]]:
@@ -242,8 +306,8 @@ class RLHFDataset(Dataset):
     def _messages(prompt: Sequence[Mapping]) -> list[dict]:
         return [dict(m) for m in prompt]
 
-    def _prompt_text(self, messages: list[dict]) -> str:
-        return prompt_text(self.tokenizer, messages, self.use_chat_template, self.chat_template_func)
+    def _prompt_text(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        return prompt_text(self.tokenizer, messages, self.use_chat_template, self.chat_template_func, tools)
 
     def __len__(self) -> int:
         return len(self.dataframe)
@@ -251,7 +315,8 @@ class RLHFDataset(Dataset):
     def __getitem__(self, item: int) -> dict:
         row = self.dataframe.iloc[item].to_dict()
         messages = self._messages(row.pop(self.prompt_key))
-        enc = self.tokenizer(self._prompt_text(messages), return_tensors="pt", add_special_tokens=False)
+        enc = self.tokenizer(self._prompt_text(messages, self._tools(row)), return_tensors="pt",
+                             add_special_tokens=False)
         length = enc["input_ids"].shape[-1]
         if length > self.max_prompt_length and self.truncation == "error":
             file, file_row = self._origins[item]
