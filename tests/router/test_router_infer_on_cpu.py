@@ -149,3 +149,31 @@ def test_prompt_file_errors_name_file_and_row(tmp_path):
     bad.write_text(json.dumps({"prompt": [{"role": "user", "content": ""}]}) + "\n")
     with pytest.raises(ValueError, match=r"bad\.jsonl:line 1: prompt\[0\]\.content"):
         load_prompt_rows(bad)
+
+
+def test_fixed_routing_baselines_override_the_head(tmp_path, tiny_dir, prompts_parquet, capsys):
+    """--routes answer|search|random:B replaces the learned head (here biased to ANSWER) on the same actor, and the
+    rows carry the ground truth so `main_eval --generations` scores them."""
+    from verl.router.infer import fixed_routes, parse_routes
+    from verl.trainer.main_eval import evaluate_rows
+
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
+    out = tmp_path / "always.jsonl"
+    assert main(["--checkpoint", str(step), "--prompts", str(prompts_parquet), "--output", str(out),
+                 "--max_new_tokens", "4", "--device", "cpu", "--routes", "search"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["route"] for r in rows] == ["SEARCH"] * N_ROWS
+    truths = [rm["ground_truth"] for rm in pd.read_parquet(prompts_parquet)["reward_model"]]
+    assert [r["ground_truth"] for r in rows] == truths and all(r["data_source"] for r in rows)
+    assert json.loads(capsys.readouterr().out)["route_policy"] == "search"
+    summary = evaluate_rows(rows)  # scored like any generation file: the RLLA reward on every row
+    assert summary["rows"] == N_ROWS and "rlla_reward" in summary
+    # random:B draws a tool route with probability B from a seeded generator
+    gen = torch.Generator().manual_seed(0)
+    draws = fixed_routes(parse_routes("random:0.3"), 10_000, gen)
+    assert set(draws.unique().tolist()) == {int(RouterAction.ANSWER), int(RouterAction.SEARCH)}
+    assert float((draws == int(RouterAction.SEARCH)).float().mean()) == pytest.approx(0.3, abs=0.02)
+    assert fixed_routes(parse_routes("learned"), 3, gen) is None
+    for bad in ("always", "random", "random:1.5", "answer:1"):
+        with pytest.raises(ValueError, match="--routes"):
+            parse_routes(bad)

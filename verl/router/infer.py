@@ -1,7 +1,10 @@
 """Router inference (spec "Inference"): route greedily, rewrite the prompt, generate once, write JSONL.
 
 ``python -m verl.router.infer --checkpoint CKPT --prompts FILE --output OUT.jsonl [--max_new_tokens N]
-[--batch_size B] [--device cpu|cuda]``
+[--batch_size B] [--device cpu|cuda] [--routes learned|answer|search|calculate|random:B [--seed S]]``
+
+``--routes`` replaces the learned head by a fixed routing policy on the same actor (the baselines of the router's
+evaluation: never-tools ``answer``, always-tools ``search``, random routes at the budget's rate ``random:B``).
 
 ``CKPT`` is a trainer checkpoint ``.../global_step_N`` (or its ``actor/`` subdirectory)::
 
@@ -26,7 +29,8 @@ Output rows (input order, written atomically)::
 
     {"index": extra_info.index (else the row position), "row": position in FILE,
      "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p},
-     "response": str, "tool_calls": [{"name", "parameters"}, ...]}
+     "response": str, "tool_calls": [{"name", "parameters"}, ...],
+     "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file)}
 
 The command prints a JSON summary (route counts, rows with tool calls, timing).
 """
@@ -150,6 +154,8 @@ class PromptRow:
     messages: list[dict]
     extra_info: Optional[Mapping]
     index: int
+    ground_truth: Optional[str] = None  # reward_model.ground_truth, passed through for main_eval
+    data_source: Optional[str] = None
 
 
 def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> list[PromptRow]:
@@ -183,7 +189,10 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
             key, problem = problems[0]
             raise ValueError(f"{where}: {key}: {problem}")
         index = int(extra["index"]) if isinstance(extra, Mapping) and "index" in extra else position
-        rows.append(PromptRow([dict(m) for m in record[prompt_key]], extra, index))
+        reward_model = record.get("reward_model")
+        truth = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
+        rows.append(PromptRow([dict(m) for m in record[prompt_key]], extra, index,
+                              truth if isinstance(truth, str) else None, record.get("data_source")))
     return rows
 
 
@@ -216,8 +225,12 @@ class RouterInference:
             :func:`load_router_head`; ``cuda`` requested without CUDA.
     """
 
-    def __init__(self, checkpoint: str | os.PathLike, max_new_tokens: int = 256, device: Optional[str] = None):
+    def __init__(self, checkpoint: str | os.PathLike, max_new_tokens: int = 256, device: Optional[str] = None,
+                 routes: str = "learned", seed: int = 0):
         from transformers import AutoTokenizer
+
+        self.routes = parse_routes(routes)
+        self.route_generator = torch.Generator().manual_seed(int(seed))
 
         from verl.trainer.main_generation import _device
         from verl.utils.model_utils import load_causal_lm
@@ -277,7 +290,10 @@ class RouterInference:
         original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
         logits = compute_router_logits(self.model, self.head, original["input_ids"], original["attention_mask"],
                                        original["position_ids"]).float()
-        actions, _ = sample_actions(logits, greedy=True)
+        actions = fixed_routes(self.routes, len(prompts), self.route_generator)
+        if actions is None:  # the learned head, greedily
+            actions, _ = sample_actions(logits, greedy=True)
+        actions = actions.to(logits.device)
         families = [row_tool_families(list(p), e, self.family_overrides) for p, e in zip(prompts, extra_infos)]
         messages = rewrite_batch([list(p) for p in prompts], actions.cpu(), families, filter_tools=self.filter_tools,
                                  other_as=self.other_as)
@@ -324,13 +340,48 @@ class RouterInference:
                     "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
                     "response": response,
                     "tool_calls": parse_tool_calls(response),
+                    **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),
+                    **({"data_source": row.data_source} if row.data_source is not None else {}),
                 })
             logger.info("router inference: %d/%d prompts", start + len(batch), len(rows))
         return out
 
 
+def parse_routes(spec: str) -> tuple[str, Optional[float]]:
+    """``--routes``: ``learned`` (the checkpoint's head, greedy), ``answer`` / ``search`` / ``calculate`` (every prompt
+    on that route), or ``random:B`` (a tool route — SEARCH, which keeps every tool unless ``router.filter_tools`` —
+    with probability B, else ANSWER: the random baseline at the budget's rate). Returns ``(kind, rate)``.
+
+    Raises:
+        ValueError: anything else, or a rate outside [0, 1].
+    """
+    kind, _, rate = str(spec).partition(":")
+    if kind in ("learned", "answer", "search", "calculate") and not rate:
+        return kind, None
+    if kind == "random" and rate:
+        try:
+            value = float(rate)
+        except ValueError:
+            value = -1.0
+        if 0.0 <= value <= 1.0:
+            return kind, value
+    raise ValueError(f"--routes {spec!r}: learned | answer | search | calculate | random:B with 0 <= B <= 1")
+
+
+def fixed_routes(routes: tuple[str, Optional[float]], n: int, generator: torch.Generator) -> Optional[torch.Tensor]:
+    """LongTensor [n] of route ids for a fixed policy (:func:`parse_routes`), or None for ``learned``."""
+    kind, rate = routes
+    if kind == "learned":
+        return None
+    if kind == "random":
+        tool = torch.rand(n, generator=generator) < float(rate)
+        return torch.where(tool, ROUTE_NAMES.index("SEARCH"), ROUTE_NAMES.index("ANSWER")).long()
+    return torch.full((n,), ROUTE_NAMES.index(kind.upper()), dtype=torch.long)
+
+
 def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, output: str | os.PathLike,
-                  max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None) -> dict:
+                  max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None,
+                  routes: str = "learned", seed: int = 0) -> dict:
     """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
 
     Returns:
@@ -342,13 +393,13 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
     if int(max_new_tokens) < 1:
         raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
     rows = load_prompt_rows(prompts)
-    engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device)
+    engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed)
     start = time.monotonic()
     results = engine.run(rows, batch_size=batch_size, source=str(prompts))
     seconds = time.monotonic() - start
     write_jsonl(output, results)
     counts = Counter(r["route"] for r in results)
-    summary = {"output_path": str(output), "prompts": len(results),
+    summary = {"output_path": str(output), "prompts": len(results), "route_policy": routes,
                "routes": {name: counts.get(name, 0) for name in ROUTE_NAMES},
                "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]), "seconds": round(seconds, 2)}
     logger.info("wrote %d rows to %s in %.1f s; routes %s", len(results), output, seconds, summary["routes"])
@@ -366,10 +417,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
+    parser.add_argument("--routes", default="learned",
+                        help="learned (the head) | answer | search | calculate | random:B (fixed-routing baselines)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of random:B routes")
     args = parser.parse_args(argv)
     setup_logging()
+    parse_routes(args.routes)  # a bad --routes fails before the model loads
     summary = run_inference(args.checkpoint, args.prompts, args.output, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size, device=args.device)
+                            batch_size=args.batch_size, device=args.device, routes=args.routes, seed=args.seed)
     print(json.dumps(summary, indent=2))
     return 0
 
