@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``verl`` importable
@@ -177,7 +176,7 @@ def main() -> None:
         meta_info=dict(n=args.n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id or 0))
     results["rollout"] = {}
     for shared_prefill in (False, True):
-        rollout = HFRollout(model, OmegaConf.create(dict(
+        rollout = HFRollout(model, default_section("actor_rollout_ref.rollout", **dict(
             response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0, do_sample=True,
             dtype="bfloat16", micro_batch_size=args.rollout_micro_batch, shared_prefill=shared_prefill)), tokenizer)
         gen_times, gen_tokens = [], []

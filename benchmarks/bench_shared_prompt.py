@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 import torch
-from omegaconf import OmegaConf
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``verl`` importable
@@ -78,7 +77,7 @@ def run_step(model, tokenizer, prompts, n: int, shared: bool, args) -> dict:
     from verl.workers.actor.dp_actor import DataParallelPPOActor
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    rollout_cfg = OmegaConf.create(dict(response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0,
+    rollout_cfg = default_section("actor_rollout_ref.rollout", **dict(response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0,
                                         do_sample=True, dtype="bfloat16", micro_batch_size=len(prompts) * n,
                                         shared_prefill=shared))
     actor_cfg = default_section("actor_rollout_ref.actor", **dict(

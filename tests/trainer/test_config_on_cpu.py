@@ -173,16 +173,17 @@ def test_optimizer_offload_moves_the_state_around_each_update(monkeypatch):
 def test_external_lib_is_imported_before_the_model(tmp_path, monkeypatch):
     from omegaconf import OmegaConf
 
+    from verl.trainer.config_utils import default_section
     from verl.utils.model_utils import import_external_lib
 
     (tmp_path / "my_arch.py").write_text("import builtins\nbuiltins._my_arch_imported = True\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    import_external_lib(OmegaConf.create({"external_lib": "my_arch"}))
+    import_external_lib(default_section("actor_rollout_ref.model", external_lib="my_arch"))
     import builtins
     assert getattr(builtins, "_my_arch_imported", False)
     del builtins._my_arch_imported
     with pytest.raises(ModuleNotFoundError, match="model.external_lib='no_such_module'"):
-        import_external_lib(OmegaConf.create({"external_lib": "no_such_module"}))
+        import_external_lib(default_section("actor_rollout_ref.model", external_lib="no_such_module"))
 
 
 def test_policy_loss_mode_is_checked_at_load():

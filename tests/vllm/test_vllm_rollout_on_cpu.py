@@ -11,7 +11,6 @@ from vllm_testlib import LP_ATOL, require_vllm, rlla_prompts
 require_vllm()
 
 import torch  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
 
 from verl.protocol import DataProto  # noqa: E402
 from verl.trainer.config_utils import default_section  # noqa: E402
@@ -28,7 +27,7 @@ def rollout_config(**overrides):
                 do_sample=True, dtype="float32", enforce_eager=True, calculate_log_probs=True, micro_batch_size=ROWS,
                 val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1, top_p=1.0, n=1))
     base.update(overrides)
-    return OmegaConf.create(base)
+    return default_section("actor_rollout_ref.rollout", **base)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +44,7 @@ def model(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def rollout(model, tokenizer, tiny_model_dir):
-    return vLLMRollout(model, rollout_config(), tokenizer, OmegaConf.create({"path": tiny_model_dir}))
+    return vLLMRollout(model, rollout_config(), tokenizer, default_section("actor_rollout_ref.model", path=tiny_model_dir))
 
 
 def with_meta(prompts: DataProto, **meta) -> DataProto:
@@ -183,7 +182,7 @@ def test_sync_weights_follows_actor_updates(rollout, model, tokenizer, prompts):
 
 
 def test_config_errors_and_missing_vllm(model, tokenizer, tiny_model_dir, monkeypatch):
-    model_config = OmegaConf.create({"path": tiny_model_dir})
+    model_config = default_section("actor_rollout_ref.model", path=tiny_model_dir)
     with pytest.raises(ValueError, match="response_length"):
         vLLMRollout(model, rollout_config(response_length=0), tokenizer, model_config)
     monkeypatch.setitem(sys.modules, "vllm", None)  # import vllm now raises ImportError

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verl.trainer.config_utils import default_section
 from verl.utils.model_utils import load_value_model
@@ -23,7 +22,7 @@ def critic_config(**overrides):
 @pytest.fixture(scope="module")
 def value_model(tiny_model_dir):
     torch.manual_seed(0)  # the scalar head is freshly initialised from the global RNG
-    return load_value_model(OmegaConf.create({"path": tiny_model_dir}))
+    return load_value_model(default_section("critic.model", path=tiny_model_dir))
 
 
 def with_meta(data, **meta):
@@ -59,7 +58,7 @@ def test_values_equal_across_batching_modes(value_model, variant):
 
 def test_update_reduces_the_value_loss_on_a_fixed_batch(tiny_model_dir):
     torch.manual_seed(0)
-    module = load_value_model(OmegaConf.create({"path": tiny_model_dir}))
+    module = load_value_model(default_section("critic.model", path=tiny_model_dir))
     optimizer = torch.optim.AdamW(module.parameters(), lr=2e-4, weight_decay=0.0)
     critic = DataParallelPPOCritic(critic_config(use_remove_padding=True, cliprange_value=100.0), module, optimizer)
 

@@ -5,9 +5,9 @@ import importlib.util
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.trainer.config_utils import default_section
 from verl.utils.torch_functional import compute_position_id_with_mask
 from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -27,7 +27,7 @@ def rollout_config(**overrides):
                 micro_batch_size=2, dtype="bfloat16", val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1,
                                                                       top_p=1.0, n=1))
     base.update(overrides)
-    return OmegaConf.create(base)
+    return default_section("actor_rollout_ref.rollout", **base)
 
 
 def generate(model, tokenizer, prompts, **meta):
@@ -94,7 +94,7 @@ def test_vllm_rollout_without_vllm_says_how_to_install(causal_lm, tokenizer):
     from verl.workers.rollout.vllm_rollout import vLLMRollout
 
     with pytest.raises(ImportError, match=r"pip install \.\[gpu\].*setup_vllm_cpu_env\.sh") as err:
-        vLLMRollout(causal_lm, rollout_config(), tokenizer, OmegaConf.create({"path": "tiny"}))
+        vLLMRollout(causal_lm, rollout_config(), tokenizer, default_section("actor_rollout_ref.model", path="tiny"))
     assert "\n" not in str(err.value)  # one line
 
 

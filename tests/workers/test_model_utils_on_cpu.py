@@ -5,7 +5,6 @@ import math
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from verl.trainer.config_utils import default_section
 from verl.utils.model_utils import build_lr_scheduler, build_optimizer, load_causal_lm, to_local_state
@@ -15,8 +14,9 @@ from workers_testlib import make_batch
 
 def _lrs(optim, steps):
     param = torch.nn.Parameter(torch.zeros(1))
-    optimizer = build_optimizer([param], OmegaConf.create(optim))
-    scheduler = build_lr_scheduler(optimizer, OmegaConf.create(optim))
+    optim = default_section("actor_rollout_ref.actor.optim", **optim)
+    optimizer = build_optimizer([param], optim)
+    scheduler = build_lr_scheduler(optimizer, optim)
     lrs = []
     for _ in range(steps):
         lrs.append(optimizer.param_groups[0]["lr"])
@@ -52,8 +52,8 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
     micro = make_batch().batch
     grads = []
     for checkpointing in (False, True):
-        module = load_causal_lm(OmegaConf.create({"path": tiny_model_dir,
-                                                  "enable_gradient_checkpointing": checkpointing}))
+        module = load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir,
+                                                enable_gradient_checkpointing=checkpointing))
         actor = DataParallelPPOActor(default_section("actor_rollout_ref.actor", use_remove_padding=True), module)
         _, log_probs = actor._forward_micro_batch(micro, temperature=1.0)
         (log_probs * micro["response_mask"]).sum().backward()
@@ -64,7 +64,7 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
 
 def test_to_local_state_keeps_tied_weights_shared(tmp_path, tiny_model_dir):
     """The tied embedding is saved once: the copy keeps lm_head and embed_tokens as one tensor, other entries apart."""
-    model = load_causal_lm(OmegaConf.create({"path": tiny_model_dir}), trainable=True)
+    model = load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir), trainable=True)
     state = to_local_state(model.state_dict())
     assert state["lm_head.weight"] is state["model.embed_tokens.weight"]
     assert state["model.norm.weight"] is not state["model.layers.0.input_layernorm.weight"]

@@ -110,17 +110,23 @@ def resolve_checkpoint(path: str | os.PathLike) -> CheckpointFiles:
 
 
 def load_checkpoint_config(config_file: str | os.PathLike) -> DictConfig:
-    """The checkpoint's training config; checks that it has ``router`` and ``data.max_prompt_length``.
+    """The checkpoint's training config, typed: the saved values over the current defaults (a checkpoint written
+    before a key existed gets its default), every value checked against ``config_schema``.
 
     Raises:
-        ValueError: a missing section or key (the file is named).
+        ValueError: no ``router`` / ``data`` section, or a saved key or value the current config does not accept
+            (the file and the key are named).
     """
-    config = OmegaConf.load(config_file)
-    if not isinstance(config.get("router"), DictConfig):
-        raise ValueError(f"{config_file}: no 'router' section (not a router training config)")
-    if config.get("data") is None or config.data.get("max_prompt_length") is None:
-        raise ValueError(f"{config_file}: data.max_prompt_length is missing")
-    return config
+    from verl.trainer.config_utils import default_config
+
+    saved = OmegaConf.load(config_file)
+    for section in ("router", "data"):
+        if not isinstance(saved.get(section), DictConfig):
+            raise ValueError(f"{config_file}: no {section!r} section (not a router training config)")
+    try:
+        return OmegaConf.merge(default_config(), saved)
+    except Exception as err:  # noqa: BLE001 - omegaconf's validation errors name the key
+        raise ValueError(f"{config_file}: {str(err).splitlines()[0]}") from None
 
 
 def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hidden_size: int) -> RouterHead:
@@ -135,9 +141,9 @@ def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hid
     if not isinstance(state, Mapping) or "head" not in state:
         raise KeyError(f"{router_file}: expected a dict with a 'head' state_dict, got "
                        f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}")
-    head = RouterHead(hidden_size, head=router_cfg.get("head", "linear"),
-                      pooling=router_cfg.get("pooling", "last_token"),
-                      detach_backbone=bool(router_cfg.get("detach_backbone", True)))
+    head = RouterHead(hidden_size, head=router_cfg.head,
+                      pooling=router_cfg.pooling,
+                      detach_backbone=bool(router_cfg.detach_backbone))
     try:
         head.load_state_dict(state["head"])
     except RuntimeError as exc:
@@ -232,6 +238,7 @@ class RouterInference:
         self.routes = parse_routes(routes)
         self.route_generator = torch.Generator().manual_seed(int(seed))
 
+        from verl.trainer.config_utils import default_section
         from verl.trainer.main_generation import _device
         from verl.utils.model_utils import load_causal_lm
         from verl.workers.rollout.hf_rollout import HFRollout
@@ -242,23 +249,22 @@ class RouterInference:
         self.device = _device(device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ValueError("--device cuda: CUDA is not available on this machine")
-        model_cfg = self.config.get("actor_rollout_ref", {}).get("model", {}) or {}
-        trust_remote_code = bool(model_cfg.get("trust_remote_code", False))
+        trust_remote_code = bool(self.config.actor_rollout_ref.model.trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(self.files.hf_dir, trust_remote_code=trust_remote_code)
-        self.model = load_causal_lm(OmegaConf.create({"path": str(self.files.hf_dir),
-                                                      "trust_remote_code": trust_remote_code}),
+        self.model = load_causal_lm(default_section("actor_rollout_ref.model", path=str(self.files.hf_dir),
+                                                    trust_remote_code=trust_remote_code),
                                     trainable=False).to(self.device)
         self.head = load_router_head(self.files.router_file, self.router_cfg,
                                      int(self.model.config.hidden_size)).to(self.device)
         self.max_prompt_length = int(self.config.data.max_prompt_length)
-        self.truncation = self.config.data.get("truncation", "left")
-        self.filter_tools = bool(self.router_cfg.get("filter_tools", False))
-        self.other_as = parse_other_as(self.router_cfg.get("other_as", "search"))
-        family_file = self.router_cfg.get("tool_family_file")
+        self.truncation = self.config.data.truncation
+        self.filter_tools = bool(self.router_cfg.filter_tools)
+        self.other_as = parse_other_as(self.router_cfg.other_as)
+        family_file = self.router_cfg.tool_family_file
         self.family_overrides = load_tool_family_file(family_file) if family_file else None
-        self.rollout = HFRollout(self.model, OmegaConf.create({"response_length": int(max_new_tokens),
-                                                               "do_sample": False, "micro_batch_size": None,
-                                                               "dtype": "bfloat16"}), self.tokenizer)
+        self.rollout = HFRollout(self.model, default_section("actor_rollout_ref.rollout",
+                                                             response_length=int(max_new_tokens), do_sample=False,
+                                                             micro_batch_size=None, dtype="bfloat16"), self.tokenizer)
         self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                              else self.tokenizer.eos_token_id)
         logger.info("router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",

@@ -362,6 +362,76 @@ class PPOTrainerConfig:
     ray_init: RayInitConfig = field(default_factory=RayInitConfig)
 
 
+# ------------------------------------------------------------- generation.yaml (python -m verl.trainer.main_generation)
+@dataclass
+class GenerationTrainerConfig:
+    """``trainer`` of ``generation.yaml``."""
+
+    device: Optional[str] = MISSING
+
+
+@dataclass
+class GenerationDataConfig:
+    """``data`` of ``generation.yaml``: the prompts and the output file."""
+
+    path: Optional[str] = MISSING
+    format: str = MISSING
+    categories: Any = MISSING  # a list or a comma-separated string of BFCL categories
+    prompt_key: str = MISSING
+    n_samples: int = MISSING
+    output_path: str = MISSING  # mandatory (``???`` in the YAML): checked by run_generation with its own message
+    batch_size: int = MISSING
+    max_samples: int = MISSING
+    truncation: str = MISSING
+    filter_overlong_prompts: bool = MISSING
+    prompt_tail_chars: int = MISSING
+
+
+@dataclass
+class GenerationModelConfig:
+    """``model`` of ``generation.yaml``."""
+
+    path: str = MISSING
+    trust_remote_code: bool = MISSING
+    override_config: Dict[str, Any] = MISSING
+
+
+@dataclass
+class GenerationRolloutConfig:
+    """``rollout`` of ``generation.yaml`` (verl's generation keys)."""
+
+    name: str = MISSING
+    temperature: float = MISSING
+    top_k: int = MISSING
+    top_p: float = MISSING
+    do_sample: bool = MISSING
+    prompt_length: int = MISSING
+    response_length: int = MISSING
+    micro_batch_size: Optional[int] = MISSING
+    dtype: str = MISSING
+    seed: int = MISSING
+
+
+@dataclass
+class GenerationEvalConfig:
+    """``eval`` of ``generation.yaml``."""
+
+    enable: bool = MISSING
+    dataset: str = MISSING
+    output_path: Optional[str] = MISSING
+
+
+@dataclass
+class GenerationConfig:
+    """The whole ``generation.yaml`` tree."""
+
+    trainer: GenerationTrainerConfig = field(default_factory=GenerationTrainerConfig)
+    data: GenerationDataConfig = field(default_factory=GenerationDataConfig)
+    model: GenerationModelConfig = field(default_factory=GenerationModelConfig)
+    rollout: GenerationRolloutConfig = field(default_factory=GenerationRolloutConfig)
+    eval: GenerationEvalConfig = field(default_factory=GenerationEvalConfig)
+
+
 def derived_keys(schema: type = PPOTrainerConfig, prefix: str = "") -> list[str]:
     """Dotted paths of the derived fields of ``schema`` (those with a default of their own instead of ``MISSING``):
     values the code fills in, which are not keys of the YAML and which a user cannot set."""

@@ -45,24 +45,34 @@ def typed_config(config: DictConfig) -> DictConfig:
         ConfigError: a value of the wrong type, a key the schema does not define, or a key the config lacks (each
             named by its full dotted path).
     """
-    from omegaconf.errors import OmegaConfBaseException
-
     from verl.trainer.config_schema import PPOTrainerConfig
 
-    if OmegaConf.get_type(config) is PPOTrainerConfig:
+    return typed_as(config, PPOTrainerConfig, "ppo_trainer.yaml")
+
+
+def typed_as(config: DictConfig, schema: type, yaml_name: str, may_be_missing: tuple = ()) -> DictConfig:
+    """``config`` merged into the dataclass ``schema`` (see :func:`typed_config`); keys in ``may_be_missing`` may
+    stay ``???`` (mandatory values the entry point checks with its own message).
+
+    Raises:
+        ConfigError: a value of the wrong type, a key the schema does not define, or a key without a value.
+    """
+    from omegaconf.errors import OmegaConfBaseException
+
+    if OmegaConf.get_type(config) is schema:
         return config
     try:
-        typed = OmegaConf.merge(OmegaConf.structured(PPOTrainerConfig), config)
+        typed = OmegaConf.merge(OmegaConf.structured(schema), config)
     except OmegaConfBaseException as err:
         key = getattr(err, "full_key", None)
         first = str(err).splitlines()[0]
-        kind = _field_type_name(PPOTrainerConfig, key) if key else None
+        kind = _field_type_name(schema, key) if key else None
         raise ConfigError(f"{key} must be of type {kind}: {first}" if kind else
                           f"{key}: {first}" if key else f"config: {first}") from None
-    missing = sorted(OmegaConf.missing_keys(typed))
+    missing = sorted(set(OmegaConf.missing_keys(typed)) - set(may_be_missing))
     if missing:
-        raise ConfigError("config key(s) without a value (ppo_trainer.yaml defines them all; was a section replaced "
-                          "by hand?): " + ", ".join(missing))
+        raise ConfigError(f"config key(s) without a value ({yaml_name} defines them all; was a section replaced by "
+                          "hand?): " + ", ".join(missing))
     OmegaConf.set_struct(typed, True)
     return typed
 
@@ -109,22 +119,34 @@ def default_section(where: str, /, **overrides) -> DictConfig:
     OmegaConf.resolve(section)
     for key, value in overrides.items():
         try:
-            OmegaConf.update(section, key, value, merge=False)
+            OmegaConf.update(section, key, value, merge=isinstance(value, (dict, DictConfig)))  # a mapping fills a section
         except OmegaConfBaseException as err:
             raise ConfigError(f"{where}.{key}: {str(err).splitlines()[0]}") from None
     return section
+
+
+def default_config() -> DictConfig:
+    """A typed copy of ``ppo_trainer.yaml``'s defaults, without Hydra (no overrides; usable inside a Hydra app)."""
+    import copy
+
+    return copy.deepcopy(_default_config())
 
 
 _DEFAULT_CONFIG: list = []
 
 
 def _default_config() -> DictConfig:
+    """The typed defaults of ``ppo_trainer.yaml`` read without Hydra (so it also works inside a running Hydra app,
+    e.g. ``main_generation``): the YAML has no defaults list, only its own ``hydra:`` block, which is dropped."""
     if not _DEFAULT_CONFIG:
-        _DEFAULT_CONFIG.append(load_default_config())
+        raw = OmegaConf.load(Path(__file__).parent / "config" / "ppo_trainer.yaml")
+        del raw["hydra"]
+        _DEFAULT_CONFIG.append(typed_config(raw))
     return _DEFAULT_CONFIG[0]
 
 # Sections whose keys are the user's (their YAML default is an empty mapping): ``+section.anything=...`` is accepted.
-OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.textworld.settings")
+OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.textworld.settings",
+                 "actor_rollout_ref.rollout.engine_kwargs")
 
 
 def _unknown_keys(config: DictConfig, base: DictConfig, prefix: str = "") -> list[str]:

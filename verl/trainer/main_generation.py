@@ -59,7 +59,36 @@ def load_generation_config(overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(Path(__file__).parent / "config"), version_base=None):
-        return compose(config_name="generation", overrides=list(overrides or []))
+        return typed_generation_config(compose(config_name="generation", overrides=list(overrides or [])))
+
+
+def typed_generation_config(config: DictConfig) -> DictConfig:
+    """``generation.yaml`` with the types of ``config_schema.GenerationConfig`` (``data.output_path`` may stay
+    ``???``: :func:`run_generation` asks for it by name).
+
+    Raises:
+        ConfigError: a value of the wrong type (its key and type named).
+    """
+    from verl.trainer.config_schema import GenerationConfig
+    from verl.trainer.config_utils import typed_as
+
+    return typed_as(config, GenerationConfig, "generation.yaml", may_be_missing=("data.output_path",))
+
+
+def actor_sections(config: DictConfig, model_dir: str) -> tuple[DictConfig, DictConfig]:
+    """The ``actor_rollout_ref.model`` and ``.rollout`` sections (typed, the trainer's defaults) that
+    ``load_causal_lm`` and ``HFRollout`` read, filled from this config's ``model`` and ``rollout``."""
+    from verl.trainer.config_utils import default_section
+
+    model, rollout = config.model, config.rollout
+    model_section = default_section("actor_rollout_ref.model", path=model_dir,
+                                    trust_remote_code=model.trust_remote_code,
+                                    override_config=OmegaConf.to_container(model.override_config))
+    rollout_section = default_section("actor_rollout_ref.rollout", name=rollout.name, temperature=rollout.temperature,
+                                      top_k=rollout.top_k, top_p=rollout.top_p, do_sample=rollout.do_sample,
+                                      prompt_length=rollout.prompt_length, response_length=rollout.response_length,
+                                      micro_batch_size=rollout.micro_batch_size, dtype=rollout.dtype)
+    return model_section, rollout_section
 
 
 def resolve_data_format(path: str | None, data_format: str) -> str:
@@ -81,20 +110,20 @@ def resolve_parquet(data_cfg: DictConfig, tmp_dir: str) -> tuple[str, str]:
     Raises:
         FileNotFoundError: ``data.path`` does not exist.
     """
-    path = data_cfg.get("path")
-    data_format = resolve_data_format(path, data_cfg.get("format", "auto"))
+    path = data_cfg.path
+    data_format = resolve_data_format(path, data_cfg.format)
     if data_format == "bfcl":
         if path:
             raise ConfigError(f"data.path={path!r} with data.format=bfcl: BFCL's data come from the bfcl-eval "
                               "package; choose them with data.categories (and data.max_samples per category)")
-        if data_cfg.get("filter_overlong_prompts"):
+        if data_cfg.filter_overlong_prompts:
             raise ConfigError("data.filter_overlong_prompts=true with data.format=bfcl would drop rows that BFCL "
                               "counts (its scores would rise); raise rollout.prompt_length instead (6144 fits every "
                               "row with the SmolLM2 tokenizer)")
         from verl.utils.dataset.bfcl import write_bfcl_parquet
-        max_rows = int(data_cfg.get("max_samples", -1) or -1)
+        max_rows = int(data_cfg.max_samples or -1)
         try:
-            parquet = write_bfcl_parquet(Path(tmp_dir) / "bfcl.parquet", data_cfg.get("categories"), max_rows)
+            parquet = write_bfcl_parquet(Path(tmp_dir) / "bfcl.parquet", data_cfg.categories, max_rows)
         except ValueError as err:
             raise ConfigError(f"data.categories: {err}") from err
         return str(parquet), data_format
@@ -120,11 +149,11 @@ def build_dataset(config: DictConfig, tokenizer, parquet: str):
     return RLHFDataset(parquet, tokenizer, config={
         "prompt_key": data.prompt_key,
         "max_prompt_length": int(config.rollout.prompt_length),
-        "truncation": data.get("truncation", "error"),
-        "filter_overlong_prompts": bool(data.get("filter_overlong_prompts", False)),
+        "truncation": data.truncation,
+        "filter_overlong_prompts": bool(data.filter_overlong_prompts),
         "return_raw_chat": True,
         # format bfcl applies max_samples per category when it writes the rows
-        "max_samples": -1 if data.get("format") == "bfcl" else int(data.get("max_samples", -1) or -1),
+        "max_samples": -1 if data.format == "bfcl" else int(data.max_samples or -1),
     })
 
 
@@ -182,26 +211,28 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
 
     n_samples = int(config.data.n_samples)
     _sampling_check(config.rollout, n_samples)
-    torch.manual_seed(int(config.rollout.get("seed", 0)))
+    config = typed_generation_config(config)
+    torch.manual_seed(int(config.rollout.seed))
     model_dir = prepare_model(config.model.path)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=config.model.get("trust_remote_code", False))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=config.model.trust_remote_code)
     with tempfile.TemporaryDirectory(prefix="main_generation_") as tmp:
         parquet, data_format = resolve_parquet(config.data, tmp)
         dataset = build_dataset(config, tokenizer, parquet)
         items = [dataset[i] for i in range(len(dataset))]
-    device = _device(config.trainer.get("device"))
-    model = load_causal_lm(OmegaConf.merge(config.model, {"path": model_dir}), trainable=False).to(device)
-    rollout = HFRollout(model, config.rollout, tokenizer)
+    device = _device(config.trainer.device)
+    model_section, rollout_section = actor_sections(config, model_dir)
+    model = load_causal_lm(model_section, trainable=False).to(device)
+    rollout = HFRollout(model, rollout_section, tokenizer)
     meta = {"n": n_samples, "eos_token_id": tokenizer.eos_token_id,
             "pad_token_id": dataset.pad_token_id}
     batches = length_sorted_batches([int(it["attention_mask"].sum()) for it in items], int(config.data.batch_size))
     logger.info("generating %d prompts x %d samples (%s, %s) in %d batches on %s, response_length=%d, %s",
-                len(items), n_samples, data_format, parquet if data_format == "rlla" else config.data.get("path"),
+                len(items), n_samples, data_format, parquet if data_format == "rlla" else config.data.path,
                 len(batches), device, int(config.rollout.response_length),
                 "sampling" if config.rollout.do_sample else "greedy")
     progress = StepProgress(total=len(batches), desc="generate")
     out: list[dict | None] = [None] * (len(items) * n_samples)
-    tail_chars = int(config.data.get("prompt_tail_chars") or 0)
+    tail_chars = int(config.data.prompt_tail_chars or 0)
     start, new_tokens = time.monotonic(), 0
     try:
         for batch_idx in batches:
@@ -268,19 +299,20 @@ def run_generation(config: DictConfig) -> dict:
     Raises:
         ConfigError: ``data.output_path`` unset, or inconsistent settings.
     """
-    output = None if OmegaConf.is_missing(config.data, "output_path") else config.data.get("output_path")
+    config = typed_generation_config(config)
+    output = None if OmegaConf.is_missing(config.data, "output_path") else config.data.output_path
     if not output:
         raise ConfigError("data.output_path is required (e.g. data.output_path=outputs/generations.jsonl)")
     rows, stats = generate_rows(config)
     write_jsonl(output, rows)
     logger.info("wrote %d generations to %s (%.1f s, %s new tokens/s)", len(rows), output,
                 stats["generation"]["seconds"], stats["generation"]["new_tokens_per_s"])
-    if not config.eval.get("enable", True):
+    if not config.eval.enable:
         return {"output_path": str(output), **stats}
-    dataset = config.eval.get("dataset", "auto")
+    dataset = config.eval.dataset
     if dataset == "auto" and stats["generation"]["data_format"] == "bfcl":
         dataset = "bfcl"
-    return evaluate_file(output, dataset, config.eval.get("output_path"),
+    return evaluate_file(output, dataset, config.eval.output_path,
                          extra={"output_path": str(output), **stats})
 
 

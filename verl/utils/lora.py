@@ -23,8 +23,8 @@ ADAPTER = "default"  # peft's name of the one adapter
 
 
 def lora_rank(model_config: Any) -> int:
-    """``model.lora_rank`` (0 when the section has no such key: SFT, generation and critic models)."""
-    return int(getattr(model_config, "lora_rank", 0) or 0)
+    """``actor_rollout_ref.model.lora_rank`` (0: full fine-tuning)."""
+    return int(model_config.lora_rank)
 
 
 def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:

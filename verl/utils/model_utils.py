@@ -47,7 +47,7 @@ def import_external_lib(model_config: DictConfig) -> None:
     """
     import importlib
 
-    name = model_config.get("external_lib")
+    name = model_config.external_lib
     if name:
         try:
             importlib.import_module(str(name))
@@ -62,8 +62,8 @@ def load_hf_config(model_config: DictConfig, **extra):
 
     import_external_lib(model_config)
     path = prepare_model(model_config.path)
-    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.get("trust_remote_code", False))
-    for key, value in {**_plain(model_config.get("override_config")), **extra}.items():
+    hf_config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
+    for key, value in {**_plain(model_config.override_config), **extra}.items():
         setattr(hf_config, key, value)
     return path, hf_config
 
@@ -85,7 +85,7 @@ def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn
 
     path, hf_config = load_hf_config(model_config)
     model = AutoModelForCausalLM.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
+        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code
     )
     model = _finish(model, model_config, trainable)
     if trainable and lora_rank(model_config) > 0:  # LoRA RL: only the adapters train (verl/utils/lora.py)
@@ -103,14 +103,14 @@ def load_value_model(model_config: DictConfig) -> torch.nn.Module:
 
     path, hf_config = load_hf_config(model_config, num_labels=1, classifier_dropout=0.0)
     model = AutoModelForTokenClassification.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.get("trust_remote_code", False)
+        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code
     )
     return _finish(model, model_config, trainable=True)
 
 
 def _finish(model: torch.nn.Module, model_config: DictConfig, trainable: bool) -> torch.nn.Module:
     if trainable:
-        if model_config.get("enable_gradient_checkpointing", False):
+        if model_config.enable_gradient_checkpointing:
             kwargs = {"use_reentrant": False}
             if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x name
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
@@ -159,10 +159,9 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
 
     if not dist.is_initialized():
         raise RuntimeError("apply_fsdp2 needs torch.distributed to be initialised (Worker.init_distributed)")
-    fsdp_config = fsdp_config or {}
     mesh = init_device_mesh(device, (dist.get_world_size(),), mesh_dim_names=("fsdp",))
     offload = OffloadPolicy()
-    if fsdp_config.get("param_offload", False):
+    if fsdp_config.param_offload:
         if device == "cuda":
             offload = CPUOffloadPolicy(pin_memory=True)
         else:
@@ -211,13 +210,13 @@ def build_optimizer(params, optim_config: DictConfig) -> torch.optim.Optimizer:
     Raises:
         ValueError: ``optim.lr`` missing or negative, or ``optim.betas`` not a pair.
     """
-    lr = optim_config.get("lr")
+    lr = optim_config.lr
     if lr is None or float(lr) < 0:
         raise ValueError(f"optim.lr must be a non-negative number, got {lr!r}")
-    betas = tuple(float(b) for b in optim_config.get("betas", (0.9, 0.999)))
+    betas = tuple(float(b) for b in optim_config.betas)
     if len(betas) != 2:
         raise ValueError(f"optim.betas must have two values, got {betas}")
-    return torch.optim.AdamW(params, lr=float(lr), betas=betas, weight_decay=float(optim_config.get("weight_decay", 0.01)))
+    return torch.optim.AdamW(params, lr=float(lr), betas=betas, weight_decay=float(optim_config.weight_decay))
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: DictConfig):
@@ -231,20 +230,20 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: DictConfi
         ValueError: unknown ``optim.warmup_style``, or ``cosine``/a warm-up ratio without a positive
             ``optim.total_training_steps``.
     """
-    total = int(optim_config.get("total_training_steps", -1) or -1)
-    ratio = float(optim_config.get("lr_warmup_steps_ratio", 0.0) or 0.0)
-    warmup = int(optim_config.get("lr_warmup_steps", -1) or -1)
+    total = int(optim_config.total_training_steps or -1)
+    ratio = float(optim_config.lr_warmup_steps_ratio or 0.0)
+    warmup = int(optim_config.lr_warmup_steps or -1)
     if warmup <= 0:
         if ratio > 0 and total <= 0:
             raise ValueError("optim.lr_warmup_steps_ratio > 0 needs optim.total_training_steps > 0 (set by the trainer)")
         warmup = int(ratio * total) if total > 0 else 0
-    style = optim_config.get("warmup_style", "constant")
+    style = optim_config.warmup_style
     if style == "constant":
         return get_constant_schedule_with_warmup(optimizer, num_warmup_steps=warmup)
     if style == "cosine":
         if total <= 0:
             raise ValueError("optim.warmup_style=cosine needs optim.total_training_steps > 0 (set by the trainer)")
-        min_lr_ratio = optim_config.get("min_lr_ratio")
+        min_lr_ratio = optim_config.min_lr_ratio
         return get_cosine_schedule_with_warmup(optimizer, warmup, total, min_lr_ratio=float(min_lr_ratio or 0.0))
     raise ValueError(f"optim.warmup_style must be 'constant' or 'cosine', got {style!r}")
 

@@ -173,8 +173,9 @@ class RolloutConfig:
     log_prob_micro_batch_size_per_gpu: int = MISSING
     log_prob_use_dynamic_bsz: bool = MISSING
     log_prob_max_token_len_per_gpu: int = MISSING
-    micro_batch_size: int = MISSING
+    micro_batch_size: Optional[int] = MISSING  # null: one generate() call per batch
     calculate_log_probs: bool = MISSING
+    engine_kwargs: Dict[str, Any] = MISSING
     do_sample: bool = MISSING
     n: int = MISSING
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)

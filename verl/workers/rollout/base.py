@@ -41,10 +41,9 @@ def resolve_sampling(config, meta_info: dict) -> dict:
     """
     validate = bool(meta_info.get("validate", False))
     # validation reads rollout.val_kwargs only (greedy unless configured); training lets meta_info override the config
-    source = (config.get("val_kwargs", None) or {}) if validate else config
+    source = config.val_kwargs if validate else config
     overrides = {} if validate else meta_info
-    defaults = {"do_sample": not validate, "temperature": 0.0 if validate else 1.0, "top_k": -1, "top_p": 1.0}
-    params = {key: overrides.get(key, source.get(key, default)) for key, default in defaults.items()}
+    params = {key: overrides.get(key, source[key]) for key in ("do_sample", "temperature", "top_k", "top_p")}
     params["n"] = int(meta_info.get("n", 1))
     if params["temperature"] is None or float(params["temperature"]) < 0:
         raise ValueError(f"rollout.temperature must be >= 0, got {params['temperature']!r}")

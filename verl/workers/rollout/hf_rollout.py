@@ -85,10 +85,10 @@ class HFRollout(BaseRollout):
         self.module = module
         self.config = config
         self.tokenizer = tokenizer
-        self.response_length = int(config.get("response_length") or 0)
+        self.response_length = int(config.response_length or 0)
         if self.response_length < 1:
             raise ValueError(f"rollout.response_length must be >= 1, got {config.get('response_length')!r}")
-        self.micro_batch_size = config.get("micro_batch_size", None)
+        self.micro_batch_size = config.micro_batch_size
         if self.micro_batch_size is not None and int(self.micro_batch_size) < 1:
             raise ValueError(f"rollout.micro_batch_size must be >= 1, got {self.micro_batch_size}")
 
@@ -141,7 +141,7 @@ class HFRollout(BaseRollout):
         n = sampling["n"]
         length = sampling["max_new_tokens"] or self.response_length
         stop = sampling["stop"] or None
-        shared_prefill = bool(self.config.get("shared_prefill", False))
+        shared_prefill = bool(self.config.shared_prefill)
         gen_config = GenerationConfig(
             do_sample=sampling["do_sample"],
             temperature=sampling["temperature"] if sampling["do_sample"] else None,
@@ -154,7 +154,7 @@ class HFRollout(BaseRollout):
             num_return_sequences=1 if shared_prefill else n,
             use_cache=True,
         )
-        record = bool(self.config.get("calculate_log_probs", False))
+        record = bool(self.config.calculate_log_probs)
         device = next(self.module.parameters()).device
         synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         batch = prompts.batch
@@ -173,7 +173,7 @@ class HFRollout(BaseRollout):
                     recorder = SampledLogProbs(sampling["temperature"], sampling["top_k"], sampling["top_p"],
                                                sampling["do_sample"])
                     extra["logits_processor"] = LogitsProcessorList([recorder])
-                with compute_autocast(device.type, self.config.get("dtype", "bfloat16")):
+                with compute_autocast(device.type, self.config.dtype):
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
                         extra["past_key_values"] = self._prefill_once(ids, mask, synced)

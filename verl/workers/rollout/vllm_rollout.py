@@ -198,28 +198,28 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         self.module = module
         self.config = config
         self.tokenizer = tokenizer
-        self.response_length = int(config.get("response_length") or 0)
-        prompt_length = int(config.get("prompt_length") or 0)
+        self.response_length = int(config.response_length or 0)
+        prompt_length = int(config.prompt_length or 0)
         if self.response_length < 1 or prompt_length < 1:
             raise ValueError("rollout.prompt_length and rollout.response_length must be >= 1, got "
                              f"{config.get('prompt_length')!r} and {config.get('response_length')!r}")
         on_cpu = next(module.parameters()).device.type == "cpu"
-        self.sleep_mode = bool(config.get("free_cache_engine", False)) and not on_cpu
-        self.calculate_log_probs = bool(config.get("calculate_log_probs", False))
-        dummy = str(config.get("load_format", "auto") or "auto").startswith("dummy")
-        self.engine_float32 = on_cpu or str(config.get("dtype", "bfloat16")) in ("float32", "fp32")
+        self.sleep_mode = bool(config.free_cache_engine) and not on_cpu
+        self.calculate_log_probs = bool(config.calculate_log_probs)
+        dummy = str(config.load_format or "auto").startswith("dummy")
+        self.engine_float32 = on_cpu or str(config.dtype) in ("float32", "fp32")
         # the weights the engine holds: the actor_weight_version of the generation that synced them (syncs so far
         # when the caller gives none; the checkpoint it was built from: 0)
         self.weight_version = 0
         self.llm = make_llm(
             str(prepare_model(model_config.path)), on_cpu=on_cpu, max_model_len=prompt_length + self.response_length,
-            dtype=config.get("dtype", "bfloat16"), enforce_eager=bool(config.get("enforce_eager", True)),
-            tensor_parallel_size=int(config.get("tensor_model_parallel_size", 1)),
-            max_num_batched_tokens=int(config.get("max_num_batched_tokens", 8192)),
-            max_num_seqs=int(config.get("max_num_seqs", 1024)), load_format="dummy" if dummy else "auto",
-            trust_remote_code=bool(model_config.get("trust_remote_code", False)),
-            gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),
-            enable_sleep_mode=self.sleep_mode, engine_kwargs=(config.get("engine_kwargs") or {}).get("vllm"))
+            dtype=config.dtype, enforce_eager=bool(config.enforce_eager),
+            tensor_parallel_size=int(config.tensor_model_parallel_size),
+            max_num_batched_tokens=int(config.max_num_batched_tokens),
+            max_num_seqs=int(config.max_num_seqs), load_format="dummy" if dummy else "auto",
+            trust_remote_code=bool(model_config.trust_remote_code),
+            gpu_memory_utilization=float(config.gpu_memory_utilization),
+            enable_sleep_mode=self.sleep_mode, engine_kwargs=dict(config.engine_kwargs.get("vllm") or {}))
         # dummy weights must be replaced by the actor's before the first generation
         self._synced_version = None if dummy else _weights_version(module)
         self._asleep = False
@@ -279,7 +279,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
             max_tokens=sampling["max_new_tokens"] or self.response_length,
             stop_token_ids=[int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)],
             stop=sampling["stop"] or None,
-            ignore_eos=bool(self.config.get("ignore_eos", False)),
+            ignore_eos=bool(self.config.ignore_eos),
             logprobs=0 if self.calculate_log_probs else None,
             detokenize=bool(sampling["stop"]),  # stop strings need the engine's detokenizer
         )
