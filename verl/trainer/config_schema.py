@@ -432,6 +432,78 @@ class GenerationConfig:
     eval: GenerationEvalConfig = field(default_factory=GenerationEvalConfig)
 
 
+# ------------------------------------------------------------ sft_trainer.yaml (python -m verl.trainer.fsdp_sft_trainer)
+@dataclass
+class SFTDataConfig:
+    """``data`` of ``sft_trainer.yaml``."""
+
+    train_files: Any = MISSING  # a path, a list of paths, or null (RLLA discovery)
+    val_files: Any = MISSING    # as train_files; [] disables validation
+    prompt_key: str = MISSING
+    response_key: str = MISSING
+    max_length: int = MISSING
+    truncation: str = MISSING
+    train_batch_size: int = MISSING
+    micro_batch_size_per_gpu: int = MISSING
+    max_samples: int = MISSING
+
+
+@dataclass
+class SFTFSDPConfig:
+    """``model.fsdp_config`` of ``sft_trainer.yaml``."""
+
+    mixed_precision: Optional[str] = MISSING
+
+
+@dataclass
+class SFTModelConfig:
+    """``model`` of ``sft_trainer.yaml``."""
+
+    partial_pretrain: str = MISSING
+    enable_gradient_checkpointing: bool = MISSING
+    trust_remote_code: bool = MISSING
+    fsdp_config: SFTFSDPConfig = field(default_factory=SFTFSDPConfig)
+
+
+@dataclass
+class SFTOptimConfig:
+    """``optim`` of ``sft_trainer.yaml``."""
+
+    lr: float = MISSING
+    betas: List[float] = MISSING
+    weight_decay: float = MISSING
+    warmup_steps_ratio: float = MISSING
+    clip_grad: float = MISSING
+    lr_scheduler: str = MISSING
+    min_lr_ratio: float = MISSING
+
+
+@dataclass
+class SFTRunConfig:
+    """``trainer`` of ``sft_trainer.yaml``."""
+
+    default_local_dir: str = MISSING
+    overwrite: bool = MISSING
+    project_name: str = MISSING
+    experiment_name: str = MISSING
+    total_epochs: int = MISSING
+    total_training_steps: Optional[int] = MISSING
+    val_before_train: bool = MISSING
+    logger: Any = MISSING
+    seed: int = MISSING
+    device: Optional[str] = MISSING
+
+
+@dataclass
+class SFTConfig:
+    """The whole ``sft_trainer.yaml`` tree."""
+
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    trainer: SFTRunConfig = field(default_factory=SFTRunConfig)
+
+
 def derived_keys(schema: type = PPOTrainerConfig, prefix: str = "") -> list[str]:
     """Dotted paths of the derived fields of ``schema`` (those with a default of their own instead of ``MISSING``):
     values the code fills in, which are not keys of the YAML and which a user cannot set."""

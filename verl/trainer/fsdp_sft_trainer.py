@@ -60,7 +60,16 @@ def load_sft_config(overrides: list[str] | None = None) -> DictConfig:
     from hydra import compose, initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base=None):
-        return compose(config_name="sft_trainer", overrides=list(overrides or []))
+        return typed_sft_config(compose(config_name="sft_trainer", overrides=list(overrides or [])))
+
+
+def typed_sft_config(config: DictConfig) -> DictConfig:
+    """``sft_trainer.yaml`` with the types of ``config_schema.SFTConfig`` (a value of the wrong type is a
+    ``ConfigError`` naming its key and type)."""
+    from verl.trainer.config_schema import SFTConfig
+    from verl.trainer.config_utils import typed_as
+
+    return typed_as(config, SFTConfig, "sft_trainer.yaml")
 
 
 def resolve_sft_files(files: Any, split: str) -> list[str]:
@@ -166,7 +175,7 @@ class FSDPSFTTrainer:
         self.rank = rank
         self.world_size = world_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        mp = config.model.get("fsdp_config", {}).get("mixed_precision")
+        mp = config.model.fsdp_config.mixed_precision
         if mp not in (None, "bf16"):
             raise ValueError(f"model.fsdp_config.mixed_precision={mp!r}; expected null or bf16")
         self.autocast_dtype = torch.bfloat16 if mp == "bf16" else None
@@ -181,7 +190,7 @@ class FSDPSFTTrainer:
             raise ValueError(f"data.train_batch_size={self.train_batch_size} exceeds the {len(train_dataset)} "
                              f"training rows of {train_dataset.parquet_files}")
         self.steps_per_epoch = steps_per_epoch
-        if config.trainer.get("total_training_steps"):
+        if config.trainer.total_training_steps:
             self.total_training_steps = int(config.trainer.total_training_steps)
             self.total_epochs = math.ceil(self.total_training_steps / steps_per_epoch)
         else:
@@ -194,7 +203,7 @@ class FSDPSFTTrainer:
         warmup = int(float(optim.warmup_steps_ratio) * self.total_training_steps)
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, build_lr_lambda(self.total_training_steps, warmup, str(optim.lr_scheduler),
-                                            float(optim.get("min_lr_ratio", 0.0))))
+                                            float(optim.min_lr_ratio)))
 
     # ------------------------------------------------------------------ steps
     def _collate(self, dataset: SFTDataset, indices: list[int]) -> dict[str, torch.Tensor]:
@@ -304,7 +313,7 @@ class FSDPSFTTrainer:
                 tracking.log(metrics, step=step)
 
         seed = int(self.config.trainer.seed)
-        if self.val_dataset is not None and self.config.trainer.get("val_before_train", True):
+        if self.val_dataset is not None and self.config.trainer.val_before_train:
             log(self.validate(), step=0)
         progress = StepProgress(total=self.total_training_steps, desc="sft") if self.rank == 0 else None
         step = 0
@@ -335,7 +344,7 @@ class FSDPSFTTrainer:
 
 def _init_distributed(config: DictConfig) -> tuple[torch.device, int, int]:
     """Device, rank and world size; starts the default process group under ``torchrun`` (``WORLD_SIZE > 1``)."""
-    name = config.trainer.get("device") or ("cuda" if torch.cuda.is_available() else "cpu")
+    name = config.trainer.device or ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(name)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     if world_size > 1 and not dist.is_initialized():
@@ -384,15 +393,16 @@ def run_sft(config: DictConfig) -> Path:
 
     from verl.utils.model_presets import prepare_model
 
+    config = typed_sft_config(config)
     target = Path(str(config.trainer.default_local_dir)).expanduser().resolve()
-    if target.exists() and any(target.iterdir()) and not config.trainer.get("overwrite", False):
+    if target.exists() and any(target.iterdir()) and not config.trainer.overwrite:
         raise FileExistsError(f"trainer.default_local_dir={target} is not empty; pass trainer.overwrite=true "
                               "to replace it")
     device, rank, world_size = _init_distributed(config)
     torch.manual_seed(int(config.trainer.seed))
 
     model_path = prepare_model(str(config.model.partial_pretrain))
-    trust = bool(config.model.get("trust_remote_code", False))
+    trust = bool(config.model.trust_remote_code)
     tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=trust)
     train_dataset = SFTDataset(resolve_sft_files(config.data.train_files, "train"), tokenizer, config.data)
     val_files = resolve_sft_files(config.data.val_files, "test")
@@ -402,7 +412,7 @@ def run_sft(config: DictConfig) -> Path:
                 len(val_dataset) if val_dataset is not None else "no")
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, trust_remote_code=trust)
-    if config.model.get("enable_gradient_checkpointing", False):
+    if config.model.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
     if world_size > 1:
