@@ -4,13 +4,14 @@ from __future__ import annotations
 import pytest
 import torch
 
+from verl.trainer.config_utils import default_section
 from verl.async_rl.batcher import Batcher
 from verl.async_rl.inference_server import PolicyEngine
 from verl.async_rl.learner import Learner, packed_logprobs
 from verl.async_rl.types import Group, Rollout, Turn
 
-ACTOR = {"optim": {"lr": 1e-2, "weight_decay": 0.0}, "clip_ratio": 0.2, "loss_agg_mode": "token-mean",
-         "grad_clip": 1.0, "ppo_micro_batch_size_per_gpu": 1}
+ACTOR = default_section("actor_rollout_ref.actor", optim={"lr": 1e-2, "weight_decay": 0.0}, clip_ratio=0.2,
+                        loss_agg_mode="token-mean", grad_clip=1.0, ppo_micro_batch_size_per_gpu=1, entropy_coeff=0.0)
 
 
 def _group(engine, problem, prompt, advantages):

@@ -40,6 +40,7 @@ from agent_system.reward import (
     reward_function,
 )
 from conftest import REPO_ROOT
+from verl.trainer.config_utils import default_section
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 from verl.utils.reward_score.rlla import RewardSwitches
@@ -398,7 +399,7 @@ def test_invalid_rows_are_excluded_from_grpo_group_statistics():
     # the trainer's compute_advantage reads reward_valid from the batch
     data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
                                non_tensors={"uid": uid, "reward_valid": valid})
-    out = compute_advantage(data, "grpo", OmegaConf.create({"gamma": 1.0, "lam": 1.0}))
+    out = compute_advantage(data, "grpo", default_section("algorithm", gamma=1.0, lam=1.0))
     assert torch.equal(out.batch["advantages"], adv)
 
 

@@ -36,6 +36,7 @@ from verl.utils import checkpoint_manifest as manifest
 from verl.utils.model_utils import build_optimizer
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 from verl.workers.actor.dp_actor import MiniBatchScale, clipped_optimizer_step
+from verl.workers.config import ActorConfig, worker_section
 
 logger = logging.getLogger(__name__)
 
@@ -111,13 +112,14 @@ class Learner:
         if num_threads:
             torch.set_num_threads(int(num_threads))
         torch.manual_seed(int(seed))
-        cfg = actor_config if isinstance(actor_config, DictConfig) else OmegaConf.create(dict(actor_config))
-        if bool(cfg.get("use_kl_loss", False)):
+        cfg = worker_section(actor_config if isinstance(actor_config, DictConfig) else OmegaConf.create(dict(actor_config)),
+                             ActorConfig)  # typed: a key the section leaves out is an error when read
+        if cfg.use_kl_loss:
             raise ValueError("actor.use_kl_loss=True is not supported by the async learner (no reference policy)")
         self.config = cfg
         self.temperature = float(temperature)
         self.model = AutoModelForCausalLM.from_pretrained(prepare_model(model_path), dtype=torch.float32)
-        self.optimizer = build_optimizer(self.model.parameters(), cfg.get("optim", OmegaConf.create({"lr": 1e-6})))
+        self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(cfg))
         self.version = 0
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
@@ -148,14 +150,14 @@ class Learner:
         """
         start = time.perf_counter()
         cfg = self.config
-        loss_agg_mode = cfg.get("loss_agg_mode", "token-mean")
-        entropy_coeff = float(cfg.get("entropy_coeff", 0.0) or 0.0)
+        loss_agg_mode = cfg.loss_agg_mode
+        entropy_coeff = float(cfg.entropy_coeff)
         full_mask = _loss_mask(example)
         n_loss = int(full_mask.sum())
         if n_loss == 0:
             raise ValueError("RlExample has no generated token to train on (loss_mask is empty after segment starts)")
         scale = MiniBatchScale(full_mask, loss_agg_mode)
-        micro = int(cfg.get("ppo_micro_batch_size_per_gpu") or example.batch_size)
+        micro = int(cfg.ppo_micro_batch_size_per_gpu or example.batch_size)
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         stats: Dict[str, float] = {}
@@ -190,7 +192,7 @@ class Learner:
             for key, value in {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_loss.detach(),
                                **pg_metrics, **corr_metrics}.items():
                 stats[key] = stats.get(key, 0.0) + float(value) * weight
-        stats.update(clipped_optimizer_step(self.model, self.optimizer, cfg.get("grad_clip"), "actor"))
+        stats.update(clipped_optimizer_step(self.model, self.optimizer, cfg.grad_clip, "actor"))
         stats["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         self.version += 1
         stats.update({

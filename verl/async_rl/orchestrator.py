@@ -43,6 +43,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from verl.async_rl.advantage import get_advantage_function
 from verl.async_rl.batcher import Batcher, BatchNotReady
+from verl.async_rl.config import typed_async_config
 from verl.async_rl.inference_server import check_backend, start_inference_server
 from verl.async_rl.learner import WeightBroadcaster, make_learner_actor
 from verl.async_rl.replay_buffer import ReplayBuffer
@@ -51,12 +52,6 @@ from verl.async_rl.types import Rollout
 logger = logging.getLogger(__name__)
 
 __all__ = ["Orchestrator"]
-
-
-def _section(config: DictConfig) -> DictConfig:
-    if "async" not in config:
-        raise KeyError("config has no 'async' section (use verl/trainer/config/async_trainer.yaml)")
-    return config["async"]
 
 
 class Orchestrator:
@@ -77,18 +72,19 @@ class Orchestrator:
         if make_env_actor is None:
             raise TypeError("Orchestrator needs make_env_actor (agent_system.environments.env_actor.make_env_actor)")
         self.make_env_actor = make_env_actor
-        a = _section(config)
-        if not a.get("envs"):
+        config = typed_async_config(config)  # verl/async_rl/config.py: every value checked, attributes from here on
+        a = config["async"]
+        if not a.envs:
             raise KeyError("async.envs is empty: configure at least one env")
-        check_backend(str(a.inference.get("backend", "hf")))
+        check_backend(str(a.inference.backend))
         self.config, self.a, self.tracker = config, a, tracker
         self.model_path = str(config.actor_rollout_ref.model.path)
         self.ckpt_dir = str(config.trainer.default_local_dir)
-        self.save_freq = int(config.trainer.get("save_freq") or -1)
+        self.save_freq = int(config.trainer.save_freq or -1)
         self.envs = {str(name): OmegaConf.to_container(spec, resolve=True) for name, spec in a.envs.items()}
         self.batcher = Batcher(int(a.batcher.total_token_budget), {n: float(s["fraction"]) for n, s in self.envs.items()},
-                               int(a.batcher.max_seq_len), str(a.batcher.get("spillover", "block")))
-        self.broadcaster = WeightBroadcaster(float(a.get("broadcast_timeout_s", 120)))
+                               int(a.batcher.max_seq_len), str(a.batcher.spillover))
+        self.broadcaster = WeightBroadcaster(float(a.broadcast_timeout_s))
         self.restarts: Counter = Counter()
         self.counts: Counter = Counter()
         self._epoch = 0  # bumped by a learner restart; in-flight groups of an older epoch are dropped
@@ -96,11 +92,11 @@ class Orchestrator:
         self._learner_ref = None
         self._pending_batch: Optional[Dict[str, float]] = None
         self._start_learner()
-        log_dir = Path(a.replay.get("log_dir") or Path(self.ckpt_dir) / "replay")
+        log_dir = Path(a.replay.log_dir or Path(self.ckpt_dir) / "replay")
         self.buffers: Dict[str, ReplayBuffer] = {}
         for name in self.envs:
             buffer = ReplayBuffer(name, log_dir, int(a.replay.max_age), int(a.replay.min_group_size),
-                                  get_advantage_function(str(a.replay.get("advantage", "rloo"))),
+                                  get_advantage_function(str(a.replay.advantage)),
                                   version=self.version)
             if buffer.log_path.stat().st_size > 0:
                 self.counts[f"reloaded/{name}"] = buffer.reload(self.version).restored
@@ -111,7 +107,7 @@ class Orchestrator:
             self._start_server(index)
         self.env_actors: Dict[Tuple[str, int], Any] = {}
         for name, spec in self.envs.items():
-            for replica in range(int(spec.get("replicas", 1))):
+            for replica in range(int(spec["replicas"])):
                 self._start_env_actor(name, replica)
 
     # ------------------------------------------------------------------------------------------ components
@@ -120,8 +116,8 @@ class Orchestrator:
         from verl.trainer.ppo.rollout_corr import correction_settings
 
         self.learner = make_learner_actor(self.model_path, actor_cfg, float(self.a.inference.temperature),
-                                          self.ckpt_dir, num_threads=self.a.get("learner_threads"),
-                                          rollout_correction=correction_settings(self.config.get("algorithm")))
+                                          self.ckpt_dir, num_threads=self.a.learner_threads,
+                                          rollout_correction=correction_settings(self.config.algorithm))
         import ray
 
         self.version = int(ray.get(self.learner.resume.remote()))
@@ -142,11 +138,10 @@ class Orchestrator:
         """Keyword arguments of ``start_inference_server`` from ``async.inference`` (backend, threads, GPUs, dtype and
         the vLLM engine options)."""
         inf = self.a.inference
-        backend = str(inf.get("backend", "hf"))
-        options: Dict[str, Any] = dict(backend=backend, num_gpus=float(inf.get("num_gpus", 0) or 0),
-                                       dtype=inf.get("dtype"))
+        backend = str(inf.backend)
+        options: Dict[str, Any] = dict(backend=backend, num_gpus=float(inf.num_gpus), dtype=inf.dtype)
         if backend == "hf":
-            options["num_threads"] = inf.get("num_threads", 1)  # vLLM picks its own CPU threads
+            options["num_threads"] = inf.num_threads  # vLLM picks its own CPU threads
         else:
             import torch
 
@@ -154,9 +149,8 @@ class Orchestrator:
                 logger.warning("async.inference.backend=vllm with num_gpus=0 on a GPU machine: Ray hides the GPUs "
                                "from the server actor, so vLLM would need its CPU build; set "
                                "async.inference.num_gpus (a fraction shares a GPU with the learner)")
-            vllm_cfg = OmegaConf.to_container(inf.get("vllm") or OmegaConf.create({}), resolve=True)
-            options.update(max_model_len=int(vllm_cfg.get("max_model_len", 4096)),
-                           engine_kwargs=dict(vllm_cfg.get("engine_kwargs") or {}))
+            options.update(max_model_len=int(inf.vllm.max_model_len),
+                           engine_kwargs=OmegaConf.to_container(inf.vllm.engine_kwargs, resolve=True))
         return options
 
     def _start_env_actor(self, name: str, replica: int) -> None:
@@ -167,17 +161,17 @@ class Orchestrator:
             ray.kill(old, no_restart=True)
         spec = self.envs[name]
         inf = self.a.inference
-        seed = int(spec.get("seed", 0)) + 1_000_000 * replica + 10_000 * self.restarts[f"env/{name}/{replica}"]
+        seed = int(spec["seed"]) + 1_000_000 * replica + 10_000 * self.restarts[f"env/{name}/{replica}"]
         self.env_actors[(name, replica)] = self.make_env_actor(
-            name, spec, self.urls[replica % len(self.urls)], self.model_path, group_size=int(spec.get("group_size", 2)),
-            max_tokens=int(inf.max_tokens), temperature=float(inf.temperature), max_turns=int(spec.get("max_turns", 2)),
+            name, spec, self.urls[replica % len(self.urls)], self.model_path, group_size=int(spec["group_size"]),
+            max_tokens=int(inf.max_tokens), temperature=float(inf.temperature), max_turns=int(spec["max_turns"]),
             seed=seed)
 
     def _restart(self, kind: str) -> None:
         self.restarts[kind] += 1
         total = sum(v for k, v in self.restarts.items() if "/" not in k)
-        if total > int(self.a.get("max_restarts", 20)):
-            raise RuntimeError(f"async: more than async.max_restarts={self.a.get('max_restarts', 20)} restarts "
+        if total > int(self.a.max_restarts):
+            raise RuntimeError(f"async: more than async.max_restarts={self.a.max_restarts} restarts "
                                f"({dict(self.restarts)})")
 
     def _restart_server(self, index: int) -> None:
@@ -219,7 +213,7 @@ class Orchestrator:
         stale competes with the learner for CPU). An idle learner waiting for a batch never pauses generation, so the
         limit cannot starve the batcher."""
         busy = {(env, replica) for env, replica, _ in self._inflight.values()}
-        limit = self.a.get("max_buffer_rollouts")
+        limit = self.a.max_buffer_rollouts
         throttle = limit is not None and self._learner_ref is not None
         for key, actor in self.env_actors.items():
             if key in busy or (throttle and len(self.buffers[key[0]]) >= int(limit)):

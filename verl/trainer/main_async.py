@@ -28,15 +28,18 @@ def run_async(config: DictConfig) -> list:
     from verl.utils.model_presets import prepare_model
     from verl.utils.tracking import Tracking
 
-    total = config.trainer.get("total_training_steps")
+    from verl.async_rl.config import typed_async_config
+
+    config = typed_async_config(config)
+    total = config.trainer.total_training_steps
     if total is None:
         raise ValueError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
-    if config.trainer.get("single_process", False):
+    if config.trainer.single_process:
         raise ValueError("trainer.single_process=true is not supported in async mode: its env actors, inference "
                          "server and learner run on Ray")
     with open_dict(config):
         config.actor_rollout_ref.model.path = prepare_model(config.actor_rollout_ref.model.path)
-    run_dir = config.trainer.get("run_dir") or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
+    run_dir = config.trainer.run_dir or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
     init_ray(config)
     tracker = Tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
                        config=OmegaConf.to_container(config, resolve=True), run_dir=run_dir)

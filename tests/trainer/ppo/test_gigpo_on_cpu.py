@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config
+from verl.trainer.config_utils import (ConfigError, default_section, load_default_config, normalize_config,
+                                       validate_config)
 from verl.trainer.ppo import core_algos as ca
 from verl.trainer.ppo.gigpo import (
     anchor_similarity_ratio, canonicalize_anchor, compute_gigpo_components, compute_gigpo_outcome_advantage,
@@ -354,8 +355,7 @@ def test_config_accepts_gigpo_and_names_bad_keys():
 def test_trainer_compute_advantage_passes_the_step_fields():
     """`ray_trainer.compute_advantage(..., "gigpo", ...)` reads traj_uid / step_index / anchor_obs from the batch and
     reproduces the spec's worked example (mean_norm, γ = 1, ω = 1, no penalty): a0=1, a1=0.5, b0=-1, b1=-0.5."""
-    from omegaconf import OmegaConf
-
+    
     from verl.protocol import DataProto
     from verl.trainer.ppo.ray_trainer import compute_advantage
 
@@ -364,8 +364,8 @@ def test_trainer_compute_advantage_passes_the_step_fields():
     data = DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask}, {
         "uid": np.array(["u"] * 4, dtype=object), "traj_uid": np.array(["a", "a", "b", "b"], dtype=object),
         "step_index": np.array([0, 1, 0, 1]), "anchor_obs": np.array(["s0", "s1", "s0", "s2"], dtype=object)})
-    algo = OmegaConf.create({"gamma": 1.0, "lam": 1.0, "gigpo": {"mode": "mean_norm", "step_advantage_w": 1.0,
-                                                                 "invalid_action_penalty": 0.0, "epsilon": 1e-6,
-                                                                 "anchor_similarity": 1.0}})
+    algo = default_section("algorithm", gamma=1.0, lam=1.0, gigpo={"mode": "mean_norm", "step_advantage_w": 1.0,
+                                                                   "invalid_action_penalty": 0.0, "epsilon": 1e-6,
+                                                                   "anchor_similarity": 1.0})
     advantages = compute_advantage(data, "gigpo", algo).batch["advantages"]
     torch.testing.assert_close(advantages[:, 0], torch.tensor([1.0, 0.5, -1.0, -0.5]))

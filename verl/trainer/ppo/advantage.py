@@ -36,7 +36,7 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
         index=data.non_tensor_batch["uid"],
         gamma=algo_config.gamma,
         lam=algo_config.lam,
-        norm_adv_by_std_in_grpo=algo_config.get("norm_adv_by_std_in_grpo", True),
+        norm_adv_by_std_in_grpo=algo_config.norm_adv_by_std_in_grpo,
         config=algo_config,
     )
     for key in ("values", "reward_baselines"):

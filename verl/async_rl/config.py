@@ -1,0 +1,118 @@
+"""Typed config of the asynchronous mode: ``async_trainer.yaml`` is the trainer's tree (typed by
+``verl.trainer.config_schema.PPOTrainerConfig``) plus an ``async`` section typed by :class:`AsyncConfig`.
+
+As for the trainer, the YAML holds every default and the fields of the fixed sections are ``MISSING`` until it is
+merged in. ``async.envs`` is the user's map of environments: each entry is an :class:`AsyncEnvSpec`, whose fields
+have their defaults here (an entry the YAML does not list cannot take them from it). ``async`` is a Python keyword,
+so the section is typed on its own and attached under that name (:func:`typed_async_config`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+
+
+@dataclass
+class AsyncVLLMConfig:
+    """``async.inference.vllm``: the in-process vLLM engine (backend=vllm)."""
+
+    max_model_len: int = MISSING
+    engine_kwargs: Dict[str, Any] = MISSING
+
+
+@dataclass
+class AsyncInferenceConfig:
+    """``async.inference``: the OpenAI-compatible inference servers."""
+
+    backend: str = MISSING
+    num_servers: int = MISSING
+    num_threads: int = MISSING
+    num_gpus: float = MISSING
+    dtype: Optional[str] = MISSING
+    vllm: AsyncVLLMConfig = field(default_factory=AsyncVLLMConfig)
+    temperature: float = MISSING
+    max_tokens: int = MISSING
+
+
+@dataclass
+class AsyncEnvSpec:
+    """One entry of ``async.envs`` (``agent_system.environments.env_actor``): ``fraction`` must be given."""
+
+    kind: str = "text_env"                 # text_env | rlla
+    env: Optional[str] = None              # the registered environment (text_env)
+    env_kwargs: Dict[str, Any] = field(default_factory=dict)
+    replicas: int = 1
+    fraction: float = MISSING              # share of the batch token budget
+    group_size: int = 2
+    max_turns: int = 2
+    seed: int = 0
+    data_file: Optional[str] = None        # rlla: the parquet (null: RLLA discovery)
+    max_rows: Optional[int] = None         # rlla: the first rows only
+
+
+@dataclass
+class AsyncReplayConfig:
+    """``async.replay``: the per-env replay buffers."""
+
+    max_age: int = MISSING
+    min_group_size: int = MISSING
+    advantage: str = MISSING
+    log_dir: Optional[str] = MISSING
+
+
+@dataclass
+class AsyncBatcherConfig:
+    """``async.batcher``: packing of rollouts into the learner's batch."""
+
+    total_token_budget: int = MISSING
+    max_seq_len: int = MISSING
+    spillover: str = MISSING
+
+
+@dataclass
+class AsyncConfig:
+    """The ``async`` section of ``async_trainer.yaml`` (docs/async.md)."""
+
+    inference: AsyncInferenceConfig = field(default_factory=AsyncInferenceConfig)
+    learner_threads: Optional[int] = MISSING
+    envs: Dict[str, AsyncEnvSpec] = MISSING
+    replay: AsyncReplayConfig = field(default_factory=AsyncReplayConfig)
+    batcher: AsyncBatcherConfig = field(default_factory=AsyncBatcherConfig)
+    max_buffer_rollouts: Optional[int] = MISSING
+    broadcast_timeout_s: float = MISSING
+    max_restarts: int = MISSING
+
+
+def typed_async_config(config: DictConfig) -> DictConfig:
+    """The composed ``async_trainer.yaml`` typed: the trainer's tree as ``PPOTrainerConfig`` (unknown keys refused
+    as ``check_known_keys`` does), the ``async`` section as :class:`AsyncConfig`. A typed config is returned as is.
+
+    Raises:
+        KeyError: no ``async`` section. ConfigError: an unknown key, a value of the wrong type, a missing value
+            (the key named).
+    """
+    from verl.trainer.config_schema import PPOTrainerConfig
+    from verl.trainer.config_utils import ConfigError, check_known_keys, typed_as, typed_config
+
+    if "async" not in config:
+        raise KeyError("config has no 'async' section (use verl/trainer/config/async_trainer.yaml)")
+    if OmegaConf.get_type(config) is PPOTrainerConfig and OmegaConf.get_type(config["async"]) is AsyncConfig:
+        return config
+    plain = OmegaConf.to_container(config, resolve=False)
+    section = plain.pop("async")
+    rest = OmegaConf.create(plain)
+    check_known_keys(rest)
+    typed = typed_config(rest)
+    try:
+        typed_section = typed_as(OmegaConf.create(section), AsyncConfig, "async_trainer.yaml")
+    except ConfigError as err:  # its keys are named from the section: say where it is
+        raise ConfigError(f"async.{err}") from None
+    with open_dict(typed):
+        typed["async"] = typed_section
+    return typed
+
+
+__all__ = ["AsyncConfig", "AsyncEnvSpec", "AsyncInferenceConfig", "AsyncReplayConfig", "AsyncBatcherConfig",
+           "typed_async_config"]
