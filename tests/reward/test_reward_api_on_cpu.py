@@ -40,8 +40,8 @@ from agent_system.reward import (
     reward_function,
 )
 from conftest import REPO_ROOT
-from verl.trainer.config_utils import default_section
 from verl.protocol import DataProto
+from verl.trainer.config_utils import default_section
 from verl.trainer.ppo import core_algos
 from verl.utils.reward_score.rlla import RewardSwitches
 from agent_system.reward.manager import RewardAPIManager
