@@ -4,6 +4,7 @@ import json
 import pytest
 
 from verl.router.lagrangian import LagrangeMultiplier, dual_ascent_step
+from verl.trainer.config_utils import default_section
 
 
 def test_hand_worked_sequence_with_clipping():
@@ -65,10 +66,10 @@ def test_validation_errors():
         LagrangeMultiplier(budget=0.3, lambda_init=11.0)
     with pytest.raises(ValueError, match="dual_update_freq"):
         LagrangeMultiplier(budget=0.3, update_freq=0)
-    with pytest.raises(ValueError, match="budget_B is required"):
-        LagrangeMultiplier.from_config({"dual_lr": 0.1})
+    with pytest.raises(ValueError, match="router.budget_B must be of type float"):  # refused when loaded
+        LagrangeMultiplier.from_config(default_section("router", budget_B=None))
     with pytest.raises(ValueError, match="missing key 'window_steps'"):
         LagrangeMultiplier(budget=0.3).load_state_dict({"lambda": 0.1, "last_update_step": 1, "running_cost": None,
                                                         "running_reward": None, "window_cost_sum": 0.0})
-    lm = LagrangeMultiplier.from_config({"budget_B": 0.3, "dual_update_freq": 3, "lambda_init": 0.5})
+    lm = LagrangeMultiplier.from_config(default_section("router", budget_B=0.3, dual_update_freq=3, lambda_init=0.5))
     assert (lm.budget, lm.update_freq, lm.value, lm.dual_lr, lm.lambda_max) == (0.3, 3, 0.5, 0.05, 10.0)

@@ -74,19 +74,13 @@ class LagrangeMultiplier:
         self._window_steps = 0
 
     @classmethod
-    def from_config(cls, router_config: Mapping[str, Any]) -> "LagrangeMultiplier":
-        """Build from the ``router`` config section (keys ``budget_B`` (required), ``lambda_init``, ``dual_lr``,
-        ``lambda_max``, ``dual_update_freq``).
-
-        Raises:
-            ValueError: ``router.budget_B`` missing.
-        """
-        if router_config.get("budget_B") is None:
-            raise ValueError("router.budget_B is required when router.enable=true")
-        return cls(budget=float(router_config["budget_B"]), lambda_init=float(router_config.get("lambda_init", 0.0)),
-                   dual_lr=float(router_config.get("dual_lr", 0.05)),
-                   lambda_max=float(router_config.get("lambda_max", 10.0)),
-                   update_freq=int(router_config.get("dual_update_freq", 1)))
+    def from_config(cls, router_config: Any) -> "LagrangeMultiplier":
+        """Build from the typed ``router`` section (``budget_B``, ``lambda_init``, ``dual_lr``, ``lambda_max``,
+        ``dual_update_freq``; their defaults are ``ppo_trainer.yaml``'s, and a missing or ill-typed value is refused
+        when the config is loaded)."""
+        return cls(budget=float(router_config.budget_B), lambda_init=float(router_config.lambda_init),
+                   dual_lr=float(router_config.dual_lr), lambda_max=float(router_config.lambda_max),
+                   update_freq=int(router_config.dual_update_freq))
 
     def _ema(self, old: Optional[float], new: float) -> float:
         return new if old is None else self.avg_decay * old + (1.0 - self.avg_decay) * new

@@ -121,7 +121,9 @@ def default_section(where: str, /, **overrides) -> DictConfig:
         try:
             OmegaConf.update(section, key, value, merge=isinstance(value, (dict, DictConfig)))  # a mapping fills a section
         except OmegaConfBaseException as err:
-            raise ConfigError(f"{where}.{key}: {str(err).splitlines()[0]}") from None
+            kind = _field_type_name(OmegaConf.get_type(section), key)
+            raise ConfigError(f"{where}.{key}" + (f" must be of type {kind}" if kind else "") +
+                              f": {str(err).splitlines()[0]}") from None
     return section
 
 

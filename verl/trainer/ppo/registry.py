@@ -162,10 +162,5 @@ def get_policy_loss_fn(name: str) -> Callable:
 
 
 def policy_loss_mode(config: Any) -> str:
-    """``actor.policy_loss.loss_mode`` (verl's key; a plain string ``actor.policy_loss`` is read too), default
-    ``vanilla``."""
-    section = config.get("policy_loss") if hasattr(config, "get") else getattr(config, "policy_loss", None)
-    if section is None or isinstance(section, str):
-        return section or "vanilla"
-    mode = section.get("loss_mode") if hasattr(section, "get") else getattr(section, "loss_mode", None)
-    return mode or "vanilla"
+    """``actor.policy_loss.loss_mode`` of a typed ``actor_rollout_ref.actor`` section (verl's key)."""
+    return str(config.policy_loss.loss_mode)
