@@ -90,10 +90,10 @@ class EnvActor:
         from verl.utils.model_presets import prepare_model
 
         spec = dict(spec)
-        kind = spec.get("kind", "text_env")
+        kind = spec["kind"]  # a complete verl.async_rl.config.AsyncEnvSpec (the orchestrator's typed async.envs)
         if kind not in KINDS:
             raise ValueError(f"env {env_name!r}: kind {kind!r} is not one of {KINDS}")
-        if kind == "text_env" and not spec.get("env"):
+        if kind == "text_env" and not spec["env"]:
             raise ValueError(f"env {env_name!r}: a text_env spec needs 'env' (a registered environment name)")
         self.env_name, self.kind, self.spec = env_name, kind, spec
         self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path))
@@ -114,13 +114,13 @@ class EnvActor:
     def _load_rows(self) -> List[Dict[str, Any]]:
         import pandas as pd
 
-        path = self.spec.get("data_file")
+        path = self.spec["data_file"]
         if not path:
             from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
 
             path = resolve_rlla_data_dir() / "train.parquet"
         frame = pd.read_parquet(path)
-        if self.spec.get("max_rows"):
+        if self.spec["max_rows"]:
             frame = frame.iloc[: int(self.spec["max_rows"])]
         rows = []
         for i, row in enumerate(frame.itertuples(index=False)):
@@ -174,7 +174,7 @@ class EnvActor:
         return rollouts
 
     def _episode(self, seed: int) -> Rollout:
-        env = make_env(self.spec["env"], **dict(self.spec.get("env_kwargs") or {}))
+        env = make_env(self.spec["env"], **dict(self.spec["env_kwargs"] or {}))
         try:
             first = env.reset(seed)
             messages = [{"role": "user", "content": f"{env.instruction}\n{first.text}".strip()}]
