@@ -71,7 +71,8 @@ class EnvActor:
 
     Args:
         env_name: the env type's name (``Rollout.environment``, the replay buffer's name).
-        spec: ``kind`` (``text_env`` | ``rlla``); ``text_env``: ``env`` (registered name) and ``env_kwargs``;
+        spec: a complete ``async.envs`` entry (``verl.async_rl.config.AsyncEnvSpec``): ``kind`` (``text_env`` |
+            ``rlla``); ``text_env``: ``env`` (registered name) and ``env_kwargs``;
             ``rlla``: ``data_file`` (optional) and ``max_rows`` (optional).
         base_url: the inference server (``http://host:port/v1``).
         tokenizer_path: the policy's tokenizer (preset name or directory).
