@@ -35,3 +35,15 @@ def test_invalid_rows_get_no_router_advantage_and_stay_out_of_the_group(tokenize
     assert metrics["router/mean_task_reward"] == pytest.approx(2.0)  # the placeholder 0 is not a task reward
     assert metrics["router/route_entropy"] == pytest.approx(np.log(3), rel=1e-6)  # uniform logits at routing time
     assert "router/entropy" not in metrics  # that name belongs to the router update's own metric
+
+
+def test_a_tools_column_is_refused_by_the_router(tokenizer):
+    """The route's rewrite edits the system prompt's tools block; tools given to the chat template would be lost."""
+    controller = RouterController(default_section("router"), default_section("data", max_prompt_length=64), tokenizer)
+    raw, tools = np.empty(2, dtype=object), np.empty(2, dtype=object)
+    raw[:] = [[{"role": "user", "content": "hi"}]] * 2
+    tools[:] = ['[{"name": "x"}]'] * 2
+    batch = DataProto.from_dict({"input_ids": torch.ones(2, 3, dtype=torch.long)},
+                                non_tensors={"raw_prompt": raw, "tools": tools})
+    with pytest.raises(ValueError, match="'tools' column"):
+        controller.route(batch, torch.zeros(2, 3), validate=True)

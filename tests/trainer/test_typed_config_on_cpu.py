@@ -135,3 +135,48 @@ def test_default_section_applies_overrides_and_refuses_unknown_keys():
         default_section("actor_rollout_ref.actor", ppo_mini_bach_size=6)
     with pytest.raises(ConfigError, match="not a section"):
         default_section("trainer.save_freq")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"],
+     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null needs actor_rollout_ref.actor.use_dynamic_bsz=true"),
+    (["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
+     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null needs "
+     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"),
+    (["env.env_name=line_world", "data.tool_format=hermes"], "data.tool_format='hermes' with env.env_name"),
+])
+def test_null_micro_batches_need_a_token_budget_and_agent_mode_keeps_toolrl(overrides, message):
+    base = ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    with pytest.raises(ConfigError) as err:
+        from verl.trainer.config_utils import validate_config
+
+        validate_config(normalize_config(load_default_config(base + overrides)), check_files=False)
+    assert message in str(err.value)
+    # upstream's null with a token budget is accepted
+    config = normalize_config(load_default_config(base + [overrides[0], "actor_rollout_ref.actor.use_dynamic_bsz=true"]))
+    if not overrides[0].startswith("env"):
+        from verl.trainer.config_utils import validate_config
+
+        validate_config(config, check_files=False)
+
+
+@pytest.mark.parametrize("override, message", [
+    (None, None),
+    ("async.inference.num_servers=two", "async.inference.num_servers must be of type int"),
+    ("actor_rollout_ref.model.lora_rank=4", "the async learner trains the full model"),
+    ("data.tool_format=mistral", "the async mode's environments score ToolRL's format only"),
+])
+def test_the_async_config_is_typed_and_refuses_what_it_does_not_implement(override, message):
+    from hydra import compose, initialize_config_dir
+
+    from verl.async_rl.config import AsyncConfig, AsyncEnvSpec, typed_async_config
+
+    with initialize_config_dir(config_dir=str(YAML.parent), version_base=None):
+        raw = compose(config_name="async_trainer", overrides=[override] if override else [])
+    if message is None:
+        typed = typed_async_config(raw)
+        assert OmegaConf.get_type(typed) is PPOTrainerConfig and OmegaConf.get_type(typed["async"]) is AsyncConfig
+        assert OmegaConf.get_type(typed["async"].envs.line_world) is AsyncEnvSpec
+        return
+    with pytest.raises(ConfigError, match=message):
+        typed_async_config(raw)

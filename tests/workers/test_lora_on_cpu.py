@@ -174,3 +174,19 @@ def test_lora_settings_are_checked_at_load(overrides, match):
 
     with pytest.raises(ConfigError, match=match):
         validate_config(normalize_config(load_default_config(overrides)), check_files=False)
+
+
+def test_only_linear_targets_are_accepted(tiny_model_dir):
+    """An embedding target would be merged and checkpointed wrongly: refused when the adapters are attached."""
+    with pytest.raises(ValueError, match=r"target_modules: .*embed_tokens is a Embedding; LoRA RL supports nn.Linear"):
+        load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir, lora_rank=RANK,
+                                       lora_alpha=ALPHA, target_modules=["embed_tokens", "q_proj"]))
+
+
+def test_lora_settings_are_resume_keys():
+    from verl.utils.checkpoint_manifest import config_differences
+
+    saved = {"actor_rollout_ref.model.lora_alpha": 16}
+    assert config_differences(saved, {"actor_rollout_ref.model.lora_alpha": 32}) == [
+        "actor_rollout_ref.model.lora_alpha: checkpoint 16 -> now 32"]
+    assert config_differences({}, {"actor_rollout_ref.model.lora_alpha": 32}) == []  # an older checkpoint's manifest

@@ -111,6 +111,13 @@ def typed_async_config(config: DictConfig) -> DictConfig:
         raise ConfigError(f"async.{err}") from None
     with open_dict(typed):
         typed["async"] = typed_section
+    # what the async mode does not implement is refused here rather than ignored
+    if typed.actor_rollout_ref.model.lora_rank:
+        raise ConfigError("actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
+                          "runs in the synchronous trainer (python -m verl.trainer.main_ppo)")
+    if typed.data.tool_format != "toolrl":
+        raise ConfigError(f"data.tool_format={typed.data.tool_format!r}: the async mode's environments score ToolRL's "
+                          "format only")
     return typed
 
 

@@ -76,6 +76,10 @@ class RouterController:
         """
         if "raw_prompt" not in batch.non_tensor_batch:
             raise KeyError("router.enable needs raw prompts in the batch: set data.return_raw_chat=true")
+        if "tools" in batch.non_tensor_batch:  # the rewrite edits the system prompt's tools block, not this column
+            raise ValueError("router.enable: the data has a 'tools' column (tools rendered by the chat template); the "
+                             "router rewrites the RLLA system prompt's tools block and would drop that column: use "
+                             "data whose tools are in the system prompt, or router.enable=false")
         greedy = validate and bool(self.cfg.greedy_eval)
         actions, log_probs = sample_actions(router_logits.float(), greedy=greedy, generator=self.generator)
         raw = batch.non_tensor_batch["raw_prompt"]

@@ -28,7 +28,8 @@ Per batch of prompts (no reference model, critic or reward is loaded), the same 
 Output rows (input order, written atomically)::
 
     {"index": extra_info.index (else the row position), "row": position in FILE,
-     "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p},
+     "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p}
+     (the learned head's, also under a fixed --routes policy: what the head would have chosen),
      "response": str, "tool_calls": [{"name", "parameters"}, ...],
      "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file)}
 
@@ -189,6 +190,9 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
     for position, (where, record) in enumerate(located):
         if prompt_key not in record:
             raise ValueError(f"{where}: missing key {prompt_key!r}; keys are {sorted(record)}")
+        if record.get("tools") is not None:
+            raise ValueError(f"{where}: a 'tools' value (tools for the chat template): router inference rewrites the "
+                             "system prompt's tools block and would drop it; give the tools in the system prompt")
         extra = record.get("extra_info")
         problems = message_list_problems(record[prompt_key], prompt_key) + _extra_info_problems(extra)
         if problems:
@@ -326,7 +330,11 @@ class RouterInference:
             ValueError: ``batch_size < 1``.
             PromptTooLongError: as :meth:`route`, naming ``source`` and the rows of the batch.
         """
+        from verl.utils.reward_score.tool_formats import parse_calls, resolve_tool_format
         from verl.utils.reward_score.tool_parse import parse_tool_calls
+
+        fmt = resolve_tool_format(self.config.data.tool_format, self.tokenizer)  # as the checkpoint was trained
+        calls_of = parse_tool_calls if fmt == "toolrl" else (lambda text: [dict(c) for c in parse_calls(text, fmt).calls])
 
         if batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
@@ -345,7 +353,7 @@ class RouterInference:
                     "route": ROUTE_NAMES[int(routed.actions[j])],
                     "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
                     "response": response,
-                    "tool_calls": parse_tool_calls(response),
+                    "tool_calls": calls_of(response),
                     **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),
                     **({"data_source": row.data_source} if row.data_source is not None else {}),
                 })

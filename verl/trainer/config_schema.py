@@ -64,7 +64,7 @@ class RewardModelFSDPConfig:
 class RewardModelModelConfig:
     """``reward_model.model`` (upstream's keys; model-based rewards are refused at load)."""
 
-    input_tokenizer: str = MISSING
+    input_tokenizer: Optional[str] = MISSING
     path: Optional[str] = MISSING
     external_lib: Optional[str] = MISSING
     use_remove_padding: bool = MISSING

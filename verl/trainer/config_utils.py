@@ -168,8 +168,9 @@ def _unknown_keys(config: DictConfig, base: DictConfig, prefix: str = "") -> lis
 
 def check_known_keys(config: DictConfig) -> None:
     """Refuse keys that ``ppo_trainer.yaml`` does not define, such as ``+actor_rollout_ref.actor.optim.lrr=1e-5``
-    (Hydra's ``+`` adds a key that nothing would read). Keys under :data:`OPEN_SECTIONS` and below a key whose default
-    is null (the user supplies the whole mapping) are accepted.
+    (Hydra's ``+`` adds a key that nothing would read). Keys under :data:`OPEN_SECTIONS` are accepted; below a key
+    whose default is null this check lets a mapping through, and :func:`typed_config` then accepts it only where the
+    schema types that key ``Any`` (e.g. ``data.train_files``). A config that is already typed is not checked again.
 
     Raises:
         ConfigError: naming every unknown key and, where one exists, the defined key of the closest spelling.
@@ -371,9 +372,20 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
             raise ConfigError(f"{where}.ppo_mini_batch_size × rollout.n ({mini} × {n}) must be divisible by the "
                               f"number of workers ({n_workers})")
         if not section.use_dynamic_bsz:
+            if section.ppo_micro_batch_size_per_gpu is None:
+                raise ConfigError(f"{where}.ppo_micro_batch_size_per_gpu=null needs {where}.use_dynamic_bsz=true")
             micro = int(section.ppo_micro_batch_size_per_gpu)
             _check_divides(micro, rows // n_workers, f"{where}.ppo_micro_batch_size_per_gpu",
                            f"{where}.ppo_mini_batch_size × rollout.n / workers")
+    passes = [("actor_rollout_ref.ref", arr.ref, "log_prob_"), ("actor_rollout_ref.rollout", arr.rollout, "log_prob_")]
+    if config.critic.enable:
+        passes.append(("critic", config.critic, "forward_"))
+    for where, section, prefix in passes:  # a null micro batch is a per-token budget only (dynamic batch size)
+        dynamic = section.log_prob_use_dynamic_bsz if prefix == "log_prob_" else section.use_dynamic_bsz
+        if section[f"{prefix}micro_batch_size_per_gpu"] is None and not dynamic:
+            raise ConfigError(f"{where}.{prefix}micro_batch_size_per_gpu=null needs "
+                              f"{where}.{'log_prob_use_dynamic_bsz' if prefix == 'log_prob_' else 'use_dynamic_bsz'}"
+                              "=true")
     if arr.actor.use_kl_loss and config.algorithm.use_kl_in_reward:
         logger.warning("both actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are on: "
                        "the KL term is applied twice")
@@ -381,7 +393,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         raise ConfigError("data.max_prompt_length and data.max_response_length must be positive")
     if check_files:
         for key in ("train_files", "val_files"):
-            files = config.data.get(key)
+            files = config.data[key]
             if files is None:
                 continue
             for path in ([files] if isinstance(files, str) else list(files)):
@@ -396,6 +408,9 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
 
     if config.data.tool_format != "auto" and config.data.tool_format not in TOOL_FORMATS:
         raise ConfigError(f"data.tool_format={config.data.tool_format!r}: auto or one of {sorted(TOOL_FORMATS)}")
+    if config.env.env_name and config.data.tool_format != "toolrl":
+        raise ConfigError(f"data.tool_format={config.data.tool_format!r} with env.env_name: the agent environments "
+                          "score ToolRL's format only; leave data.tool_format=toolrl")
     buffer = config.reward_model.overlong_buffer
     if buffer.enable and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
         raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "

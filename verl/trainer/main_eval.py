@@ -176,7 +176,8 @@ def decision_right(gt_calls: Sequence[Mapping], scored: Mapping) -> bool:
     return bool(scored["exact_match"]) if gt_calls else (scored["num_calls"] == 0 and not scored["parse_failure"])
 
 
-def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen") -> dict[str, float]:
+def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen",
+                tool_format: str = "toolrl") -> dict[str, float]:
     """The per-row values of a paired comparison (:mod:`verl.trainer.eval_compare`): ``exact_match`` (1.0 when the
     predicted calls equal the ground truth's; on a no-call row, when nothing was called and nothing failed to parse)
     and, for rows with a ground-truth string, the RLLA reward's ``score``, ``format`` and ``correctness``.
@@ -185,12 +186,12 @@ def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen") -
         InvalidGroundTruthError, ValueError: the ground truth cannot be read (the row is named).
     """
     gt_calls = _row_gt_calls(row)
-    scored = score_prediction(row["response"], gt_calls)
+    scored = score_prediction(row["response"], gt_calls, tool_format)
     right = decision_right(gt_calls, scored)
     out = {"exact_match": float(right)}
     if isinstance(row.get("ground_truth"), str):
         score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
-                                                   switches=switches)
+                                                   switches=switches, tool_format=tool_format)
         out.update(score=float(score), format=float(fmt), correctness=float(correctness))
     return out
 
@@ -435,7 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if baseline is not None:
             switches = RewardSwitches.from_env()
             try:
-                paired = paired_comparison(baseline, rows, lambda row: row_metrics(row, switches))
+                paired = paired_comparison(baseline, rows,
+                                           lambda row: row_metrics(row, switches, tool_format=args.tool_format))
             except ValueError as err:  # the two files are not of the same prompts: a usage error, named
                 sys.stderr.write(f"main_eval: error: --baseline {args.baseline}: {err}\n")
                 return 2

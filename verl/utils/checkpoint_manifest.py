@@ -28,6 +28,7 @@ RESUME_KEYS = (
     "actor_rollout_ref.model.path", "trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
     "actor_rollout_ref.rollout.n", "actor_rollout_ref.actor.ppo_mini_batch_size", "algorithm.adv_estimator",
     "data.seed", "data.shuffle", "critic.enable", "router.enable", "router.head",
+    "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha", "actor_rollout_ref.model.target_modules",
 )
 
 
@@ -239,10 +240,11 @@ def rotate_checkpoints(root: Path, keep: int | None, run_id: str | None = None) 
 
 
 def config_differences(saved: dict, current: dict, allowed: list[str] | tuple = ()) -> list[str]:
-    """``key: saved -> current`` for every resume key that differs and is not in ``allowed``."""
+    """``key: saved -> current`` for every resume key that differs and is not in ``allowed`` (a key the checkpoint
+    was written without, by an older version, is not compared)."""
     diffs = []
     for key in RESUME_KEYS:
-        if key in allowed:
+        if key in allowed or key not in saved:
             continue
         if saved.get(key) != current.get(key):
             diffs.append(f"{key}: checkpoint {saved.get(key)!r} -> now {current.get(key)!r}")

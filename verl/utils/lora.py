@@ -35,7 +35,8 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
         The ``peft.PeftModel``; its base parameters have ``requires_grad=False``.
 
     Raises:
-        ValueError: ``lora_rank`` not positive, ``lora_alpha`` not positive, or ``target_modules`` empty.
+        ValueError: ``lora_rank`` not positive, ``lora_alpha`` not positive, ``target_modules`` empty, or a target
+            that is not an ``nn.Linear`` (embeddings, GPT-2's ``Conv1D``).
     """
     from peft import LoraConfig, get_peft_model
 
@@ -49,7 +50,15 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
             raise ValueError("actor_rollout_ref.model.target_modules is empty")
     config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
                         task_type="CAUSAL_LM")
-    return get_peft_model(model, config)
+    peft_model = get_peft_model(model, config)
+    # merged_state_dict and the adapter-only checkpoints handle nn.Linear layers (W [out, in]); an embedding or a
+    # GPT-2-style Conv1D (W stored transposed) target would be merged wrongly or left out of checkpoints
+    for name, module in peft_model.named_modules():
+        base = getattr(module, "base_layer", None)
+        if base is not None and (type(base) is not torch.nn.Linear or getattr(module, "fan_in_fan_out", False)):
+            raise ValueError(f"actor_rollout_ref.model.target_modules: {name} is a {type(base).__name__}; LoRA RL "
+                             "supports nn.Linear layers only (e.g. target_modules=[q_proj,k_proj,v_proj,o_proj])")
+    return peft_model
 
 
 def is_lora(module: torch.nn.Module) -> bool:

@@ -1,7 +1,7 @@
 """Typed config of the worker sections: ``actor_rollout_ref`` and ``critic`` of ``ppo_trainer.yaml``.
 
 The YAML is the single source of defaults: every field here is ``MISSING`` until the composed YAML is merged in
-(``verl.trainer.config_schema.typed_config``), so a key the YAML lacks is an error at load, not a silent default. The
+(``verl.trainer.config_utils.typed_config``), so a key the YAML lacks is an error at load, not a silent default. The
 result is an OmegaConf ``DictConfig`` whose nodes carry these types: values are converted or refused when the config
 is built and on every later assignment (``actor.optim.lr=abc`` fails naming ``actor_rollout_ref.actor.optim.lr``),
 an unknown key is refused, and code reads attributes (``cfg.actor.clip_ratio``). Fields below a "derived" comment are
@@ -88,7 +88,7 @@ class ActorConfig:
     strategy: str = MISSING
     ppo_mini_batch_size: int = MISSING
     ppo_micro_batch_size: Optional[int] = MISSING
-    ppo_micro_batch_size_per_gpu: int = MISSING
+    ppo_micro_batch_size_per_gpu: Optional[int] = MISSING  # null: only with use_dynamic_bsz
     use_dynamic_bsz: bool = MISSING
     ppo_max_token_len_per_gpu: int = MISSING
     grad_clip: float = MISSING
@@ -132,7 +132,7 @@ class RefConfig:
 
     fsdp_config: RefFSDPConfig = field(default_factory=RefFSDPConfig)
     log_prob_micro_batch_size: Optional[int] = MISSING
-    log_prob_micro_batch_size_per_gpu: int = MISSING
+    log_prob_micro_batch_size_per_gpu: Optional[int] = MISSING  # null: only with log_prob_use_dynamic_bsz
     log_prob_use_dynamic_bsz: bool = MISSING
     log_prob_max_token_len_per_gpu: int = MISSING
     ulysses_sequence_parallel_size: int = MISSING
@@ -170,7 +170,7 @@ class RolloutConfig:
     max_num_batched_tokens: int = MISSING
     max_num_seqs: int = MISSING
     log_prob_micro_batch_size: Optional[int] = MISSING
-    log_prob_micro_batch_size_per_gpu: int = MISSING
+    log_prob_micro_batch_size_per_gpu: Optional[int] = MISSING  # null: only with log_prob_use_dynamic_bsz
     log_prob_use_dynamic_bsz: bool = MISSING
     log_prob_max_token_len_per_gpu: int = MISSING
     micro_batch_size: Optional[int] = MISSING  # null: one generate() call per batch
@@ -222,9 +222,9 @@ class CriticConfig:
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     ppo_mini_batch_size: int = MISSING
     ppo_micro_batch_size: Optional[int] = MISSING
-    ppo_micro_batch_size_per_gpu: int = MISSING
+    ppo_micro_batch_size_per_gpu: Optional[int] = MISSING  # null: only with use_dynamic_bsz
     forward_micro_batch_size: Optional[int] = MISSING
-    forward_micro_batch_size_per_gpu: int = MISSING
+    forward_micro_batch_size_per_gpu: Optional[int] = MISSING  # null: only with use_dynamic_bsz
     use_dynamic_bsz: bool = MISSING
     ppo_max_token_len_per_gpu: int = MISSING
     forward_max_token_len_per_gpu: int = MISSING

@@ -31,6 +31,7 @@ import tempfile
 from collections.abc import Mapping
 
 import torch
+from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
 from verl.utils.model_presets import prepare_model
@@ -219,7 +220,7 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
             max_num_seqs=int(config.max_num_seqs), load_format="dummy" if dummy else "auto",
             trust_remote_code=bool(model_config.trust_remote_code),
             gpu_memory_utilization=float(config.gpu_memory_utilization),
-            enable_sleep_mode=self.sleep_mode, engine_kwargs=dict(config.engine_kwargs.get("vllm") or {}))
+            enable_sleep_mode=self.sleep_mode, engine_kwargs=OmegaConf.to_container(config.engine_kwargs, resolve=True).get("vllm"))
         # dummy weights must be replaced by the actor's before the first generation
         self._synced_version = None if dummy else _weights_version(module)
         self._asleep = False
