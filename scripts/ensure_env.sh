@@ -51,7 +51,7 @@ _ee_install() {  # $1: the venv's python; installs what the project needs into i
       sleep $((attempt * 20)); }
   done
   echo "set-up failed three times; the error lines and the last lines of $log:" >&2
-  grep -E "^(ERROR|[A-Za-z_.]*(Error|Exception))" "$log" | tail -n 8 >&2
+  { grep -E "^(ERROR|[A-Za-z_.]*(Error|Exception))" "$log" || true; } | tail -n 8 >&2
   tail -n 25 "$log" >&2
   return 1
 }
