@@ -111,16 +111,12 @@ def async_run(args, tmp: Path, deadline: float) -> dict:
     return step
 
 
-def flatten(results: dict, prefix: str = "") -> dict:
+def flatten(results: dict) -> dict:
     """Numeric leaves of ``results`` as ``{"a/b/c": value}`` (for the comparison and the table)."""
-    out = {}
-    for key, value in results.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(flatten(value, name + "/"))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            out[name] = float(value)
-    return out
+    from verl.utils.checkpoint_manifest import flatten as flatten_keys
+
+    return {name: float(value) for name, value in flatten_keys(results, sep="/").items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)}
 
 
 def compare(figures: dict, previous: Path | None) -> dict:

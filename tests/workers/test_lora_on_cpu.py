@@ -110,15 +110,20 @@ def test_a_lora_actor_step_equals_a_hand_built_peft_step(tiny_model_dir):
     assert moved and all(".lora_" in name for name in moved)  # the adapters moved, the base did not
 
 
-@pytest.fixture(scope="module")
-def lora_worker(tiny_model_dir):
-    cfg = trainer_config(tiny_model_dir, **{"actor_rollout_ref.model.lora_rank": RANK,
-                                            "actor_rollout_ref.model.lora_alpha": ALPHA,
-                                            "actor_rollout_ref.actor.use_kl_loss": True})
-    torch.manual_seed(0)
+def make_lora_worker(model_dir: str, seed: int) -> ActorRolloutRefWorker:
+    """An actor/rollout/ref worker with LoRA adapters (rank RANK, alpha ALPHA) initialised from ``seed``."""
+    cfg = trainer_config(model_dir, **{"actor_rollout_ref.model.lora_rank": RANK,
+                                       "actor_rollout_ref.model.lora_alpha": ALPHA,
+                                       "actor_rollout_ref.actor.use_kl_loss": True})
+    torch.manual_seed(seed)
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
     worker.init_model()
     return worker
+
+
+@pytest.fixture(scope="module")
+def lora_worker(tiny_model_dir):
+    return make_lora_worker(tiny_model_dir, seed=0)
 
 
 def test_the_reference_is_the_base_model_without_a_second_copy(lora_worker, tokenizer, tiny_model_dir):
@@ -147,12 +152,7 @@ def test_checkpoint_holds_the_adapters_and_resumes_bitwise(lora_worker, tokenize
     torch.testing.assert_close(response_log_probs(export, batch), response_log_probs(lora_worker.actor_module, batch),
                                rtol=0, atol=1e-5)
     # resume: a fresh worker (other random adapters) loads the checkpoint, then both take the same step
-    cfg = trainer_config(tiny_model_dir, **{"actor_rollout_ref.model.lora_rank": RANK,
-                                            "actor_rollout_ref.model.lora_alpha": ALPHA,
-                                            "actor_rollout_ref.actor.use_kl_loss": True})
-    torch.manual_seed(123)
-    resumed = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
-    resumed.init_model()
+    resumed = make_lora_worker(tiny_model_dir, seed=123)
     resumed.load_checkpoint(str(tmp_path / "step"))
     for (name, a), b in zip(lora_worker.actor_module.state_dict().items(), resumed.actor_module.state_dict().values()):
         assert torch.equal(a, b), name

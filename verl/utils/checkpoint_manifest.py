@@ -66,13 +66,13 @@ def git_commit() -> str | None:
         return None
 
 
-def flatten(config: dict, prefix: str = "") -> dict:
-    """``{"a.b.c": value}`` for a nested dict (lists kept as values)."""
+def flatten(config: dict, prefix: str = "", sep: str = ".") -> dict:
+    """``{"a.b.c": value}`` for a nested dict (lists kept as values; ``sep`` joins the keys)."""
     out = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(flatten(value, name + "."))
+            out.update(flatten(value, name + sep, sep))
         else:
             out[name] = value
     return out

@@ -320,14 +320,12 @@ def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: fl
         return cmin
 
 
-def format_reward_in(prediction: str, ground_truth: str, fmax: float, fmin: float, fmt: str) -> float:
+def format_reward_in(parsed: Any, prediction: str, ground_truth: str, fmax: float, fmin: float) -> float:
     """The format term for a tool-call format other than ToolRL's (``data.tool_format``; ``docs/rlla_reward.md``
     "Other tool-call formats"): ``fmax`` when the response has the ground truth's shape in ``fmt`` — a call attempted
     and read without failures where the GT calls a tool, no call attempted (and some text) where it does not — else
-    ``fmin``. ToolRL's own ``<think>`` / tag layout is not asked for."""
-    from verl.utils.reward_score.tool_formats import parse_calls
-
-    parsed = parse_calls(prediction, fmt)
+    ``fmin``. ToolRL's own ``<think>`` / tag layout is not asked for. ``parsed``: ``tool_formats.parse_calls`` of
+    ``prediction`` in that format."""
     if open_tag(TOOL_CALL) in ground_truth:
         ok = parsed.attempted and bool(parsed.calls) and not parsed.failures
     else:
@@ -335,20 +333,18 @@ def format_reward_in(prediction: str, ground_truth: str, fmax: float, fmin: floa
     return fmax if ok else fmin
 
 
-def correctness_reward_in(prediction: str, ground_truth: str, cmax: float, cmin: float, switches: RewardSwitches,
-                          fmt: str) -> float:
+def correctness_reward_in(parsed: Any, ground_truth: str, cmax: float, cmin: float,
+                          switches: RewardSwitches) -> float:
     """:func:`correctness_reward` with the calls read by ``fmt``'s parser: 0.0 when the GT has no tool call, ``cmin``
     when the response's calls cannot all be read, else the same matching of names and parameters as ToolRL's.
+    ``parsed``: ``tool_formats.parse_calls`` of the prediction in that format.
 
     Raises:
         InvalidGroundTruthError: see ``parse_ground_truth_tools``.
     """
-    from verl.utils.reward_score.tool_formats import parse_calls
-
     if open_tag(TOOL_CALL) not in ground_truth:
         return 0.0
     gt_tools = parse_ground_truth_tools(ground_truth)
-    parsed = parse_calls(prediction, fmt)
     if not parsed.attempted or parsed.parse_failed:
         return cmin
     return compute_tool_call_reward(gt_tools, [dict(c) for c in parsed.calls], cmax, cmin, switches)
@@ -393,8 +389,11 @@ def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper
         format_score = format_reward(prediction, ground_truth, fmax, fmin)
         correctness_score = correctness_reward(prediction, ground_truth, cmax, cmin, sw)
     else:
-        format_score = format_reward_in(prediction, ground_truth, fmax, fmin, tool_format)
-        correctness_score = correctness_reward_in(prediction, ground_truth, cmax, cmin, sw, tool_format)
+        from verl.utils.reward_score.tool_formats import parse_calls
+
+        parsed = parse_calls(prediction, tool_format)  # read once, for both terms
+        format_score = format_reward_in(parsed, prediction, ground_truth, fmax, fmin)
+        correctness_score = correctness_reward_in(parsed, ground_truth, cmax, cmin, sw)
     length_score = length_reward(prediction, step, sw) if sw.withlength else 0.0
     score = format_score + correctness_score + length_score
     if logger.isEnabledFor(logging.DEBUG):
