@@ -9,9 +9,11 @@ layouts: padded, packed (``use_remove_padding``) and shared-prompt (``use_shared
 micro-batch). MFU counts the model FLOPs of the valid tokens of the unshared batch (``verl.utils.flops_counter``: 3x
 forward, logits at response positions) against the GPU's dense bf16 peak, so for the shared layout it is the
 "effective" MFU (useful work of the unshared computation per second); the FLOPs the shared layout really executes are
-printed beside it. The rollout is ``HFRollout.generate_sequences`` (KV cache, sampling at temperature 1) on the same
-prompts with ``n`` samples each, with the shared prefill off and on; tokens/s counts generated tokens up to EOS
-(random weights rarely stop, so nearly all R).
+printed beside it. ``--attn-implementation flex_attention`` runs the layouts through FlexAttention (block masks);
+``--compile-layers`` compiles each decoder layer for the update pass. The rollout is ``HFRollout.generate_sequences``
+(KV cache, sampling at temperature 1) on the same prompts with ``n`` samples each: plain, with the shared prefill, and
+with a static KV cache (``rollout.cache_implementation=static``, decoded by a compiled forward on CUDA); tokens/s
+counts generated tokens up to EOS (random weights rarely stop, so nearly all R), after a first (warm-up) call.
 
     python benchmarks/bench_gpu_mfu.py --json mfu.json        # needs a CUDA GPU
 """
@@ -108,6 +110,15 @@ def main() -> None:
     parser.add_argument("--cpu-smoke", action="store_true", help="run a 2-layer model on CPU (checks the script only)")
     parser.add_argument("--model-shape", default="qwen2-0.5b", choices=sorted(SHAPES),
                         help="architecture of the randomly initialised model")
+    parser.add_argument("--attn-implementation", default="sdpa",
+                        help="transformers attention (model.override_config.attn_implementation): sdpa, "
+                             "flex_attention, ...")
+    parser.add_argument("--compile-layers", action="store_true",
+                        help="torch.compile each decoder layer for the update pass (regional compilation)")
+    parser.add_argument("--layouts", default="padded,packed,shared", help="update-pass layouts to time")
+    parser.add_argument("--rollouts", default="plain,shared_prefill,static",
+                        help="HF rollout variants to time (static: rollout.cache_implementation=static); '' for none")
+    parser.add_argument("--rollout-steps", type=int, default=2)
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
         raise SystemExit("bench_gpu_mfu.py needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -130,14 +141,20 @@ def main() -> None:
     family, shape = SHAPES[args.model_shape]
     config = getattr(transformers, f"{family}Config")(**{**shape, **(dict(num_hidden_layers=2) if args.cpu_smoke
                                                                        else {})})
-    model = getattr(transformers, f"{family}ForCausalLM")(config).to(device)  # float32 master weights
+    model = getattr(transformers, f"{family}ForCausalLM")._from_config(
+        config, attn_implementation=args.attn_implementation).to(device)  # float32 master weights
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    layers = model.model.layers
+    if args.compile_layers:  # regional compilation: one compiled graph per decoder layer, reused by all of them
+        for layer in layers:
+            layer.compile(dynamic=True)
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     batch, prompts, seq_lens, response_tokens = build_batch(args, tokenizer, device)
     flops = train_flops(config, seq_lens, logit_positions=response_tokens)
-    results = dict(gpu=gpu, model_shape=args.model_shape, peak_bf16_flops=peak, params=params, rows=len(batch),
+    results = dict(gpu=gpu, model_shape=args.model_shape, attn_implementation=args.attn_implementation,
+                   compile_layers=args.compile_layers, peak_bf16_flops=peak, params=params, rows=len(batch),
                    args=vars(args),
                    prompt_tokens=sum(len(p) for p in prompts) * args.n, response_tokens=response_tokens,
                    padded_tokens=int(batch.batch["attention_mask"].numel()), model_flops_per_update=flops,
@@ -152,7 +169,7 @@ def main() -> None:
     shared_flops = 3 * shared_prompt_forward_flops(config, groups, logit_positions=response_tokens)
     print(f"shared-prompt layout executes {shared_flops / 1e12:.2f} TFLOPs per update "
           f"({shared_flops / flops:.2f}x of the unshared count)")
-    for layout in ("padded", "packed", "shared"):
+    for layout in [name for name in args.layouts.split(",") if name]:
         actor_cfg = default_section("actor_rollout_ref.actor", **dict(
             ppo_mini_batch_size=len(batch), ppo_micro_batch_size_per_gpu=args.micro_batch, use_dynamic_bsz=False,
             use_remove_padding=layout == "packed", use_shared_prompt=layout == "shared", compute_dtype="bfloat16",
@@ -175,25 +192,32 @@ def main() -> None:
         position_ids=batch.batch["position_ids"][:: args.n, :-args.response_length]),
         meta_info=dict(n=args.n, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id or 0))
     results["rollout"] = {}
-    for shared_prefill in (False, True):
+    for layer in layers:  # the rollout runs the layers uncompiled (its own static-cache compile is a variant)
+        layer._compiled_call_impl = None
+    if args.attn_implementation != "sdpa":  # generation decodes with sdpa (a KV cache, no packing)
+        model.set_attn_implementation("sdpa")
+    for variant in [name for name in args.rollouts.split(",") if name]:
         rollout = HFRollout(model, default_section("actor_rollout_ref.rollout", **dict(
             response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0, do_sample=True,
-            dtype="bfloat16", micro_batch_size=args.rollout_micro_batch, shared_prefill=shared_prefill)), tokenizer)
+            dtype="bfloat16", micro_batch_size=args.rollout_micro_batch, shared_prefill=variant == "shared_prefill",
+            cache_implementation="static" if variant == "static" else None)), tokenizer)
         gen_times, gen_tokens = [], []
-        for i in range(args.warmup + args.steps):
+        for i in range(1 + args.rollout_steps):  # the first call warms up (and compiles the static cache's decode)
             _sync()
             start = time.perf_counter()
             out = rollout.generate_sequences(gen_batch)
             _sync()
-            if i >= args.warmup:
+            if i >= 1:
                 gen_times.append(time.perf_counter() - start)
                 gen_tokens.append(int(out.batch["response_mask"].sum()))
+            else:
+                first_s = time.perf_counter() - start
         tok_s = sum(gen_tokens) / sum(gen_times)
-        results["rollout"]["shared_prefill" if shared_prefill else "plain"] = dict(
-            times_s=gen_times, tokens=gen_tokens, tokens_per_s=tok_s)
-        print(f"HF rollout, shared prefill {'on ' if shared_prefill else 'off'}: {len(gen_batch) * args.n} sequences, "
-              f"up to {args.response_length} new tokens, micro-batch {args.rollout_micro_batch} prompts: "
-              f"{tok_s:.0f} generated tokens/s (median of {args.steps})")
+        results["rollout"][variant] = dict(times_s=gen_times, tokens=gen_tokens, tokens_per_s=tok_s,
+                                           first_call_s=first_s)
+        print(f"HF rollout, {variant}: {len(gen_batch) * args.n} sequences, up to {args.response_length} new tokens, "
+              f"micro-batch {args.rollout_micro_batch} prompts: {tok_s:.0f} generated tokens/s (mean of "
+              f"{args.rollout_steps} after a first call of {first_s:.1f} s)")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(results, fh, indent=1)

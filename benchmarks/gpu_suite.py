@@ -2,13 +2,20 @@
 
 Runs, each as a child process with its own time limit (the whole suite stays under ``--budget-s``, 25 min by default):
 
-1. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512) with
-   gradient checkpointing off and on, and on the SmolLM2-135M-shaped model: update-pass MFU in the padded, packed and
-   shared-prompt layouts, peak memory, and the HF rollout's generated tokens/s (shared prefill off / on);
-2. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``smollm2-135m`` (``trainer.single_process=true``: the GPU
-   machines have no Ray): seconds per step and each phase's share of the step;
-3. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
+1. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512): the
+   padded, packed and shared-prompt layouts with sdpa, the packed and shared ones with FlexAttention, all three with
+   each decoder layer compiled, and with gradient checkpointing; and on the SmolLM2-135M-shaped model: update-pass
+   MFU, peak memory, and the HF rollout's generated tokens/s (plain, shared prefill, static KV cache);
+2. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path);
+3. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
+   where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray):
+   seconds per step and each phase's share of the step;
+4. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
    with the reason);
+5. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` (ratio new / old).
+
+``--only`` picks steps and ``--resume JSON`` keeps the steps an earlier run wrote, so the suite can be split over
+several calls of a machine with a per-call time limit.
 4. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` (ratio new / old).
 
 Everything goes into one JSON (``--output``, default ``benchmarks/results/gpu_<date>.json``) and a Markdown table on
@@ -53,9 +60,13 @@ def mfu_runs(args, tmp: Path, deadline: float) -> dict:
         sizes = ["--cpu-smoke", "--prompts", "2", "--n", "2", "--response-length", "16", "--micro-batch", "2",
                  "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2"]
     else:
-        configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"],
-                   "qwen2-0.5b_gc": ["--model-shape", "qwen2-0.5b", "--gradient-checkpointing"],
-                   "smollm2-135m": ["--model-shape", "smollm2-135m"]}
+        qwen, no_rollout = ["--model-shape", "qwen2-0.5b"], ["--rollouts", ""]
+        configs = {"qwen2-0.5b": qwen,
+                   "qwen2-0.5b_flex": [*qwen, "--attn-implementation", "flex_attention", "--layouts", "packed,shared",
+                                       *no_rollout],
+                   "qwen2-0.5b_compiled": [*qwen, "--compile-layers", *no_rollout],
+                   "qwen2-0.5b_gc": [*qwen, "--gradient-checkpointing", *no_rollout],
+                   "smollm2-135m": ["--model-shape", "smollm2-135m", "--rollouts", "plain,static"]}
         sizes = ["--prompts", "8", "--n", "4", "--response-length", "512", "--micro-batch", "8"]
     out = {}
     for name, extra in configs.items():
@@ -72,16 +83,46 @@ def mfu_runs(args, tmp: Path, deadline: float) -> dict:
     return out
 
 
+def exactness_run(args, tmp: Path, deadline: float) -> dict:
+    """The exactness tests that need CUDA (FlexAttention's backward has no CPU implementation): the flex layouts'
+    gradients and whole updates against the padded sdpa path. On CPU (``--cpu-smoke``) the same file runs its
+    forward tests and skips those."""
+    return run_step("exactness", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                                  "tests/workers/test_flex_attention_on_cpu.py"], deadline - time.time())
+
+
+def random_model(shape: str, tmp: Path) -> str:
+    """A model directory with ``shape``'s architecture (``bench_gpu_mfu.SHAPES``), weights from a fixed seed and the
+    real SmolLM2 tokenizer: the trainer's step time on machines without the pretrained weights (random weights rarely
+    emit EOS, so every response runs to its length: the slowest case)."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer
+
+    from bench_gpu_mfu import SHAPES  # this script's folder is on sys.path
+    from verl.utils.model_presets import prepare_tokenizer
+
+    family, config = SHAPES[shape]
+    torch.manual_seed(0)
+    model = getattr(transformers, f"{family}ForCausalLM")(getattr(transformers, f"{family}Config")(**config))
+    path = tmp / f"random_{shape}"
+    model.save_pretrained(path)
+    AutoTokenizer.from_pretrained(str(prepare_tokenizer())).save_pretrained(path)
+    return str(path)
+
+
 def train_run(args, tmp: Path, deadline: float) -> dict:
     """Step 2 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps."""
     run_dir = tmp / "train_grpo"
     env = {**os.environ, "RUN_DIR": str(run_dir), "EXPERIMENT_NAME": "gpu_suite", "SINGLE_PROCESS": "True",
            "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "TOTAL_STEPS": "1" if args.cpu_smoke else "10",
-           "BASE_MODEL": "tiny" if args.cpu_smoke else "smollm2-135m", "PYTHON": sys.executable}
+           "BASE_MODEL": "tiny" if args.cpu_smoke else args.train_model, "PYTHON": sys.executable}
+    if env["BASE_MODEL"].startswith("random:"):
+        env["BASE_MODEL"] = random_model(env["BASE_MODEL"][len("random:"):], tmp)
     if args.cpu_smoke:
         env.update(N_GPUS="0", TRAIN_BATCH_SIZE="2", PPO_MINI_BATCH_SIZE="2", MICRO_BATCH_PER_GPU="2", ROLLOUT_N="2",
                    MAX_RESPONSE_LENGTH="8")
-    step = run_step("train_grpo", ["bash", "train_grpo.sh", f"trainer.default_local_dir={tmp}/ckpt",
+    step = run_step(f"train_grpo ({args.train_model})", ["bash", "train_grpo.sh", f"trainer.default_local_dir={tmp}/ckpt",
                                    "trainer.val_before_train=False", "trainer.single_process=true"],
                     deadline - time.time(), env=env)
     metrics = run_dir / "metrics.jsonl"
@@ -91,7 +132,7 @@ def train_run(args, tmp: Path, deadline: float) -> dict:
         step_s = sum(r["timing_s/step"] for r in later) / len(later)
         phases = {k[len("timing_s/"):]: sum(r.get(k, 0.0) for r in later) / len(later) / step_s
                   for k in later[0] if k.startswith("timing_s/") and k != "timing_s/step"}
-        step.update(steps=len(records), step_s=step_s, phase_share={k: round(v, 3) for k, v in phases.items()})
+        step.update(model=args.train_model, steps=len(records), step_s=step_s, phase_share={k: round(v, 3) for k, v in phases.items()})
     return step
 
 
@@ -109,6 +150,9 @@ def async_run(args, tmp: Path, deadline: float) -> dict:
         step["result"] = {k: summary[k] for k in ("rollouts_trained_per_s", "rollouts_generated_per_s",
                                                   "learner_step_s_median", "frac_on_policy") if k in summary}
     return step
+
+
+STEPS = {"update_mfu": mfu_runs, "exactness": exactness_run, "train_grpo": train_run, "async": async_run}
 
 
 def flatten(results: dict) -> dict:
@@ -132,7 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on CPU: checks the suite, not the GPU")
     parser.add_argument("--output", default=None, help="JSON (default benchmarks/results/gpu_<date>.json)")
     parser.add_argument("--budget-s", type=float, default=25 * 60, help="the whole suite's time limit")
+    parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps to run, of {', '.join(STEPS)}")
+    parser.add_argument("--resume", default=None, help="a JSON an earlier (partial) run wrote: its steps are kept "
+                                                       "and only the others run (a suite split over several calls)")
+    parser.add_argument("--train-model", default="smollm2-135m",
+                        help="train_grpo.sh's BASE_MODEL; random:<shape> (e.g. random:smollm2-135m) builds that "
+                             "architecture with seeded random weights where the pretrained ones are not available")
     args = parser.parse_args(argv)
+    unknown = set(args.only.split(",")) - set(STEPS)
+    if unknown:
+        parser.error(f"--only: unknown step(s) {sorted(unknown)}; expected some of {', '.join(STEPS)}")
     import torch
 
     if not args.cpu_smoke and not torch.cuda.is_available():
@@ -144,10 +197,15 @@ def main(argv: list[str] | None = None) -> int:
     output = Path(args.output or REPO_ROOT / "benchmarks" / "results" / f"gpu_{stamp}.json")
     committed = sorted(glob.glob(str(REPO_ROOT / "benchmarks" / "results" / "gpu_*.json")))
     previous = Path(committed[-1]) if committed and not args.cpu_smoke else None
+    steps = json.loads(Path(args.resume).read_text())["steps"] if args.resume else {}
     with tempfile.TemporaryDirectory(prefix="gpu_suite_") as tmp:
-        tmp = Path(tmp)
-        steps = {"update_mfu": mfu_runs(args, tmp, deadline), "train_grpo": train_run(args, tmp, deadline),
-                 "async": async_run(args, tmp, deadline)}
+        for name in args.only.split(","):
+            if name not in steps:
+                steps[name] = STEPS[name](args, Path(tmp), deadline)
+    steps = {name: steps[name] for name in STEPS if name in steps}
+    steps.setdefault("update_mfu", {})
+    steps.setdefault("train_grpo", {})
+    steps.setdefault("async", {})
     figures = {
         "update_mfu": {name: s.get("update", {}) for name, s in steps["update_mfu"].items()},
         "rollout_tokens_per_s": {name: s.get("rollout_tokens_per_s", {}) for name, s in steps["update_mfu"].items()},
@@ -165,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| figure | value | vs previous |\n|---|---|---|")
     for name, value in sorted(flatten(figures).items()):
         print(f"| {name} | {value:.4g} | {ratios.get(name, '-')} |")
-    failed = [name for name, s in steps.items() if isinstance(s, dict) and s.get("ok") is False and
+    failed = [name for name, s in steps.items() if name != "update_mfu" and s.get("ok") is False and
               not s.get("skipped")]
     failed += [f"update_mfu/{n}" for n, s in steps["update_mfu"].items() if not s.get("ok")]
     print(f"\nwritten {output}" + (f"; failed: {', '.join(failed)}" if failed else ""))

@@ -24,3 +24,12 @@ def test_gpu_suite_cpu_smoke(tmp_path):
     assert train["ok"] and train["step_s"] > 0 and 0.5 < sum(train["phase_share"].values()) <= 1.01
     assert "| update_mfu/qwen2-0.5b/padded/mfu |" in proc.stdout
     assert result["ratio_vs_previous"] == {}  # a smoke run is never compared with committed GPU results
+    assert result["steps"]["exactness"]["ok"]  # the FlexAttention file: forward tests here, backward ones skipped
+    # a suite split over calls: --resume keeps the steps already written and runs only what is missing
+    again = tmp_path / "again.json"
+    proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "--cpu-smoke", "--only", "update_mfu,train_grpo",
+                           "--resume", str(out), "--output", str(again)], cwd=REPO_ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "[gpu_suite]" not in proc.stdout  # nothing ran again
+    assert json.loads(again.read_text())["steps"] == result["steps"]

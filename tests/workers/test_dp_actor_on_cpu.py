@@ -125,7 +125,7 @@ def _update(model, overrides, data, lr=1e-2, optimizer_cls=torch.optim.AdamW):
 
 
 def test_update_changes_weights_and_reports_metrics(causal_lm):
-    module, metrics, _ = _update(causal_lm, {}, make_batch())
+    module, metrics, _ = _update(causal_lm, {"entropy_coeff": 0.01}, make_batch())
     changed = [n for (n, p), q in zip(module.named_parameters(), causal_lm.parameters()) if not torch.equal(p, q)]
     assert changed, "update_policy did not change any weight"
     for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/entropy",
@@ -133,6 +133,27 @@ def test_update_changes_weights_and_reports_metrics(causal_lm):
         assert key in metrics, key
     assert metrics["actor/grad_norm"] > 0 and metrics["actor/lr"] == pytest.approx(1e-2)
     assert metrics["actor/entropy"] > 0
+
+
+def test_update_skips_the_entropy_when_its_coefficient_is_zero(causal_lm, monkeypatch):
+    """With entropy_coeff 0 the update computes no entropy (verl's rule; the trainer reports actor/entropy from the
+    old-log-prob pass) and its weights equal those of an update that computes and detaches it."""
+    asked = []
+    original = DataParallelPPOActor._forward_micro_batch
+
+    def spy(self, micro, temperature, calculate_entropy=False):
+        asked.append(calculate_entropy)
+        return original(self, micro, temperature, calculate_entropy)
+
+    monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch", spy)
+    module, metrics, _ = _update(causal_lm, {"entropy_coeff": 0.0}, make_batch())
+    assert asked and not any(asked) and "actor/entropy" not in metrics
+    monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch",
+                        lambda self, micro, temperature, calculate_entropy=False: original(self, micro, temperature,
+                                                                                          True))
+    reference, _, _ = _update(causal_lm, {"entropy_coeff": 0.0}, make_batch())
+    for (name, p), q in zip(module.named_parameters(), reference.parameters()):
+        assert torch.equal(p, q), name
 
 
 def test_zero_advantages_give_zero_pg_loss_and_no_change(causal_lm):

@@ -181,3 +181,38 @@ def test_calculate_log_probs_is_the_sampling_distribution(causal_lm, tokenizer, 
     mask = out["response_mask"].bool()
     assert out["rollout_log_probs"].dtype == torch.float32 and not out["rollout_log_probs"][~mask].any()
     torch.testing.assert_close(out["rollout_log_probs"][mask], expected[mask], atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("shared_prefill", [False, True])
+def test_static_cache_decodes_the_same_tokens(causal_lm, tokenizer, prompts, shared_prefill):
+    """``rollout.cache_implementation=static``: greedy and seeded sampled tokens equal the dynamic cache's (3 prompts
+    x n=2, uneven left padding); with shared prefill asked for, the static path prefills every row instead."""
+    outputs = []
+    for cache in (None, "static"):
+        data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()},
+                                   meta_info={"do_sample": True, "n": 2})
+        torch.manual_seed(11)
+        rollout = HFRollout(causal_lm, rollout_config(cache_implementation=cache, shared_prefill=shared_prefill,
+                                                      micro_batch_size=3), tokenizer)
+        if cache == "static":
+            rollout._prefill_once = lambda *args: pytest.fail("a static cache must not be prefilled as a dynamic one")
+        sampled = rollout.generate_sequences(data).batch
+        greedy = rollout.generate_sequences(DataProto.from_dict(
+            tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"do_sample": False})).batch
+        outputs.append((sampled, greedy))
+    for dynamic, static in zip(*outputs):
+        for key in ("responses", "response_mask", "position_ids"):
+            assert torch.equal(static[key], dynamic[key]), key
+
+
+def test_cache_implementation_is_checked_at_load():
+    from verl.trainer.config_utils import ConfigError, default_config, validate_config
+
+    config = default_config()
+    config.actor_rollout_ref.rollout.cache_implementation = "sliding"
+    with pytest.raises(ConfigError, match="rollout.cache_implementation='sliding'"):
+        validate_config(config, check_files=False)
+    config.actor_rollout_ref.rollout.cache_implementation = "static"
+    config.actor_rollout_ref.rollout.name = "vllm"
+    with pytest.raises(ConfigError, match="only with rollout.name=hf"):
+        validate_config(config, check_files=False)

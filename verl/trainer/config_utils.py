@@ -356,6 +356,10 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
+    cache = arr.rollout.cache_implementation
+    if cache is not None and (cache not in ("dynamic", "static") or arr.rollout.name != "hf"):
+        raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation={cache!r}: null, 'dynamic' or 'static', "
+                          f"and only with rollout.name=hf (got {arr.rollout.name!r})")
     if (train_bs * n) % n_workers != 0:
         raise ConfigError(f"data.train_batch_size × actor_rollout_ref.rollout.n ({train_bs} × {n}) must be divisible "
                           f"by the number of workers (trainer.nnodes × trainer.n_gpus_per_node = {n_workers})")
@@ -404,6 +408,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     _validate_env(config)
     _validate_filter_groups(config)
     _validate_lora(config.actor_rollout_ref.model)
+    _validate_attention(config)
     from verl.utils.reward_score.tool_formats import TOOL_FORMATS
 
     if config.data.tool_format != "auto" and config.data.tool_format not in TOOL_FORMATS:
@@ -481,6 +486,23 @@ def _validate_lora(model: DictConfig) -> None:
     if not (isinstance(targets, str) and targets) and not (OmegaConf.is_list(targets) and len(targets)):
         raise ConfigError(f"actor_rollout_ref.model.target_modules={targets!r}: 'all-linear' or a non-empty list of "
                           "module names (e.g. [q_proj,v_proj])")
+
+
+def _validate_attention(config: DictConfig) -> None:
+    """``model.override_config.attn_implementation`` of the actor (and the critic when enabled) is one transformers
+    knows; the shared-prompt layout needs one that takes an arbitrary mask (``verl/utils/shared_prompt.py``)."""
+    from verl.utils.model_utils import attn_implementation_of
+    from verl.utils.shared_prompt import SUPPORTED_ATTENTION
+
+    for where, model in (("actor_rollout_ref", config.actor_rollout_ref.model), ("critic", config.critic.model)):
+        try:
+            implementation = attn_implementation_of(model)
+        except ValueError as err:
+            raise ConfigError(str(err).replace("actor_rollout_ref.", f"{where}.", 1)) from None
+        if where == "actor_rollout_ref" and model.use_shared_prompt and implementation not in SUPPORTED_ATTENTION:
+            raise ConfigError(f"actor_rollout_ref.model.use_shared_prompt=true needs attention that takes an arbitrary "
+                              f"mask ({', '.join(SUPPORTED_ATTENTION)}); override_config.attn_implementation is "
+                              f"{implementation!r}")
 
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:

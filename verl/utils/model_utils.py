@@ -8,7 +8,8 @@ One code path for CPU and GPU:
   one FSDP unit per decoder layer (``model._no_split_modules``) plus the root, on a 1-D device mesh over the world
   (gloo on CPU, nccl on CUDA, created by ``Worker.init_distributed``); a single rank keeps a plain module.
 
-Config keys read here: ``model.{path, override_config, enable_gradient_checkpointing, trust_remote_code}``,
+Config keys read here: ``model.{path, override_config (attn_implementation included), enable_gradient_checkpointing,
+trust_remote_code}``,
 ``optim.{lr, betas, weight_decay, lr_warmup_steps, lr_warmup_steps_ratio, warmup_style, min_lr_ratio,
 total_training_steps}`` and ``fsdp_config.param_offload``.
 """
@@ -64,8 +65,31 @@ def load_hf_config(model_config: DictConfig, **extra):
     path = prepare_model(model_config.path)
     hf_config = AutoConfig.from_pretrained(path, trust_remote_code=model_config.trust_remote_code)
     for key, value in {**_plain(model_config.override_config), **extra}.items():
-        setattr(hf_config, key, value)
+        if key != "attn_implementation":  # chosen at load (attn_implementation_of), as verl does
+            setattr(hf_config, key, value)
     return path, hf_config
+
+
+ATTN_IMPLEMENTATIONS = ("sdpa", "eager", "flex_attention", "flash_attention_2", "flash_attention_3")
+
+
+def attn_implementation_of(model_config: DictConfig) -> str:
+    """The attention kernel the model is loaded with: ``model.override_config.attn_implementation`` (verl's key),
+    default ``sdpa``.
+
+    ``flex_attention`` (PyTorch FlexAttention through transformers' own implementation) attends with block masks: the
+    packed layout (``use_remove_padding``) gets a document mask from the position ids, the shared-prompt layout a
+    block mask built from its group structure (``verl/utils/shared_prompt.py``), so neither builds a dense
+    ``[T, T]`` mask. Exactness against the padded ``sdpa`` path: ``tests/workers/test_flex_attention_on_cpu.py``.
+
+    Raises:
+        ValueError: a value outside :data:`ATTN_IMPLEMENTATIONS` (the message names the key).
+    """
+    value = _plain(model_config.override_config).get("attn_implementation") or "sdpa"
+    if value not in ATTN_IMPLEMENTATIONS:
+        raise ValueError(f"actor_rollout_ref.model.override_config.attn_implementation={value!r}: expected one of "
+                         f"{', '.join(ATTN_IMPLEMENTATIONS)}")
+    return value
 
 
 def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn.Module:
@@ -85,7 +109,8 @@ def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn
 
     path, hf_config = load_hf_config(model_config)
     model = AutoModelForCausalLM.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code
+        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code,
+        attn_implementation=attn_implementation_of(model_config),
     )
     model = _finish(model, model_config, trainable)
     if trainable and lora_rank(model_config) > 0:  # LoRA RL: only the adapters train (verl/utils/lora.py)
@@ -103,7 +128,8 @@ def load_value_model(model_config: DictConfig) -> torch.nn.Module:
 
     path, hf_config = load_hf_config(model_config, num_labels=1, classifier_dropout=0.0)
     model = AutoModelForTokenClassification.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code
+        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code,
+        attn_implementation=attn_implementation_of(model_config),
     )
     return _finish(model, model_config, trainable=True)
 
@@ -352,6 +378,8 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 __all__ = [
     "load_causal_lm",
     "load_value_model",
+    "attn_implementation_of",
+    "ATTN_IMPLEMENTATIONS",
     "compute_autocast",
     "apply_fsdp2",
     "build_optimizer",

@@ -27,8 +27,10 @@ One row per group, rather than one packed row for the whole micro-batch: a dense
 the square of the row length, so packing 8 RLLA groups (~11k tokens) into one row cost ~8x the attention FLOPs and
 memory of 8 rows of ~1.4k tokens (measured on the micro-batch-32 benchmark, ``benchmarks/bench_grpo_vs_trl.py``).
 
-The mask is dense, so this path needs an attention implementation that takes an arbitrary mask (``sdpa`` or
-``eager``); FlashAttention's varlen kernels cannot express "attend to the prompt, skip the siblings".
+The layout's mask is given densely, so this path needs an attention implementation that takes an arbitrary mask:
+``sdpa`` and ``eager`` take it as a 4-D tensor, ``flex_attention`` as a FlexAttention block mask built from it (whole
+blocks of masked keys are skipped, and no ``[T, T]`` mask is read by the kernel); FlashAttention's varlen kernels
+cannot express "attend to the prompt, skip the siblings".
 
 Coordinates: ``S = P + R`` columns per padded row, response in the last ``R`` columns (verl's layout: left-padded
 prompt, right-padded response).
@@ -39,7 +41,7 @@ from dataclasses import dataclass
 
 import torch
 
-SUPPORTED_ATTENTION = ("sdpa", "eager")
+SUPPORTED_ATTENTION = ("sdpa", "eager", "flex_attention")
 
 
 @dataclass
@@ -178,6 +180,7 @@ def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: tor
     converts it to that float mask itself in every layer and keeps each layer's copy for the backward pass (measured:
     4 layers of 8 x 1,900 x 1,900 keys held ~0.34 GB more than one shared float mask). The two give the same scores.
     ``eager`` adds the mask to the scores, so it gets 0 where allowed and the dtype's most negative value elsewhere.
+``flex_attention`` gets :func:`block_mask_from_dense` of it.
 
     Args:
         allowed: [G, 1, T, T] bool (``SharedPromptBatch.attention_mask``).
@@ -187,6 +190,8 @@ def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: tor
         ValueError: the model's attention implementation cannot take an arbitrary mask (e.g. flash_attention_2).
     """
     implementation = getattr(getattr(model, "config", None), "_attn_implementation", None) or "sdpa"
+    if implementation == "flex_attention":
+        return block_mask_from_dense(allowed)
     if implementation == "sdpa":
         if allowed.device.type != "cpu":
             return allowed
@@ -198,5 +203,27 @@ def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: tor
                      f"({' or '.join(SUPPORTED_ATTENTION)}); the model uses {implementation!r}")
 
 
-__all__ = ["SharedPromptBatch", "group_rows_by_prompt", "shared_token_counts", "build_shared_prompt_batch",
-           "attention_mask_for"]
+def block_mask_from_dense(allowed: torch.Tensor):
+    """A FlexAttention ``BlockMask`` equal to a dense boolean mask.
+
+    Args:
+        allowed: [G, 1, T, T] bool, True where query row ``q`` of group ``g`` may attend to key ``k``.
+
+    Returns:
+        ``torch.nn.attention.flex_attention.BlockMask`` of batch ``G``, one mask for every head, ``T`` queries and
+        ``T`` keys, whose ``mask_mod(g, h, q, k)`` is ``allowed[g, 0, q, k]``: blocks with no allowed entry are
+        skipped by the kernel, full blocks are computed without reading the mask.
+    """
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    dense = allowed[:, 0]
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        return dense[b, q_idx, kv_idx]
+
+    groups, _, length, _ = allowed.shape
+    return create_block_mask(mask_mod, B=groups, H=None, Q_LEN=length, KV_LEN=length, device=allowed.device)
+
+
+__all__ = ["SharedPromptBatch", "block_mask_from_dense", "group_rows_by_prompt", "shared_token_counts",
+           "build_shared_prompt_batch", "attention_mask_for"]

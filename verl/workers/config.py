@@ -174,6 +174,7 @@ class RolloutConfig:
     log_prob_use_dynamic_bsz: bool = MISSING
     log_prob_max_token_len_per_gpu: int = MISSING
     micro_batch_size: Optional[int] = MISSING  # null: one generate() call per batch
+    cache_implementation: Optional[str] = MISSING  # HF rollout's KV cache: null (dynamic) or static
     calculate_log_probs: bool = MISSING
     engine_kwargs: Dict[str, Any] = MISSING
     do_sample: bool = MISSING

@@ -221,6 +221,15 @@ class _ModelWorkerMixin:
         return metrics
 
     def _place(self, module: torch.nn.Module, fsdp_config) -> torch.nn.Module:
+        """Move ``module`` to the worker's device (FSDP2 over several ranks).
+
+        Raises:
+            ValueError: a trainable model with FlexAttention on CPU (torch has no FlexAttention backward on CPU).
+        """
+        attention = getattr(getattr(module, "config", None), "_attn_implementation", None)
+        if self.device == "cpu" and attention == "flex_attention" and any(p.requires_grad for p in module.parameters()):
+            raise ValueError("model.override_config.attn_implementation=flex_attention trains only on CUDA (torch "
+                             "has no FlexAttention backward pass on CPU): use sdpa on CPU")
         module.to(self.device)
         if self.world_size > 1:
             apply_fsdp2(module, self.device, fsdp_config)
@@ -264,6 +273,10 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             cfg.actor.use_shared_prompt = bool(cfg.model.use_shared_prompt)
             cfg.actor.use_fused_kernels = bool(cfg.model.use_fused_kernels)
             cfg.rollout.shared_prefill = cfg.actor.use_shared_prompt  # the HF rollout prefills each prompt once
+            if cfg.rollout.shared_prefill and cfg.rollout.cache_implementation == "static":
+                logger.warning("actor_rollout_ref.rollout.cache_implementation=static: the HF rollout prefills every "
+                               "row (the shared prefill of model.use_shared_prompt needs a dynamic cache); the "
+                               "log-prob and update passes still share prompts")
             cfg.actor.compute_dtype = cfg.rollout.dtype
             if self._is_rollout:
                 _per_gpu(cfg.rollout, "log_prob_micro_batch_size", "actor_rollout_ref.rollout", self.world_size)

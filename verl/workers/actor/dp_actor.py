@@ -294,7 +294,9 @@ class DataParallelPPOActor:
         Returns:
             Metrics averaged over mini-batches (each a mini-batch-level mean; under data parallelism the mean over
             ranks is the global mini-batch's value, see ``MiniBatchScale``): ``actor/pg_loss``,
-            ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``, ``actor/ppo_kl``, ``actor/entropy``,
+            ``actor/pg_clipfrac``, ``actor/pg_clipfrac_lower``, ``actor/ppo_kl``, ``actor/entropy`` (only with a
+            non-zero ``entropy_coeff``: otherwise the entropy is not computed in the update, and the trainer reports
+            the old-log-prob pass's),
             ``actor/kl_loss`` and ``actor/kl_coef`` (when ``use_kl_loss``), ``actor/grad_norm``, ``actor/lr``,
             ``actor/skipped_steps`` (mini-batches whose gradient norm was not finite).
 
@@ -340,7 +342,10 @@ class DataParallelPPOActor:
             response_mask = micro["response_mask"]
             old_log_prob = micro["old_log_probs"]
             advantages = micro["advantages"]
-            entropy, log_prob = self._forward_micro_batch(micro, temperature, calculate_entropy=True)
+            # the entropy (a log-softmax-sized pass over the vocabulary) only when its bonus is in the loss; with
+            # coefficient 0 the trainer reports actor/entropy from the old-log-prob pass, as upstream verl
+            with_entropy = entropy_coeff != 0
+            entropy, log_prob = self._forward_micro_batch(micro, temperature, calculate_entropy=with_entropy)
 
             # policy-gradient term (clipped surrogate, core_algos registry)
             pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, advantages, response_mask,
@@ -348,11 +353,9 @@ class DataParallelPPOActor:
                                                       rollout_is_weights=micro.get("rollout_is_weights", None))
             loss = pg_loss
 
-            # entropy bonus: subtracted (higher entropy lowers the loss); with coefficient 0 it is only a metric
-            if entropy_coeff == 0:
-                entropy = entropy.detach()
-            entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
-            if entropy_coeff != 0:
+            # entropy bonus: subtracted (higher entropy lowers the loss)
+            if with_entropy:
+                entropy_loss = core_algos.agg_loss(entropy, response_mask, loss_agg_mode)
                 loss = loss - entropy_coeff * entropy_loss
 
             # KL to the reference policy: ADDED (ToolRL subtracted it; upstream verl #179 fixed the sign)
@@ -365,7 +368,8 @@ class DataParallelPPOActor:
 
             weight = scale.grad_scale(response_mask)
             record("actor/pg_loss", pg_loss.detach(), weight)
-            record("actor/entropy", entropy_loss.detach(), weight)
+            if with_entropy:
+                record("actor/entropy", entropy_loss.detach(), weight)
             for key, value in pg_metrics.items():
                 record(key, value, weight)
             if use_kl_loss:

@@ -8,6 +8,11 @@ to every row that shares them (``DynamicCache.batch_select_indices``) and ``gene
 the decoded tokens are those of the unshared call (test: greedy and seeded sampling give identical tokens).
 Under FSDP2 with several ranks every rank keeps stepping until all ranks finish (``synced_gpus``), because each
 forward of a sharded module is a collective.
+
+``rollout.cache_implementation=static`` passes ``generate`` a fixed-size KV cache (``StaticCache``); on CUDA
+transformers then decodes with a ``torch.compile``d forward (one graph per batch shape, compiled on the first call).
+Greedy tokens equal the dynamic cache's (test). The shared prefill builds a dynamic cache, so it is not used with a
+static one (the worker says so once at start-up); each row is prefilled.
 """
 from __future__ import annotations
 
@@ -141,7 +146,9 @@ class HFRollout(BaseRollout):
         n = sampling["n"]
         length = sampling["max_new_tokens"] or self.response_length
         stop = sampling["stop"] or None
-        shared_prefill = bool(self.config.shared_prefill)
+        cache = self.config.cache_implementation
+        # a static cache is allocated by generate itself, so the shared prefill (a dynamic cache) is not used with it
+        shared_prefill = bool(self.config.shared_prefill) and cache != "static"
         gen_config = GenerationConfig(
             do_sample=sampling["do_sample"],
             temperature=sampling["temperature"] if sampling["do_sample"] else None,
@@ -153,6 +160,7 @@ class HFRollout(BaseRollout):
             pad_token_id=pad,
             num_return_sequences=1 if shared_prefill else n,
             use_cache=True,
+            **({"cache_implementation": cache} if cache else {}),
         )
         record = bool(self.config.calculate_log_probs)
         device = next(self.module.parameters()).device
