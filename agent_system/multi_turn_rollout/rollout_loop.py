@@ -26,6 +26,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.prompt_batch import concat_prompt_batches, left_pad_prompts
+from verl.utils.reward_score.tool_formats import format_tool_usage
 
 logger = logging.getLogger(__name__)
 
@@ -126,7 +127,7 @@ class TrajectoryCollector:
                                f"(errors: {[info.get('env_error') for info in infos][:3]})")
         step_batches: List[DataProto] = []
         row_instance: List[np.ndarray] = []
-        truncated = total_prompts = invalid = 0
+        truncated = total_prompts = invalid = tool_calls = tool_turns = 0
         t_env = 0.0
         for turn in range(self.max_steps):
             active = np.flatnonzero(envs.active)
@@ -145,6 +146,9 @@ class TrajectoryCollector:
             texts = self.tokenizer.batch_decode(
                 [r[m.bool()].tolist() for r, m in zip(responses, out.batch["response_mask"])],
                 skip_special_tokens=True)
+            usages = [format_tool_usage(text) for text in texts]  # ToolRL's <tool_call> blocks, as the reward reads
+            tool_calls += sum(u.num_calls for u in usages)
+            tool_turns += sum(u.num_calls > 0 for u in usages)
             actions: List[Optional[str]] = [None] * n
             for k, i in enumerate(active):
                 actions[i] = texts[k]
@@ -182,6 +186,9 @@ class TrajectoryCollector:
         metrics = episode_metrics(envs.env_name, episode_return, won, lengths, traj_valid, invalid,
                                   int(rows.size))
         metrics[f"env/{envs.env_name}/prompt_truncated_frac"] = truncated / max(total_prompts, 1)
+        # tool calls per played turn, and the share of turns with at least one (total_prompts = turns played)
+        metrics[f"env/{envs.env_name}/tool_calls_per_turn"] = tool_calls / max(total_prompts, 1)
+        metrics[f"env/{envs.env_name}/tool_call_turn_rate"] = tool_turns / max(total_prompts, 1)
         metrics["timing_s/env_step"] = t_env
         if self.reward_scorer is not None:  # custom_reward_function: the user's rewards replace the environments'
             start = time.perf_counter()

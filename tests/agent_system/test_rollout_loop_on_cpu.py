@@ -67,9 +67,9 @@ def test_group_semantics_and_invalid_actions():
         envs.reset([1])
 
 
-def _scripted_generate(tokenizer, policy):
-    """A rollout stand-in: reads each prompt's corridor, answers ``policy(pos, goal)`` as token ids, returns the
-    rollout output and records the ids it produced."""
+def _scripted_generate(tokenizer, policy, length=R):
+    """A rollout stand-in: reads each prompt's corridor, answers ``policy(pos, goal)`` as token ids (at most
+    ``length``), returns the rollout output and records the ids it produced."""
     produced = []
 
     def generate(gen: DataProto) -> DataProto:
@@ -79,10 +79,10 @@ def _scripted_generate(tokenizer, policy):
             line = text.split("Current observation")[-1].split("Corridor: ")[1].split("\n")[0].split()
             pos, goal = line.index("A"), line.index("G")
             answer = tokenizer(policy(pos, goal), add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-            outs.append(torch.tensor(answer[:R]))
+            outs.append(torch.tensor(answer[:length]))
         responses = torch.nn.utils.rnn.pad_sequence(outs, batch_first=True, padding_value=tokenizer.pad_token_id)
         produced.append(responses)
-        return assemble_rollout_output(gen, responses, R, tokenizer.eos_token_id, tokenizer.pad_token_id)
+        return assemble_rollout_output(gen, responses, length, tokenizer.eos_token_id, tokenizer.pad_token_id)
 
     return generate, produced
 
@@ -111,6 +111,7 @@ def test_rollout_rows_are_active_steps_with_exact_tokens(tokenizer):
         assert np.all(nt["episode_return"][rows] == 1.0) and np.all(nt["won"][rows])
     assert metrics["env/line_world/success_rate"] == 1.0 and metrics["env/line_world/invalid_action_rate"] == 0.0
     assert metrics["env/line_world/episode_length/mean"] == pytest.approx(np.mean(list(lengths.values())))
+    assert metrics["env/line_world/tool_calls_per_turn"] == metrics["env/line_world/tool_call_turn_rate"] == 0.0
     # token-in/token-out: the row's response ids are exactly what the rollout produced, in order of the turns
     expected = torch.cat([torch.nn.functional.pad(p, (0, R - p.shape[1]), value=tokenizer.pad_token_id)
                           for p in produced])
@@ -136,6 +137,35 @@ def test_rollout_rows_are_active_steps_with_exact_tokens(tokenizer):
         rows = np.flatnonzero(nt["instance"] == i)
         assert len(set(nt["traj_uid"][rows])) == 1
     assert len(set(nt["uid"])) == 2
+
+
+def test_tool_calls_per_turn(tokenizer):
+    """Turns whose response holds ToolRL tool calls are counted: a policy that calls two tools (one block) the first
+    time it meets a state. One instance meets a new state every turn (2 calls per turn, every turn); two copies of a
+    task move in lockstep, so in each turn only the first copy calls (1 call per turn, half the turns)."""
+    calls = ('<tool_call>\n{"name": "look", "parameters": {}}\n{"name": "map", "parameters": {}}\n</tool_call>')
+    seen = set()
+
+    def calling(pos, goal):
+        key = (pos, goal)
+        text = _towards(pos, goal)
+        if key not in seen:  # the first time a state is met: call the tools too
+            seen.add(key)
+            return calls + text
+        return text
+
+    envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=1, group_n=1, use_ray=False)
+    collector = TrajectoryCollector(tokenizer, max_steps=6, max_prompt_length=2048, reward_mode="step")
+    generate, _ = _scripted_generate(tokenizer, calling, length=64)
+    batch, metrics = collector.multi_turn_loop(envs, generate, [3])
+    assert len(batch) >= 1
+    assert metrics["env/line_world/tool_calls_per_turn"] == pytest.approx(2.0)
+    assert metrics["env/line_world/tool_call_turn_rate"] == pytest.approx(1.0)
+    seen.clear()
+    envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=1, group_n=2, use_ray=False)
+    batch, metrics = collector.multi_turn_loop(envs, generate, [3])  # the copy meets the same states: no calls
+    assert metrics["env/line_world/tool_calls_per_turn"] == pytest.approx(1.0)
+    assert metrics["env/line_world/tool_call_turn_rate"] == pytest.approx(0.5)
 
 
 def test_episode_mode_scores_every_row_with_its_return_and_respects_max_steps(tokenizer):
