@@ -15,16 +15,21 @@ Math (temperature ``T``, logits ``z = h W^T / T``, ``log p = z - logsumexp(z)``,
 
 Matches ``logprobs_from_logits`` / ``entropy_from_logits`` of the materialised logits up to float32 summation order
 (``tests/utils/test_fused_linear_logprob_on_cpu.py``).
+
+The actor runs it *inside* the model's forward (:func:`head_computes_logprobs`: for the length of one forward the LM
+head returns log-probs and entropies instead of logits), so under FSDP2 it sees the head's unsharded weight and its
+gradient flows back to the shards like any other parameter's (``tests/workers/test_fused_head_fsdp2_on_cpu.py``, two
+gloo ranks against the unsharded model).
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+import contextlib
+from typing import Callable, Optional, Tuple
 
 import torch
 
-from verl.utils.model_utils import is_dtensor
-
-__all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head", "FUSED_CHUNK_SIZE"]
+__all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head", "head_computes_logprobs",
+           "head_records_expected_logits", "check_forward_logits", "FUSED_CHUNK_SIZE"]
 
 
 # rows per chunk: each chunk holds two float32 [rows, V] buffers (see _LinearLogProbEntropy):
@@ -135,8 +140,8 @@ def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
     It can when ``model.get_output_embeddings()`` is a bias-free ``nn.Linear`` with a plain (unsharded) weight and the
     config has no logit soft-capping or scaling (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``);
     architectures that transform the hidden states in other ways are caught at the first forward by
-    :func:`check_fused_head`. A sharded FSDP2 head
-    (a DTensor weight) would need an all-gather per micro-batch: the padded logits path is used there instead.
+    :func:`check_fused_head`. A sharded FSDP2 head is fine: the computation runs inside the forward
+    (:func:`head_computes_logprobs`), where FSDP2 has gathered the weight.
     """
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
@@ -144,8 +149,6 @@ def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
         return f"the model has no nn.Linear output embedding ({type(head).__name__})"
     if head.bias is not None:
         return "the LM head has a bias"
-    if is_dtensor(head.weight):
-        return "the LM head weight is sharded (FSDP2)"
     config = getattr(model, "config", None)
     for key in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
         value = getattr(config, key, None)
@@ -165,12 +168,85 @@ def check_fused_head(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.T
     Raises ValueError: they differ (e.g. a model that scales logits under a config key not known to
         :func:`fused_head_problem`): the fused log-probs would be wrong for it.
     """
+    _check_logits(logits, _chunk_logits(hidden, weight, 1.0), atol)
+
+
+def _check_logits(logits: torch.Tensor, expected: torch.Tensor, atol: Optional[float] = None) -> None:
+    """:func:`check_fused_head` given the expected ``[B, V]`` float32 logits."""
     if atol is None:
         atol = 1e-3 if logits.dtype in (torch.float32, torch.float64) else 3e-2
-    expected = _chunk_logits(hidden, weight, 1.0)
     diff = float((logits.float() - expected).abs().max())
     scale = float(expected.abs().max().clamp(min=1.0))
     if diff > atol * scale:
         raise ValueError(f"actor_rollout_ref.model.use_fused_kernels: the model's logits are not its LM head applied "
                          f"to its last hidden state (max |difference| {diff:.3g}); set "
                          f"actor_rollout_ref.model.use_fused_kernels=false for this model")
+
+
+def _lm_head(model: torch.nn.Module) -> torch.nn.Linear:
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Linear):
+        raise ValueError(f"the model has no nn.Linear output embedding ({type(head).__name__})")
+    return head
+
+
+@contextlib.contextmanager
+def head_computes_logprobs(model: torch.nn.Module, select: Callable[[torch.Tensor], torch.Tensor],
+                           labels: torch.Tensor, temperature: float, calculate_entropy: bool):
+    """Context: while it is open, ``model``'s LM head returns ``[N, 2]`` float32 (log-prob of ``labels``, entropy)
+    instead of logits, computed by :func:`linear_logprobs_and_entropy` from ``select(hidden)``.
+
+    The head is called inside the model's own forward, so under FSDP2 its weight is the gathered one there and the
+    gradient reaches the shards through FSDP2's hooks; ``[tokens, vocab]`` logits never exist. Autocast is off for
+    the head (its GEMM runs in the weight's dtype, as when the function is called on its own).
+
+    Args:
+        model: a causal LM whose ``get_output_embeddings()`` is a bias-free ``nn.Linear`` (:func:`fused_head_problem`).
+        select: maps the hidden states the model hands its head (``[b, K, H]``: the ``logits_to_keep`` positions) to
+            the ``[N, H]`` rows whose next token is scored (rows may repeat: a shared prompt's last token predicts the
+            first token of every response in its group).
+        labels: ``[N]`` int64, the token each selected row predicts.
+        temperature: logits are divided by it. calculate_entropy: column 1 holds the entropy (else zeros).
+
+    Raises:
+        ValueError: the model has no linear output embedding.
+    """
+    head = _lm_head(model)
+
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(hidden.device.type, enabled=False):
+            log_probs, entropy = linear_logprobs_and_entropy(select(hidden), head.weight, labels, temperature,
+                                                             calculate_entropy)
+        return torch.stack([log_probs, entropy if entropy is not None else torch.zeros_like(log_probs)], dim=-1)
+
+    head.forward = forward  # an instance attribute: nn.Module.__call__ (and FSDP2's hooks on the root) still run
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+@contextlib.contextmanager
+def head_records_expected_logits(model: torch.nn.Module, record: dict):
+    """Context for one ordinary forward (e.g. ``logits_to_keep=1``): the head returns its usual logits and stores in
+    ``record["expected"]`` the float32 ``hidden[:, -1] @ W^T`` computed with the weight the forward sees (the gathered
+    one under FSDP2). :func:`check_forward_logits` then compares the model's final logits with it."""
+    head = _lm_head(model)
+    original = head.forward
+
+    def forward(hidden: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad(), torch.autocast(hidden.device.type, enabled=False):
+            record["expected"] = _chunk_logits(hidden[:, -1], head.weight, 1.0)
+        return original(hidden)
+
+    head.forward = forward
+    try:
+        yield
+    finally:
+        del head.forward
+
+
+def check_forward_logits(logits: torch.Tensor, record: dict, atol: Optional[float] = None) -> None:
+    """:func:`check_fused_head` for a forward run under :func:`head_records_expected_logits`: ``logits`` ``[B, V]`` the
+    model's final logits at the last position. Raises ValueError as :func:`check_fused_head`."""
+    _check_logits(logits, record["expected"], atol)

@@ -187,7 +187,7 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
         raise RuntimeError("apply_fsdp2 needs torch.distributed to be initialised (Worker.init_distributed)")
     mesh = init_device_mesh(device, (dist.get_world_size(),), mesh_dim_names=("fsdp",))
     offload = OffloadPolicy()
-    if fsdp_config.param_offload:
+    if fsdp_config is not None and fsdp_config.param_offload:
         if device == "cuda":
             offload = CPUOffloadPolicy(pin_memory=True)
         else:

@@ -28,7 +28,8 @@ from verl.trainer.ppo import core_algos
 from verl.utils.model_utils import clip_grad_norm, compute_autocast
 from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
 from verl.utils.seqlen_balancing import split_micro_batches
-from verl.utils.fused_linear_logprob import check_fused_head, fused_head_problem, linear_logprobs_and_entropy
+from verl.utils.fused_linear_logprob import (check_forward_logits, fused_head_problem, head_computes_logprobs,
+                                             head_records_expected_logits)
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
 
@@ -156,8 +157,9 @@ class DataParallelPPOActor:
             ``use_shared_prompt`` (copied from ``model.*``; shared-prompt packing computes each distinct prompt of a
             micro-batch once, see ``verl/utils/shared_prompt.py``, and takes precedence over remove-padding) and
             ``use_fused_kernels`` (from ``model.*``: log-probs/entropies straight from the final hidden states,
-            ``verl/utils/fused_linear_logprob.py``; ignored with a warning when the LM head is sharded or not a plain
-            linear map, see ``fused_head_problem``);
+            ``verl/utils/fused_linear_logprob.py``, computed inside the model's forward so that an FSDP2-sharded
+            head works too; ignored with a warning when the LM head is not a plain linear map, see
+            ``fused_head_problem``);
             optional ``compute_dtype`` (autocast dtype on CUDA, default bf16).
         actor_module: the causal LM (its forward takes ``logits_to_keep``, as every transformers 5 causal LM).
         actor_optimizer: None for a log-prob-only actor (the reference policy).
@@ -199,59 +201,71 @@ class DataParallelPPOActor:
         position_ids = micro_batch["position_ids"]
         batch_size, response_length = responses.shape
         device_type = input_ids.device.type
-        # the forward returns logits at the kept positions, or (fused) the final hidden states there
-        fused = self.use_fused_kernels
-        extra = {"output_hidden_states": True} if fused else {}
-        with compute_autocast(device_type, self.compute_dtype):
-            if self.use_shared_prompt:
-                # each distinct prompt once (a row per group), its responses attending to it (exact: same keys and
-                # positions per token)
-                shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length)
-                output = self.actor_module(input_ids=shared.input_ids, position_ids=shared.position_ids,
-                                           attention_mask=attention_mask_for(self.actor_module, shared.attention_mask),
-                                           use_cache=False, logits_to_keep=1 if fused else shared.keep, **extra)
-                kept = output.hidden_states[-1][:, shared.keep] if fused else output.logits
-                states = kept.flatten(0, 1)[shared.target_index]  # [N, V or H]: one per valid response token
-                labels = responses[shared.in_response]  # [N]
-                in_response = shared.in_response  # [b, R]
-            elif self.use_remove_padding:
-                # one packed row of valid tokens; logits only where the next token is a valid response token
-                packed = pack_sequences(input_ids, attention_mask, position_ids)
-                predictors = response_predictor_mask(attention_mask, response_length)  # [b, S]
-                keep = packed_positions_of(attention_mask, predictors)  # [K]
-                output = self.actor_module(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                                           attention_mask=None, use_cache=False, logits_to_keep=1 if fused else keep,
-                                           **extra)
-                states = output.hidden_states[-1][0, keep] if fused else output.logits[0]  # [K, V or H]
-                labels = input_ids[:, 1:][predictors[:, :-1]]  # [K]
-                in_response = predictors[:, -response_length - 1:-1]  # [b, R]
-            else:
-                output = self.actor_module(input_ids=input_ids, attention_mask=attention_mask,
-                                           position_ids=position_ids, use_cache=False,
-                                           logits_to_keep=1 if fused else response_length + 1, **extra)
-                # position t predicts response token t: [b, R, V or H]
-                states = output.hidden_states[-1][:, -response_length - 1:-1] if fused else output.logits[:, :-1]
-                labels = responses
-                in_response = None
-        if fused:
-            weight = self.actor_module.get_output_embeddings().weight
-            if not self._fused_head_checked:  # once: the head really is a linear map of the last hidden state
-                with torch.no_grad():
-                    check_fused_head(output.logits[:, -1], output.hidden_states[-1][:, -1], weight)
-                self._fused_head_checked = True
-            del output  # the other layers' hidden states are not needed past this point
-            log_probs, entropy = linear_logprobs_and_entropy(states.reshape(-1, states.shape[-1]), weight,
-                                                             labels.reshape(-1), temperature, calculate_entropy)
-            log_probs = log_probs.view(labels.shape)
-            entropy = entropy.view(labels.shape) if entropy is not None else None
+        # per layout: the forward's inputs (logits only where a response token is predicted), ``select`` mapping what
+        # the head sees at the kept positions ([b, K, V or H]) to one row per scored token, and those tokens
+        if self.use_shared_prompt:
+            # each distinct prompt once (a row per group), its responses attending to it (exact: same keys and
+            # positions per token)
+            shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length)
+            inputs = dict(input_ids=shared.input_ids, position_ids=shared.position_ids, logits_to_keep=shared.keep,
+                          attention_mask=attention_mask_for(self.actor_module, shared.attention_mask))
+
+            def select(kept):  # [G, K, .] -> [N, .]: one per valid response token
+                return kept.flatten(0, 1)[shared.target_index]
+
+            labels = responses[shared.in_response]  # [N]
+            in_response = shared.in_response  # [b, R]
+        elif self.use_remove_padding:
+            # one packed row of valid tokens; logits only where the next token is a valid response token
+            packed = pack_sequences(input_ids, attention_mask, position_ids)
+            predictors = response_predictor_mask(attention_mask, response_length)  # [b, S]
+            keep = packed_positions_of(attention_mask, predictors)  # [K]
+            inputs = dict(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None,
+                          logits_to_keep=keep)
+
+            def select(kept):  # [1, K, .] -> [K, .]
+                return kept[0]
+
+            labels = input_ids[:, 1:][predictors[:, :-1]]  # [K]
+            in_response = predictors[:, -response_length - 1:-1]  # [b, R]
         else:
-            logits = states.float() / temperature
-            log_probs = logprobs_from_logits(logits, labels)
-            entropy = entropy_from_logits(logits) if calculate_entropy else None
+            inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                          logits_to_keep=response_length + 1)
+
+            def select(kept):  # position t predicts response token t: [b, R + 1, .] -> [b * R, .]
+                return kept[:, :-1].flatten(0, 1)
+
+            labels = responses.flatten()  # [b * R]
+            in_response = None
+        with compute_autocast(device_type, self.compute_dtype):
+            if self.use_fused_kernels:
+                # the head computes log-probs/entropies inside the forward (the gathered weight under FSDP2)
+                if not self._fused_head_checked:  # once: the head really is a linear map of the last hidden state
+                    self._check_fused_head(inputs)
+                with head_computes_logprobs(self.actor_module, select, labels, temperature, calculate_entropy):
+                    scored = self.actor_module(**inputs, use_cache=False).logits  # [N, 2]
+                log_probs = scored[:, 0]
+                entropy = scored[:, 1] if calculate_entropy else None
+            else:
+                logits = select(self.actor_module(**inputs, use_cache=False).logits).float() / temperature
+                log_probs = logprobs_from_logits(logits, labels)
+                entropy = entropy_from_logits(logits) if calculate_entropy else None
+        if in_response is None:  # padded: back to [b, R]
+            log_probs = log_probs.view(batch_size, response_length)
+            entropy = entropy.view(batch_size, response_length) if entropy is not None else None
         if in_response is not None:  # scatter the packed values back to [b, R]
             log_probs = _scatter(log_probs, in_response)
             entropy = _scatter(entropy, in_response) if entropy is not None else None
         return entropy, log_probs
+
+    def _check_fused_head(self, inputs: dict) -> None:
+        """One no-grad forward with ``logits_to_keep=1``: the model's final logits must be its LM head applied to the
+        last hidden state (``fused_linear_logprob.check_fused_head``), else the fused log-probs would be wrong."""
+        record: dict = {}
+        with torch.no_grad(), head_records_expected_logits(self.actor_module, record):
+            logits = self.actor_module(**{**inputs, "logits_to_keep": 1}, use_cache=False).logits
+        check_forward_logits(logits[:, -1], record)
+        self._fused_head_checked = True
 
     def _shared_prompt_length(self, batch) -> Optional[int]:
         """P (prompt columns) when shared-prompt packing is on, so token-budget micro-batches keep groups whole."""
