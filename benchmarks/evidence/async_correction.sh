@@ -6,7 +6,8 @@
 # LR (default 3e-3) is the learner's: large enough that one version makes the policy measurably stale.
 # Writes benchmarks/results/async_correction.json (OUT). ~8 min on 2 cores. With a model whose rewards vary
 # (MODEL=smollm2-135m-sft) the responses need room: MAX_NEW_TOKENS=128 (at 32 every RLLA response is cut and scores
-# the same), LR=1e-4; measured start: ~2 min a learner step on 2 busy cores, so ~90 min for the four runs.
+# the same), LR=1e-4; measured start: ~2 min a learner step on 2 busy cores, so ~90 min for the four runs
+# (STEPS=6 measured steps instead of 10: ~60 min).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/ensure_env.sh || exit 1
@@ -16,7 +17,7 @@ for age in 1 4; do
   for corr in none token; do
     extra=()
     [ "$corr" = token ] && extra=(--rollout-is token --rollout-is-threshold 2.0)
-    "$PYTHON" benchmarks/bench_async_vs_sync.py --only async --max-age "$age" --steps 10 --lr "${LR:-3e-3}" \
+    "$PYTHON" benchmarks/bench_async_vs_sync.py --only async --max-age "$age" --steps "${STEPS:-10}" --lr "${LR:-3e-3}" \
       --model "${MODEL:-tiny-sft}" --max-new-tokens "${MAX_NEW_TOKENS:-32}" \
       "${extra[@]}" \
       --json "$TMP/age${age}_${corr}.json" > "$TMP/age${age}_${corr}.log" 2>&1
@@ -35,8 +36,8 @@ for path in sorted(tmp.glob("age*.json")):
     runs[path.stem] = {k: summary.get(k) for k in keep}
 result = {"command": "bash benchmarks/evidence/async_correction.sh",
           "settings": "model " + __import__("os").environ.get("MODEL", "tiny-sft") + ", RLOO, 4 prompts x 4 samples "
-                      "x " + __import__("os").environ.get("MAX_NEW_TOKENS", "32") + " tokens per learner step, 10 "
-                      "measured steps, learner lr "
+                      "x " + __import__("os").environ.get("MAX_NEW_TOKENS", "32") + " tokens per learner step, "
+                      + __import__("os").environ.get("STEPS", "10") + " measured steps, learner lr "
                       + __import__("os").environ.get("LR", "3e-3"),
           "runs": runs}
 out.write_text(json.dumps(result, indent=2, default=str) + "\n")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 TRAIN_KEYS = ("router/lambda", "router/mean_cost", "router/budget", "router/frac_answer", "router/frac_search",
-              "router/frac_calculate", "router/tool_use_rate_when_answer", "router/mean_task_reward",
+              "router/frac_calculate", "router/tool_use_rate_when_answer", "router/mixed_cost_groups_frac", "router/mean_task_reward",
               "router/mean_router_reward", "router/route_entropy", "router/route_acc_vs_weak_label",
               "critic/score/mean", "critic/format_score/mean", "critic/correctness_score/mean",
               "response/tool_call_rate", "timing_s/step")
@@ -49,9 +49,12 @@ def main(argv=None) -> int:
     parser.add_argument("--issue", default="")
     parser.add_argument("--command", default="")
     parser.add_argument("--settings", default="")
+    parser.add_argument("--reading", default="", help="what the numbers say (kept in the JSON beside them)")
     args = parser.parse_args(argv)
     summary = summarise(Path(args.metrics))
     out = {"issue": args.issue, "command": args.command, "settings": args.settings, **summary}
+    if args.reading:
+        out["reading"] = args.reading
     Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
     print(f"{len(summary['train_steps'])} training steps, {len(summary['validation'])} validations -> {args.output}")
     return 0

@@ -47,3 +47,29 @@ def test_a_tools_column_is_refused_by_the_router(tokenizer):
                                 non_tensors={"raw_prompt": raw, "tools": tools})
     with pytest.raises(ValueError, match="'tools' column"):
         controller.route(batch, torch.zeros(2, 3), validate=True)
+
+
+def test_mixed_cost_groups_frac_counts_the_groups_where_lambda_can_act(tokenizer):
+    """Group "a": two of four copies call a tool (its cost varies); group "b": every copy calls one (its cost is the
+    same for all, so r_task - lambda * cost moves the whole group and no group-normalised advantage changes)."""
+    plain = tokenizer("<think> t </think>\n<response> hi </response>", add_special_tokens=False)["input_ids"]
+    call = tokenizer('<think> t </think>\n<tool_call>\n{"name": "x", "parameters": {}}\n</tool_call>',
+                     add_special_tokens=False)["input_ids"]
+    rows = [call, call, plain, plain] + [call] * 4
+    width = max(map(len, rows))
+    responses = torch.tensor([r + [tokenizer.eos_token_id] * (width - len(r)) for r in rows])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    scores = torch.zeros(8, width)
+    families = np.empty(8, dtype=object)
+    families[:] = [{}] * 8
+    batch = DataProto.from_dict(
+        {"responses": responses, "response_mask": mask, "token_level_scores": scores,
+         "router_action": torch.zeros(8, dtype=torch.long), "router_logits": torch.zeros(8, 3)},
+        non_tensors={"uid": np.array(["a"] * 4 + ["b"] * 4, dtype=object), "tool_families": families})
+    cfg = default_section("router", lambda_init=2.0)
+    metrics = RouterController(cfg, default_section("data", max_prompt_length=64), tokenizer).score(batch, step=1)
+    assert batch.batch["router_cost"].tolist() == [1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0]
+    assert metrics["router/mixed_cost_groups_frac"] == pytest.approx(0.5)
+    adv = batch.batch["router_advantages"]
+    assert torch.all(adv[4:] == 0)  # equal task scores and equal costs: lambda gives group "b" no signal
+    assert adv[0] < 0 < adv[2]  # in group "a" the copies that paid are worse off

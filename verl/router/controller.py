@@ -26,6 +26,7 @@ from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import sample_actions
 from verl.router.lagrangian import LagrangeMultiplier
 from verl.utils.reward_score.tool_formats import resolve_tool_format
+from verl.utils.torch_functional import zero_variance_group_fraction
 from verl.router.loss import (
     compute_router_advantages,
     compute_router_rewards,
@@ -131,6 +132,10 @@ class RouterController:
         metrics = router_batch_metrics(actions, costs, task, r_router, usage["used_any_tool"])
         task_mean = float(task[torch.as_tensor(valid)].mean()) if valid.any() else 0.0
         metrics["router/mean_task_reward"] = task_mean
+        # groups (a prompt's n copies) whose tool cost varies: only there can lambda move a group-normalised
+        # advantage; where every copy pays the same cost, r_task - lambda * cost shifts the group by a constant
+        metrics["router/mixed_cost_groups_frac"] = 1.0 - zero_variance_group_fraction(
+            costs.float(), batch.non_tensor_batch["uid"])
         probs = torch.softmax(batch.batch["router_logits"], dim=-1)
         metrics["router/route_entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
         if "router_target_action_id" in batch.batch.keys():

@@ -418,6 +418,7 @@ __all__: List[str] = [
     "log_probs_from_logits_response",
     "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup",
+    "zero_variance_group_fraction",
 ]
 
 
@@ -431,3 +432,16 @@ def trim_left_padding(tensors: Mapping[str, torch.Tensor]) -> dict[str, torch.Te
     """
     width = max(int(tensors["attention_mask"].sum(-1).max()), 1)
     return {key: value[:, -width:] for key, value in tensors.items()}
+
+
+def zero_variance_group_fraction(scores: torch.Tensor, uids: Sequence) -> float:
+    """Fraction of groups (rows sharing a uid) of size > 1 whose ``scores`` ([B], any float dtype) are all equal
+    (within 1e-8): a group-normalised estimator (GRPO, RLOO) gets no signal there, whatever a constant added to them."""
+    groups: dict = {}
+    for score, uid in zip(scores.tolist(), uids):
+        groups.setdefault(uid, []).append(score)
+    sized = [g for g in groups.values() if len(g) > 1]
+    if not sized:
+        return 0.0
+    return sum(max(g) - min(g) < 1e-8 for g in sized) / len(sized)
+

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import time
-from collections import defaultdict
 from contextlib import contextmanager
 
 import numpy as np
 import torch
+
+from verl.utils.torch_functional import zero_variance_group_fraction  # noqa: F401 (re-exported)
 
 # RLLA reward components written by the reward manager (``token_level_scores_<name>``).
 REWARD_COMPONENTS = ("format", "correctness", "length")
@@ -38,17 +39,6 @@ def _stats(prefix: str, values: torch.Tensor) -> dict:
 
 def _masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor) -> dict:
     return _stats(prefix, torch.masked_select(values, mask.bool()))
-
-
-def zero_variance_group_fraction(scores: torch.Tensor, uids) -> float:
-    """Fraction of groups (rows sharing a uid) of size > 1 whose scores are all equal — no GRPO signal there."""
-    groups: dict = defaultdict(list)
-    for score, uid in zip(scores.tolist(), uids):
-        groups[uid].append(score)
-    sized = [g for g in groups.values() if len(g) > 1]
-    if not sized:
-        return 0.0
-    return float(np.mean([max(g) - min(g) < 1e-8 for g in sized]))
 
 
 def compute_data_metrics(batch, use_critic: bool = True) -> dict:
