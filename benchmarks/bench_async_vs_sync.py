@@ -6,7 +6,8 @@ Both train the same model (``--model``, default the ``tiny`` preset) on the firs
 
 - sync: ``python -m verl.trainer.main_ppo`` with ``data.train_batch_size=--prompts`` (so ``prompts x n`` rollouts per
   step), ``ppo_mini_batch_size`` = the whole batch, one PPO epoch, no reference model / KL, shared-prompt layout as
-  ``--shared-prompt``; a step is generate + old log-probs + reward + update, in sequence.
+  ``--shared-prompt`` (the async learner gets the same switch); a step is generate + old log-probs + reward + update,
+  in sequence.
 - async: ``python -m verl.trainer.main_async`` with one RLLA env actor (``group_size=--n``), one HF inference server,
   the learner; the batcher's token budget is ``prompts x n x (mean prompt tokens + max-new-tokens)`` so a batch holds
   about as many rollouts as a sync step (the measured count is printed); ``async.max_buffer_rollouts = prompts x n``
@@ -63,7 +64,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "rollouts; default none: behaviour-policy PPO)")
     parser.add_argument("--rollout-is-threshold", type=float, default=2.0)
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
-                        help="sync: model.use_shared_prompt (the CPU launch default)")
+                        help="model.use_shared_prompt (the CPU launch default), for both modes: the async learner's "
+                             "forward of single-turn rollouts is the synchronous actor's")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -102,6 +104,7 @@ def common_overrides(args, run_dir: Path, name: str) -> list[str]:
         f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
         "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0.0",
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
         "trainer.logger=[console]", "trainer.project_name=bench", f"trainer.experiment_name={name}",
         f"trainer.run_dir={run_dir}", f"trainer.default_local_dir={run_dir}/ckpt", "trainer.save_freq=-1",
         f"trainer.total_training_steps={args.warmup + args.steps}", "ray_init.num_cpus=2",
@@ -114,7 +117,6 @@ def sync_command(args, data: Path, run_dir: Path) -> list[str]:
             f"data.max_prompt_length={args.max_prompt_length}", f"data.max_response_length={args.max_new_tokens}",
             "data.shuffle=False", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
             "actor_rollout_ref.actor.ppo_epochs=1",
-            f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
             f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.temperature=1.0",
             f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
             "algorithm.adv_estimator=rloo", "algorithm.use_kl_in_reward=False", "trainer.val_before_train=False",

@@ -84,3 +84,50 @@ def test_rollout_correction_decouples_the_ratio_and_weights_stale_tokens(tiny_mo
     assert plain.step(example)["actor/pg_clipfrac"] > 0.3
     with pytest.raises(ValueError, match="rollout_rs_threshold"):
         Learner(tiny_model_dir, ACTOR, rollout_correction={"rollout_rs": "token"})
+
+
+@pytest.mark.parametrize("layout", [{}, {"use_shared_prompt": True}, {"use_remove_padding": True},
+                                    {"use_shared_prompt": True, "use_fused_kernels": True}],
+                         ids=["padded", "shared", "packed", "shared_fused"])
+def test_single_turn_segments_go_through_the_sync_actor_forward(tiny_model_dir, layout):
+    """Single-turn segments (prompt, then the generated tokens) are unpacked into verl's actor rows and go through
+    DataParallelPPOActor's forward with the model's layout switches: the same log-probs and entropies at the same
+    packed positions as the block-diagonal packed forward, and the same step (metrics and weights)."""
+    from verl.async_rl.learner import scatter_response_values, single_turn_rows
+
+    engine = PolicyEngine(tiny_model_dir)
+    groups = [_group(engine, "p0", [5, 6, 7], [1.0, -1.0]), _group(engine, "p1", [9, 10, 11, 12], [1.0, -1.0])]
+    example, _, _ = Batcher(64, {"e": 1.0}, 40).pack(groups)
+    rows, where = single_turn_rows(example)
+    assert len(where) == 4 and rows["input_ids"].shape[0] == 4  # one row per rollout
+    assert sorted(rows["input_ids"][:, :4].tolist()) == [[0, 5, 6, 7]] * 2 + [[9, 10, 11, 12]] * 2  # left-padded
+    mask = example.loss_mask & (example.position_ids > 0)
+    learner = Learner(tiny_model_dir, ACTOR, layout=layout)
+    with torch.no_grad():
+        packed, packed_entropy = packed_logprobs(learner.model, example, calculate_entropy=True, needed=mask)
+        lp, ent = learner._log_probs(example, mask)
+    torch.testing.assert_close(lp[mask], packed[mask], atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent[mask], packed_entropy[mask], atol=5e-5, rtol=0)
+    assert bool((lp[~mask] == 0).all())
+    reference = Learner(tiny_model_dir, ACTOR)
+    reference._log_probs = lambda part, needed: packed_logprobs(reference.model, part, reference.temperature,
+                                                                calculate_entropy=True, needed=needed)
+    ours, theirs = learner.step(example), reference.step(example)
+    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "learner/logprob_abs_gap"):
+        assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
+    # the step's gradients (left on the parameters; AdamW's first step, ~lr * sign(g), would magnify float noise in
+    # near-zero entries, so the weights themselves are not compared)
+    grads = dict(reference.model.named_parameters())
+    for name, p in learner.model.named_parameters():
+        if p.grad is not None:
+            error = (p.grad - grads[name].grad).norm() / grads[name].grad.norm().clamp(min=1e-12)
+            assert error < 1e-4, (name, float(error))
+    # a segment with a loss token before its last prompt token (multi-turn) keeps the packed forward
+    import dataclasses
+
+    holed = example.loss_mask.clone()
+    holed[0, 1] = True
+    assert single_turn_rows(dataclasses.replace(example, loss_mask=holed)) is None
+    values = torch.arange(1.0, 5.0).unsqueeze(1).expand(4, 3)
+    placed = scatter_response_values(values, [(0, 1, 2), (0, 5, 3), (1, 0, 1), (1, 2, 3)], (2, 8))
+    assert placed.tolist() == [[0, 1, 1, 0, 0, 2, 2, 2], [3, 0, 4, 4, 4, 0, 0, 0]]

@@ -10,10 +10,13 @@ PPO's clipped surrogate by default), ``core_algos.agg_loss`` for the entropy ter
 micro-batch weights and ``dp_actor.clipped_optimizer_step``. The PPO "old" log-probs are the inference server's
 (``RlExample.policy_logprobs``): the behaviour policy that sampled the tokens, whatever its age.
 
-Packed rows: the forward pass gets a block-diagonal causal mask ``[B, 1, L, L]``
-(:func:`~verl.async_rl.batcher.segment_attention_mask`) and per-segment ``position_ids``, so a segment attends only to
-itself. The log-prob of token ``t`` comes from the logits at ``t - 1``; the first token of a segment has none and is
-left out of the loss (it is a prompt token in every env here).
+The forward: when every segment is one prompt then one response (single-turn envs), the segments are unpacked into
+verl's padded actor rows and go through the synchronous actor's own forward (``DataParallelPPOActor``, with the
+model's ``use_shared_prompt`` / ``use_remove_padding`` / ``use_fused_kernels``: with the shared-prompt layout the
+``n`` rollouts of a prompt compute it once). Otherwise (multi-turn segments) the packed rows get a block-diagonal causal
+mask ``[B, 1, L, L]`` (:func:`~verl.async_rl.batcher.segment_attention_mask`) and per-segment ``position_ids``, so a
+segment attends only to itself. Both give the log-prob of token ``t`` from the logits at ``t - 1`` at its packed
+position; the first token of a segment has none and is left out of the loss (it is a prompt token in every env here).
 
 Checkpoints (``{dir}/global_step_{version}``): ``learner.pt`` (model + optimizer state, policy version) published
 with the manifest utilities of ``verl.utils.checkpoint_manifest`` (atomic; a killed save is ignored on resume).
@@ -35,12 +38,13 @@ from verl.trainer.ppo.rollout_corr import check_correction_settings, compute_rol
 from verl.utils import checkpoint_manifest as manifest
 from verl.utils.model_utils import build_optimizer
 from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
-from verl.workers.actor.dp_actor import MiniBatchScale, clipped_optimizer_step
+from verl.workers.actor.dp_actor import DataParallelPPOActor, MiniBatchScale, clipped_optimizer_step
 from verl.workers.config import ActorConfig, worker_section
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Learner", "WeightBroadcaster", "make_learner_actor", "packed_logprobs"]
+__all__ = ["Learner", "WeightBroadcaster", "make_learner_actor", "packed_logprobs", "single_turn_rows",
+           "scatter_response_values"]
 
 _CKPT_FILE = "learner.pt"
 
@@ -77,6 +81,60 @@ def packed_logprobs(model: torch.nn.Module, example: RlExample, temperature: flo
     return log_probs, entropy
 
 
+def single_turn_rows(example: RlExample):
+    """The segments of ``example`` as verl's padded actor rows, when every segment is one prompt then one response
+    (no loss token before the first generated one, all generated tokens contiguous to the segment's end), else None.
+
+    Returns ``(rows, where)``: ``rows`` a dict of ``[S, P + R]`` int64 ``input_ids``/``attention_mask``/
+    ``position_ids`` (prompts left-padded to the longest, responses right-padded) and ``responses`` ``[S, R]``, one row
+    per segment in packing order; ``where`` ``(row, first response position, response length)`` per segment, to put
+    per-response-token values back at their packed positions (:func:`scatter_response_values`). On these rows the
+    synchronous actor's forward applies unchanged (``DataParallelPPOActor._forward_micro_batch``), its shared-prompt
+    layout included: the ``n`` rollouts of a prompt then compute the prompt once.
+    """
+    prompts, responses, where = [], [], []
+    loss = example.loss_mask
+    for b in range(example.batch_size):
+        segments = example.segment_ids[b]
+        for k in torch.unique(segments[segments > 0]).tolist():
+            positions = torch.nonzero(segments == k).flatten()
+            start, end = int(positions[0]), int(positions[-1]) + 1
+            generated = torch.nonzero(loss[b, start:end]).flatten()
+            if generated.numel() == 0:
+                continue  # nothing to train on in this segment
+            first = start + int(generated[0])
+            if first == start or not bool(loss[b, first:end].all()):
+                return None  # a multi-turn segment (or one without a prompt): the packed path handles it
+            prompts.append(example.input_ids[b, start:first].long())
+            responses.append(example.input_ids[b, first:end].long())
+            where.append((b, first, end - first))
+    if not where:
+        return None
+    size, width_p, width_r = len(where), max(map(len, prompts)), max(map(len, responses))
+    input_ids = torch.zeros(size, width_p + width_r, dtype=torch.long)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, (prompt, response) in enumerate(zip(prompts, responses)):
+        input_ids[i, width_p - len(prompt):width_p] = prompt
+        input_ids[i, width_p:width_p + len(response)] = response
+        attention_mask[i, width_p - len(prompt):width_p + len(response)] = 1
+    position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    rows = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                responses=input_ids[:, width_p:].clone())
+    return {k: v.to(example.input_ids.device) for k, v in rows.items()}, where
+
+
+def scatter_response_values(values: torch.Tensor, where, shape) -> torch.Tensor:
+    """``[S, R]`` per-response-token values (:func:`single_turn_rows`' rows) at their packed positions of a ``shape``
+    ``[B, L]`` tensor (zeros elsewhere); differentiable."""
+    out = values.new_zeros(shape)
+    rows = torch.cat([torch.full((n,), b, dtype=torch.long) for b, _, n in where])
+    cols = torch.cat([torch.arange(first, first + n) for _, first, n in where])
+    segs = torch.cat([torch.full((n,), s, dtype=torch.long) for s, (_, _, n) in enumerate(where)])
+    index = torch.cat([torch.arange(n) for _, _, n in where])
+    return out.index_put((rows.to(out.device), cols.to(out.device)), values[segs.to(values.device),
+                                                                            index.to(values.device)])
+
+
 def _loss_mask(example: RlExample) -> torch.Tensor:
     """Generated tokens that have a predictor inside their segment (``position_ids > 0``)."""
     return example.loss_mask & (example.position_ids > 0)
@@ -98,13 +156,16 @@ class Learner:
         temperature: the sampling temperature of the inference servers.
         checkpoint_dir: where :meth:`save_checkpoint` publishes; :meth:`resume` reads it.
         num_threads: ``torch.set_num_threads`` (None: unchanged). seed: ``torch.manual_seed``.
+        rollout_correction: ``algorithm.rollout_correction`` settings (see :meth:`step`).
+        layout: ``actor_rollout_ref.model``'s ``use_shared_prompt`` / ``use_remove_padding`` / ``use_fused_kernels``
+            for the forward of single-turn segments (the synchronous actor's forward, :meth:`_log_probs`).
 
     Raises ValueError: ``use_kl_loss`` is set.
     """
 
     def __init__(self, model_path: str, actor_config: Mapping[str, Any] | DictConfig, temperature: float = 1.0,
                  checkpoint_dir: Optional[str] = None, num_threads: Optional[int] = None, seed: int = 0,
-                 rollout_correction: Optional[Mapping[str, Any]] = None):
+                 rollout_correction: Optional[Mapping[str, Any]] = None, layout: Optional[Mapping[str, Any]] = None):
         from transformers import AutoModelForCausalLM
 
         from verl.utils.model_presets import prepare_model
@@ -121,6 +182,11 @@ class Learner:
         self.model = AutoModelForCausalLM.from_pretrained(prepare_model(model_path), dtype=torch.float32)
         self.optimizer = build_optimizer(self.model.parameters(), cfg.optim)
         self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(cfg))
+        # the synchronous actor's forward for single-turn segments, with the model's layout switches
+        # (``actor_rollout_ref.model.{use_shared_prompt, use_remove_padding, use_fused_kernels}``)
+        for key in ("use_shared_prompt", "use_remove_padding", "use_fused_kernels"):
+            setattr(cfg, key, bool((layout or {}).get(key, False)))
+        self.forward_actor = DataParallelPPOActor(cfg, self.model)
         self.version = 0
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         # decoupled objective with rollout correction (``algorithm.rollout_correction``): see :meth:`step`
@@ -167,8 +233,7 @@ class Learner:
             mask = _loss_mask(part)
             if not bool(mask.any()):
                 continue
-            log_prob, entropy = packed_logprobs(self.model, part, self.temperature, calculate_entropy=True,
-                                                needed=mask)
+            log_prob, entropy = self._log_probs(part, mask)
             old = part.policy_logprobs
             weights, corr_metrics = None, {}
             if self.rollout_correction is not None:  # ratio against the learner's policy, IS weights for staleness
@@ -201,6 +266,21 @@ class Learner:
             "learner/step_time_s": time.perf_counter() - start, "learner/policy_version": float(self.version),
         })
         return stats
+
+    def _log_probs(self, part: RlExample, needed: torch.Tensor):
+        """``(log_probs, entropy)`` ``[B, L]`` of ``part`` as :func:`packed_logprobs` aligns them: single-turn segments
+        go through the synchronous actor's forward (:func:`single_turn_rows`; its shared-prompt layout computes a
+        group's prompt once), other segments through the packed block-diagonal forward."""
+        converted = single_turn_rows(part)
+        if converted is None:
+            return packed_logprobs(self.model, part, self.temperature, calculate_entropy=True, needed=needed)
+        from tensordict import TensorDict
+
+        rows, where = converted
+        micro = TensorDict(rows, batch_size=[len(where)])
+        entropy, log_probs = self.forward_actor._forward_micro_batch(micro, self.temperature, calculate_entropy=True)
+        shape = tuple(part.input_ids.shape)
+        return scatter_response_values(log_probs, where, shape), scatter_response_values(entropy, where, shape)
 
     # --------------------------------------------------------------------------------------------- weights
     def policy_version(self) -> int:

@@ -117,7 +117,9 @@ class Orchestrator:
 
         self.learner = make_learner_actor(self.model_path, actor_cfg, float(self.a.inference.temperature),
                                           self.ckpt_dir, num_threads=self.a.learner_threads,
-                                          rollout_correction=correction_settings(self.config.algorithm))
+                                          rollout_correction=correction_settings(self.config.algorithm),
+                                          layout={key: bool(self.config.actor_rollout_ref.model[key]) for key in
+                                                  ("use_shared_prompt", "use_remove_padding", "use_fused_kernels")})
         import ray
 
         self.version = int(ray.get(self.learner.resume.remote()))
