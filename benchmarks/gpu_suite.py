@@ -16,8 +16,6 @@ Runs, each as a child process with its own time limit (the whole suite stays und
 
 ``--only`` picks steps and ``--resume JSON`` keeps the steps an earlier run wrote, so the suite can be split over
 several calls of a machine with a per-call time limit.
-4. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` (ratio new / old).
-
 Everything goes into one JSON (``--output``, default ``benchmarks/results/gpu_<date>.json``) and a Markdown table on
 stdout. A step that fails or runs out of time is recorded with its reason; the suite goes on. ``--cpu-smoke`` runs the
 same steps on CPU at toy sizes (2-layer models, the ``tiny`` preset, 1 training step) so that CI checks the suite
@@ -112,7 +110,7 @@ def random_model(shape: str, tmp: Path) -> str:
 
 
 def train_run(args, tmp: Path, deadline: float) -> dict:
-    """Step 2 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps."""
+    """Step 3 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps."""
     run_dir = tmp / "train_grpo"
     env = {**os.environ, "RUN_DIR": str(run_dir), "EXPERIMENT_NAME": "gpu_suite", "SINGLE_PROCESS": "True",
            "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "TOTAL_STEPS": "1" if args.cpu_smoke else "10",
@@ -137,7 +135,7 @@ def train_run(args, tmp: Path, deadline: float) -> dict:
 
 
 def async_run(args, tmp: Path, deadline: float) -> dict:
-    """Step 3 (module docstring)."""
+    """Step 4 (module docstring)."""
     if importlib.util.find_spec("ray") is None:
         return {"ok": False, "skipped": "Ray is not importable on this machine"}
     path = tmp / "async.json"

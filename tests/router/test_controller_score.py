@@ -73,3 +73,8 @@ def test_mixed_cost_groups_frac_counts_the_groups_where_lambda_can_act(tokenizer
     adv = batch.batch["router_advantages"]
     assert torch.all(adv[4:] == 0)  # equal task scores and equal costs: lambda gives group "b" no signal
     assert adv[0] < 0 < adv[2]  # in group "a" the copies that paid are worse off
+    # one copy per prompt (n = 1, greedy validation): no group, no metric
+    singles = batch.select(batch_keys=list(batch.batch.keys()), non_tensor_batch_keys=["tool_families"])
+    singles.non_tensor_batch["uid"] = np.array([str(i) for i in range(8)], dtype=object)
+    assert "router/mixed_cost_groups_frac" not in RouterController(
+        cfg, default_section("data", max_prompt_length=64), tokenizer).score(singles, step=1)

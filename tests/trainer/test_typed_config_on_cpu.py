@@ -165,6 +165,9 @@ def test_null_micro_batches_need_a_token_budget_and_agent_mode_keeps_toolrl(over
     ("async.inference.num_servers=two", "async.inference.num_servers must be of type int"),
     ("actor_rollout_ref.model.lora_rank=4", "the async learner trains the full model"),
     ("data.tool_format=mistral", "the async mode's environments score ToolRL's format only"),
+    ("+actor_rollout_ref.model.override_config.attn_implementation=flex_attention",
+     "attn_implementation='flex_attention': the async learner and inference servers load the model with sdpa"),
+    ("actor_rollout_ref.rollout.cache_implementation=static", "the async inference servers decode with a dynamic"),
 ])
 def test_the_async_config_is_typed_and_refuses_what_it_does_not_implement(override, message):
     from hydra import compose, initialize_config_dir

@@ -143,6 +143,30 @@ def test_attn_implementation_is_read_from_override_config(tiny_model_dir):
     config.actor_rollout_ref.model.use_shared_prompt = True
     with pytest.raises(ConfigError, match="use_shared_prompt=true needs attention that takes an arbitrary mask"):
         validate_config(config, check_files=False)
+    config.actor_rollout_ref.model.override_config = {"attn_implementation": "flex_attention"}
+    config.trainer.device = "cpu"
+    with pytest.raises(ConfigError, match="attn_implementation=flex_attention needs a CUDA device"):
+        validate_config(config, check_files=False)
+
+
+def test_a_flex_model_decodes_with_sdpa(causal_lm, flex_lm, tokenizer):
+    """The HF rollout switches a FlexAttention model to sdpa for generate (and back): the same greedy tokens as the
+    sdpa model, and the model is flex again afterwards."""
+    from verl.protocol import DataProto
+    from verl.utils.torch_functional import compute_position_id_with_mask
+    from verl.workers.rollout.hf_rollout import HFRollout
+
+    from test_hf_rollout_on_cpu import rollout_config
+
+    tokenizer.padding_side = "left"
+    enc = tokenizer(["hello", "a longer prompt than the first"], return_tensors="pt", padding=True)
+    tensors = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                   position_ids=compute_position_id_with_mask(enc["attention_mask"]))
+    out = [HFRollout(model, rollout_config(), tokenizer).generate_sequences(
+        DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()}, meta_info={"do_sample": False}))
+        .batch["responses"] for model in (causal_lm, flex_lm)]
+    assert torch.equal(out[0], out[1])
+    assert flex_lm.config._attn_implementation == "flex_attention"
 
 
 def test_training_with_flex_on_cpu_is_refused(tiny_model_dir):

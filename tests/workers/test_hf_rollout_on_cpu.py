@@ -186,9 +186,10 @@ def test_calculate_log_probs_is_the_sampling_distribution(causal_lm, tokenizer, 
 @pytest.mark.parametrize("shared_prefill", [False, True])
 def test_static_cache_decodes_the_same_tokens(causal_lm, tokenizer, prompts, shared_prefill):
     """``rollout.cache_implementation=static``: greedy and seeded sampled tokens equal the dynamic cache's (3 prompts
-    x n=2, uneven left padding); with shared prefill asked for, the static path prefills every row instead."""
+    x n=2, uneven left padding); with shared prefill asked for, the static path prefills every row instead.
+    ``dynamic`` is generate's default (null): it keeps the shared prefill."""
     outputs = []
-    for cache in (None, "static"):
+    for cache in (None, "static", "dynamic"):
         data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()},
                                    meta_info={"do_sample": True, "n": 2})
         torch.manual_seed(11)
@@ -200,9 +201,10 @@ def test_static_cache_decodes_the_same_tokens(causal_lm, tokenizer, prompts, sha
         greedy = rollout.generate_sequences(DataProto.from_dict(
             tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"do_sample": False})).batch
         outputs.append((sampled, greedy))
-    for dynamic, static in zip(*outputs):
-        for key in ("responses", "response_mask", "position_ids"):
-            assert torch.equal(static[key], dynamic[key]), key
+    for other in outputs[1:]:
+        for dynamic, static in zip(outputs[0], other):
+            for key in ("responses", "response_mask", "position_ids"):
+                assert torch.equal(static[key], dynamic[key]), key
 
 
 def test_cache_implementation_is_checked_at_load():

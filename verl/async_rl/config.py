@@ -118,6 +118,14 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     if typed.data.tool_format != "toolrl":
         raise ConfigError(f"data.tool_format={typed.data.tool_format!r}: the async mode's environments score ToolRL's "
                           "format only")
+    attention = (typed.actor_rollout_ref.model.override_config or {}).get("attn_implementation")
+    if attention not in (None, "sdpa"):
+        raise ConfigError(f"actor_rollout_ref.model.override_config.attn_implementation={attention!r}: the async "
+                          "learner and inference servers load the model with sdpa")
+    if typed.actor_rollout_ref.rollout.cache_implementation is not None:
+        raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation="
+                          f"{typed.actor_rollout_ref.rollout.cache_implementation!r}: the async inference servers "
+                          "decode with a dynamic cache (async.inference.*)")
     return typed
 
 

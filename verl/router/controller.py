@@ -132,10 +132,13 @@ class RouterController:
         metrics = router_batch_metrics(actions, costs, task, r_router, usage["used_any_tool"])
         task_mean = float(task[torch.as_tensor(valid)].mean()) if valid.any() else 0.0
         metrics["router/mean_task_reward"] = task_mean
-        # groups (a prompt's n copies) whose tool cost varies: only there can lambda move a group-normalised
-        # advantage; where every copy pays the same cost, r_task - lambda * cost shifts the group by a constant
-        metrics["router/mixed_cost_groups_frac"] = 1.0 - zero_variance_group_fraction(
-            costs.float(), batch.non_tensor_batch["uid"])
+        # groups (a prompt's n > 1 scored copies) whose tool cost varies: only there can lambda move a
+        # group-normalised advantage; where every copy pays the same cost, r_task - lambda * cost shifts the group by
+        # a constant. Not logged when no group has two scored copies (n = 1, greedy validation).
+        uids = batch.non_tensor_batch["uid"][valid]
+        if len(set(uids.tolist())) < int(valid.sum()):
+            metrics["router/mixed_cost_groups_frac"] = 1.0 - zero_variance_group_fraction(
+                costs[torch.as_tensor(valid)].float(), uids)
         probs = torch.softmax(batch.batch["router_logits"], dim=-1)
         metrics["router/route_entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
         if "router_target_action_id" in batch.batch.keys():

@@ -489,8 +489,9 @@ def _validate_lora(model: DictConfig) -> None:
 
 
 def _validate_attention(config: DictConfig) -> None:
-    """``model.override_config.attn_implementation`` of the actor (and the critic when enabled) is one transformers
-    knows; the shared-prompt layout needs one that takes an arbitrary mask (``verl/utils/shared_prompt.py``)."""
+    """``model.override_config.attn_implementation`` of the actor and of the critic is one transformers knows; the
+    shared-prompt layout needs one that takes an arbitrary mask (``verl/utils/shared_prompt.py``); FlexAttention runs
+    on CUDA only (torch has no FlexAttention backward on CPU, and its CPU compile fails on some dynamic shapes)."""
     from verl.utils.model_utils import attn_implementation_of
     from verl.utils.shared_prompt import SUPPORTED_ATTENTION
 
@@ -498,7 +499,10 @@ def _validate_attention(config: DictConfig) -> None:
         try:
             implementation = attn_implementation_of(model)
         except ValueError as err:
-            raise ConfigError(str(err).replace("actor_rollout_ref.", f"{where}.", 1)) from None
+            raise ConfigError(f"{where}.{err}") from None
+        if implementation == "flex_attention" and resolve_device(config) == "cpu":
+            raise ConfigError(f"{where}.model.override_config.attn_implementation=flex_attention needs a CUDA device "
+                              "(trainer.device resolves to cpu): use sdpa on CPU")
         if where == "actor_rollout_ref" and model.use_shared_prompt and implementation not in SUPPORTED_ATTENTION:
             raise ConfigError(f"actor_rollout_ref.model.use_shared_prompt=true needs attention that takes an arbitrary "
                               f"mask ({', '.join(SUPPORTED_ATTENTION)}); override_config.attn_implementation is "

@@ -137,11 +137,11 @@ def linear_logprobs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, labe
 def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
     """Why :func:`linear_logprobs_and_entropy` cannot stand in for ``model``'s LM head, or None when it can.
 
-    It can when ``model.get_output_embeddings()`` is a bias-free ``nn.Linear`` with a plain (unsharded) weight and the
-    config has no logit soft-capping or scaling (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``);
-    architectures that transform the hidden states in other ways are caught at the first forward by
-    :func:`check_fused_head`. A sharded FSDP2 head is fine: the computation runs inside the forward
-    (:func:`head_computes_logprobs`), where FSDP2 has gathered the weight.
+    It can when ``model.get_output_embeddings()`` is a bias-free ``nn.Linear`` and the config has no logit
+    soft-capping or scaling (``final_logit_softcapping``, ``logit_scale``, ``logits_scaling``); architectures that
+    transform the logits in other ways are caught at the first forward (the actor's ``_check_fused_head``:
+    :func:`head_records_expected_logits` then :func:`check_forward_logits`). A sharded FSDP2 head is fine: the
+    computation runs inside the forward (:func:`head_computes_logprobs`), where FSDP2 has gathered the weight.
     """
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
@@ -183,6 +183,21 @@ def _check_logits(logits: torch.Tensor, expected: torch.Tensor, atol: Optional[f
                          f"actor_rollout_ref.model.use_fused_kernels=false for this model")
 
 
+@contextlib.contextmanager
+def _head_forward(head: torch.nn.Module, forward: Callable[[torch.Tensor], torch.Tensor]):
+    """``head.forward`` is ``forward`` while open, as an instance attribute (``nn.Module.__call__`` and FSDP2's hooks on
+    the root still run); whatever instance-level ``forward`` was there before (e.g. an accelerate hook) comes back."""
+    previous = head.__dict__.get("forward")
+    head.forward = forward
+    try:
+        yield
+    finally:
+        if previous is None:
+            del head.forward
+        else:
+            head.forward = previous
+
+
 def _lm_head(model: torch.nn.Module) -> torch.nn.Linear:
     head = model.get_output_embeddings()
     if not isinstance(head, torch.nn.Linear):
@@ -219,11 +234,8 @@ def head_computes_logprobs(model: torch.nn.Module, select: Callable[[torch.Tenso
                                                              calculate_entropy)
         return torch.stack([log_probs, entropy if entropy is not None else torch.zeros_like(log_probs)], dim=-1)
 
-    head.forward = forward  # an instance attribute: nn.Module.__call__ (and FSDP2's hooks on the root) still run
-    try:
+    with _head_forward(head, forward):
         yield
-    finally:
-        del head.forward
 
 
 @contextlib.contextmanager
@@ -239,11 +251,8 @@ def head_records_expected_logits(model: torch.nn.Module, record: dict):
             record["expected"] = _chunk_logits(hidden[:, -1], head.weight, 1.0)
         return original(hidden)
 
-    head.forward = forward
-    try:
+    with _head_forward(head, forward):
         yield
-    finally:
-        del head.forward
 
 
 def check_forward_logits(logits: torch.Tensor, record: dict, atol: Optional[float] = None) -> None:

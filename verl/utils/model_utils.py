@@ -87,7 +87,7 @@ def attn_implementation_of(model_config: DictConfig) -> str:
     """
     value = _plain(model_config.override_config).get("attn_implementation") or "sdpa"
     if value not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(f"actor_rollout_ref.model.override_config.attn_implementation={value!r}: expected one of "
+        raise ValueError(f"model.override_config.attn_implementation={value!r}: expected one of "
                          f"{', '.join(ATTN_IMPLEMENTATIONS)}")
     return value
 

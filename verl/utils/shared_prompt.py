@@ -180,7 +180,7 @@ def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: tor
     converts it to that float mask itself in every layer and keeps each layer's copy for the backward pass (measured:
     4 layers of 8 x 1,900 x 1,900 keys held ~0.34 GB more than one shared float mask). The two give the same scores.
     ``eager`` adds the mask to the scores, so it gets 0 where allowed and the dtype's most negative value elsewhere.
-``flex_attention`` gets :func:`block_mask_from_dense` of it.
+    ``flex_attention`` gets :func:`block_mask_from_dense` of it.
 
     Args:
         allowed: [G, 1, T, T] bool (``SharedPromptBatch.attention_mask``).

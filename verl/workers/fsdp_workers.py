@@ -228,8 +228,8 @@ class _ModelWorkerMixin:
         """
         attention = getattr(getattr(module, "config", None), "_attn_implementation", None)
         if self.device == "cpu" and attention == "flex_attention" and any(p.requires_grad for p in module.parameters()):
-            raise ValueError("model.override_config.attn_implementation=flex_attention trains only on CUDA (torch "
-                             "has no FlexAttention backward pass on CPU): use sdpa on CPU")
+            raise ValueError(f"{type(module).__name__}: model.override_config.attn_implementation=flex_attention "
+                             "trains only on CUDA (torch has no FlexAttention backward pass on CPU): use sdpa on CPU")
         module.to(self.device)
         if self.world_size > 1:
             apply_fsdp2(module, self.device, fsdp_config)

@@ -12,7 +12,8 @@ forward of a sharded module is a collective.
 ``rollout.cache_implementation=static`` passes ``generate`` a fixed-size KV cache (``StaticCache``); on CUDA
 transformers then decodes with a ``torch.compile``d forward (one graph per batch shape, compiled on the first call).
 Greedy tokens equal the dynamic cache's (test). The shared prefill builds a dynamic cache, so it is not used with a
-static one (the worker says so once at start-up); each row is prefilled.
+static one (the worker says so once at start-up); each row is prefilled. A model loaded with FlexAttention
+(``model.override_config.attn_implementation``) decodes with sdpa: the switch lasts one call.
 """
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ class HFRollout(BaseRollout):
             pad_token_id=pad,
             num_return_sequences=1 if shared_prefill else n,
             use_cache=True,
-            **({"cache_implementation": cache} if cache else {}),
+            **({"cache_implementation": "static"} if cache == "static" else {}),  # dynamic: generate's default
         )
         record = bool(self.config.calculate_log_probs)
         device = next(self.module.parameters()).device
@@ -170,6 +171,11 @@ class HFRollout(BaseRollout):
         step = int(self.micro_batch_size or size)
         was_training = self.module.training
         self.module.eval()
+        # FlexAttention is the training layouts' kernel; decoding with a KV cache runs sdpa (exact, and no
+        # block-mask compile per step)
+        attention = getattr(getattr(self.module, "config", None), "_attn_implementation", None)
+        if attention == "flex_attention":
+            self.module.set_attn_implementation("sdpa")
         chunks, log_prob_chunks = [], []
         try:
             for start in range(0, size, step):
@@ -194,6 +200,8 @@ class HFRollout(BaseRollout):
                     log_prob_chunks.append(recorder.finish(out, length).cpu())
         finally:
             self.module.train(was_training)
+            if attention == "flex_attention":
+                self.module.set_attn_implementation("flex_attention")
         responses = torch.cat(chunks, dim=0)
         if stop:  # a row ended by a stop string is followed by pad ids: the pad id ends its response mask too
             eos = [*(eos if isinstance(eos, (list, tuple)) else [eos]), pad]
