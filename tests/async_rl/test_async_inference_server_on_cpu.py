@@ -29,6 +29,38 @@ def test_logprobs_match_a_forward_pass(server):
     assert [c["token_ids"] for c in again["choices"]] == [c["token_ids"] for c in out["choices"]]
 
 
+def test_n_copies_share_one_prefill_and_sample_what_independent_rows_would(server):
+    """n > 1: the prompt is prefilled once and its cache copied to the n rows; the tokens drawn from one seed equal
+    those of generate's own n-fold expansion (no shared prefill), and so do their log-probs."""
+    from transformers import GenerationConfig
+
+    engine = server.engine
+    prompt = [5, 6, 7, 8, 9]
+    calls = []
+    original = engine.model.forward
+
+    def counting(*args, **kwargs):
+        calls.append(int(kwargs["input_ids"].shape[0] * kwargs["input_ids"].shape[1]))
+        return original(*args, **kwargs)
+
+    engine.model.forward = counting
+    try:
+        shared = engine.generate(prompt, max_tokens=6, temperature=0.7, n=3, seed=11)
+    finally:
+        del engine.model.forward
+    assert calls[0] == len(prompt) - 1  # one prefill of the prompt, not three
+    torch.manual_seed(11)
+    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=None, top_p=None, max_new_tokens=6,
+                              num_return_sequences=3, eos_token_id=sorted(engine.eos_token_ids),
+                              pad_token_id=engine.pad_token_id)
+    ids = torch.tensor([prompt])
+    with torch.no_grad():
+        plain = engine.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
+    for row, choice in enumerate(shared["choices"]):
+        expected = plain[row, len(prompt):].tolist()
+        assert choice["token_ids"] == expected[:len(choice["token_ids"])]
+
+
 def test_update_weights_is_monotonic(server):
     engine = server.engine
     state = {k: v.clone() for k, v in engine.model.state_dict().items()}

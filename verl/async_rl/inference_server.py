@@ -46,6 +46,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 
 from verl.utils.torch_functional import logprobs_from_logits
+from verl.workers.rollout.hf_rollout import prefill_once
 
 logger = logging.getLogger(__name__)
 
@@ -135,13 +136,18 @@ class PolicyEngine:
             max_new_tokens=int(max_tokens), num_return_sequences=int(n), eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.pad_token_id, output_logits=True, return_dict_in_generate=True,
         )
-        input_ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+        # the n copies share one prefill of the prompt (its KV cache copied to every copy, as the synchronous HF
+        # rollout's shared prefill): the sampled tokens are those of n independent rows
+        input_ids = torch.tensor([list(prompt_ids)] * int(n), dtype=torch.long)
+        mask = torch.ones_like(input_ids)
+        config.num_return_sequences = 1
         with self._lock:
             version = self.version
             if seed is not None:
                 torch.manual_seed(int(seed))
-            out = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-                                      generation_config=config)
+            cache = prefill_once(self.model, input_ids, mask) if n > 1 else None
+            out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                                      **({"past_key_values": cache} if cache is not None else {}))
         new = out.sequences[:, input_ids.shape[1]:]  # [n, T]
         logits = torch.stack(out.logits, dim=1).float()  # [n, T, V] raw logits
         scale = 1.0 if greedy else float(temperature)

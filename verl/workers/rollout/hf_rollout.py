@@ -73,6 +73,33 @@ class SampledLogProbs:
         return torch.nn.functional.pad(out, (0, width - out.shape[1]))
 
 
+def prefill_once(module: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, synced: bool = False):
+    """KV cache of ``ids[:, :-1]`` ([b, P - 1], left-padded) with each distinct prompt computed once and its cache
+    rows copied to every row holding it; None when no prompt repeats or P < 2 (plain ``generate`` then), except
+    under ``synced`` FSDP ranks, which must all run the same forwards. ``generate(input_ids=ids, attention_mask=mask,
+    past_key_values=<this cache>)`` then decodes the tokens of the unshared call.
+
+    Position ids follow ``generate``'s rule (cumulative mask - 1), so the cached keys equal those of the unshared
+    call."""
+    from transformers import DynamicCache
+
+    from verl.utils.shared_prompt import group_rows_by_prompt
+
+    groups = group_rows_by_prompt(ids, mask, ids.shape[1])
+    if ids.shape[1] < 2 or (len(groups) == ids.shape[0] and not synced):
+        return None
+    heads = torch.tensor([g[0] for g in groups], device=ids.device)
+    row_to_group = torch.empty(ids.shape[0], dtype=torch.long, device=ids.device)
+    for index, rows in enumerate(groups):
+        row_to_group[rows] = index
+    position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
+    cache = DynamicCache(config=getattr(module, "config", None))
+    module(input_ids=ids[heads, :-1], attention_mask=mask[heads, :-1], position_ids=position_ids[heads, :-1],
+           past_key_values=cache, use_cache=True, logits_to_keep=1)
+    cache.batch_select_indices(row_to_group)
+    return cache
+
+
 class HFRollout(BaseRollout):
     """``BaseRollout`` backed by ``module.generate``.
 
@@ -108,29 +135,8 @@ class HFRollout(BaseRollout):
         return eos, int(pad)
 
     def _prefill_once(self, ids: torch.Tensor, mask: torch.Tensor, synced: bool = False):
-        """KV cache of ``ids[:, :-1]`` ([b, P - 1], left-padded) with each distinct prompt computed once and its cache
-        rows copied to every row holding it; None when no prompt repeats or P < 2 (plain ``generate`` then), except
-        under ``synced`` FSDP ranks, which must all run the same forwards.
-
-        Position ids follow ``generate``'s rule (cumulative mask - 1), so the cached keys equal those of the unshared
-        call."""
-        from transformers import DynamicCache
-
-        from verl.utils.shared_prompt import group_rows_by_prompt
-
-        groups = group_rows_by_prompt(ids, mask, ids.shape[1])
-        if ids.shape[1] < 2 or (len(groups) == ids.shape[0] and not synced):
-            return None
-        heads = torch.tensor([g[0] for g in groups], device=ids.device)
-        row_to_group = torch.empty(ids.shape[0], dtype=torch.long, device=ids.device)
-        for index, rows in enumerate(groups):
-            row_to_group[rows] = index
-        position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
-        cache = DynamicCache(config=getattr(self.module, "config", None))
-        self.module(input_ids=ids[heads, :-1], attention_mask=mask[heads, :-1], position_ids=position_ids[heads, :-1],
-                    past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache.batch_select_indices(row_to_group)
-        return cache
+        """:func:`prefill_once` on this rollout's module."""
+        return prefill_once(self.module, ids, mask, synced)
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
