@@ -177,3 +177,26 @@ def test_fixed_routing_baselines_override_the_head(tmp_path, tiny_dir, prompts_p
     for bad in ("always", "random", "random:1.5", "answer:1"):
         with pytest.raises(ValueError, match="--routes"):
             parse_routes(bad)
+
+
+def test_answer_routes_cannot_call_tools_when_the_checkpoint_says_so(tmp_path, tiny_dir, prompts_parquet):
+    """A checkpoint trained with ``router.answer_forbids_tool_calls`` keeps the constraint at inference: the ANSWER
+    rows reach the rollout flagged, the others not (an older checkpoint without the key: nothing flagged)."""
+    from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
+
+    rows = load_prompt_rows(prompts_parquet)
+    for forbid in (True, False):
+        root = tmp_path / str(forbid)
+        step = make_checkpoint(root, tiny_dir, RouterAction.ANSWER,
+                               overrides=(f"router.answer_forbids_tool_calls={str(forbid).lower()}",))
+        engine = RouterInference(step, max_new_tokens=4, device="cpu", routes="random:0.5", seed=1)
+        seen = []
+        original = engine.rollout.generate_sequences
+        engine.rollout.generate_sequences = lambda data: seen.append(data.batch.get(FORBID_TOOL_CALLS)) or original(data)
+        out = engine.run(rows, batch_size=N_ROWS)
+        routes = [r["route"] for r in out]
+        assert len(set(routes)) == 2  # both routes drawn at rate 0.5 with this seed
+        if forbid:
+            assert seen[0].tolist() == [route == "ANSWER" for route in routes]
+        else:
+            assert seen[0] is None

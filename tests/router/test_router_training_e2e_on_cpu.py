@@ -1,7 +1,8 @@
 """The router trained together with the actor through the real trainer (tiny model, real RLLA rows, CPU, Ray).
 
 Checks: every step logs the spec's router metrics; λ follows the dual-ascent formula from the logged mean costs;
-the rewritten prompts really reach generation (ANSWER rows lose the tools block); the router head is trained and
+the rewritten prompts really reach generation (ANSWER rows lose the tools block and, with
+``router.answer_forbids_tool_calls``, cannot open a tool call); the router head is trained and
 saved with its optimizer, and λ is saved in data.pt.
 """
 from __future__ import annotations
@@ -34,7 +35,7 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + [
         "algorithm.adv_estimator=grpo", "router.enable=true", f"router.budget_B={budget}",
         f"router.dual_lr={dual_lr}", "router.cost_weights.any_tool=1.0", "router.sup_coeff=1.0",
-        "router.optim.lr=0.05"])
+        "router.optim.lr=0.05", "router.answer_forbids_tool_calls=true"])
     trainer = run_ppo(config)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "text" not in r and r["step"] > 0]
@@ -60,8 +61,10 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
         original = tok.decode(last_batch.batch["router_input_ids"][i][
             last_batch.batch["router_attention_mask"][i].bool()])
         assert "Available Tools" in original
-        if int(actions[i]) == 0:  # ANSWER: the tools block is gone from what the LM saw
+        if int(actions[i]) == 0:  # ANSWER: the tools block is gone from what the LM saw, and it could not call one
             assert "Available Tools" not in prompt
+            response = last_batch.batch["responses"][i][last_batch.batch["response_mask"][i].bool()]
+            assert "<tool" not in tok.decode(response)
 
     actor_dir = tmp_path / "ckpt" / "global_step_2" / "actor"
     router_files = list(actor_dir.glob("router_world_size_1_rank_0.pt"))

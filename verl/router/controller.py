@@ -27,6 +27,7 @@ from verl.router.head import sample_actions
 from verl.router.lagrangian import LagrangeMultiplier
 from verl.utils.reward_score.tool_formats import resolve_tool_format
 from verl.utils.torch_functional import zero_variance_group_fraction
+from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 from verl.router.loss import (
     compute_router_advantages,
     compute_router_rewards,
@@ -94,6 +95,8 @@ class RouterController:
             batch.batch[f"router_{key}"] = batch.batch[key]
             batch.batch[key] = tokens[key]
         batch.batch["router_action"] = actions
+        if self.cfg.answer_forbids_tool_calls:  # the ANSWER route removes the tools and blocks a call at decoding
+            batch.batch[FORBID_TOOL_CALLS] = actions == int(RouterAction.ANSWER)
         batch.batch["router_log_prob"] = log_probs
         batch.batch["router_logits"] = router_logits.float()
         families_arr = np.empty(len(families), dtype=object)

@@ -51,7 +51,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.utils.jsonl import iter_json_objects
-from verl.router import ROUTE_NAMES, parse_other_as
+from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import RouterHead, compute_router_logits, sample_actions
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
@@ -263,6 +263,9 @@ class RouterInference:
         self.max_prompt_length = int(self.config.data.max_prompt_length)
         self.truncation = self.config.data.truncation
         self.filter_tools = bool(self.router_cfg.filter_tools)
+        # as in training: ANSWER-routed prompts cannot open a tool call (a checkpoint from before the key: off)
+        self.answer_forbids_tool_calls = bool(OmegaConf.select(self.router_cfg, "answer_forbids_tool_calls",
+                                                               default=False))
         self.other_as = parse_other_as(self.router_cfg.other_as)
         family_file = self.router_cfg.tool_family_file
         self.family_overrides = load_tool_family_file(family_file) if family_file else None
@@ -309,16 +312,22 @@ class RouterInference:
                                  other_as=self.other_as)
         return RoutedBatch(actions.cpu(), torch.softmax(logits, dim=-1).cpu(), messages, self._tokenize(messages))
 
-    def generate(self, tokens: Mapping[str, torch.Tensor]) -> list[str]:
+    def generate(self, tokens: Mapping[str, torch.Tensor], actions: Optional[torch.Tensor] = None) -> list[str]:
         """One greedy response per prompt row (``HFRollout``), decoded up to and including EOS, special tokens kept.
 
         Args:
             tokens: ``input_ids`` / ``attention_mask`` / ``position_ids`` [B, P], left-padded.
+            actions: [B] the rows' routes; with ``router.answer_forbids_tool_calls`` the ANSWER rows cannot open a
+                tool call (as in training).
         """
         from verl.protocol import DataProto
+        from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 
         meta = {"n": 1, "eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.pad_token_id}
-        result = self.rollout.generate_sequences(DataProto.from_dict(tensors=dict(tokens), meta_info=meta))
+        tensors = dict(tokens)
+        if self.answer_forbids_tool_calls and actions is not None:
+            tensors[FORBID_TOOL_CALLS] = actions == int(RouterAction.ANSWER)
+        result = self.rollout.generate_sequences(DataProto.from_dict(tensors=tensors, meta_info=meta))
         lengths = result.batch["response_mask"].sum(-1).tolist()
         return [self.tokenizer.decode(ids[:int(n)].tolist(), skip_special_tokens=False)
                 for ids, n in zip(result.batch["responses"], lengths)]
@@ -345,7 +354,7 @@ class RouterInference:
                 routed = self.route([r.messages for r in batch], [r.extra_info for r in batch])
             except PromptTooLongError as exc:
                 raise PromptTooLongError(f"{source} rows {start}..{start + len(batch) - 1}: {exc}") from exc
-            responses = self.generate(routed.tokens)
+            responses = self.generate(routed.tokens, routed.actions)
             for j, (row, response) in enumerate(zip(batch, responses)):
                 out.append({
                     "index": row.index,

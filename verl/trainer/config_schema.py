@@ -213,6 +213,7 @@ class RouterConfig:
     pooling: str = MISSING
     detach_backbone: bool = MISSING
     greedy_eval: bool = MISSING
+    answer_forbids_tool_calls: bool = MISSING
     sample_per_rollout: bool = MISSING
     filter_tools: bool = MISSING
     other_as: str = MISSING

@@ -356,6 +356,9 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
+    if config.router.enable and config.router.answer_forbids_tool_calls and arr.rollout.name != "hf":
+        raise ConfigError(f"router.answer_forbids_tool_calls=true blocks tool calls while decoding, which the HF "
+                          f"rollout implements: set actor_rollout_ref.rollout.name=hf (got {arr.rollout.name!r})")
     cache = arr.rollout.cache_implementation
     if cache is not None and (cache not in ("dynamic", "static") or arr.rollout.name != "hf"):
         raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation={cache!r}: null, 'dynamic' or 'static', "

@@ -46,6 +46,7 @@ from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
 from verl.utils.torch_functional import masked_mean, trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
+from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +236,8 @@ class RayPPOTrainer:
 
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:
         """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
-        output = self._rollout(batch.pop(batch_keys=GEN_KEYS),
+        keys = GEN_KEYS + [key for key in (FORBID_TOOL_CALLS,) if key in batch.batch.keys()]  # the router's
+        output = self._rollout(batch.pop(batch_keys=keys),
                                do_sample=not validate and self.config.actor_rollout_ref.rollout.do_sample,
                                validate=validate)
         batch = batch.union(output)
@@ -248,8 +250,10 @@ class RayPPOTrainer:
         Prompts arrive padded to ``data.max_prompt_length``; they are cut to the batch's longest prompt first, so that
         neither the rollout nor any later log-prob / update pass computes on columns that are padding in every row.
         """
-        gen_batch = DataProto.from_dict(trim_left_padding({k: gen_batch.batch[k] for k in GEN_KEYS}),
-                                        non_tensors=gen_batch.non_tensor_batch, meta_info=gen_batch.meta_info)
+        tensors = trim_left_padding({k: gen_batch.batch[k] for k in GEN_KEYS})
+        if FORBID_TOOL_CALLS in gen_batch.batch.keys():  # [B] per-row decoding constraint (hf_rollout)
+            tensors[FORBID_TOOL_CALLS] = gen_batch.batch[FORBID_TOOL_CALLS]
+        gen_batch = DataProto.from_dict(tensors, non_tensors=gen_batch.non_tensor_batch, meta_info=gen_batch.meta_info)
         gen_batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id,
                                     "pad_token_id": self.tokenizer.pad_token_id,
                                     "do_sample": do_sample, "validate": validate})

@@ -13,7 +13,9 @@ forward of a sharded module is a collective.
 transformers then decodes with a ``torch.compile``d forward (one graph per batch shape, compiled on the first call).
 Greedy tokens equal the dynamic cache's (test). The shared prefill builds a dynamic cache, so it is not used with a
 static one (the worker says so once at start-up); each row is prefilled. A model loaded with FlexAttention
-(``model.override_config.attn_implementation``) decodes with sdpa: the switch lasts one call.
+(``model.override_config.attn_implementation``) decodes with sdpa: the switch lasts one call. Prompt rows flagged in
+the optional ``forbid_tool_calls`` field ([B] bool; the router's ANSWER route with
+``router.answer_forbids_tool_calls``) never generate ``"<tool"``, so they cannot open a tool call.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import torch.distributed as dist
 from verl.protocol import DataProto
 from verl.utils.model_utils import compute_autocast
 from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, resolve_sampling
+from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS, TOOL_CALL_TEXT, ForbidText
 
 logger = logging.getLogger(__name__)
 
@@ -188,11 +191,18 @@ class HFRollout(BaseRollout):
                 ids = batch["input_ids"][start:start + step].to(device)
                 mask = batch["attention_mask"][start:start + step].to(device)
                 extra = {}
+                processors = []
+                if FORBID_TOOL_CALLS in batch.keys():  # rows that must not start a tool call (the router's ANSWER)
+                    rows = batch[FORBID_TOOL_CALLS][start:start + step].bool().repeat_interleave(n)
+                    if bool(rows.any()):
+                        processors.append(ForbidText(self.tokenizer, TOOL_CALL_TEXT, rows, ids.shape[1]))
                 recorder = None
-                if record:
+                if record:  # after the constraint: it records the distribution the tokens are drawn from
                     recorder = SampledLogProbs(sampling["temperature"], sampling["top_k"], sampling["top_p"],
                                                sampling["do_sample"])
-                    extra["logits_processor"] = LogitsProcessorList([recorder])
+                    processors.append(recorder)
+                if processors:
+                    extra["logits_processor"] = LogitsProcessorList(processors)
                 with compute_autocast(device.type, self.config.dtype):
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
