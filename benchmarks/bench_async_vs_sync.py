@@ -66,6 +66,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=True,
                         help="model.use_shared_prompt (the CPU launch default), for both modes: the async learner's "
                              "forward of single-turn rollouts is the synchronous actor's")
+    parser.add_argument("--server-threads", type=int, default=1, help="async.inference.num_threads (torch threads "
+                                                                         "of the inference server)")
+    parser.add_argument("--learner-threads", type=int, default=None, help="async.learner_threads (default: torch's)")
+    parser.add_argument("--replicas", type=int, default=1, help="RLLA env actors (concurrent requests to the server)")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
@@ -132,7 +136,9 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
             f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
             f"async.max_buffer_rollouts={rollouts}", f"async.replay.max_age={args.max_age}",
             "async.replay.advantage=rloo", "~async.envs.line_world",
-            f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: 1, fraction: 1.0, group_size: {args.n}}}",
+            f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: {args.replicas}, fraction: 1.0, "
+            f"group_size: {args.n}}}", f"async.inference.num_threads={args.server_threads}",
+            *([f"async.learner_threads={args.learner_threads}"] if args.learner_threads else []),
             *([f"algorithm.rollout_correction.rollout_is={args.rollout_is}",
                f"algorithm.rollout_correction.rollout_is_threshold={args.rollout_is_threshold}"]
               if args.rollout_is else [])]
