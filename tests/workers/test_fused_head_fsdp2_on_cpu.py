@@ -1,6 +1,6 @@
 """The fused LM head under FSDP2 (issue 24): with the model sharded over two gloo ranks, ``model.use_fused_kernels``
 log-probs, entropies and gradients (gathered from the shards) equal the unsharded model's materialised-logits path, in
-the padded and the shared-prompt layouts. The head runs inside the model's forward
+the padded and the shared-prompt layouts, with the tiny model's tied head and with an untied one. The head runs inside the model's forward
 (``fused_linear_logprob.head_computes_logprobs``), where FSDP2 has gathered its weight, so no ``[tokens, vocab]``
 logits exist on any rank. Both ranks see the same micro-batch, so FSDP2's mean over ranks is the single-rank gradient.
 Tolerances: float32, as ``test_fused_kernels_on_cpu.py`` (the shards change only the summation order).
@@ -18,6 +18,15 @@ import torch.multiprocessing as mp
 sys.path.insert(0, str(Path(__file__).parent))  # the spawned ranks import this file's helpers
 
 LAYOUTS = {"padded": {}, "shared": {"use_shared_prompt": True}}
+# (layout, tied head): the tiny model ties its head to the embeddings; an untied head is a separate sharded weight
+CASES = [("padded", True), ("shared", True), ("padded", False)]
+
+
+def _load(model_dir, tied):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)  # an untied head is initialised afresh: the same weights on every rank and in the reference
+    return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, tie_word_embeddings=tied)
 
 
 def _loss(log_probs, entropy, mask, weights):
@@ -40,7 +49,7 @@ def _run_actor(model, layout, micro, weights, fused):
 
 def _rank(rank, world, init_file, model_dir, out_dir):
     import torch.distributed as dist
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from verl.utils.model_utils import apply_fsdp2
     from workers_testlib import make_rlla_group_batch
@@ -50,21 +59,20 @@ def _rank(rank, world, init_file, model_dir, out_dir):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     micro = make_rlla_group_batch(tokenizer, n=2, num_prompts=2).batch
     weights = torch.randn(micro["responses"].shape, generator=torch.Generator().manual_seed(5))
-    for layout in LAYOUTS:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    for layout, tied in CASES:
+        model = _load(model_dir, tied)
         apply_fsdp2(model, "cpu")
         assert type(model.get_output_embeddings().weight).__name__ == "DTensor"
         log_probs, entropy = _run_actor(model, layout, micro, weights, fused=True)
         grads = {name: p.grad.full_tensor() for name, p in model.named_parameters() if p.grad is not None}
         if rank == 0:
-            torch.save({"log_probs": log_probs, "entropy": entropy, "grads": grads}, Path(out_dir) / f"{layout}.pt")
+            torch.save({"log_probs": log_probs, "entropy": entropy, "grads": grads},
+                       Path(out_dir) / f"{layout}_{tied}.pt")
     dist.destroy_process_group()
 
 
 @pytest.mark.timeout(600)
 def test_fused_head_under_fsdp2_equals_the_unsharded_logits_path(tiny_model_dir, tokenizer, tmp_path):
-    from transformers import AutoModelForCausalLM
-
     from workers_testlib import make_rlla_group_batch
 
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
@@ -72,14 +80,14 @@ def test_fused_head_under_fsdp2_equals_the_unsharded_logits_path(tiny_model_dir,
     micro = make_rlla_group_batch(tokenizer, n=2, num_prompts=2).batch
     weights = torch.randn(micro["responses"].shape, generator=torch.Generator().manual_seed(5))
     mask = micro["response_mask"].bool()
-    for layout in LAYOUTS:
-        model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    for layout, tied in CASES:
+        model = _load(tiny_model_dir, tied)
         log_probs, entropy = _run_actor(model, "padded", micro, weights, fused=False)  # the reference path
-        sharded = torch.load(tmp_path / f"{layout}.pt")
+        sharded = torch.load(tmp_path / f"{layout}_{tied}.pt")
         torch.testing.assert_close(sharded["log_probs"][mask], log_probs[mask], atol=1e-5, rtol=0)
         torch.testing.assert_close(sharded["entropy"][mask], entropy[mask], atol=5e-5, rtol=0)
         reference = {name: p.grad for name, p in model.named_parameters() if p.grad is not None}
-        assert sharded["grads"].keys() == reference.keys() and "lm_head.weight" not in reference  # tied
+        assert sharded["grads"].keys() == reference.keys() and ("lm_head.weight" in reference) != tied
         for name, grad in reference.items():
             error = (sharded["grads"][name] - grad).norm() / grad.norm().clamp(min=1e-12)
             assert error < 1e-5, (layout, name, float(error))
