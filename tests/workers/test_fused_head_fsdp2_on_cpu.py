@@ -1,8 +1,8 @@
 """The fused LM head under FSDP2 (issue 24): with the model sharded over two gloo ranks, ``model.use_fused_kernels``
 log-probs, entropies and gradients (gathered from the shards) equal the unsharded model's materialised-logits path, in
-the padded and the shared-prompt layouts, with the tiny model's tied head and with an untied one. The head runs inside the model's forward
-(``fused_linear_logprob.head_computes_logprobs``), where FSDP2 has gathered its weight, so no ``[tokens, vocab]``
-logits exist on any rank. Both ranks see the same micro-batch, so FSDP2's mean over ranks is the single-rank gradient.
+the padded and the shared-prompt layouts, with the tiny model's tied head and with an untied one. The head runs inside
+the model's forward (``fused_linear_logprob.head_computes_logprobs``), where FSDP2 has gathered its weight, so no
+``[tokens, vocab]`` logits exist on any rank. Both ranks see the same micro-batch, so FSDP2's mean over ranks is the single-rank gradient.
 Tolerances: float32, as ``test_fused_kernels_on_cpu.py`` (the shards change only the summation order).
 """
 from __future__ import annotations
