@@ -106,3 +106,59 @@ def test_backend_choice_is_validated(tiny_model_dir):
         make_engine("hf", tiny_model_dir, max_model_len=512)
     engine = make_engine("hf", tiny_model_dir)
     assert next(engine.model.parameters()).dtype == torch.float32
+
+
+def test_concurrent_requests_are_served_in_one_batch(server):
+    """Requests queued while the engine is busy are served together by the next holder: one generate call for
+    three requests (different prompt lengths, left-padded), each answer's log-probs still those of a forward pass of
+    its own prompt; a failing batch hands its error to every waiting request instead of leaving them waiting."""
+    import threading
+
+    engine = server.engine
+    prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
+    results, calls = {}, []
+    original = engine.model.generate
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["input_ids"].shape[0])
+        return original(*args, **kwargs)
+
+    engine.model.generate = counting
+    try:
+        with engine._lock:  # the engine is busy: the three requests queue up
+            threads = [threading.Thread(target=lambda i=i: results.__setitem__(
+                i, engine.generate(prompts[i], max_tokens=5, temperature=0.7, n=2))) for i in range(3)]
+            for thread in threads:
+                thread.start()
+            while len(engine._queue) < 3:
+                threading.Event().wait(0.01)
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        del engine.model.generate
+    assert calls == [6]  # one batch: 3 requests x n = 2 rows
+    for i, prompt in enumerate(prompts):
+        out = results[i]
+        assert out["prompt_token_ids"] == prompt and len(out["choices"]) == 2
+        for choice in out["choices"]:
+            ids = torch.tensor([prompt + choice["token_ids"]])
+            with torch.no_grad():
+                logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / 0.7
+            ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
+            assert torch.allclose(ref, torch.tensor(choice["logprobs"]), atol=1e-4)
+
+    errors = []
+    engine.model.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory"))
+    try:
+        with engine._lock:
+            threads = [threading.Thread(target=lambda: errors.append(
+                pytest.raises(RuntimeError, engine.generate, [5, 6], max_tokens=3))) for _ in range(2)]
+            for thread in threads:
+                thread.start()
+            while len(engine._queue) < 2:
+                threading.Event().wait(0.01)
+        for thread in threads:
+            thread.join(timeout=60)
+    finally:
+        del engine.model.generate
+    assert len(errors) == 2 and all("out of memory" in str(e.value) for e in errors)

@@ -78,7 +78,7 @@ class PolicyEngine:
         num_threads: ``torch.set_num_threads`` for this process (None: unchanged).
 
     Thread-safe: one generation or weight update at a time (an update never lands mid-generation, so every choice of
-    one answer comes from one version).
+    one answer comes from one version); concurrent requests are batched (:meth:`generate`).
     """
 
     def __init__(self, model_path: str, version: int = 0, dtype: str = "float32", num_threads: Optional[int] = None):
@@ -94,7 +94,9 @@ class PolicyEngine:
         self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype))
         self.model.eval()
         self.version = int(version)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one generate (or weight update) at a time
+        self._queue_lock = threading.Lock()  # guards the queue of requests waiting to be batched
+        self._queue: List[_Request] = []
         self.eos_token_ids = eos_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(
             self.eos_token_ids)
@@ -120,6 +122,11 @@ class PolicyEngine:
                  seed: Optional[int] = None) -> Dict[str, Any]:
         """Sample ``n`` completions of one prompt.
 
+        Concurrent calls (the env actors' requests, one HTTP thread each) are batched: whoever holds the engine
+        finishes its ``generate`` call, and the next holder serves every request queued meanwhile with the same
+        ``max_tokens`` and ``temperature`` in one batched ``generate`` (left-padded prompts, each prompt prefilled once
+        for its copies). A seeded call runs alone, so its samples stay reproducible.
+
         Args: ``prompt_ids`` token ids (non-empty); ``max_tokens`` >= 1 new tokens at most; ``temperature`` >= 0
             (0: greedy); ``n`` >= 1; ``seed``: seeds torch's RNG for this call (reproducible samples).
         Returns: ``{"policy_version", "prompt_token_ids", "choices": [{"token_ids", "logprobs", "finish_reason"}]}``
@@ -128,38 +135,82 @@ class PolicyEngine:
         Raises ValueError: empty prompt, ``max_tokens < 1``, ``n < 1`` or a negative temperature.
         """
         check_generate_args(prompt_ids, max_tokens, temperature, n)
+        request = _Request([int(t) for t in prompt_ids], int(max_tokens), float(temperature), int(n))
+        if seed is not None:
+            with self._lock:
+                torch.manual_seed(int(seed))
+                self._serve([request])
+            return request.result
+        with self._queue_lock:
+            self._queue.append(request)
+        while request.result is None and request.error is None:
+            with self._lock:
+                if request.result is not None or request.error is not None:  # served in another caller's batch
+                    break
+                with self._queue_lock:
+                    batch = [r for r in self._queue if r.key == request.key]
+                    self._queue = [r for r in self._queue if r.key != request.key]
+                if batch:
+                    try:
+                        self._serve(batch)
+                    except Exception as exc:  # every request of the failed batch gets the error, not a hang
+                        for other in batch:
+                            other.error = exc
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _serve(self, requests: List["_Request"]) -> None:
+        """One batched ``generate`` for ``requests`` (same ``max_tokens`` and ``temperature``; caller holds the
+        lock); sets each request's ``result``."""
         from transformers import GenerationConfig
 
-        greedy = float(temperature) == 0.0
+        first = requests[0]
+        greedy = first.temperature == 0.0
         config = GenerationConfig(
-            do_sample=not greedy, temperature=None if greedy else float(temperature), top_k=None, top_p=None,
-            max_new_tokens=int(max_tokens), num_return_sequences=int(n), eos_token_id=sorted(self.eos_token_ids),
+            do_sample=not greedy, temperature=None if greedy else first.temperature, top_k=None, top_p=None,
+            max_new_tokens=first.max_tokens, num_return_sequences=1, eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.pad_token_id, output_logits=True, return_dict_in_generate=True,
         )
-        # the n copies share one prefill of the prompt (its KV cache copied to every copy, as the synchronous HF
-        # rollout's shared prefill): the sampled tokens are those of n independent rows
-        input_ids = torch.tensor([list(prompt_ids)] * int(n), dtype=torch.long)
-        mask = torch.ones_like(input_ids)
-        config.num_return_sequences = 1
-        with self._lock:
-            version = self.version
-            if seed is not None:
-                torch.manual_seed(int(seed))
-            cache = prefill_once(self.model, input_ids, mask) if n > 1 else None
-            out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
-                                      **({"past_key_values": cache} if cache is not None else {}))
-        new = out.sequences[:, input_ids.shape[1]:]  # [n, T]
-        logits = torch.stack(out.logits, dim=1).float()  # [n, T, V] raw logits
-        scale = 1.0 if greedy else float(temperature)
+        # every request's n copies as rows, prompts left-padded; each distinct prompt is prefilled once and its KV
+        # cache copied to its copies (the synchronous HF rollout's shared prefill): the tokens of independent rows
+        rows = [r.prompt_ids for r in requests for _ in range(r.n)]
+        width = max(map(len, rows))
+        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros_like(input_ids)
+        for i, ids in enumerate(rows):
+            input_ids[i, width - len(ids):] = torch.tensor(ids)
+            mask[i, width - len(ids):] = 1
+        version = self.version
+        cache = prefill_once(self.model, input_ids, mask)
+        out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
+                                  **({"past_key_values": cache} if cache is not None else {}))
+        new = out.sequences[:, width:]  # [rows, T]
+        logits = torch.stack(out.logits, dim=1).float()  # [rows, T, V] raw logits
+        scale = 1.0 if greedy else first.temperature
         logprobs = logprobs_from_logits(logits / scale, new)  # the learner's log-prob code (chunked over the vocab)
-        choices = []
-        for row in range(new.shape[0]):
-            ids = new[row].tolist()
-            end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_token_ids), None)
-            finish = "stop" if end is not None else "length"
-            end = end if end is not None else len(ids)
-            choices.append({"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(), "finish_reason": finish})
-        return {"policy_version": version, "prompt_token_ids": list(map(int, prompt_ids)), "choices": choices}
+        row = 0
+        for request in requests:
+            choices = []
+            for _ in range(request.n):
+                ids = new[row].tolist()
+                end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_token_ids), None)
+                finish = "stop" if end is not None else "length"
+                end = end if end is not None else len(ids)
+                choices.append({"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(),
+                                "finish_reason": finish})
+                row += 1
+            request.result = {"policy_version": version, "prompt_token_ids": request.prompt_ids, "choices": choices}
+
+
+class _Request:
+    """One ``PolicyEngine.generate`` call waiting in the queue (``result`` set once served)."""
+
+    def __init__(self, prompt_ids: List[int], max_tokens: int, temperature: float, n: int):
+        self.prompt_ids, self.max_tokens, self.temperature, self.n = prompt_ids, max_tokens, temperature, n
+        self.key = (max_tokens, temperature)
+        self.result: Optional[Dict[str, Any]] = None
+        self.error: Optional[BaseException] = None
 
 
 def template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_prompt: bool) -> List[int]:
