@@ -50,7 +50,7 @@ def test_n_copies_share_one_prefill_and_sample_what_independent_rows_would(serve
         del engine.model.forward
     assert calls[0] == len(prompt) - 1  # one prefill of the prompt, not three
     torch.manual_seed(11)
-    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=None, top_p=None, max_new_tokens=6,
+    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=6,
                               num_return_sequences=3, eos_token_id=sorted(engine.eos_token_ids),
                               pad_token_id=engine.pad_token_id)
     ids = torch.tensor([prompt])

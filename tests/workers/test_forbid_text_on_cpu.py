@@ -102,3 +102,14 @@ def test_the_constraint_needs_the_hf_rollout():
     config.actor_rollout_ref.rollout.name = "vllm"
     with pytest.raises(ConfigError, match="router.answer_forbids_tool_calls=true blocks tool calls while decoding"):
         validate_config(config, check_files=False)
+
+
+def test_the_constraint_needs_untruncated_sampling():
+    from verl.trainer.config_utils import ConfigError, default_config, validate_config
+
+    config = default_config()
+    config.router.enable = True
+    config.router.answer_forbids_tool_calls = True
+    config.actor_rollout_ref.rollout.top_p = 0.9
+    with pytest.raises(ConfigError, match="needs untruncated sampling"):
+        validate_config(config, check_files=False)

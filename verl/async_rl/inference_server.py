@@ -153,9 +153,11 @@ class PolicyEngine:
                 if batch:
                     try:
                         self._serve(batch)
-                    except Exception as exc:  # every request of the failed batch gets the error, not a hang
+                    except BaseException as exc:  # every request of the failed batch gets the error, not a hang
                         for other in batch:
                             other.error = exc
+                        if not isinstance(exc, Exception):
+                            raise
         if request.error is not None:
             raise request.error
         return request.result
@@ -168,7 +170,10 @@ class PolicyEngine:
         first = requests[0]
         greedy = first.temperature == 0.0
         config = GenerationConfig(
-            do_sample=not greedy, temperature=None if greedy else first.temperature, top_k=None, top_p=None,
+            # top-k / top-p explicitly off: left unset, generate would fill in the model's or its own defaults
+            # (top_k=50) and sample from a truncated distribution the recorded log-probs do not describe
+            do_sample=not greedy, temperature=None if greedy else first.temperature, top_k=0, top_p=1.0,
+            repetition_penalty=1.0,
             max_new_tokens=first.max_tokens, num_return_sequences=1, eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.pad_token_id, output_logits=True, return_dict_in_generate=True,
         )

@@ -356,9 +356,14 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
-    if config.router.enable and config.router.answer_forbids_tool_calls and arr.rollout.name != "hf":
-        raise ConfigError(f"router.answer_forbids_tool_calls=true blocks tool calls while decoding, which the HF "
-                          f"rollout implements: set actor_rollout_ref.rollout.name=hf (got {arr.rollout.name!r})")
+    if config.router.enable and config.router.answer_forbids_tool_calls:
+        if arr.rollout.name != "hf":
+            raise ConfigError(f"router.answer_forbids_tool_calls=true blocks tool calls while decoding, which the HF "
+                              f"rollout implements: set actor_rollout_ref.rollout.name=hf (got {arr.rollout.name!r})")
+        if int(arr.rollout.top_k) > 0 or float(arr.rollout.top_p) < 1.0:  # generate truncates before the ban
+            raise ConfigError(f"router.answer_forbids_tool_calls=true needs untruncated sampling: rollout.top_k="
+                              f"{arr.rollout.top_k} / top_p={arr.rollout.top_p} could leave an ANSWER row only banned "
+                              "tokens (set top_k=-1, top_p=1.0)")
     cache = arr.rollout.cache_implementation
     if cache is not None and (cache not in ("dynamic", "static") or arr.rollout.name != "hf"):
         raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation={cache!r}: null, 'dynamic' or 'static', "
@@ -492,9 +497,8 @@ def _validate_lora(model: DictConfig) -> None:
 
 
 def _validate_attention(config: DictConfig) -> None:
-    """``model.override_config.attn_implementation`` of the actor and of the critic is one transformers knows; the
-    shared-prompt layout needs one that takes an arbitrary mask (``verl/utils/shared_prompt.py``); FlexAttention runs
-    on CUDA only (torch has no FlexAttention backward on CPU, and its CPU compile fails on some dynamic shapes)."""
+    """Each model's ``override_config.attn_implementation`` is known; shared prompts need an arbitrary mask
+    (``verl/utils/shared_prompt.py``); FlexAttention is CUDA only (no CPU backward; CPU compile fails on some shapes)."""
     from verl.utils.model_utils import attn_implementation_of
     from verl.utils.shared_prompt import SUPPORTED_ATTENTION
 
@@ -508,8 +512,7 @@ def _validate_attention(config: DictConfig) -> None:
                               "(trainer.device resolves to cpu): use sdpa on CPU")
         if where == "actor_rollout_ref" and model.use_shared_prompt and implementation not in SUPPORTED_ATTENTION:
             raise ConfigError(f"actor_rollout_ref.model.use_shared_prompt=true needs attention that takes an arbitrary "
-                              f"mask ({', '.join(SUPPORTED_ATTENTION)}); override_config.attn_implementation is "
-                              f"{implementation!r}")
+                              f"mask ({', '.join(SUPPORTED_ATTENTION)}); attn_implementation is {implementation!r}")
 
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:

@@ -4,7 +4,9 @@ ToolRL ``<tool_call>`` block can start), however the tokenizer splits it.
 A small automaton over the text's proper prefixes: the state of a row is the longest suffix of its generated text
 that is a proper prefix of ``text`` (``""``, ``"<"``, ``"<t"``, ...). For every state the tokens whose own text, after
 that suffix, would contain ``text`` are banned (score ``-inf``); they are found once per tokenizer from each token's
-decoded text, so a step costs one short decode per constrained row. Tokens are decoded one by one, as byte-level BPE
+decoded text, so a step costs one short decode per constrained row. ``generate`` runs custom processors after its
+top-k / top-p warpers, so the ban needs untruncated sampling (the router refuses it otherwise at load): a truncated
+distribution could hold only banned tokens. Tokens are decoded one by one, as byte-level BPE
 tokenizers (SmolLM2's, Qwen's, Llama-3's) join them: the concatenation of the pieces is the text.
 """
 from __future__ import annotations
@@ -66,7 +68,9 @@ class ForbidText:
         self.tokenizer, self.text, self.prompt_width = tokenizer, text, int(prompt_width)
         self.rows = torch.nonzero(rows.bool().flatten()).flatten().tolist()
         self.banned = banned_tokens_by_state(_token_texts(tokenizer), text)
-        self.window = len(text)  # tokens decoded per step: each token holds at least one character
+        # tokens decoded per step: the state needs the last len(text) - 1 characters; 4x the text's length leaves
+        # room for tokens that decode to nothing
+        self.window = 4 * len(text)
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         for row in self.rows:
