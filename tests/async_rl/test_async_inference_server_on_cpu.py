@@ -112,8 +112,6 @@ def test_concurrent_requests_are_served_in_one_batch(server):
     """Requests queued while the engine is busy are served together by the next holder: one generate call for
     three requests (different prompt lengths, left-padded), each answer's log-probs still those of a forward pass of
     its own prompt; a failing batch hands its error to every waiting request instead of leaving them waiting."""
-    import threading
-
     engine = server.engine
     prompts = [[5, 6, 7, 8], [9, 10], [11, 12, 13]]
     results, calls = {}, []
@@ -125,15 +123,8 @@ def test_concurrent_requests_are_served_in_one_batch(server):
 
     engine.model.generate = counting
     try:
-        with engine._lock:  # the engine is busy: the three requests queue up
-            threads = [threading.Thread(target=lambda i=i: results.__setitem__(
-                i, engine.generate(prompts[i], max_tokens=5, temperature=0.7, n=2))) for i in range(3)]
-            for thread in threads:
-                thread.start()
-            while len(engine._queue) < 3:
-                threading.Event().wait(0.01)
-        for thread in threads:
-            thread.join(timeout=120)
+        _queue_while_busy(engine, [lambda i=i: results.__setitem__(
+            i, engine.generate(prompts[i], max_tokens=5, temperature=0.7, n=2)) for i in range(3)])
     finally:
         del engine.model.generate
     assert calls == [6]  # one batch: 3 requests x n = 2 rows
@@ -150,15 +141,23 @@ def test_concurrent_requests_are_served_in_one_batch(server):
     errors = []
     engine.model.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory"))
     try:
-        with engine._lock:
-            threads = [threading.Thread(target=lambda: errors.append(
-                pytest.raises(RuntimeError, engine.generate, [5, 6], max_tokens=3))) for _ in range(2)]
-            for thread in threads:
-                thread.start()
-            while len(engine._queue) < 2:
-                threading.Event().wait(0.01)
-        for thread in threads:
-            thread.join(timeout=60)
+        _queue_while_busy(engine, [lambda: errors.append(
+            pytest.raises(RuntimeError, engine.generate, [5, 6], max_tokens=3)) for _ in range(2)])
     finally:
         del engine.model.generate
     assert len(errors) == 2 and all("out of memory" in str(e.value) for e in errors)
+
+
+def _queue_while_busy(engine, calls):
+    """Run each of ``calls`` (each one ``engine.generate`` request) in its own thread while the engine's lock is held,
+    so that all of them queue up; release the lock and wait for every thread."""
+    import threading
+
+    with engine._lock:
+        threads = [threading.Thread(target=call) for call in calls]
+        for thread in threads:
+            thread.start()
+        while len(engine._queue) < len(calls):
+            threading.Event().wait(0.01)
+    for thread in threads:
+        thread.join(timeout=120)
