@@ -3,8 +3,9 @@
 The model is Qwen2-0.5B's architecture (24 layers, hidden 896, 14/2 heads, MLP 4864, vocab 151,936, tied embeddings)
 built from a config with random weights: nothing is downloaded. Prompts are the real RLLA validation prompts
 (chat template applied with the project's SmolLM2 tokenizer, whose ids are valid Qwen2 ids); responses are random
-tokens of random lengths in [R/4, R]. The update pass is exactly ``DataParallelPPOActor.update_policy`` (float32
-master weights, bf16 autocast, AdamW, one optimizer step per batch), timed with CUDA synchronisation, in three
+tokens of random lengths in [R/4, R]. The update pass is exactly ``DataParallelPPOActor.update_policy`` on the
+model as the workers place it (float32 master weights under FSDP2's bf16 ``MixedPrecisionPolicy`` on one rank,
+``--mixed-precision``; AdamW, one optimizer step per batch), timed with CUDA synchronisation, in three
 layouts: padded, packed (``use_remove_padding``) and shared-prompt (``use_shared_prompt``: each prompt once per
 micro-batch). MFU counts the model FLOPs of the valid tokens of the unshared batch (``verl.utils.flops_counter``: 3x
 forward, logits at response positions) against the GPU's dense bf16 peak, so for the shared layout it is the
@@ -119,6 +120,9 @@ def main() -> None:
     parser.add_argument("--rollouts", default="plain,shared_prefill,static",
                         help="HF rollout variants to time (static: rollout.cache_implementation=static); '' for none")
     parser.add_argument("--rollout-steps", type=int, default=2)
+    parser.add_argument("--mixed-precision", default="bf16", choices=["bf16", "fp32"],
+                        help="fsdp_config.mixed_precision.param_dtype: bf16 compute over float32 master weights "
+                             "(FSDP2 MixedPrecisionPolicy, the GPU default) or plain float32")
     args = parser.parse_args()
     if not torch.cuda.is_available() and not args.cpu_smoke:
         raise SystemExit("bench_gpu_mfu.py needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -128,6 +132,8 @@ def main() -> None:
 
     from verl.protocol import DataProto
     from verl.utils.flops_counter import gpu_bf16_peak_flops, mfu, train_flops
+    from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
+    from verl.utils.model_utils import apply_fsdp2
     from verl.utils.model_presets import prepare_model
     from verl.trainer.config_utils import default_section
     from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -149,6 +155,10 @@ def main() -> None:
     if args.compile_layers:  # regional compilation: one compiled graph per decoder layer, reused by all of them
         for layer in layers:
             layer.compile(dynamic=True)
+    policy = mixed_precision_policy({"param_dtype": args.mixed_precision}, device.type, "--mixed-precision")
+    if policy is not None:  # what the workers do on one GPU (verl/utils/mixed_precision.py)
+        init_single_rank_group(device.type)
+        apply_fsdp2(model, device.type, mp_policy=policy)
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     batch, prompts, seq_lens, response_tokens = build_batch(args, tokenizer, device)
@@ -172,7 +182,7 @@ def main() -> None:
     for layout in [name for name in args.layouts.split(",") if name]:
         actor_cfg = default_section("actor_rollout_ref.actor", **dict(
             ppo_mini_batch_size=len(batch), ppo_micro_batch_size_per_gpu=args.micro_batch, use_dynamic_bsz=False,
-            use_remove_padding=layout == "packed", use_shared_prompt=layout == "shared", compute_dtype="bfloat16",
+            use_remove_padding=layout == "packed", use_shared_prompt=layout == "shared",
             clip_ratio=0.2, loss_agg_mode="token-mean", entropy_coeff=0.0, grad_clip=1.0, ppo_epochs=1,
             shuffle=False))
         actor = DataParallelPPOActor(actor_cfg, model, optimizer)
@@ -199,7 +209,8 @@ def main() -> None:
     for variant in [name for name in args.rollouts.split(",") if name]:
         rollout = HFRollout(model, default_section("actor_rollout_ref.rollout", **dict(
             response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0, do_sample=True,
-            dtype="bfloat16", micro_batch_size=args.rollout_micro_batch, shared_prefill=variant == "shared_prefill",
+            dtype="bfloat16" if args.mixed_precision == "bf16" else "float32",
+            micro_batch_size=args.rollout_micro_batch, shared_prefill=variant == "shared_prefill",
             cache_implementation="static" if variant == "static" else None)), tokenizer)
         gen_times, gen_tokens = [], []
         for i in range(1 + args.rollout_steps):  # the first call warms up (and compiles the static cache's decode)

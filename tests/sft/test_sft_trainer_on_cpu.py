@@ -98,3 +98,49 @@ def test_run_sft_publishes_checkpoint_and_metrics(shared_dir, tiny_model_dir, tm
     AutoModelForCausalLM.from_pretrained(str(out))
     with pytest.raises(FileExistsError, match="trainer.overwrite=true"):
         run_sft(config)
+
+
+def _sft_bf16_rank(rank, config_args, out_file):
+    import torch.distributed as dist
+
+    import verl.trainer.fsdp_sft_trainer as sft
+
+    torch.set_num_threads(1)
+    wrapped = []
+    shard = sft.apply_fsdp2
+
+    def recording(model, device, fsdp_config=None, mp_policy=None):  # what run_sft wraps the model with
+        wrapped.append((dist.get_world_size(), mp_policy.param_dtype if mp_policy else None))
+        return shard(model, device, fsdp_config, mp_policy)
+
+    sft.apply_fsdp2 = recording
+    run_sft(load_sft_config(config_args))  # makes its own one-rank process group for the bf16 policy
+    torch.save({"wrapped": wrapped}, out_file)
+
+
+@pytest.mark.timeout(600)
+def test_run_sft_bf16_trains_through_the_fsdp2_policy(shared_dir, tiny_model_dir, tmp_path):
+    """``model.fsdp_config.mixed_precision=bf16`` on one CPU process: FSDP2's policy (float32 master weights) instead
+    of autocast; the published checkpoint is a plain float32 model whose validation loss fell, as the float32 run's."""
+    import torch.multiprocessing as mp
+
+    test_parquet = str(shared_dir / "data" / "rlla_4k" / "test.parquet")
+    runs = {}
+    for precision in ("bf16", "fp32"):
+        out = tmp_path / precision
+        args = [f"data.train_files={test_parquet}", f"data.val_files={test_parquet}", "data.max_length=256",
+                "data.max_samples=8", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2", "optim.lr=1e-3",
+                "optim.warmup_steps_ratio=0", "optim.lr_scheduler=constant", f"trainer.default_local_dir={out}",
+                "trainer.total_training_steps=2", "trainer.logger=[]",
+                f"model.fsdp_config.mixed_precision={precision}"]
+        mp.spawn(_sft_bf16_rank, args=(args, str(tmp_path / f"{precision}.pt")), nprocs=1, join=True)
+        records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+        runs[precision] = [r["val/loss"] for r in records if "val/loss" in r]
+        model = AutoModelForCausalLM.from_pretrained(str(out))
+        assert {p.dtype for p in model.parameters()} == {torch.float32}
+        assert torch.load(tmp_path / f"{precision}.pt")["wrapped"] == ([(1, torch.bfloat16)] if precision == "bf16"
+                                                                       else [])
+    assert runs["bf16"][1] < runs["bf16"][0]
+    # bf16 compute: the same losses to bf16's precision (float32 runs no policy and no process group)
+    assert runs["bf16"] == pytest.approx(runs["fp32"], rel=2e-2)
+    assert runs["bf16"] != runs["fp32"]

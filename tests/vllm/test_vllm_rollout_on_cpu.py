@@ -57,8 +57,7 @@ def hf_generate(model, tokenizer, prompts, **meta) -> DataProto:
 
 
 def actor_log_probs(model, batch: DataProto, temperature: float) -> torch.Tensor:
-    actor = DataParallelPPOActor(default_section("actor_rollout_ref.actor", use_remove_padding=False,
-                                                 compute_dtype="float32"), model)
+    actor = DataParallelPPOActor(default_section("actor_rollout_ref.actor", use_remove_padding=False), model)
     data = with_meta(batch, temperature=temperature, micro_batch_size=ROWS)
     return actor.compute_log_prob(data)[0]
 

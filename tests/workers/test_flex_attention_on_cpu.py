@@ -99,7 +99,7 @@ def _grads(model, micro, weights, layout):
     from tensordict import TensorDict
 
     model.zero_grad(set_to_none=True)
-    actor = DataParallelPPOActor(actor_config(compute_dtype="float32", **layout), model)
+    actor = DataParallelPPOActor(actor_config(**layout), model)
     _, log_probs = actor._forward_micro_batch(TensorDict(dict(micro.items()), batch_size=micro.batch_size), 0.7)
     (log_probs * weights * micro["response_mask"]).sum().backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
@@ -117,7 +117,7 @@ def test_flex_update_equals_padded_sdpa_update(causal_lm, tokenizer, layout):
     for implementation, variant in (("sdpa", {}), ("flex_attention", layout)):
         model = copy.deepcopy(causal_lm).cuda()
         model.set_attn_implementation(implementation)
-        cfg = actor_config(compute_dtype="float32", ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, **variant)
+        cfg = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, **variant)
         results.append((model, DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=1e-2))
                         .update_policy(data)))
     (padded, padded_metrics), (flex, flex_metrics) = results
@@ -179,5 +179,5 @@ def test_training_with_flex_on_cpu_is_refused(tiny_model_dir):
     worker = _ModelWorkerMixin()
     worker.device, worker.world_size = "cpu", 1
     with pytest.raises(ValueError, match="flex_attention trains only on CUDA"):
-        worker._place(load_causal_lm(model_cfg), None)
-    assert worker._place(load_causal_lm(model_cfg, trainable=False), None) is not None  # a frozen reference may
+        worker._place(load_causal_lm(model_cfg), None, "actor_rollout_ref.actor.fsdp_config")
+    assert worker._place(load_causal_lm(model_cfg, trainable=False), None, "actor_rollout_ref.ref.fsdp_config") is not None  # a frozen reference may

@@ -12,13 +12,13 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl.trainer.config_errors import ConfigError  # re-exported: callers import it from here
+from verl.trainer.model_config_checks import validate_model_settings
+
 logger = logging.getLogger(__name__)
 
 ROLLOUT_BACKENDS = ("hf", "vllm")
 
-
-class ConfigError(ValueError):
-    """A config value is inconsistent or missing; the message names the keys."""
 
 
 def load_default_config(overrides: list[str] | None = None) -> DictConfig:
@@ -415,8 +415,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
     _validate_filter_groups(config)
-    _validate_lora(config.actor_rollout_ref.model)
-    _validate_attention(config)
+    validate_model_settings(config, resolve_device(config))
     from verl.utils.reward_score.tool_formats import TOOL_FORMATS
 
     if config.data.tool_format != "auto" and config.data.tool_format not in TOOL_FORMATS:
@@ -479,40 +478,6 @@ def _refuse_unsupported(config: DictConfig) -> None:
             if key.startswith("router.") and not config.router.enable:
                 continue
             raise ConfigError(f"{key}={value}: {instead}")
-
-
-def _validate_lora(model: DictConfig) -> None:
-    """``actor_rollout_ref.model.lora_rank`` (0: full fine-tuning) and, with LoRA, ``lora_alpha`` and
-    ``target_modules`` (``verl/utils/lora.py``)."""
-    if model.lora_rank < 0:
-        raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank}: 0 (full fine-tuning) or a rank > 0")
-    if model.lora_rank == 0:
-        return
-    if model.lora_alpha <= 0:
-        raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha}: must be positive with lora_rank > 0")
-    targets = model.target_modules
-    if not (isinstance(targets, str) and targets) and not (OmegaConf.is_list(targets) and len(targets)):
-        raise ConfigError(f"actor_rollout_ref.model.target_modules={targets!r}: 'all-linear' or a non-empty list of "
-                          "module names (e.g. [q_proj,v_proj])")
-
-
-def _validate_attention(config: DictConfig) -> None:
-    """Each model's ``override_config.attn_implementation`` is known; shared prompts need an arbitrary mask
-    (``verl/utils/shared_prompt.py``); FlexAttention is CUDA only (no CPU backward; CPU compile fails on some shapes)."""
-    from verl.utils.model_utils import attn_implementation_of
-    from verl.utils.shared_prompt import SUPPORTED_ATTENTION
-
-    for where, model in (("actor_rollout_ref", config.actor_rollout_ref.model), ("critic", config.critic.model)):
-        try:
-            implementation = attn_implementation_of(model)
-        except ValueError as err:
-            raise ConfigError(f"{where}.{err}") from None
-        if implementation == "flex_attention" and resolve_device(config) == "cpu":
-            raise ConfigError(f"{where}.model.override_config.attn_implementation=flex_attention needs a CUDA device "
-                              "(trainer.device resolves to cpu): use sdpa on CPU")
-        if where == "actor_rollout_ref" and model.use_shared_prompt and implementation not in SUPPORTED_ATTENTION:
-            raise ConfigError(f"actor_rollout_ref.model.use_shared_prompt=true needs attention that takes an arbitrary "
-                              f"mask ({', '.join(SUPPORTED_ATTENTION)}); attn_implementation is {implementation!r}")
 
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:

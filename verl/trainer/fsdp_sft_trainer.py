@@ -2,6 +2,9 @@
 
 verl's ``fsdp_sft_trainer`` rebuilt small: one code path for a single CPU process (plain PyTorch) and for
 ``torchrun --nproc_per_node=N`` (FSDP2 ``fully_shard`` on every decoder layer and the root; gloo on CPU, NCCL on GPU).
+``model.fsdp_config.mixed_precision`` (``bf16`` | ``fp32`` | null: bf16 on CUDA, fp32 on CPU): bf16 goes through FSDP2's
+``MixedPrecisionPolicy`` (float32 master weights, bf16 compute, float32 gradient reduction; one GPU too, see
+``verl/utils/mixed_precision.py``).
 Config: ``verl/trainer/config/sft_trainer.yaml`` (verl's key names).
 
 What a step does:
@@ -41,6 +44,8 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 from verl.utils.dataset.sampler import EpochSeededSampler
+from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
+from verl.utils.model_utils import apply_fsdp2, is_dtensor
 from verl.utils.dataset.sft_dataset import SFTDataset, sft_collate_fn
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 from verl.utils.tracking import StepProgress, Tracking
@@ -157,7 +162,8 @@ class FSDPSFTTrainer:
 
     Args:
         config: the composed ``sft_trainer.yaml``.
-        model: an HF causal LM already on ``device`` (and already ``fully_shard``-ed when ``world_size > 1``).
+        model: an HF causal LM already on ``device`` (already ``fully_shard``-ed when ``world_size > 1`` or under a
+            mixed-precision policy: :func:`run_sft`).
         tokenizer: its tokenizer (saved with the checkpoint; ``pad_token_id`` or else ``eos_token_id`` pads).
         train_dataset, val_dataset: :class:`SFTDataset` (``val_dataset`` may be None).
         device: where micro batches go.
@@ -175,10 +181,6 @@ class FSDPSFTTrainer:
         self.rank = rank
         self.world_size = world_size
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        mp = config.model.fsdp_config.mixed_precision
-        if mp not in (None, "bf16"):
-            raise ValueError(f"model.fsdp_config.mixed_precision={mp!r}; expected null or bf16")
-        self.autocast_dtype = torch.bfloat16 if mp == "bf16" else None
 
         data = config.data
         self.train_batch_size = int(data.train_batch_size)
@@ -225,10 +227,8 @@ class FSDPSFTTrainer:
         input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
         length = input_ids.shape[1]
         keep = int(loss_mask.sum(dim=-1).max().item()) + 1  # the last `keep` logits predict every response token
-        with torch.autocast(self.device.type, dtype=self.autocast_dtype or torch.float32,
-                            enabled=self.autocast_dtype is not None):
-            output = self.model(input_ids=input_ids, attention_mask=batch["attention_mask"],
-                                position_ids=batch["position_ids"], use_cache=False, logits_to_keep=keep)
+        output = self.model(input_ids=input_ids, attention_mask=batch["attention_mask"],
+                            position_ids=batch["position_ids"], use_cache=False, logits_to_keep=keep)
         logits = output.logits[:, :-1].float()  # (B, keep-1, V)
         targets = input_ids[:, length - keep + 1:]
         mask = loss_mask[:, length - keep + 1:].to(logits.dtype)
@@ -288,10 +288,10 @@ class FSDPSFTTrainer:
 
     # ------------------------------------------------------------------ output
     def save_checkpoint(self, path: str | os.PathLike) -> None:
-        """HF ``save_pretrained`` (safetensors) + tokenizer into ``path``; the full state dict is gathered from the
-        FSDP2 shards when distributed, and only rank 0 writes."""
+        """HF ``save_pretrained`` (safetensors) + tokenizer into ``path``; the full float32 state dict is gathered
+        from the FSDP2 shards when sharded, and only rank 0 writes."""
         state_dict = None
-        if self.world_size > 1:
+        if any(is_dtensor(p) for p in self.model.parameters()):  # FSDP2 (several ranks, or one under bf16)
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
             state_dict = get_model_state_dict(self.model,
@@ -356,19 +356,6 @@ def _init_distributed(config: DictConfig) -> tuple[torch.device, int, int]:
     return device, rank, world_size
 
 
-def _shard_model(model) -> None:
-    """FSDP2: ``fully_shard`` each decoder layer (``model._no_split_modules`` classes), then the root."""
-    from torch.distributed.fsdp import fully_shard
-
-    layer_names = set(getattr(model, "_no_split_modules", None) or [])
-    layers = [m for m in model.modules() if type(m).__name__ in layer_names]
-    if not layers:
-        raise ValueError(f"{type(model).__name__}: no decoder layers found to shard (_no_split_modules={layer_names})")
-    for layer in layers:
-        fully_shard(layer)
-    fully_shard(model)
-
-
 def _publish(work: Path, target: Path) -> None:
     """Rename the finished ``work`` directory to ``target``, replacing an existing ``target``."""
     old = target.parent / f".{target.name}.old"
@@ -415,8 +402,11 @@ def run_sft(config: DictConfig) -> Path:
     if config.model.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
-    if world_size > 1:
-        _shard_model(model)
+    policy = mixed_precision_policy(config.model.fsdp_config.mixed_precision, device.type,
+                                    "model.fsdp_config.mixed_precision")
+    if world_size > 1 or policy is not None:  # FSDP2: the shards, and/or bf16 compute over float32 master weights
+        init_single_rank_group(device.type)
+        apply_fsdp2(model, device.type, mp_policy=policy)
     trainer = FSDPSFTTrainer(config, model, tokenizer, train_dataset, val_dataset, device, rank, world_size)
 
     work = target.parent / f".{target.name}.partial"

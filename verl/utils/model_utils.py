@@ -2,11 +2,14 @@
 
 One code path for CPU and GPU:
 
-- parameters are always float32 (the optimizer's master copy); on CUDA the forward runs under
-  ``torch.autocast(bfloat16)`` (``compute_autocast``), on CPU in float32;
-- with more than one data-parallel rank the model is sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``),
-  one FSDP unit per decoder layer (``model._no_split_modules``) plus the root, on a 1-D device mesh over the world
-  (gloo on CPU, nccl on CUDA, created by ``Worker.init_distributed``); a single rank keeps a plain module.
+- parameters are always float32 (the optimizer's master copy); on CUDA the forward and backward run in bf16 through
+  FSDP2's ``MixedPrecisionPolicy`` (``verl/utils/mixed_precision.py``: ``fsdp_config.mixed_precision``), on CPU in
+  float32 unless that key asks for bf16;
+- with more than one data-parallel rank, or one rank under a mixed-precision policy, the model is sharded with FSDP2
+  (``torch.distributed.fsdp.fully_shard``), one FSDP unit per decoder layer (``model._no_split_modules``) plus the
+  root, on a 1-D device mesh over the world (gloo on CPU, nccl on CUDA, created by ``Worker.init_distributed``, or
+  ``init_single_rank_group`` for one rank); a single float32 rank keeps a plain module. ``compute_autocast`` is left
+  for the generation-only paths that load a plain model (``main_generation``, the router's inference).
 
 Config keys read here: ``model.{path, override_config (attn_implementation included), enable_gradient_checkpointing,
 trust_remote_code}``,
@@ -168,11 +171,14 @@ def compute_autocast(device: str, dtype: str | torch.dtype = "bfloat16"):
     return torch.autocast(device_type="cuda", dtype=dtype)
 
 
-def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | None = None) -> torch.nn.Module:
+def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | None = None,
+                mp_policy=None) -> torch.nn.Module:
     """Shard ``model`` in place with FSDP2 over all ranks (one unit per decoder layer, then the root).
 
-    Requires an initialised default process group. ``fsdp_config.param_offload`` keeps sharded parameters (and hence
-    optimizer state) on the CPU between uses (CUDA only).
+    Requires an initialised default process group (one rank is fine: ``init_single_rank_group``).
+    ``fsdp_config.param_offload`` keeps sharded parameters (and hence optimizer state) on the CPU between uses (CUDA
+    only). ``mp_policy``: a ``MixedPrecisionPolicy`` (``verl.utils.mixed_precision.mixed_precision_policy``) for
+    every unit; its compute dtype is recorded on the model (``param_dtype_of``).
 
     Returns:
         The same module, now an ``FSDPModule`` whose parameters are ``DTensor`` shards.
@@ -181,7 +187,9 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
         RuntimeError: ``torch.distributed`` is not initialised.
     """
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+
+    from verl.utils.mixed_precision import mark_param_dtype
 
     if not dist.is_initialized():
         raise RuntimeError("apply_fsdp2 needs torch.distributed to be initialised (Worker.init_distributed)")
@@ -192,11 +200,13 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
             offload = CPUOffloadPolicy(pin_memory=True)
         else:
             logger.info("fsdp_config.param_offload ignored on CPU (parameters already live in host memory)")
+    policy = mp_policy or MixedPrecisionPolicy()
     layer_names = set(getattr(model, "_no_split_modules", None) or [])
     for module in model.modules():
         if type(module).__name__ in layer_names:
-            fully_shard(module, mesh=mesh, offload_policy=offload)
-    fully_shard(model, mesh=mesh, offload_policy=offload)
+            fully_shard(module, mesh=mesh, offload_policy=offload, mp_policy=policy)
+    fully_shard(model, mesh=mesh, offload_policy=offload, mp_policy=policy)
+    mark_param_dtype(model, policy.param_dtype)
     return model
 
 

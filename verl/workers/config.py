@@ -64,6 +64,16 @@ class WrapPolicyConfig:
 
 
 @dataclass
+class MixedPrecisionConfig:
+    """``fsdp_config.mixed_precision`` (verl's keys): FSDP2's ``MixedPrecisionPolicy``, see
+    ``verl/utils/mixed_precision.py``. ``param_dtype`` null: bf16 on CUDA, fp32 on CPU."""
+
+    param_dtype: Optional[str] = MISSING
+    reduce_dtype: Optional[str] = MISSING
+    buffer_dtype: Optional[str] = MISSING
+
+
+@dataclass
 class FSDPConfig:
     """``actor.fsdp_config`` / ``critic.model.fsdp_config``: sharding and CPU offload of a trained module."""
 
@@ -72,6 +82,7 @@ class FSDPConfig:
     grad_offload: bool = MISSING
     optimizer_offload: bool = MISSING
     fsdp_size: int = MISSING
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 
 @dataclass
@@ -109,12 +120,11 @@ class ActorConfig:
     optim: OptimConfig = field(default_factory=OptimConfig)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # derived inside the worker from model.* and rollout.dtype (the actor, the reference and the log-prob pass share
+    # derived inside the worker from model.* (the actor, the reference and the log-prob pass share
     # one forward); not keys of the YAML
     use_remove_padding: Optional[bool] = None
     use_shared_prompt: Optional[bool] = None
     use_fused_kernels: Optional[bool] = None
-    compute_dtype: Optional[str] = None
 
 
 @dataclass
@@ -124,6 +134,7 @@ class RefFSDPConfig:
     param_offload: bool = MISSING
     wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
     fsdp_size: int = MISSING
+    mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 
 @dataclass
@@ -237,12 +248,11 @@ class CriticConfig:
     loss_agg_mode: str = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     # derived (not keys of the YAML): rollout.n, the device and trainer.seed from normalize_config / the trainer,
-    # use_remove_padding and compute_dtype inside the worker
+    # use_remove_padding inside the worker
     rollout_n: Optional[int] = None
     device: Optional[str] = None
     seed: Optional[int] = None
     use_remove_padding: Optional[bool] = None
-    compute_dtype: Optional[str] = None
 
 
 def worker_section(config: DictConfig, schema: type) -> DictConfig:

@@ -29,6 +29,7 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils.lora import adapters_disabled, is_lora, trainable_state
 from verl.utils.memory import phase_peak_memory
+from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
 from verl.utils.model_presets import prepare_model
 from verl.utils.model_utils import (
     apply_fsdp2,
@@ -220,19 +221,27 @@ class _ModelWorkerMixin:
         self._memory_metrics = {}
         return metrics
 
-    def _place(self, module: torch.nn.Module, fsdp_config) -> torch.nn.Module:
-        """Move ``module`` to the worker's device (FSDP2 over several ranks).
+    def _place(self, module: torch.nn.Module, fsdp_config, key: str) -> torch.nn.Module:
+        """Move ``module`` to the worker's device; FSDP2 over several ranks, or on one rank when
+        ``fsdp_config.mixed_precision`` gives a bf16 policy (the default on CUDA; ``verl/utils/mixed_precision.py``).
+
+        Args:
+            key: the config path of ``fsdp_config`` (for error messages).
 
         Raises:
-            ValueError: a trainable model with FlexAttention on CPU (torch has no FlexAttention backward on CPU).
+            ValueError: a trainable model with FlexAttention on CPU (torch has no FlexAttention backward on CPU); a
+                bad ``mixed_precision`` (see ``mixed_precision_policy``).
         """
         attention = getattr(getattr(module, "config", None), "_attn_implementation", None)
         if self.device == "cpu" and attention == "flex_attention" and any(p.requires_grad for p in module.parameters()):
             raise ValueError(f"{type(module).__name__}: model.override_config.attn_implementation=flex_attention "
                              "trains only on CUDA (torch has no FlexAttention backward pass on CPU): use sdpa on CPU")
+        policy = mixed_precision_policy(fsdp_config.mixed_precision if fsdp_config is not None else None,
+                                        self.device, f"{key}.mixed_precision")
         module.to(self.device)
-        if self.world_size > 1:
-            apply_fsdp2(module, self.device, fsdp_config)
+        if self.world_size > 1 or policy is not None:
+            init_single_rank_group(self.device)  # a no-op when Worker.init_distributed made the group
+            apply_fsdp2(module, self.device, fsdp_config, policy)
         return module
 
 
@@ -277,7 +286,6 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
                 logger.warning("actor_rollout_ref.rollout.cache_implementation=static: the HF rollout prefills every "
                                "row (the shared prefill of model.use_shared_prompt needs a dynamic cache); the "
                                "log-prob and update passes still share prompts")
-            cfg.actor.compute_dtype = cfg.rollout.dtype
             if self._is_rollout:
                 _per_gpu(cfg.rollout, "log_prob_micro_batch_size", "actor_rollout_ref.rollout", self.world_size)
             if self._is_ref:
@@ -297,7 +305,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
                                                        trust_remote_code=cfg.model.trust_remote_code)
         if self._is_actor or self._is_rollout:
             module = load_causal_lm(cfg.model, trainable=self._is_actor)
-            self.actor_module = self._place(module, cfg.actor.fsdp_config)
+            self.actor_module = self._place(module, cfg.actor.fsdp_config, "actor_rollout_ref.actor.fsdp_config")
             if self._is_actor:
                 trainable = [p for p in self.actor_module.parameters() if p.requires_grad]  # LoRA: the adapters
                 self.actor_optimizer = build_optimizer(trainable, cfg.actor.optim)
@@ -317,7 +325,8 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             # LoRA: the reference policy is the actor's module with its adapters disabled (no second copy)
             self.ref_policy = DataParallelPPOActor(cfg.actor, self.actor_module)
         elif self._is_ref:
-            ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.fsdp_config)
+            ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.fsdp_config,
+                                     "actor_rollout_ref.ref.fsdp_config")
             self.ref_policy = DataParallelPPOActor(cfg.actor, ref_module)
         logger.info("ActorRolloutRefWorker rank %d/%d: role=%s device=%s", self.rank, self.world_size, self.role,
                     self.device)
@@ -478,7 +487,6 @@ class CriticWorker(_ModelWorkerMixin, Worker):
             _per_gpu(cfg, "ppo_micro_batch_size", "critic", self.world_size)
             _per_gpu(cfg, "forward_micro_batch_size", "critic", self.world_size)
             cfg.use_remove_padding = bool(cfg.model.use_remove_padding)
-            cfg.compute_dtype = cfg.compute_dtype or "bfloat16"
         self.critic_module = self.critic = self.critic_optimizer = self.critic_lr_scheduler = None
         self.checkpointer = None
 
@@ -493,7 +501,8 @@ class CriticWorker(_ModelWorkerMixin, Worker):
         tokenizer_path = cfg.model.tokenizer_path or cfg.model.path
         tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path),
                                                   trust_remote_code=cfg.model.trust_remote_code)
-        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.fsdp_config)
+        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.fsdp_config,
+                                         "critic.model.fsdp_config")
         self.critic_optimizer = build_optimizer(self.critic_module.parameters(), cfg.optim)
         self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim)
         self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)

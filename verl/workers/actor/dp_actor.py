@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
-from verl.utils.model_utils import clip_grad_norm, compute_autocast
+from verl.utils.model_utils import clip_grad_norm
 from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
 from verl.utils.seqlen_balancing import split_micro_batches
 from verl.utils.fused_linear_logprob import (check_forward_logits, fused_head_problem, head_computes_logprobs,
@@ -159,8 +159,9 @@ class DataParallelPPOActor:
             ``use_fused_kernels`` (from ``model.*``: log-probs/entropies straight from the final hidden states,
             ``verl/utils/fused_linear_logprob.py``, computed inside the model's forward so that an FSDP2-sharded
             head works too; ignored with a warning when the LM head is not a plain linear map, see
-            ``fused_head_problem``);
-            optional ``compute_dtype`` (autocast dtype on CUDA, default bf16).
+            ``fused_head_problem``). The forward runs in the module's own precision: float32, or bf16 under the
+            FSDP2 mixed-precision policy the worker applies (``verl/utils/mixed_precision.py``); log-probs and
+            entropies are computed in float32 either way.
         actor_module: the causal LM (its forward takes ``logits_to_keep``, as every transformers 5 causal LM).
         actor_optimizer: None for a log-prob-only actor (the reference policy).
     """
@@ -177,7 +178,6 @@ class DataParallelPPOActor:
             logger.warning("model.use_fused_kernels ignored: %s; log-probs come from materialised logits", problem)
             self.use_fused_kernels = False
         self._fused_head_checked = False
-        self.compute_dtype = config.compute_dtype or "bfloat16"
         self.policy_loss_fn = core_algos.get_policy_loss_fn(core_algos.policy_loss_mode(config))
 
     # ------------------------------------------------------------------------------------------------- forward
@@ -200,7 +200,6 @@ class DataParallelPPOActor:
         attention_mask = micro_batch["attention_mask"]
         position_ids = micro_batch["position_ids"]
         batch_size, response_length = responses.shape
-        device_type = input_ids.device.type
         # per layout: the forward's inputs (logits only where a response token is predicted), ``select`` mapping what
         # the head sees at the kept positions ([b, K, V or H]) to one row per scored token, and those tokens
         if self.use_shared_prompt:
@@ -237,19 +236,18 @@ class DataParallelPPOActor:
 
             labels = responses.flatten()  # [b * R]
             in_response = None
-        with compute_autocast(device_type, self.compute_dtype):
-            if self.use_fused_kernels:
-                # the head computes log-probs/entropies inside the forward (the gathered weight under FSDP2)
-                if not self._fused_head_checked:  # once: the head really is a linear map of the last hidden state
-                    self._check_fused_head(inputs)
-                with head_computes_logprobs(self.actor_module, select, labels, temperature, calculate_entropy):
-                    scored = self.actor_module(**inputs, use_cache=False).logits  # [N, 2]
-                log_probs = scored[:, 0]
-                entropy = scored[:, 1] if calculate_entropy else None
-            else:
-                logits = select(self.actor_module(**inputs, use_cache=False).logits).float() / temperature
-                log_probs = logprobs_from_logits(logits, labels)
-                entropy = entropy_from_logits(logits) if calculate_entropy else None
+        if self.use_fused_kernels:
+            # the head computes log-probs/entropies inside the forward (the gathered weight under FSDP2)
+            if not self._fused_head_checked:  # once: the head really is a linear map of the last hidden state
+                self._check_fused_head(inputs)
+            with head_computes_logprobs(self.actor_module, select, labels, temperature, calculate_entropy):
+                scored = self.actor_module(**inputs, use_cache=False).logits  # [N, 2]
+            log_probs = scored[:, 0]
+            entropy = scored[:, 1] if calculate_entropy else None
+        else:
+            logits = select(self.actor_module(**inputs, use_cache=False).logits).float() / temperature
+            log_probs = logprobs_from_logits(logits, labels)
+            entropy = entropy_from_logits(logits) if calculate_entropy else None
         if in_response is None:  # padded: back to [b, R]
             log_probs = log_probs.view(batch_size, response_length)
             entropy = entropy.view(batch_size, response_length) if entropy is not None else None

@@ -16,7 +16,6 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
-from verl.utils.model_utils import compute_autocast
 from verl.utils.packing import pack_sequences, unpack_sequences
 from verl.utils.seqlen_balancing import split_micro_batches
 from verl.utils.torch_functional import masked_mean
@@ -42,7 +41,8 @@ class DataParallelPPOCritic:
             ``ppo_micro_batch_size_per_gpu``, ``forward_micro_batch_size_per_gpu`` in rows per rank;
             ``use_dynamic_bsz``, ``ppo_max_token_len_per_gpu``, ``forward_max_token_len_per_gpu``, ``ppo_epochs``,
             ``shuffle``, ``grad_clip``, ``cliprange_value``, ``loss_agg_mode``, ``use_remove_padding`` copied from
-            ``model.use_remove_padding``; optional ``compute_dtype``).
+            ``model.use_remove_padding``). The forward runs in the module's own precision (float32, or bf16 under the
+            worker's FSDP2 mixed-precision policy); values are returned in float32.
         critic_module: the value model.
         critic_optimizer: its optimizer.
     """
@@ -52,7 +52,6 @@ class DataParallelPPOCritic:
         self.critic_module = critic_module
         self.critic_optimizer = critic_optimizer
         self.use_remove_padding = bool(config.use_remove_padding)
-        self.compute_dtype = config.compute_dtype or "bfloat16"
 
     def _forward_micro_batch(self, micro_batch) -> torch.Tensor:
         """Values ``[b, R]`` float32 of one micro-batch (unmasked; differentiable)."""
@@ -61,16 +60,15 @@ class DataParallelPPOCritic:
         position_ids = micro_batch["position_ids"]
         batch_size, seqlen = input_ids.shape
         response_length = micro_batch["responses"].shape[1]
-        with compute_autocast(input_ids.device.type, self.compute_dtype):
-            if self.use_remove_padding:
-                packed = pack_sequences(input_ids, attention_mask, position_ids)
-                output = self.critic_module(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                                            attention_mask=None, use_cache=False)
-                values = unpack_sequences(output.logits[0, :, 0], packed.flat_index, batch_size, seqlen)
-            else:
-                output = self.critic_module(input_ids=input_ids, attention_mask=attention_mask,
-                                            position_ids=position_ids, use_cache=False)
-                values = output.logits[..., 0]
+        if self.use_remove_padding:
+            packed = pack_sequences(input_ids, attention_mask, position_ids)
+            output = self.critic_module(input_ids=packed.input_ids, position_ids=packed.position_ids,
+                                        attention_mask=None, use_cache=False)
+            values = unpack_sequences(output.logits[0, :, 0], packed.flat_index, batch_size, seqlen)
+        else:
+            output = self.critic_module(input_ids=input_ids, attention_mask=attention_mask,
+                                        position_ids=position_ids, use_cache=False)
+            values = output.logits[..., 0]
         return values[:, -response_length - 1:-1].float()
 
     def compute_values(self, data: DataProto) -> torch.Tensor:

@@ -19,12 +19,14 @@ the optional ``forbid_tool_calls`` field ([B] bool; the router's ANSWER route wi
 """
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import torch
 import torch.distributed as dist
 
 from verl.protocol import DataProto
+from verl.utils.mixed_precision import dtype_from_name, param_dtype_of, unsharded_for_generation
 from verl.utils.model_utils import compute_autocast
 from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, resolve_sampling
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS, TOOL_CALL_TEXT, ForbidText
@@ -114,7 +116,8 @@ class HFRollout(BaseRollout):
         tokenizer: supplies the default EOS/pad ids when ``meta_info`` has none.
 
     Raises:
-        ValueError: ``rollout.response_length`` missing or < 1, or ``rollout.micro_batch_size`` < 1.
+        ValueError: ``rollout.response_length`` missing or < 1, ``rollout.micro_batch_size`` < 1, or a
+            ``rollout.dtype`` other than the compute dtype of a module under a mixed-precision policy.
     """
 
     def __init__(self, module: torch.nn.Module, config, tokenizer=None):
@@ -127,6 +130,12 @@ class HFRollout(BaseRollout):
         self.micro_batch_size = config.micro_batch_size
         if self.micro_batch_size is not None and int(self.micro_batch_size) < 1:
             raise ValueError(f"rollout.micro_batch_size must be >= 1, got {self.micro_batch_size}")
+        # under the actor's FSDP2 mixed-precision policy the module already computes in its dtype: no autocast on top
+        self.policy_dtype = param_dtype_of(module)
+        if self.policy_dtype is not None and dtype_from_name(config.dtype, "rollout.dtype") != self.policy_dtype:
+            raise ValueError(f"actor_rollout_ref.rollout.dtype={config.dtype!r}, but the HF rollout runs the actor's "
+                             f"module, which computes in {self.policy_dtype} "
+                             "(actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype): set them equal")
 
     def _special_ids(self, meta_info: dict):
         eos = meta_info.get("eos_token_id", getattr(self.tokenizer, "eos_token_id", None))
@@ -186,6 +195,9 @@ class HFRollout(BaseRollout):
         if attention == "flex_attention":
             self.module.set_attn_implementation("sdpa")
         chunks, log_prob_chunks = [], []
+        gathered = contextlib.ExitStack()  # FSDP2: gather the parameters once for all decoding steps
+        gathered.enter_context(unsharded_for_generation(self.module))
+        autocast = compute_autocast(device.type, self.config.dtype) if self.policy_dtype is None else None
         try:
             for start in range(0, size, step):
                 ids = batch["input_ids"][start:start + step].to(device)
@@ -203,7 +215,7 @@ class HFRollout(BaseRollout):
                     processors.append(recorder)
                 if processors:
                     extra["logits_processor"] = LogitsProcessorList(processors)
-                with compute_autocast(device.type, self.config.dtype):
+                with autocast or contextlib.nullcontext():
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
                         extra["past_key_values"] = self._prefill_once(ids, mask, synced)
@@ -215,6 +227,7 @@ class HFRollout(BaseRollout):
                 if recorder is not None:
                     log_prob_chunks.append(recorder.finish(out, length).cpu())
         finally:
+            gathered.close()
             self.module.train(was_training)
             if attention == "flex_attention":
                 self.module.set_attn_implementation("flex_attention")

@@ -1,0 +1,82 @@
+"""Load-time checks of the model settings (``validate_config`` calls :func:`validate_model_settings`): LoRA, the
+attention kernel, and FSDP2 mixed precision — each error names its key."""
+from __future__ import annotations
+
+from omegaconf import DictConfig, OmegaConf
+
+from verl.trainer.config_errors import ConfigError
+
+# every model's fsdp_config that carries mixed_precision (verl/utils/mixed_precision.py)
+MIXED_PRECISION_KEYS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
+                        "critic.model.fsdp_config")
+
+
+def validate_model_settings(config: DictConfig, device: str) -> None:
+    """LoRA, attention and mixed-precision settings of the composed trainer config, on ``device`` (``cpu``/``cuda``).
+
+    Raises:
+        ConfigError: the first bad setting, named by its key.
+    """
+    _validate_lora(config.actor_rollout_ref.model)
+    _validate_attention(config, device)
+    _validate_mixed_precision(config, device)
+
+
+def _validate_lora(model: DictConfig) -> None:
+    """``actor_rollout_ref.model.lora_rank`` (0: full fine-tuning) and, with LoRA, ``lora_alpha`` and
+    ``target_modules`` (``verl/utils/lora.py``)."""
+    if model.lora_rank < 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_rank={model.lora_rank}: 0 (full fine-tuning) or a rank > 0")
+    if model.lora_rank == 0:
+        return
+    if model.lora_alpha <= 0:
+        raise ConfigError(f"actor_rollout_ref.model.lora_alpha={model.lora_alpha}: must be positive with lora_rank > 0")
+    targets = model.target_modules
+    if not (isinstance(targets, str) and targets) and not (OmegaConf.is_list(targets) and len(targets)):
+        raise ConfigError(f"actor_rollout_ref.model.target_modules={targets!r}: 'all-linear' or a non-empty list of "
+                          "module names (e.g. [q_proj,v_proj])")
+
+
+def _validate_attention(config: DictConfig, device: str) -> None:
+    """Each model's ``override_config.attn_implementation`` is known; shared prompts need an arbitrary mask
+    (``verl/utils/shared_prompt.py``); FlexAttention is CUDA only (no CPU backward; CPU compile fails on some
+    shapes)."""
+    from verl.utils.model_utils import attn_implementation_of
+    from verl.utils.shared_prompt import SUPPORTED_ATTENTION
+
+    for where, model in (("actor_rollout_ref", config.actor_rollout_ref.model), ("critic", config.critic.model)):
+        try:
+            implementation = attn_implementation_of(model)
+        except ValueError as err:
+            raise ConfigError(f"{where}.{err}") from None
+        if implementation == "flex_attention" and device == "cpu":
+            raise ConfigError(f"{where}.model.override_config.attn_implementation=flex_attention needs a CUDA device "
+                              "(trainer.device resolves to cpu): use sdpa on CPU")
+        if where == "actor_rollout_ref" and model.use_shared_prompt and implementation not in SUPPORTED_ATTENTION:
+            raise ConfigError(f"actor_rollout_ref.model.use_shared_prompt=true needs attention that takes an arbitrary "
+                              f"mask ({', '.join(SUPPORTED_ATTENTION)}); attn_implementation is {implementation!r}")
+
+
+def _validate_mixed_precision(config: DictConfig, device: str) -> None:
+    """Each ``fsdp_config.mixed_precision`` builds a policy on ``device``; the HF rollout runs the actor's module, so
+    ``rollout.dtype`` must be the actor's compute dtype whenever a policy is on."""
+    from verl.utils.mixed_precision import dtype_from_name, mixed_precision_policy
+
+    policies = {}
+    for where in MIXED_PRECISION_KEYS:
+        key = f"{where}.mixed_precision"
+        try:
+            policies[where] = mixed_precision_policy(OmegaConf.select(config, key), device, key)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+    actor = policies[MIXED_PRECISION_KEYS[0]]
+    rollout = config.actor_rollout_ref.rollout
+    if actor is not None and rollout.name == "hf":
+        try:
+            dtype = dtype_from_name(rollout.dtype, "actor_rollout_ref.rollout.dtype")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if dtype != actor.param_dtype:
+            raise ConfigError(f"actor_rollout_ref.rollout.dtype={rollout.dtype!r}, but the actor computes in "
+                              f"{actor.param_dtype} ({MIXED_PRECISION_KEYS[0]}.mixed_precision.param_dtype) and the "
+                              "HF rollout runs the actor's module: set them equal")
