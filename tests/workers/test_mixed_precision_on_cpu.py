@@ -149,7 +149,7 @@ def test_bf16_policy_equals_a_hand_built_bf16_computation(world, tiny_model_dir,
 
 
 # ---------------------------------------------------------------------------------------------------------- workers
-def _workers_rank(rank, model_dir, out_dir):
+def _workers_rank(rank, model_dir, out_dir, lora):
     """One CPU rank, ``param_dtype=bf16``: no process group exists beforehand (the worker makes a one-rank one)."""
     from transformers import AutoTokenizer
 
@@ -164,7 +164,8 @@ def _workers_rank(rank, model_dir, out_dir):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     cfg = trainer_config(model_dir, **{f"{KEY}.param_dtype": "bf16",
                                        "critic.model.fsdp_config.mixed_precision.param_dtype": "bf16",
-                                       "actor_rollout_ref.actor.use_kl_loss": True})
+                                       "actor_rollout_ref.actor.use_kl_loss": True,
+                                       "actor_rollout_ref.model.lora_rank": 4 if lora else 0})
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
     worker.init_model()
     result = {"actor_dtype": param_dtype_of(worker.actor_module),
@@ -195,8 +196,10 @@ def _workers_rank(rank, model_dir, out_dir):
 
 
 @pytest.mark.timeout(600)
-def test_workers_train_under_the_bf16_policy_on_one_rank(tiny_model_dir, tmp_path):
-    mp.spawn(_workers_rank, args=(tiny_model_dir, str(tmp_path)), nprocs=1, join=True)
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_workers_train_under_the_bf16_policy_on_one_rank(lora, tiny_model_dir, tmp_path):
+    """(LoRA: only the adapters move; the reference is the same module with its adapters disabled.)"""
+    mp.spawn(_workers_rank, args=(tiny_model_dir, str(tmp_path), lora), nprocs=1, join=True)
     result = torch.load(tmp_path / "workers.pt")
     assert result["actor_dtype"] == result["ref_dtype"] == result["rollout_dtype"] == torch.bfloat16
     assert result["ref_equals_old"]  # the reference computes as the actor does: KL 0 before the first update

@@ -201,11 +201,14 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
         else:
             logger.info("fsdp_config.param_offload ignored on CPU (parameters already live in host memory)")
     policy = mp_policy or MixedPrecisionPolicy()
-    layer_names = set(getattr(model, "_no_split_modules", None) or [])
-    for module in model.modules():
+    # LoRA: the root unit is the HF model inside the peft wrapper, whose forward both training (through peft's
+    # forward) and ``generate`` (which peft hands straight to it) go through
+    root = model.get_base_model() if is_lora(model) else model
+    layer_names = set(getattr(root, "_no_split_modules", None) or [])
+    for module in root.modules():
         if type(module).__name__ in layer_names:
             fully_shard(module, mesh=mesh, offload_policy=offload, mp_policy=policy)
-    fully_shard(model, mesh=mesh, offload_policy=offload, mp_policy=policy)
+    fully_shard(root, mesh=mesh, offload_policy=offload, mp_policy=policy)
     mark_param_dtype(model, policy.param_dtype)
     return model
 
