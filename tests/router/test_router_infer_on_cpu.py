@@ -200,3 +200,29 @@ def test_answer_routes_cannot_call_tools_when_the_checkpoint_says_so(tmp_path, t
             assert seen[0].tolist() == [route == "ANSWER" for route in routes]
         else:
             assert seen[0] is None
+
+
+def test_filter_overlong_prompts_drops_and_counts_them(tmp_path, tiny_dir, prompts_parquet, capsys):
+    """``--filter_overlong_prompts``: rows longer than the checkpoint's data.max_prompt_length are dropped (as the
+    trainer's data.filter_overlong_prompts) and counted; without it they go through data.truncation."""
+    from verl.router.infer import run_inference
+    from verl.utils.dataset.rl_dataset import PromptTooLongError
+
+    probe = RouterInference(make_checkpoint(tmp_path / "probe", tiny_dir, RouterAction.ANSWER), max_new_tokens=4,
+                            device="cpu")
+    lengths = [probe.prompt_length(r.messages) for r in load_prompt_rows(prompts_parquet)]
+    limit = sorted(lengths)[1]  # keeps the rows at most as long as the second shortest
+    assert len(set(lengths)) == N_ROWS  # (the three rows differ in length)
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER, (f"data.max_prompt_length={limit}",))
+    out = tmp_path / "kept.jsonl"
+    summary = run_inference(step, prompts_parquet, out, max_new_tokens=4, device="cpu", filter_overlong_prompts=True)
+    assert summary["prompts"] == 2 and summary["filtered_overlong"] == 1
+    kept = [json.loads(line)["row"] for line in out.read_text().splitlines()]
+    assert len(kept) == 2
+    assert [lengths[r] <= limit for r in range(N_ROWS)].count(True) == 2 and all(lengths[r] <= limit for r in kept)
+    truncated = run_inference(step, prompts_parquet, tmp_path / "all.jsonl", max_new_tokens=4, device="cpu")
+    assert truncated["prompts"] == N_ROWS and truncated["filtered_overlong"] == 0  # data.truncation applies
+    strict = make_checkpoint(tmp_path / "strict", tiny_dir, RouterAction.ANSWER,
+                             (f"data.max_prompt_length={limit}", "data.truncation=error"))
+    with pytest.raises(PromptTooLongError, match=r"rows 0\.\.2"):
+        run_inference(strict, prompts_parquet, tmp_path / "strict.jsonl", max_new_tokens=4, device="cpu")

@@ -1,7 +1,8 @@
 """Router inference (spec "Inference"): route greedily, rewrite the prompt, generate once, write JSONL.
 
 ``python -m verl.router.infer --checkpoint CKPT --prompts FILE --output OUT.jsonl [--max_new_tokens N]
-[--batch_size B] [--device cpu|cuda] [--routes learned|answer|search|calculate|random:B [--seed S]]``
+[--batch_size B] [--device cpu|cuda] [--routes learned|answer|search|calculate|random:B [--seed S]]
+[--filter_overlong_prompts]``
 
 ``--routes`` replaces the learned head by a fixed routing policy on the same actor (the baselines of the router's
 evaluation: never-tools ``answer``, always-tools ``search``, random routes at the budget's rate ``random:B``).
@@ -156,13 +157,15 @@ def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hid
 # -------------------------------------------------------------------------------------------------------- prompts
 @dataclass(frozen=True)
 class PromptRow:
-    """One input prompt: its chat ``messages``, ``extra_info`` (or None) and output ``index``."""
+    """One input prompt: its chat ``messages``, ``extra_info`` (or None), output ``index`` and ``position`` in its
+    file (None: its position in the list given to :meth:`RouterInference.run`)."""
 
     messages: list[dict]
     extra_info: Optional[Mapping]
     index: int
     ground_truth: Optional[str] = None  # reward_model.ground_truth, passed through for main_eval
     data_source: Optional[str] = None
+    position: Optional[int] = None
 
 
 def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> list[PromptRow]:
@@ -202,7 +205,7 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
         reward_model = record.get("reward_model")
         truth = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
         rows.append(PromptRow([dict(m) for m in record[prompt_key]], extra, index,
-                              truth if isinstance(truth, str) else None, record.get("data_source")))
+                              truth if isinstance(truth, str) else None, record.get("data_source"), position))
     return rows
 
 
@@ -277,6 +280,13 @@ class RouterInference:
         logger.info("router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",
                     self.files.hf_dir, self.files.router_file.name, self.head.head_type, self.head.pooling,
                     self.filter_tools, getattr(self.other_as, "name", None), self.device)
+
+    def prompt_length(self, messages: Sequence[Mapping]) -> int:
+        """Token length of an ORIGINAL prompt, chat-templated as the trainer's dataset builds it."""
+        from verl.utils.dataset.rl_dataset import prompt_text
+
+        text = prompt_text(self.tokenizer, [dict(m) for m in messages], True, None)
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _tokenize(self, messages: Sequence[Sequence[Mapping]]) -> dict[str, torch.Tensor]:
         from verl.utils.torch_functional import trim_left_padding
@@ -358,7 +368,7 @@ class RouterInference:
             for j, (row, response) in enumerate(zip(batch, responses)):
                 out.append({
                     "index": row.index,
-                    "row": start + j,
+                    "row": row.position if row.position is not None else start + j,
                     "route": ROUTE_NAMES[int(routed.actions[j])],
                     "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
                     "response": response,
@@ -404,12 +414,18 @@ def fixed_routes(routes: tuple[str, Optional[float]], n: int, generator: torch.G
 
 def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, output: str | os.PathLike,
                   max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None,
-                  routes: str = "learned", seed: int = 0) -> dict:
+                  routes: str = "learned", seed: int = 0, filter_overlong_prompts: bool = False) -> dict:
     """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
 
+    ``filter_overlong_prompts`` (as the trainer's ``data.filter_overlong_prompts``): drop the rows whose prompt is
+    longer than the checkpoint's ``data.max_prompt_length`` instead of failing on them (their count is reported).
+
     Returns:
-        The summary: ``{"output_path", "prompts", "routes": {ANSWER: n, SEARCH: n, CALCULATE: n},
-        "rows_with_tool_calls", "seconds"}``.
+        The summary: ``{"output_path", "prompts", "filtered_overlong", "routes": {ANSWER: n, SEARCH: n,
+        CALCULATE: n}, "rows_with_tool_calls", "seconds"}``.
+
+    Raises:
+        ValueError: ``max_new_tokens < 1``, or every prompt filtered out.
     """
     from verl.trainer.main_generation import write_jsonl
 
@@ -417,12 +433,23 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
         raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
     rows = load_prompt_rows(prompts)
     engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed)
+    filtered = 0
+    if filter_overlong_prompts:
+        kept = [row for row in rows if engine.prompt_length(row.messages) <= engine.max_prompt_length]
+        filtered = len(rows) - len(kept)
+        if not kept:
+            raise ValueError(f"{prompts}: all {len(rows)} prompts are longer than data.max_prompt_length="
+                             f"{engine.max_prompt_length} of the checkpoint")
+        logger.info("filtered %d of %d prompts longer than data.max_prompt_length=%d", filtered, len(rows),
+                    engine.max_prompt_length)
+        rows = kept
     start = time.monotonic()
     results = engine.run(rows, batch_size=batch_size, source=str(prompts))
     seconds = time.monotonic() - start
     write_jsonl(output, results)
     counts = Counter(r["route"] for r in results)
-    summary = {"output_path": str(output), "prompts": len(results), "route_policy": routes,
+    summary = {"output_path": str(output), "prompts": len(results), "filtered_overlong": filtered,
+               "route_policy": routes,
                "routes": {name: counts.get(name, 0) for name in ROUTE_NAMES},
                "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]), "seconds": round(seconds, 2)}
     logger.info("wrote %d rows to %s in %.1f s; routes %s", len(results), output, seconds, summary["routes"])
@@ -443,11 +470,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--routes", default="learned",
                         help="learned (the head) | answer | search | calculate | random:B (fixed-routing baselines)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random:B routes")
+    parser.add_argument("--filter_overlong_prompts", action="store_true",
+                        help="drop prompts longer than the checkpoint's data.max_prompt_length (else they fail)")
     args = parser.parse_args(argv)
     setup_logging()
     parse_routes(args.routes)  # a bad --routes fails before the model loads
     summary = run_inference(args.checkpoint, args.prompts, args.output, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size, device=args.device, routes=args.routes, seed=args.seed)
+                            batch_size=args.batch_size, device=args.device, routes=args.routes, seed=args.seed,
+                            filter_overlong_prompts=args.filter_overlong_prompts)
     print(json.dumps(summary, indent=2))
     return 0
 

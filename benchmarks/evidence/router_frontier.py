@@ -1,0 +1,106 @@
+"""Cost–accuracy points of routing policies on the same prompts (issue 19 §3.4), and the plot.
+
+    python benchmarks/evidence/router_frontier.py --budget 0.3 --reference random_0.3 \
+        --output benchmarks/results/X.json --plot benchmarks/results/X.png \
+        learned=outputs/eval/X/learned.jsonl answer=outputs/eval/X/answer.jsonl ...
+
+Each ``LABEL=FILE`` is a ``python -m verl.router.infer`` output (one greedy response per prompt, with its ``route``).
+Per policy: the mean tool cost (``router.cost_weights`` defaults: 1 for a response that calls any tool — the training
+cost), the RLLA reward's score / format / correctness (``main_eval.row_metrics``) with standard errors, the exact
+tool-call match, the share of tool routes (SEARCH/CALCULATE) among the prompts whose ground truth calls a tool and among
+those whose ground truth does not, and — against ``--reference`` (a label) — the paired per-prompt gains
+(``eval_compare.paired_comparison``). The plot puts every policy at (mean tool cost, mean score) with ±1 standard error
+and the budget as a vertical line.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from verl.router.cost import batch_tool_usage, trajectory_cost
+from verl.trainer.eval_compare import paired_comparison
+from verl.trainer.main_eval import read_generations, row_metrics
+from verl.utils.reward_score.rlla import RewardSwitches
+
+
+def _mean_se(values: list[float]) -> dict:
+    n = len(values)
+    mean = sum(values) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else None
+    return {"mean": mean, "se": se}
+
+
+def policy_point(rows: list[dict], switches: RewardSwitches) -> dict:
+    """The figures of one policy's generation rows (see the module docstring)."""
+    usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
+    cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
+    metrics = [row_metrics(r, switches) for r in rows]
+    needs = [("<tool_call>" in (r.get("ground_truth") or "")) for r in rows]
+    tool_route = [r["route"] != "ANSWER" for r in rows]
+
+    def share(flag: bool) -> dict:
+        picked = [t for t, n in zip(tool_route, needs) if n == flag]
+        return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
+
+    return {"rows": len(rows), "mean_cost": float(cost.mean()),
+            "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
+            **{m: _mean_se([x[m] for x in metrics]) for m in ("score", "format", "correctness", "exact_match")},
+            "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False)}
+
+
+def plot(points: dict, budget: float, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4.2))
+    for label, point in points.items():
+        ax.errorbar(point["mean_cost"], point["score"]["mean"], yerr=point["score"]["se"] or 0, fmt="o", capsize=3)
+        ax.annotate(label, (point["mean_cost"], point["score"]["mean"]), textcoords="offset points", xytext=(5, 5))
+    ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
+    ax.text(budget, ax.get_ylim()[0], f" B = {budget}", color="grey", va="bottom")
+    ax.set_xlabel("mean tool cost (share of responses that call a tool)")
+    ax.set_ylabel("RLLA score (mean ± 1 se)")
+    ax.set_title(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("points", nargs="+", help="LABEL=router-infer JSONL")
+    parser.add_argument("--budget", type=float, required=True)
+    parser.add_argument("--reference", default=None, help="label the others are paired against")
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--plot", default=None)
+    parser.add_argument("--title", default="routing policies on the same prompts")
+    parser.add_argument("--command", default=None, help="the command that made the generations (recorded)")
+    args = parser.parse_args()
+    files = dict(spec.split("=", 1) for spec in args.points)
+    rows = {label: read_generations(path) for label, path in files.items()}
+    switches = RewardSwitches.from_env()
+    points = {label: policy_point(table, switches) for label, table in rows.items()}
+    if args.reference:
+        if args.reference not in rows:
+            raise SystemExit(f"--reference {args.reference!r} is not one of the labels {sorted(rows)}")
+        metric = lambda row: row_metrics(row, switches)  # noqa: E731
+        for label in rows:
+            if label != args.reference:
+                points[label][f"paired_vs_{args.reference}"] = paired_comparison(rows[args.reference], rows[label],
+                                                                                 metric)
+    out = {"budget": args.budget, "generations": files, "command": args.command, "points": points}
+    Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
+    if args.plot:
+        plot(points, args.budget, args.plot, args.title)
+    for label, p in points.items():
+        print(f"{label:12s} cost {p['mean_cost']:.2f}  score {p['score']['mean']:+.2f} ± {p['score']['se'] or 0:.2f}"
+              f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}  tool routes "
+              f"{p['ground_truth_calls_a_tool']['tool_route_frac']} (gt calls) / "
+              f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)")
+
+
+if __name__ == "__main__":
+    main()

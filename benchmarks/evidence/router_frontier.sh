@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Issue 19 §3.4: the learned router and the fixed routing policies (never-tools `answer`, always-tools `search`, random
+# tool routes at the budget's rate) on the same trained actor and the same prompts — the validation prompts that fit
+# the run's max_prompt_length, greedy, 128 new tokens as the run's validation — then the cost–accuracy points, their
+# paired gains against random routing, and the plot.
+#   bash benchmarks/evidence/router_frontier.sh CHECKPOINT NAME [BUDGET_B]
+#   e.g. bash benchmarks/evidence/router_frontier.sh \
+#          checkpoints/router_grpo/router_forbid_smollm2_sft_b0.3/global_step_30 router_forbid_b0.3_step30 0.3
+# Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
+# results: benchmarks/results/NAME_frontier.{json,png}.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+CKPT=$1
+NAME=$2
+B=${3:-0.3}
+PYTHON=${PYTHON:-.venv/bin/python}
+PROMPTS=${PROMPTS:-${DATA_DIR:-dataset/rlla_4k}/test_router.parquet}
+OUT=outputs/eval/$NAME
+mkdir -p "$OUT" benchmarks/results
+points=()
+for routes in "random:$B" learned answer search; do
+  tag=${routes/:/_}
+  if [ ! -s "$OUT/$tag.jsonl" ]; then
+    nice -n 19 "$PYTHON" -m verl.router.infer --checkpoint "$CKPT" --prompts "$PROMPTS" --output "$OUT/$tag.jsonl" \
+      --routes "$routes" --max_new_tokens "${MAX_NEW_TOKENS:-128}" --filter_overlong_prompts
+  fi
+  points+=("$tag=$OUT/$tag.jsonl")
+done
+"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" --budget "$B" --reference "random_$B" \
+  --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
+  --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
+  --command "bash benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"
