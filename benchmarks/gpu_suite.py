@@ -6,7 +6,8 @@ Runs, each as a child process with its own time limit (the whole suite stays und
    padded, packed and shared-prompt layouts with sdpa, the packed and shared ones with FlexAttention, all three with
    each decoder layer compiled, and with gradient checkpointing; and on the SmolLM2-135M-shaped model: update-pass
    MFU, peak memory, and the HF rollout's generated tokens/s (plain, shared prefill, static KV cache);
-2. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path);
+2. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path) and
+   the bf16 mixed-precision policy on CUDA against a hand-built bf16 computation;
 3. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
    where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray):
    seconds per step and each phase's share of the step;
@@ -83,10 +84,11 @@ def mfu_runs(args, tmp: Path, deadline: float) -> dict:
 
 def exactness_run(args, tmp: Path, deadline: float) -> dict:
     """The exactness tests that need CUDA (FlexAttention's backward has no CPU implementation): the flex layouts'
-    gradients and whole updates against the padded sdpa path. On CPU (``--cpu-smoke``) the same file runs its
-    forward tests and skips those."""
+    gradients and whole updates against the padded sdpa path, and the bf16 policy on CUDA. On CPU (``--cpu-smoke``)
+    the same files run their CPU tests and skip those."""
     return run_step("exactness", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                                  "tests/workers/test_flex_attention_on_cpu.py"], deadline - time.time())
+                                  "tests/workers/test_flex_attention_on_cpu.py",
+                                  "tests/workers/test_mixed_precision_on_cpu.py"], deadline - time.time())
 
 
 def random_model(shape: str, tmp: Path) -> str:

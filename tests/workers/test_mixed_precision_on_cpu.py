@@ -92,60 +92,71 @@ def _load(model_dir):
     return AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 
 
-def _policy_rank(rank, world, init_file, model_dir, out_dir):
+def _policy_rank(rank, world, init_file, model_dir, out_dir, device="cpu"):
     import torch.distributed as dist
     from transformers import AutoTokenizer
 
     from verl.utils.mixed_precision import param_dtype_of
     from verl.utils.model_utils import apply_fsdp2
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank,
+                            world_size=world)
     torch.set_num_threads(1)
     micro, weights = _inputs(AutoTokenizer.from_pretrained(model_dir))
+    micro, weights = micro.to(device), weights.to(device)
     for layout, (_, fused) in CASES.items():
-        model = _load(model_dir)
-        apply_fsdp2(model, "cpu", mp_policy=mixed_precision_policy({"param_dtype": "bf16"}, "cpu", KEY))
+        model = _load(model_dir).to(device)
+        apply_fsdp2(model, device, mp_policy=mixed_precision_policy({"param_dtype": "bf16"}, device, KEY))
         assert param_dtype_of(model) == torch.bfloat16
         log_probs, entropy = _forward_backward(model, layout, fused, micro, weights)
         master = {name: p.dtype for name, p in model.named_parameters()}
-        grads = {name: p.grad.full_tensor() for name, p in model.named_parameters() if p.grad is not None}
+        grads = {name: p.grad.full_tensor().cpu() for name, p in model.named_parameters() if p.grad is not None}
         if rank == 0:
-            torch.save({"log_probs": log_probs, "entropy": entropy, "grads": grads, "master": master},
+            torch.save({"log_probs": log_probs.cpu(), "entropy": entropy.cpu(), "grads": grads, "master": master},
                        Path(out_dir) / f"{layout}.pt")
     dist.destroy_process_group()
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("world", [1, 2])
-def test_bf16_policy_equals_a_hand_built_bf16_computation(world, tiny_model_dir, tokenizer, tmp_path):
+@pytest.mark.parametrize("world, device", [(1, "cpu"), (2, "cpu"), (1, "cuda")])
+def test_bf16_policy_equals_a_hand_built_bf16_computation(world, device, tiny_model_dir, tokenizer, tmp_path):
+    """On CUDA (the GPU suite's ``exactness`` step) the kernels' own run-to-run freedom (attention backward) allows
+    no bit-equality: log-probs to bf16's resolution, gradients to 1% of their norm."""
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    mp.spawn(_policy_rank, args=(world, str(tmp_path / "init"), tiny_model_dir, str(tmp_path)), nprocs=world,
-             join=True)
+    mp.spawn(_policy_rank, args=(world, str(tmp_path / "init"), tiny_model_dir, str(tmp_path), device),
+             nprocs=world, join=True)
     micro, weights = _inputs(tokenizer)
     mask = micro["response_mask"].bool()
+    exact = device == "cpu"
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the ranks: the CPU's bf16 GEMMs may block (and sum) by thread
     for layout, (_, fused) in CASES.items():
-        model = _load(tiny_model_dir)
+        model = _load(tiny_model_dir).to(device)
         for param in model.parameters():  # what the policy computes with: bf16 parameters, buffers as loaded
             param.data = param.data.to(torch.bfloat16)
         try:
-            log_probs, entropy = _forward_backward(model, layout, fused, micro, weights)
+            log_probs, entropy = _forward_backward(model, layout, fused, micro.to(device), weights.to(device))
         finally:
             torch.set_num_threads(threads)
         sharded = torch.load(tmp_path / f"{layout}.pt")
         assert set(sharded["master"].values()) == {torch.float32}, layout  # master weights stay float32
-        torch.testing.assert_close(sharded["log_probs"][mask], log_probs[mask], atol=0, rtol=0)
-        torch.testing.assert_close(sharded["entropy"][mask], entropy[mask], atol=0, rtol=0)
-        reference = {name: p.grad.float() for name, p in model.named_parameters() if p.grad is not None}
+        tol = dict(atol=0, rtol=0) if exact else dict(atol=2e-2, rtol=0)
+        torch.testing.assert_close(sharded["log_probs"][mask], log_probs.cpu()[mask], **tol)
+        torch.testing.assert_close(sharded["entropy"][mask], entropy.cpu()[mask], **tol)
+        reference = {name: p.grad.float().cpu() for name, p in model.named_parameters() if p.grad is not None}
         assert sharded["grads"].keys() == reference.keys(), layout
         for name, grad in reference.items():  # both ranks saw the same batch: the float32 mean is the bf16 grad
             assert sharded["grads"][name].dtype == torch.float32
-            if not fused:
+            if exact and not fused:
                 torch.testing.assert_close(sharded["grads"][name], grad, atol=0, rtol=0, msg=f"{layout} {name}")
             else:  # the fused head's float32 backward meets bf16 activations in another order: float32 rounding
                 error = (sharded["grads"][name] - grad).norm() / grad.norm().clamp(min=1e-12)
-                assert error < 1e-4, (layout, name, float(error))  # (measured <= 2e-5; bf16's epsilon is 8e-3)
+                limit = 1e-4 if exact else 1e-2  # (CPU, fused: measured <= 2e-5; bf16's epsilon is 8e-3)
+                assert error < limit, (layout, name, float(error))
 
 
 # ---------------------------------------------------------------------------------------------------------- workers
