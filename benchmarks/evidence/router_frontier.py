@@ -9,8 +9,9 @@ Per policy: the mean tool cost (``router.cost_weights`` defaults: 1 for a respon
 cost), the RLLA reward's score / format / correctness (``main_eval.row_metrics``) with standard errors, the exact
 tool-call match, the share of tool routes (SEARCH/CALCULATE) among the prompts whose ground truth calls a tool and among
 those whose ground truth does not, and — against ``--reference`` (a label) — the paired per-prompt gains
-(``eval_compare.paired_comparison``). The plot puts every policy at (mean tool cost, mean score) with ±1 standard error
-and the budget as a vertical line.
+(``eval_compare.paired_comparison``). The plot puts every policy at (mean tool cost, mean score) with ±1 standard error,
+the budget as a vertical line, and the segment from ``answer`` to ``search`` (where random routing at any rate lies in
+expectation: the fixed policies' frontier a learned router has to beat).
 """
 from __future__ import annotations
 
@@ -60,6 +61,11 @@ def plot(points: dict, budget: float, path: str, title: str) -> None:
     for label, point in points.items():
         ax.errorbar(point["mean_cost"], point["score"]["mean"], yerr=point["score"]["se"] or 0, fmt="o", capsize=3)
         ax.annotate(label, (point["mean_cost"], point["score"]["mean"]), textcoords="offset points", xytext=(5, 5))
+    if "answer" in points and "search" in points:  # random routing at every rate p mixes the two: this segment
+        ends = [points["answer"], points["search"]]
+        ax.plot([e["mean_cost"] for e in ends], [e["score"]["mean"] for e in ends], color="lightgrey", zorder=0,
+                label="random routes at any rate (expected)")
+        ax.legend(loc="lower right", fontsize=8)
     ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
     ax.text(budget, ax.get_ylim()[0], f" B = {budget}", color="grey", va="bottom")
     ax.set_xlabel("mean tool cost (share of responses that call a tool)")
