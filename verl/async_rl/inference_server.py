@@ -46,7 +46,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import torch
 
 from verl.utils.torch_functional import logprobs_from_logits
-from verl.workers.rollout.hf_rollout import prefill_once
+from verl.workers.rollout.hf_rollout import cache_keyword, prefill_once
 
 logger = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class PolicyEngine:
         version = self.version
         cache = prefill_once(self.model, input_ids, mask)
         out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
-                                  **({"past_key_values": cache} if cache is not None else {}))
+                                  **({cache_keyword(self.model): cache} if cache is not None else {}))
         new = out.sequences[:, width:]  # [rows, T]
         logits = torch.stack(out.logits, dim=1).float()  # [rows, T, V] raw logits
         scale = 1.0 if greedy else first.temperature

@@ -78,11 +78,21 @@ class SampledLogProbs:
         return torch.nn.functional.pad(out, (0, width - out.shape[1]))
 
 
+def cache_keyword(module: torch.nn.Module) -> str:
+    """The keyword a causal LM's ``forward`` and ``generate`` take a KV cache by: ``cache`` where the installed
+    transformers has it (``past_key_values`` is deprecated there), else ``past_key_values``. A peft model answers for
+    the model it wraps."""
+    import inspect
+
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    return "cache" if "cache" in inspect.signature(type(base).forward).parameters else "past_key_values"
+
+
 def prefill_once(module: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor, synced: bool = False):
     """KV cache of ``ids[:, :-1]`` ([b, P - 1], left-padded) with each distinct prompt computed once and its cache
     rows copied to every row holding it; None when no prompt repeats or P < 2 (plain ``generate`` then), except
     under ``synced`` FSDP ranks, which must all run the same forwards. ``generate(input_ids=ids, attention_mask=mask,
-    past_key_values=<this cache>)`` then decodes the tokens of the unshared call.
+    **{cache_keyword(module): <this cache>})`` then decodes the tokens of the unshared call.
 
     Position ids follow ``generate``'s rule (cumulative mask - 1), so the cached keys equal those of the unshared
     call."""
@@ -100,7 +110,7 @@ def prefill_once(module: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
     position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = DynamicCache(config=getattr(module, "config", None))
     module(input_ids=ids[heads, :-1], attention_mask=mask[heads, :-1], position_ids=position_ids[heads, :-1],
-           past_key_values=cache, use_cache=True, logits_to_keep=1)
+           use_cache=True, logits_to_keep=1, **{cache_keyword(module): cache})
     cache.batch_select_indices(row_to_group)
     return cache
 
@@ -218,7 +228,7 @@ class HFRollout(BaseRollout):
                 with autocast or contextlib.nullcontext():
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-                        extra["past_key_values"] = self._prefill_once(ids, mask, synced)
+                        extra[cache_keyword(self.module)] = self._prefill_once(ids, mask, synced)
                     out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
                                                synced_gpus=synced, tokenizer=self.tokenizer if stop else None,
                                                **extra)
