@@ -226,3 +226,20 @@ def test_filter_overlong_prompts_drops_and_counts_them(tmp_path, tiny_dir, promp
                              (f"data.max_prompt_length={limit}", "data.truncation=error"))
     with pytest.raises(PromptTooLongError, match=r"rows 0\.\.2"):
         run_inference(strict, prompts_parquet, tmp_path / "strict.jsonl", max_new_tokens=4, device="cpu")
+
+
+def test_a_checkpoint_config_with_retired_keys_still_loads(tmp_path, tiny_dir):
+    """Configs saved before ``compute_dtype`` was retired (the bf16 policy replaced autocast) load; the key is gone."""
+    from verl.router.infer import load_checkpoint_config
+
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
+    saved = OmegaConf.load(step / "config.yaml")
+    saved.actor_rollout_ref.actor.compute_dtype = None
+    saved.critic.compute_dtype = None
+    OmegaConf.save(saved, step / "config.yaml")
+    loaded = load_checkpoint_config(step / "config.yaml")
+    assert "compute_dtype" not in loaded.actor_rollout_ref.actor and "compute_dtype" not in loaded.critic
+    saved.actor_rollout_ref.actor.compute_dtyp = None  # a key that never existed is still refused, named
+    OmegaConf.save(saved, step / "config.yaml")
+    with pytest.raises(ValueError, match="compute_dtyp"):
+        load_checkpoint_config(step / "config.yaml")

@@ -119,9 +119,10 @@ def load_checkpoint_config(config_file: str | os.PathLike) -> DictConfig:
         ValueError: no ``router`` / ``data`` section, or a saved key or value the current config does not accept
             (the file and the key are named).
     """
-    from verl.trainer.config_utils import default_config
+    from verl.trainer.config_utils import default_config, drop_retired_keys
 
     saved = OmegaConf.load(config_file)
+    drop_retired_keys(saved)  # derived fields older versions saved (e.g. compute_dtype): nothing reads them
     for section in ("router", "data"):
         if not isinstance(saved.get(section), DictConfig):
             raise ValueError(f"{config_file}: no {section!r} section (not a router training config)")
@@ -247,6 +248,7 @@ class RouterInference:
 
         from verl.trainer.config_utils import default_section
         from verl.trainer.main_generation import _device
+        from verl.utils.mixed_precision import mixed_precision_policy
         from verl.utils.model_utils import load_causal_lm
         from verl.workers.rollout.hf_rollout import HFRollout
 
@@ -261,6 +263,13 @@ class RouterInference:
         self.model = load_causal_lm(default_section("actor_rollout_ref.model", path=str(self.files.hf_dir),
                                                     trust_remote_code=trust_remote_code),
                                     trainable=False).to(self.device)
+        # compute as training did: under the run's mixed-precision policy (bf16 on CUDA by default) the actor's
+        # parameters are bf16 copies of the float32 weights, buffers as loaded (verl/utils/mixed_precision.py)
+        key = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
+        policy = mixed_precision_policy(OmegaConf.select(self.config, key), self.device.type, key)
+        self.compute_dtype = policy.param_dtype if policy is not None else torch.float32
+        for param in self.model.parameters():
+            param.data = param.data.to(self.compute_dtype)
         self.head = load_router_head(self.files.router_file, self.router_cfg,
                                      int(self.model.config.hidden_size)).to(self.device)
         self.max_prompt_length = int(self.config.data.max_prompt_length)
@@ -274,7 +283,9 @@ class RouterInference:
         self.family_overrides = load_tool_family_file(family_file) if family_file else None
         self.rollout = HFRollout(self.model, default_section("actor_rollout_ref.rollout",
                                                              response_length=int(max_new_tokens), do_sample=False,
-                                                             micro_batch_size=None, dtype="bfloat16"), self.tokenizer)
+                                                             micro_batch_size=None,
+                                                             dtype=str(self.compute_dtype).split(".")[-1]),
+                                    self.tokenizer)
         self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
                              else self.tokenizer.eos_token_id)
         logger.info("router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",
@@ -471,7 +482,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help="learned (the head) | answer | search | calculate | random:B (fixed-routing baselines)")
     parser.add_argument("--seed", type=int, default=0, help="seed of random:B routes")
     parser.add_argument("--filter_overlong_prompts", action="store_true",
-                        help="drop prompts longer than the checkpoint's data.max_prompt_length (else they fail)")
+                        help="drop prompts longer than the checkpoint's data.max_prompt_length (else data.truncation "
+                             "applies to them)")
     args = parser.parse_args(argv)
     setup_logging()
     parse_routes(args.routes)  # a bad --routes fails before the model loads

@@ -166,6 +166,25 @@ def _unknown_keys(config: DictConfig, base: DictConfig, prefix: str = "") -> lis
     return unknown
 
 
+# derived fields that older versions saved into checkpoint configs (``global_step_N/config.yaml``) and nothing reads
+# any more: dropped when such a config is read back (``drop_retired_keys``)
+RETIRED_KEYS = ("actor_rollout_ref.actor.compute_dtype", "critic.compute_dtype")
+
+
+def drop_retired_keys(saved: DictConfig) -> list[str]:
+    """Remove :data:`RETIRED_KEYS` from a saved config in place (so a checkpoint written before they were retired
+    still loads); returns the ones found."""
+    found = []
+    for key in RETIRED_KEYS:
+        parent, _, leaf = key.rpartition(".")
+        node = OmegaConf.select(saved, parent)
+        if isinstance(node, DictConfig) and leaf in node:
+            with open_dict(node):
+                node.pop(leaf)
+            found.append(key)
+    return found
+
+
 def check_known_keys(config: DictConfig) -> None:
     """Refuse keys that ``ppo_trainer.yaml`` does not define, such as ``+actor_rollout_ref.actor.optim.lrr=1e-5``
     (Hydra's ``+`` adds a key that nothing would read). Keys under :data:`OPEN_SECTIONS` are accepted; below a key

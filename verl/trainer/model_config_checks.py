@@ -2,9 +2,13 @@
 attention kernel, and FSDP2 mixed precision — each error names its key."""
 from __future__ import annotations
 
+import logging
+
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config_errors import ConfigError
+
+logger = logging.getLogger(__name__)
 
 # every model's fsdp_config that carries mixed_precision (verl/utils/mixed_precision.py)
 MIXED_PRECISION_KEYS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
@@ -70,7 +74,22 @@ def _validate_mixed_precision(config: DictConfig, device: str) -> None:
         except ValueError as err:
             raise ConfigError(str(err)) from None
     actor = policies[MIXED_PRECISION_KEYS[0]]
+    ref = policies[MIXED_PRECISION_KEYS[1]]
+    actor_dtype, ref_dtype = (p.param_dtype if p is not None else None for p in (actor, ref))
+    if ref_dtype != actor_dtype:
+        if config.actor_rollout_ref.model.lora_rank > 0:  # the reference is the actor's module, adapters disabled
+            raise ConfigError(f"{MIXED_PRECISION_KEYS[1]}.mixed_precision asks for {ref_dtype or 'float32'} but with "
+                              "LoRA the reference policy is the actor's own module (adapters disabled), which "
+                              f"computes in {actor_dtype or 'float32'}: leave the reference's keys as the actor's")
+        logger.warning("the reference policy computes in %s, the actor in %s (%s.mixed_precision): the KL between "
+                       "them is not 0 before the first update", ref_dtype or "float32", actor_dtype or "float32",
+                       MIXED_PRECISION_KEYS[1])
     rollout = config.actor_rollout_ref.rollout
+    if actor is not None and rollout.name == "hf" and rollout.cache_implementation == "static":
+        logger.warning("actor_rollout_ref.rollout.cache_implementation=static with the actor under the %s "
+                       "mixed-precision policy: transformers compiles the decoding step of an FSDP2-wrapped model "
+                       "(graph breaks at each unit's hooks), which has not been timed or checked on a GPU yet "
+                       "(benchmarks/gpu_suite.sh measures it)", actor.param_dtype)
     if actor is not None and rollout.name == "hf":
         try:
             dtype = dtype_from_name(rollout.dtype, "actor_rollout_ref.rollout.dtype")

@@ -39,8 +39,8 @@ FUSED_CHUNK_SIZE = 256
 
 def _chunk_logits(hidden: torch.Tensor, weight: torch.Tensor, inv_temperature: float) -> torch.Tensor:
     """float32 ``[c, V]`` logits of a ``[c, H]`` chunk (a fresh tensor the caller may overwrite). The matmul runs in
-    the weights' dtype (this runs outside autocast: with float32 master weights on a GPU it is a float32 GEMM where
-    the logits path under bf16 autocast would run a bf16 one)."""
+    the weights' dtype, outside any autocast: bf16 under the bf16 mixed-precision policy (the head's gathered bf16
+    weight, as the logits path), float32 for a float32 model."""
     z = hidden.to(weight.dtype) @ weight.t()
     return z.float().mul_(inv_temperature) if z.dtype != torch.float32 else z.mul_(inv_temperature)
 
@@ -163,8 +163,8 @@ def check_fused_head(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.T
 
     Args: ``logits`` ``[B, V]`` from the model (e.g. ``output.logits[:, -1]`` with ``logits_to_keep=1``), ``hidden``
         ``[B, H]`` the matching last hidden states, ``weight`` ``[V, H]``; ``atol`` relative to the logits' scale
-        (default 1e-3 for float32 logits, 3e-2 for bf16/fp16 ones from autocast; a soft-capped or rescaled head is off
-        by tens of percent).
+        (default 1e-3 for float32 logits, 3e-2 for bf16/fp16 ones, e.g. under the bf16 policy; a soft-capped or
+        rescaled head is off by tens of percent).
     Raises ValueError: they differ (e.g. a model that scales logits under a config key not known to
         :func:`fused_head_problem`): the fused log-probs would be wrong for it.
     """

@@ -185,6 +185,7 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
 
     Raises:
         RuntimeError: ``torch.distributed`` is not initialised.
+        ValueError: no module of the model is one of its ``_no_split_modules`` classes (no decoder layers found).
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
@@ -205,9 +206,12 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
     # forward) and ``generate`` (which peft hands straight to it) go through
     root = model.get_base_model() if is_lora(model) else model
     layer_names = set(getattr(root, "_no_split_modules", None) or [])
-    for module in root.modules():
-        if type(module).__name__ in layer_names:
-            fully_shard(module, mesh=mesh, offload_policy=offload, mp_policy=policy)
+    layers = [module for module in root.modules() if type(module).__name__ in layer_names]
+    if not layers:  # the root alone would gather the whole model at once on every rank
+        raise ValueError(f"{type(root).__name__}: no decoder layers to shard as FSDP2 units "
+                         f"(_no_split_modules={sorted(layer_names)})")
+    for module in layers:
+        fully_shard(module, mesh=mesh, offload_policy=offload, mp_policy=policy)
     fully_shard(root, mesh=mesh, offload_policy=offload, mp_policy=policy)
     mark_param_dtype(model, policy.param_dtype)
     return model

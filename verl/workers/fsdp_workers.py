@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
@@ -196,6 +196,13 @@ class _Checkpointer:
         if del_local_after_load and rank == 0:
             shutil.rmtree(local_path, ignore_errors=True)
         return extra
+
+
+def _moves_optimizer_state(fsdp_config) -> bool:
+    """Whether the update moves AdamW's state to the device and back (``optimizer_offload``). With ``param_offload``
+    the sharded parameters live in host memory (FSDP2's ``CPUOffloadPolicy``), the optimizer steps there, and its
+    state stays there: nothing to move."""
+    return bool(fsdp_config.optimizer_offload) and not bool(fsdp_config.param_offload)
 
 
 class _ModelWorkerMixin:
@@ -395,7 +402,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             raise RuntimeError(f"update_actor needs a role with actor, this worker is {self.role!r}")
         data = _with_meta(data.to(self.device), temperature=float(self.config.rollout.temperature))
         start = time.perf_counter()
-        offload = bool(self.config.actor.fsdp_config.optimizer_offload)
+        offload = _moves_optimizer_state(self.config.actor.fsdp_config)
         with self._peak_memory("update_actor"), optimizer_on_device(self.actor_optimizer, self.device, offload):
             metrics = self.actor.update_policy(data)
         elapsed = time.perf_counter() - start
@@ -523,7 +530,7 @@ class CriticWorker(_ModelWorkerMixin, Worker):
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         """One PPO value update, then one LR-scheduler step; returns ``meta_info['metrics']``."""
-        offload = bool(self.config.model.fsdp_config.optimizer_offload)
+        offload = _moves_optimizer_state(self.config.model.fsdp_config)
         with self._peak_memory("update_critic"), optimizer_on_device(self.critic_optimizer, self.device, offload):
             metrics = self.critic.update_critic(data.to(self.device))
         self.critic_lr_scheduler.step()

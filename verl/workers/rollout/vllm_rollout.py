@@ -34,6 +34,7 @@ import torch
 from omegaconf import OmegaConf
 
 from verl.protocol import DataProto
+from verl.utils.mixed_precision import param_dtype_of
 from verl.utils.model_presets import prepare_model
 from verl.utils.model_utils import full_state_dict
 from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, resolve_sampling
@@ -250,7 +251,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
                 self._wake_up()
             push_weights(self.llm, state, tied=bool(getattr(config, "tie_word_embeddings", False)))
             if weights is None or weights is self.module:  # the engine must now compute the actor's function
-                check_engine_weights(self.llm, self.module, atol=1e-3 if self.engine_float32 else 0.1)
+                # both sides float32: 1e-3; either in bf16 (the engine, or the actor under a bf16 mixed-precision
+                # policy, verl/utils/mixed_precision.py): 0.1
+                exact = self.engine_float32 and param_dtype_of(self.module) in (None, torch.float32)
+                check_engine_weights(self.llm, self.module, atol=1e-3 if exact else 0.1)
         finally:
             if was_asleep:
                 self._sleep()
