@@ -108,6 +108,14 @@ class RouterComponent:
         return state
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore the head and its own optimizer's state (moments, step). The learning rate is the config's
+        ``router.optim.lr`` (AdamW's saved param groups would bring back the checkpoint's: a changed lr is applied on
+        resume, and logged)."""
         self.head.load_state_dict(state["head"])
         if not self.shared and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
+            lr = float(self.cfg.optim.lr)
+            for group in self.optimizer.param_groups:
+                if group["lr"] != lr:
+                    logger.info("router.optim.lr=%g replaces the checkpoint's %g", lr, group["lr"])
+                    group["lr"] = lr

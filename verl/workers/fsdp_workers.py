@@ -183,6 +183,7 @@ class _Checkpointer:
         if not os.path.isfile(model_file):
             raise FileNotFoundError(f"checkpoint file {model_file} not found (saved with another world size?)")
         load_local_model_state(self.module, torch.load(model_file, map_location="cpu", weights_only=False))
+        configured = [g.get("initial_lr", g["lr"]) for g in self.optimizer.param_groups] if self.optimizer else []
         optim_file = _rank_file(local_path, "optim", world, rank)
         if self.optimizer is not None and os.path.isfile(optim_file):
             load_local_optimizer_state(self.optimizer, torch.load(optim_file, map_location="cpu", weights_only=False))
@@ -192,6 +193,11 @@ class _Checkpointer:
             extra = torch.load(extra_file, map_location="cpu", weights_only=False)
             if self.lr_scheduler is not None and extra.get("lr_scheduler") is not None:
                 self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
+                restored = list(self.lr_scheduler.base_lrs)
+                if restored[:len(configured)] != configured[:len(restored)]:  # as upstream: the schedule continues
+                    logger.warning("optim.lr from the config %s differs from the checkpoint's %s: the checkpoint's "
+                                   "learning-rate schedule continues (it is part of what resume restores)",
+                                   configured, restored)
             _set_rng_state(extra["rng"])
         if del_local_after_load and rank == 0:
             shutil.rmtree(local_path, ignore_errors=True)
