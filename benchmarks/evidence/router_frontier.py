@@ -58,14 +58,18 @@ def plot(points: dict, budget: float, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
+    places: dict = {}  # policies at the same point share one marker and one label ("learned = search")
     for label, point in points.items():
-        ax.errorbar(point["mean_cost"], point["score"]["mean"], yerr=point["score"]["se"] or 0, fmt="o", capsize=3)
-        ax.annotate(label, (point["mean_cost"], point["score"]["mean"]), textcoords="offset points", xytext=(5, 5))
+        places.setdefault((round(point["mean_cost"], 4), round(point["score"]["mean"], 4)), []).append(label)
+    for (x, y), labels in places.items():
+        ax.errorbar(x, y, yerr=points[labels[0]]["score"]["se"] or 0, fmt="o", capsize=3)
+        ax.annotate(" = ".join(labels), (x, y), textcoords="offset points", xytext=(5, 5))
     if "answer" in points and "search" in points:  # random routing at every rate p mixes the two: this segment
         ends = [points["answer"], points["search"]]
         ax.plot([e["mean_cost"] for e in ends], [e["score"]["mean"] for e in ends], color="lightgrey", zorder=0,
                 label="random routes at any rate (expected)")
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", fontsize=8)
+    ax.set_xlim(-0.05, 1.3)  # room for the labels right of the points
     ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
     ax.text(budget, ax.get_ylim()[0], f" B = {budget}", color="grey", va="bottom")
     ax.set_xlabel("mean tool cost (share of responses that call a tool)")
