@@ -14,17 +14,22 @@ def server(tiny_model_dir):
     srv.shutdown()
 
 
+def _assert_forward_logprobs(engine, prompt, choice, temperature):
+    """A choice's recorded log-probs are those of one forward pass over prompt + its tokens at ``temperature``."""
+    ids = torch.tensor([prompt + choice["token_ids"]])
+    with torch.no_grad():
+        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / temperature
+    ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
+    assert torch.allclose(ref, torch.tensor(choice["logprobs"]), atol=1e-4)
+
+
 def test_logprobs_match_a_forward_pass(server):
     engine = server.engine
     prompt = [5, 6, 7, 8]
     out = engine.generate(prompt, max_tokens=6, temperature=0.7, n=2, seed=3)
     assert out["policy_version"] == 0 and len(out["choices"]) == 2
     for choice in out["choices"]:
-        ids = torch.tensor([prompt + choice["token_ids"]])
-        with torch.no_grad():
-            logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / 0.7
-        ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
-        assert torch.allclose(ref, torch.tensor(choice["logprobs"]), atol=1e-4)
+        _assert_forward_logprobs(engine, prompt, choice, temperature=0.7)
     again = engine.generate(prompt, max_tokens=6, temperature=0.7, n=2, seed=3)
     assert [c["token_ids"] for c in again["choices"]] == [c["token_ids"] for c in out["choices"]]
 
@@ -132,11 +137,7 @@ def test_concurrent_requests_are_served_in_one_batch(server):
         out = results[i]
         assert out["prompt_token_ids"] == prompt and len(out["choices"]) == 2
         for choice in out["choices"]:
-            ids = torch.tensor([prompt + choice["token_ids"]])
-            with torch.no_grad():
-                logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / 0.7
-            ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
-            assert torch.allclose(ref, torch.tensor(choice["logprobs"]), atol=1e-4)
+            _assert_forward_logprobs(engine, prompt, choice, temperature=0.7)
 
     errors = []
     engine.model.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory"))
