@@ -45,6 +45,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
+from verl.utils.prompt_batch import left_pad_prompts
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.rollout.hf_rollout import cache_keyword, prefill_once
 
@@ -179,13 +180,9 @@ class PolicyEngine:
         )
         # every request's n copies as rows, prompts left-padded; each distinct prompt is prefilled once and its KV
         # cache copied to its copies (the synchronous HF rollout's shared prefill): the tokens of independent rows
-        rows = [r.prompt_ids for r in requests for _ in range(r.n)]
-        width = max(map(len, rows))
-        input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros_like(input_ids)
-        for i, ids in enumerate(rows):
-            input_ids[i, width - len(ids):] = torch.tensor(ids)
-            mask[i, width - len(ids):] = 1
+        padded = left_pad_prompts([r.prompt_ids for r in requests for _ in range(r.n)], self.pad_token_id)
+        input_ids, mask = padded["input_ids"], padded["attention_mask"]
+        width = input_ids.shape[1]
         version = self.version
         cache = prefill_once(self.model, input_ids, mask)
         out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
