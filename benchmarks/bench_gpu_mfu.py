@@ -132,8 +132,7 @@ def main() -> None:
 
     from verl.protocol import DataProto
     from verl.utils.flops_counter import gpu_bf16_peak_flops, mfu, train_flops
-    from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
-    from verl.utils.model_utils import apply_fsdp2
+    from verl.utils.model_utils import wrap_with_fsdp2
     from verl.utils.model_presets import prepare_model
     from verl.trainer.config_utils import default_section
     from verl.workers.actor.dp_actor import DataParallelPPOActor
@@ -155,10 +154,8 @@ def main() -> None:
     if args.compile_layers:  # regional compilation: one compiled graph per decoder layer, reused by all of them
         for layer in layers:
             layer.compile(dynamic=True)
-    policy = mixed_precision_policy({"param_dtype": args.mixed_precision}, device.type, "--mixed-precision")
-    if policy is not None:  # what the workers do on one GPU (verl/utils/mixed_precision.py)
-        init_single_rank_group(device.type)
-        apply_fsdp2(model, device.type, mp_policy=policy)
+    # what the workers do on one GPU (verl/utils/mixed_precision.py)
+    wrap_with_fsdp2(model, device.type, 1, {"param_dtype": args.mixed_precision}, "--mixed-precision")
     params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-6, weight_decay=0.01)
     batch, prompts, seq_lens, response_tokens = build_batch(args, tokenizer, device)

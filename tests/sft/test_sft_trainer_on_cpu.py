@@ -103,17 +103,17 @@ def test_run_sft_publishes_checkpoint_and_metrics(shared_dir, tiny_model_dir, tm
 def _sft_bf16_rank(rank, config_args, out_file):
     import torch.distributed as dist
 
-    import verl.trainer.fsdp_sft_trainer as sft
+    import verl.utils.model_utils as model_utils
 
     torch.set_num_threads(1)
     wrapped = []
-    shard = sft.apply_fsdp2
+    shard = model_utils.apply_fsdp2
 
     def recording(model, device, fsdp_config=None, mp_policy=None):  # what run_sft wraps the model with
         wrapped.append((dist.get_world_size(), mp_policy.param_dtype if mp_policy else None))
         return shard(model, device, fsdp_config, mp_policy)
 
-    sft.apply_fsdp2 = recording
+    model_utils.apply_fsdp2 = recording
     run_sft(load_sft_config(config_args))  # makes its own one-rank process group for the bf16 policy
     torch.save({"wrapped": wrapped}, out_file)
 

@@ -44,9 +44,8 @@ import torch.nn.functional as F
 from omegaconf import DictConfig, OmegaConf
 
 from verl.utils.dataset.sampler import EpochSeededSampler
-from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
-from verl.utils.model_utils import apply_fsdp2, is_dtensor
 from verl.utils.dataset.sft_dataset import SFTDataset, sft_collate_fn
+from verl.utils.model_utils import is_dtensor, wrap_with_fsdp2
 from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 from verl.utils.tracking import StepProgress, Tracking
 
@@ -402,11 +401,9 @@ def run_sft(config: DictConfig) -> Path:
     if config.model.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
-    policy = mixed_precision_policy(config.model.fsdp_config.mixed_precision, device.type,
-                                    "model.fsdp_config.mixed_precision")
-    if world_size > 1 or policy is not None:  # FSDP2: the shards, and/or bf16 compute over float32 master weights
-        init_single_rank_group(device.type)
-        apply_fsdp2(model, device.type, mp_policy=policy)
+    # FSDP2: the shards, and/or bf16 compute over float32 master weights
+    wrap_with_fsdp2(model, device.type, world_size, config.model.fsdp_config.mixed_precision,
+                    "model.fsdp_config.mixed_precision")
     trainer = FSDPSFTTrainer(config, model, tokenizer, train_dataset, val_dataset, device, rank, world_size)
 
     work = target.parent / f".{target.name}.partial"

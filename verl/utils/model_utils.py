@@ -217,6 +217,24 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
     return model
 
 
+def wrap_with_fsdp2(model: torch.nn.Module, device: str, world_size: int, mixed_precision: Any, key: str,
+                    fsdp_config: DictConfig | None = None) -> torch.nn.Module:
+    """:func:`apply_fsdp2` where the model needs it: over several ranks, or on one rank when ``mixed_precision`` (an
+    ``fsdp_config.mixed_precision`` value, named ``key`` in errors) gives a bf16 policy, in a one-rank process group
+    made when none exists (``verl/utils/mixed_precision.py``). Otherwise (one float32 rank) the model stays plain.
+
+    Raises:
+        ValueError: a bad ``mixed_precision`` (``mixed_precision_policy``); no decoder layers (:func:`apply_fsdp2`).
+    """
+    from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
+
+    policy = mixed_precision_policy(mixed_precision, device, key)
+    if world_size > 1 or policy is not None:
+        init_single_rank_group(device)  # a no-op when the ranks' group exists
+        apply_fsdp2(model, device, fsdp_config, policy)
+    return model
+
+
 def move_optimizer_state(optimizer: torch.optim.Optimizer, device: str | torch.device) -> int:
     """Move every tensor of ``optimizer.state`` (AdamW's ``exp_avg``, ``exp_avg_sq``, ``step``; DTensor shards under
     FSDP2) to ``device`` in place; returns how many tensors were moved."""
@@ -399,6 +417,7 @@ __all__ = [
     "ATTN_IMPLEMENTATIONS",
     "compute_autocast",
     "apply_fsdp2",
+    "wrap_with_fsdp2",
     "build_optimizer",
     "build_lr_scheduler",
     "clip_grad_norm",

@@ -29,10 +29,8 @@ from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
 from verl.utils.lora import adapters_disabled, is_lora, trainable_state
 from verl.utils.memory import phase_peak_memory
-from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
 from verl.utils.model_presets import prepare_model
 from verl.utils.model_utils import (
-    apply_fsdp2,
     build_lr_scheduler,
     build_optimizer,
     full_state_dict,
@@ -42,6 +40,7 @@ from verl.utils.model_utils import (
     load_value_model,
     optimizer_on_device,
     to_local_state,
+    wrap_with_fsdp2,
 )
 from verl.workers.actor.dp_actor import DataParallelPPOActor
 from verl.workers.config import ActorRolloutRefConfig, CriticConfig, worker_section
@@ -249,13 +248,10 @@ class _ModelWorkerMixin:
         if self.device == "cpu" and attention == "flex_attention" and any(p.requires_grad for p in module.parameters()):
             raise ValueError(f"{type(module).__name__}: model.override_config.attn_implementation=flex_attention "
                              "trains only on CUDA (torch has no FlexAttention backward pass on CPU): use sdpa on CPU")
-        policy = mixed_precision_policy(fsdp_config.mixed_precision if fsdp_config is not None else None,
-                                        self.device, f"{key}.mixed_precision")
         module.to(self.device)
-        if self.world_size > 1 or policy is not None:
-            init_single_rank_group(self.device)  # a no-op when Worker.init_distributed made the group
-            apply_fsdp2(module, self.device, fsdp_config, policy)
-        return module
+        return wrap_with_fsdp2(module, self.device, self.world_size,
+                               fsdp_config.mixed_precision if fsdp_config is not None else None,
+                               f"{key}.mixed_precision", fsdp_config)
 
 
 # -------------------------------------------------------------------------------------------- ActorRolloutRefWorker

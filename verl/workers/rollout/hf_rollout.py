@@ -207,7 +207,6 @@ class HFRollout(BaseRollout):
         chunks, log_prob_chunks = [], []
         gathered = contextlib.ExitStack()  # FSDP2: gather the parameters once for all decoding steps
         gathered.enter_context(unsharded_for_generation(self.module))
-        autocast = compute_autocast(device.type, self.config.dtype) if self.policy_dtype is None else None
         try:
             for start in range(0, size, step):
                 ids = batch["input_ids"][start:start + step].to(device)
@@ -225,7 +224,9 @@ class HFRollout(BaseRollout):
                     processors.append(recorder)
                 if processors:
                     extra["logits_processor"] = LogitsProcessorList(processors)
-                with autocast or contextlib.nullcontext():
+                # under a mixed-precision policy the module already computes in its dtype: no autocast on top
+                with (compute_autocast(device.type, self.config.dtype) if self.policy_dtype is None
+                      else contextlib.nullcontext()):
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
                         extra[cache_keyword(self.module)] = self._prefill_once(ids, mask, synced)
