@@ -11,7 +11,7 @@ from verl.trainer.config_errors import ConfigError
 logger = logging.getLogger(__name__)
 
 # every model's fsdp_config that carries mixed_precision (verl/utils/mixed_precision.py)
-MIXED_PRECISION_KEYS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
+MIXED_PRECISION_SECTIONS = ("actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
                         "critic.model.fsdp_config")
 
 
@@ -67,23 +67,23 @@ def _validate_mixed_precision(config: DictConfig, device: str) -> None:
     from verl.utils.mixed_precision import dtype_from_name, mixed_precision_policy
 
     policies = {}
-    for where in MIXED_PRECISION_KEYS:
+    for where in MIXED_PRECISION_SECTIONS:
         key = f"{where}.mixed_precision"
         try:
             policies[where] = mixed_precision_policy(OmegaConf.select(config, key), device, key)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    actor = policies[MIXED_PRECISION_KEYS[0]]
-    ref = policies[MIXED_PRECISION_KEYS[1]]
+    actor = policies[MIXED_PRECISION_SECTIONS[0]]
+    ref = policies[MIXED_PRECISION_SECTIONS[1]]
     actor_dtype, ref_dtype = (p.param_dtype if p is not None else None for p in (actor, ref))
     if ref_dtype != actor_dtype:
         if config.actor_rollout_ref.model.lora_rank > 0:  # the reference is the actor's module, adapters disabled
-            raise ConfigError(f"{MIXED_PRECISION_KEYS[1]}.mixed_precision asks for {ref_dtype or 'float32'} but with "
+            raise ConfigError(f"{MIXED_PRECISION_SECTIONS[1]}.mixed_precision asks for {ref_dtype or 'float32'} but with "
                               "LoRA the reference policy is the actor's own module (adapters disabled), which "
                               f"computes in {actor_dtype or 'float32'}: leave the reference's keys as the actor's")
         logger.warning("the reference policy computes in %s, the actor in %s (%s.mixed_precision): the KL between "
                        "them is not 0 before the first update", ref_dtype or "float32", actor_dtype or "float32",
-                       MIXED_PRECISION_KEYS[1])
+                       MIXED_PRECISION_SECTIONS[1])
     rollout = config.actor_rollout_ref.rollout
     if actor is not None and rollout.name == "hf" and rollout.cache_implementation == "static":
         logger.warning("actor_rollout_ref.rollout.cache_implementation=static with the actor under the %s "
@@ -97,5 +97,5 @@ def _validate_mixed_precision(config: DictConfig, device: str) -> None:
             raise ConfigError(str(err)) from None
         if dtype != actor.param_dtype:
             raise ConfigError(f"actor_rollout_ref.rollout.dtype={rollout.dtype!r}, but the actor computes in "
-                              f"{actor.param_dtype} ({MIXED_PRECISION_KEYS[0]}.mixed_precision.param_dtype) and the "
+                              f"{actor.param_dtype} ({MIXED_PRECISION_SECTIONS[0]}.mixed_precision.param_dtype) and the "
                               "HF rollout runs the actor's module: set them equal")

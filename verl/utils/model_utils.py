@@ -27,6 +27,7 @@ import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 from verl.utils.lora import apply_lora, is_lora, lora_rank, lora_scaling, merged_state_dict, trainable_state
+from verl.utils.mixed_precision import dtype_from_name, init_single_rank_group, mark_param_dtype, mixed_precision_policy
 from verl.utils.model_presets import prepare_model
 from verl.utils.torch_functional import get_constant_schedule_with_warmup, get_cosine_schedule_with_warmup
 
@@ -159,12 +160,8 @@ def compute_autocast(device: str, dtype: str | torch.dtype = "bfloat16"):
     Raises:
         ValueError: an unknown dtype name.
     """
-    names = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
-             "float32": torch.float32, "fp32": torch.float32}
     if isinstance(dtype, str):
-        if dtype not in names:
-            raise ValueError(f"rollout.dtype: unknown dtype {dtype!r} (one of {sorted(names)})")
-        dtype = names[dtype]
+        dtype = dtype_from_name(dtype, "rollout.dtype")
     enabled = device == "cuda" and dtype != torch.float32
     if not enabled:
         return contextlib.nullcontext()
@@ -189,8 +186,6 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
-
-    from verl.utils.mixed_precision import mark_param_dtype
 
     if not dist.is_initialized():
         raise RuntimeError("apply_fsdp2 needs torch.distributed to be initialised (Worker.init_distributed)")
@@ -226,8 +221,6 @@ def wrap_with_fsdp2(model: torch.nn.Module, device: str, world_size: int, mixed_
     Raises:
         ValueError: a bad ``mixed_precision`` (``mixed_precision_policy``); no decoder layers (:func:`apply_fsdp2`).
     """
-    from verl.utils.mixed_precision import init_single_rank_group, mixed_precision_policy
-
     policy = mixed_precision_policy(mixed_precision, device, key)
     if world_size > 1 or policy is not None:
         init_single_rank_group(device)  # a no-op when the ranks' group exists
