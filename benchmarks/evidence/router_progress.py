@@ -13,10 +13,12 @@ import json
 from pathlib import Path
 
 TRAIN_KEYS = ("router/lambda", "router/mean_cost", "router/budget", "router/frac_answer", "router/frac_search",
-              "router/frac_calculate", "router/tool_use_rate_when_answer", "router/mixed_cost_groups_frac", "router/mean_task_reward",
+              "router/frac_calculate", "router/tool_use_rate_when_answer", "router/mixed_cost_groups_frac",
+              "router/mean_task_reward",
               "router/mean_router_reward", "router/route_entropy", "router/route_acc_vs_weak_label",
               "critic/score/mean", "critic/format_score/mean", "critic/correctness_score/mean",
-              "response/tool_call_rate", "timing_s/step")
+              "response/tool_call_rate", "timing_s/step", "router/policy_cost", "router/policy_task_reward",
+              "router/policy_prob_answer", "router/policy_prob_search", "router/policy_prob_calculate")
 
 
 def summarise(metrics_file: Path) -> dict:
@@ -36,9 +38,14 @@ def summarise(metrics_file: Path) -> dict:
     last_third = {}
     if tail:
         costs = [r["router/mean_cost"] for r in tail if "router/mean_cost" in r]
+        # what the router's policy spends (= the batch mean when routes were sampled from it; the expectation under
+        # the policy with router.route_sampling=stratified, whose batches are routed uniformly)
+        policy = [r["router/policy_cost"] for r in tail if "router/policy_cost" in r]
         last_third = {"steps": [tail[0]["step"], tail[-1]["step"]],
                       "mean_cost": round(sum(costs) / len(costs), 4) if costs else None,
                       "budget": tail[-1].get("router/budget")}
+        if policy:
+            last_third["policy_cost"] = round(sum(policy) / len(policy), 4)
     return {"validation": validation, "train_steps": train, "last_third": last_third}
 
 

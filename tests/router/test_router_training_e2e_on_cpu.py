@@ -75,3 +75,30 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     assert any(w.abs().sum() > 0 for w in head_weights[-1:]), "the zero-initialised output layer never moved"
     data_state = torch.load(tmp_path / "ckpt" / "global_step_2" / "data.pt", weights_only=False)
     assert data_state["router"]["lagrange"]["lambda"] == pytest.approx(lam)
+
+
+def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session):
+    """router.route_sampling=stratified, 3 copies per prompt, trainer.critic_warmup beyond the run (verl's switch: the
+    actor is not updated): every prompt's copies take the three routes, λ steps on the policy's expected cost, the
+    head moves, the actor does not."""
+    from verl.trainer.main_ppo import run_ppo
+
+    budget, dual_lr = 0.3, 0.5
+    config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + [
+        "algorithm.adv_estimator=grpo", "router.enable=true", f"router.budget_B={budget}",
+        f"router.dual_lr={dual_lr}", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "router.optim.lr=0.05", "router.sup_coeff=0",
+        "router.answer_forbids_tool_calls=true", "trainer.critic_warmup=100", "trainer.total_training_steps=1",
+        "trainer.test_freq=1", "trainer.save_freq=1"])
+    trainer = run_ppo(config)
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    (step,) = [r for r in records if "text" not in r and r["step"] > 0]
+    assert step["router/lambda"] == pytest.approx(max(0.0, dual_lr * (step["router/policy_cost"] - budget)))
+    assert "actor/pg_loss" not in step  # critic_warmup: no actor update
+    batch = trainer.last_batch
+    actions = batch.batch["router_action"].reshape(-1, 3)
+    assert all(sorted(row.tolist()) == [0, 1, 2] for row in actions)
+    assert batch.batch["router_route_advantages"].shape == (len(batch), 3)
+    state = torch.load(tmp_path / "ckpt" / "global_step_1" / "actor" / "router_world_size_1_rank_0.pt",
+                       weights_only=False)
+    assert state["head"]["net.weight"].abs().sum() > 0  # the zero-initialised output layer moved

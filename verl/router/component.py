@@ -76,15 +76,18 @@ class RouterComponent:
     def update(self, module: torch.nn.Module, batch) -> dict:
         """One router step: ``L = −mean(log π(a)·A) − c_H·H + c_sup·CE`` over the whole batch (spec eq. in
         "Router policy update"); reads ``router_action`` [B], ``router_advantages`` [B] and, when present,
-        ``router_target_action_id`` [B] (−1 = no label). Returns router metrics (loss terms, grad norm)."""
+        ``router_target_action_id`` [B] (−1 = no label) and ``router_route_advantages`` [B, 3] (stratified routes:
+        the policy term becomes ``−mean Σ_a π(a)·A(a)``). Returns router metrics (loss terms, grad norm)."""
         self.head.train()
         self.optimizer.zero_grad(set_to_none=True)
         logits = self.logits(module, batch, grad=True)
         target = batch["router_target_action_id"].to(self.device) if "router_target_action_id" in batch.keys() else None
+        route_adv = batch["router_route_advantages"].to(self.device) if "router_route_advantages" in batch.keys() \
+            else None  # router.route_sampling=stratified: the expectation over routes replaces log π(a)·A
         loss, metrics = compute_router_loss(logits, batch["router_action"].to(self.device),
                                             batch["router_advantages"].to(self.device).float(), target_actions=target,
                                             entropy_coeff=float(self.cfg.entropy_coeff),
-                                            sup_coeff=float(self.cfg.sup_coeff))
+                                            sup_coeff=float(self.cfg.sup_coeff), route_advantages=route_adv)
         loss.backward()
         params = [p for p in self.head.parameters() if p.grad is not None]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

@@ -23,13 +23,15 @@ import torch
 from verl.router import RouterAction, parse_other_as, target_action_ids
 from verl.router.cost import CostWeights, compute_costs
 from verl.router.families import load_tool_family_file, row_tool_families
-from verl.router.head import sample_actions
+from verl.router.head import ROUTE_SAMPLING_MODES, sample_actions, stratified_actions
 from verl.router.lagrangian import LagrangeMultiplier
 from verl.utils.reward_score.tool_formats import resolve_tool_format
 from verl.utils.torch_functional import zero_variance_group_fraction
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 from verl.router.loss import (
+    compute_route_advantages,
     compute_router_advantages,
+    policy_expected_value,
     compute_router_rewards,
     router_batch_metrics,
     router_token_level_rewards,
@@ -40,7 +42,7 @@ logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 UPDATE_KEYS = ("router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
-               "router_advantages", "router_target_action_id")  # what update_router reads
+               "router_advantages", "router_route_advantages", "router_target_action_id")  # what update_router reads
 
 
 class RouterController:
@@ -66,9 +68,15 @@ class RouterController:
         self.generator = torch.Generator().manual_seed(int(seed))
         if router_cfg.actor_reward not in ("task", "router"):
             raise ValueError(f"router.actor_reward must be 'task' or 'router', got {router_cfg.actor_reward!r}")
+        if router_cfg.route_sampling not in ROUTE_SAMPLING_MODES:
+            raise ValueError(f"router.route_sampling must be one of {ROUTE_SAMPLING_MODES}, got "
+                             f"{router_cfg.route_sampling!r}")
+        self.stratified = router_cfg.route_sampling == "stratified"
 
-    def route(self, batch, router_logits: torch.Tensor, validate: bool) -> None:
+    def route(self, batch, router_logits: torch.Tensor, validate: bool, actions: torch.Tensor | None = None) -> None:
         """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
+        ``actions`` (int64 ``[B]``, e.g. :func:`verl.router.head.stratified_actions`) replaces the sampled routes;
+        ``router_log_prob`` is then the policy's log-probability of the given route.
 
         ``batch`` must hold ``raw_prompt`` (``data.return_raw_chat=true``); it is modified in place: the prompt
         tensors become the rewritten prompt, the originals move to ``router_*``.
@@ -83,7 +91,11 @@ class RouterController:
                              "router rewrites the RLLA system prompt's tools block and would drop that column: use "
                              "data whose tools are in the system prompt, or router.enable=false")
         greedy = validate and bool(self.cfg.greedy_eval)
-        actions, log_probs = sample_actions(router_logits.float(), greedy=greedy, generator=self.generator)
+        if actions is None:
+            actions, log_probs = sample_actions(router_logits.float(), greedy=greedy, generator=self.generator)
+        else:
+            actions = actions.long()
+            log_probs = torch.log_softmax(router_logits.float(), -1).gather(-1, actions.unsqueeze(-1)).squeeze(-1)
         raw = batch.non_tensor_batch["raw_prompt"]
         extra = batch.non_tensor_batch.get("extra_info", [None] * len(batch))
         families = [row_tool_families(list(raw[i]), extra[i], self.family_overrides) for i in range(len(batch))]
@@ -113,7 +125,13 @@ class RouterController:
         statistics and of ``router/mean_task_reward`` (their task reward is a placeholder 0), as the LM's advantage
         does; their tool cost still counts towards λ (the calls were made). ``router/route_entropy`` and
         ``router/route_acc_vs_weak_label`` are taken at routing time (the update logs its own ``router/entropy`` and
-        ``router/acc_vs_weak_label``, argmax-based, after the update's forward)."""
+        ``router/acc_vs_weak_label``, argmax-based, after the update's forward).
+
+        ``router/policy_cost`` and ``router/policy_task_reward`` are what the router's policy spends and earns: the
+        batch means when routes were sampled from it; with ``router.route_sampling=stratified`` the expectation
+        ``mean_g Σ_a π_g(a)·mean cost (reward) of group g's route-a copies`` (:func:`policy_expected_value`), since the
+        batch itself was routed uniformly. λ's dual step reads ``router/policy_cost``. Stratified batches also get
+        ``router_route_advantages`` [B, 3] (:func:`compute_route_advantages`) for the head's update."""
         response_mask = batch.batch["response_mask"]
         texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
                  for ids, mask in zip(batch.batch["responses"], response_mask)]
@@ -144,6 +162,8 @@ class RouterController:
                 costs[torch.as_tensor(valid)].float(), uids)
         probs = torch.softmax(batch.batch["router_logits"], dim=-1)
         metrics["router/route_entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
+        for action in RouterAction:  # the policy's mean probability of each route (= frac_* in expectation)
+            metrics[f"router/policy_prob_{action.name.lower()}"] = float(probs[:, int(action)].mean())
         if "router_target_action_id" in batch.batch.keys():
             target = batch.batch["router_target_action_id"]
             labelled = target >= 0
@@ -151,8 +171,18 @@ class RouterController:
                 metrics["router/route_acc_vs_weak_label"] = (actions[labelled] == target[labelled]).float().mean().item()
         if validate:
             return {f"val/{k}": v for k, v in metrics.items()}
+        policy_cost, policy_task = costs.float().mean().item(), task_mean
+        if self.stratified:  # every route for every prompt: advantages of all routes; λ sees the policy's cost
+            uid_all = batch.non_tensor_batch["uid"]
+            valid_t = torch.as_tensor(valid)
+            batch.batch["router_route_advantages"] = compute_route_advantages(r_router, actions, uid_all, valid_t)
+            policy_cost = policy_expected_value(costs.float(), actions, uid_all, probs)
+            policy_task = policy_expected_value(task, actions, uid_all, probs, valid_t)
+            policy_task = task_mean if np.isnan(policy_task) else policy_task
+        metrics["router/policy_cost"] = policy_cost
+        metrics["router/policy_task_reward"] = policy_task
         metrics["router/budget"] = self.lagrange.budget
-        metrics.update(self.lagrange.update(costs.mean().item(), step, task_mean))
+        metrics.update(self.lagrange.update(policy_cost, step, policy_task))
         if self.cfg.actor_reward == "router":
             batch.batch["token_level_scores"] = tlr
         return metrics
@@ -161,11 +191,16 @@ class RouterController:
     def expand(self, batch, n: int, validate: bool, worker_group):
         """Before generation, in place of the plain ``n``-fold repeat: router logits once per prompt from the actor
         (``worker_group.compute_router_logits``), the repeat, then a route per copy and the prompt rewrite
-        (:meth:`route`). Returns the repeated, routed batch."""
+        (:meth:`route`): sampled from the policy, or with ``router.route_sampling=stratified`` during training every
+        route for every prompt (:func:`verl.router.head.stratified_actions`). Returns the repeated, routed batch."""
         prompts = batch.select(batch_keys=list(PROMPT_KEYS), non_tensor_batch_keys=[])
         logits = worker_group.compute_router_logits(prompts).batch["router_logits"]
+        num_prompts = len(batch)
         batch = batch.repeat(repeat_times=n, interleave=True)
-        self.route(batch, logits.repeat_interleave(n, dim=0), validate=validate)
+        actions = None
+        if self.stratified and not validate:  # every route for every prompt (router.route_sampling=stratified)
+            actions = stratified_actions(num_prompts, n, generator=self.generator)
+        self.route(batch, logits.repeat_interleave(n, dim=0), validate=validate, actions=actions)
         return batch
 
     def update(self, batch, worker_group) -> dict:

@@ -200,3 +200,36 @@ def sample_actions(logits: torch.Tensor, greedy: bool = False,
             actions = torch.multinomial(log_probs.exp(), 1, generator=generator).squeeze(-1)
         chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
     return actions.long(), chosen
+
+
+ROUTE_SAMPLING_MODES = ("policy", "stratified")
+
+
+def stratified_actions(num_prompts: int, n: int, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+    """Routes for ``router.route_sampling=stratified``: every route for every prompt (``docs/router.md``, "Router
+    policy update").
+
+    The ``n`` copies of each prompt (consecutive rows, as ``DataProto.repeat(interleave=True)`` lays them out) take
+    the routes of a random permutation of ``0..2`` drawn per prompt, cycling: copy ``j`` gets ``perm[j mod 3]``. With
+    ``n = 3`` each route appears once per group; with ``n > 3`` the first ``n mod 3`` routes of the permutation get
+    one copy more.
+
+    Args:
+        num_prompts: number of distinct prompts ``P``.
+        n: copies per prompt (``rollout.n``), at least 3.
+        generator: optional ``torch.Generator`` (CPU) for reproducible permutations.
+
+    Returns:
+        LongTensor ``[P·n]`` of route ids.
+
+    Raises:
+        ValueError: ``n < 3`` (a route would go unobserved in some group) or ``num_prompts < 0``.
+    """
+    if n < NUM_ROUTER_ACTIONS:
+        raise ValueError(f"stratified routes need at least {NUM_ROUTER_ACTIONS} copies per prompt (one per route), "
+                         f"got n={n}")
+    if num_prompts < 0:
+        raise ValueError(f"num_prompts must be >= 0, got {num_prompts}")
+    cycle = torch.arange(n) % NUM_ROUTER_ACTIONS
+    rows = [torch.randperm(NUM_ROUTER_ACTIONS, generator=generator)[cycle] for _ in range(num_prompts)]
+    return torch.cat(rows).long() if rows else torch.zeros(0, dtype=torch.long)

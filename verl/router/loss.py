@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -70,10 +71,107 @@ def compute_router_advantages(router_token_level_rewards: torch.Tensor, response
     return advantages[torch.arange(advantages.shape[0], device=advantages.device), last]
 
 
+def group_route_means(values: torch.Tensor, actions: torch.Tensor, index: Any,
+                      valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group (prompt ``uid``) and route, the mean of ``values`` over the group's copies that took that route,
+    broadcast back to every row of the group.
+
+    Args: ``values`` float ``[B]``; ``actions`` int64 ``[B]`` (0..2); ``index`` ``[B]`` group ids; ``valid`` bool
+        ``[B]`` or None (rows left out of the means; default: all rows count).
+    Returns: ``(means float [B, 3], present bool [B, 3])``; ``means[i, a]`` is the mean over the valid rows of row
+        ``i``'s group that took route ``a`` (0 where ``present[i, a]`` is false: no such row).
+    Raises: ValueError on mismatched lengths.
+    """
+    batch = values.shape[0]
+    index = np.asarray(index)
+    if values.dim() != 1 or actions.shape != (batch,) or len(index) != batch:
+        raise ValueError(f"group_route_means: values {tuple(values.shape)}, actions {tuple(actions.shape)} and index "
+                         f"({len(index)}) must all be [B]")
+    keep = torch.ones(batch, dtype=torch.bool) if valid is None else valid.bool().cpu()
+    _, group = np.unique(index, return_inverse=True)
+    group = torch.as_tensor(group.reshape(-1), dtype=torch.long)
+    num_groups = int(group.max()) + 1 if batch else 0
+    cell = group * NUM_ROUTER_ACTIONS + actions.long().cpu()
+    sums = torch.zeros(num_groups * NUM_ROUTER_ACTIONS, dtype=torch.float64)
+    counts = torch.zeros_like(sums)
+    sums.index_add_(0, cell[keep], values.detach().double().cpu()[keep])
+    counts.index_add_(0, cell[keep], torch.ones(int(keep.sum()), dtype=torch.float64))
+    means = (sums / counts.clamp_min(1)).reshape(num_groups, NUM_ROUTER_ACTIONS)
+    present = (counts > 0).reshape(num_groups, NUM_ROUTER_ACTIONS)
+    return means[group].to(values.dtype).to(values.device), present[group].to(values.device)
+
+
+def _group_std(values: torch.Tensor, index: Any, valid: Optional[torch.Tensor]) -> torch.Tensor:
+    """Unbiased std of ``values`` over each row's group (valid rows only), float64 ``[B]``; 0 for fewer than 2."""
+    keep = (torch.ones(values.shape[0], dtype=torch.bool) if valid is None else valid.bool().cpu()).double()
+    _, group = np.unique(np.asarray(index), return_inverse=True)
+    group = torch.as_tensor(group.reshape(-1), dtype=torch.long)
+    x = values.detach().double().cpu() * keep
+    num_groups = int(group.max()) + 1 if len(group) else 0
+    count = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, keep)
+    total = torch.zeros_like(count).index_add_(0, group, x)
+    mean = total / count.clamp_min(1)
+    sq = torch.zeros_like(count).index_add_(0, group, ((x - mean[group]) ** 2) * keep)
+    std = torch.where(count > 1, (sq / (count - 1).clamp_min(1)).sqrt(), torch.zeros_like(count))
+    return std[group]
+
+
+def compute_route_advantages(r_router: torch.Tensor, actions: torch.Tensor, index: Any,
+                             valid: Optional[torch.Tensor] = None, epsilon: float = 1e-6,
+                             norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
+    """Advantages of every route, for ``router.route_sampling=stratified`` (``docs/router.md``, "Router policy
+    update"). Per group ``g`` with each route observed at least once::
+
+        A_g(a) = (R̄_g(a) − mean_b R̄_g(b)) / (std_g + eps)
+
+    where ``R̄_g(a)`` is the mean ``r_router`` of the group's copies routed to ``a`` and ``std_g`` the unbiased std of
+    ``r_router`` over the group's copies (GRPO's scale, Shao et al. 2024, arXiv 2402.03300; with
+    ``norm_adv_by_std_in_grpo=False`` no division). Subtracting the mean over routes leaves the gradient of
+    ``Σ_a π(a)·A_g(a)`` unchanged (``Σ_a ∇π(a) = 0``): it is the exact gradient of the group's expected router reward
+    under the policy, the "all actions" policy gradient (Sutton et al. 2000; Asadi et al. 2017, arXiv 1709.00503,
+    eq. 2), so every route's value reaches the head, including routes the policy rarely samples.
+
+    Args: ``r_router`` float ``[B]``; ``actions`` int64 ``[B]``; ``index`` ``[B]`` group ids; ``valid`` bool ``[B]``
+        or None (unscored rows stay out of the means and the std); ``epsilon``; ``norm_adv_by_std_in_grpo``.
+    Returns: float ``[B, 3]`` (detached), the row's group's ``A_g``; all 0 for a group missing a route.
+    Raises: ValueError on mismatched lengths.
+    """
+    means, present = group_route_means(r_router, actions, index, valid)
+    complete = present.all(dim=-1, keepdim=True)
+    adv = means - means.mean(dim=-1, keepdim=True)
+    if norm_adv_by_std_in_grpo:
+        adv = adv / (_group_std(r_router, index, valid).to(adv.dtype).to(adv.device).unsqueeze(-1) + epsilon)
+    return torch.where(complete, adv, torch.zeros_like(adv)).detach()
+
+
+def policy_expected_value(values: torch.Tensor, actions: torch.Tensor, index: Any, probs: torch.Tensor,
+                          valid: Optional[torch.Tensor] = None) -> float:
+    """Mean over groups of ``Σ_a π_g(a)·V̄_g(a)``: what a quantity (tool cost, task reward) averages under the
+    router's policy ``π`` when the copies were routed otherwise (``router.route_sampling=stratified``). ``V̄_g(a)`` is
+    the group's mean over copies routed to ``a`` (:func:`group_route_means`).
+
+    Args: ``values`` float ``[B]``; ``actions`` int64 ``[B]``; ``index`` ``[B]`` group ids; ``probs`` float ``[B, 3]``
+        (``softmax(router_logits)`` at routing time, equal on a group's rows); ``valid`` bool ``[B]`` or None.
+    Returns: a float (NaN when no group has every route).
+    Raises: ValueError on mismatched lengths.
+    """
+    means, present = group_route_means(values, actions, index, valid)
+    complete = present.all(dim=-1)
+    if not bool(complete.any()):
+        return float("nan")
+    per_row = (probs.to(means.dtype) * means).sum(-1)
+    # each group counts once: weight each row by 1 / (its group's row count)
+    _, group, counts = np.unique(np.asarray(index), return_inverse=True, return_counts=True)
+    weight = 1.0 / torch.as_tensor(counts[group.reshape(-1)], dtype=torch.float64)
+    weight = weight * complete.cpu().double()
+    return float((per_row.double().cpu() * weight).sum() / weight.sum())
+
+
 def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor,
                         target_actions: Optional[torch.Tensor] = None, entropy_coeff: float = 0.0,
                         sup_coeff: float = 0.05, old_log_probs: Optional[torch.Tensor] = None,
-                        clip_ratio: float = 0.2) -> tuple[torch.Tensor, dict[str, float]]:
+                        clip_ratio: float = 0.2,
+                        route_advantages: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, float]]:
     """Router policy loss (spec "Router policy update (GRPO)")::
 
         L = pg_loss − entropy_coeff · mean H(π) + sup_coeff · CE(router_logits, target) on labelled rows
@@ -82,6 +180,9 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
     ``pg_loss = −mean(log π(a)·A)``, the spec's loss. Passing the sampled ``router_log_prob`` as ``old_log_probs``
     uses instead the PPO clipped surrogate of :func:`verl.trainer.ppo.core_algos.compute_policy_loss` on a
     one-"token" sequence per copy (same gradient while the ratio is 1; clipped on repeated updates of one batch).
+    With ``route_advantages`` (``router.route_sampling=stratified``, :func:`compute_route_advantages`) the policy
+    term is the expectation over routes, ``pg_loss = −mean_i Σ_a π_i(a)·A_i(a)``, and ``actions`` / ``advantages``
+    do not enter it.
 
     Args:
         router_logits: float ``[B, 3]`` (differentiable).
@@ -91,6 +192,7 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
             None: no supervised term.
         entropy_coeff, sup_coeff: ``router.entropy_coeff``, ``router.sup_coeff`` (0 disables).
         old_log_probs: float ``[B]`` or None; clip_ratio: PPO clip range.
+        route_advantages: float ``[B, 3]`` or None (every route's advantage; not with ``old_log_probs``).
 
     Returns:
         ``(loss scalar, metrics)`` with ``router/pg_loss``, ``router/entropy``, ``router/sup_loss`` (0 without
@@ -98,7 +200,8 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
         ``router/labelled_frac`` (with targets), ``router/pg_clipfrac`` and ``router/ppo_kl`` (with old_log_probs).
 
     Raises:
-        ValueError: shapes disagree, an action is outside 0..2, or a target outside -1..2.
+        ValueError: shapes disagree, an action is outside 0..2, a target outside -1..2, or both
+            ``route_advantages`` and ``old_log_probs`` are given.
     """
     batch = router_logits.shape[0]
     if router_logits.shape != (batch, NUM_ROUTER_ACTIONS) or actions.shape != (batch,) \
@@ -111,7 +214,12 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
     log_prob = log_probs_all.gather(-1, actions.long().unsqueeze(-1))  # [B, 1]
     adv = advantages.float().reshape(batch, 1)
     metrics: dict[str, float] = {}
-    if old_log_probs is None:
+    if route_advantages is not None:
+        if route_advantages.shape != (batch, NUM_ROUTER_ACTIONS) or old_log_probs is not None:
+            raise ValueError(f"compute_router_loss: route_advantages {tuple(route_advantages.shape)} must be [B, 3] "
+                             "and cannot be combined with old_log_probs")
+        pg_loss = -(log_probs_all.exp() * route_advantages.float().detach()).sum(-1).mean()
+    elif old_log_probs is None:
         pg_loss = -(log_prob * adv).mean()
     else:
         old = old_log_probs.float().reshape(batch, 1)

@@ -215,6 +215,7 @@ class RouterConfig:
     greedy_eval: bool = MISSING
     answer_forbids_tool_calls: bool = MISSING
     sample_per_rollout: bool = MISSING
+    route_sampling: str = MISSING
     filter_tools: bool = MISSING
     other_as: str = MISSING
     tool_family_file: Optional[str] = MISSING
