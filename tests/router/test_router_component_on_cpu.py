@@ -32,3 +32,52 @@ def test_resume_keeps_moments_and_applies_the_configured_lr():
     same = _component(1e-4)
     same.load_state_dict(state)
     assert [g["lr"] for g in same.optimizer.param_groups] == [1e-4]
+
+
+def test_copies_of_a_prompt_share_one_backbone_pass_and_the_same_update():
+    """A group's rollout.n copies hold the same prompt: the backbone sees each distinct prompt once, the logits and the
+    router update equal those of one pass per row."""
+    from tensordict import TensorDict
+
+    from verl.router.loss import compute_router_loss
+
+    class Backbone(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = torch.nn.Embedding(20, 8)
+            self.rows_seen = 0
+
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
+            self.rows_seen += input_ids.shape[0]
+            hidden = self.embed(input_ids) + 0.1 * position_ids.unsqueeze(-1).float()
+            return type("Out", (), {"hidden_states": (hidden,)})()
+
+    torch.manual_seed(0)
+    prompts = torch.randint(1, 20, (3, 5))
+    ids = prompts.repeat_interleave(3, dim=0)  # 3 prompts x 3 copies, as the trainer lays them out
+    batch = TensorDict({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                        "position_ids": torch.arange(5).repeat(9, 1),
+                        "router_action": torch.tensor([0, 1, 2] * 3),
+                        "router_advantages": torch.randn(9),
+                        "router_route_advantages": torch.randn(3, 3).repeat_interleave(3, dim=0)}, batch_size=[9])
+    backbone = Backbone()
+    shared = _component(1e-2)
+    shared.head.net.weight.data.normal_()
+    logits = shared.logits(backbone, batch)
+    assert backbone.rows_seen == 3
+    per_row = _component(1e-2)
+    per_row.head.load_state_dict(shared.head.state_dict())
+    one_by_one = torch.cat([per_row.logits(backbone, batch[i:i + 1]) for i in range(9)])
+    torch.testing.assert_close(logits, one_by_one)
+    # the update from the shared pass equals the one whose loss is built from nine separate passes
+    shared.update(backbone, batch)
+    per_row.optimizer.zero_grad()
+    separate = torch.cat([per_row.logits(backbone, batch[i:i + 1], grad=True) for i in range(9)])
+    loss, _ = compute_router_loss(separate, batch["router_action"], batch["router_advantages"],
+                                  entropy_coeff=per_row.cfg.entropy_coeff, sup_coeff=per_row.cfg.sup_coeff,
+                                  route_advantages=batch["router_route_advantages"])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(per_row.head.parameters()), per_row.cfg.grad_clip)
+    per_row.optimizer.step()
+    for name, value in shared.head.state_dict().items():
+        torch.testing.assert_close(value, per_row.head.state_dict()[name], msg=name)

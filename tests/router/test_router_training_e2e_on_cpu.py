@@ -79,8 +79,8 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
 
 def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session):
     """router.route_sampling=stratified, 3 copies per prompt, trainer.critic_warmup beyond the run (verl's switch: the
-    actor is not updated): every prompt's copies take the three routes, λ steps on the policy's expected cost, the
-    head moves, the actor does not."""
+    actor is not updated, so its old log-probs are not computed): every prompt's copies take the three routes, λ steps
+    on the policy's expected cost, the head moves, the actor does not."""
     from verl.trainer.main_ppo import run_ppo
 
     budget, dual_lr = 0.3, 0.5
@@ -89,12 +89,14 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
         f"router.dual_lr={dual_lr}", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "router.optim.lr=0.05", "router.sup_coeff=0",
         "router.answer_forbids_tool_calls=true", "trainer.critic_warmup=100", "trainer.total_training_steps=1",
+        "algorithm.use_kl_in_reward=False", "actor_rollout_ref.actor.use_kl_loss=False",
         "trainer.test_freq=1", "trainer.save_freq=1"])
     trainer = run_ppo(config)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     (step,) = [r for r in records if "text" not in r and r["step"] > 0]
     assert step["router/lambda"] == pytest.approx(max(0.0, dual_lr * (step["router/policy_cost"] - budget)))
     assert "actor/pg_loss" not in step  # critic_warmup: no actor update
+    assert "timing_s/old_log_prob" not in step  # ... and, with no reference or KL, no old log-prob pass either
     batch = trainer.last_batch
     actions = batch.batch["router_action"].reshape(-1, 3)
     assert all(sorted(row.tolist()) == [0, 1, 2] for row in actions)

@@ -62,8 +62,16 @@ class RouterComponent:
         self.micro_batch_size = int(router_cfg.micro_batch_size)
 
     def logits(self, module: torch.nn.Module, batch, grad: bool = False) -> torch.Tensor:
-        """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), in micro-batches."""
+        """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), in micro-batches.
+        Rows holding the same prompt (a group's ``rollout.n`` copies) go through the backbone once and share its
+        logits (and, with ``grad``, their gradient sums over the copies, as if each row had its own forward)."""
         input_ids, attention_mask, position_ids = router_prompt_tensors(batch)
+        rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype), position_ids.to(input_ids.dtype)], dim=-1)
+        unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
+        if unique.shape[0] < rows.shape[0]:
+            first = torch.full((unique.shape[0],), rows.shape[0], dtype=torch.long)
+            first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0]), reduce="amin")
+            input_ids, attention_mask, position_ids = input_ids[first], attention_mask[first], position_ids[first]
         out = []
         with torch.set_grad_enabled(grad):
             for start in range(0, input_ids.shape[0], self.micro_batch_size):
@@ -71,7 +79,8 @@ class RouterComponent:
                 out.append(compute_router_logits(module, self.head, input_ids[sl].to(self.device),
                                                  attention_mask[sl].to(self.device),
                                                  position_ids[sl].to(self.device)))
-        return torch.cat(out, dim=0)
+        logits = torch.cat(out, dim=0)
+        return logits[inverse.to(logits.device)] if unique.shape[0] < rows.shape[0] else logits
 
     def update(self, module: torch.nn.Module, batch) -> dict:
         """One router step: ``L = −mean(log π(a)·A) − c_H·H + c_sup·CE`` over the whole batch (spec eq. in

@@ -99,6 +99,7 @@ class RayPPOTrainer:
         if self.use_critic and Role.Critic not in role_worker_mapping:
             raise ValueError("critic.enable is true but role_worker_mapping has no Role.Critic")
         self.router = None
+        self._old_log_prob_skip_logged = False
         if config.router.enable:
             from verl.router.controller import RouterController
 
@@ -382,6 +383,21 @@ class RayPPOTrainer:
                      "(trainer.resume_mode=auto).", signal.Signals(signum).name, self.global_steps, ckpt)
         raise SystemExit(128 + signum)
 
+    def _needs_old_log_probs(self, batch) -> bool:
+        """Whether this step needs the current policy's log-probs (``old_log_probs``), which verl computes every step
+        for the actor update, the KL penalty (against the reference) and the rollout correction. Before
+        ``trainer.critic_warmup`` the actor is not updated; with no reference model and no rollout log-probs nothing
+        else reads them, so the pass is skipped (logged once; no ``actor/entropy`` on those steps)."""
+        if (self.config.trainer.critic_warmup <= self.global_steps or self.use_reference_policy
+                or "rollout_log_probs" in batch.batch.keys()):
+            return True
+        if not self._old_log_prob_skip_logged:
+            logger.info("step %d: the actor is not updated before trainer.critic_warmup=%d and nothing else reads "
+                        "old log-probs: the old_log_prob pass is skipped until then", self.global_steps,
+                        self.config.trainer.critic_warmup)
+            self._old_log_prob_skip_logged = True
+        return False
+
     def _train_step(self, batch_dict: dict, n: int) -> dict:
         """One PPO/GRPO step on one batch of prompts; returns its metrics."""
         config = self.config
@@ -393,14 +409,16 @@ class RayPPOTrainer:
             batch = self.batch_source.collect(DataProto.from_single_dict(batch_dict), n, metrics)
             if self.rollout_weight_version is not None:  # checked against the actor's in _rollout
                 metrics["rollout/weight_version"] = float(self.rollout_weight_version)
-            with self._phase("old_log_prob"):
-                old = self.actor_rollout_wg.compute_log_prob(batch)
-                metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
-                if "entropys" in old.batch.keys():
-                    metrics["actor/entropy"] = masked_mean(old.batch["entropys"], batch.batch["response_mask"]).item()
-                    old.batch.pop("entropys")
-                batch = batch.union(old)
-                metrics.update(apply_rollout_correction(batch, config.algorithm))  # when the rollout has log-probs
+            if self._needs_old_log_probs(batch):
+                with self._phase("old_log_prob"):
+                    old = self.actor_rollout_wg.compute_log_prob(batch)
+                    metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
+                    if "entropys" in old.batch.keys():
+                        metrics["actor/entropy"] = masked_mean(old.batch["entropys"],
+                                                               batch.batch["response_mask"]).item()
+                        old.batch.pop("entropys")
+                    batch = batch.union(old)
+                    metrics.update(apply_rollout_correction(batch, config.algorithm))  # when the rollout has log-probs
             if self.use_reference_policy:
                 with self._phase("ref"):
                     batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
