@@ -3,10 +3,10 @@
 # trainer.critic_warmup beyond the run, verl's switch), with every route tried on every prompt
 # (router.route_sampling=stratified: 3 copies per prompt, one per route; the head learns from the expectation over
 # routes and λ's dual step reads the policy's expected cost). 8 prompts x 3 copies per step, prompts <= 768 tokens,
-# 128 response tokens, ANSWER copies cannot open a tool call, router lr 1e-3, no weak labels, no KL (the actor is the
+# 128 response tokens, ANSWER copies cannot open a tool call, router lr 3e-4, no weak labels, no KL (the actor is the
 # reference). The fixed routing policies are evaluated on the same actor (router_frontier.sh), so the comparison
 # isolates the router.
-#   BUDGET_B=0.3 bash benchmarks/evidence/router_frozen_actor.sh router.lambda_init=2.0 router.dual_lr=1.0
+#   BUDGET_B=0.3 bash benchmarks/evidence/router_frozen_actor.sh router.lambda_init=2.0 router.dual_lr=0.5
 #   BUDGET_B=0.3 NAME=fixed_penalty bash benchmarks/evidence/router_frozen_actor.sh router.dual_lr=0 router.lambda_init=L
 # Niced; running the same command again resumes exactly (checkpoints/router_grpo/<experiment>).
 # Metrics: outputs/evidence/<experiment>/metrics.jsonl.
@@ -19,6 +19,6 @@ export BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=768 MAX_RESPONSE_L
   EXPERIMENT_NAME=${NAME}_smollm2_sft_b${BUDGET_B}
 export RUN_DIR=outputs/evidence/$EXPERIMENT_NAME
 exec nice -n 19 bash run_router_training.sh \
-  router.route_sampling=stratified router.answer_forbids_tool_calls=true router.sup_coeff=0 router.optim.lr=1e-3 \
+  router.route_sampling=stratified router.answer_forbids_tool_calls=true router.sup_coeff=0 router.optim.lr=3e-4 \
   trainer.critic_warmup=1000000 algorithm.use_kl_in_reward=False actor_rollout_ref.actor.use_kl_loss=False \
   trainer.max_actor_ckpt_to_keep=2 "$@"

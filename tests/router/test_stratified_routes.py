@@ -40,7 +40,7 @@ def test_route_advantages_hand_computed():
     r = torch.tensor([1.0, 4.0, 3.0, 2.0, 5.0, 0.0, 1.0])
     actions = torch.tensor([0, 1, 2, 1, 0, 1, 1])
     uid = np.array(["p"] * 4 + ["q"] * 3, dtype=object)
-    adv = compute_route_advantages(r, actions, uid)
+    adv = compute_route_advantages(r, actions, uid, norm="group")
     std = math.sqrt(5 / 3)
     expected = torch.tensor([1 - 7 / 3, 3 - 7 / 3, 3 - 7 / 3]) / (std + 1e-6)
     for row in range(4):
@@ -48,8 +48,16 @@ def test_route_advantages_hand_computed():
     assert torch.all(adv[4:] == 0)
     # an unscored row leaves the route means and the std: p without row 3 -> means (1, 4, 3), std of (1, 4, 3) = 1.5275
     valid = torch.tensor([True, True, True, False, True, True, True])
-    adv = compute_route_advantages(r, actions, uid, valid)
+    adv = compute_route_advantages(r, actions, uid, valid, norm="group")
     torch.testing.assert_close(adv[0], torch.tensor([-1.6667, 1.3333, 0.3333]) / math.sqrt(7 / 3), atol=1e-4, rtol=0)
+    # the default scale is one std over the whole batch (here of all seven r): prompts keep their relative sizes
+    batch_std = float(r.std(unbiased=True))
+    adv = compute_route_advantages(r, actions, uid)
+    torch.testing.assert_close(adv[0], torch.tensor([1 - 7 / 3, 3 - 7 / 3, 3 - 7 / 3]) / (batch_std + 1e-6))
+    torch.testing.assert_close(compute_route_advantages(r, actions, uid, norm="none")[1],
+                               torch.tensor([1 - 7 / 3, 3 - 7 / 3, 3 - 7 / 3]))
+    with pytest.raises(ValueError, match="norm must be one of"):
+        compute_route_advantages(r, actions, uid, norm="std")
     means, present = group_route_means(r, actions, uid, valid)
     assert present[4].tolist() == [True, True, False] and means[4].tolist() == [5.0, 0.5, 0.0]
 
@@ -124,6 +132,8 @@ def test_stratified_score_prices_routes_and_steps_lambda_on_the_policy_cost(toke
     # λ = 1 prices the tool routes at 3 − 1 = 2: prompt a prefers them (ANSWER 1), prompt b prefers ANSWER (2.5)
     assert adv[0, 0] < 0 < adv[0, 1] and adv[0, 1] == adv[0, 2]
     assert adv[3, 0] > 0 > adv[3, 1]
+    # one scale for the batch: prompt a's preference (tools by 1 point) weighs twice prompt b's (ANSWER by 0.5)
+    torch.testing.assert_close(adv[0], -2 * adv[3])
     # sampled routing (the default): λ steps on the batch's own mean cost and no route advantages are written
     batch = _scored_batch(tokenizer, logits)
     metrics = RouterController(default_section("router", lambda_init=1.0, dual_lr=0.5, budget_B=0.3), data,
@@ -161,6 +171,7 @@ def test_stratified_expand_routes_every_prompt_to_every_route_but_validation_sta
 @pytest.mark.parametrize("overrides, message", [
     (["router.route_sampling=stratified", "actor_rollout_ref.rollout.n=2"], "rollout.n >= 3, got 2"),
     (["router.route_sampling=uniform", "actor_rollout_ref.rollout.n=4"], "router.route_sampling must be"),
+    (["router.route_adv_norm=std", "actor_rollout_ref.rollout.n=4"], "router.route_adv_norm must be"),
 ])
 def test_stratified_config_is_checked_at_load(overrides, message):
     from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config

@@ -29,6 +29,7 @@ from verl.utils.reward_score.tool_formats import resolve_tool_format
 from verl.utils.torch_functional import zero_variance_group_fraction
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 from verl.router.loss import (
+    ROUTE_ADV_NORMS,
     compute_route_advantages,
     compute_router_advantages,
     policy_expected_value,
@@ -72,6 +73,8 @@ class RouterController:
             raise ValueError(f"router.route_sampling must be one of {ROUTE_SAMPLING_MODES}, got "
                              f"{router_cfg.route_sampling!r}")
         self.stratified = router_cfg.route_sampling == "stratified"
+        if router_cfg.route_adv_norm not in ROUTE_ADV_NORMS:
+            raise ValueError(f"router.route_adv_norm must be one of {ROUTE_ADV_NORMS}, got {router_cfg.route_adv_norm!r}")
 
     def route(self, batch, router_logits: torch.Tensor, validate: bool, actions: torch.Tensor | None = None) -> None:
         """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
@@ -175,7 +178,8 @@ class RouterController:
         if self.stratified:  # every route for every prompt: advantages of all routes; λ sees the policy's cost
             uid_all = batch.non_tensor_batch["uid"]
             valid_t = torch.as_tensor(valid)
-            batch.batch["router_route_advantages"] = compute_route_advantages(r_router, actions, uid_all, valid_t)
+            batch.batch["router_route_advantages"] = compute_route_advantages(
+                r_router, actions, uid_all, valid_t, norm=self.cfg.route_adv_norm)
             policy_cost = policy_expected_value(costs.float(), actions, uid_all, probs)
             policy_task = policy_expected_value(task, actions, uid_all, probs, valid_t)
             policy_task = task_mean if np.isnan(policy_task) else policy_task

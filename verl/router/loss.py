@@ -116,31 +116,46 @@ def _group_std(values: torch.Tensor, index: Any, valid: Optional[torch.Tensor]) 
     return std[group]
 
 
+ROUTE_ADV_NORMS = ("batch", "group", "none")
+
+
 def compute_route_advantages(r_router: torch.Tensor, actions: torch.Tensor, index: Any,
                              valid: Optional[torch.Tensor] = None, epsilon: float = 1e-6,
-                             norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
-    """Advantages of every route, for ``router.route_sampling=stratified`` (``docs/router.md``, "Router policy
-    update"). Per group ``g`` with each route observed at least once::
+                             norm: str = "batch") -> torch.Tensor:
+    """Advantages of every route, for ``router.route_sampling=stratified`` (``docs/router.md``, "Stratified
+    routes"). Per group ``g`` with each route observed at least once::
 
-        A_g(a) = (R̄_g(a) − mean_b R̄_g(b)) / (std_g + eps)
+        A_g(a) = (R̄_g(a) − mean_b R̄_g(b)) / (s + eps)
 
-    where ``R̄_g(a)`` is the mean ``r_router`` of the group's copies routed to ``a`` and ``std_g`` the unbiased std of
-    ``r_router`` over the group's copies (GRPO's scale, Shao et al. 2024, arXiv 2402.03300; with
-    ``norm_adv_by_std_in_grpo=False`` no division). Subtracting the mean over routes leaves the gradient of
-    ``Σ_a π(a)·A_g(a)`` unchanged (``Σ_a ∇π(a) = 0``): it is the exact gradient of the group's expected router reward
-    under the policy, the "all actions" policy gradient (Sutton et al. 2000; Asadi et al. 2017, arXiv 1709.00503,
-    eq. 2), so every route's value reaches the head, including routes the policy rarely samples.
+    where ``R̄_g(a)`` is the mean ``r_router`` of the group's copies routed to ``a``. Subtracting the mean over routes
+    leaves the gradient of ``Σ_a π(a)·A_g(a)`` unchanged (``Σ_a ∇π(a) = 0``): it is the exact gradient of the group's
+    expected router reward under the policy, the "all actions" policy gradient (Sutton et al. 2000; Asadi et al.
+    2017, arXiv 1709.00503, eq. 2), so every route's value reaches the head, including routes the policy rarely
+    samples. The scale ``s`` (``router.route_adv_norm``):
+
+    - ``batch`` (default): the unbiased std of ``r_router`` over the batch's scored copies — one scale for every
+      prompt, so the head follows the Lagrangian ``E[r_task − λ·cost]`` itself: a prompt where the tools win by 4
+      points weighs four times one where they win by 1;
+    - ``group``: GRPO's per-group std (Shao et al. 2024, arXiv 2402.03300) — every prompt's route differences are
+      rescaled to unit size, which weighs a 0.1-point preference like a 4-point one and so optimises another
+      objective than the budgeted one;
+    - ``none``: no division.
 
     Args: ``r_router`` float ``[B]``; ``actions`` int64 ``[B]``; ``index`` ``[B]`` group ids; ``valid`` bool ``[B]``
-        or None (unscored rows stay out of the means and the std); ``epsilon``; ``norm_adv_by_std_in_grpo``.
+        or None (unscored rows stay out of the means and the std); ``epsilon``; ``norm``.
     Returns: float ``[B, 3]`` (detached), the row's group's ``A_g``; all 0 for a group missing a route.
-    Raises: ValueError on mismatched lengths.
+    Raises: ValueError on mismatched lengths or an unknown ``norm``.
     """
+    if norm not in ROUTE_ADV_NORMS:
+        raise ValueError(f"compute_route_advantages: norm must be one of {ROUTE_ADV_NORMS}, got {norm!r}")
     means, present = group_route_means(r_router, actions, index, valid)
     complete = present.all(dim=-1, keepdim=True)
     adv = means - means.mean(dim=-1, keepdim=True)
-    if norm_adv_by_std_in_grpo:
+    keep = torch.ones(r_router.shape[0], dtype=torch.bool) if valid is None else valid.bool().cpu()
+    if norm == "group":
         adv = adv / (_group_std(r_router, index, valid).to(adv.dtype).to(adv.device).unsqueeze(-1) + epsilon)
+    elif norm == "batch" and int(keep.sum()) > 1:
+        adv = adv / (float(r_router.detach().double().cpu()[keep].std(unbiased=True)) + epsilon)
     return torch.where(complete, adv, torch.zeros_like(adv)).detach()
 
 

@@ -216,6 +216,7 @@ class RouterConfig:
     answer_forbids_tool_calls: bool = MISSING
     sample_per_rollout: bool = MISSING
     route_sampling: str = MISSING
+    route_adv_norm: str = MISSING
     filter_tools: bool = MISSING
     other_as: str = MISSING
     tool_family_file: Optional[str] = MISSING

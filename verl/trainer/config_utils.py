@@ -375,8 +375,9 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
-    if config.router.enable and config.router.route_sampling not in ("policy", "stratified"):
-        raise ConfigError(f"router.route_sampling must be 'policy' or 'stratified', got {config.router.route_sampling!r}")
+    for key, allowed in (("route_sampling", ("policy", "stratified")), ("route_adv_norm", ("batch", "group", "none"))):
+        if config.router.enable and config.router[key] not in allowed:
+            raise ConfigError(f"router.{key} must be one of {allowed}, got {config.router[key]!r}")
     if config.router.enable and config.router.route_sampling == "stratified" and n < 3:
         raise ConfigError(f"router.route_sampling=stratified routes one copy of each prompt to each of the 3 routes: "
                           f"it needs actor_rollout_ref.rollout.n >= 3, got {n}")
