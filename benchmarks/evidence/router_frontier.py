@@ -21,7 +21,7 @@ import math
 from pathlib import Path
 
 from verl.router.cost import batch_tool_usage, trajectory_cost
-from verl.trainer.eval_compare import paired_comparison
+from verl.trainer.eval_compare import paired_comparison, row_key
 from verl.trainer.main_eval import read_generations, row_metrics
 from verl.utils.reward_score.rlla import RewardSwitches
 
@@ -49,6 +49,57 @@ def policy_point(rows: list[dict], switches: RewardSwitches) -> dict:
             "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
             **{m: _mean_se([x[m] for x in metrics]) for m in ("score", "format", "correctness", "exact_match")},
             "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False)}
+
+
+ROUTES = ("ANSWER", "SEARCH", "CALCULATE")
+METRICS = ("score", "format", "correctness", "exact_match")
+
+
+def _per_row_values(rows: list[dict], switches: RewardSwitches) -> dict[tuple, dict]:
+    """``{row_key: {"cost", score, format, correctness, exact_match}}`` of one fixed route's generations."""
+    usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
+    cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
+    return {row_key(r): {"cost": float(c), **row_metrics(r, switches)} for r, c in zip(rows, cost.tolist())}
+
+
+def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple, dict]],
+                   needs_tool: dict[tuple, bool]) -> dict:
+    """A stochastic routing policy scored exactly in expectation over its routes: decoding is greedy, so a prompt's
+    response under each route is fixed (the ``answer`` / ``search`` / ``calculate`` generations), and per prompt
+    ``E[x] = Σ_a π(a)·x(a)`` for the cost and every metric; means and standard errors are over prompts.
+
+    Args: ``probs`` {row_key: {route name: probability}}; ``route_values`` {route name: :func:`_per_row_values`};
+        ``needs_tool`` {row_key: the ground truth calls a tool}.
+    Returns: the fields of :func:`policy_point` (``routes`` holds expected counts) plus ``per_prompt`` values for
+        paired comparisons.
+    """
+    keys = sorted(probs)
+    per_prompt = {m: [] for m in ("cost", *METRICS)}
+    tool_share = {True: [], False: []}
+    for key in keys:
+        pi = probs[key]
+        for m in per_prompt:
+            per_prompt[m].append(sum(pi.get(a, 0.0) * route_values[a][key][m] for a in ROUTES if pi.get(a, 0.0)))
+        tool_share[needs_tool[key]].append(pi.get("SEARCH", 0.0) + pi.get("CALCULATE", 0.0))
+
+    def share(flag: bool) -> dict:
+        picked = tool_share[flag]
+        return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
+
+    return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
+            "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
+            **{m: _mean_se(per_prompt[m]) for m in METRICS},
+            "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False),
+            "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
+
+
+def paired_expected(base: dict, other: dict) -> dict:
+    """Per-prompt gains of ``other`` over ``base`` (two :func:`expected_point` results): mean ± se per metric."""
+    out = {}
+    for m in METRICS:
+        diffs = [other["per_prompt"][m][k] - base["per_prompt"][m][k] for k in base["per_prompt"][m]]
+        out[m] = _mean_se(diffs)
+    return out
 
 
 def plot(points: dict, budget: float, path: str, title: str) -> None:
@@ -88,6 +139,10 @@ def main() -> None:
     parser.add_argument("--plot", default=None)
     parser.add_argument("--title", default="routing policies on the same prompts")
     parser.add_argument("--command", default=None, help="the command that made the generations (recorded)")
+    parser.add_argument("--expected", default=None,
+                        help="label of the learned head's generations: also score its stochastic policy exactly in "
+                             "expectation (needs the answer, search and calculate labels), as 'LABEL_expected', "
+                             "paired against random routing at the budget's rate in expectation")
     args = parser.parse_args()
     files = dict(spec.split("=", 1) for spec in args.points)
     rows = {label: read_generations(path) for label, path in files.items()}
@@ -101,6 +156,20 @@ def main() -> None:
             if label != args.reference:
                 points[label][f"paired_vs_{args.reference}"] = paired_comparison(rows[args.reference], rows[label],
                                                                                  metric)
+    if args.expected:
+        missing = [label for label in (args.expected, "answer", "search", "calculate") if label not in rows]
+        if missing:
+            raise SystemExit(f"--expected needs the labels {missing} among the points")
+        values = {a: _per_row_values(rows[a.lower()], switches) for a in ROUTES}
+        needs = {row_key(r): "<tool_call>" in (r.get("ground_truth") or "") for r in rows["answer"]}
+        learned = expected_point({row_key(r): r["router_probs"] for r in rows[args.expected]}, values, needs)
+        b = args.budget
+        random_b = expected_point({k: {"ANSWER": 1 - b, "SEARCH": b} for k in needs}, values, needs)
+        learned["paired_vs_random_expected"] = paired_expected(random_b, learned)
+        for point in (learned, random_b):
+            point.pop("per_prompt")
+        points[f"{args.expected}_expected"] = learned
+        points[f"random_{b}_expected"] = random_b
     out = {"budget": args.budget, "generations": files, "command": args.command, "points": points}
     Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
     if args.plot:

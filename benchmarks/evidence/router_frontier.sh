@@ -2,7 +2,9 @@
 # Issue 19 §3.4: the learned router and the fixed routing policies (never-tools `answer`, always-tools `search`, random
 # tool routes at the budget's rate) on the same trained actor and the same prompts — the validation prompts that fit
 # the run's max_prompt_length, greedy, 128 new tokens as the run's validation — then the cost–accuracy points, their
-# paired gains against random routing, and the plot.
+# paired gains against random routing, and the plot. The learned head is scored twice: greedy (its argmax route per
+# prompt) and as the stochastic policy it is trained as, exactly in expectation over its routes from the three fixed
+# routes' greedy generations (`learned_expected`, paired against random routing at rate B in expectation).
 #   bash benchmarks/evidence/router_frontier.sh CHECKPOINT NAME [BUDGET_B]
 #   e.g. bash benchmarks/evidence/router_frontier.sh \
 #          checkpoints/router_grpo/router_forbid_smollm2_sft_b0.3/global_step_30 router_forbid_b0.3_step30 0.3
@@ -18,7 +20,7 @@ PROMPTS=${PROMPTS:-${DATA_DIR:-dataset/rlla_4k}/test_router.parquet}
 OUT=outputs/eval/$NAME
 mkdir -p "$OUT" benchmarks/results
 points=()
-for routes in "random:$B" learned answer search; do
+for routes in "random:$B" learned answer search calculate; do
   tag=${routes/:/_}
   if [ ! -s "$OUT/$tag.jsonl" ]; then
     nice -n 19 "$PYTHON" -m verl.router.infer --checkpoint "$CKPT" --prompts "$PROMPTS" --output "$OUT/$tag.jsonl" \
@@ -26,7 +28,7 @@ for routes in "random:$B" learned answer search; do
   fi
   points+=("$tag=$OUT/$tag.jsonl")
 done
-"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" --budget "$B" --reference "random_$B" \
+"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" --budget "$B" --reference "random_$B" --expected learned \
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
   --command "bash benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"
