@@ -8,6 +8,7 @@ saved with its optimizer, and λ is saved in data.pt.
 from __future__ import annotations
 
 import json
+import logging
 
 import pytest
 import torch
@@ -77,7 +78,7 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     assert data_state["router"]["lagrange"]["lambda"] == pytest.approx(lam)
 
 
-def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session):
+def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session, caplog):
     """router.route_sampling=stratified, 3 copies per prompt, trainer.critic_warmup beyond the run (verl's switch: the
     actor is not updated, so its old log-probs are not computed): every prompt's copies take the three routes, λ steps
     on the policy's expected cost, the head moves, the actor does not."""
@@ -91,7 +92,10 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
         "router.answer_forbids_tool_calls=true", "trainer.critic_warmup=100", "trainer.total_training_steps=1",
         "algorithm.use_kl_in_reward=False", "actor_rollout_ref.actor.use_kl_loss=False",
         "trainer.test_freq=1", "trainer.save_freq=1"])
-    trainer = run_ppo(config)
+    with caplog.at_level(logging.INFO, logger="verl.trainer.ppo.validation"):
+        trainer = run_ppo(config)
+    # validation is one long generate call: it says when it starts and how long it took
+    assert "validation at step 1:" in caplog.text and "validation at step 1 done in" in caplog.text
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     (step,) = [r for r in records if "text" not in r and r["step"] > 0]
     assert step["router/lambda"] == pytest.approx(max(0.0, dual_lr * (step["router/policy_cost"] - budget)))

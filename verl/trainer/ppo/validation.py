@@ -3,6 +3,8 @@ by the validation reward manager, means per data source (upstream's ``val/test_s
 generations for the tracker."""
 from __future__ import annotations
 
+import logging
+import time
 import uuid
 
 import numpy as np
@@ -10,6 +12,8 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import REWARD_COMPONENTS
+
+logger = logging.getLogger(__name__)
 
 
 def validate(trainer) -> dict:
@@ -25,6 +29,9 @@ def validate(trainer) -> dict:
     val_n = int(trainer.config.actor_rollout_ref.rollout.val_kwargs.n)  # >= 1 (config check)
     for batch_dict in trainer.val_dataloader:
         batch = DataProto.from_single_dict(batch_dict)
+        start = time.perf_counter()  # one generate call over the whole set: a line before and after it
+        logger.info("validation at step %d: %d prompts x %d response(s), up to %d tokens each", trainer.global_steps,
+                    len(batch), val_n, int(trainer.config.data.max_response_length))
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         if trainer.router is not None:  # router logits once per prompt, then the val_n-fold repeat (as in training)
             batch = trainer.router.expand(batch, val_n, validate=True, worker_group=trainer.actor_rollout_wg)
@@ -50,6 +57,9 @@ def validate(trainer) -> dict:
         if "reward_valid" in batch.non_tensor_batch:
             metrics["val/reward_invalid_count"] = float((~batch.non_tensor_batch["reward_valid"]).sum())
         log_generations(trainer, batch, scores["score"])
+        logger.info("validation at step %d done in %.1f s: score %.3f", trainer.global_steps,
+                    time.perf_counter() - start, float(scores["score"][torch.as_tensor(valid)].float().mean())
+                    if valid.any() else float("nan"))
     return metrics
 
 
