@@ -32,8 +32,8 @@ from verl.router.loss import (
     ROUTE_ADV_NORMS,
     compute_route_advantages,
     compute_router_advantages,
-    policy_expected_value,
     compute_router_rewards,
+    policy_expected_value,
     router_batch_metrics,
     router_token_level_rewards,
 )
@@ -74,7 +74,8 @@ class RouterController:
                              f"{router_cfg.route_sampling!r}")
         self.stratified = router_cfg.route_sampling == "stratified"
         if router_cfg.route_adv_norm not in ROUTE_ADV_NORMS:
-            raise ValueError(f"router.route_adv_norm must be one of {ROUTE_ADV_NORMS}, got {router_cfg.route_adv_norm!r}")
+            raise ValueError(f"router.route_adv_norm must be one of {ROUTE_ADV_NORMS}, got "
+                             f"{router_cfg.route_adv_norm!r}")
 
     def route(self, batch, router_logits: torch.Tensor, validate: bool, actions: torch.Tensor | None = None) -> None:
         """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
