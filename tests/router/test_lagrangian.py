@@ -73,3 +73,37 @@ def test_validation_errors():
                                                         "running_reward": None, "window_cost_sum": 0.0})
     lm = LagrangeMultiplier.from_config(default_section("router", budget_B=0.3, dual_update_freq=3, lambda_init=0.5))
     assert (lm.budget, lm.update_freq, lm.value, lm.dual_lr, lm.lambda_max) == (0.3, 3, 0.5, 0.05, 10.0)
+
+
+def test_pi_lagrangian_hand_worked_and_resumed():
+    """router.dual_kp > 0: λ = clip(I + K_P·(cost − B), 0, λ_max) with I the dual-ascent term (Stooke et al. 2020,
+    Algorithm 2 without the derivative)."""
+    lm = LagrangeMultiplier(budget=0.3, lambda_init=2.0, dual_lr=0.5, lambda_max=10.0, kp=4.0)
+    # step 1: I = 2 + 0.5·0.4 = 2.2, λ = 2.2 + 4·0.4 = 3.8
+    # step 2: I = 2.2 + 0.5·(−0.2) = 2.1, λ = 2.1 + 4·(−0.2) = 1.3
+    # step 3: I = 2.1 − 0.15 = 1.95, λ = 1.95 − 1.2 = 0.75
+    # step 4: I = 1.95 − 0.15 = 1.8, λ = 1.8 − 1.2 = 0.6 (cost 0, far below the budget)
+    for step, cost, integral, lam in [(1, 0.7, 2.2, 3.8), (2, 0.1, 2.1, 1.3), (3, 0.0, 1.95, 0.75),
+                                      (4, 0.0, 1.8, 0.6)]:
+        metrics = lm.update(cost, step)
+        assert metrics["router/lambda"] == pytest.approx(lam) and lm.value == pytest.approx(lam)
+        assert metrics["router/lambda_integral"] == pytest.approx(integral)
+    resumed = LagrangeMultiplier(budget=0.3, lambda_init=0.0, dual_lr=0.5, kp=4.0)
+    resumed.load_state_dict(json.loads(json.dumps(lm.state_dict())))
+    assert resumed.update(0.3, 5)["router/lambda"] == lm.update(0.3, 5)["router/lambda"] == pytest.approx(1.8)
+    # the projection at 0: a large undershoot cannot make λ negative
+    low = LagrangeMultiplier(budget=0.5, lambda_init=0.1, dual_lr=0.1, kp=10.0)
+    assert low.update(0.0, 1)["router/lambda"] == 0.0 and low.integral == pytest.approx(0.05)
+    with pytest.raises(ValueError, match="dual_kp"):
+        LagrangeMultiplier(budget=0.3, kp=-1.0)
+
+
+def test_a_checkpoint_from_before_the_pi_term_resumes_with_its_lambda_as_the_integral():
+    old_state = LagrangeMultiplier(budget=0.3, lambda_init=3.0).state_dict()
+    old_state.pop("integral")
+    old_state.pop("dual_kp")
+    lm = LagrangeMultiplier(budget=0.3, dual_lr=0.5, kp=4.0)
+    lm.load_state_dict(old_state)
+    assert lm.integral == lm.value == 3.0
+    # the next step: I = 3 + 0.5·(0.1 − 0.3) = 2.9, λ = 2.9 + 4·(−0.2) = 2.1
+    assert lm.update(0.1, 1)["router/lambda"] == pytest.approx(2.1)

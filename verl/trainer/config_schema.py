@@ -225,6 +225,7 @@ class RouterConfig:
     dual_lr: float = MISSING
     lambda_max: float = MISSING
     dual_update_freq: int = MISSING
+    dual_kp: float = MISSING
     cost_weights: CostWeightsConfig = field(default_factory=CostWeightsConfig)
     entropy_coeff: float = MISSING
     sup_coeff: float = MISSING
