@@ -166,10 +166,17 @@ def main() -> None:
         b = args.budget
         random_b = expected_point({k: {"ANSWER": 1 - b, "SEARCH": b} for k in needs}, values, needs)
         learned["paired_vs_random_expected"] = paired_expected(random_b, learned)
-        for point in (learned, random_b):
+        # random routing at the learned policy's own expected cost (the SEARCH route's responses need not all call a
+        # tool: the rate is the learned cost over the SEARCH route's mean cost): the same spending, no choice of where
+        search_cost = sum(v["cost"] for v in values["SEARCH"].values()) / len(values["SEARCH"])
+        rate = min(1.0, learned["mean_cost"] / search_cost) if search_cost else 0.0
+        matched = expected_point({k: {"ANSWER": 1 - rate, "SEARCH": rate} for k in needs}, values, needs)
+        learned["paired_vs_random_same_cost_expected"] = paired_expected(matched, learned)
+        for point in (learned, random_b, matched):
             point.pop("per_prompt")
         points[f"{args.expected}_expected"] = learned
         points[f"random_{b}_expected"] = random_b
+        points["random_same_cost_expected"] = {"rate": rate, **matched}
     out = {"budget": args.budget, "generations": files, "command": args.command, "points": points}
     Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
     if args.plot:

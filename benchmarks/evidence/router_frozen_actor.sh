@@ -6,7 +6,10 @@
 # 128 response tokens, ANSWER copies cannot open a tool call, router lr 3e-4, no weak labels, no KL (the actor is the
 # reference). The fixed routing policies are evaluated on the same actor (router_frontier.sh), so the comparison
 # isolates the router.
-#   BUDGET_B=0.3 bash benchmarks/evidence/router_frozen_actor.sh router.lambda_init=2.0 router.dual_lr=0.5
+#   BUDGET_B=0.3 NAME=router_frozen_bnorm bash benchmarks/evidence/router_frozen_actor.sh router.lambda_init=2.0 \
+#     router.dual_lr=0.5 trainer.val_before_train=False                         # steps 1-26 (plain dual ascent), then
+#   BUDGET_B=0.3 NAME=router_frozen_bnorm TOTAL_STEPS=50 bash benchmarks/evidence/router_frozen_actor.sh \
+#     router.lambda_init=2.0 router.dual_lr=0.5 trainer.val_before_train=False router.dual_kp=4.0  # resumed: PI, to 50
 #   BUDGET_B=0.3 NAME=fixed_penalty bash benchmarks/evidence/router_frozen_actor.sh router.dual_lr=0 router.lambda_init=L
 # Niced; running the same command again resumes exactly (checkpoints/router_grpo/<experiment>).
 # Metrics: outputs/evidence/<experiment>/metrics.jsonl.
