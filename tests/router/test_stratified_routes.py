@@ -84,6 +84,27 @@ def test_expected_route_loss_is_the_exact_policy_gradient():
                             old_log_probs=torch.zeros(1))
 
 
+def test_natural_route_gradient_does_not_vanish_when_the_policy_saturates():
+    """route_pg=natural: the logits' gradient is −A(a)/B whatever π; the exact one shrinks with π(tool routes)."""
+    centred = torch.tensor([[-1.0, 0.5, 0.5]])  # the tool routes are better by 1.5
+    saturated = torch.tensor([[6.0, 0.0, 0.0]], requires_grad=True)  # π(ANSWER) ≈ 0.995
+    exact, _ = compute_router_loss(saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1),
+                                   route_advantages=centred)
+    (g_exact,) = torch.autograd.grad(exact, saturated)
+    natural, _ = compute_router_loss(saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1),
+                                     route_advantages=centred, route_pg="natural")
+    (g_natural,) = torch.autograd.grad(natural, saturated)
+    torch.testing.assert_close(g_natural, -centred)
+    assert g_exact.abs().max() < 0.02 * g_natural.abs().max()
+    # shifting every logit by a constant changes neither the loss nor its gradient (Σ_a A(a) = 0)
+    shifted, _ = compute_router_loss(saturated + 3.0, torch.zeros(1, dtype=torch.long), torch.zeros(1),
+                                     route_advantages=centred, route_pg="natural")
+    assert float(shifted) == pytest.approx(float(natural))
+    with pytest.raises(ValueError, match="route_pg must be one of"):
+        compute_router_loss(saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred,
+                            route_pg="npg")
+
+
 def test_policy_expected_value_weights_each_group_once():
     # group p (3 rows): route costs (0, 1, 1), π = (0.5, 0.25, 0.25) -> 0.5; group q (4 rows): costs (0, 1, 1),
     # π = (0.9, 0.1, 0) -> 0.1; mean over groups 0.3 (not weighted by rows)
@@ -172,6 +193,7 @@ def test_stratified_expand_routes_every_prompt_to_every_route_but_validation_sta
     (["router.route_sampling=stratified", "actor_rollout_ref.rollout.n=2"], "rollout.n >= 3, got 2"),
     (["router.route_sampling=uniform", "actor_rollout_ref.rollout.n=4"], "router.route_sampling must be"),
     (["router.route_adv_norm=std", "actor_rollout_ref.rollout.n=4"], "router.route_adv_norm must be"),
+    (["router.route_pg=npg", "actor_rollout_ref.rollout.n=4"], "router.route_pg must be"),
 ])
 def test_stratified_config_is_checked_at_load(overrides, message):
     from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config

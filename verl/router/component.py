@@ -96,7 +96,8 @@ class RouterComponent:
         loss, metrics = compute_router_loss(logits, batch["router_action"].to(self.device),
                                             batch["router_advantages"].to(self.device).float(), target_actions=target,
                                             entropy_coeff=float(self.cfg.entropy_coeff),
-                                            sup_coeff=float(self.cfg.sup_coeff), route_advantages=route_adv)
+                                            sup_coeff=float(self.cfg.sup_coeff), route_advantages=route_adv,
+                                            route_pg=self.cfg.route_pg)
         loss.backward()
         params = [p for p in self.head.parameters() if p.grad is not None]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

@@ -117,6 +117,7 @@ def _group_std(values: torch.Tensor, index: Any, valid: Optional[torch.Tensor]) 
 
 
 ROUTE_ADV_NORMS = ("batch", "group", "none")
+ROUTE_PG_MODES = ("exact", "natural")
 
 
 def compute_route_advantages(r_router: torch.Tensor, actions: torch.Tensor, index: Any,
@@ -186,7 +187,8 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
                         target_actions: Optional[torch.Tensor] = None, entropy_coeff: float = 0.0,
                         sup_coeff: float = 0.05, old_log_probs: Optional[torch.Tensor] = None,
                         clip_ratio: float = 0.2,
-                        route_advantages: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, dict[str, float]]:
+                        route_advantages: Optional[torch.Tensor] = None,
+                        route_pg: str = "exact") -> tuple[torch.Tensor, dict[str, float]]:
     """Router policy loss (spec "Router policy update (GRPO)")::
 
         L = pg_loss − entropy_coeff · mean H(π) + sup_coeff · CE(router_logits, target) on labelled rows
@@ -197,7 +199,12 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
     one-"token" sequence per copy (same gradient while the ratio is 1; clipped on repeated updates of one batch).
     With ``route_advantages`` (``router.route_sampling=stratified``, :func:`compute_route_advantages`) the policy
     term is the expectation over routes, ``pg_loss = −mean_i Σ_a π_i(a)·A_i(a)``, and ``actions`` / ``advantages``
-    do not enter it.
+    do not enter it. Its gradient on the logits, ``π(a)·(A(a) − Σ_b π(b)A(b))``, vanishes as the policy saturates, so
+    a head that has gone near-deterministic on one route hardly moves when λ turns the other way.
+    ``route_pg="natural"`` uses instead ``pg_loss = −mean_i Σ_a A_i(a)·z_i(a)`` (``z`` the logits; ``Σ_a A(a) = 0``
+    makes it shift-invariant), whose gradient on each logit is ``−A(a)`` whatever ``π``: the natural policy gradient
+    step of a tabular softmax policy, ``z ← z + η·A`` (Kakade 2001; Agarwal et al. 2021, arXiv 1908.00261, §5.3,
+    bandit case), back-propagated through the head.
 
     Args:
         router_logits: float ``[B, 3]`` (differentiable).
@@ -208,6 +215,7 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
         entropy_coeff, sup_coeff: ``router.entropy_coeff``, ``router.sup_coeff`` (0 disables).
         old_log_probs: float ``[B]`` or None; clip_ratio: PPO clip range.
         route_advantages: float ``[B, 3]`` or None (every route's advantage; not with ``old_log_probs``).
+        route_pg: ``exact`` | ``natural`` (with ``route_advantages``; ``router.route_pg``).
 
     Returns:
         ``(loss scalar, metrics)`` with ``router/pg_loss``, ``router/entropy``, ``router/sup_loss`` (0 without
@@ -233,7 +241,10 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
         if route_advantages.shape != (batch, NUM_ROUTER_ACTIONS) or old_log_probs is not None:
             raise ValueError(f"compute_router_loss: route_advantages {tuple(route_advantages.shape)} must be [B, 3] "
                              "and cannot be combined with old_log_probs")
-        pg_loss = -(log_probs_all.exp() * route_advantages.float().detach()).sum(-1).mean()
+        if route_pg not in ROUTE_PG_MODES:
+            raise ValueError(f"compute_router_loss: route_pg must be one of {ROUTE_PG_MODES}, got {route_pg!r}")
+        weights = log_probs_all.exp() if route_pg == "exact" else router_logits.float()
+        pg_loss = -(weights * route_advantages.float().detach()).sum(-1).mean()
     elif old_log_probs is None:
         pg_loss = -(log_prob * adv).mean()
     else:

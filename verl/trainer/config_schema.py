@@ -217,6 +217,7 @@ class RouterConfig:
     sample_per_rollout: bool = MISSING
     route_sampling: str = MISSING
     route_adv_norm: str = MISSING
+    route_pg: str = MISSING
     filter_tools: bool = MISSING
     other_as: str = MISSING
     tool_family_file: Optional[str] = MISSING

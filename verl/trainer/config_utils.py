@@ -375,7 +375,8 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
-    for key, allowed in (("route_sampling", ("policy", "stratified")), ("route_adv_norm", ("batch", "group", "none"))):
+    for key, allowed in (("route_sampling", ("policy", "stratified")), ("route_adv_norm", ("batch", "group", "none")),
+                         ("route_pg", ("exact", "natural"))):
         if config.router.enable and config.router[key] not in allowed:
             raise ConfigError(f"router.{key} must be one of {allowed}, got {config.router[key]!r}")
     if config.router.enable and config.router.route_sampling == "stratified" and n < 3:
