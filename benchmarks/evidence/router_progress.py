@@ -49,6 +49,36 @@ def summarise(metrics_file: Path) -> dict:
     return {"validation": validation, "train_steps": train, "last_third": last_third}
 
 
+def plot(summary: dict, path: str, title: str, phases: list[tuple[int, str]]) -> None:
+    """λ, the policy's (else the batch's) mean cost against B, and the policy's ANSWER probability per training step;
+    ``phases`` mark the steps after which a resumed run changed its settings."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = summary["train_steps"]
+    x = [r["step"] for r in steps]
+    fig, (ax_cost, ax_lam) = plt.subplots(2, 1, figsize=(7, 5), sharex=True)
+    cost_key = "router/policy_cost" if all("router/policy_cost" in r for r in steps) else "router/mean_cost"
+    ax_cost.plot(x, [r[cost_key] for r in steps], label=cost_key.split("/")[-1].replace("_", " "))
+    if all("router/policy_prob_answer" in r for r in steps):
+        ax_cost.plot(x, [r["router/policy_prob_answer"] for r in steps], label="P(ANSWER)", linestyle=":")
+    ax_cost.axhline(steps[-1]["router/budget"], color="grey", linestyle="--", linewidth=1, label="B")
+    ax_cost.set_ylabel("cost / probability")
+    ax_cost.legend(fontsize=8, loc="upper left")
+    ax_lam.plot(x, [r["router/lambda"] for r in steps], color="tab:red")
+    ax_lam.set_ylabel("λ")
+    ax_lam.set_xlabel("training step")
+    for step, label in phases:
+        for ax in (ax_cost, ax_lam):
+            ax.axvline(step + 0.5, color="black", linewidth=0.6)
+        ax_cost.text(step + 0.7, 1.02, label, fontsize=7, va="bottom", transform=ax_cost.get_xaxis_transform())
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("metrics")
@@ -57,8 +87,13 @@ def main(argv=None) -> int:
     parser.add_argument("--command", default="")
     parser.add_argument("--settings", default="")
     parser.add_argument("--reading", default="", help="what the numbers say (kept in the JSON beside them)")
+    parser.add_argument("--plot", default=None, help="PNG of λ, cost and P(ANSWER) per step")
+    parser.add_argument("--phases", default="", help="STEP:LABEL;... resumed-run setting changes after STEP")
     args = parser.parse_args(argv)
     summary = summarise(Path(args.metrics))
+    if args.plot:
+        phases = [(int(p.split(":", 1)[0]), p.split(":", 1)[1]) for p in args.phases.split(";") if p]
+        plot(summary, args.plot, Path(args.metrics).parent.name, phases)
     out = {"issue": args.issue, "command": args.command, "settings": args.settings, **summary}
     if args.reading:
         out["reading"] = args.reading
