@@ -1,0 +1,42 @@
+"""benchmarks/evidence/router_frontier.py: a stochastic routing policy scored exactly in expectation over its routes
+(greedy decoding fixes each route's response), by hand on two prompts."""
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from conftest import REPO_ROOT
+
+_spec = importlib.util.spec_from_file_location("router_frontier",
+                                               REPO_ROOT / "benchmarks" / "evidence" / "router_frontier.py")
+frontier = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(frontier)
+
+
+def _values(score_p, score_q, cost):
+    return {("rlla", 0, 0): {"cost": cost, "score": score_p, "format": 1.0, "correctness": score_p - 1,
+                             "exact_match": 0.0},
+            ("rlla", 1, 0): {"cost": cost, "score": score_q, "format": 1.0, "correctness": score_q - 1,
+                             "exact_match": 1.0}}
+
+
+def test_expected_point_and_paired_gain_by_hand():
+    # prompt p: ANSWER scores -3, the tools +3; prompt q: ANSWER 1, the tools -1 (tools cost 1, ANSWER 0)
+    values = {"ANSWER": _values(-3.0, 1.0, 0.0), "SEARCH": _values(3.0, -1.0, 1.0),
+              "CALCULATE": _values(3.0, -1.0, 1.0)}
+    needs = {("rlla", 0, 0): True, ("rlla", 1, 0): False}
+    # a router that puts 0.8 on the tools for p and 0.2 for q: per prompt cost 0.8 / 0.2, score 1.8 / 0.6
+    smart = {("rlla", 0, 0): {"ANSWER": 0.2, "SEARCH": 0.5, "CALCULATE": 0.3},
+             ("rlla", 1, 0): {"ANSWER": 0.8, "SEARCH": 0.2, "CALCULATE": 0.0}}
+    point = frontier.expected_point(smart, values, needs)
+    assert point["mean_cost"] == pytest.approx(0.5)
+    assert point["score"]["mean"] == pytest.approx(1.2) and point["score"]["se"] == pytest.approx(0.6)
+    assert point["ground_truth_calls_a_tool"]["tool_route_frac"] == pytest.approx(0.8)
+    assert point["ground_truth_calls_no_tool"]["tool_route_frac"] == pytest.approx(0.2)
+    assert point["routes"]["ANSWER"] == pytest.approx(1.0)  # expected counts: 0.2 + 0.8
+    # random routing at the same cost (rate 0.5): per prompt score 0 / 0 -> the router gains 1.8 and 0.6
+    random = frontier.expected_point({k: {"ANSWER": 0.5, "SEARCH": 0.5} for k in needs}, values, needs)
+    assert random["mean_cost"] == pytest.approx(0.5) and random["score"]["mean"] == pytest.approx(0.0)
+    gain = frontier.paired_expected(random, point)
+    assert gain["score"]["mean"] == pytest.approx(1.2) and gain["score"]["se"] == pytest.approx(0.6)
