@@ -71,6 +71,13 @@ def compute_router_advantages(router_token_level_rewards: torch.Tensor, response
     return advantages[torch.arange(advantages.shape[0], device=advantages.device), last]
 
 
+def _group_ids(index: Any) -> tuple[torch.Tensor, int]:
+    """Dense group ids of the rows (``uid`` → ``0..G−1``) as int64 ``[B]``, and ``G``."""
+    _, group = np.unique(np.asarray(index), return_inverse=True)
+    group = torch.as_tensor(group.reshape(-1), dtype=torch.long)
+    return group, int(group.max()) + 1 if len(group) else 0
+
+
 def group_route_means(values: torch.Tensor, actions: torch.Tensor, index: Any,
                       valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per group (prompt ``uid``) and route, the mean of ``values`` over the group's copies that took that route,
@@ -88,9 +95,7 @@ def group_route_means(values: torch.Tensor, actions: torch.Tensor, index: Any,
         raise ValueError(f"group_route_means: values {tuple(values.shape)}, actions {tuple(actions.shape)} and index "
                          f"({len(index)}) must all be [B]")
     keep = torch.ones(batch, dtype=torch.bool) if valid is None else valid.bool().cpu()
-    _, group = np.unique(index, return_inverse=True)
-    group = torch.as_tensor(group.reshape(-1), dtype=torch.long)
-    num_groups = int(group.max()) + 1 if batch else 0
+    group, num_groups = _group_ids(index)
     cell = group * NUM_ROUTER_ACTIONS + actions.long().cpu()
     sums = torch.zeros(num_groups * NUM_ROUTER_ACTIONS, dtype=torch.float64)
     counts = torch.zeros_like(sums)
@@ -104,10 +109,8 @@ def group_route_means(values: torch.Tensor, actions: torch.Tensor, index: Any,
 def _group_std(values: torch.Tensor, index: Any, valid: Optional[torch.Tensor]) -> torch.Tensor:
     """Unbiased std of ``values`` over each row's group (valid rows only), float64 ``[B]``; 0 for fewer than 2."""
     keep = (torch.ones(values.shape[0], dtype=torch.bool) if valid is None else valid.bool().cpu()).double()
-    _, group = np.unique(np.asarray(index), return_inverse=True)
-    group = torch.as_tensor(group.reshape(-1), dtype=torch.long)
+    group, num_groups = _group_ids(index)
     x = values.detach().double().cpu() * keep
-    num_groups = int(group.max()) + 1 if len(group) else 0
     count = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, group, keep)
     total = torch.zeros_like(count).index_add_(0, group, x)
     mean = total / count.clamp_min(1)
@@ -177,8 +180,9 @@ def policy_expected_value(values: torch.Tensor, actions: torch.Tensor, index: An
         return float("nan")
     per_row = (probs.to(means.dtype) * means).sum(-1)
     # each group counts once: weight each row by 1 / (its group's row count)
-    _, group, counts = np.unique(np.asarray(index), return_inverse=True, return_counts=True)
-    weight = 1.0 / torch.as_tensor(counts[group.reshape(-1)], dtype=torch.float64)
+    group, num_groups = _group_ids(index)
+    counts = torch.bincount(group, minlength=num_groups).double()
+    weight = 1.0 / counts[group]
     weight = weight * complete.cpu().double()
     return float((per_row.double().cpu() * weight).sum() / weight.sum())
 
