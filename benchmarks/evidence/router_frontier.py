@@ -33,11 +33,10 @@ def _mean_se(values: list[float]) -> dict:
     return {"mean": mean, "se": se}
 
 
-def policy_point(rows: list[dict], switches: RewardSwitches) -> dict:
-    """The figures of one policy's generation rows (see the module docstring)."""
-    usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
-    cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
-    metrics = [row_metrics(r, switches) for r in rows]
+def policy_point(rows: list[dict], values: dict[tuple, dict]) -> dict:
+    """The figures of one policy's generation rows (see the module docstring); ``values`` is
+    :func:`per_row_values` of the same rows."""
+    per_row = [values[row_key(r)] for r in rows]
     needs = [("<tool_call>" in (r.get("ground_truth") or "")) for r in rows]
     tool_route = [r["route"] != "ANSWER" for r in rows]
 
@@ -45,9 +44,9 @@ def policy_point(rows: list[dict], switches: RewardSwitches) -> dict:
         picked = [t for t, n in zip(tool_route, needs) if n == flag]
         return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
 
-    return {"rows": len(rows), "mean_cost": float(cost.mean()),
+    return {"rows": len(rows), "mean_cost": sum(v["cost"] for v in per_row) / len(per_row),
             "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
-            **{m: _mean_se([x[m] for x in metrics]) for m in ("score", "format", "correctness", "exact_match")},
+            **{m: _mean_se([v[m] for v in per_row]) for m in ("score", "format", "correctness", "exact_match")},
             "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False)}
 
 
@@ -55,7 +54,7 @@ ROUTES = ("ANSWER", "SEARCH", "CALCULATE")
 METRICS = ("score", "format", "correctness", "exact_match")
 
 
-def _per_row_values(rows: list[dict], switches: RewardSwitches) -> dict[tuple, dict]:
+def per_row_values(rows: list[dict], switches: RewardSwitches) -> dict[tuple, dict]:
     """``{row_key: {"cost", score, format, correctness, exact_match}}`` of one fixed route's generations."""
     usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
     cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
@@ -68,7 +67,7 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
     response under each route is fixed (the ``answer`` / ``search`` / ``calculate`` generations), and per prompt
     ``E[x] = Σ_a π(a)·x(a)`` for the cost and every metric; means and standard errors are over prompts.
 
-    Args: ``probs`` {row_key: {route name: probability}}; ``route_values`` {route name: :func:`_per_row_values`};
+    Args: ``probs`` {row_key: {route name: probability}}; ``route_values`` {route name: :func:`per_row_values`};
         ``needs_tool`` {row_key: the ground truth calls a tool}.
     Returns: the fields of :func:`policy_point` (``routes`` holds expected counts) plus ``per_prompt`` values for
         paired comparisons.
@@ -147,7 +146,8 @@ def main() -> None:
     files = dict(spec.split("=", 1) for spec in args.points)
     rows = {label: read_generations(path) for label, path in files.items()}
     switches = RewardSwitches.from_env()
-    points = {label: policy_point(table, switches) for label, table in rows.items()}
+    values_of = {label: per_row_values(table, switches) for label, table in rows.items()}  # scored once per file
+    points = {label: policy_point(rows[label], values_of[label]) for label in rows}
     if args.reference:
         if args.reference not in rows:
             raise SystemExit(f"--reference {args.reference!r} is not one of the labels {sorted(rows)}")
@@ -160,7 +160,7 @@ def main() -> None:
         missing = [label for label in (args.expected, "answer", "search", "calculate") if label not in rows]
         if missing:
             raise SystemExit(f"--expected needs the labels {missing} among the points")
-        values = {a: _per_row_values(rows[a.lower()], switches) for a in ROUTES}
+        values = {a: values_of[a.lower()] for a in ROUTES}
         needs = {row_key(r): "<tool_call>" in (r.get("ground_truth") or "") for r in rows["answer"]}
         learned = expected_point({row_key(r): r["router_probs"] for r in rows[args.expected]}, values, needs)
         b = args.budget
