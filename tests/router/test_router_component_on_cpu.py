@@ -81,3 +81,34 @@ def test_copies_of_a_prompt_share_one_backbone_pass_and_the_same_update():
     per_row.optimizer.step()
     for name, value in shared.head.state_dict().items():
         torch.testing.assert_close(value, per_row.head.state_dict()[name], msg=name)
+
+
+def test_value_mode_update_regresses_each_copys_route_value():
+    """router.loss_mode=value: the update fits the head's value of each copy's own route to router_value_target (a
+    NaN target — an unscored row — is left out), and refuses a batch without targets."""
+    import pytest
+    from tensordict import TensorDict
+
+    class Backbone(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
+            return type("Out", (), {"hidden_states": (torch.nn.functional.one_hot(input_ids, 8).float(),)})()
+
+    cfg = default_section("router", enable=True, loss_mode="value", route_sampling="stratified", entropy_coeff=0.0,
+                          sup_coeff=0.0, grad_clip=100.0)
+    cfg.optim.lr = 0.05
+    component = RouterComponent(cfg, hidden_size=8, device="cpu")
+    ids = torch.tensor([[1], [1], [1], [2], [2], [2]])  # 2 prompts x 3 copies, one per route
+    target = torch.tensor([-1.0, 2.0, 0.5, 1.0, float("nan"), -2.0])
+    batch = TensorDict({"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.zeros_like(ids),
+                        "router_action": torch.tensor([0, 1, 2, 0, 1, 2]), "router_advantages": torch.zeros(6),
+                        "router_value_target": target}, batch_size=[6])
+    for _ in range(300):
+        metrics = component.update(Backbone(), batch)
+    values = component.logits(Backbone(), batch)
+    chosen = values.gather(-1, batch["router_action"].unsqueeze(-1)).squeeze(-1)
+    known = ~torch.isnan(target)
+    torch.testing.assert_close(chosen[known], target[known], atol=0.05, rtol=0)
+    assert metrics["router/value_loss"] < 1e-3 and metrics["router/value_rows"] == 5.0
+    del batch["router_value_target"]
+    with pytest.raises(KeyError, match="router_value_target"):
+        component.update(Backbone(), batch)

@@ -243,3 +243,28 @@ def test_a_checkpoint_config_with_retired_keys_still_loads(tmp_path, tiny_dir):
     OmegaConf.save(saved, step / "config.yaml")
     with pytest.raises(ValueError, match="compute_dtyp"):
         load_checkpoint_config(step / "config.yaml")
+
+
+def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, prompts_parquet):
+    """router.loss_mode=value: the head's output is a value, not the policy; inference prices it as training did with
+    data.pt's λ and route means — a head that values SEARCH 12 points above ANSWER answers once λ·c̄ exceeds that."""
+    from verl.router.controller import RouterController as Controller
+    from verl.trainer.config_utils import default_section
+
+    overrides = ("router.loss_mode=value", "router.route_sampling=stratified", "router.entropy_coeff=0",
+                 "router.sup_coeff=0", "router.value_temperature=2.0")
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.SEARCH, overrides=overrides)
+    with pytest.raises(FileNotFoundError, match="data.pt"):
+        RouterInference(step, max_new_tokens=4, device="cpu")
+    rows = load_prompt_rows(prompts_parquet)
+    for lam, expected in ((20.0, "ANSWER"), (5.0, "SEARCH")):
+        controller = Controller(default_section("router", loss_mode="value", route_sampling="stratified",
+                                                lambda_init=lam, lambda_max=30.0), default_section("data"), None)
+        controller.route_values.cost[:] = torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64)
+        torch.save({"router": controller.state_dict()}, step / "data.pt")
+        engine = RouterInference(step, max_new_tokens=4, device="cpu")
+        routed = engine.route([r.messages for r in rows])
+        assert [ROUTE_NAMES[int(a)] for a in routed.actions] == [expected] * N_ROWS
+        # the reported probabilities are the priced policy's: softmax((h − λ·c̄)/τ) with h = (0, 12, 0), b = 0
+        logits = torch.tensor([0.0, 12.0 - lam, -lam]) / 2.0
+        torch.testing.assert_close(routed.probs[0], torch.softmax(logits, -1), atol=1e-5, rtol=0)

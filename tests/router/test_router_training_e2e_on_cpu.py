@@ -78,14 +78,18 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     assert data_state["router"]["lagrange"]["lambda"] == pytest.approx(lam)
 
 
-def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session, caplog):
+@pytest.mark.parametrize("loss_mode", ["pg", "value"])
+def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session, caplog,
+                                                                    loss_mode):
     """router.route_sampling=stratified, 3 copies per prompt, trainer.critic_warmup beyond the run (verl's switch: the
     actor is not updated, so its old log-probs are not computed): every prompt's copies take the three routes, λ steps
-    on the policy's expected cost, the head moves, the actor does not."""
+    on the policy's expected cost, the head moves, the actor does not. With router.loss_mode=value the head regresses
+    the route values and the checkpoint's data.pt holds the running route means that price them."""
     from verl.trainer.main_ppo import run_ppo
 
     budget, dual_lr = 0.3, 0.5
-    config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + [
+    value = ["router.loss_mode=value", "router.entropy_coeff=0"] if loss_mode == "value" else []
+    config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + value + [
         "algorithm.adv_estimator=grpo", "router.enable=true", f"router.budget_B={budget}",
         f"router.dual_lr={dual_lr}", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
         "actor_rollout_ref.actor.ppo_mini_batch_size=2", "router.optim.lr=0.05", "router.sup_coeff=0",
@@ -107,4 +111,18 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
     assert batch.batch["router_route_advantages"].shape == (len(batch), 3)
     state = torch.load(tmp_path / "ckpt" / "global_step_1" / "actor" / "router_world_size_1_rank_0.pt",
                        weights_only=False)
-    assert state["head"]["net.weight"].abs().sum() > 0  # the zero-initialised output layer moved
+    moved = bool(state["head"]["net.weight"].abs().sum() > 0)  # the zero-initialised output layer
+    if loss_mode == "pg":
+        assert moved
+    if loss_mode == "value":
+        assert "router/value_loss" in step and "router/value_baseline_answer" in step
+        assert "router/pg_loss" not in step
+        target = batch.batch["router_value_target"]
+        baseline = torch.tensor([step[f"router/value_baseline_{r}"] for r in ("answer", "search", "calculate")])
+        task = batch.batch["token_level_scores"].sum(-1)
+        torch.testing.assert_close(target, task - baseline[batch.batch["router_action"]])
+        assert moved == bool(target.abs().sum() > 0)  # it moves only towards a non-zero target
+        data_state = torch.load(tmp_path / "ckpt" / "global_step_1" / "data.pt", weights_only=False)
+        assert data_state["router"]["route_values"]["reward"] == pytest.approx(baseline.tolist())
+    else:
+        assert "router/pg_loss" in step and "router_value_target" not in batch.batch.keys()

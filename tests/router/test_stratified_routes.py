@@ -189,7 +189,64 @@ def test_stratified_expand_routes_every_prompt_to_every_route_but_validation_sta
     assert val.batch["router_action"].tolist() == [0, 0]
 
 
+def test_value_mode_learns_route_values_and_prices_them_when_routing(tokenizer):
+    """router.loss_mode=value (docs/router.md "Route values"): the running route means come first, the head's targets
+    are each copy's task reward minus its route's mean, and λ turns the head's values into the routing policy."""
+    data = default_section("data", max_prompt_length=64)
+    cfg = default_section("router", route_sampling="stratified", loss_mode="value", lambda_init=1.0, dual_lr=0.0,
+                          value_temperature=1.0, entropy_coeff=0.0, sup_coeff=0.0)
+    controller = RouterController(cfg, data, tokenizer)
+    # before any batch: b = c̄ = 0, so a zero head is the uniform policy
+    torch.testing.assert_close(controller.policy_logits(torch.zeros(1, 3)), torch.zeros(1, 3))
+    batch = _scored_batch(tokenizer, torch.zeros(6, 3))  # task (1, 3, 3 | 2.5, 3, 3), tool copies cost 1
+    metrics = controller.score(batch, step=1)
+    assert metrics["router/value_baseline_answer"] == pytest.approx(1.75)
+    assert metrics["router/value_baseline_search"] == pytest.approx(3.0)
+    assert metrics["router/value_cost_calculate"] == pytest.approx(1.0)
+    torch.testing.assert_close(batch.batch["router_value_target"], torch.tensor([-0.75, 0, 0, 0.75, 0, 0]))
+    # the head's targets do not depend on λ: a run at another price (or budget) trains the same head
+    other = RouterController(default_section("router", route_sampling="stratified", loss_mode="value", lambda_init=4.0,
+                                              entropy_coeff=0.0, sup_coeff=0.0), data, tokenizer)
+    priced = _scored_batch(tokenizer, torch.zeros(6, 3))
+    other.score(priced, step=1)
+    assert torch.equal(priced.batch["router_value_target"], batch.batch["router_value_target"])
+    assert metrics["router/policy_cost"] == pytest.approx(2 / 3)  # the uniform policy at routing time
+    assert metrics["router/value_gap_std"] == 0.0  # a zero head tells no prompt from another
+    # routing: z = b + h − λ·c̄ = (1.75 + h_A, 3 − 1 + h_S, 2 + h_C)
+    h = torch.tensor([[0.5, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    torch.testing.assert_close(controller.policy_logits(h), torch.tensor([[2.25, 2.0, 2.0], [1.75, 2.0, 2.0]]))
+    controller.lagrange.value = 1.5  # dearer tools: both prompts now answer
+    assert controller.policy_logits(h).argmax(-1).tolist() == [0, 0]
+
+    class FakeWorkers:
+        def compute_router_logits(self, prompts):
+            return DataProto.from_dict({"router_logits": h[:len(prompts)]})
+
+    raw = np.empty(2, dtype=object)
+    raw[:] = [[{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"q{i}"}]
+              for i in range(2)]
+    ids = torch.ones(2, 4, dtype=torch.long)
+    prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids),
+                                   "position_ids": torch.arange(4).repeat(2, 1)}, non_tensors={"raw_prompt": raw})
+    val = controller.expand(prompts, 1, validate=True, worker_group=FakeWorkers())
+    assert val.batch["router_action"].tolist() == [0, 0]
+    torch.testing.assert_close(val.batch["router_logits"], controller.policy_logits(h))
+    # the route values are driver state: saved, restored, and required to resume a value-mode run
+    state = controller.state_dict()
+    resumed = RouterController(cfg, data, tokenizer)
+    resumed.load_state_dict(state)
+    torch.testing.assert_close(resumed.policy_logits(h), controller.policy_logits(h))
+    with pytest.raises(ValueError, match="no route values"):
+        resumed.load_state_dict({k: v for k, v in state.items() if k != "route_values"})
+
+
 @pytest.mark.parametrize("overrides, message", [
+    (["router.loss_mode=value", "actor_rollout_ref.rollout.n=3"], "set router.route_sampling=stratified"),
+    (["router.loss_mode=value", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3"],
+     "router.entropy_coeff=0.01: router.loss_mode=value"),
+    (["router.loss_mode=value", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
+      "router.entropy_coeff=0", "router.sup_coeff=0", "router.value_temperature=0"], "value_temperature must be > 0"),
+    (["router.loss_mode=q", "actor_rollout_ref.rollout.n=3"], "router.loss_mode must be one of"),
     (["router.route_sampling=stratified", "actor_rollout_ref.rollout.n=2"], "rollout.n >= 3, got 2"),
     (["router.route_sampling=uniform", "actor_rollout_ref.rollout.n=4"], "router.route_sampling must be"),
     (["router.route_adv_norm=std", "actor_rollout_ref.rollout.n=4"], "router.route_adv_norm must be"),

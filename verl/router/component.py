@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 from verl.router.head import RouterHead, compute_router_logits
 from verl.router.loss import compute_router_loss
+from verl.router.value import compute_router_value_loss
 
 logger = logging.getLogger(__name__)
 
@@ -86,10 +87,19 @@ class RouterComponent:
         """One router step: ``L = −mean(log π(a)·A) − c_H·H + c_sup·CE`` over the whole batch (spec eq. in
         "Router policy update"); reads ``router_action`` [B], ``router_advantages`` [B] and, when present,
         ``router_target_action_id`` [B] (−1 = no label) and ``router_route_advantages`` [B, 3] (stratified routes:
-        the policy term becomes ``−mean Σ_a π(a)·A(a)``). Returns router metrics (loss terms, grad norm)."""
+        the policy term becomes ``−mean Σ_a π(a)·A(a)``). With ``router.loss_mode=value`` the loss is instead the
+        squared error of the head's value of each copy's route against ``router_value_target`` [B]
+        (:func:`verl.router.value.compute_router_value_loss`). Returns router metrics (loss terms, grad norm)."""
         self.head.train()
         self.optimizer.zero_grad(set_to_none=True)
         logits = self.logits(module, batch, grad=True)
+        if self.cfg.loss_mode == "value":  # the head regresses each copy's task reward (verl/router/value.py)
+            if "router_value_target" not in batch.keys():
+                raise KeyError("router.loss_mode=value: the batch has no router_value_target (written by "
+                               "RouterController.score on training steps)")
+            loss, metrics = compute_router_value_loss(logits, batch["router_action"].to(self.device),
+                                                      batch["router_value_target"].to(self.device))
+            return self._step(loss, metrics)
         target = batch["router_target_action_id"].to(self.device) if "router_target_action_id" in batch.keys() else None
         route_adv = batch["router_route_advantages"].to(self.device) if "router_route_advantages" in batch.keys() \
             else None  # router.route_sampling=stratified: the expectation over routes replaces log π(a)·A
@@ -98,6 +108,11 @@ class RouterComponent:
                                             entropy_coeff=float(self.cfg.entropy_coeff),
                                             sup_coeff=float(self.cfg.sup_coeff), route_advantages=route_adv,
                                             route_pg=self.cfg.route_pg)
+        return self._step(loss, metrics)
+
+    def _step(self, loss: torch.Tensor, metrics: dict) -> dict:
+        """Backward, average gradients over data-parallel ranks, clip at ``router.grad_clip``, step (skipped on a
+        non-finite gradient norm); returns ``metrics`` as floats with ``router/grad_norm``."""
         loss.backward()
         params = [p for p in self.head.parameters() if p.grad is not None]
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

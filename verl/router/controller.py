@@ -11,7 +11,9 @@
 Batch fields written (names as in ``docs/router.md``): ``router_action`` int64 [B], ``router_log_prob`` [B],
 ``router_logits`` [B, 3], ``router_input_ids/attention_mask/position_ids`` (the original prompt), ``router_cost`` [B],
 ``router_token_level_rewards`` [B, R], ``router_advantages`` [B], ``router_target_action_id`` [B] (−1 = no weak
-label); non-tensor ``tool_families`` (per-row {tool name: family}).
+label), ``router_route_advantages`` [B, 3] (stratified routes), ``router_value_target`` [B] (``router.loss_mode=value``;
+NaN for unscored rows); non-tensor ``tool_families`` (per-row {tool name: family}). With ``router.loss_mode=value``
+``router_logits`` are the policy's, ``(b + h − λ·c̄)/τ`` of the head's output ``h`` (:meth:`RouterController.policy_logits`).
 """
 from __future__ import annotations
 
@@ -38,12 +40,15 @@ from verl.router.loss import (
     router_token_level_rewards,
 )
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
+from verl.router.value import RouteValueBaseline, value_policy_logits, value_targets
 
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 UPDATE_KEYS = ("router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
-               "router_advantages", "router_route_advantages", "router_target_action_id")  # what update_router reads
+               "router_advantages", "router_route_advantages", "router_target_action_id",
+               "router_value_target")  # what update_router reads
+LOSS_MODES = ("pg", "value")
 
 
 class RouterController:
@@ -76,6 +81,21 @@ class RouterController:
         if router_cfg.route_adv_norm not in ROUTE_ADV_NORMS:
             raise ValueError(f"router.route_adv_norm must be one of {ROUTE_ADV_NORMS}, got "
                              f"{router_cfg.route_adv_norm!r}")
+        if router_cfg.loss_mode not in LOSS_MODES:
+            raise ValueError(f"router.loss_mode must be one of {LOSS_MODES}, got {router_cfg.loss_mode!r}")
+        self.value_mode = router_cfg.loss_mode == "value"  # the head estimates route values (verl/router/value.py)
+        if self.value_mode and not self.stratified:
+            raise ValueError("router.loss_mode=value needs router.route_sampling=stratified")
+        self.route_values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
+
+    def policy_logits(self, head_output: torch.Tensor) -> torch.Tensor:
+        """The routing policy's logits from the head's output ``[B, 3]``: the output itself with
+        ``router.loss_mode=pg``; with ``value``, ``(b + h − λ·c̄) / τ`` (:func:`verl.router.value.value_policy_logits`
+        with the running route baselines and the current λ)."""
+        if not self.value_mode:
+            return head_output
+        return value_policy_logits(head_output, self.route_values.reward, self.route_values.cost, self.lagrange.value,
+                                   float(self.cfg.value_temperature))
 
     def route(self, batch, router_logits: torch.Tensor, validate: bool, actions: torch.Tensor | None = None) -> None:
         """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
@@ -175,6 +195,14 @@ class RouterController:
                 metrics["router/route_acc_vs_weak_label"] = (actions[labelled] == target[labelled]).float().mean().item()
         if validate:
             return {f"val/{k}": v for k, v in metrics.items()}
+        if self.value_mode:  # running route means first, then the head's targets relative to them
+            valid_t = torch.as_tensor(valid)
+            metrics.update(self.route_values.update(task, costs, actions, valid_t))
+            # how much the head tells prompts apart: the spread over rows of its SEARCH − ANSWER value difference
+            gap = (batch.batch["router_logits"][:, 1] - batch.batch["router_logits"][:, 0]).float()
+            metrics["router/value_gap_std"] = float(gap.std() * float(self.cfg.value_temperature)) if len(gap) > 1 \
+                else 0.0
+            batch.batch["router_value_target"] = value_targets(task, actions, self.route_values.reward, valid_t)
         policy_cost, policy_task = costs.float().mean().item(), task_mean
         if self.stratified:  # every route for every prompt: advantages of all routes; λ sees the policy's cost
             uid_all = batch.non_tensor_batch["uid"]
@@ -199,7 +227,7 @@ class RouterController:
         (:meth:`route`): sampled from the policy, or with ``router.route_sampling=stratified`` during training every
         route for every prompt (:func:`verl.router.head.stratified_actions`). Returns the repeated, routed batch."""
         prompts = batch.select(batch_keys=list(PROMPT_KEYS), non_tensor_batch_keys=[])
-        logits = worker_group.compute_router_logits(prompts).batch["router_logits"]
+        logits = self.policy_logits(worker_group.compute_router_logits(prompts).batch["router_logits"])
         num_prompts = len(batch)
         batch = batch.repeat(repeat_times=n, interleave=True)
         actions = None
@@ -217,12 +245,22 @@ class RouterController:
                 for k, v in out.meta_info.get("metrics", {}).items()}
 
     def state_dict(self) -> dict:
-        """λ trajectory state and the route-sampling RNG (saved in ``data.pt``)."""
-        return {"lagrange": self.lagrange.state_dict(), "generator": self.generator.get_state()}
+        """λ trajectory state, the route-sampling RNG and the running route values (saved in ``data.pt``)."""
+        return {"lagrange": self.lagrange.state_dict(), "generator": self.generator.get_state(),
+                "route_values": self.route_values.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict`; a checkpoint from before ``route_values`` existed keeps them unobserved (a
+        value-mode run cannot have written it).
+
+        Raises: ValueError: ``router.loss_mode=value`` resuming from a checkpoint without route values."""
         self.lagrange.load_state_dict(state["lagrange"])
         self.generator.set_state(state["generator"])
+        if "route_values" in state:
+            self.route_values.load_state_dict(state["route_values"])
+        elif self.value_mode:
+            raise ValueError("router.loss_mode=value: the checkpoint holds no route values (it was trained with "
+                             "router.loss_mode=pg, whose head is a policy, not a value estimate)")
 
 
 __all__ = ["RouterController", "RouterAction"]

@@ -20,7 +20,9 @@ Per batch of prompts (no reference model, critic or reward is loaded), the same 
 ``RouterController.route`` with ``validate=True`` during training, so a route gives the same rewritten prompt:
 
 1. tokenise the ORIGINAL prompts (``rewrite.tokenize_prompts``, ``data.max_prompt_length`` / ``data.truncation``);
-2. ``router_logits`` [B, 3] from the actor's hidden states and the checkpoint's ``RouterHead``; argmax route;
+2. ``router_logits`` [B, 3] from the actor's hidden states and the checkpoint's ``RouterHead`` (with
+   ``router.loss_mode=value`` priced as in training by ``data.pt``'s λ and route values: :func:`load_value_policy`);
+   argmax route;
 3. tool families per row (``extra_info.tool_families`` or the heuristic; ``router.tool_family_file`` overrides);
 4. rewrite the system message for the route (``router.filter_tools``, ``router.other_as``) and re-tokenise;
 5. one greedy generation with ``HFRollout`` (at most ``--max_new_tokens``), decoded with special tokens kept (as
@@ -55,6 +57,7 @@ from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import RouterHead, compute_router_logits, sample_actions
+from verl.router.value import RouteValueBaseline, value_policy_logits
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
 from verl.utils.dataset.rl_dataset import PromptTooLongError, _extra_info_problems, message_list_problems
 
@@ -153,6 +156,32 @@ def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hid
         raise ValueError(f"{router_file}: head weights do not fit router.head={head.head_type!r} with hidden size "
                          f"{hidden_size}: {exc}") from exc
     return head.eval()
+
+
+def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
+                      ) -> Optional[tuple[torch.Tensor, torch.Tensor, float, float]]:
+    """For ``router.loss_mode=value``: the arguments that turn the head's output into the run's routing policy
+    (:func:`verl.router.value.value_policy_logits`) — the running route baselines and costs and λ from the
+    checkpoint's ``data.pt``, and ``router.value_temperature`` — as ``(baseline [3], cost [3], λ, τ)``; None for
+    ``loss_mode=pg`` (the head's output is the policy).
+
+    Raises:
+        FileNotFoundError: no ``data.pt`` in ``step_dir``.
+        KeyError: ``data.pt`` holds no router state with route values (the path is named).
+    """
+    if OmegaConf.select(router_cfg, "loss_mode", default="pg") != "value":
+        return None
+    path = Path(step_dir) / "data.pt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: router.loss_mode=value routes with the run's λ and route values, which "
+                                "live in the checkpoint's data.pt")
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    router_state = state.get("router") if isinstance(state, Mapping) else None
+    if not isinstance(router_state, Mapping) or "route_values" not in router_state:
+        raise KeyError(f"{path}: no router route values (expected data.pt['router']['route_values'])")
+    values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
+    values.load_state_dict(router_state["route_values"])
+    return values.reward, values.cost, float(router_state["lagrange"]["lambda"]), float(router_cfg.value_temperature)
 
 
 # -------------------------------------------------------------------------------------------------------- prompts
@@ -272,6 +301,7 @@ class RouterInference:
             param.data = param.data.to(self.compute_dtype)
         self.head = load_router_head(self.files.router_file, self.router_cfg,
                                      int(self.model.config.hidden_size)).to(self.device)
+        self.value_policy = load_value_policy(self.files.step_dir, self.router_cfg)
         self.max_prompt_length = int(self.config.data.max_prompt_length)
         self.truncation = self.config.data.truncation
         self.filter_tools = bool(self.router_cfg.filter_tools)
@@ -324,6 +354,8 @@ class RouterInference:
         original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
         logits = compute_router_logits(self.model, self.head, original["input_ids"], original["attention_mask"],
                                        original["position_ids"]).float()
+        if self.value_policy is not None:  # router.loss_mode=value: the head's values, priced by the run's λ
+            logits = value_policy_logits(logits, *self.value_policy)
         actions = fixed_routes(self.routes, len(prompts), self.route_generator)
         if actions is None:  # the learned head, greedily
             actions, _ = sample_actions(logits, greedy=True)

@@ -218,6 +218,9 @@ class RouterConfig:
     route_sampling: str = MISSING
     route_adv_norm: str = MISSING
     route_pg: str = MISSING
+    loss_mode: str = MISSING
+    value_temperature: float = MISSING
+    value_baseline_decay: float = MISSING
     filter_tools: bool = MISSING
     other_as: str = MISSING
     tool_family_file: Optional[str] = MISSING

@@ -14,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.trainer.config_errors import ConfigError  # re-exported: callers import it from here
 from verl.trainer.model_config_checks import validate_model_settings
+from verl.trainer.router_config_checks import validate_router_settings
 
 logger = logging.getLogger(__name__)
 
@@ -375,21 +376,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
                        "so advantages carry no relative signal", estimator)
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
-    for key, allowed in (("route_sampling", ("policy", "stratified")), ("route_adv_norm", ("batch", "group", "none")),
-                         ("route_pg", ("exact", "natural"))):
-        if config.router.enable and config.router[key] not in allowed:
-            raise ConfigError(f"router.{key} must be one of {allowed}, got {config.router[key]!r}")
-    if config.router.enable and config.router.route_sampling == "stratified" and n < 3:
-        raise ConfigError(f"router.route_sampling=stratified routes one copy of each prompt to each of the 3 routes: "
-                          f"it needs actor_rollout_ref.rollout.n >= 3, got {n}")
-    if config.router.enable and config.router.answer_forbids_tool_calls:
-        if arr.rollout.name != "hf":
-            raise ConfigError(f"router.answer_forbids_tool_calls=true blocks tool calls while decoding, which the HF "
-                              f"rollout implements: set actor_rollout_ref.rollout.name=hf (got {arr.rollout.name!r})")
-        if int(arr.rollout.top_k) > 0 or float(arr.rollout.top_p) < 1.0:  # generate truncates before the ban
-            raise ConfigError(f"router.answer_forbids_tool_calls=true needs untruncated sampling: rollout.top_k="
-                              f"{arr.rollout.top_k} / top_p={arr.rollout.top_p} could leave an ANSWER row only banned "
-                              "tokens (set top_k=-1, top_p=1.0)")
+    validate_router_settings(config)
     cache = arr.rollout.cache_implementation
     if cache is not None and (cache not in ("dynamic", "static") or arr.rollout.name != "hf"):
         raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation={cache!r}: null, 'dynamic' or 'static', "

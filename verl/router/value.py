@@ -1,0 +1,168 @@
+"""The router as a value estimate with the price applied at decision time (``router.loss_mode=value``;
+``docs/router.md``, "Route values"). Pure tensor functions plus the per-route running baseline.
+
+The budgeted routing problem is a contextual bandit with a knapsack-style constraint: choose a route ``a`` for a
+prompt ``x`` to maximise ``E[r_task]`` subject to ``E[cost] ≤ B``. Its Lagrangian relaxation is solved per prompt by
+``argmax_a Q(x, a) − λ·C(a)`` with ``Q`` the expected task reward of the route and ``C`` its expected cost, ``λ`` set
+by dual ascent on the spent cost (Badanidiyuru, Langford and Slivkins 2014, "Resourceful Contextual Bandits",
+arXiv 1402.6779; Agrawal and Devanur 2016, "Linear Contextual Bandits with Knapsacks", arXiv 1507.06738, §3). With
+stratified routes (every route observed on every training prompt) ``Q`` is learned by plain regression, whatever
+``λ`` is, and ``λ`` only moves the threshold: the policy's logits are ::
+
+    z(x, a) = (b(a) + h(x)_a − λ·c̄(a)) / τ
+
+where ``h`` is the router head's output (the prompt-specific part of ``Q``, trained on ``r_task − b(a)``),
+``b(a)`` and ``c̄(a)`` are running means of route ``a``'s task reward and tool cost over the training batches
+(:class:`RouteValueBaseline`), and ``τ = router.value_temperature``. Greedy routing takes ``argmax_a z``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional
+
+import torch
+
+from verl.router import NUM_ROUTER_ACTIONS, RouterAction
+
+
+def value_policy_logits(values: torch.Tensor, baseline: torch.Tensor, cost: torch.Tensor, lam: float,
+                        temperature: float) -> torch.Tensor:
+    """The routing policy's logits ``z = (b + h − λ·c̄) / τ`` (module docstring).
+
+    Args:
+        values: float ``[B, 3]``, the head's output ``h(x)``.
+        baseline: float ``[3]``, ``b(a)`` (reward units); cost: float ``[3]``, ``c̄(a)``.
+        lam: ``λ ≥ 0``; temperature: ``τ > 0``.
+
+    Returns:
+        float32 ``[B, 3]``.
+
+    Raises:
+        ValueError: wrong shapes, ``λ < 0`` or ``τ ≤ 0``.
+    """
+    if values.dim() != 2 or values.shape[-1] != NUM_ROUTER_ACTIONS or baseline.shape != (NUM_ROUTER_ACTIONS,) \
+            or cost.shape != (NUM_ROUTER_ACTIONS,):
+        raise ValueError(f"value_policy_logits: values {tuple(values.shape)} must be [B, 3], baseline "
+                         f"{tuple(baseline.shape)} and cost {tuple(cost.shape)} [3]")
+    if lam < 0 or not temperature > 0:
+        raise ValueError(f"value_policy_logits: lambda must be >= 0 and temperature > 0, got {lam}, {temperature}")
+    shift = (baseline.float() - float(lam) * cost.float()).to(values.device)
+    return (values.float() + shift) / float(temperature)
+
+
+def value_targets(task: torch.Tensor, actions: torch.Tensor, baseline: torch.Tensor,
+                  valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Regression targets of the head: ``r_task − b(a_i)`` per copy, NaN where the reward could not score the row.
+
+    Args: ``task`` float ``[B]``; ``actions`` int64 ``[B]``; ``baseline`` float ``[3]``; ``valid`` bool ``[B]`` or
+        None (all scored).
+    Returns: float32 ``[B]``.
+    """
+    target = task.float() - baseline.float()[actions.long()]
+    if valid is not None:
+        target = torch.where(valid.bool(), target, torch.full_like(target, float("nan")))
+    return target
+
+
+def compute_router_value_loss(values: torch.Tensor, actions: torch.Tensor,
+                              targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    """Squared error of the head's value of each copy's route against its target (NaN targets skipped)::
+
+        L = ½ · mean_{i: target_i known} (h(x_i)_{a_i} − target_i)²
+
+    Args: ``values`` float ``[B, 3]`` (differentiable); ``actions`` int64 ``[B]``; ``targets`` float ``[B]``
+        (:func:`value_targets`).
+    Returns: ``(loss, metrics)``: ``router/value_loss`` (the loss), ``router/value_explained_var`` (``1 −
+        Var(target − h)/Var(target)`` over the scored rows; absent with fewer than two), ``router/value_rows``.
+        With no scored row the loss is a zero that keeps the graph.
+    Raises: ValueError on shape mismatches or an action outside 0..2.
+    """
+    batch = values.shape[0]
+    if values.shape != (batch, NUM_ROUTER_ACTIONS) or actions.shape != (batch,) or targets.shape != (batch,):
+        raise ValueError(f"compute_router_value_loss: values {tuple(values.shape)} must be [B, 3], actions "
+                         f"{tuple(actions.shape)} and targets {tuple(targets.shape)} [B]")
+    if bool(((actions < 0) | (actions >= NUM_ROUTER_ACTIONS)).any()):
+        raise ValueError(f"compute_router_value_loss: actions must lie in 0..2, got {actions.tolist()}")
+    known = ~torch.isnan(targets)
+    chosen = values.float().gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+    if not bool(known.any()):
+        return values.sum() * 0.0, {"router/value_loss": 0.0, "router/value_rows": 0.0}
+    err = chosen[known] - targets[known].float()
+    loss = 0.5 * (err ** 2).mean()
+    metrics = {"router/value_loss": loss.item(), "router/value_rows": float(known.sum())}
+    if int(known.sum()) > 1:
+        var = targets[known].float().var()
+        if float(var) > 0:
+            metrics["router/value_explained_var"] = float(1.0 - err.detach().var() / var)
+    return loss, metrics
+
+
+class RouteValueBaseline:
+    """Running means ``b(a)`` of each route's task reward and ``c̄(a)`` of its tool cost, over training batches.
+
+    Each :meth:`update` takes the batch's per-route means and moves the running values by an exponential average
+    with weight ``1 − decay`` (``router.value_baseline_decay``); a route's first observation sets its value. Before
+    any observation ``b = c̄ = 0``, so the untrained policy is uniform (as the zero-initialised head of
+    ``router.loss_mode=pg``).
+
+    Args:
+        decay: in ``[0, 1)``.
+
+    Raises:
+        ValueError: ``decay`` outside ``[0, 1)``.
+    """
+
+    def __init__(self, decay: float = 0.9):
+        if not 0.0 <= float(decay) < 1.0:
+            raise ValueError(f"router.value_baseline_decay must lie in [0, 1), got {decay}")
+        self.decay = float(decay)
+        self.reward = torch.zeros(NUM_ROUTER_ACTIONS, dtype=torch.float64)
+        self.cost = torch.zeros(NUM_ROUTER_ACTIONS, dtype=torch.float64)
+        self.seen = torch.zeros(NUM_ROUTER_ACTIONS, dtype=torch.bool)
+
+    def update(self, task: torch.Tensor, costs: torch.Tensor, actions: torch.Tensor,
+               valid: Optional[torch.Tensor] = None) -> dict[str, float]:
+        """Fold one batch in: per route, the mean task reward of its scored copies and the mean cost of all its
+        copies (an unscored row's calls were still made). Returns ``router/value_baseline_<route>`` and
+        ``router/value_cost_<route>`` after the update.
+
+        Args: ``task``, ``costs`` float ``[B]``; ``actions`` int64 ``[B]``; ``valid`` bool ``[B]`` or None.
+        """
+        keep = torch.ones_like(actions, dtype=torch.bool) if valid is None else valid.bool().cpu()
+        actions = actions.long().cpu()
+        for a in range(NUM_ROUTER_ACTIONS):
+            rows = actions == a
+            if not bool(rows.any()):
+                continue
+            cost = costs.double().cpu()[rows].mean()
+            scored = rows & keep
+            reward = task.double().cpu()[scored].mean() if bool(scored.any()) else None
+            w = 0.0 if not bool(self.seen[a]) else self.decay
+            self.cost[a] = w * self.cost[a] + (1.0 - w) * cost
+            if reward is not None:
+                self.reward[a] = w * self.reward[a] + (1.0 - w) * reward
+            self.seen[a] = True
+        metrics = {}
+        for action in RouterAction:
+            name = action.name.lower()
+            metrics[f"router/value_baseline_{name}"] = float(self.reward[int(action)])
+            metrics[f"router/value_cost_{name}"] = float(self.cost[int(action)])
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"reward": self.reward.tolist(), "cost": self.cost.tolist(), "seen": self.seen.tolist(),
+                "decay": self.decay}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s values (the decay stays the config's).
+
+        Raises: ValueError: a missing key or a list that is not of length 3 (named).
+        """
+        for key in ("reward", "cost", "seen"):
+            if key not in state or len(state[key]) != NUM_ROUTER_ACTIONS:
+                raise ValueError(f"router value baseline state: {key!r} missing or not of length 3")
+        self.reward = torch.tensor([float(v) for v in state["reward"]], dtype=torch.float64)
+        self.cost = torch.tensor([float(v) for v in state["cost"]], dtype=torch.float64)
+        self.seen = torch.tensor([bool(v) for v in state["seen"]], dtype=torch.bool)
+        if not all(math.isfinite(v) for v in self.reward.tolist() + self.cost.tolist()):
+            raise ValueError("router value baseline state: non-finite values")
