@@ -18,7 +18,9 @@ TRAIN_KEYS = ("router/lambda", "router/mean_cost", "router/budget", "router/frac
               "router/mean_router_reward", "router/route_entropy", "router/route_acc_vs_weak_label",
               "critic/score/mean", "critic/format_score/mean", "critic/correctness_score/mean",
               "response/tool_call_rate", "timing_s/step", "router/policy_cost", "router/policy_task_reward",
-              "router/policy_prob_answer", "router/policy_prob_search", "router/policy_prob_calculate")
+              "router/policy_prob_answer", "router/policy_prob_search", "router/policy_prob_calculate",
+              "router/value_loss", "router/value_explained_var", "router/value_gap_std", "router/value_baseline_answer",
+              "router/value_baseline_search", "router/value_baseline_calculate")
 
 
 def summarise(metrics_file: Path) -> dict:
@@ -46,7 +48,29 @@ def summarise(metrics_file: Path) -> dict:
                       "budget": tail[-1].get("router/budget")}
         if policy:
             last_third["policy_cost"] = round(sum(policy) / len(policy), 4)
-    return {"validation": validation, "train_steps": train, "last_third": last_third}
+    return {"validation": validation, "train_steps": train, "last_third": last_third,
+            "budget_phases": budget_phases(train)}
+
+
+def budget_phases(train: list[dict]) -> list[dict]:
+    """Per run of consecutive steps with one budget (a resumed run may change ``router.budget_B``): its steps, and
+    over its last third the mean policy cost (else the batch's) and its distance from the budget."""
+    phases: list[list[dict]] = []
+    for record in train:
+        if phases and phases[-1][-1].get("router/budget") == record.get("router/budget"):
+            phases[-1].append(record)
+        else:
+            phases.append([record])
+    out = []
+    for records in phases:
+        tail = records[len(records) - max(1, len(records) // 3):]
+        key = "router/policy_cost" if all("router/policy_cost" in r for r in tail) else "router/mean_cost"
+        cost = sum(r[key] for r in tail) / len(tail)
+        budget = records[0].get("router/budget")
+        out.append({"budget": budget, "steps": [records[0]["step"], records[-1]["step"]],
+                    "last_third_steps": [tail[0]["step"], tail[-1]["step"]], "last_third_cost": round(cost, 4),
+                    "last_third_cost_minus_budget": round(cost - budget, 4) if budget is not None else None})
+    return out
 
 
 def plot(summary: dict, path: str, title: str, phases: list[tuple[int, str]]) -> None:
@@ -64,7 +88,8 @@ def plot(summary: dict, path: str, title: str, phases: list[tuple[int, str]]) ->
     ax_cost.plot(x, [r[cost_key] for r in steps], label=cost_key.split("/")[-1].replace("_", " "))
     if all("router/policy_prob_answer" in r for r in steps):
         ax_cost.plot(x, [r["router/policy_prob_answer"] for r in steps], label="P(ANSWER)", linestyle=":")
-    ax_cost.axhline(steps[-1]["router/budget"], color="grey", linestyle="--", linewidth=1, label="B")
+    ax_cost.step(x, [r["router/budget"] for r in steps], where="mid", color="grey", linestyle="--", linewidth=1,
+                 label="B")
     ax_cost.set_ylabel("cost / probability")
     ax_cost.legend(fontsize=8, loc="upper left")
     ax_lam.plot(x, [r["router/lambda"] for r in steps], color="tab:red")

@@ -40,3 +40,19 @@ def test_expected_point_and_paired_gain_by_hand():
     assert random["mean_cost"] == pytest.approx(0.5) and random["score"]["mean"] == pytest.approx(0.0)
     gain = frontier.paired_expected(random, point)
     assert gain["score"]["mean"] == pytest.approx(1.2) and gain["score"]["se"] == pytest.approx(0.6)
+
+
+def test_progress_budget_phases_take_the_last_third_of_each_budget():
+    spec = importlib.util.spec_from_file_location("router_progress",
+                                                  REPO_ROOT / "benchmarks" / "evidence" / "router_progress.py")
+    progress = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(progress)
+    # steps 1-6 at B = 0.3 (last third: steps 5, 6), steps 7-9 at B = 0.5 (last third: step 9)
+    costs = [0.9, 0.6, 0.4, 0.3, 0.32, 0.26, 0.4, 0.45, 0.52]
+    train = [{"step": i + 1, "router/budget": 0.3 if i < 6 else 0.5, "router/policy_cost": c}
+             for i, c in enumerate(costs)]
+    first, second = progress.budget_phases(train)
+    assert first["steps"] == [1, 6] and first["last_third_steps"] == [5, 6]
+    assert first["last_third_cost"] == pytest.approx(0.29) and first["last_third_cost_minus_budget"] == pytest.approx(-0.01)
+    assert second["budget"] == 0.5 and second["last_third_steps"] == [9, 9]
+    assert second["last_third_cost"] == pytest.approx(0.52)
