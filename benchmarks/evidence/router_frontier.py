@@ -101,6 +101,26 @@ def paired_expected(base: dict, other: dict) -> dict:
     return out
 
 
+SWEEP_PREFIX = "lambda_"  # --policy labels drawn as one curve: the same value head at several fixed prices
+
+
+def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, random_b: dict) -> tuple[dict, dict]:
+    """A stochastic routing policy (``probs``) in expectation (:func:`expected_point`), paired against random routing
+    at the budget's rate (``random_b``) and at the policy's own expected cost. Returns ``(point, matched random
+    point)``; the point holds ``paired_vs_random_expected`` and ``paired_vs_random_same_cost_expected``."""
+    learned = expected_point(probs, values, needs)
+    learned["paired_vs_random_expected"] = paired_expected(random_b, learned)
+    # random routing at the policy's own expected cost (the SEARCH route's responses need not all call a tool: the
+    # rate is the policy's cost over the SEARCH route's mean cost): the same spending, no choice of where
+    search_cost = sum(v["cost"] for v in values["SEARCH"].values()) / len(values["SEARCH"])
+    rate = min(1.0, learned["mean_cost"] / search_cost) if search_cost else 0.0
+    matched = expected_point({k: {"ANSWER": 1 - rate, "SEARCH": rate} for k in needs}, values, needs)
+    learned["paired_vs_random_same_cost_expected"] = paired_expected(matched, learned)
+    learned.pop("per_prompt")
+    matched.pop("per_prompt")
+    return learned, {"rate": rate, **matched}
+
+
 def plot(points: dict, budget: float, path: str, title: str) -> None:
     import matplotlib
 
@@ -108,8 +128,14 @@ def plot(points: dict, budget: float, path: str, title: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
+    sweep = sorted((p["mean_cost"], p["score"]["mean"]) for label, p in points.items() if label.startswith(SWEEP_PREFIX))
+    if sweep:  # one value head at several fixed prices (--policy lambda_L=...): its own cost–reward curve
+        ax.plot([c for c, _ in sweep], [v for _, v in sweep], "x-", color="tab:green", linewidth=1,
+                label="the learned head at fixed λ (expected)")
     places: dict = {}  # policies at the same point share one marker and one label ("learned = search")
     for label, point in points.items():
+        if label.startswith(SWEEP_PREFIX):
+            continue
         places.setdefault((round(point["mean_cost"], 4), round(point["score"]["mean"], 4)), []).append(label)
     for (x, y), labels in places.items():
         ax.errorbar(x, y, yerr=points[labels[0]]["score"]["se"] or 0, fmt="o", capsize=3)
@@ -118,6 +144,7 @@ def plot(points: dict, budget: float, path: str, title: str) -> None:
         ends = [points["answer"], points["search"]]
         ax.plot([e["mean_cost"] for e in ends], [e["score"]["mean"] for e in ends], color="lightgrey", zorder=0,
                 label="random routes at any rate (expected)")
+    if sweep or ("answer" in points and "search" in points):
         ax.legend(loc="upper left", fontsize=8)
     ax.set_xlim(-0.05, 1.3)  # room for the labels right of the points
     ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
@@ -142,6 +169,10 @@ def main() -> None:
                         help="label of the learned head's generations: also score its stochastic policy exactly in "
                              "expectation (needs the answer, search and calculate labels), as 'LABEL_expected', "
                              "paired against random routing at the budget's rate in expectation")
+    parser.add_argument("--policy", action="append", default=[],
+                        help="LABEL=FILE: a routing policy known only by the router_probs of a router-infer output (e.g. "
+                             "a value head at a fixed price, --fixed_lambda, generated with --max_new_tokens 1), "
+                             "scored in expectation as 'LABEL_expected' (needs the answer, search, calculate labels)")
     args = parser.parse_args()
     files = dict(spec.split("=", 1) for spec in args.points)
     rows = {label: read_generations(path) for label, path in files.items()}
@@ -156,27 +187,26 @@ def main() -> None:
             if label != args.reference:
                 points[label][f"paired_vs_{args.reference}"] = paired_comparison(rows[args.reference], rows[label],
                                                                                  metric)
-    if args.expected:
-        missing = [label for label in (args.expected, "answer", "search", "calculate") if label not in rows]
+    policies = dict(spec.split("=", 1) for spec in args.policy)
+    if args.expected or policies:
+        missing = [label for label in (args.expected or "answer", "answer", "search", "calculate") if label not in rows]
         if missing:
-            raise SystemExit(f"--expected needs the labels {missing} among the points")
+            raise SystemExit(f"--expected / --policy need the labels {missing} among the points")
         values = {a: values_of[a.lower()] for a in ROUTES}
         needs = {row_key(r): "<tool_call>" in (r.get("ground_truth") or "") for r in rows["answer"]}
-        learned = expected_point({row_key(r): r["router_probs"] for r in rows[args.expected]}, values, needs)
         b = args.budget
         random_b = expected_point({k: {"ANSWER": 1 - b, "SEARCH": b} for k in needs}, values, needs)
-        learned["paired_vs_random_expected"] = paired_expected(random_b, learned)
-        # random routing at the learned policy's own expected cost (the SEARCH route's responses need not all call a
-        # tool: the rate is the learned cost over the SEARCH route's mean cost): the same spending, no choice of where
-        search_cost = sum(v["cost"] for v in values["SEARCH"].values()) / len(values["SEARCH"])
-        rate = min(1.0, learned["mean_cost"] / search_cost) if search_cost else 0.0
-        matched = expected_point({k: {"ANSWER": 1 - rate, "SEARCH": rate} for k in needs}, values, needs)
-        learned["paired_vs_random_same_cost_expected"] = paired_expected(matched, learned)
-        for point in (learned, random_b, matched):
-            point.pop("per_prompt")
-        points[f"{args.expected}_expected"] = learned
+        probs_of = {label: read_generations(path) for label, path in policies.items()}
+        if args.expected:
+            probs_of = {args.expected: rows[args.expected], **probs_of}
+        for label, table in probs_of.items():
+            learned, matched = score_in_expectation({row_key(r): r["router_probs"] for r in table}, values, needs,
+                                                    random_b)
+            points[f"{label}_expected"] = learned
+            if label == args.expected:
+                points["random_same_cost_expected"] = matched
+        random_b.pop("per_prompt")
         points[f"random_{b}_expected"] = random_b
-        points["random_same_cost_expected"] = {"rate": rate, **matched}
     out = {"budget": args.budget, "generations": files, "command": args.command, "points": points}
     Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
     if args.plot:

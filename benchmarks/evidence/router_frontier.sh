@@ -8,6 +8,7 @@
 #   bash benchmarks/evidence/router_frontier.sh CHECKPOINT NAME [BUDGET_B]
 #   e.g. bash benchmarks/evidence/router_frontier.sh \
 #          checkpoints/router_grpo/router_forbid_smollm2_sft_b0.3/global_step_30 router_forbid_b0.3_step30 0.3
+#   LAMBDAS="0 1 2 3 4 5" bash benchmarks/evidence/router_frontier.sh CKPT NAME B   # + a value head's λ sweep
 # Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
 # results: benchmarks/results/NAME_frontier.{json,png}.
 set -euo pipefail
@@ -28,7 +29,19 @@ for routes in "random:$B" learned answer search calculate; do
   fi
   points+=("$tag=$OUT/$tag.jsonl")
 done
-"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" --budget "$B" --reference "random_$B" --expected learned \
+# LAMBDAS="1 2 3 ..." (a router.loss_mode=value checkpoint): the same head at each fixed price (--fixed_lambda), only
+# its routing probabilities (one new token), scored in expectation: the head's own cost–reward curve, and the
+# fixed-penalty policies of the ablation
+policies=()
+for lam in ${LAMBDAS:-}; do
+  if [ ! -s "$OUT/lambda_$lam.jsonl" ]; then
+    nice -n 19 "$PYTHON" -m verl.router.infer --checkpoint "$CKPT" --prompts "$PROMPTS" --output "$OUT/lambda_$lam.jsonl" \
+      --routes learned --fixed_lambda "$lam" --max_new_tokens 1 --filter_overlong_prompts
+  fi
+  policies+=(--policy "lambda_$lam=$OUT/lambda_$lam.jsonl")
+done
+"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" "${policies[@]}" --budget "$B" --reference "random_$B" \
+  --expected learned \
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
-  --command "bash benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"
+  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }bash benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"

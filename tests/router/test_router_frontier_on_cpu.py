@@ -40,6 +40,13 @@ def test_expected_point_and_paired_gain_by_hand():
     assert random["mean_cost"] == pytest.approx(0.5) and random["score"]["mean"] == pytest.approx(0.0)
     gain = frontier.paired_expected(random, point)
     assert gain["score"]["mean"] == pytest.approx(1.2) and gain["score"]["se"] == pytest.approx(0.6)
+    # the same through score_in_expectation: paired against random at rate B = 0.3 and at its own cost (rate 0.5)
+    random_b = frontier.expected_point({k: {"ANSWER": 0.7, "SEARCH": 0.3} for k in needs}, values, needs)
+    scored, matched = frontier.score_in_expectation(smart, values, needs, random_b)
+    assert matched["rate"] == pytest.approx(0.5) and "per_prompt" not in scored
+    assert scored["paired_vs_random_same_cost_expected"]["score"]["mean"] == pytest.approx(1.2)
+    # random at 0.3: per prompt score −1.2 / +0.4 -> gains 3.0 and 0.2
+    assert scored["paired_vs_random_expected"]["score"]["mean"] == pytest.approx(1.6)
 
 
 def test_progress_budget_phases_take_the_last_third_of_each_budget():

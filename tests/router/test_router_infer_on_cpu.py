@@ -268,3 +268,10 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
         # the reported probabilities are the priced policy's: softmax((h − λ·c̄)/τ) with h = (0, 12, 0), b = 0
         logits = torch.tensor([0.0, 12.0 - lam, -lam]) / 2.0
         torch.testing.assert_close(routed.probs[0], torch.softmax(logits, -1), atol=1e-5, rtol=0)
+    # --fixed_lambda: the same head at another price (data.pt says λ = 20, priced at 5 instead: SEARCH)
+    controller.lagrange.value = 20.0
+    torch.save({"router": controller.state_dict()}, step / "data.pt")
+    engine = RouterInference(step, max_new_tokens=4, device="cpu", fixed_lambda=5.0)
+    assert [ROUTE_NAMES[int(a)] for a in engine.route([r.messages for r in rows]).actions] == ["SEARCH"] * N_ROWS
+    with pytest.raises(ValueError, match="loss_mode=pg"):
+        RouterInference(make_checkpoint(tmp_path / "pg", tiny_dir, RouterAction.SEARCH), device="cpu", fixed_lambda=1.0)

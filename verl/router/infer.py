@@ -262,14 +262,18 @@ class RouterInference:
         checkpoint: ``.../global_step_N`` or its ``actor/`` subdirectory (:func:`resolve_checkpoint`).
         max_new_tokens: the generation limit (>= 1).
         device: ``cpu`` | ``cuda``; None: CUDA when available.
+        routes: ``--routes`` (:func:`parse_routes`); seed: of ``random:B`` routes.
+        fixed_lambda: ``router.loss_mode=value`` only: route at this λ instead of the checkpoint's (the head as a
+            fixed-penalty policy; its cost–reward curve as λ varies).
 
     Raises:
         FileNotFoundError / ValueError / KeyError: see :func:`resolve_checkpoint`, :func:`load_checkpoint_config`,
-            :func:`load_router_head`; ``cuda`` requested without CUDA.
+            :func:`load_router_head`, :func:`load_value_policy`; ``cuda`` requested without CUDA; ``fixed_lambda``
+            with a ``loss_mode=pg`` checkpoint or below 0.
     """
 
     def __init__(self, checkpoint: str | os.PathLike, max_new_tokens: int = 256, device: Optional[str] = None,
-                 routes: str = "learned", seed: int = 0):
+                 routes: str = "learned", seed: int = 0, fixed_lambda: Optional[float] = None):
         from transformers import AutoTokenizer
 
         self.routes = parse_routes(routes)
@@ -302,6 +306,14 @@ class RouterInference:
         self.head = load_router_head(self.files.router_file, self.router_cfg,
                                      int(self.model.config.hidden_size)).to(self.device)
         self.value_policy = load_value_policy(self.files.step_dir, self.router_cfg)
+        if fixed_lambda is not None:  # the same head at another price: the fixed-penalty policy
+            if self.value_policy is None:
+                raise ValueError("--fixed_lambda prices a router.loss_mode=value head; this checkpoint's head is a "
+                                 "policy (router.loss_mode=pg)")
+            if not float(fixed_lambda) >= 0:
+                raise ValueError(f"--fixed_lambda must be >= 0, got {fixed_lambda}")
+            baseline, cost, _, temperature = self.value_policy
+            self.value_policy = (baseline, cost, float(fixed_lambda), temperature)
         self.max_prompt_length = int(self.config.data.max_prompt_length)
         self.truncation = self.config.data.truncation
         self.filter_tools = bool(self.router_cfg.filter_tools)
@@ -457,7 +469,8 @@ def fixed_routes(routes: tuple[str, Optional[float]], n: int, generator: torch.G
 
 def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, output: str | os.PathLike,
                   max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None,
-                  routes: str = "learned", seed: int = 0, filter_overlong_prompts: bool = False) -> dict:
+                  routes: str = "learned", seed: int = 0, filter_overlong_prompts: bool = False,
+                  fixed_lambda: Optional[float] = None) -> dict:
     """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
 
     ``filter_overlong_prompts`` (as the trainer's ``data.filter_overlong_prompts``): drop the rows whose prompt is
@@ -475,7 +488,8 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
     if int(max_new_tokens) < 1:
         raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
     rows = load_prompt_rows(prompts)
-    engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed)
+    engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed,
+                             fixed_lambda=fixed_lambda)
     filtered = 0
     if filter_overlong_prompts:
         kept = [row for row in rows if engine.prompt_length(row.messages) <= engine.max_prompt_length]
@@ -516,12 +530,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--filter_overlong_prompts", action="store_true",
                         help="drop prompts longer than the checkpoint's data.max_prompt_length (else data.truncation "
                              "applies to them)")
+    parser.add_argument("--fixed_lambda", type=float, default=None,
+                        help="router.loss_mode=value: price the routes at this λ instead of the checkpoint's (the "
+                             "same head as a fixed-penalty policy)")
     args = parser.parse_args(argv)
     setup_logging()
     parse_routes(args.routes)  # a bad --routes fails before the model loads
     summary = run_inference(args.checkpoint, args.prompts, args.output, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size, device=args.device, routes=args.routes, seed=args.seed,
-                            filter_overlong_prompts=args.filter_overlong_prompts)
+                            filter_overlong_prompts=args.filter_overlong_prompts, fixed_lambda=args.fixed_lambda)
     print(json.dumps(summary, indent=2))
     return 0
 
