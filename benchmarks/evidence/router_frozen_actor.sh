@@ -13,9 +13,9 @@
 #   BUDGET_B=0.3 NAME=fixed_penalty bash benchmarks/evidence/router_frozen_actor.sh router.dual_lr=0 router.lambda_init=L
 # Route values (router.loss_mode=value, docs/router.md "Route values": the head regresses each route's task reward,
 # λ prices the routes when routing):
-#   BUDGET_B=0.3 NAME=router_value TOTAL_STEPS=36 TEST_FREQ=100 bash benchmarks/evidence/router_frozen_actor.sh \
-#     router.loss_mode=value router.entropy_coeff=0 router.value_temperature=0.5 router.optim.lr=1e-3 \
-#     router.lambda_init=2.0 router.dual_lr=1.0 trainer.val_before_train=False
+#   BUDGET_B=0.3 NAME=router_value_norm TOTAL_STEPS=36 TEST_FREQ=100 bash benchmarks/evidence/router_frozen_actor.sh \
+#     router.loss_mode=value router.input_norm=running router.entropy_coeff=0 router.value_temperature=0.5 \
+#     router.optim.lr=1e-3 router.lambda_init=2.0 router.dual_lr=1.0 trainer.val_before_train=False
 # Niced; running the same command again resumes exactly (checkpoints/router_grpo/<experiment>).
 # Metrics: outputs/evidence/<experiment>/metrics.jsonl.
 set -euo pipefail

@@ -136,3 +136,31 @@ def test_sample_actions_rejects_bad_logits():
         sample_actions(torch.zeros(2, 4))
     with pytest.raises(ValueError, match="NaN"):
         sample_actions(torch.tensor([[float("nan"), 0.0, 0.0]]))
+
+
+def test_running_input_norm_centres_and_scales_by_the_observed_prompts():
+    """router.input_norm=running: Welford's running mean / variance over every observed prompt (batches combined
+    exactly), features centred and divided by one RMS; the identity before any observation; saved with the head."""
+    head = RouterHead(2, input_norm="running")
+    x = torch.tensor([[1.0, 2.0], [3.0, 6.0]])
+    assert torch.equal(head.normalize(x), x)  # nothing observed yet
+    head.observe(x)
+    head.observe(torch.tensor([[5.0, 4.0]]))
+    # all three rows: means (3, 4), population variances (8/3, 8/3) -> one scale sqrt(8/3)
+    torch.testing.assert_close(head.feature_mean, torch.tensor([3.0, 4.0], dtype=torch.float64))
+    z = head.normalize(torch.tensor([[3.0, 4.0], [5.0, 4.0]]))
+    torch.testing.assert_close(z, torch.tensor([[0.0, 0.0], [2.0, 0.0]]) / (8 / 3 + 1e-6) ** 0.5)
+    # a constant offset common to every prompt (the dominant dimension of a real LM's state) is removed entirely
+    shifted = RouterHead(2, input_norm="running")
+    shifted.observe(x + 40.0)
+    shifted.observe(torch.tensor([[45.0, 44.0]]))
+    torch.testing.assert_close(shifted.normalize(torch.tensor([[45.0, 44.0]])), z[1:])
+    # forward(observe=True) folds the batch in first; the buffers travel in the state dict
+    fresh = RouterHead(2, input_norm="running")
+    fresh(x.unsqueeze(1), torch.ones(2, 1), observe=True)
+    assert float(fresh.feature_count) == 2.0
+    restored = RouterHead(2, input_norm="running")
+    restored.load_state_dict(fresh.state_dict())
+    torch.testing.assert_close(restored.feature_m2, torch.tensor([2.0, 8.0], dtype=torch.float64))
+    with pytest.raises(ValueError, match="router.input_norm must be one of"):
+        RouterHead(2, input_norm="batch")

@@ -49,7 +49,8 @@ class RouterComponent:
         self.device = device
         self.head = RouterHead(hidden_size, head=router_cfg.head,
                                pooling=router_cfg.pooling,
-                               detach_backbone=bool(router_cfg.detach_backbone)).to(device)
+                               detach_backbone=bool(router_cfg.detach_backbone),
+                               input_norm=router_cfg.input_norm).to(device)
         optim_cfg = router_cfg.optim
         lr = float(optim_cfg.lr)
         self.shared = bool(optim_cfg.shared)
@@ -65,7 +66,9 @@ class RouterComponent:
     def logits(self, module: torch.nn.Module, batch, grad: bool = False) -> torch.Tensor:
         """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), in micro-batches.
         Rows holding the same prompt (a group's ``rollout.n`` copies) go through the backbone once and share its
-        logits (and, with ``grad``, their gradient sums over the copies, as if each row had its own forward)."""
+        logits (and, with ``grad``, their gradient sums over the copies, as if each row had its own forward). With
+        ``grad`` (the update) each distinct prompt's features also enter the head's running input statistics
+        (``router.input_norm=running``) before its micro-batch is normalised."""
         input_ids, attention_mask, position_ids = router_prompt_tensors(batch)
         rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype), position_ids.to(input_ids.dtype)], dim=-1)
         unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
@@ -79,7 +82,7 @@ class RouterComponent:
                 sl = slice(start, start + self.micro_batch_size)
                 out.append(compute_router_logits(module, self.head, input_ids[sl].to(self.device),
                                                  attention_mask[sl].to(self.device),
-                                                 position_ids[sl].to(self.device)))
+                                                 position_ids[sl].to(self.device), observe=grad))
         logits = torch.cat(out, dim=0)
         return logits[inverse.to(logits.device)] if unique.shape[0] < rows.shape[0] else logits
 

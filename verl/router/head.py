@@ -24,6 +24,7 @@ logger = logging.getLogger(__name__)
 
 POOLING_MODES = ("last_token", "mean")
 HEAD_TYPES = ("linear", "mlp")
+INPUT_NORMS = ("none", "running")
 
 
 def last_valid_index(mask: torch.Tensor) -> torch.Tensor:
@@ -85,6 +86,12 @@ class RouterHead(nn.Module):
         pooling: ``"last_token"`` or ``"mean"`` (:func:`pool_hidden`).
         detach_backbone: detach the hidden states before the head, so router losses never reach the LM.
         mlp_hidden_size: width of the MLP's hidden layer (default ``H``).
+        input_norm: ``"none"`` or ``"running"`` (``router.input_norm``): centre each pooled feature by its running
+            mean over the prompts the head was trained on and divide by the running root-mean-square of the centred
+            features (one scale for all features), before the head. A causal LM's last hidden state is dominated by a
+            few dimensions that hardly vary between prompts (SmolLM2-135M: one of ~47 in a vector of norm ~57): on
+            raw features every weight step moves all prompts' outputs together, centring leaves only what tells
+            prompts apart. The statistics are buffers (saved with the head), updated by :meth:`observe`.
 
     The output layer is zero-initialised: the initial router is uniform over the three routes (maximum entropy), so
     the first GRPO groups see every route. Parameters are float32 unless the caller casts the module.
@@ -96,8 +103,15 @@ class RouterHead(nn.Module):
     """
 
     def __init__(self, hidden_size: int, head: str = "linear", pooling: str = "last_token",
-                 detach_backbone: bool = True, mlp_hidden_size: Optional[int] = None):
+                 detach_backbone: bool = True, mlp_hidden_size: Optional[int] = None, input_norm: str = "none"):
         super().__init__()
+        if input_norm not in INPUT_NORMS:
+            raise ValueError(f"router.input_norm must be one of {INPUT_NORMS}, got {input_norm!r}")
+        self.input_norm = input_norm
+        if input_norm == "running":
+            self.register_buffer("feature_count", torch.zeros((), dtype=torch.float64))
+            self.register_buffer("feature_mean", torch.zeros(int(hidden_size), dtype=torch.float64))
+            self.register_buffer("feature_m2", torch.zeros(int(hidden_size), dtype=torch.float64))
         if head not in HEAD_TYPES:
             raise ValueError(f"router.head must be one of {HEAD_TYPES}, got {head!r}")
         if pooling not in POOLING_MODES:
@@ -120,14 +134,44 @@ class RouterHead(nn.Module):
         nn.init.zeros_(out.weight)
         nn.init.zeros_(out.bias)
 
-    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    @torch.no_grad()
+    def observe(self, pooled: torch.Tensor) -> None:
+        """Fold a batch of pooled features ``[N, H]`` into the running mean and sum of squared deviations (Chan et
+        al.'s parallel update of Welford's algorithm); a no-op with ``input_norm="none"``."""
+        if self.input_norm != "running" or pooled.shape[0] == 0:
+            return
+        x = pooled.detach().double()
+        n_b = float(x.shape[0])
+        mean_b = x.mean(0)
+        m2_b = ((x - mean_b) ** 2).sum(0)
+        n_a = float(self.feature_count)
+        delta = mean_b - self.feature_mean
+        total = n_a + n_b
+        self.feature_mean += delta * (n_b / total)
+        self.feature_m2 += m2_b + delta ** 2 * (n_a * n_b / total)
+        self.feature_count += n_b
+
+    def normalize(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``(x − mean) / rms`` with the running statistics (``input_norm="running"``; the identity before any
+        observation, or with ``"none"``). ``rms = sqrt(mean over features of the running variance + 1e-6)``."""
+        if self.input_norm != "running" or float(self.feature_count) < 1:
+            return pooled
+        var = self.feature_m2 / self.feature_count
+        scale = torch.sqrt(var.mean() + 1e-6)
+        return ((pooled.double() - self.feature_mean) / scale).to(pooled.dtype)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, observe: bool = False) -> torch.Tensor:
+        """``router_logits [B, 3]`` float32; ``observe`` first folds this batch's pooled features into the running
+        statistics (the router update does, once per distinct prompt)."""
         if hidden.shape[-1] != self.hidden_size:
             raise ValueError(f"RouterHead expects hidden size {self.hidden_size}, got {hidden.shape[-1]}")
         if self.detach_backbone:
             hidden = hidden.detach()
         pooled = pool_hidden(hidden, attention_mask, self.pooling)
+        if observe:
+            self.observe(pooled)
         weight_dtype = next(self.parameters()).dtype
-        return self.net(pooled.to(weight_dtype)).float()
+        return self.net(self.normalize(pooled.float()).to(weight_dtype)).float()
 
 
 def prompt_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
@@ -158,18 +202,20 @@ def prompt_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_ma
 
 
 def compute_router_logits(model: nn.Module, router_head: RouterHead, input_ids: torch.Tensor,
-                          attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+                          attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None,
+                          observe: bool = False) -> torch.Tensor:
     """``router_logits [B, 3]`` (float32) for a prompt batch: backbone hidden states -> pooling -> head.
 
     When ``router_head.detach_backbone`` is true the backbone runs under ``torch.no_grad()`` (same result as
-    detaching, without keeping the LM's activations); otherwise gradients reach the LM.
+    detaching, without keeping the LM's activations); otherwise gradients reach the LM. ``observe``: see
+    :meth:`RouterHead.forward`.
     """
     if router_head.detach_backbone:
         with torch.no_grad():
             hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
     else:
         hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
-    return router_head(hidden, attention_mask)
+    return router_head(hidden, attention_mask, observe=observe)
 
 
 def sample_actions(logits: torch.Tensor, greedy: bool = False,

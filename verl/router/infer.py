@@ -149,7 +149,8 @@ def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hid
                        f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}")
     head = RouterHead(hidden_size, head=router_cfg.head,
                       pooling=router_cfg.pooling,
-                      detach_backbone=bool(router_cfg.detach_backbone))
+                      detach_backbone=bool(router_cfg.detach_backbone),
+                      input_norm=OmegaConf.select(router_cfg, "input_norm", default="none"))
     try:
         head.load_state_dict(state["head"])
     except RuntimeError as exc:

@@ -211,6 +211,7 @@ class RouterConfig:
     enable: bool = MISSING
     head: str = MISSING
     pooling: str = MISSING
+    input_norm: str = MISSING
     detach_backbone: bool = MISSING
     greedy_eval: bool = MISSING
     answer_forbids_tool_calls: bool = MISSING

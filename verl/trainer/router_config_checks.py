@@ -7,7 +7,7 @@ from omegaconf import DictConfig
 from verl.trainer.config_errors import ConfigError
 
 CHOICES = (("route_sampling", ("policy", "stratified")), ("route_adv_norm", ("batch", "group", "none")),
-           ("route_pg", ("exact", "natural")), ("loss_mode", ("pg", "value")))
+           ("route_pg", ("exact", "natural")), ("loss_mode", ("pg", "value")), ("input_norm", ("none", "running")))
 
 
 def validate_router_settings(config: DictConfig) -> None:
