@@ -40,7 +40,7 @@ from verl.router.loss import (
     router_token_level_rewards,
 )
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
-from verl.router.value import RouteValueBaseline, value_policy_logits, value_targets
+from verl.router.value import LOSS_MODES, RouteValueBaseline, value_policy_logits, value_targets
 
 logger = logging.getLogger(__name__)
 
@@ -48,7 +48,6 @@ PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
 UPDATE_KEYS = ("router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
                "router_advantages", "router_route_advantages", "router_target_action_id",
                "router_value_target")  # what update_router reads
-LOSS_MODES = ("pg", "value")
 
 
 class RouterController:

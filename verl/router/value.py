@@ -24,6 +24,8 @@ import torch
 
 from verl.router import NUM_ROUTER_ACTIONS, RouterAction
 
+LOSS_MODES = ("pg", "value")  # router.loss_mode: the head is the policy (pg) or a route-value estimate (value)
+
 
 def value_policy_logits(values: torch.Tensor, baseline: torch.Tensor, cost: torch.Tensor, lam: float,
                         temperature: float) -> torch.Tensor:

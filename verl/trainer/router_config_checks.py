@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from omegaconf import DictConfig
 
+from verl.router.head import INPUT_NORMS, ROUTE_SAMPLING_MODES
+from verl.router.loss import ROUTE_ADV_NORMS, ROUTE_PG_MODES
+from verl.router.value import LOSS_MODES
 from verl.trainer.config_errors import ConfigError
 
-CHOICES = (("route_sampling", ("policy", "stratified")), ("route_adv_norm", ("batch", "group", "none")),
-           ("route_pg", ("exact", "natural")), ("loss_mode", ("pg", "value")), ("input_norm", ("none", "running")))
+CHOICES = (("route_sampling", ROUTE_SAMPLING_MODES), ("route_adv_norm", ROUTE_ADV_NORMS), ("route_pg", ROUTE_PG_MODES),
+           ("loss_mode", LOSS_MODES), ("input_norm", INPUT_NORMS))  # the router modules' own lists
 
 
 def validate_router_settings(config: DictConfig) -> None:
