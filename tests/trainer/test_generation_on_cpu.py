@@ -222,6 +222,27 @@ def test_generation_rlla_end_to_end(shared_dir, tiny_model_dir, tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))  # atomic writes leave no temporary files
 
 
+
+def test_generation_row_is_the_file_position_after_filtering(shared_dir, tiny_model_dir, tokenizer, tmp_path):
+    """With data.filter_overlong_prompts, "row" stays the prompt's position in the file (not among the kept rows), so
+    generation files made with different prompt limits pair on the prompts they share."""
+    parquet = shared_dir / "data" / "rlla_4k" / "test.parquet"
+    frame = pd.read_parquet(parquet).head(8)
+    lengths = [len(tokenizer(tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True,
+                                                           tokenize=False), add_special_tokens=False)["input_ids"])
+               for p in frame["prompt"]]
+    limit = sorted(lengths)[4]  # keeps 5 of the 8 (ties aside), and drops some before the last kept one
+    kept = [i for i, n in enumerate(lengths) if n <= limit]
+    assert kept != list(range(len(kept)))  # the test needs a dropped row before a kept one
+    out = tmp_path / "filtered.jsonl"
+    run_generation(load_generation_config([
+        f"data.path={parquet}", f"model.path={tiny_model_dir}", f"data.output_path={out}", "data.max_samples=8",
+        "data.filter_overlong_prompts=true", f"rollout.prompt_length={limit}", "data.batch_size=4",
+        "rollout.response_length=2", "trainer.device=cpu", "eval.enable=false"]))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["row"] for r in rows] == kept
+    assert [r["index"] for r in rows] == [int(frame["extra_info"].iloc[i]["index"]) for i in kept]
+
 def test_generation_api_bank_cli_and_eval_cli(api_bank_file, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "api_bank.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))

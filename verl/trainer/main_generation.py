@@ -21,7 +21,9 @@ a tqdm bar on a TTY, a heartbeat log line per batch otherwise.
 
 Output (``data.output_path``, written atomically, input order, ``data.n_samples`` consecutive rows per prompt)::
 
-    {"index": extra_info.index, "row": position in the file, "sample": k, "data_source": str,
+    {"index": extra_info.index, "row": position in the file (counted before data.filter_overlong_prompts drops
+     rows, so files generated with different prompt limits pair on the rows they share), "sample": k,
+     "data_source": str,
      "prompt": last characters of the last prompt message, "response": decoded response (special tokens kept, up to
      and including EOS), "response_tokens": int, "finished": ended with EOS,
      "tool_calls": parsed calls [{name, parameters}], "ground_truth": str | null, "ground_truth_tool_calls": [...]}
@@ -219,6 +221,7 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
         parquet, data_format = resolve_parquet(config.data, tmp)
         dataset = build_dataset(config, tokenizer, parquet)
         items = [dataset[i] for i in range(len(dataset))]
+        file_rows = [row for _, row in dataset.origins()]  # position in the file, before filter_overlong_prompts
     device = _device(config.trainer.device)
     model_section, rollout_section = actor_sections(config, model_dir)
     model = load_causal_lm(model_section, trainable=False).to(device)
@@ -244,7 +247,8 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
             for j, length in enumerate(lengths):
                 row, sample = batch_idx[j // n_samples], j % n_samples
                 ids = responses[j, :int(length)].tolist()
-                out[row * n_samples + sample] = _output_row(items[row], row, sample, ids, tokenizer, tail_chars)
+                out[row * n_samples + sample] = _output_row(items[row], file_rows[row], sample, ids, tokenizer,
+                                                            tail_chars)
             new_tokens += int(sum(lengths))
             progress.update({"response_length/mean": sum(lengths) / len(lengths)})
     finally:
