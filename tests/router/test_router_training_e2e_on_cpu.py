@@ -78,7 +78,7 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     assert data_state["router"]["lagrange"]["lambda"] == pytest.approx(lam)
 
 
-@pytest.mark.parametrize("loss_mode", ["pg", "value"])
+@pytest.mark.parametrize("loss_mode", ["pg", "value", "ridge"])
 def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session, caplog,
                                                                     loss_mode):
     """router.route_sampling=stratified, 3 copies per prompt, trainer.critic_warmup beyond the run (verl's switch: the
@@ -88,7 +88,9 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
     from verl.trainer.main_ppo import run_ppo
 
     budget, dual_lr = 0.3, 0.5
-    value = ["router.loss_mode=value", "router.entropy_coeff=0"] if loss_mode == "value" else []
+    value = ["router.loss_mode=value", "router.entropy_coeff=0"] if loss_mode in ("value", "ridge") else []
+    if loss_mode == "ridge":  # the head is the closed-form ridge fit, on running-normalised features
+        value += ["router.value_fit=ridge", "router.input_norm=running"]
     config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + value + [
         "algorithm.adv_estimator=grpo", "router.enable=true", f"router.budget_B={budget}",
         f"router.dual_lr={dual_lr}", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
@@ -124,5 +126,18 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
         assert moved == bool(target.abs().sum() > 0)  # it moves only towards a non-zero target
         data_state = torch.load(tmp_path / "ckpt" / "global_step_1" / "data.pt", weights_only=False)
         assert data_state["router"]["route_values"]["reward"] == pytest.approx(baseline.tolist())
+    elif loss_mode == "ridge":
+        from verl.router.value import RidgeRouteValues
+
+        task = batch.batch["token_level_scores"].sum(-1)
+        torch.testing.assert_close(batch.batch["router_value_target"], task)  # no running baseline subtracted
+        assert step["router/value_ridge_rows"] == float(len(batch))
+        ridge = RidgeRouteValues(state["head"]["net.weight"].shape[1], 1000.0)
+        ridge.load_state_dict(state["ridge"])
+        head = state["head"]
+        scale = float(torch.sqrt((head["feature_m2"] / head["feature_count"]).mean() + 1e-6))
+        weight, bias = ridge.solve(head["feature_mean"], scale)
+        torch.testing.assert_close(head["net.weight"], weight.float())
+        torch.testing.assert_close(head["net.bias"], bias.float())
     else:
         assert "router/pg_loss" in step and "router_value_target" not in batch.batch.keys()

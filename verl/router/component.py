@@ -15,9 +15,9 @@ import logging
 import torch
 import torch.distributed as dist
 
-from verl.router.head import RouterHead, compute_router_logits
+from verl.router.head import RouterHead, compute_router_features, compute_router_logits
 from verl.router.loss import compute_router_loss
-from verl.router.value import compute_router_value_loss
+from verl.router.value import RidgeRouteValues, compute_router_value_loss
 
 logger = logging.getLogger(__name__)
 
@@ -62,13 +62,14 @@ class RouterComponent:
         else:
             self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=lr, weight_decay=0.0)
         self.micro_batch_size = int(router_cfg.micro_batch_size)
+        # router.value_fit=ridge: the head's output layer is the closed-form ridge fit of every observation so far
+        self.ridge = RidgeRouteValues(hidden_size, float(router_cfg.value_ridge_alpha)) \
+            if router_cfg.loss_mode == "value" and router_cfg.value_fit == "ridge" else None
 
-    def logits(self, module: torch.nn.Module, batch, grad: bool = False) -> torch.Tensor:
-        """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), in micro-batches.
-        Rows holding the same prompt (a group's ``rollout.n`` copies) go through the backbone once and share its
-        logits (and, with ``grad``, their gradient sums over the copies, as if each row had its own forward). With
-        ``grad`` (the update) each distinct prompt's features also enter the head's running input statistics
-        (``router.input_norm=running``) before its micro-batch is normalised."""
+    def _per_prompt(self, batch, fn) -> torch.Tensor:
+        """``fn(input_ids, attention_mask, position_ids)`` over the distinct original prompts of ``batch`` in
+        micro-batches, its rows spread back to every row of the batch: a group's ``rollout.n`` copies of a prompt go
+        through the backbone once (with gradients, their sums over the copies, as if each row had its own forward)."""
         input_ids, attention_mask, position_ids = router_prompt_tensors(batch)
         rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype), position_ids.to(input_ids.dtype)], dim=-1)
         unique, inverse = torch.unique(rows, dim=0, return_inverse=True)
@@ -77,14 +78,20 @@ class RouterComponent:
             first = first.scatter_reduce(0, inverse, torch.arange(rows.shape[0]), reduce="amin")
             input_ids, attention_mask, position_ids = input_ids[first], attention_mask[first], position_ids[first]
         out = []
+        for start in range(0, input_ids.shape[0], self.micro_batch_size):
+            sl = slice(start, start + self.micro_batch_size)
+            out.append(fn(input_ids[sl].to(self.device), attention_mask[sl].to(self.device),
+                          position_ids[sl].to(self.device)))
+        values = torch.cat(out, dim=0)
+        return values[inverse.to(values.device)] if unique.shape[0] < rows.shape[0] else values
+
+    def logits(self, module: torch.nn.Module, batch, grad: bool = False) -> torch.Tensor:
+        """``router_logits`` [B, 3] float32 for the original prompts of ``batch`` (a TensorDict), once per distinct
+        prompt (:meth:`_per_prompt`). With ``grad`` (the update) each distinct prompt's features also enter the head's
+        running input statistics (``router.input_norm=running``) before its micro-batch is normalised."""
         with torch.set_grad_enabled(grad):
-            for start in range(0, input_ids.shape[0], self.micro_batch_size):
-                sl = slice(start, start + self.micro_batch_size)
-                out.append(compute_router_logits(module, self.head, input_ids[sl].to(self.device),
-                                                 attention_mask[sl].to(self.device),
-                                                 position_ids[sl].to(self.device), observe=grad))
-        logits = torch.cat(out, dim=0)
-        return logits[inverse.to(logits.device)] if unique.shape[0] < rows.shape[0] else logits
+            return self._per_prompt(batch, lambda ids, mask, pos: compute_router_logits(module, self.head, ids, mask,
+                                                                                          pos, observe=grad))
 
     def update(self, module: torch.nn.Module, batch) -> dict:
         """One router step: ``L = −mean(log π(a)·A) − c_H·H + c_sup·CE`` over the whole batch (spec eq. in
@@ -94,6 +101,8 @@ class RouterComponent:
         squared error of the head's value of each copy's route against ``router_value_target`` [B]
         (:func:`verl.router.value.compute_router_value_loss`). Returns router metrics (loss terms, grad norm)."""
         self.head.train()
+        if self.ridge is not None:
+            return self._ridge_update(module, batch)
         self.optimizer.zero_grad(set_to_none=True)
         logits = self.logits(module, batch, grad=True)
         if self.cfg.loss_mode == "value":  # the head regresses each copy's task reward (verl/router/value.py)
@@ -112,6 +121,39 @@ class RouterComponent:
                                             sup_coeff=float(self.cfg.sup_coeff), route_advantages=route_adv,
                                             route_pg=self.cfg.route_pg)
         return self._step(loss, metrics)
+
+    def _ridge_update(self, module: torch.nn.Module, batch) -> dict:
+        """``router.value_fit=ridge``: the batch's pooled features join the head's running input statistics (once per
+        distinct prompt) and the ridge sums (every scored copy with its route and ``router_value_target``; summed over
+        data-parallel ranks, so every replica solves the same system), then the output layer is set to the closed-form
+        fit (:class:`verl.router.value.RidgeRouteValues`). The ``router/value_*`` metrics are those of the head before
+        this batch's refit (out-of-sample for prompts not seen before)."""
+        if "router_value_target" not in batch.keys():
+            raise KeyError("router.loss_mode=value: the batch has no router_value_target (written by "
+                           "RouterController.score on training steps)")
+
+        def pooled(ids, mask, pos):
+            features = compute_router_features(module, self.head, ids, mask, pos)
+            self.head.observe(features)
+            return features
+
+        features = self._per_prompt(batch, pooled)
+        actions = batch["router_action"].long()
+        targets = batch["router_value_target"].float()
+        with torch.no_grad():
+            weight_dtype = self.head.net.weight.dtype
+            before = self.head.net(self.head.normalize(features).to(weight_dtype)).float()
+            _, metrics = compute_router_value_loss(before.cpu(), actions.cpu(), targets.cpu())
+        inc = RidgeRouteValues.increments(features, actions, targets)
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            for value in inc.values():
+                dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        self.ridge.add(inc)
+        weight, bias = self.ridge.solve(*self.head.norm_stats())
+        self.head.set_linear(weight, bias)
+        metrics = {k: float(v) for k, v in metrics.items()}
+        metrics["router/value_ridge_rows"] = float(self.ridge.count.sum())
+        return metrics
 
     def _step(self, loss: torch.Tensor, metrics: dict) -> dict:
         """Backward, average gradients over data-parallel ranks, clip at ``router.grad_clip``, step (skipped on a
@@ -132,17 +174,27 @@ class RouterComponent:
         return metrics
 
     def state_dict(self) -> dict:
-        """Head weights and (own) optimizer state; a shared optimizer is saved with the actor's."""
+        """Head weights and (own) optimizer state (a shared optimizer is saved with the actor's); with
+        ``router.value_fit=ridge`` the ridge sums too."""
         state = {"head": self.head.state_dict()}
         if not self.shared:
             state["optimizer"] = self.optimizer.state_dict()
+        if self.ridge is not None:
+            state["ridge"] = self.ridge.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
         """Restore the head and its own optimizer's state (moments, step). The learning rate is the config's
         ``router.optim.lr`` (AdamW's saved param groups would bring back the checkpoint's: a changed lr is applied on
-        resume, and logged)."""
+        resume, and logged). With ``router.value_fit=ridge`` also the ridge sums (their absence is refused).
+
+        Raises: ValueError: a ridge run resuming from a checkpoint without ridge sums."""
         self.head.load_state_dict(state["head"])
+        if self.ridge is not None:
+            if "ridge" not in state:
+                raise ValueError("router.value_fit=ridge: the checkpoint holds no ridge statistics (it was trained "
+                                 "with router.value_fit=sgd or loss_mode=pg)")
+            self.ridge.load_state_dict(state["ridge"])
         if not self.shared and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
             lr = float(self.cfg.optim.lr)

@@ -40,7 +40,7 @@ from verl.router.loss import (
     router_token_level_rewards,
 )
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
-from verl.router.value import LOSS_MODES, RouteValueBaseline, value_policy_logits, value_targets
+from verl.router.value import LOSS_MODES, VALUE_FITS, RouteValueBaseline, value_policy_logits, value_targets
 
 logger = logging.getLogger(__name__)
 
@@ -86,6 +86,15 @@ class RouterController:
         if self.value_mode and not self.stratified:
             raise ValueError("router.loss_mode=value needs router.route_sampling=stratified")
         self.route_values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
+        if router_cfg.value_fit not in VALUE_FITS:
+            raise ValueError(f"router.value_fit must be one of {VALUE_FITS}, got {router_cfg.value_fit!r}")
+        # router.value_fit=ridge: the head's intercept is each route's mean reward, so b is not added again
+        self.ridge = self.value_mode and router_cfg.value_fit == "ridge"
+
+    def value_baseline(self) -> torch.Tensor:
+        """``b`` [3] float64 of the policy and the head's targets: the running route means, or zeros with
+        ``router.value_fit=ridge`` (the ridge head predicts the whole task reward, intercept included)."""
+        return torch.zeros_like(self.route_values.reward) if self.ridge else self.route_values.reward
 
     def policy_logits(self, head_output: torch.Tensor) -> torch.Tensor:
         """The routing policy's logits from the head's output ``[B, 3]``: the output itself with
@@ -93,7 +102,7 @@ class RouterController:
         with the running route baselines and the current λ)."""
         if not self.value_mode:
             return head_output
-        return value_policy_logits(head_output, self.route_values.reward, self.route_values.cost, self.lagrange.value,
+        return value_policy_logits(head_output, self.value_baseline(), self.route_values.cost, self.lagrange.value,
                                    float(self.cfg.value_temperature))
 
     def route(self, batch, router_logits: torch.Tensor, validate: bool, actions: torch.Tensor | None = None) -> None:
@@ -201,7 +210,7 @@ class RouterController:
             gap = (batch.batch["router_logits"][:, 1] - batch.batch["router_logits"][:, 0]).float()
             metrics["router/value_gap_std"] = float(gap.std() * float(self.cfg.value_temperature)) if len(gap) > 1 \
                 else 0.0
-            batch.batch["router_value_target"] = value_targets(task, actions, self.route_values.reward, valid_t)
+            batch.batch["router_value_target"] = value_targets(task, actions, self.value_baseline(), valid_t)
         policy_cost, policy_task = costs.float().mean().item(), task_mean
         if self.stratified:  # every route for every prompt: advantages of all routes; λ sees the policy's cost
             uid_all = batch.non_tensor_batch["uid"]

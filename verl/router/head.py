@@ -154,11 +154,31 @@ class RouterHead(nn.Module):
     def normalize(self, pooled: torch.Tensor) -> torch.Tensor:
         """``(x − mean) / rms`` with the running statistics (``input_norm="running"``; the identity before any
         observation, or with ``"none"``). ``rms = sqrt(mean over features of the running variance + 1e-6)``."""
-        if self.input_norm != "running" or float(self.feature_count) < 1:
+        mean, scale = self.norm_stats()
+        if mean is None:
             return pooled
-        var = self.feature_m2 / self.feature_count
-        scale = torch.sqrt(var.mean() + 1e-6)
-        return ((pooled.double() - self.feature_mean) / scale).to(pooled.dtype)
+        return ((pooled.double() - mean.to(pooled.device)) / scale).to(pooled.dtype)
+
+    def norm_stats(self) -> tuple[Optional[torch.Tensor], float]:
+        """``(mean [H] float64 or None, scale)`` that :meth:`normalize` applies: the running mean and RMS, or
+        ``(None, 1.0)`` (identity) before any observation and with ``input_norm="none"``."""
+        if self.input_norm != "running" or float(self.feature_count) < 1:
+            return None, 1.0
+        return self.feature_mean.clone(), float(torch.sqrt((self.feature_m2 / self.feature_count).mean() + 1e-6))
+
+    @torch.no_grad()
+    def set_linear(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        """Overwrite the linear head's output layer (``router.value_fit=ridge`` writes its closed-form fit here):
+        ``weight [3, H]``, ``bias [3]``, cast to the layer's dtype.
+
+        Raises: ValueError: an ``mlp`` head, or shapes other than ``[3, H]`` / ``[3]``."""
+        if self.head_type != "linear":
+            raise ValueError("RouterHead.set_linear needs router.head=linear")
+        if tuple(weight.shape) != tuple(self.net.weight.shape) or tuple(bias.shape) != tuple(self.net.bias.shape):
+            raise ValueError(f"RouterHead.set_linear: weight {tuple(weight.shape)} / bias {tuple(bias.shape)}, "
+                             f"expected {tuple(self.net.weight.shape)} / {tuple(self.net.bias.shape)}")
+        self.net.weight.copy_(weight.to(self.net.weight))
+        self.net.bias.copy_(bias.to(self.net.bias))
 
     def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor, observe: bool = False) -> torch.Tensor:
         """``router_logits [B, 3]`` float32; ``observe`` first folds this batch's pooled features into the running
@@ -216,6 +236,15 @@ def compute_router_logits(model: nn.Module, router_head: RouterHead, input_ids: 
     else:
         hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
     return router_head(hidden, attention_mask, observe=observe)
+
+
+@torch.no_grad()
+def compute_router_features(model: nn.Module, router_head: RouterHead, input_ids: torch.Tensor,
+                            attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """The head's input before normalisation: pooled final hidden states ``[B, H]`` float32 of a prompt batch (no
+    gradient; ``router.value_fit=ridge`` fits the head on these)."""
+    hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
+    return pool_hidden(hidden, attention_mask, router_head.pooling).float()
 
 
 def sample_actions(logits: torch.Tensor, greedy: bool = False,

@@ -163,7 +163,8 @@ def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
                       ) -> Optional[tuple[torch.Tensor, torch.Tensor, float, float]]:
     """For ``router.loss_mode=value``: the arguments that turn the head's output into the run's routing policy
     (:func:`verl.router.value.value_policy_logits`) — the running route baselines and costs and λ from the
-    checkpoint's ``data.pt``, and ``router.value_temperature`` — as ``(baseline [3], cost [3], λ, τ)``; None for
+    checkpoint's ``data.pt`` (the baseline is zero with ``router.value_fit=ridge``, whose head predicts the whole
+    reward), and ``router.value_temperature`` — as ``(baseline [3], cost [3], λ, τ)``; None for
     ``loss_mode=pg`` (the head's output is the policy).
 
     Raises:
@@ -182,7 +183,10 @@ def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
         raise KeyError(f"{path}: no router route values (expected data.pt['router']['route_values'])")
     values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
     values.load_state_dict(router_state["route_values"])
-    return values.reward, values.cost, float(router_state["lagrange"]["lambda"]), float(router_cfg.value_temperature)
+    baseline = values.reward
+    if OmegaConf.select(router_cfg, "value_fit", default="sgd") == "ridge":  # the head predicts the whole reward
+        baseline = torch.zeros_like(baseline)
+    return baseline, values.cost, float(router_state["lagrange"]["lambda"]), float(router_cfg.value_temperature)
 
 
 # -------------------------------------------------------------------------------------------------------- prompts

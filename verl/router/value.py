@@ -168,3 +168,103 @@ class RouteValueBaseline:
         self.seen = torch.tensor([bool(v) for v in state["seen"]], dtype=torch.bool)
         if not all(math.isfinite(v) for v in self.reward.tolist() + self.cost.tolist()):
             raise ValueError("router value baseline state: non-finite values")
+
+
+VALUE_FITS = ("sgd", "ridge")  # router.value_fit: how the head's route values are fitted in value mode
+
+
+class RidgeRouteValues:
+    """Closed-form ridge regression of each route's task reward on the pooled prompt features
+    (``router.value_fit=ridge``; ``docs/router.md``, "Ridge fit").
+
+    Linear contextual bandits estimate each arm's reward by regularised least squares over every observation so far
+    (Li et al. 2010, LinUCB, arXiv 1003.0146, eq. 4; Agrawal and Devanur 2016, arXiv 1507.06738, §3, for the
+    budgeted case). With stratified routes every route is observed on every training prompt, so each route ``a`` gets
+
+        w_a = (C_a / s² + α·I)⁻¹ · c_a / s,     c0_a = ȳ_a − w_a · (x̄_a − μ) / s
+
+    where ``C_a = Σ (x − x̄_a)(x − x̄_a)ᵀ`` and ``c_a = Σ (x − x̄_a)(y − ȳ_a)`` run over route ``a``'s scored copies
+    (pooled features ``x``, task reward ``y``), and ``μ``, ``s`` are the head's input normalisation (``router.input_norm``:
+    running mean and RMS; 0 and 1 with ``none``). The head ``h(x)_a = w_a · (x − μ)/s + c0_a`` is then the ridge
+    prediction with an unpenalised intercept, in the head's own normalised coordinates, so ``α``
+    (``router.value_ridge_alpha``) is in units of squared normalised features — comparable with the number of
+    observations. The sums are kept in float64 and only grow (no learning rate; the fit after a step depends only on
+    the observations so far, in any order).
+
+    Args:
+        hidden_size: ``H``; alpha: ``α > 0``.
+
+    Raises:
+        ValueError: ``α ≤ 0`` or ``H ≤ 0``.
+    """
+
+    def __init__(self, hidden_size: int, alpha: float):
+        if not float(alpha) > 0:
+            raise ValueError(f"router.value_ridge_alpha must be > 0, got {alpha}")
+        if int(hidden_size) <= 0:
+            raise ValueError(f"ridge route values: hidden_size must be positive, got {hidden_size}")
+        self.alpha = float(alpha)
+        h, k = int(hidden_size), NUM_ROUTER_ACTIONS
+        self.count = torch.zeros(k, dtype=torch.float64)
+        self.sum_x = torch.zeros(k, h, dtype=torch.float64)
+        self.sum_xx = torch.zeros(k, h, h, dtype=torch.float64)
+        self.sum_y = torch.zeros(k, dtype=torch.float64)
+        self.sum_xy = torch.zeros(k, h, dtype=torch.float64)
+
+    @staticmethod
+    def increments(features: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor) -> dict[str, torch.Tensor]:
+        """One batch's contribution to the sums (float64, CPU): ``features`` ``[B, H]``, ``actions`` int64 ``[B]``,
+        ``targets`` float ``[B]`` (NaN rows skipped). Summing increments from several ranks, then :meth:`add`, equals
+        adding every rank's rows.
+
+        Raises: ValueError: mismatched shapes or an action outside 0..2."""
+        if features.dim() != 2 or actions.shape != (features.shape[0],) or targets.shape != actions.shape:
+            raise ValueError(f"ridge route values: features {tuple(features.shape)} must be [B, H], actions "
+                             f"{tuple(actions.shape)} and targets {tuple(targets.shape)} [B]")
+        if bool(((actions < 0) | (actions >= NUM_ROUTER_ACTIONS)).any()):
+            raise ValueError(f"ridge route values: actions must lie in 0..2, got {actions.tolist()}")
+        x = features.detach().double().cpu()
+        y = targets.detach().double().cpu()
+        known = ~torch.isnan(y)
+        onehot = torch.nn.functional.one_hot(actions.long().cpu(), NUM_ROUTER_ACTIONS).double() * known.double()[:, None]
+        y = torch.where(known, y, torch.zeros_like(y))
+        return {"count": onehot.sum(0), "sum_x": onehot.T @ x, "sum_xx": torch.einsum("ba,bi,bj->aij", onehot, x, x),
+                "sum_y": onehot.T @ y, "sum_xy": onehot.T @ (x * y[:, None])}
+
+    def add(self, inc: Mapping[str, torch.Tensor]) -> None:
+        """Fold :meth:`increments` into the sums."""
+        for key in ("count", "sum_x", "sum_xx", "sum_y", "sum_xy"):
+            setattr(self, key, getattr(self, key) + inc[key].double().cpu())
+
+    def solve(self, mean: Optional[torch.Tensor] = None, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(weight [3, H], bias [3])`` float64 of the head on normalised inputs ``(x − mean)/scale`` (class
+        docstring); a route with no observation gets zeros."""
+        k, h = self.sum_x.shape
+        mean = torch.zeros(h, dtype=torch.float64) if mean is None else mean.double().cpu()
+        weight = torch.zeros(k, h, dtype=torch.float64)
+        bias = torch.zeros(k, dtype=torch.float64)
+        eye = torch.eye(h, dtype=torch.float64)
+        for a in range(k):
+            n = float(self.count[a])
+            if n < 1:
+                continue
+            xbar, ybar = self.sum_x[a] / n, float(self.sum_y[a]) / n
+            cov = self.sum_xx[a] - n * torch.outer(xbar, xbar)
+            cross = self.sum_xy[a] - n * xbar * ybar
+            weight[a] = torch.linalg.solve(cov / scale ** 2 + self.alpha * eye, cross / scale)
+            bias[a] = ybar - float(weight[a] @ ((xbar - mean) / scale))
+        return weight, bias
+
+    def state_dict(self) -> dict[str, Any]:
+        return {key: getattr(self, key).clone() for key in ("count", "sum_x", "sum_xx", "sum_y", "sum_xy")}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (``α`` stays the config's).
+
+        Raises: ValueError: a missing key or a shape that does not match this head's hidden size (named)."""
+        for key in ("count", "sum_x", "sum_xx", "sum_y", "sum_xy"):
+            if key not in state or tuple(state[key].shape) != tuple(getattr(self, key).shape):
+                raise ValueError(f"ridge route values state: {key!r} missing or of shape "
+                                 f"{tuple(state[key].shape) if key in state else None}, expected "
+                                 f"{tuple(getattr(self, key).shape)}")
+            setattr(self, key, state[key].double().cpu().clone())

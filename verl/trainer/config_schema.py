@@ -222,6 +222,8 @@ class RouterConfig:
     loss_mode: str = MISSING
     value_temperature: float = MISSING
     value_baseline_decay: float = MISSING
+    value_fit: str = MISSING
+    value_ridge_alpha: float = MISSING
     filter_tools: bool = MISSING
     other_as: str = MISSING
     tool_family_file: Optional[str] = MISSING

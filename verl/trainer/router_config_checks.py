@@ -6,11 +6,11 @@ from omegaconf import DictConfig
 
 from verl.router.head import INPUT_NORMS, ROUTE_SAMPLING_MODES
 from verl.router.loss import ROUTE_ADV_NORMS, ROUTE_PG_MODES
-from verl.router.value import LOSS_MODES
+from verl.router.value import LOSS_MODES, VALUE_FITS
 from verl.trainer.config_errors import ConfigError
 
 CHOICES = (("route_sampling", ROUTE_SAMPLING_MODES), ("route_adv_norm", ROUTE_ADV_NORMS), ("route_pg", ROUTE_PG_MODES),
-           ("loss_mode", LOSS_MODES), ("input_norm", INPUT_NORMS))  # the router modules' own lists
+           ("loss_mode", LOSS_MODES), ("input_norm", INPUT_NORMS), ("value_fit", VALUE_FITS))  # the router modules' own lists
 
 
 def validate_router_settings(config: DictConfig) -> None:
@@ -41,6 +41,14 @@ def validate_router_settings(config: DictConfig) -> None:
             raise ConfigError(f"router.value_temperature must be > 0, got {router.value_temperature}")
         if not 0.0 <= float(router.value_baseline_decay) < 1.0:
             raise ConfigError(f"router.value_baseline_decay must lie in [0, 1), got {router.value_baseline_decay}")
+        if router.value_fit == "ridge":
+            if router.head != "linear":
+                raise ConfigError(f"router.value_fit=ridge fits a linear head in closed form: set router.head=linear "
+                                  f"(got {router.head!r})")
+            if not float(router.value_ridge_alpha) > 0:
+                raise ConfigError(f"router.value_ridge_alpha must be > 0, got {router.value_ridge_alpha}")
+    elif router.value_fit != "sgd":
+        raise ConfigError(f"router.value_fit={router.value_fit} fits route values: it needs router.loss_mode=value")
     if router.answer_forbids_tool_calls:
         if rollout.name != "hf":
             raise ConfigError(f"router.answer_forbids_tool_calls=true blocks tool calls while decoding, which the HF "
