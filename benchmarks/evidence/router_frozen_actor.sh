@@ -22,9 +22,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_B=${BUDGET_B:-0.3}
 NAME=${NAME:-router_frozen}
-export BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=768 MAX_RESPONSE_LENGTH=128 TRAIN_BATCH_SIZE=8 \
-  ROLLOUT_N=3 PPO_MINI_BATCH_SIZE=8 TOTAL_STEPS=${TOTAL_STEPS:-30} SAVE_FREQ=5 TEST_FREQ=${TEST_FREQ:-10} \
-  EXPERIMENT_NAME=${NAME}_smollm2_sft_b${BUDGET_B}
+export BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-768} MAX_RESPONSE_LENGTH=128 \
+  TRAIN_BATCH_SIZE=8 ROLLOUT_N=3 PPO_MINI_BATCH_SIZE=8 TOTAL_STEPS=${TOTAL_STEPS:-30} SAVE_FREQ=5 \
+  TEST_FREQ=${TEST_FREQ:-10} EXPERIMENT_NAME=${NAME}_smollm2_sft_b${BUDGET_B}
 export RUN_DIR=outputs/evidence/$EXPERIMENT_NAME
 exec nice -n 19 bash run_router_training.sh \
   router.route_sampling=stratified router.answer_forbids_tool_calls=true router.sup_coeff=0 router.optim.lr=3e-4 \
