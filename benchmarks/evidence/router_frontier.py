@@ -8,7 +8,8 @@ Each ``LABEL=FILE`` is a ``python -m verl.router.infer`` output (one greedy resp
 Per policy: the mean tool cost (``router.cost_weights`` defaults: 1 for a response that calls any tool — the training
 cost), the RLLA reward's score / format / correctness (``main_eval.row_metrics``) with standard errors, the exact
 tool-call match, the share of tool routes (SEARCH/CALCULATE) among the prompts whose ground truth calls a tool and among
-those whose ground truth does not, and — against ``--reference`` (a label) — the paired per-prompt gains
+those whose ground truth does not, the tool-cost block of every evaluation summary (``tool_cost``: calls per prompt,
+tool-use rate, call/no-call decision F1, tool productivity with the exact match as "correct"), and — against ``--reference`` (a label) — the paired per-prompt gains
 (``eval_compare.paired_comparison``). The plot puts every policy at (mean tool cost, mean score) with ±1 standard error,
 the budget as a vertical line, and the segment from ``answer`` to ``search`` (where random routing at any rate lies in
 expectation: the fixed policies' frontier a learned router has to beat).
@@ -23,6 +24,7 @@ from pathlib import Path
 from verl.router.cost import batch_tool_usage, trajectory_cost
 from verl.trainer.eval_compare import paired_comparison, row_key
 from verl.trainer.main_eval import read_generations, row_metrics
+from verl.trainer.tool_cost import tool_cost_metrics
 from verl.utils.reward_score.rlla import RewardSwitches
 
 
@@ -47,7 +49,10 @@ def policy_point(rows: list[dict], values: dict[tuple, dict]) -> dict:
     return {"rows": len(rows), "mean_cost": sum(v["cost"] for v in per_row) / len(per_row),
             "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
             **{m: _mean_se([v[m] for v in per_row]) for m in ("score", "format", "correctness", "exact_match")},
-            "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False)}
+            "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False),
+            "tool_cost": tool_cost_metrics([v["num_calls"] for v in per_row], needs,
+                                           [v["exact_match"] > 0 for v in per_row],
+                                           made_call=[v["made_call"] for v in per_row])}
 
 
 ROUTES = ("ANSWER", "SEARCH", "CALCULATE")
@@ -58,7 +63,8 @@ def per_row_values(rows: list[dict], switches: RewardSwitches) -> dict[tuple, di
     """``{row_key: {"cost", score, format, correctness, exact_match}}`` of one fixed route's generations."""
     usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
     cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
-    return {row_key(r): {"cost": float(c), **row_metrics(r, switches)} for r, c in zip(rows, cost.tolist())}
+    return {row_key(r): {"cost": float(c), "num_calls": int(n), "made_call": bool(m), **row_metrics(r, switches)}
+            for r, c, n, m in zip(rows, cost.tolist(), usage["num_calls"].tolist(), usage["used_any_tool"].tolist())}
 
 
 def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple, dict]],

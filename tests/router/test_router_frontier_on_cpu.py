@@ -63,3 +63,21 @@ def test_progress_budget_phases_take_the_last_third_of_each_budget():
     assert first["last_third_cost"] == pytest.approx(0.29) and first["last_third_cost_minus_budget"] == pytest.approx(-0.01)
     assert second["budget"] == 0.5 and second["last_third_steps"] == [9, 9]
     assert second["last_third_cost"] == pytest.approx(0.52)
+
+
+def test_policy_point_reports_the_decision_f1_and_tool_productivity():
+    # three prompts: a tool-needing one routed to SEARCH and answered exactly with 2 calls, a tool-needing one routed
+    # to ANSWER (no call), a no-call one routed to SEARCH that still called once (wrong)
+    rows = [{"data_source": "rlla", "row": i, "sample": 0, "route": route, "ground_truth": gt}
+            for i, (route, gt) in enumerate([("SEARCH", "<tool_call>x</tool_call>"), ("ANSWER", "<tool_call>y</tool_call>"),
+                                             ("SEARCH", "<response>z</response>")])]
+    values = {("rlla", i, 0): {"cost": float(n > 0), "num_calls": n, "made_call": n > 0, "score": 0.0, "format": 0.0,
+                               "correctness": 0.0, "exact_match": em}
+              for i, (n, em) in enumerate([(2, 1.0), (0, 0.0), (1, 0.0)])}
+    point = frontier.policy_point(rows, values)
+    cost = point["tool_cost"]
+    # calls on rows 0 and 2; the ground truth wants them on rows 0 and 1: tp 1, fp 1, fn 1 -> F1 = 2/4
+    assert cost["decision_f1"] == pytest.approx(0.5) and cost["tool_use_rate"] == pytest.approx(2 / 3)
+    assert cost["calls_per_prompt"] == pytest.approx(1.0)
+    assert cost["tool_productivity"] == pytest.approx(1 / 3)  # one exact answer for three calls
+    assert point["ground_truth_calls_a_tool"]["tool_route_frac"] == pytest.approx(0.5)
