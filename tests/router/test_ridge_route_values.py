@@ -71,6 +71,11 @@ def test_batches_in_any_split_or_order_give_the_same_fit_and_state_round_trips()
     restored.load_state_dict(parts.state_dict())
     for a, b in zip(parts.solve(), restored.solve()):
         assert torch.equal(a, b)
+    # the features' statistics over every scored copy, all routes together (the head's input normalisation)
+    n, mean, m2 = parts.feature_stats()
+    assert n == 30.0
+    torch.testing.assert_close(mean, x.double().mean(0))
+    torch.testing.assert_close(m2, ((x.double() - x.double().mean(0)) ** 2).sum(0))
     with pytest.raises(ValueError, match="sum_x.*expected \\(3, 5\\)"):
         RidgeRouteValues(5, 2.0).load_state_dict(parts.state_dict())
     with pytest.raises(ValueError, match="value_ridge_alpha"):
@@ -114,16 +119,19 @@ def test_component_update_sets_the_head_to_the_ridge_fit_and_resumes_exactly():
     assert metrics["router/value_ridge_rows"] == 8.0
     assert metrics["router/value_loss"] > 0  # measured before the refit: the zero head against the targets
     state = copy.deepcopy(component.state_dict())  # as saved to disk
-    component.update(backbone, second)
-    # the head equals the float64 ridge fit of all 14 scored copies on the features normalised by the running
-    # statistics of the 4 distinct prompts seen (each prompt counted once per batch it came in)
+    # the step's value metrics are those of the head that routed the batch (the step-1 fit), before its refit
     with torch.no_grad():
-        feats = backbone.embed(torch.tensor([1, 2, 3, 4, 1])).double()
-    mean = feats.mean(0)
-    scale = float(torch.sqrt(((feats - mean) ** 2).mean(0).mean() + 1e-6))
+        routed = component.logits(backbone, second)
+    step_loss = 0.5 * (routed.gather(1, second["router_action"][:, None]).squeeze(1) - second["router_value_target"]) ** 2
+    assert component.update(backbone, second)["router/value_loss"] == pytest.approx(float(step_loss.mean()), rel=1e-5)
+    # the head equals the float64 ridge fit of all 14 scored copies on the features normalised by the mean and RMS
+    # of those same 14 copies' features (the NaN-target copy is not an observation)
     x = backbone.embed(torch.cat([first["input_ids"], second["input_ids"]]).squeeze(-1)).detach().double()
     actions = torch.cat([first["router_action"], second["router_action"]])
     y = torch.cat([first["router_value_target"], second["router_value_target"]]).double()
+    feats = x[~torch.isnan(y)]
+    mean = feats.mean(0)
+    scale = float(torch.sqrt(((feats - mean) ** 2).mean(0).mean() + 1e-6))
     reference = RidgeRouteValues(6, 0.5)
     reference.add(RidgeRouteValues.increments(x, actions, y))
     weight, bias = reference.solve(mean, scale)
@@ -139,6 +147,11 @@ def test_component_update_sets_the_head_to_the_ridge_fit_and_resumes_exactly():
     resumed.update(backbone, second)
     for name, value in component.head.state_dict().items():
         assert torch.equal(value, resumed.head.state_dict()[name]), name
+    # one batch holding both gives the same head (up to float32 rounding of the stored layer)
+    together = _ridge_component()
+    together.update(backbone, torch.cat([first, second]))
+    for name, value in component.head.state_dict().items():
+        torch.testing.assert_close(value, together.head.state_dict()[name], rtol=1e-5, atol=1e-6)
     del state["ridge"]
     with pytest.raises(ValueError, match="no ridge statistics"):
         _ridge_component().load_state_dict(state)
@@ -161,8 +174,11 @@ def test_controller_ridge_adds_no_running_baseline(tokenizer):
 
 @pytest.mark.parametrize("overrides, message", [
     (["router.value_fit=ridge"], "needs router.loss_mode=value"),
-    (["router.loss_mode=value", "router.value_fit=ridge", "router.head=mlp"], "router.head=linear"),
-    (["router.loss_mode=value", "router.value_fit=ridge", "router.value_ridge_alpha=0"], "value_ridge_alpha"),
+    (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=running", "router.head=mlp"],
+     "router.head=linear"),
+    (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=none"], "router.input_norm=running"),
+    (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=running", "router.value_ridge_alpha=0"],
+     "value_ridge_alpha"),
     (["router.loss_mode=value", "router.value_fit=lstsq"], "router.value_fit must be one of"),
 ])
 def test_ridge_config_checks_name_the_key(overrides, message):

@@ -123,21 +123,18 @@ class RouterComponent:
         return self._step(loss, metrics)
 
     def _ridge_update(self, module: torch.nn.Module, batch) -> dict:
-        """``router.value_fit=ridge``: the batch's pooled features join the head's running input statistics (once per
-        distinct prompt) and the ridge sums (every scored copy with its route and ``router_value_target``; summed over
-        data-parallel ranks, so every replica solves the same system), then the output layer is set to the closed-form
-        fit (:class:`verl.router.value.RidgeRouteValues`). The ``router/value_*`` metrics are those of the head before
-        this batch's refit (out-of-sample for prompts not seen before)."""
+        """``router.value_fit=ridge``: every scored copy of the batch (its pooled features, route and
+        ``router_value_target``; NaN targets skipped) joins the ridge sums, summed over data-parallel ranks; the head's
+        input statistics are then set from those sums (:meth:`RidgeRouteValues.feature_stats`) and its output layer
+        to the closed-form fit (:class:`verl.router.value.RidgeRouteValues`) — so every replica holds the same head,
+        and the fit depends only on the observations so far. The ``router/value_*`` metrics are those of the head that
+        routed this batch, before the refit (out of sample for prompts not seen before). The trainer's batch checks
+        make ``train_batch_size × rollout.n`` divide the world size, so no dispatcher padding row enters the sums."""
         if "router_value_target" not in batch.keys():
             raise KeyError("router.loss_mode=value: the batch has no router_value_target (written by "
                            "RouterController.score on training steps)")
-
-        def pooled(ids, mask, pos):
-            features = compute_router_features(module, self.head, ids, mask, pos)
-            self.head.observe(features)
-            return features
-
-        features = self._per_prompt(batch, pooled)
+        features = self._per_prompt(batch, lambda ids, mask, pos: compute_router_features(module, self.head, ids,
+                                                                                           mask, pos))
         actions = batch["router_action"].long()
         targets = batch["router_value_target"].float()
         with torch.no_grad():
@@ -146,9 +143,12 @@ class RouterComponent:
             _, metrics = compute_router_value_loss(before.cpu(), actions.cpu(), targets.cpu())
         inc = RidgeRouteValues.increments(features, actions, targets)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-            for value in inc.values():
+            for key, value in inc.items():  # on the module's device: NCCL reduces CUDA tensors only
+                value = value.to(self.device)
                 dist.all_reduce(value, op=dist.ReduceOp.SUM)
+                inc[key] = value.cpu()
         self.ridge.add(inc)
+        self.head.set_norm_stats(*self.ridge.feature_stats())
         weight, bias = self.ridge.solve(*self.head.norm_stats())
         self.head.set_linear(weight, bias)
         metrics = {k: float(v) for k, v in metrics.items()}

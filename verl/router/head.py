@@ -167,6 +167,22 @@ class RouterHead(nn.Module):
         return self.feature_mean.clone(), float(torch.sqrt((self.feature_m2 / self.feature_count).mean() + 1e-6))
 
     @torch.no_grad()
+    def set_norm_stats(self, count: float, mean: torch.Tensor, m2: torch.Tensor) -> None:
+        """Overwrite the running input statistics (``router.value_fit=ridge`` sets them from its sums, every scored
+        copy so far, :meth:`verl.router.value.RidgeRouteValues.feature_stats`): ``count`` a float, ``mean`` and ``m2``
+        ``[H]`` (stored as float64).
+
+        Raises: ValueError: ``input_norm`` other than ``"running"``, or shapes other than ``[H]``."""
+        if self.input_norm != "running":
+            raise ValueError("RouterHead.set_norm_stats needs router.input_norm=running")
+        if tuple(mean.shape) != (self.hidden_size,) or tuple(m2.shape) != (self.hidden_size,):
+            raise ValueError(f"RouterHead.set_norm_stats: mean {tuple(mean.shape)} / m2 {tuple(m2.shape)}, expected "
+                             f"({self.hidden_size},)")
+        self.feature_count.fill_(float(count))
+        self.feature_mean.copy_(mean.to(self.feature_mean))
+        self.feature_m2.copy_(m2.to(self.feature_m2))
+
+    @torch.no_grad()
     def set_linear(self, weight: torch.Tensor, bias: torch.Tensor) -> None:
         """Overwrite the linear head's output layer (``router.value_fit=ridge`` writes its closed-form fit here):
         ``weight [3, H]``, ``bias [3]``, cast to the layer's dtype.

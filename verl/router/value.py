@@ -188,8 +188,9 @@ class RidgeRouteValues:
     running mean and RMS; 0 and 1 with ``none``). The head ``h(x)_a = w_a · (x − μ)/s + c0_a`` is then the ridge
     prediction with an unpenalised intercept, in the head's own normalised coordinates, so ``α``
     (``router.value_ridge_alpha``) is in units of squared normalised features — comparable with the number of
-    observations. The sums are kept in float64 and only grow (no learning rate; the fit after a step depends only on
-    the observations so far, in any order).
+    observations. The sums are kept in float64 and only grow (no learning rate). With ``μ``, ``s`` taken from the
+    same sums (:meth:`feature_stats`, as :class:`verl.router.component.RouterComponent` does) the fit after a step
+    depends only on the observations so far, whatever their order, batching or split over ranks.
 
     Args:
         hidden_size: ``H``; alpha: ``α > 0``.
@@ -238,7 +239,10 @@ class RidgeRouteValues:
 
     def solve(self, mean: Optional[torch.Tensor] = None, scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
         """``(weight [3, H], bias [3])`` float64 of the head on normalised inputs ``(x − mean)/scale`` (class
-        docstring); a route with no observation gets zeros."""
+        docstring): ``mean`` ``[H]`` (any float dtype; ``None`` = 0) and ``scale`` a positive float in the features'
+        units — the head's :meth:`RouterHead.norm_stats`. A route with no observation gets zeros.
+
+        Raises: torch.linalg.LinAlgError: a singular system (cannot happen for ``α > 0`` and finite sums)."""
         k, h = self.sum_x.shape
         mean = torch.zeros(h, dtype=torch.float64) if mean is None else mean.double().cpu()
         weight = torch.zeros(k, h, dtype=torch.float64)
@@ -255,7 +259,22 @@ class RidgeRouteValues:
             bias[a] = ybar - float(weight[a] @ ((xbar - mean) / scale))
         return weight, bias
 
+    def feature_stats(self) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """``(n, mean [H], m2 [H])`` float64 of the features of every observation so far, all routes together: their
+        number, mean and per-feature sum of squared deviations (``m2 = diag(Σ_a Σxxᵀ) − n·mean²``). The head's input
+        normalisation under ``router.value_fit=ridge`` is taken from these (:meth:`RouterHead.set_norm_stats`), so it
+        is the same on every data-parallel rank and after any batching of the same observations."""
+        n = float(self.count.sum())
+        if n < 1:
+            return 0.0, torch.zeros(self.sum_x.shape[1], dtype=torch.float64), torch.zeros(self.sum_x.shape[1],
+                                                                                          dtype=torch.float64)
+        mean = self.sum_x.sum(0) / n
+        m2 = torch.diagonal(self.sum_xx.sum(0)) - n * mean ** 2
+        return n, mean, m2.clamp_min(0.0)
+
     def state_dict(self) -> dict[str, Any]:
+        """The five sums (``count [3]``, ``sum_x [3, H]``, ``sum_xx [3, H, H]``, ``sum_y [3]``, ``sum_xy [3, H]``,
+        float64 copies), as :meth:`load_state_dict` reads them."""
         return {key: getattr(self, key).clone() for key in ("count", "sum_x", "sum_xx", "sum_y", "sum_xy")}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

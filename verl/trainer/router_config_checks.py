@@ -45,6 +45,9 @@ def validate_router_settings(config: DictConfig) -> None:
             if router.head != "linear":
                 raise ConfigError(f"router.value_fit=ridge fits a linear head in closed form: set router.head=linear "
                                   f"(got {router.head!r})")
+            if router.input_norm != "running":  # α is in units of the running-normalised features
+                raise ConfigError(f"router.value_fit=ridge fits on features normalised by the statistics of every "
+                                  f"observation: set router.input_norm=running (got {router.input_norm!r})")
             if not float(router.value_ridge_alpha) > 0:
                 raise ConfigError(f"router.value_ridge_alpha must be > 0, got {router.value_ridge_alpha}")
     elif router.value_fit != "sgd":
