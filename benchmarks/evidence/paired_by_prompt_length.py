@@ -6,7 +6,9 @@
 Rows are paired by (data_source, row, sample) with ``verl.trainer.eval_compare.paired_comparison`` (per-prompt gain,
 its standard error, sign test) on the RLLA reward's score / format / correctness and the exact tool-call match. The
 split uses the chat-templated prompt length of the RLLA test split (``dataset/rlla_4k/test.parquet`` or DATA_DIR):
-the rows a run trained on prompts of at most ``--max-prompt-tokens`` tokens can be told apart from longer ones.
+the rows a run trained on prompts of at most ``--max-prompt-tokens`` tokens can be told apart from longer ones. A
+second split is by the starting (BEFORE) response's format score: full (1) or not (a response cut off at the length
+limit, or malformed).
 """
 from __future__ import annotations
 
@@ -41,9 +43,18 @@ def main() -> None:
     metric = lambda row: row_metrics(row, switches)  # noqa: E731
     cut = args.max_prompt_tokens
     out = {"before": args.before, "after": args.after, "max_prompt_tokens": cut}
+    # the split by the starting response's format tells a gain from finishing inside the length limit (a response
+    # cut off scores format < 1) from one in the calls themselves
+    well_formed = {(r.get("data_source"), r["row"], r.get("sample", 0)) for r in before if metric(r)["format"] >= 1}
+    formed = lambda r: (r.get("data_source"), r["row"], r.get("sample", 0)) in well_formed  # noqa: E731
     for name, keep in (("all", lambda r: True), (f"prompt<={cut}", lambda r: lengths[r["row"]] <= cut),
-                       (f"prompt>{cut}", lambda r: lengths[r["row"]] > cut)):
-        out[name] = paired_comparison([r for r in before if keep(r)], [r for r in after if keep(r)], metric)
+                       (f"prompt>{cut}", lambda r: lengths[r["row"]] > cut),
+                       ("before_format=1", formed), ("before_format<1", lambda r: not formed(r))):
+        kept_before, kept_after = [r for r in before if keep(r)], [r for r in after if keep(r)]
+        if not kept_before and not kept_after:  # e.g. files generated with the same prompt limit: nothing longer
+            out[name] = {"rows": 0, "note": "no generation in this split"}
+            continue
+        out[name] = paired_comparison(kept_before, kept_after, metric)
     text = json.dumps(out, indent=2)
     if args.output:
         Path(args.output).write_text(text + "\n")

@@ -16,6 +16,12 @@
 #   BUDGET_B=0.3 NAME=router_value_norm TOTAL_STEPS=36 TEST_FREQ=100 bash benchmarks/evidence/router_frozen_actor.sh \
 #     router.loss_mode=value router.input_norm=running router.entropy_coeff=0 router.value_temperature=0.5 \
 #     router.optim.lr=1e-3 router.lambda_init=2.0 router.dual_lr=1.0 trainer.val_before_train=False
+# The ridge fit (router.value_fit=ridge, docs/router.md "Ridge fit"; greedy rollouts, so each (prompt, route) has the
+# one reward validation will see; one epoch of the 324 prompts <= 1,024 tokens):
+#   BUDGET_B=0.3 NAME=router_ridge MAX_PROMPT_LENGTH=1024 TOTAL_STEPS=41 TEST_FREQ=100 \
+#     bash benchmarks/evidence/router_frozen_actor.sh router.loss_mode=value router.value_fit=ridge \
+#     router.input_norm=running router.entropy_coeff=0 router.value_temperature=0.25 router.lambda_init=3.0 \
+#     router.dual_lr=1.0 actor_rollout_ref.rollout.do_sample=false trainer.val_before_train=False
 # Niced; running the same command again resumes exactly (checkpoints/router_grpo/<experiment>).
 # Metrics: outputs/evidence/<experiment>/metrics.jsonl.
 set -euo pipefail
