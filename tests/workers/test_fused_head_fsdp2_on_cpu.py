@@ -68,7 +68,8 @@ def _rank(rank, world, init_file, model_dir, out_dir):
         if rank == 0:
             torch.save({"log_probs": log_probs, "entropy": entropy, "grads": grads},
                        Path(out_dir) / f"{layout}_{tied}.pt")
-    dist.destroy_process_group()
+    dist.barrier()  # both ranks past their last collective before either tears gloo down (an early teardown
+    dist.destroy_process_group()  # once aborted the other rank: "terminate called without an active exception")
 
 
 @pytest.mark.timeout(600)

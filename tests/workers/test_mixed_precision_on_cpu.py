@@ -116,7 +116,8 @@ def _policy_rank(rank, world, init_file, model_dir, out_dir, device="cpu"):
         if rank == 0:
             torch.save({"log_probs": log_probs.cpu(), "entropy": entropy.cpu(), "grads": grads, "master": master},
                        Path(out_dir) / f"{layout}.pt")
-    dist.destroy_process_group()
+    dist.barrier()  # both ranks past their last collective before either tears gloo down (an early teardown
+    dist.destroy_process_group()  # once aborted the other rank: "terminate called without an active exception")
 
 
 @pytest.mark.timeout(600)
