@@ -138,8 +138,7 @@ class RouterComponent:
         actions = batch["router_action"].long()
         targets = batch["router_value_target"].float()
         with torch.no_grad():
-            weight_dtype = self.head.net.weight.dtype
-            before = self.head.net(self.head.normalize(features).to(weight_dtype)).float()
+            before = self.head.head_of_pooled(features)
             _, metrics = compute_router_value_loss(before.cpu(), actions.cpu(), targets.cpu())
         inc = RidgeRouteValues.increments(features, actions, targets)
         if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

@@ -40,7 +40,14 @@ from verl.router.loss import (
     router_token_level_rewards,
 )
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
-from verl.router.value import LOSS_MODES, VALUE_FITS, RouteValueBaseline, value_policy_logits, value_targets
+from verl.router.value import (
+    LOSS_MODES,
+    VALUE_FITS,
+    RouteValueBaseline,
+    policy_baseline,
+    value_policy_logits,
+    value_targets,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -88,13 +95,11 @@ class RouterController:
         self.route_values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
         if router_cfg.value_fit not in VALUE_FITS:
             raise ValueError(f"router.value_fit must be one of {VALUE_FITS}, got {router_cfg.value_fit!r}")
-        # router.value_fit=ridge: the head's intercept is each route's mean reward, so b is not added again
-        self.ridge = self.value_mode and router_cfg.value_fit == "ridge"
 
     def value_baseline(self) -> torch.Tensor:
         """``b`` [3] float64 of the policy and the head's targets: the running route means, or zeros with
         ``router.value_fit=ridge`` (the ridge head predicts the whole task reward, intercept included)."""
-        return torch.zeros_like(self.route_values.reward) if self.ridge else self.route_values.reward
+        return policy_baseline(self.route_values.reward, self.cfg.value_fit)
 
     def policy_logits(self, head_output: torch.Tensor) -> torch.Tensor:
         """The routing policy's logits from the head's output ``[B, 3]``: the output itself with

@@ -206,6 +206,10 @@ class RouterHead(nn.Module):
         pooled = pool_hidden(hidden, attention_mask, self.pooling)
         if observe:
             self.observe(pooled)
+        return self.head_of_pooled(pooled)
+
+    def head_of_pooled(self, pooled: torch.Tensor) -> torch.Tensor:
+        """``router_logits [B, 3]`` float32 of pooled features ``[B, H]`` (normalised, then the head's layers)."""
         weight_dtype = next(self.parameters()).dtype
         return self.net(self.normalize(pooled.float()).to(weight_dtype)).float()
 

@@ -57,7 +57,7 @@ from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import RouterHead, compute_router_logits, sample_actions
-from verl.router.value import RouteValueBaseline, value_policy_logits
+from verl.router.value import RouteValueBaseline, policy_baseline, value_policy_logits
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
 from verl.utils.dataset.rl_dataset import PromptTooLongError, _extra_info_problems, message_list_problems
 
@@ -183,9 +183,7 @@ def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
         raise KeyError(f"{path}: no router route values (expected data.pt['router']['route_values'])")
     values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
     values.load_state_dict(router_state["route_values"])
-    baseline = values.reward
-    if OmegaConf.select(router_cfg, "value_fit", default="sgd") == "ridge":  # the head predicts the whole reward
-        baseline = torch.zeros_like(baseline)
+    baseline = policy_baseline(values.reward, OmegaConf.select(router_cfg, "value_fit", default="sgd"))
     return baseline, values.cost, float(router_state["lagrange"]["lambda"]), float(router_cfg.value_temperature)
 
 

@@ -173,6 +173,13 @@ class RouteValueBaseline:
 VALUE_FITS = ("sgd", "ridge")  # router.value_fit: how the head's route values are fitted in value mode
 
 
+def policy_baseline(route_means: torch.Tensor, value_fit: str) -> torch.Tensor:
+    """``b`` [3] of the value-mode policy and targets: the running route means ``route_means`` [3], or zeros with
+    ``router.value_fit=ridge`` (the ridge head's intercept already holds each route's mean; docs/router.md "Ridge
+    fit")."""
+    return torch.zeros_like(route_means) if value_fit == "ridge" else route_means
+
+
 class RidgeRouteValues:
     """Closed-form ridge regression of each route's task reward on the pooled prompt features
     (``router.value_fit=ridge``; ``docs/router.md``, "Ridge fit").
