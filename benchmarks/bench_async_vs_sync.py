@@ -17,7 +17,8 @@ Measured after ``--warmup`` steps: wall seconds per learner step, learner steps/
 entered an update), rollouts generated/s (async: every completed rollout, stale ones included), and for async the
 staleness of what was trained (``replays/rlla/used_version_lag/k`` summed: k = learner version minus the rollout's
 policy version when the batch was made), ``used_frac_on_policy``, the seed's ``frac_on_policy`` and the stale drops.
-The last line prints the async/sync ratios. Timings need a quiet machine: the load average before and after is printed.
+The last line prints the async/sync ratios. ``--validate`` adds the async mode's greedy validation after the last
+step (``docs/async.md`` "Validation"; its time is left out of the rates). Timings need a quiet machine: the load average before and after is printed.
 Sync time is the sum of the trainer's ``timing_s/step`` (logging between steps left out); async time is wall time
 between learner results, so the comparison leans slightly towards sync. The staleness counts are of the rollouts the
 batcher handed out (overlong ones, which are not trained, included).
@@ -71,6 +72,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--learner-threads", type=int, default=None, help="async.learner_threads (default: torch's)")
     parser.add_argument("--replicas", type=int, default=1, help="RLLA env actors (concurrent requests to the server)")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
+    parser.add_argument("--validate", action="store_true",
+                        help="async: greedy validation on the RLLA validation rows whose prompt fits "
+                             "--max-prompt-length, --max-new-tokens per response, after the last step "
+                             "(trainer.test_freq = the step count); its time is left out of the rates")
+    parser.add_argument("--val-before-train", action="store_true", help="async, with --validate: also at version 0")
+    parser.add_argument("--val-dump", help="async, with --validate: trainer.validation_data_dir (per-response scores)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if min(args.rows, args.prompts, args.n, args.max_new_tokens, args.micro_batch, args.steps, args.warmup) < 1:
@@ -141,7 +148,12 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
             *([f"async.learner_threads={args.learner_threads}"] if args.learner_threads else []),
             *([f"algorithm.rollout_correction.rollout_is={args.rollout_is}",
                f"algorithm.rollout_correction.rollout_is_threshold={args.rollout_is_threshold}"]
-              if args.rollout_is else [])]
+              if args.rollout_is else []),
+            *([f"trainer.test_freq={args.warmup + args.steps}", f"trainer.val_before_train={args.val_before_train}",
+               f"data.max_prompt_length={args.max_prompt_length}", "data.filter_overlong_prompts=True",
+               f"data.max_response_length={args.max_new_tokens}"]
+              + ([f"trainer.validation_data_dir={Path(args.val_dump).resolve()}"] if args.val_dump else [])
+              if args.validate else [])]
 
 
 def run(command: list[str], label: str) -> float:
@@ -171,17 +183,22 @@ def summarise_sync(args, recs: list[dict]) -> dict:
 
 
 def summarise_async(args, recs: list[dict]) -> dict:
-    by_version = {int(r["policy_version"]): r for r in recs}
+    validations = {int(r["val/policy_version"]): {k: v for k, v in r.items() if k.startswith("val/")}
+                   for r in recs if "val/policy_version" in r}
+    by_version = {int(r["policy_version"]): r for r in recs if "policy_version" in r}
     start, end = by_version[args.warmup], by_version[args.warmup + args.steps]
     measured = [by_version[v] for v in range(args.warmup + 1, args.warmup + args.steps + 1)]
-    wall = end["orchestrator/elapsed_s"] - start["orchestrator/elapsed_s"]
+
+    def busy(r):  # elapsed seconds without validation (the learner waits while the servers validate)
+        return r["orchestrator/elapsed_s"] - r.get("orchestrator/validation_s", 0.0)
+
+    wall = busy(end) - busy(start)
     lags: Counter = Counter()
     for r in measured:
         for key, value in r.items():
             if key.startswith("replays/rlla/used_version_lag/"):
                 lags[int(key.rsplit("/", 1)[1])] += int(value)
-    step_wall = [measured[0]["orchestrator/elapsed_s"] - start["orchestrator/elapsed_s"]] + [
-        b["orchestrator/elapsed_s"] - a["orchestrator/elapsed_s"] for a, b in zip(measured, measured[1:])]
+    step_wall = [busy(measured[0]) - busy(start)] + [busy(b) - busy(a) for a, b in zip(measured, measured[1:])]
     trained = sum(r.get("batches/rollouts", 0.0) for r in measured)
     generated = end["orchestrator/rollouts_generated"] - start["orchestrator/rollouts_generated"]
     used = sum(lags.values())
@@ -204,7 +221,8 @@ def summarise_async(args, recs: list[dict]) -> dict:
             "reward_mean": _mean_of(measured, "replays/rlla/reward/mean"),
             "reward_mean_last_half": _mean_of(measured[len(measured) // 2:], "replays/rlla/reward/mean"),
             **{f"{k}_mean": _mean_of(measured, k) for k in ("rollout_corr/kl", "rollout_corr/is_weight_mean",
-                                                            "rollout_corr/is_weight_max", "actor/pg_clipfrac")}}
+                                                            "rollout_corr/is_weight_max", "actor/pg_clipfrac")},
+            "validation": dict(sorted(validations.items()))}
 
 
 def _mean_of(records_: list[dict], key: str) -> float:

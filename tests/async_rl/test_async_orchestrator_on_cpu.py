@@ -156,16 +156,27 @@ def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
         orch.shutdown()
 
 
-def test_main_async_entry_runs_and_resumes(ray_session, tmp_path):
+def test_main_async_entry_runs_validates_and_resumes(ray_session, tmp_path, small_rlla):
     from verl.trainer.main_async import run_async
 
-    # save_freq 5 > the steps run: the learner's checkpoint after the last step is what the second launch resumes
+    # save_freq 5 > the steps run: the learner's checkpoint after the last step is what the second launch resumes;
+    # validation (greedy, 4 RLLA rows): before training at version 0 and after each launch's last step (test_freq 5)
     extra = ["trainer.total_training_steps=1", "trainer.logger=[console]", f"trainer.run_dir={tmp_path}/run",
-             "async.max_buffer_rollouts=4", "trainer.save_freq=5"]
+             "async.max_buffer_rollouts=4", "trainer.save_freq=5", "trainer.val_before_train=true",
+             "trainer.test_freq=5", f"data.val_files={small_rlla}/test.parquet", "data.max_response_length=6",
+             f"trainer.validation_data_dir={tmp_path}/val"]
     records = run_async(async_config(tmp_path, extra=extra))
     assert [r["policy_version"] for r in records] == [1.0]
-    # a second launch with a higher step target resumes from global_step_1 and trains one more step
+    # a second launch with a higher step target resumes from global_step_1 and trains one more step (no validation
+    # before training: the run is past version 0)
     records = run_async(async_config(tmp_path, extra=extra[1:] + ["trainer.total_training_steps=2"]))
     assert [r["policy_version"] for r in records] == [2.0]
     lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
-    assert [line["step"] for line in lines] == [1, 2] and "learner/logprob_gap" in lines[0]
+    assert [line["step"] for line in lines] == [0, 1, 2] and "learner/logprob_gap" in lines[1]
+    for line in lines:
+        assert line["val/policy_version"] == line["step"]
+        dumped = [json.loads(x) for x in (tmp_path / "val" / f"{line['step']}.jsonl").read_text().splitlines()]
+        assert [d["row"] for d in dumped] == [0, 1, 2, 3] and all(d["step"] == line["step"] for d in dumped)
+        assert line["val/test_score/rlla"] == pytest.approx(sum(d["score"] for d in dumped) / 4)
+        assert 0 < line["val/response_length/mean"] <= 6
+    assert lines[2]["orchestrator/validation_s"] > 0

@@ -135,8 +135,16 @@ def test_main_prints_user_errors_in_one_line(tmp_path, small_rlla, override, exp
 
 def test_rollout_data_dir_dumps_every_step(tmp_path, small_rlla):
     """``trainer.rollout_data_dir`` (verl's key, issue 21): each training step's rollouts as <dir>/<step>.jsonl,
-    one line per response (2 prompts x 2 samples), with the score the reward gave."""
-    _run(tmp_path, small_rlla, VARIES, f"trainer.rollout_data_dir={tmp_path}/rollouts", steps=2)
+    one line per response (2 prompts x 2 samples), with the score the reward gave; ``trainer.validation_data_dir``
+    the same for each validation (4 prompts, greedy, before training and at step 2), its mean the logged one."""
+    _run(tmp_path, small_rlla, VARIES, f"trainer.rollout_data_dir={tmp_path}/rollouts", "trainer.val_before_train=True",
+         "trainer.test_freq=2", f"trainer.validation_data_dir={tmp_path}/val", steps=2)
+    logged = {r["step"]: r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())}
+    for step in (0, 2):
+        records = [json.loads(line) for line in (tmp_path / "val" / f"{step}.jsonl").read_text().splitlines()]
+        assert len(records) == 4 and {r["step"] for r in records} == {step}
+        assert logged[step]["val/test_score/rlla"] == pytest.approx(sum(r["score"] for r in records) / 4)
+    assert sorted(p.name for p in (tmp_path / "val").iterdir()) == ["0.jsonl", "2.jsonl"]
     for step in (1, 2):
         records = [json.loads(line) for line in (tmp_path / "rollouts" / f"{step}.jsonl").read_text().splitlines()]
         assert len(records) == 4 and {r["step"] for r in records} == {step}

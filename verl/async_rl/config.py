@@ -122,6 +122,16 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     if attention not in (None, "sdpa"):
         raise ConfigError(f"actor_rollout_ref.model.override_config.attn_implementation={attention!r}: the async "
                           "learner and inference servers load the model with sdpa")
+    if typed.trainer.val_only:
+        raise ConfigError("trainer.val_only=true: not in the async mode (it validates with trainer.test_freq and "
+                          "trainer.val_before_train); use python -m verl.trainer.main_ppo trainer.val_only=true")
+    if typed.trainer.test_freq > 0 or typed.trainer.val_before_train:
+        from verl.async_rl.validation import validation_sampling
+
+        try:
+            validation_sampling(typed.actor_rollout_ref.rollout.val_kwargs)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
     if typed.actor_rollout_ref.rollout.cache_implementation is not None:
         raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation="
                           f"{typed.actor_rollout_ref.rollout.cache_implementation!r}: the async inference servers "

@@ -21,7 +21,8 @@ their buffer (``add_many`` with the learner's version). While the learner is idl
 (``BatchNotReady``: wait for more rollouts) and hands it to the learner; the learner trains while the envs keep
 generating with the previous weights (that is the asynchrony, bounded by ``max_age``). When a step finishes: the
 buffers move to the new version, the broadcaster pushes the weights to every server, a checkpoint is published every
-``trainer.save_freq`` versions, and one record of metrics is logged.
+``trainer.save_freq`` versions, the validation set is scored every ``trainer.test_freq`` versions
+(``verl/async_rl/validation.py``), and one record of metrics is logged.
 
 Failures: an env call that fails because its actor died restarts that actor; one that fails otherwise (the server did
 not answer) pings the server and restarts it when dead (the new server gets the learner's current weights and
@@ -91,6 +92,17 @@ class Orchestrator:
         self._inflight: Dict[Any, Tuple[str, int, int]] = {}  # ref -> (env, replica, epoch)
         self._learner_ref = None
         self._pending_batch: Optional[Dict[str, float]] = None
+        trainer = config.trainer
+        self.test_freq, self.val_before_train = int(trainer.test_freq), bool(trainer.val_before_train)
+        self.total_steps = trainer.total_training_steps
+        self.validator = None  # the synchronous trainer's validation keys, on the servers (verl/async_rl/validation.py)
+        self._validation_s = 0.0
+        if self.test_freq > 0 or self.val_before_train:
+            from transformers import AutoTokenizer
+
+            from verl.async_rl.validation import AsyncValidator
+
+            self.validator = AsyncValidator.from_config(config, AutoTokenizer.from_pretrained(self.model_path))
         self._start_learner()
         log_dir = Path(a.replay.log_dir or Path(self.ckpt_dir) / "replay")
         self.buffers: Dict[str, ReplayBuffer] = {}
@@ -275,19 +287,42 @@ class Orchestrator:
             self._restart_server(index)
         if self.save_freq > 0 and self.version % self.save_freq == 0:
             ray.get(self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True)))
+        last = self.total_steps is not None and self.version == int(self.total_steps)
+        val = self._validate() if self.test_freq > 0 and (last or self.version % self.test_freq == 0) else {}
         elapsed = time.perf_counter() - t0
-        metrics = {**(self._pending_batch or {}), **stats, **sent["metrics"], "policy_version": float(self.version)}
+        metrics = {**(self._pending_batch or {}), **stats, **sent["metrics"], **val,
+                   "policy_version": float(self.version)}
         metrics.update({f"orchestrator/restarts/{k}": float(v) for k, v in self.restarts.items() if "/" not in k})
         metrics.update({f"orchestrator/{k}": float(v) for k, v in self.counts.items()})
         metrics["orchestrator/elapsed_s"] = elapsed
+        metrics["orchestrator/validation_s"] = self._validation_s  # of elapsed_s: the learner waits meanwhile
         metrics["orchestrator/rollouts_per_s"] = self.counts["rollouts_generated"] / max(elapsed, 1e-9)
         self._pending_batch = None
         return metrics
 
+    def _validate(self) -> Dict[str, float]:
+        """One validation pass at the current version on every server (``AsyncValidator.run``). A failed pass (a
+        server died or answered with an error) is logged, restarts the dead servers and gives ``val/failed = 1``;
+        training goes on."""
+        start = time.perf_counter()
+        try:
+            return self.validator.run([self.urls[i] for i in sorted(self.urls)], self.version)
+        except Exception as exc:  # noqa: BLE001 - a lost validation must not stop training
+            logger.warning("validation at version %d failed: %r", self.version, exc)
+            for index in list(self.servers):
+                if not self._server_alive(index):
+                    self._restart_server(index)
+            return {"val/failed": 1.0}
+        finally:
+            self._validation_s += time.perf_counter() - start
+
     def run(self, num_steps: int, poll_s: float = 0.05, timeout_s: Optional[float] = None) -> List[Dict[str, float]]:
         """Train until ``num_steps`` more learner steps have finished; returns their metric records (also logged to
         the tracker with ``step = policy_version``). With ``trainer.save_freq > 0`` the learner checkpoints every
-        ``save_freq`` versions and after the last step of the run.
+        ``save_freq`` versions and after the last step of the run. Validation (``docs/async.md`` "Validation"): with
+        ``trainer.val_before_train`` at version 0 before any generation (logged at step 0, not returned), and with
+        ``trainer.test_freq > 0`` after every ``test_freq``-th version and the run's last
+        (``trainer.total_training_steps``), in that step's record.
 
         Raises TimeoutError: ``timeout_s`` passed first. RuntimeError: too many restarts.
         """
@@ -295,6 +330,10 @@ class Orchestrator:
 
         t0 = time.perf_counter()
         records: List[Dict[str, float]] = []
+        if self.validator is not None and self.val_before_train and self.version == 0:
+            before = self._validate()
+            if self.tracker is not None:
+                self.tracker.log(before, step=0)
         while len(records) < int(num_steps):
             if timeout_s is not None and time.perf_counter() - t0 > timeout_s:
                 raise TimeoutError(f"async run: {len(records)}/{num_steps} steps after {timeout_s} s")

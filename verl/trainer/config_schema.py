@@ -322,6 +322,7 @@ class TrainerConfig:
     peak_flops_per_s: Optional[float] = MISSING
     log_val_generations: int = MISSING
     rollout_data_dir: Optional[str] = MISSING
+    validation_data_dir: Optional[str] = MISSING
     nnodes: int = MISSING
     n_gpus_per_node: int = MISSING
     cpus_per_worker: float = MISSING

@@ -555,6 +555,9 @@ def _validate_env(config: DictConfig) -> None:
                           "StepOutput names); environments give every step its own reward. Leave it 0.0")
     if not agent:
         return
+    if config.trainer.validation_data_dir:
+        raise ConfigError("trainer.validation_data_dir: the agent mode (env.env_name) validates by episodes, which "
+                          "are not written to files; leave it null (trainer.rollout_data_dir covers training)")
     from agent_system.environments.base import available_envs
 
     if env.env_name not in available_envs():

@@ -12,6 +12,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import REWARD_COMPONENTS
+from verl.trainer.ppo.rollout_dump import dump_rollouts
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ def validate(trainer) -> dict:
             batch = batch.repeat(repeat_times=val_n, interleave=True)
         batch = trainer._generate(batch, validate=True)
         trainer._score(batch, trainer.val_reward_fn, trainer.global_steps)
+        if trainer.config.trainer.validation_data_dir:  # verl's key: this validation's responses as <dir>/<step>.jsonl
+            dump_rollouts(batch, trainer.tokenizer, trainer.global_steps, trainer.config.trainer.validation_data_dir)
         if trainer.router is not None:
             metrics.update(trainer.router.score(batch, trainer.global_steps, validate=True))
         sources = batch.non_tensor_batch.get("data_source", np.array(["unknown"] * len(batch), dtype=object))

@@ -1,0 +1,187 @@
+"""Validation of the asynchronous mode: the synchronous trainer's ``trainer.test_freq`` / ``val_before_train`` /
+``data.val_files`` / ``rollout.val_kwargs`` on the async inference servers.
+
+Design: ``docs/async.md``, section "Validation". After the weights of policy version ``v`` reach every server, the
+orchestrator asks :class:`AsyncValidator` for one pass over the validation rows: each prompt (chat-templated as the
+RLLA env actor does, then cut to ``data.max_prompt_length`` by ``data.truncation`` / ``filter_overlong_prompts`` as
+the synchronous data loader does) goes to a server with ``max_tokens = data.max_response_length`` and the sampling of
+``rollout.val_kwargs`` (greedy unless ``do_sample``; ``n`` responses per prompt). Each decoded response is scored by
+``verl.utils.reward_score.default_compute_score`` with ``extra_info = {"step": v, "wrapper": "none"}`` (the text is
+the response alone, as the env actors score it), and the means per data source use the synchronous trainer's names
+(``val/test_score/<source>``, ``val/test_format/<source>``, ...; ``verl/trainer/ppo/validation.py``). A sample the
+reward cannot score is left out of the means and counted in ``val/reward_invalid_count``, as there.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Sequence
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["AsyncValidator", "validation_sampling"]
+
+MAX_CONCURRENT_REQUESTS = 16  # in flight per validation pass; the HF server batches concurrent requests of one kind
+
+
+def validation_sampling(val_kwargs: Mapping[str, Any]) -> Dict[str, Any]:
+    """The server options for ``actor_rollout_ref.rollout.val_kwargs``: ``{"temperature", "n"}``.
+
+    ``do_sample`` false is greedy (temperature 0, as the synchronous rollouts' validation). The async servers sample
+    from the full softmax, so sampled validation with a top-k / top-p cut is refused rather than run without it.
+
+    Raises ValueError: ``do_sample`` with ``top_k`` not in (0, -1) or ``top_p`` < 1 (the key named); ``n`` < 1.
+    """
+    n = int(val_kwargs["n"])
+    if n < 1:
+        raise ValueError(f"actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got {n}")
+    if not bool(val_kwargs["do_sample"]):
+        return {"temperature": 0.0, "n": n}
+    if int(val_kwargs["top_k"]) not in (0, -1):
+        raise ValueError(f"actor_rollout_ref.rollout.val_kwargs.top_k={val_kwargs['top_k']}: the async inference "
+                         "servers sample from the full softmax (use 0 or -1)")
+    if float(val_kwargs["top_p"]) < 1.0:
+        raise ValueError(f"actor_rollout_ref.rollout.val_kwargs.top_p={val_kwargs['top_p']}: the async inference "
+                         "servers sample from the full softmax (use 1.0)")
+    return {"temperature": float(val_kwargs["temperature"]), "n": n}
+
+
+class AsyncValidator:
+    """One validation pass of the async mode over fixed rows (module docstring).
+
+    Args:
+        rows: dicts with ``index`` (the row's position in its file), ``data_source``, ``prompt_ids`` (the chat-templated
+            prompt, already cut to the prompt limit) and ``ground_truth`` (the row's ``reward_model.ground_truth``).
+        tokenizer: the policy's tokenizer (decodes the responses).
+        max_tokens: new tokens per response (``data.max_response_length``).
+        temperature: 0 for greedy; ``n``: responses per prompt (``validation_sampling``).
+        dump_dir: ``trainer.validation_data_dir``: each pass also writes ``<dump_dir>/<version>.jsonl`` (one line
+            per response: ``input``, ``output``, ``score``, ``step``, ``row``, ``data_source`` and the reward's
+            components); None writes nothing.
+        timeout_s: seconds one request may take (a batched CPU generate of long responses is slow).
+
+    Raises ValueError: no rows.
+    """
+
+    def __init__(self, rows: Sequence[Mapping[str, Any]], tokenizer: Any, max_tokens: int, temperature: float = 0.0,
+                 n: int = 1, dump_dir: Optional[str] = None, timeout_s: float = 3600.0):
+        if not rows:
+            raise ValueError("validation has no rows (data.val_files)")
+        self.rows = [dict(r) for r in rows]
+        self.tokenizer, self.max_tokens = tokenizer, int(max_tokens)
+        self.temperature, self.n = float(temperature), int(n)
+        self.dump_dir, self.timeout_s = dump_dir, float(timeout_s)
+        self._local = threading.local()
+
+    @classmethod
+    def from_config(cls, config: Any, tokenizer: Any) -> "AsyncValidator":
+        """Rows and settings from the trainer config, loaded as the synchronous trainer loads its validation set
+        (``RLHFDataset`` over ``data.val_files`` with the ``data`` section and ``val_max_samples``: the same prompt
+        text, truncation, filtering and errors; null files are the RLLA validation split), plus
+        ``data.max_response_length``, ``rollout.val_kwargs`` and ``trainer.validation_data_dir``.
+
+        Raises ValueError: a row whose ``data_source`` has no built-in reward (the file and row named: the async
+            mode scores with the RLLA reward) or bad ``val_kwargs`` (``validation_sampling``). DataCheckError: prompts
+            over ``data.max_prompt_length`` under ``data.truncation=error`` (``check_prompt_lengths``). And what
+            ``RLHFDataset`` raises (missing file, malformed row, every row filtered).
+        """
+        from omegaconf import OmegaConf
+
+        from verl.trainer.preflight import check_prompt_lengths
+        from verl.utils.dataset.rl_dataset import RLHFDataset
+
+        sampling = validation_sampling(config.actor_rollout_ref.rollout.val_kwargs)
+        files = config.data.val_files
+        if files is None:
+            from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
+
+            files = str(resolve_rlla_data_dir() / "test.parquet")
+        data_config = {**OmegaConf.to_container(config.data, resolve=True), "max_samples": config.data.val_max_samples}
+        dataset = RLHFDataset(data_files=files, tokenizer=tokenizer, config=data_config)
+        check_prompt_lengths(config, {"data.val_files": dataset})
+        key, rows = str(config.data.reward_fn_key), []
+        for item, (path, file_row) in enumerate(dataset.origins()):
+            row = dataset[item]
+            source = str(row.get(key) or "")
+            if "rlla" not in source:
+                raise ValueError(f"{path}:{file_row}: {key}={source!r}; the async mode's validation scores with the "
+                                 "RLLA reward (data sources containing 'rlla')")
+            rows.append({"index": file_row, "data_source": source,
+                         "prompt_ids": row["input_ids"][row["attention_mask"].bool()].tolist(),
+                         "ground_truth": row["reward_model"]["ground_truth"]})
+        return cls(rows, tokenizer, int(config.data.max_response_length), dump_dir=config.trainer.validation_data_dir,
+                   **sampling)
+
+    def _client(self, url: str):
+        from verl.async_rl.inference_server import OpenAIClient
+
+        clients = self._local.__dict__.setdefault("clients", {})
+        if url not in clients:  # one requests session per thread and server
+            clients[url] = OpenAIClient(url, timeout=self.timeout_s)
+        return clients[url]
+
+    def _answer(self, url: str, row: Mapping[str, Any]) -> Dict[str, Any]:
+        return self._client(url).completions(row["prompt_ids"], max_tokens=self.max_tokens,
+                                             temperature=self.temperature, n=self.n)
+
+    def run(self, urls: Sequence[str], version: int) -> Dict[str, float]:
+        """Generate and score every row on the servers at ``urls`` (row ``i`` on ``urls[i % len(urls)]``), all of
+        which must serve policy ``version``; returns the metrics (module docstring) plus
+        ``val/response_length/mean`` (tokens), ``val/policy_version`` and ``timing_s/validate``.
+
+        Raises RuntimeError: a server answered with another policy version (the weights moved during validation),
+            or a request failed (the server's error in the message).
+        """
+        from verl.utils.reward_score import default_compute_score
+
+        start = time.perf_counter()
+        logger.info("async validation at version %d: %d prompts x %d response(s), up to %d tokens each", version,
+                    len(self.rows), self.n, self.max_tokens)
+        with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_REQUESTS, len(self.rows))) as pool:
+            answers = list(pool.map(lambda i: self._answer(urls[i % len(urls)], self.rows[i]), range(len(self.rows))))
+        sums: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        counts: Dict[str, int] = defaultdict(int)
+        lengths, invalid, records = [], 0, []
+        for row, answer in zip(self.rows, answers):
+            if int(answer["policy_version"]) != int(version):
+                raise RuntimeError(f"async validation of version {version}: the server answered with policy version "
+                                   f"{answer['policy_version']}")
+            for choice in answer["choices"]:
+                ids = list(choice["token_ids"])
+                lengths.append(len(ids))
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                record = {"row": row["index"], "data_source": row["data_source"], "step": int(version),
+                          "input": self.tokenizer.decode(row["prompt_ids"], skip_special_tokens=False),
+                          "output": self.tokenizer.decode(ids, skip_special_tokens=False)}
+                try:
+                    scores = default_compute_score(row["data_source"], text, row["ground_truth"],
+                                                   extra_info={"step": int(version), "wrapper": "none"})
+                except Exception as exc:  # noqa: BLE001 - one unscorable sample is counted, not fatal
+                    invalid += 1
+                    logger.warning("async validation: row %s not scored: %r", row["index"], exc)
+                    records.append({**record, "score": None, "reward_error": repr(exc)})
+                    continue
+                counts[row["data_source"]] += 1
+                for name, value in scores.items():
+                    sums[row["data_source"]][name] += float(value)
+                records.append({**record, **{k: float(v) for k, v in scores.items()}})
+        metrics: Dict[str, float] = {}
+        for source, total in sums.items():
+            for name, value in total.items():
+                metrics[f"val/test_{name}/{source}"] = value / counts[source]
+        metrics["val/response_length/mean"] = sum(lengths) / max(len(lengths), 1)
+        if invalid:
+            metrics["val/reward_invalid_count"] = float(invalid)
+        metrics["val/policy_version"] = float(version)
+        metrics["timing_s/validate"] = time.perf_counter() - start
+        if self.dump_dir:
+            from verl.trainer.ppo.rollout_dump import write_records
+
+            write_records(records, int(version), Path(self.dump_dir))
+        logger.info("async validation at version %d done in %.1f s: %s", version, metrics["timing_s/validate"],
+                    {k: round(v, 4) for k, v in metrics.items() if k.startswith("val/test_score/")})
+        return metrics
