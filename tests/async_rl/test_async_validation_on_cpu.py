@@ -140,3 +140,58 @@ def test_async_config_refuses_what_validation_cannot_do():
                   "actor_rollout_ref.rollout.val_kwargs.top_k=50"])
     with pytest.raises(ConfigError, match="trainer.val_only=true: not in the async mode"):
         _compose(["trainer.val_only=true"])
+
+
+def test_failed_validation_pass_restarts_dead_servers_and_training_goes_on():
+    """Orchestrator._validate: a pass that raises gives ``val/failed`` (no exception), restarts the servers that do not
+    answer a ping, and still counts its time."""
+    from verl.async_rl.orchestrator import Orchestrator
+
+    class Failing:
+        def run(self, urls, version):
+            assert urls == ["u0", "u1"] and version == 5
+            raise RuntimeError("server 1 died")
+
+    orch = object.__new__(Orchestrator)
+    orch.validator, orch.version, orch._validation_s = Failing(), 5, 0.0
+    orch.urls, orch.servers = {1: "u1", 0: "u0"}, {0: "s0", 1: "s1"}
+    restarted = []
+    orch._server_alive = lambda index: index == 0
+    orch._restart_server = restarted.append
+    assert orch._validate() == {"val/failed": 1.0}
+    assert restarted == [1] and orch._validation_s > 0
+
+
+def test_async_validation_equals_the_synchronous_trainers(ray_session, tmp_path, small_rlla):
+    """Same weights, same rows, greedy: the async pass on an inference server gives the synchronous trainer's
+    validation (the same response tokens per row, the same scores and means)."""
+    from conftest import e2e_overrides
+
+    from verl.async_rl.inference_server import start_inference_server
+    from verl.async_rl.validation import AsyncValidator
+    from verl.trainer.main_ppo import build_local_trainer
+    from verl.utils.model_presets import prepare_model
+
+    data = [f"data.val_files={small_rlla}/test.parquet", "data.max_prompt_length=1024", "data.max_response_length=6",
+            "data.filter_overlong_prompts=True"]
+    trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + data
+                                  + [f"trainer.validation_data_dir={tmp_path}/sync"])
+    try:
+        sync_metrics = trainer._validate()
+    finally:
+        trainer.shutdown()
+    config = _compose([*data, "trainer.test_freq=1", f"trainer.validation_data_dir={tmp_path}/async"])
+    validator = AsyncValidator.from_config(config, trainer.tokenizer)
+    server = start_inference_server(prepare_model("tiny"), num_threads=1)
+    try:
+        async_metrics = validator.run([ray_session.get(server.url.remote())], version=0)
+    finally:
+        ray_session.kill(server)
+    sync_rows = [json.loads(x) for x in (tmp_path / "sync" / "0.jsonl").read_text().splitlines()]
+    async_rows = [json.loads(x) for x in (tmp_path / "async" / "0.jsonl").read_text().splitlines()]
+    assert len(sync_rows) == len(async_rows) == 4
+    for s, a in zip(sync_rows, async_rows):
+        assert a["output"] == s["output"] and a["input"] == s["input"]
+        assert a["score"] == pytest.approx(s["score"])
+    for name in ("score", "format", "correctness"):
+        assert async_metrics[f"val/test_{name}/rlla"] == pytest.approx(sync_metrics[f"val/test_{name}/rlla"])
