@@ -17,8 +17,8 @@ Measured after ``--warmup`` steps: wall seconds per learner step, learner steps/
 entered an update), rollouts generated/s (async: every completed rollout, stale ones included), and for async the
 staleness of what was trained (``replays/rlla/used_version_lag/k`` summed: k = learner version minus the rollout's
 policy version when the batch was made), ``used_frac_on_policy``, the seed's ``frac_on_policy`` and the stale drops.
-The last line prints the async/sync ratios. ``--validate`` adds the async mode's greedy validation after the last
-step (``docs/async.md`` "Validation"; its time is left out of the rates). Timings need a quiet machine: the load average before and after is printed.
+The last line prints the async/sync ratios. ``--validate`` adds greedy validation after the last step in both modes
+(the async mode's: ``docs/async.md`` "Validation"; its time is left out of the rates). Timings need a quiet machine: the load average before and after is printed.
 Sync time is the sum of the trainer's ``timing_s/step`` (logging between steps left out); async time is wall time
 between learner results, so the comparison leans slightly towards sync. The staleness counts are of the rollouts the
 batcher handed out (overlong ones, which are not trained, included).
@@ -73,11 +73,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--replicas", type=int, default=1, help="RLLA env actors (concurrent requests to the server)")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
     parser.add_argument("--validate", action="store_true",
-                        help="async: greedy validation on the RLLA validation rows whose prompt fits "
+                        help="greedy validation on the RLLA validation rows whose prompt fits "
                              "--max-prompt-length, --max-new-tokens per response, after the last step "
                              "(trainer.test_freq = the step count); its time is left out of the rates")
-    parser.add_argument("--val-before-train", action="store_true", help="async, with --validate: also at version 0")
-    parser.add_argument("--val-dump", help="async, with --validate: trainer.validation_data_dir (per-response scores)")
+    parser.add_argument("--val-before-train", action="store_true", help="with --validate: also at step 0")
+    parser.add_argument("--val-dump", help="with --validate: trainer.validation_data_dir (per-response scores)")
     parser.add_argument("--json", help="also write the results to this JSON file")
     args = parser.parse_args(argv)
     if min(args.rows, args.prompts, args.n, args.max_new_tokens, args.micro_batch, args.steps, args.warmup) < 1:
@@ -122,16 +122,30 @@ def common_overrides(args, run_dir: Path, name: str) -> list[str]:
     ]
 
 
+def validation_overrides(args) -> list[str]:
+    """``--validate``: greedy validation after the last step (and at step 0 with ``--val-before-train``) on the RLLA
+    validation rows that fit ``--max-prompt-length``, ``--max-new-tokens`` per response; the same keys in both
+    modes."""
+    if not args.validate:
+        return ["trainer.val_before_train=False", "trainer.test_freq=-1"]
+    from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
+
+    return [f"data.val_files={resolve_rlla_data_dir() / 'test.parquet'}", "data.filter_overlong_prompts=True",
+            f"trainer.test_freq={args.warmup + args.steps}", f"trainer.val_before_train={args.val_before_train}",
+            *([f"trainer.validation_data_dir={Path(args.val_dump).resolve()}"] if args.val_dump else [])]
+
+
 def sync_command(args, data: Path, run_dir: Path) -> list[str]:
     return [sys.executable, "-m", "verl.trainer.main_ppo", *common_overrides(args, run_dir, "sync"),
-            f"data.train_files={data}", f"data.val_files={data}", f"data.train_batch_size={args.prompts}",
+            f"data.train_files={data}", *([] if args.validate else [f"data.val_files={data}"]),
+            f"data.train_batch_size={args.prompts}",
             f"data.max_prompt_length={args.max_prompt_length}", f"data.max_response_length={args.max_new_tokens}",
             "data.shuffle=False", f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
             "actor_rollout_ref.actor.ppo_epochs=1",
             f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.temperature=1.0",
             f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
-            "algorithm.adv_estimator=rloo", "algorithm.use_kl_in_reward=False", "trainer.val_before_train=False",
-            "trainer.test_freq=-1", "trainer.resume_mode=disable", "trainer.device=cpu", "trainer.n_gpus_per_node=0"]
+            "algorithm.adv_estimator=rloo", "algorithm.use_kl_in_reward=False", *validation_overrides(args),
+            "trainer.resume_mode=disable", "trainer.device=cpu", "trainer.n_gpus_per_node=0"]
 
 
 def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[str]:
@@ -149,11 +163,8 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
             *([f"algorithm.rollout_correction.rollout_is={args.rollout_is}",
                f"algorithm.rollout_correction.rollout_is_threshold={args.rollout_is_threshold}"]
               if args.rollout_is else []),
-            *([f"trainer.test_freq={args.warmup + args.steps}", f"trainer.val_before_train={args.val_before_train}",
-               f"data.max_prompt_length={args.max_prompt_length}", "data.filter_overlong_prompts=True",
-               f"data.max_response_length={args.max_new_tokens}"]
-              + ([f"trainer.validation_data_dir={Path(args.val_dump).resolve()}"] if args.val_dump else [])
-              if args.validate else [])]
+            f"data.max_prompt_length={args.max_prompt_length}", f"data.max_response_length={args.max_new_tokens}",
+            *validation_overrides(args)]
 
 
 def run(command: list[str], label: str) -> float:
@@ -171,7 +182,7 @@ def records(run_dir: Path) -> list[dict]:
 
 
 def summarise_sync(args, recs: list[dict]) -> dict:
-    measured = [r for r in recs if r["step"] > args.warmup]
+    measured = [r for r in recs if r["step"] > args.warmup and "timing_s/step" in r]  # not the text records
     step_s = [r["timing_s/step"] for r in measured]
     rollouts = args.prompts * args.n
     total = sum(step_s)
@@ -179,7 +190,9 @@ def summarise_sync(args, recs: list[dict]) -> dict:
             "learner_steps_per_s": len(measured) / total, "rollouts_per_step": float(rollouts),
             "rollouts_trained_per_s": rollouts * len(measured) / total,
             "rollouts_generated_per_s": rollouts * len(measured) / total, "frac_on_policy": 1.0,
-            "used_version_lag": {0: rollouts * len(measured)}}
+            "used_version_lag": {0: rollouts * len(measured)},
+            "validation": {r["step"]: {k: v for k, v in r.items() if k.startswith("val/")} for r in recs
+                           if any(k.startswith("val/test_score/") for k in r)}}
 
 
 def summarise_async(args, recs: list[dict]) -> dict:

@@ -8,24 +8,27 @@
 # (MODEL=smollm2-135m-sft) the responses need room: MAX_NEW_TOKENS=128 (at 32 every RLLA response is cut and scores
 # the same), LR=1e-4; measured start: ~2 min a learner step on 2 busy cores, so ~90 min for the four runs
 # (STEPS=6 measured steps instead of 10: ~60 min).
-# VALIDATE=1 adds the async mode's greedy validation (docs/async.md "Validation") on the RLLA validation rows that fit
-# 1,024 prompt tokens, MAX_NEW_TOKENS per response: at version 0 once (the first run; every run starts from the same
-# weights) and after each run's last step, per-row scores kept (trainer.validation_data_dir), so the result also holds
-# each run's validation reward, its paired gain over version 0 and the paired differences between the runs.
-# Issue 23's longer comparison: MODEL=smollm2-135m-sft MAX_NEW_TOKENS=128 LR=1e-4 STEPS=12 VALIDATE=1
-# OUT=benchmarks/results/async_correction_val_smollm2_sft.json bash benchmarks/evidence/async_correction.sh
+# VALIDATE=1 adds greedy validation (docs/async.md "Validation") on the RLLA validation rows that fit 1,024 prompt
+# tokens, MAX_NEW_TOKENS per response: at version 0 once (the first run; every run starts from the same weights) and
+# after each run's last step, every response kept (trainer.validation_data_dir, under outputs/evidence/async_correction/
+# VAL_NAME, not committed), so the result also holds each run's validation reward, its paired gain over version 0 and
+# the paired differences between runs (async_validation_summary.py). SYNC=1 (with VALIDATE=1) adds the synchronous
+# trainer at the same settings (bench_async_vs_sync.py --only sync), the on-policy reference. Issue 23's longer run:
+#   MODEL=smollm2-135m-sft MAX_NEW_TOKENS=128 LR=1e-4 STEPS=12 VALIDATE=1 SYNC=1 \
+#     OUT=benchmarks/results/async_correction_val_smollm2_sft.json bash benchmarks/evidence/async_correction.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/ensure_env.sh || exit 1
 OUT=${OUT:-benchmarks/results/async_correction.json}
 TMP=$(mktemp -d)
+VAL=outputs/evidence/async_correction/${VAL_NAME:-$(basename "$OUT" .json)}
 first=1
 for age in 1 4; do
   for corr in none token; do
     extra=()
     [ "$corr" = token ] && extra=(--rollout-is token --rollout-is-threshold 2.0)
     if [ "${VALIDATE:-0}" = 1 ]; then
-      extra+=(--validate --val-dump "$TMP/val_age${age}_${corr}")
+      extra+=(--validate --val-dump "$VAL/age${age}_${corr}")
       [ $first = 1 ] && extra+=(--val-before-train)
       first=0
     fi
@@ -35,8 +38,13 @@ for age in 1 4; do
       --json "$TMP/age${age}_${corr}.json" > "$TMP/age${age}_${corr}.log" 2>&1
   done
 done
+if [ "${VALIDATE:-0}" = 1 ] && [ "${SYNC:-0}" = 1 ]; then
+  "$PYTHON" benchmarks/bench_async_vs_sync.py --only sync --steps "${STEPS:-10}" --lr "${LR:-3e-3}" \
+    --model "${MODEL:-tiny-sft}" --max-new-tokens "${MAX_NEW_TOKENS:-32}" --validate --val-dump "$VAL/sync" \
+    --json "$TMP/sync.json" > "$TMP/sync.log" 2>&1
+fi
 "$PYTHON" - "$TMP" "$OUT" <<'PY'
-import json, sys
+import json, os, sys
 from pathlib import Path
 tmp, out = Path(sys.argv[1]), Path(sys.argv[2])
 keep = ("rollouts_trained_per_s", "rollouts_generated_per_s", "learner_step_s_median", "frac_on_policy",
@@ -48,52 +56,24 @@ for path in sorted(tmp.glob("age*.json")):
     runs[path.stem] = {k: summary.get(k) for k in keep}
     if summary.get("validation"):
         runs[path.stem]["validation"] = summary["validation"]
-
-
-def per_row(path):  # row -> score, format, correctness of a validation dump
-    lines = [json.loads(x) for x in path.read_text().splitlines()]
-    return {d["row"]: d for d in lines if d.get("score") is not None}
-
-
-def paired(a, b):  # mean +- standard error of b - a over the rows both scored, per reward part
-    import statistics
-    rows = sorted(set(a) & set(b))
-    out = {"rows": len(rows)}
-    for name in ("score", "format", "correctness"):
-        diffs = [b[r][name] - a[r][name] for r in rows]
-        mean = statistics.fmean(diffs)
-        se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-        out[name] = {"mean": mean, "se": se, "t": mean / se if se else float("nan"),
-                     "wins": sum(d > 0 for d in diffs), "losses": sum(d < 0 for d in diffs)}
-    return out
-
-
-dumps = {p.name[len("val_"):]: p for p in sorted(tmp.glob("val_age*"))}
-validation = {}
-if dumps:
-    base = next(per_row(f) for p in dumps.values() for f in p.glob("0.jsonl"))
-    final = {}
-    for name, folder in dumps.items():
-        last = max(folder.glob("*.jsonl"), key=lambda f: int(f.stem))
-        final[name] = per_row(last)
-        validation[f"{name}_vs_version0"] = paired(base, final[name])
-    for a, b in (("age1_none", "age1_token"), ("age4_none", "age4_token"), ("age1_none", "age4_none"),
-                 ("age1_token", "age4_token")):
-        if a in final and b in final:
-            validation[f"{b}_minus_{a}"] = paired(final[a], final[b])
-    validation["version0"] = {k: sum(r[k] for r in base.values()) / len(base)
-                              for k in ("score", "format", "correctness")} | {"rows": len(base)}
-import os
-env = " ".join(f"{k}={os.environ[k]}" for k in ("MODEL", "MAX_NEW_TOKENS", "LR", "STEPS", "VALIDATE") if k in os.environ)
+if (tmp / "sync.json").is_file():
+    summary = json.loads((tmp / "sync.json").read_text())[0]
+    runs["sync"] = {k: summary.get(k) for k in ("rollouts_trained_per_s", "step_s_median", "validation")}
+env = " ".join(f"{k}={os.environ[k]}" for k in ("MODEL", "MAX_NEW_TOKENS", "LR", "STEPS", "VALIDATE", "SYNC") if k in os.environ)
 result = {"command": (env + " " if env else "") + f"OUT={out} bash benchmarks/evidence/async_correction.sh",
-          "settings": "model " + __import__("os").environ.get("MODEL", "tiny-sft") + ", RLOO, 4 prompts x 4 samples "
-                      "x " + __import__("os").environ.get("MAX_NEW_TOKENS", "32") + " tokens per learner step, "
-                      + __import__("os").environ.get("STEPS", "10") + " measured steps, learner lr "
-                      + __import__("os").environ.get("LR", "3e-3"),
+          "settings": "model " + os.environ.get("MODEL", "tiny-sft") + ", RLOO, 4 prompts x 4 samples "
+                      "x " + os.environ.get("MAX_NEW_TOKENS", "32") + " tokens per learner step, "
+                      + os.environ.get("STEPS", "10") + " measured steps, learner lr "
+                      + os.environ.get("LR", "3e-3"),
           "runs": runs}
-if validation:
-    result["validation_paired"] = validation
 out.write_text(json.dumps(result, indent=2, default=str) + "\n")
 print(json.dumps(result, indent=2, default=str))
 PY
+if [ "${VALIDATE:-0}" = 1 ]; then
+  runs=()
+  for d in "$VAL"/*/; do runs+=(--run "$(basename "$d")=$d"); done
+  "$PYTHON" benchmarks/evidence/async_validation_summary.py --result "$OUT" "${runs[@]}" \
+    --pair age1_none,age1_token --pair age4_none,age4_token --pair age1_none,age4_none --pair age1_token,age4_token \
+    --pair sync,age1_none --pair sync,age1_token --pair sync,age4_none --pair sync,age4_token > /dev/null
+fi
 rm -rf "$TMP"
