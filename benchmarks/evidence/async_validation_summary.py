@@ -4,7 +4,8 @@ Each run's folder holds ``<step>.jsonl`` files (one line per response: ``row``, 
 ``correctness``; verl/async_rl/validation.py and verl/trainer/ppo/rollout_dump.py write them). The base is the
 ``0.jsonl`` of any run (every run starts from the same weights, and greedy validation gives the same responses). For
 each run its last validation is compared with the base and, for each ``--pair A,B``, B's last with A's, on the rows
-both scored: mean difference of each reward part, its standard error (paired, rows as units), t, wins and losses.
+both scored: the paired statistics of each reward part (``verl.trainer.eval_compare.paired_stats``: gain, its standard
+error with rows as units, t, wins / losses / ties, sign-test p).
 Rows are matched by their prompt text (``input``: both trainers write the same text for a row), so async and
 synchronous runs pair up; validation with one response per prompt.
 
@@ -38,16 +39,12 @@ def per_row(path: Path) -> dict:
 
 
 def paired(base: dict, other: dict) -> dict:
-    """Mean +- standard error of ``other - base`` per reward part over the rows both hold."""
+    """``verl.trainer.eval_compare.paired_stats`` of ``other - base`` per reward part over the rows both hold."""
+    from verl.trainer.eval_compare import paired_stats
+
     rows = sorted(set(base) & set(other))
-    result: dict = {"rows": len(rows)}
-    for part in PARTS:
-        diffs = [other[r][part] - base[r][part] for r in rows]
-        mean = statistics.fmean(diffs) if diffs else float("nan")
-        se = statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("nan")
-        result[part] = {"mean": mean, "se": se, "t": mean / se if se else float("nan"),
-                        "wins": sum(d > 0 for d in diffs), "losses": sum(d < 0 for d in diffs)}
-    return result
+    return {"rows": len(rows), **{part: paired_stats([base[r][part] for r in rows], [other[r][part] for r in rows])
+                                  for part in PARTS}}
 
 
 def summarise(runs: dict[str, Path], pairs: list[tuple[str, str]]) -> dict:
