@@ -75,26 +75,32 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
 
     Args: ``probs`` {row_key: {route name: probability}}; ``route_values`` {route name: :func:`per_row_values`};
         ``needs_tool`` {row_key: the ground truth calls a tool}.
-    Returns: the fields of :func:`policy_point` (``routes`` holds expected counts) plus ``per_prompt`` values for
-        paired comparisons.
+    Returns: the fields of :func:`policy_point` (``routes`` holds expected counts), the tool-route share split by
+        whether a tool pays on the prompt in hindsight (``tool_pays``: the better tool route's greedy response scores
+        above the ANSWER route's; ``tool_does_not_pay``), plus ``per_prompt`` values for paired comparisons.
     """
     keys = sorted(probs)
     per_prompt = {m: [] for m in ("cost", *METRICS)}
     tool_share = {True: [], False: []}
+    pays_share = {True: [], False: []}
     for key in keys:
         pi = probs[key]
         for m in per_prompt:
             per_prompt[m].append(sum(pi.get(a, 0.0) * route_values[a][key][m] for a in ROUTES if pi.get(a, 0.0)))
-        tool_share[needs_tool[key]].append(pi.get("SEARCH", 0.0) + pi.get("CALCULATE", 0.0))
+        tool_p = pi.get("SEARCH", 0.0) + pi.get("CALCULATE", 0.0)
+        tool_share[needs_tool[key]].append(tool_p)
+        best_tool = max(route_values["SEARCH"][key]["score"], route_values["CALCULATE"][key]["score"])
+        pays_share[best_tool > route_values["ANSWER"][key]["score"]].append(tool_p)
 
-    def share(flag: bool) -> dict:
-        picked = tool_share[flag]
+    def share(flag: bool, shares: dict = tool_share) -> dict:
+        picked = shares[flag]
         return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
 
     return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
             "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
             **{m: _mean_se(per_prompt[m]) for m in METRICS},
             "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False),
+            "tool_pays": share(True, pays_share), "tool_does_not_pay": share(False, pays_share),
             "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
 
 
@@ -221,7 +227,9 @@ def main() -> None:
         print(f"{label:12s} cost {p['mean_cost']:.2f}  score {p['score']['mean']:+.2f} ± {p['score']['se'] or 0:.2f}"
               f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}  tool routes "
               f"{p['ground_truth_calls_a_tool']['tool_route_frac']} (gt calls) / "
-              f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)")
+              f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)"
+              + (f" / {p['tool_pays']['tool_route_frac']:.2f} where a tool pays ({p['tool_pays']['rows']} prompts), "
+                 f"{p['tool_does_not_pay']['tool_route_frac']:.2f} where not" if "tool_pays" in p else ""))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,12 @@ def test_expected_point_and_paired_gain_by_hand():
     assert point["ground_truth_calls_a_tool"]["tool_route_frac"] == pytest.approx(0.8)
     assert point["ground_truth_calls_no_tool"]["tool_route_frac"] == pytest.approx(0.2)
     assert point["routes"]["ANSWER"] == pytest.approx(1.0)  # expected counts: 0.2 + 0.8
+    # in hindsight a tool pays on p (+3 > −3) and not on q (−1 < 1): the same split here, one prompt each
+    assert point["tool_pays"] == {"rows": 1, "tool_route_frac": pytest.approx(0.8)}
+    assert point["tool_does_not_pay"] == {"rows": 1, "tool_route_frac": pytest.approx(0.2)}
+    # a tie (tool route scores the same as ANSWER) does not count as paying
+    tie = {**values, "SEARCH": _values(-3.0, -1.0, 1.0), "CALCULATE": _values(-3.0, -1.0, 1.0)}
+    assert frontier.expected_point(smart, tie, needs)["tool_pays"] == {"rows": 0, "tool_route_frac": None}
     # random routing at the same cost (rate 0.5): per prompt score 0 / 0 -> the router gains 1.8 and 0.6
     random = frontier.expected_point({k: {"ANSWER": 0.5, "SEARCH": 0.5} for k in needs}, values, needs)
     assert random["mean_cost"] == pytest.approx(0.5) and random["score"]["mean"] == pytest.approx(0.0)
