@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Issue 19 §3.1: GRPO without the router (ToolRL's reward and override list, train_grpo.sh) from smollm2-135m-sft on
-# the real RLLA data, sized for 2 CPU cores: 8 prompts x 4 samples per step, 128 response tokens (MAX_RESPONSE_LENGTH),
-# actor lr 1e-5, validation every 10 steps, a checkpoint every 5 (the newest 2 kept). Niced: it runs beside other work and resumes
-# exactly when started again (checkpoints/TinyZero/<NAME>). Metrics: outputs/evidence/<NAME>/metrics.jsonl.
+# the real RLLA data, sized for 2 CPU cores: 8 prompts x 4 samples per step, 128 response tokens
+# (MAX_RESPONSE_LENGTH), actor lr 1e-5, validation every 10 steps, a checkpoint every 5 (the newest 2 kept). Niced: it
+# runs beside other work and resumes exactly when started again (checkpoints/TinyZero/<NAME>). Metrics:
+# outputs/evidence/<NAME>/metrics.jsonl.
 #   bash benchmarks/evidence/grpo_smollm2_sft.sh       # the first run: prompts <= 768 tokens (207 of 399 train rows,
 #                                                      # 33 of 80 validation rows), 40 steps
 #   MAX_PROMPT_LENGTH=1024 TOTAL_STEPS=60 NAME=grpo_smollm2_sft_p1024 bash benchmarks/evidence/grpo_smollm2_sft.sh
