@@ -92,15 +92,15 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
         best_tool = max(route_values["SEARCH"][key]["score"], route_values["CALCULATE"][key]["score"])
         pays_share[best_tool > route_values["ANSWER"][key]["score"]].append(tool_p)
 
-    def share(flag: bool, shares: dict = tool_share) -> dict:
-        picked = shares[flag]
+    def share(picked: list[float]) -> dict:
         return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
 
     return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
             "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
             **{m: _mean_se(per_prompt[m]) for m in METRICS},
-            "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False),
-            "tool_pays": share(True, pays_share), "tool_does_not_pay": share(False, pays_share),
+            "ground_truth_calls_a_tool": share(tool_share[True]),
+            "ground_truth_calls_no_tool": share(tool_share[False]),
+            "tool_pays": share(pays_share[True]), "tool_does_not_pay": share(pays_share[False]),
             "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
 
 
@@ -228,8 +228,8 @@ def main() -> None:
               f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}  tool routes "
               f"{p['ground_truth_calls_a_tool']['tool_route_frac']} (gt calls) / "
               f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)"
-              + (f" / {p['tool_pays']['tool_route_frac']:.2f} where a tool pays ({p['tool_pays']['rows']} prompts), "
-                 f"{p['tool_does_not_pay']['tool_route_frac']:.2f} where not" if "tool_pays" in p else ""))
+              + (f" / {p['tool_pays']['tool_route_frac']} where a tool pays ({p['tool_pays']['rows']} prompts), "
+                 f"{p['tool_does_not_pay']['tool_route_frac']} where not" if "tool_pays" in p else ""))
 
 
 if __name__ == "__main__":
