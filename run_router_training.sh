@@ -5,13 +5,33 @@
 # TOTAL_STEPS, SAVE_FREQ, ...); extra arguments are Hydra overrides (e.g. `bash run_router_training.sh router.dual_lr=0.1`).
 # First run: prepares the default model (the SFT'd tiny preset on CPU) and the router data, then trains with a progress
 # bar and checkpoints, and finally writes the metric plots. Kill it at any time and run it again to resume.
+# ROUTER_RECIPE picks the router's settings (README "The main job"; default: value_ridge without a GPU, option_a with):
+#   option_a    the seed's command as written: routes sampled from the head (policy mode), the LM trained jointly by
+#               GRPO on the task reward (ROLLOUT_N=4)
+#   value_ridge the settings that README "Does it learn?" item 6 showed holding the budget and beating random routing:
+#               the router trained alone on the fixed actor (verl's trainer.critic_warmup beyond the run, no reference
+#               or KL), every route for every prompt (ROLLOUT_N=3), greedy rollouts, ANSWER copies unable to open a
+#               tool call, and the head as the ridge fit of each route's task reward, priced by λ when routing
 set -euo pipefail
 cd "$(dirname "$0")"
 export EXPERIMENT_NAME=${EXPERIMENT_NAME:-baseline_router}
 export PROJECT_NAME=${PROJECT_NAME:-router_grpo}
 : "${SAVE_FREQ:=10}"
+USER_ROLLOUT_N=${ROLLOUT_N:-}
 source scripts/hw_defaults.sh
 BUDGET_B=${BUDGET_B:-0.3}
+if [ "$N_GPUS" -gt 0 ]; then : "${ROUTER_RECIPE:=option_a}"; else : "${ROUTER_RECIPE:=value_ridge}"; fi
+case "$ROUTER_RECIPE" in
+  option_a) RECIPE_ARGS=() ;;
+  value_ridge)
+    ROLLOUT_N=${USER_ROLLOUT_N:-3}
+    RECIPE_ARGS=(trainer.critic_warmup=1000000 algorithm.use_kl_in_reward=False
+      actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.rollout.do_sample=false
+      router.route_sampling=stratified router.answer_forbids_tool_calls=true router.loss_mode=value
+      router.value_fit=ridge router.input_norm=running router.entropy_coeff=0 router.sup_coeff=0
+      router.value_temperature=0.25 router.lambda_init=3.0 router.dual_lr=1.0) ;;
+  *) echo "ROUTER_RECIPE=$ROUTER_RECIPE: expected option_a or value_ridge" >&2; exit 2 ;;
+esac
 if [ ! -f "$DATA_DIR/train_router.parquet" ] || [ ! -f "$DATA_DIR/test_router.parquet" ]; then
   "$PYTHON" -m verl.router.preprocess --data_dir "$DATA_DIR"
 fi
@@ -52,6 +72,7 @@ RUN_DIR=${RUN_DIR:-outputs/$PROJECT_NAME/$EXPERIMENT_NAME}
   trainer.nnodes=1 \
   trainer.total_epochs=$TOTAL_EPOCHS \
   trainer.total_training_steps=$TOTAL_STEPS \
+  "${RECIPE_ARGS[@]}" \
   "$@" &
 TRAIN_PID=$!
 trap 'kill -TERM $TRAIN_PID 2>/dev/null' TERM
