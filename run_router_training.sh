@@ -17,6 +17,10 @@ cd "$(dirname "$0")"
 export EXPERIMENT_NAME=${EXPERIMENT_NAME:-baseline_router}
 export PROJECT_NAME=${PROJECT_NAME:-router_grpo}
 : "${SAVE_FREQ:=10}"
+case "${ROUTER_RECIPE:-}" in  # checked before any set-up, data or model work
+  ""|option_a|value_ridge) ;;
+  *) echo "ROUTER_RECIPE=$ROUTER_RECIPE: expected option_a or value_ridge" >&2; exit 2 ;;
+esac
 USER_ROLLOUT_N=${ROLLOUT_N:-}
 source scripts/hw_defaults.sh
 BUDGET_B=${BUDGET_B:-0.3}
@@ -30,7 +34,6 @@ case "$ROUTER_RECIPE" in
       router.route_sampling=stratified router.answer_forbids_tool_calls=true router.loss_mode=value
       router.value_fit=ridge router.input_norm=running router.entropy_coeff=0 router.sup_coeff=0
       router.value_temperature=0.25 router.lambda_init=3.0 router.dual_lr=1.0) ;;
-  *) echo "ROUTER_RECIPE=$ROUTER_RECIPE: expected option_a or value_ridge" >&2; exit 2 ;;
 esac
 if [ ! -f "$DATA_DIR/train_router.parquet" ] || [ ! -f "$DATA_DIR/test_router.parquet" ]; then
   "$PYTHON" -m verl.router.preprocess --data_dir "$DATA_DIR"

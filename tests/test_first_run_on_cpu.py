@@ -50,7 +50,7 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
                SFT_MAX_STEPS="2",
                # one tiny training step
                TOTAL_STEPS="1", TRAIN_BATCH_SIZE="2", PPO_MINI_BATCH_SIZE="2", MICRO_BATCH_PER_GPU="2",
-               ROLLOUT_N="2", MAX_RESPONSE_LENGTH="8", TEST_FREQ="-1")
+               MAX_RESPONSE_LENGTH="8", TEST_FREQ="-1")  # ROLLOUT_N left to the recipe
     proc = subprocess.run(["bash", "run_router_training.sh", "trainer.val_before_train=False"], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=900)
     log = proc.stdout + proc.stderr
@@ -84,8 +84,23 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     assert float(rl["actor_rollout_ref"]["actor"]["optim"]["lr"]) == 2e-4
     metrics = [json.loads(line) for line in
                (checkout / "outputs" / "router_grpo" / "baseline_router" / "metrics.jsonl").read_text().splitlines()]
-    assert [r["step"] for r in metrics if "text" not in r] == [1]
+    steps = [r for r in metrics if "text" not in r]
+    assert [r["step"] for r in steps] == [1]
     assert (checkout / "outputs" / "router_grpo" / "baseline_router" / "plots" / "router.png").is_file()
+
+    # the CPU default recipe (ROUTER_RECIPE=value_ridge, README "The main job"): the router alone on the fixed actor,
+    # every route for every prompt, greedy, the ridge route values; λ's first dual step from 3.0 at rate 1.0
+    router, rollout = rl["router"], rl["actor_rollout_ref"]["rollout"]
+    assert (router["route_sampling"], router["loss_mode"], router["value_fit"], router["input_norm"]) == \
+        ("stratified", "value", "ridge", "running")
+    assert router["answer_forbids_tool_calls"] is True and router["value_temperature"] == 0.25
+    assert rollout["n"] == 3 and rollout["do_sample"] is False
+    assert rl["trainer"]["critic_warmup"] == 1000000 and rl["algorithm"]["use_kl_in_reward"] is False
+    step = steps[0]
+    assert "actor/pg_loss" not in step  # the actor was not updated
+    for route in ("answer", "search", "calculate"):  # one copy of each prompt per route
+        assert step[f"router/frac_{route}"] == pytest.approx(1 / 3)
+    assert step["router/lambda"] == pytest.approx(min(10.0, max(0.0, 3.0 + 1.0 * (step["router/policy_cost"] - 0.3))))
 
 
 def _source_ensure_env(env: dict, extras: str = "") -> subprocess.CompletedProcess:
@@ -173,3 +188,11 @@ def test_launch_script_variables_are_checked_before_any_work(name, value, expect
                           timeout=120)
     assert proc.returncode == 2 and f"{name}={value}: expected {expected}" in proc.stderr
     assert not any(tmp_path.iterdir())  # refused before any model or data work
+
+
+def test_router_recipe_is_checked_before_any_work(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path), ROUTER_RECIPE="ridge")
+    proc = subprocess.run(["bash", "run_router_training.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and "ROUTER_RECIPE=ridge: expected option_a or value_ridge" in proc.stderr
+    assert not any(tmp_path.iterdir())

@@ -28,7 +28,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_B=${BUDGET_B:-0.3}
 NAME=${NAME:-router_frozen}
-export BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-768} MAX_RESPONSE_LENGTH=128 \
+# ROUTER_RECIPE=option_a: the router settings are the ones written here and in the commands above (the main job's
+# CPU default, ROUTER_RECIPE=value_ridge, is the ridge command's settings)
+export ROUTER_RECIPE=option_a BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-768} \
+  MAX_RESPONSE_LENGTH=128 \
   TRAIN_BATCH_SIZE=8 ROLLOUT_N=3 PPO_MINI_BATCH_SIZE=8 TOTAL_STEPS=${TOTAL_STEPS:-30} SAVE_FREQ=5 \
   TEST_FREQ=${TEST_FREQ:-10} EXPERIMENT_NAME=${NAME}_smollm2_sft_b${BUDGET_B}
 export RUN_DIR=outputs/evidence/$EXPERIMENT_NAME

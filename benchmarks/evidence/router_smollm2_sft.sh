@@ -12,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUDGET_B=${BUDGET_B:-0.3}
 NAME=${NAME:-router}
-export BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=768 MAX_RESPONSE_LENGTH=128 TRAIN_BATCH_SIZE=8 \
+# ROUTER_RECIPE=option_a: the seed's router settings, which these runs used (the CPU default is now value_ridge)
+export ROUTER_RECIPE=option_a BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=768 MAX_RESPONSE_LENGTH=128 \
+  TRAIN_BATCH_SIZE=8 \
   ROLLOUT_N=4 PPO_MINI_BATCH_SIZE=8 LR=1e-5 TOTAL_STEPS=40 SAVE_FREQ=5 TEST_FREQ=10 \
   EXPERIMENT_NAME=${NAME}_smollm2_sft_b${BUDGET_B}
 export RUN_DIR=outputs/evidence/$EXPERIMENT_NAME

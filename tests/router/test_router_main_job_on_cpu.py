@@ -41,7 +41,10 @@ def _env(tmp_path, data_dir, steps):
                PPO_MINI_BATCH_SIZE="2",
                MICRO_BATCH_PER_GPU="2", ROLLOUT_N="2", MAX_PROMPT_LENGTH="1024", MAX_RESPONSE_LENGTH="12",
                TOTAL_STEPS=str(steps), SAVE_FREQ="1", TEST_FREQ="-1", RUN_DIR=str(tmp_path / "run"),
-               EXPERIMENT_NAME="smoke", PYTHONUNBUFFERED="1")
+               EXPERIMENT_NAME="smoke", PYTHONUNBUFFERED="1",
+               # the seed's router (routes sampled from the head, λ on the batch's cost); the CPU default recipe
+               # (value_ridge) is run by tests/test_first_run_on_cpu.py
+               ROUTER_RECIPE="option_a")
     return env
 
 
