@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job: GRPO with the budgeted tool router on the real RLLA data (seed 000 §8, Option A).
+# The main job: the budgeted tool router on the real RLLA data (seed 000 §8, Option A; on CPU the router recipe that
+# README "Does it learn?" item 6 showed).
 # CPU-sized defaults when no GPU is present; ToolRL/seed GPU settings otherwise. Every variable can be overridden from
 # the environment (BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, BUDGET_B, TRAIN_BATCH_SIZE, ROLLOUT_N, TOTAL_EPOCHS,
 # TOTAL_STEPS, SAVE_FREQ, ...); extra arguments are Hydra overrides (e.g. `bash run_router_training.sh router.dual_lr=0.1`).
@@ -21,14 +22,15 @@ case "${ROUTER_RECIPE:-}" in  # checked before any set-up, data or model work
   ""|option_a|value_ridge) ;;
   *) echo "ROUTER_RECIPE=$ROUTER_RECIPE: expected option_a or value_ridge" >&2; exit 2 ;;
 esac
-USER_ROLLOUT_N=${ROLLOUT_N:-}
+USER_ROLLOUT_N=${ROLLOUT_N:-} USER_ROLLOUT_NAME=${ROLLOUT_NAME:-}
 source scripts/hw_defaults.sh
 BUDGET_B=${BUDGET_B:-0.3}
 if [ "$N_GPUS" -gt 0 ]; then : "${ROUTER_RECIPE:=option_a}"; else : "${ROUTER_RECIPE:=value_ridge}"; fi
 case "$ROUTER_RECIPE" in
   option_a) RECIPE_ARGS=() ;;
   value_ridge)
-    ROLLOUT_N=${USER_ROLLOUT_N:-3}
+    # one copy per route (greedy: a 4th copy would repeat one); the HF rollout, which can ban tool calls on ANSWER
+    ROLLOUT_N=${USER_ROLLOUT_N:-3} ROLLOUT_NAME=${USER_ROLLOUT_NAME:-hf}
     RECIPE_ARGS=(trainer.critic_warmup=1000000 algorithm.use_kl_in_reward=False
       actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.rollout.do_sample=false
       router.route_sampling=stratified router.answer_forbids_tool_calls=true router.loss_mode=value
@@ -75,7 +77,7 @@ RUN_DIR=${RUN_DIR:-outputs/$PROJECT_NAME/$EXPERIMENT_NAME}
   trainer.nnodes=1 \
   trainer.total_epochs=$TOTAL_EPOCHS \
   trainer.total_training_steps=$TOTAL_STEPS \
-  "${RECIPE_ARGS[@]}" \
+  ${RECIPE_ARGS[@]+"${RECIPE_ARGS[@]}"} \
   "$@" &
 TRAIN_PID=$!
 trap 'kill -TERM $TRAIN_PID 2>/dev/null' TERM

@@ -65,6 +65,16 @@ def test_config_differences_name_keys():
     assert cm.config_differences(saved, current, allowed=["data.train_batch_size"]) == []
 
 
+def test_router_mode_change_is_refused_on_resume():
+    # a policy-mode head (e.g. the main job's option_a recipe) resumed under the value_ridge recipe: its state has
+    # another meaning there, so resuming must be refused unless trainer.resume_allow_changes names the keys
+    saved = cm.flatten({"router": {"route_sampling": "policy", "loss_mode": "pg", "value_fit": "sgd"}})
+    current = cm.flatten({"router": {"route_sampling": "stratified", "loss_mode": "value", "value_fit": "ridge"}})
+    assert cm.config_differences(saved, current) == [
+        "router.route_sampling: checkpoint 'policy' -> now 'stratified'",
+        "router.loss_mode: checkpoint 'pg' -> now 'value'", "router.value_fit: checkpoint 'sgd' -> now 'ridge'"]
+
+
 def test_replayed_step_replaces_directory(tmp_path):
     _save(tmp_path, 5, b"old")
     _save(tmp_path, 5, b"new")
