@@ -8,10 +8,15 @@ Both train the same model (``--model``, default the ``tiny`` preset) on the firs
   step), ``ppo_mini_batch_size`` = the whole batch, one PPO epoch, no reference model / KL, shared-prompt layout as
   ``--shared-prompt`` (the async learner gets the same switch); a step is generate + old log-probs + reward + update,
   in sequence.
-- async: ``python -m verl.trainer.main_async`` with one RLLA env actor (``group_size=--n``), one HF inference server,
-  the learner; the batcher's token budget is ``prompts x n x (mean prompt tokens + max-new-tokens)`` so a batch holds
-  about as many rollouts as a sync step (the measured count is printed); ``async.max_buffer_rollouts = prompts x n``
-  (back-pressure: at most one batch waits while the learner trains); ``async.replay.max_age`` = ``--max-age``.
+- async: ``python -m verl.trainer.main_async`` with ``--replicas`` RLLA env actors (``group_size=--n``; default one
+  per prompt of a sync step, so the server can batch a sync step's worth of groups in one ``generate``), one HF
+  inference server (``--server-threads`` torch threads, default 1) and the learner (``--learner-threads``, default 1:
+  server and learner have one core each on a 2-core machine); the batcher's token budget is
+  ``prompts x n x (mean prompt tokens + max-new-tokens)`` so a batch holds about as many rollouts as a sync step (the
+  measured count is printed), handed out in ``--order`` (default ``oldest_first``: fewer stale drops);
+  ``async.max_buffer_rollouts`` = ``--max-buffer`` (default ``prompts x n``: buffered plus in-flight rollouts stay
+  within one batch's worth); ``async.replay.max_age`` = ``--max-age``. The async mode's own defaults (one env actor,
+  ``newest_first``, torch's threads for the learner) are ``--replicas 1 --order newest_first --learner-threads 0``.
 
 Measured after ``--warmup`` steps: wall seconds per learner step, learner steps/s, rollouts trained/s (rollouts that
 entered an update), rollouts generated/s (async: every completed rollout, stale ones included), and for async the
@@ -69,8 +74,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "forward of single-turn rollouts is the synchronous actor's")
     parser.add_argument("--server-threads", type=int, default=1, help="async.inference.num_threads (torch threads "
                                                                          "of the inference server)")
-    parser.add_argument("--learner-threads", type=int, default=None, help="async.learner_threads (default: torch's)")
-    parser.add_argument("--replicas", type=int, default=1, help="RLLA env actors (concurrent requests to the server)")
+    parser.add_argument("--learner-threads", type=int, default=1, help="async.learner_threads (0: torch's default)")
+    parser.add_argument("--replicas", type=int, default=None, help="RLLA env actors (concurrent requests to the "
+                        "server; default --prompts)")
+    parser.add_argument("--order", choices=("newest_first", "oldest_first"), default="oldest_first",
+                        help="async.batcher.order (the hand-out order of ready groups)")
+    parser.add_argument("--max-buffer", type=int, default=None, help="async.max_buffer_rollouts (default: prompts x n, "
+                        "one batch's worth)")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
     parser.add_argument("--validate", action="store_true",
                         help="greedy validation on the RLLA validation rows whose prompt fits "
@@ -79,12 +89,18 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--val-before-train", action="store_true", help="with --validate: also at step 0")
     parser.add_argument("--val-dump", help="with --validate: trainer.validation_data_dir (per-response scores)")
     parser.add_argument("--json", help="also write the results to this JSON file")
+    parser.add_argument("--keep", help="run in this folder and keep it (each mode's metrics.jsonl, config and logs); "
+                        "default: a temporary folder, removed at the end")
     args = parser.parse_args(argv)
     if min(args.rows, args.prompts, args.n, args.max_new_tokens, args.micro_batch, args.steps, args.warmup) < 1:
         parser.error("--rows, --prompts, --n, --max-new-tokens, --micro-batch, --steps, --warmup must be >= 1 (the "
                      "async timings are measured from the end of the last warm-up step)")
     if args.n < 2:
         parser.error("--n must be >= 2 (RLOO needs two samples per prompt)")
+    if args.replicas is None:
+        args.replicas = args.prompts
+    if args.replicas < 1 or args.learner_threads < 0:
+        parser.error("--replicas must be >= 1 and --learner-threads >= 0")
     return args
 
 
@@ -155,7 +171,8 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
             f"async.inference.max_tokens={args.max_new_tokens}", "async.inference.temperature=1.0",
             f"async.batcher.total_token_budget={budget}",
             f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
-            f"async.max_buffer_rollouts={rollouts}", f"async.replay.max_age={args.max_age}",
+            f"async.max_buffer_rollouts={args.max_buffer or rollouts}", f"async.replay.max_age={args.max_age}",
+            f"async.batcher.order={args.order}",
             "async.replay.advantage=rloo", "~async.envs.line_world",
             f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: {args.replicas}, fraction: 1.0, "
             f"group_size: {args.n}}}", f"async.inference.num_threads={args.server_threads}",
@@ -248,7 +265,8 @@ def main(argv=None) -> None:
     if str(REPO_ROOT) not in sys.path:
         sys.path.insert(0, str(REPO_ROOT))
     load_before = os.getloadavg()
-    work = Path(tempfile.mkdtemp(prefix="bench_async_"))
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_async_"))
+    work.mkdir(parents=True, exist_ok=True)
     results = []
     try:
         data, mean_prompt = prepare_rows(args, work)
@@ -263,7 +281,8 @@ def main(argv=None) -> None:
             summary["process_wall_s"] = wall
             results.append(summary)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     print(f"\nload average before {load_before[0]:.2f}, after {os.getloadavg()[0]:.2f} (2-core machine: > 0.5 "
           f"before means the timings are disturbed)")
     print(f"{'mode':>6} {'s/step':>7} {'steps/s':>8} {'rollouts/step':>14} {'trained/s':>10} {'generated/s':>12} "

@@ -26,6 +26,8 @@ def test_fractions_validated():
         Batcher(100, {"a": -0.1}, 10)
     with pytest.raises(ValueError, match="spillover"):
         Batcher(100, {"a": 0.5}, 10, spillover="steal")
+    with pytest.raises(ValueError, match="order must be 'newest_first' or 'oldest_first', got 'random'"):
+        Batcher(100, {"a": 0.5}, 10, order="random")
     Batcher(100, {"a": 0.7, "b": 0.3}, 10)  # sum exactly 1 is fine
 
 
@@ -37,6 +39,29 @@ def test_deficit_round_robin_hand_worked(make_rollout):
     assert [g.problem_id for g in picks] == ["a0", "b0", "b1", "a1", "b2", "b3", "b4"]
     used = {e: sum(g.num_tokens for g in picks if g.environment == e) for e in "ab"}
     assert used == {"a": 400, "b": 500} and sum(used.values()) <= 1000  # a met its share to group granularity
+
+
+def test_order_decides_which_version_a_full_batch_leaves_behind(tmp_path, make_rollout):
+    """Two groups of 10 tokens each at versions 0 and 1 and a budget that takes one: ``newest_first`` (v0) trains the
+    version-1 group and leaves the version-0 one to go stale at the next version; ``oldest_first`` trains the
+    version-0 group, and the version-1 group is still within ``max_age`` at the next batch."""
+    def buffer(name):
+        buf = ReplayBuffer("a", tmp_path / name, max_age=1, version=1)
+        for version in (0, 0, 1, 1):
+            buf.add(make_rollout(problem_id=f"p{version}", version=version))  # 5 tokens each
+        return buf
+
+    for order, taken, left in (("newest_first", 1, 0), ("oldest_first", 0, 1)):
+        buf = buffer(order)
+        batch = Batcher(10, {"a": 1.0}, 512, order=order).make_batch({"a": buf})
+        assert [g.policy_version for g in batch.groups] == [taken]
+        assert [g.policy_version for g in buf.ready_groups()] == [left]
+        buf.set_version(2)  # the next learner version: version 0 is now older than max_age
+        assert len(buf) == (0 if order == "newest_first" else 2)
+    # an explicit newest_first argument overrides the batcher's order
+    buf = buffer("override")
+    batch = Batcher(10, {"a": 1.0}, 512, order="oldest_first").make_batch({"a": buf}, newest_first=True)
+    assert [g.policy_version for g in batch.groups] == [1]
 
 
 def test_block_when_an_env_is_short_and_fill(tmp_path, make_rollout):

@@ -10,8 +10,8 @@ share). Rules pinned here:
   remaining share, so the shares alone never exceed the budget.
 * Deficit round-robin (:meth:`Batcher.plan`): repeatedly, among the envs with a positive deficit (share - used) and a
   ready group that fits it, the env with the largest deficit (ties: ``env_fractions`` order) takes its first fitting
-  group in newest-first order (first fit: a group too large for the remaining share is passed over for a smaller,
-  older one).
+  group in hand-out order: newest version first (v0 default) or, with ``order='oldest_first'``, oldest first (first
+  fit: a group too large for the remaining share is passed over for a smaller one further down the order).
 * An env is *short* when its deficit is still positive and it has no ready group left (its buffer ran dry); an env
   whose remaining groups are just too large for its remaining share has met its share (group granularity).
   ``spillover='block'`` (v0 default) raises :class:`BatchNotReady` naming the short envs and consumes nothing.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
@@ -94,15 +94,19 @@ class Batcher:
         env_fractions: ``{env: fraction}``, each finite and >= 0, summing to <= 1; the order breaks deficit ties.
         max_seq_len: positions per packed row (> 0); also the longest rollout accepted.
         spillover: ``"block"`` (v0) or ``"fill"``.
+        order: ``"newest_first"`` (v0: the freshest groups first; older ones wait and may go stale) or
+            ``"oldest_first"`` (first in, first out: the groups nearest to ``max_age`` are used before they are
+            evicted, so less generation is thrown away at the price of staler batches).
         pad_rows_to_multiple: pad the row count with empty rows to a multiple of this (e.g. the data-parallel size).
 
     Raises ValueError: empty ``env_fractions``; a negative / non-finite fraction, or a sum above 1 (the message
-    names the key at which the running sum passes 1); non-positive budget / max_seq_len / multiple; unknown spillover.
+    names the key at which the running sum passes 1); non-positive budget / max_seq_len / multiple; unknown spillover
+    or order.
     """
 
     def __init__(
         self, total_token_budget: int, env_fractions: Mapping[str, float], max_seq_len: int, spillover: str = "block",
-        pad_rows_to_multiple: int = 1,
+        pad_rows_to_multiple: int = 1, order: str = "newest_first",
     ):
         if int(total_token_budget) <= 0 or int(max_seq_len) <= 0 or int(pad_rows_to_multiple) <= 0:
             raise ValueError(
@@ -111,6 +115,8 @@ class Batcher:
             )
         if spillover not in ("block", "fill"):
             raise ValueError(f"spillover must be 'block' or 'fill', got {spillover!r}")
+        if order not in ("newest_first", "oldest_first"):
+            raise ValueError(f"order must be 'newest_first' or 'oldest_first', got {order!r}")
         if not env_fractions:
             raise ValueError("env_fractions is empty")
         running = 0.0
@@ -128,6 +134,7 @@ class Batcher:
         self.env_fractions = {str(k): float(v) for k, v in env_fractions.items()}
         self.max_seq_len = int(max_seq_len)
         self.spillover = spillover
+        self.order = order
         self.pad_rows_to_multiple = int(pad_rows_to_multiple)
 
     # ------------------------------------------------------------------------------------------------ planning
@@ -256,11 +263,12 @@ class Batcher:
         return example, layout, overlong
 
     # ------------------------------------------------------------------------------------------------ the batch
-    def make_batch(self, buffers: Mapping[str, ReplayBuffer], newest_first: bool = True) -> Batch:
+    def make_batch(self, buffers: Mapping[str, ReplayBuffer], newest_first: Optional[bool] = None) -> Batch:
         """Plan over the buffers' ready groups, hand the chosen groups out (advantages computed and the consumption
         logged by each buffer), pack them, and collect metrics.
 
-        Args: ``buffers``: ``{env: ReplayBuffer}`` covering every env of ``env_fractions``.
+        Args: ``buffers``: ``{env: ReplayBuffer}`` covering every env of ``env_fractions``; ``newest_first``: the
+            hand-out order (None: the batcher's ``order``).
         Returns: :class:`Batch`. Metrics: ``batches/{env}/rollouts_used``, ``tokens_used`` (packed tokens),
             ``frac_used`` (``tokens_used / total_token_budget``), ``rollouts_overlong``; ``batches/num_rows``,
             ``batches/tokens``, ``batches/frac_padding``; and each buffer's :meth:`ReplayBuffer.metrics`.
@@ -271,6 +279,8 @@ class Batcher:
         missing = [e for e in self.env_fractions if e not in buffers]
         if missing:
             raise KeyError(f"no replay buffer for env(s) {missing}")
+        if newest_first is None:
+            newest_first = self.order == "newest_first"
         ready = {e: buffers[e].ready_groups(newest_first) for e in self.env_fractions}
         picks = self.plan(ready)
         handed: Dict[int, Group] = {}

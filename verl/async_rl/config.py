@@ -69,6 +69,7 @@ class AsyncBatcherConfig:
     total_token_budget: int = MISSING
     max_seq_len: int = MISSING
     spillover: str = MISSING
+    order: str = MISSING
 
 
 @dataclass

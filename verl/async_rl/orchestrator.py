@@ -14,14 +14,14 @@ Layout (one Ray actor per component, started with ``num_cpus=0`` so a small loca
 * on the driver: one :class:`~verl.async_rl.replay_buffer.ReplayBuffer` per env (logs under ``async.replay.log_dir``),
   the :class:`~verl.async_rl.batcher.Batcher`, the :class:`~verl.async_rl.learner.WeightBroadcaster`, the tracker.
 
-Loop (:meth:`Orchestrator.run`): every env actor has one ``run_group`` call in flight (paused while the learner is
-busy and the env's buffer holds ``async.max_buffer_rollouts`` rollouts or more, when that is set); finished groups go
-into
-their buffer (``add_many`` with the learner's version). While the learner is idle the batcher tries to make a batch
-(``BatchNotReady``: wait for more rollouts) and hands it to the learner; the learner trains while the envs keep
+Loop (:meth:`Orchestrator.run`): every env actor has one ``run_group`` call in flight (paused while the env's buffered
+and in-flight rollouts reach ``async.max_buffer_rollouts``, when that is set; :meth:`_submit_envs`); finished groups
+go into their buffer (``add_many`` with the learner's version). While the learner is idle the batcher tries to make a
+batch (``BatchNotReady``: wait for more rollouts) and hands it to the learner; the learner trains while the envs keep
 generating with the previous weights (that is the asynchrony, bounded by ``max_age``). When a step finishes: the
-buffers move to the new version, the broadcaster pushes the weights to every server, a checkpoint is published every
-``trainer.save_freq`` versions, the validation set is scored every ``trainer.test_freq`` versions
+buffers move to the new version, the learner is asked for its weights (and a checkpoint every ``trainer.save_freq``
+versions), the next batch goes to the learner when one is ready (not when a validation is due), the broadcaster pushes
+the weights to every server while that step trains, the validation set is scored every ``trainer.test_freq`` versions
 (``verl/async_rl/validation.py``), and one record of metrics is logged.
 
 Failures: an env call that fails because its actor died restarts that actor; one that fails otherwise (the server did
@@ -83,8 +83,9 @@ class Orchestrator:
         self.ckpt_dir = str(config.trainer.default_local_dir)
         self.save_freq = int(config.trainer.save_freq or -1)
         self.envs = {str(name): OmegaConf.to_container(spec, resolve=True) for name, spec in a.envs.items()}
-        self.batcher = Batcher(int(a.batcher.total_token_budget), {n: float(s["fraction"]) for n, s in self.envs.items()},
-                               int(a.batcher.max_seq_len), str(a.batcher.spillover))
+        fractions = {n: float(s["fraction"]) for n, s in self.envs.items()}
+        self.batcher = Batcher(int(a.batcher.total_token_budget), fractions, int(a.batcher.max_seq_len),
+                               str(a.batcher.spillover), order=str(a.batcher.order))
         self.broadcaster = WeightBroadcaster(float(a.broadcast_timeout_s))
         self.restarts: Counter = Counter()
         self.counts: Counter = Counter()
@@ -222,17 +223,26 @@ class Orchestrator:
 
     # ----------------------------------------------------------------------------------------------- loop
     def _submit_envs(self) -> None:
-        """One ``run_group`` in flight per idle env actor, except while the learner is busy and the actor's buffer
-        already holds ``async.max_buffer_rollouts`` rollouts (back-pressure: generation that would only be evicted as
-        stale competes with the learner for CPU). An idle learner waiting for a batch never pauses generation, so the
-        limit cannot starve the batcher."""
+        """One ``run_group`` in flight per idle env actor, while the env's buffered rollouts plus the rollouts its
+        groups in flight will add stay below ``async.max_buffer_rollouts`` (back-pressure: rollouts beyond what the
+        next batches take would only be evicted as stale, and their generation competes with the learner for CPU).
+        An idle learner never starves: when it waits for a batch and none of the env's groups is in flight, one more
+        group is requested whatever the buffer holds (a batch whose token share needs more rollouts than the limit
+        still fills)."""
         busy = {(env, replica) for env, replica, _ in self._inflight.values()}
+        coming = Counter()
+        for env, _, _ in self._inflight.values():
+            coming[env] += int(self.envs[env]["group_size"])
         limit = self.a.max_buffer_rollouts
-        throttle = limit is not None and self._learner_ref is not None
         for key, actor in self.env_actors.items():
-            if key in busy or (throttle and len(self.buffers[key[0]]) >= int(limit)):
+            name = key[0]
+            if key in busy:
                 continue
-            self._inflight[actor.run_group.remote()] = (key[0], key[1], self._epoch)
+            if limit is not None and len(self.buffers[name]) + coming[name] >= int(limit) and not (
+                    self._learner_ref is None and coming[name] == 0):
+                continue
+            self._inflight[actor.run_group.remote()] = (name, key[1], self._epoch)
+            coming[name] += int(self.envs[name]["group_size"])
 
     def _on_env_result(self, ref) -> None:
         import ray
@@ -269,11 +279,18 @@ class Orchestrator:
         self._pending_batch["batches/rollouts"] = float(len(batch.layout))
         self._learner_ref = self.learner.step.remote(batch.example)
 
-    def _on_learner_result(self, t0: float) -> Optional[Dict[str, float]]:
+    def _on_learner_result(self, t0: float, start_next: bool = True) -> Optional[Dict[str, float]]:
+        """Finish one learner step: move the buffers to the new version, ask the learner for its weights (and a
+        checkpoint when one is due), then, with ``start_next`` and no validation due at this version, hand the
+        learner its next batch before the weights are broadcast. The learner actor runs calls in the order they were
+        submitted, so the weights and the checkpoint are those of the finished step while the next step trains
+        during the broadcast (which waits for the servers' generation in flight). A batch made here is one version
+        behind the servers once they are updated: the usual one-step-off pipeline, within ``max_age`` >= 1."""
         import ray
         from ray.exceptions import RayActorError
 
         ref, self._learner_ref = self._learner_ref, None
+        batch_metrics, self._pending_batch = self._pending_batch or {}, None
         try:
             stats = ray.get(ref)
         except RayActorError:
@@ -282,22 +299,27 @@ class Orchestrator:
         self.version = int(stats["learner/policy_version"])
         for buffer in self.buffers.values():
             buffer.set_version(self.version)
-        sent = self.broadcaster.broadcast(self.servers, self.learner.weights.remote(), self.version)
+        weights = self.learner.weights.remote()
+        save = (self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True))
+                if self.save_freq > 0 and self.version % self.save_freq == 0 else None)
+        last = self.total_steps is not None and self.version == int(self.total_steps)
+        validate = self.test_freq > 0 and (last or self.version % self.test_freq == 0)
+        if start_next and not validate:
+            self._try_batch()
+        sent = self.broadcaster.broadcast(self.servers, weights, self.version)
         for index in sent["failed"]:
             self._restart_server(index)
-        if self.save_freq > 0 and self.version % self.save_freq == 0:
-            ray.get(self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True)))
-        last = self.total_steps is not None and self.version == int(self.total_steps)
-        val = self._validate() if self.test_freq > 0 and (last or self.version % self.test_freq == 0) else {}
+        if save is not None:
+            ray.get(save)
+        val = self._validate() if validate else {}
         elapsed = time.perf_counter() - t0
-        metrics = {**(self._pending_batch or {}), **stats, **sent["metrics"], **val,
-                   "policy_version": float(self.version)}
+        metrics = {**batch_metrics, **stats, **sent["metrics"], **val, "policy_version": float(self.version),
+                   "orchestrator/next_step_overlapped": float(self._learner_ref is not None)}
         metrics.update({f"orchestrator/restarts/{k}": float(v) for k, v in self.restarts.items() if "/" not in k})
         metrics.update({f"orchestrator/{k}": float(v) for k, v in self.counts.items()})
         metrics["orchestrator/elapsed_s"] = elapsed
         metrics["orchestrator/validation_s"] = self._validation_s  # of elapsed_s: the learner waits meanwhile
         metrics["orchestrator/rollouts_per_s"] = self.counts["rollouts_generated"] / max(elapsed, 1e-9)
-        self._pending_batch = None
         return metrics
 
     def _validate(self) -> Dict[str, float]:
@@ -346,7 +368,7 @@ class Orchestrator:
                 if ref in self._inflight:
                     self._on_env_result(ref)
                 elif ref == self._learner_ref:
-                    metrics = self._on_learner_result(t0)
+                    metrics = self._on_learner_result(t0, start_next=len(records) + 1 < int(num_steps))
                     if metrics is not None:
                         metrics["orchestrator/learner_steps_per_s"] = (len(records) + 1) / metrics[
                             "orchestrator/elapsed_s"]
