@@ -81,5 +81,7 @@ def test_zero_variance_groups_warn_above_the_threshold(caplog):
         assert caplog.text == ""
         warn_zero_variance({"critic/zero_std_groups_frac": 0.95}, 0.9, step=4)
         warn_zero_variance({"critic/zero_std_groups_frac": 1.0}, 1.0, step=5)  # 1.0 turns the warning off
+        # a frozen actor (trainer.critic_warmup not reached): its groups' variance is nobody's signal
+        warn_zero_variance({"critic/zero_std_groups_frac": 1.0}, 0.9, step=6, actor_updated=False)
     assert "step 4: 95% of the prompt groups have zero reward variance" in caplog.text
-    assert "step 5" not in caplog.text
+    assert "step 5" not in caplog.text and "step 6" not in caplog.text

@@ -462,7 +462,8 @@ class RayPPOTrainer:
         if "is_pad" in batch.non_tensor_batch:  # agent mode: inert padding rows stay out of the data metrics
             batch = batch[~batch.non_tensor_batch["is_pad"]]
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
-        warn_zero_variance(metrics, float(config.trainer.warn_zero_std_frac), self.global_steps)
+        warn_zero_variance(metrics, float(config.trainer.warn_zero_std_frac), self.global_steps,
+                           actor_updated=config.trainer.critic_warmup <= self.global_steps)
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
         if self.mfu_meter is not None:

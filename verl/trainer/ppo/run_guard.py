@@ -127,11 +127,13 @@ def check_weight_version(meta_info: dict) -> int | None:
     return int(rollout)
 
 
-def warn_zero_variance(metrics: dict, threshold: float, step: int) -> None:
+def warn_zero_variance(metrics: dict, threshold: float, step: int, actor_updated: bool = True) -> None:
     """Log a warning when the share of prompt groups whose rewards are all equal (``critic/zero_std_groups_frac``,
-    no GRPO signal) reaches ``threshold`` (``trainer.warn_zero_std_frac``)."""
+    no GRPO signal) reaches ``threshold`` (``trainer.warn_zero_std_frac``). Nothing is logged on a step whose actor
+    is not updated (``actor_updated`` False: before ``trainer.critic_warmup``, e.g. the router trained alone on a
+    frozen actor), where the actor's groups carry no signal anyway."""
     frac = metrics.get("critic/zero_std_groups_frac")
-    if frac is not None and threshold < 1.0 and frac >= threshold:
+    if actor_updated and frac is not None and threshold < 1.0 and frac >= threshold:
         logger.warning("step %d: %.0f%% of the prompt groups have zero reward variance (no learning signal from "
                        "them); raise rollout.n, the temperature or the task difficulty's spread", step, 100 * frac)
 
