@@ -32,7 +32,9 @@ for age in 1 4; do
       [ $first = 1 ] && extra+=(--val-before-train)
       first=0
     fi
-    # the async settings these results were measured with (the benchmark's defaults before issue 24's tuning)
+    # the bench settings these results were measured with (its defaults before issue 24's tuning); the orchestrator's
+    # scheduling changed since (next step before the broadcast, in-flight rollouts counted), so a rerun is close to,
+    # not the same as, the committed runs
     "$PYTHON" benchmarks/bench_async_vs_sync.py --only async --max-age "$age" --steps "${STEPS:-10}" --lr "${LR:-3e-3}" \
       --model "${MODEL:-tiny-sft}" --max-new-tokens "${MAX_NEW_TOKENS:-32}" \
       --replicas 1 --order newest_first --learner-threads 0 \

@@ -71,7 +71,12 @@ def test_two_envs_train_and_broadcast(ray_session, tmp_path, short_rlla):
             assert f"replays/{env}/frac_on_policy" in first
         assert first["weights/servers_updated"] == 1.0 and first["weights/broadcast_latency_s"] > 0
         assert ray_session.get(orch.servers[0].policy_version.remote()) == 2
-        assert (tmp_path / "ckpt" / "global_step_2" / "learner.pt").is_file()
+        import torch
+
+        for version in (1, 2):  # save_freq 1: each checkpoint holds its own version, also when the next step was
+            # submitted right after the save (orchestrator/next_step_overlapped)
+            state = torch.load(tmp_path / "ckpt" / f"global_step_{version}" / "learner.pt", weights_only=True)
+            assert state["version"] == version
     finally:
         orch.shutdown()
 

@@ -41,29 +41,43 @@ def _bare(**attrs) -> Orchestrator:
 
 
 @pytest.mark.parametrize(
-    "buffered, learner_busy, expected",
+    "buffered, coming, learner_busy, expected",
     [
         # limit 16, groups of 4: 4 buffered + 3 groups coming reach 16, the 4th actor waits
-        (4, True, ["rlla/0", "rlla/1", "rlla/2"]),
+        (4, 0, True, ["rlla/0", "rlla/1", "rlla/2"]),
         # the same while the learner waits for a batch: the limit holds as long as a group is coming
-        (4, False, ["rlla/0", "rlla/1", "rlla/2"]),
+        (4, 0, False, ["rlla/0", "rlla/1", "rlla/2"]),
         # a full buffer and a busy learner: nobody is asked
-        (16, True, []),
+        (16, 0, True, []),
         # a full buffer, an idle learner and nothing coming: one group, so a batch the limit cannot fill still fills
-        (16, False, ["rlla/0"]),
+        (16, 0, False, ["rlla/0"]),
+        # ... but not while one of the env's groups is still coming
+        (12, 1, False, []),
     ],
 )
-def test_generation_requests_under_the_buffer_limit(buffered, learner_busy, expected):
+def test_generation_requests_under_the_buffer_limit(buffered, coming, learner_busy, expected):
     log = []
-    orch = _bare(env_actors={("rlla", i): _EnvActor(log, f"rlla/{i}") for i in range(4)}, _inflight={},
+    inflight = {f"ref{i}": ("rlla", 3 - i, 0) for i in range(coming)}
+    orch = _bare(env_actors={("rlla", i): _EnvActor(log, f"rlla/{i}") for i in range(4)}, _inflight=dict(inflight),
                  envs={"rlla": {"group_size": 4}}, a=SimpleNamespace(max_buffer_rollouts=16),
                  buffers={"rlla": [None] * buffered}, _learner_ref=object() if learner_busy else None, _epoch=0)
     orch._submit_envs()
     assert log == expected
-    assert sorted(env for env, _, _ in orch._inflight.values()) == ["rlla"] * len(expected)
+    assert len(orch._inflight) == coming + len(expected)
     log.clear()
-    orch._submit_envs()  # actors with a group in flight are not asked again
+    orch._submit_envs()  # actors with a group in flight are not asked again, and the limit is now reached
     assert log == []
+
+
+def test_the_limit_is_per_env():
+    """Two envs: ``a`` is at its limit, ``b`` is not; only ``b``'s idle actor is asked."""
+    log = []
+    orch = _bare(env_actors={(env, i): _EnvActor(log, f"{env}/{i}") for env in "ab" for i in range(2)},
+                 _inflight={"ref": ("b", 0, 0)}, envs={"a": {"group_size": 2}, "b": {"group_size": 2}},
+                 a=SimpleNamespace(max_buffer_rollouts=4), buffers={"a": [None] * 4, "b": [None] * 0},
+                 _learner_ref=object(), _epoch=0)
+    orch._submit_envs()
+    assert log == ["b/1"]
 
 
 def test_no_limit_asks_every_idle_actor():
@@ -136,3 +150,56 @@ def test_no_next_step_while_validating_or_after_the_last_step(monkeypatch, case)
     expected = ["weights", "broadcast", "validate"] if case == "validation_due" else ["weights", "broadcast"]
     assert log == expected
     assert orch._learner_ref is None and metrics["orchestrator/next_step_overlapped"] == 0.0
+
+
+def test_run_leaves_no_step_in_flight_and_restarts_servers_with_the_finished_weights(monkeypatch):
+    """``run(3)``: every step's batch is ready when the previous one ends, so steps 2 and 3 start before their
+    predecessor's broadcast, and no 4th step is started (nothing is left in flight when ``run`` returns). A server
+    restarted while step 3 trains gets version 2's weights, not a ``weights()`` call queued behind step 3."""
+    import ray
+
+    orch, log, sent = _finished_step(monkeypatch, version=1)
+    versions = iter(range(1, 10))
+    orch.learner.step = _Method(log, "step", lambda example: {"learner/policy_version": float(next(versions))})
+    orch.learner.weights = _Method(log, "weights", lambda: {"w": orch.version})
+    orch._learner_ref, orch._pending_batch, orch.version = None, None, 0
+    orch.tracker, orch.validator, orch.val_before_train, orch._inflight, orch.env_actors = None, None, False, {}, {}
+    orch._weights_ref, orch.envs, orch.urls = None, {}, {0: "http://old"}
+    orch.a = SimpleNamespace(max_buffer_rollouts=None, max_restarts=5)
+    restarted = []  # what the restarted server was given: (weights, version)
+    given = _Method(log, "update_weights", lambda weights, version: restarted.append((weights.value, version)))
+    new_server = SimpleNamespace(url=_Method(log, "url", "http://new"), update_weights=given)
+    import verl.async_rl.orchestrator as module
+
+    monkeypatch.setattr(module, "start_inference_server", lambda model_path, **options: new_server)
+    monkeypatch.setattr(ray, "kill", lambda actor, no_restart=True: None)
+    orch.model_path, orch._server_options = "tiny", dict
+
+    def broadcast(servers, weights, version):
+        log.append("broadcast")
+        sent.append((ray.get(weights), version))
+        return {"metrics": {}, "failed": [0] if version == 2 else []}
+    orch.broadcaster = SimpleNamespace(broadcast=broadcast)
+    monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (refs[-1:], refs[:-1]))
+    records = orch.run(3)
+    assert [r["policy_version"] for r in records] == [1.0, 2.0, 3.0]
+    assert [r["orchestrator/next_step_overlapped"] for r in records] == [1.0, 1.0, 0.0]
+    assert log == ["step", "weights", "step", "broadcast", "weights", "step", "broadcast", "url", "update_weights",
+                   "weights", "broadcast"]
+    assert sent == [({"w": 1}, 1), ({"w": 2}, 2), ({"w": 3}, 3)] and restarted == [({"w": 2}, 2)]
+    assert orch.restarts["inference_server"] == 1 and orch.urls[0] == "http://new"
+    assert orch._learner_ref is None
+
+
+def test_a_buffer_limit_below_one_is_refused_at_start():
+    import os
+
+    from hydra import compose, initialize_config_dir
+
+    import verl.trainer
+
+    config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(config_name="async_trainer", overrides=["async.max_buffer_rollouts=0"])
+    with pytest.raises(ValueError, match="async.max_buffer_rollouts must be null \\(no limit\\) or >= 1, got 0"):
+        Orchestrator(config, make_env_actor=lambda *args, **kwargs: None)  # refused before any actor starts

@@ -2,8 +2,8 @@
 rollouts into an :class:`~verl.async_rl.types.RlExample`.
 
 Design: ``docs/async.md``, sections "Batcher" and "Metrics" (v0: inputs ``total_token_budget``, ``env_fractions``,
-``max_seq_len``; round-robin over envs by token deficit; newest groups first; block when an env cannot meet its
-share). Rules pinned here:
+``max_seq_len``; round-robin over envs by token deficit; newest groups first, or oldest first with ``order``; block
+when an env cannot meet its share). Rules pinned here:
 
 * Token counts are real (unpadded) rollout tokens, prompt and generated. Env ``e``'s share is
   ``env_fractions[e] * total_token_budget`` and is a cap: a group is taken for ``e`` only if it fits ``e``'s
@@ -145,7 +145,8 @@ class Batcher:
     def plan(self, ready: Mapping[str, Sequence[Group]]) -> List[Group]:
         """Choose groups (pure; consumes nothing).
 
-        Args: ``ready``: ``{env: ready groups in hand-out order (newest first)}``; a missing env has none.
+        Args: ``ready``: ``{env: ready groups in hand-out order (the batcher's ``order``)}``; a missing env has
+            none.
         Returns: the chosen groups in pick order.
         Raises BatchNotReady: ``spillover='block'`` and an env is short, or nothing could be chosen.
         """

@@ -358,7 +358,9 @@ class WeightBroadcaster:
 
 
 def make_learner_actor(*args, num_cpus: float = 0, **kwargs):
-    """Start :class:`Learner` as a Ray actor (``num_cpus`` reserved, 0 by default)."""
+    """Start :class:`Learner` as a Ray actor (``num_cpus`` reserved, 0 by default). One call at a time, in the order
+    the calls were submitted: the orchestrator asks for a finished step's weights and checkpoint before it submits the
+    next step (``Orchestrator._on_learner_result``) and relies on that order."""
     import ray
 
-    return ray.remote(num_cpus=num_cpus, max_restarts=0)(Learner).remote(*args, **kwargs)
+    return ray.remote(num_cpus=num_cpus, max_restarts=0, max_concurrency=1)(Learner).remote(*args, **kwargs)

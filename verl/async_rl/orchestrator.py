@@ -65,8 +65,9 @@ class Orchestrator:
     ``agent_system.environments.env_actor.make_env_actor``: the async core does not import the environments).
     Requires ``ray.init`` to have been called.
 
-    Raises TypeError: no ``make_env_actor``. KeyError: no ``async`` section or no env in ``async.envs``. ValueError: an unknown
-    ``async.inference.backend``, bad batcher / buffer settings (from :class:`Batcher` / :class:`ReplayBuffer`).
+    Raises TypeError: no ``make_env_actor``. KeyError: no ``async`` section or no env in ``async.envs``. ValueError:
+    an unknown ``async.inference.backend``, ``async.max_buffer_rollouts`` < 1, bad batcher / buffer settings (from
+    :class:`Batcher` / :class:`ReplayBuffer`).
     """
 
     def __init__(self, config: DictConfig, tracker: Any = None, make_env_actor: Optional[Callable[..., Any]] = None):
@@ -78,6 +79,8 @@ class Orchestrator:
         if not a.envs:
             raise KeyError("async.envs is empty: configure at least one env")
         check_backend(str(a.inference.backend))
+        if a.max_buffer_rollouts is not None and int(a.max_buffer_rollouts) < 1:
+            raise ValueError(f"async.max_buffer_rollouts must be null (no limit) or >= 1, got {a.max_buffer_rollouts}")
         self.config, self.a, self.tracker = config, a, tracker
         self.model_path = str(config.actor_rollout_ref.model.path)
         self.ckpt_dir = str(config.trainer.default_local_dir)
@@ -93,6 +96,7 @@ class Orchestrator:
         self._inflight: Dict[Any, Tuple[str, int, int]] = {}  # ref -> (env, replica, epoch)
         self._learner_ref = None
         self._pending_batch: Optional[Dict[str, float]] = None
+        self._weights_ref = None  # the finished version's weights, asked for before the next step was submitted
         trainer = config.trainer
         self.test_freq, self.val_before_train = int(trainer.test_freq), bool(trainer.val_before_train)
         self.total_steps = trainer.total_training_steps
@@ -146,7 +150,10 @@ class Orchestrator:
         server = start_inference_server(self.model_path, **self._server_options())
         self.urls[index] = ray.get(server.url.remote())
         if self.version > 0:
-            ray.get(server.update_weights.remote(self.learner.weights.remote(), self.version))
+            # the weights of self.version: the learner may already train the next step, and a weights() call now
+            # would wait for it and return newer weights under this version
+            weights = self._weights_ref if self._weights_ref is not None else self.learner.weights.remote()
+            ray.get(server.update_weights.remote(weights, self.version))
         self.servers[index] = server
 
     def _server_options(self) -> Dict[str, Any]:
@@ -211,7 +218,7 @@ class Orchestrator:
         import ray
 
         ray.kill(self.learner, no_restart=True)
-        self._learner_ref, self._pending_batch = None, None
+        self._learner_ref, self._pending_batch, self._weights_ref = None, None, None
         self._start_learner()
         for name, buffer in self.buffers.items():
             self.counts[f"reloaded/{name}"] = buffer.reload(self.version).restored
@@ -228,7 +235,7 @@ class Orchestrator:
         next batches take would only be evicted as stale, and their generation competes with the learner for CPU).
         An idle learner never starves: when it waits for a batch and none of the env's groups is in flight, one more
         group is requested whatever the buffer holds (a batch whose token share needs more rollouts than the limit
-        still fills)."""
+        still fills, one group at a time)."""
         busy = {(env, replica) for env, replica, _ in self._inflight.values()}
         coming = Counter()
         for env, _, _ in self._inflight.values():
@@ -285,7 +292,10 @@ class Orchestrator:
         learner its next batch before the weights are broadcast. The learner actor runs calls in the order they were
         submitted, so the weights and the checkpoint are those of the finished step while the next step trains
         during the broadcast (which waits for the servers' generation in flight). A batch made here is one version
-        behind the servers once they are updated: the usual one-step-off pipeline, within ``max_age`` >= 1."""
+        behind the servers once they are updated: the usual one-step-off pipeline, within ``max_age`` >= 1.
+
+        Returns the step's metrics record (``orchestrator/next_step_overlapped``: whether the next step was started
+        here), or None when the learner died (it is replaced by :meth:`_recover_learner`)."""
         import ray
         from ray.exceptions import RayActorError
 
@@ -299,7 +309,7 @@ class Orchestrator:
         self.version = int(stats["learner/policy_version"])
         for buffer in self.buffers.values():
             buffer.set_version(self.version)
-        weights = self.learner.weights.remote()
+        weights = self._weights_ref = self.learner.weights.remote()
         save = (self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True))
                 if self.save_freq > 0 and self.version % self.save_freq == 0 else None)
         last = self.total_steps is not None and self.version == int(self.total_steps)
