@@ -99,7 +99,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--n must be >= 2 (RLOO needs two samples per prompt)")
     if args.replicas is None:
         args.replicas = args.prompts
-    if args.replicas < 1 or args.learner_threads < 0 or (args.max_buffer is not None and args.max_buffer < 1):
+    if args.max_buffer is None:
+        args.max_buffer = args.prompts * args.n
+    if min(args.replicas, args.max_buffer) < 1 or args.learner_threads < 0:
         parser.error("--replicas and --max-buffer must be >= 1, --learner-threads >= 0")
     return args
 
@@ -171,7 +173,7 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
             f"async.inference.max_tokens={args.max_new_tokens}", "async.inference.temperature=1.0",
             f"async.batcher.total_token_budget={budget}",
             f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
-            f"async.max_buffer_rollouts={rollouts if args.max_buffer is None else args.max_buffer}", f"async.replay.max_age={args.max_age}",
+            f"async.max_buffer_rollouts={args.max_buffer}", f"async.replay.max_age={args.max_age}",
             f"async.batcher.order={args.order}",
             "async.replay.advantage=rloo", "~async.envs.line_world",
             f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: {args.replicas}, fraction: 1.0, "

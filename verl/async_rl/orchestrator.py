@@ -236,19 +236,19 @@ class Orchestrator:
         An idle learner never starves: when it waits for a batch and none of the env's groups is in flight, one more
         group is requested whatever the buffer holds (a batch whose token share needs more rollouts than the limit
         still fills, one group at a time)."""
-        busy = {(env, replica) for env, replica, _ in self._inflight.values()}
-        coming = Counter()
-        for env, _, _ in self._inflight.values():
+        busy, coming = set(), Counter()  # actors with a group in flight; rollouts in flight per env
+        for env, replica, _ in self._inflight.values():
+            busy.add((env, replica))
             coming[env] += int(self.envs[env]["group_size"])
         limit = self.a.max_buffer_rollouts
-        for key, actor in self.env_actors.items():
-            name = key[0]
-            if key in busy:
+        for (name, replica), actor in self.env_actors.items():
+            if (name, replica) in busy:
                 continue
-            if limit is not None and len(self.buffers[name]) + coming[name] >= int(limit) and not (
-                    self._learner_ref is None and coming[name] == 0):
+            full = limit is not None and len(self.buffers[name]) + coming[name] >= int(limit)
+            starving = self._learner_ref is None and coming[name] == 0
+            if full and not starving:
                 continue
-            self._inflight[actor.run_group.remote()] = (name, key[1], self._epoch)
+            self._inflight[actor.run_group.remote()] = (name, replica, self._epoch)
             coming[name] += int(self.envs[name]["group_size"])
 
     def _on_env_result(self, ref) -> None:

@@ -383,12 +383,16 @@ class RayPPOTrainer:
                      "(trainer.resume_mode=auto).", signal.Signals(signum).name, self.global_steps, ckpt)
         raise SystemExit(128 + signum)
 
+    def _actor_updates(self) -> bool:
+        """Whether this step updates the actor: not before ``trainer.critic_warmup`` steps (verl's warm-up)."""
+        return self.config.trainer.critic_warmup <= self.global_steps
+
     def _needs_old_log_probs(self, batch) -> bool:
         """Whether this step needs the current policy's log-probs (``old_log_probs``), which verl computes every step
         for the actor update, the KL penalty (against the reference) and the rollout correction. Before
         ``trainer.critic_warmup`` the actor is not updated; with no reference model and no rollout log-probs nothing
         else reads them, so the pass is skipped (logged once; no ``actor/entropy`` on those steps)."""
-        if (self.config.trainer.critic_warmup <= self.global_steps or self.use_reference_policy
+        if (self._actor_updates() or self.use_reference_policy
                 or "rollout_log_probs" in batch.batch.keys()):
             return True
         if not self._old_log_prob_skip_logged:
@@ -443,7 +447,7 @@ class RayPPOTrainer:
                 with self._phase("update_critic"):
                     out = self.critic_wg.update_critic(batch)
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
-            if config.trainer.critic_warmup <= self.global_steps:
+            if self._actor_updates():
                 with self._phase("update_actor"):
                     out = self.actor_rollout_wg.update_actor(batch)
                     metrics.update(reduce_metrics(out.meta_info.get("metrics", {})))
@@ -463,7 +467,7 @@ class RayPPOTrainer:
             batch = batch[~batch.non_tensor_batch["is_pad"]]
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
         warn_zero_variance(metrics, float(config.trainer.warn_zero_std_frac), self.global_steps,
-                           actor_updated=config.trainer.critic_warmup <= self.global_steps)
+                           actor_updated=self._actor_updates())
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
         if self.mfu_meter is not None:
