@@ -11,12 +11,15 @@ Both train the same model (``--model``, default the ``tiny`` preset) on the firs
 - async: ``python -m verl.trainer.main_async`` with ``--replicas`` RLLA env actors (``group_size=--n``; default one
   per prompt of a sync step, so the server can batch a sync step's worth of groups in one ``generate``), one HF
   inference server (``--server-threads`` torch threads, default 1) and the learner (``--learner-threads``, default 1:
-  server and learner have one core each on a 2-core machine); the batcher's token budget is
-  ``prompts x n x (mean prompt tokens + max-new-tokens)`` so a batch holds about as many rollouts as a sync step (the
-  measured count is printed), handed out in ``--order`` (default ``oldest_first``: fewer stale drops);
+  server and learner have one core each on a 2-core machine); a batch is a sync step's ``--prompts`` groups
+  (``--batch-by groups``, the default: ``async.batcher.max_groups=prompts`` under a token budget of
+  ``prompts x n x (max-prompt-length + max-new-tokens)``, which they always fit), or with ``--batch-by tokens`` as
+  many groups as fit ``prompts x n x (mean prompt tokens + max-new-tokens)`` tokens (about as many rollouts as a sync
+  step; the measured count is printed), handed out in ``--order`` (default ``oldest_first``: fewer stale drops);
   ``async.max_buffer_rollouts`` = ``--max-buffer`` (default ``prompts x n``: buffered plus in-flight rollouts stay
   within one batch's worth); ``async.replay.max_age`` = ``--max-age``. The async mode's own defaults (one env actor,
-  ``newest_first``, torch's threads for the learner) are ``--replicas 1 --order newest_first --learner-threads 0``.
+  ``newest_first``, torch's threads for the learner, no group limit) are ``--replicas 1 --order newest_first
+  --learner-threads 0 --batch-by tokens``.
 
 Measured after ``--warmup`` steps: wall seconds per learner step, learner steps/s, rollouts trained/s (rollouts that
 entered an update), rollouts generated/s (async: every completed rollout, stale ones included), and for async the
@@ -79,6 +82,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                         "server; default --prompts)")
     parser.add_argument("--order", choices=("newest_first", "oldest_first"), default="oldest_first",
                         help="async.batcher.order (the hand-out order of ready groups)")
+    parser.add_argument("--batch-by", choices=("groups", "tokens"), default="groups",
+                        help="async: a batch is --prompts groups (async.batcher.max_groups), or what fits a token "
+                             "budget of --prompts x --n mean-length rollouts")
     parser.add_argument("--max-buffer", type=int, default=None, help="async.max_buffer_rollouts (default: prompts x n, "
                         "one batch's worth)")
     parser.add_argument("--only", choices=("sync", "async"), help="run one mode only (default: both)")
@@ -168,13 +174,16 @@ def sync_command(args, data: Path, run_dir: Path) -> list[str]:
 
 def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[str]:
     rollouts = args.prompts * args.n
-    budget = int(rollouts * (mean_prompt + args.max_new_tokens))
+    if args.batch_by == "groups":
+        budget, max_groups = rollouts * (args.max_prompt_length + args.max_new_tokens), str(args.prompts)
+    else:
+        budget, max_groups = int(rollouts * (mean_prompt + args.max_new_tokens)), "null"
     return [sys.executable, "-m", "verl.trainer.main_async", *common_overrides(args, run_dir, "async"),
             f"async.inference.max_tokens={args.max_new_tokens}", "async.inference.temperature=1.0",
             f"async.batcher.total_token_budget={budget}",
             f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
             f"async.max_buffer_rollouts={args.max_buffer}", f"async.replay.max_age={args.max_age}",
-            f"async.batcher.order={args.order}",
+            f"async.batcher.order={args.order}", f"async.batcher.max_groups={max_groups}",
             "async.replay.advantage=rloo", "~async.envs.line_world",
             f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: {args.replicas}, fraction: 1.0, "
             f"group_size: {args.n}}}", f"async.inference.num_threads={args.server_threads}",

@@ -37,7 +37,7 @@ for age in 1 4; do
     # not the same as, the committed runs
     "$PYTHON" benchmarks/bench_async_vs_sync.py --only async --max-age "$age" --steps "${STEPS:-10}" --lr "${LR:-3e-3}" \
       --model "${MODEL:-tiny-sft}" --max-new-tokens "${MAX_NEW_TOKENS:-32}" \
-      --replicas 1 --order newest_first --learner-threads 0 \
+      --replicas 1 --order newest_first --learner-threads 0 --batch-by tokens \
       "${extra[@]}" \
       --json "$TMP/age${age}_${corr}.json" > "$TMP/age${age}_${corr}.log" 2>&1
   done

@@ -64,6 +64,29 @@ def test_order_decides_which_version_a_full_batch_leaves_behind(tmp_path, make_r
     assert [g.policy_version for g in batch.groups] == [1]
 
 
+def test_max_groups_completes_a_batch_before_the_budget(make_rollout):
+    """The hand-worked case of ``test_deficit_round_robin_hand_worked`` with ``max_groups``: the same pick order, cut
+    at the limit; a batch that reaches the limit is complete although b's buffer ran dry short of its share."""
+    ready = {"a": _groups(make_rollout, "a", 3, 200), "b": _groups(make_rollout, "b", 5, 100)}
+    picks = Batcher(1000, {"a": 0.5, "b": 0.5}, 512, max_groups=4).plan(ready)
+    assert [g.problem_id for g in picks] == ["a0", "b0", "b1", "a1"]
+    # b has two groups (200 tokens) for a 500-token share: short without the limit, complete with it at 3 groups
+    ready = {"a": _groups(make_rollout, "a", 3, 200), "b": _groups(make_rollout, "b", 2, 100)}
+    with pytest.raises(BatchNotReady, match="b needs 300"):
+        Batcher(1000, {"a": 0.5, "b": 0.5}, 512).plan(ready)
+    picks = Batcher(1000, {"a": 0.5, "b": 0.5}, 512, max_groups=3).plan(ready)
+    assert [g.problem_id for g in picks] == ["a0", "b0", "b1"]
+    # one group short of the limit: still blocked (the limit completes a batch, it does not shrink one)
+    with pytest.raises(BatchNotReady, match="b needs 300"):
+        Batcher(1000, {"a": 0.5, "b": 0.5}, 512, max_groups=6).plan(ready)
+    # the budget stays the ceiling: three 200-token groups under a 500-token budget give two, limit or not
+    three = {"a": _groups(make_rollout, "a", 3, 200)}
+    picks = Batcher(500, {"a": 1.0}, 512, max_groups=3, spillover="fill").plan(three)
+    assert [g.problem_id for g in picks] == ["a0", "a1"]
+    with pytest.raises(ValueError, match="max_groups must be >= 1 or None, got 0"):
+        Batcher(100, {"a": 1.0}, 10, max_groups=0)
+
+
 def test_block_when_an_env_is_short_and_fill(tmp_path, make_rollout):
     def buffers():
         out = {e: ReplayBuffer(e, tmp_path / e, min_group_size=2) for e in "ab"}

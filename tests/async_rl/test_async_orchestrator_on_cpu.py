@@ -165,8 +165,10 @@ def test_main_async_entry_runs_validates_and_resumes(ray_session, tmp_path, smal
     from verl.trainer.main_async import run_async
 
     # save_freq 5 > the steps run: the learner's checkpoint after the last step is what the second launch resumes;
-    # validation (greedy, 4 RLLA rows): before training at version 0 and after each launch's last step (test_freq 5)
-    extra = ["trainer.total_training_steps=1", "trainer.logger=[console]", f"trainer.run_dir={tmp_path}/run",
+    # validation (greedy, 4 RLLA rows): before training at version 0 and after each launch's last step (test_freq 5);
+    # async.batcher.max_groups=1: every batch is one group (line_world's group_size 2) although more would fit
+    extra = ["trainer.total_training_steps=1", "async.batcher.max_groups=1", "trainer.logger=[console]",
+             f"trainer.run_dir={tmp_path}/run",
              "async.max_buffer_rollouts=4", "trainer.save_freq=5", "trainer.val_before_train=true",
              "trainer.test_freq=5", f"data.val_files={small_rlla}/test.parquet", "data.max_response_length=6",
              f"trainer.validation_data_dir={tmp_path}/val"]
@@ -178,6 +180,7 @@ def test_main_async_entry_runs_validates_and_resumes(ray_session, tmp_path, smal
     assert [r["policy_version"] for r in records] == [2.0]
     lines = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
     assert [line["step"] for line in lines] == [0, 1, 2] and "learner/logprob_gap" in lines[1]
+    assert [line["batches/rollouts"] for line in lines[1:]] == [2.0, 2.0]
     for line in lines:
         assert line["val/policy_version"] == line["step"]
         dumped = [json.loads(x) for x in (tmp_path / "val" / f"{line['step']}.jsonl").read_text().splitlines()]

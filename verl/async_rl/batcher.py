@@ -3,7 +3,7 @@ rollouts into an :class:`~verl.async_rl.types.RlExample`.
 
 Design: ``docs/async.md``, sections "Batcher" and "Metrics" (v0: inputs ``total_token_budget``, ``env_fractions``,
 ``max_seq_len``; round-robin over envs by token deficit; newest groups first, or oldest first with ``order``; block
-when an env cannot meet its share). Rules pinned here:
+when an env cannot meet its share; optionally at most ``max_groups`` groups a batch). Rules pinned here:
 
 * Token counts are real (unpadded) rollout tokens, prompt and generated. Env ``e``'s share is
   ``env_fractions[e] * total_token_budget`` and is a cap: a group is taken for ``e`` only if it fits ``e``'s
@@ -18,6 +18,10 @@ when an env cannot meet its share). Rules pinned here:
   ``spillover='fill'`` then hands the unused budget (short envs' shortfall and the unassigned ``1 - sum(fractions)``)
   to the envs that still have groups, by the same deficit rule, within ``total_token_budget``; only an empty batch
   raises.
+* ``max_groups`` (None: no limit) caps the groups of a batch, and reaching it completes the batch: no env is short
+  then, whatever its share still lacks. This gives a batch a synchronous step's shape (``data.train_batch_size``
+  prompts) with the token budget as the ceiling of its size, instead of a size set by the token budget alone (whose
+  last group often does not fit).
 * Packing (:meth:`Batcher.pack`): whole rollouts, first-fit decreasing into rows of ``max_seq_len`` positions; one
   rollout per segment. A rollout longer than ``max_seq_len`` is *rejected*: not packed (its tail, which the reward
   judged, would be cut), counted in ``batches/{env}/rollouts_overlong``; it still counts in its group's advantage
@@ -98,15 +102,17 @@ class Batcher:
             ``"oldest_first"`` (first in, first out: the groups nearest to ``max_age`` are used before they are
             evicted, so less generation is thrown away at the price of staler batches).
         pad_rows_to_multiple: pad the row count with empty rows to a multiple of this (e.g. the data-parallel size).
+        max_groups: at most this many groups a batch (>= 1); a batch that reaches it is complete (module docstring).
+            None: the token budget and the shares alone decide.
 
     Raises ValueError: empty ``env_fractions``; a negative / non-finite fraction, or a sum above 1 (the message
     names the key at which the running sum passes 1); non-positive budget / max_seq_len / multiple; unknown spillover
-    or order.
+    or order; ``max_groups`` < 1.
     """
 
     def __init__(
         self, total_token_budget: int, env_fractions: Mapping[str, float], max_seq_len: int, spillover: str = "block",
-        pad_rows_to_multiple: int = 1, order: str = "newest_first",
+        pad_rows_to_multiple: int = 1, order: str = "newest_first", max_groups: Optional[int] = None,
     ):
         if int(total_token_budget) <= 0 or int(max_seq_len) <= 0 or int(pad_rows_to_multiple) <= 0:
             raise ValueError(
@@ -117,6 +123,8 @@ class Batcher:
             raise ValueError(f"spillover must be 'block' or 'fill', got {spillover!r}")
         if order not in ("newest_first", "oldest_first"):
             raise ValueError(f"order must be 'newest_first' or 'oldest_first', got {order!r}")
+        if max_groups is not None and int(max_groups) < 1:
+            raise ValueError(f"max_groups must be >= 1 or None, got {max_groups}")
         if not env_fractions:
             raise ValueError("env_fractions is empty")
         running = 0.0
@@ -136,6 +144,7 @@ class Batcher:
         self.spillover = spillover
         self.order = order
         self.pad_rows_to_multiple = int(pad_rows_to_multiple)
+        self.max_groups = None if max_groups is None else int(max_groups)
 
     # ------------------------------------------------------------------------------------------------ planning
     def group_tokens(self, group: Group) -> int:
@@ -148,7 +157,8 @@ class Batcher:
         Args: ``ready``: ``{env: ready groups in hand-out order (the batcher's ``order``)}``; a missing env has
             none.
         Returns: the chosen groups in pick order.
-        Raises BatchNotReady: ``spillover='block'`` and an env is short, or nothing could be chosen.
+        Raises BatchNotReady: ``spillover='block'`` and an env is short (never once ``max_groups`` groups are chosen),
+            or nothing could be chosen.
         """
         budget = self.total_token_budget
         target = {e: f * budget for e, f in self.env_fractions.items()}
@@ -163,8 +173,10 @@ class Batcher:
                     return i
             return -1
 
+        full = lambda: self.max_groups is not None and len(picks) >= self.max_groups  # noqa: E731
+
         def run(cap_of) -> None:
-            while True:
+            while not full():
                 best, best_deficit, best_index = None, None, -1
                 for env in self.env_fractions:  # dict order breaks ties (strict >)
                     cap = cap_of(env)
@@ -184,7 +196,9 @@ class Batcher:
         # Phase 1: each env within its own share (share > used: positive deficit).
         run(lambda env: min(target[env] - used[env], total_left()) if target[env] - used[env] > 0 else None)
         short = {
-            e: math.ceil(target[e] - used[e]) for e in self.env_fractions if target[e] - used[e] > 0 and not left[e]
+            e: math.ceil(target[e] - used[e])
+            for e in self.env_fractions
+            if target[e] - used[e] > 0 and not left[e] and not full()
         }
         if short and self.spillover == "block":
             raise BatchNotReady(short)

@@ -70,6 +70,7 @@ class AsyncBatcherConfig:
     max_seq_len: int = MISSING
     spillover: str = MISSING
     order: str = MISSING
+    max_groups: Optional[int] = MISSING
 
 
 @dataclass

@@ -88,7 +88,8 @@ class Orchestrator:
         self.envs = {str(name): OmegaConf.to_container(spec, resolve=True) for name, spec in a.envs.items()}
         fractions = {n: float(s["fraction"]) for n, s in self.envs.items()}
         self.batcher = Batcher(int(a.batcher.total_token_budget), fractions, int(a.batcher.max_seq_len),
-                               str(a.batcher.spillover), order=str(a.batcher.order))
+                               str(a.batcher.spillover), order=str(a.batcher.order),
+                               max_groups=a.batcher.max_groups)
         self.broadcaster = WeightBroadcaster(float(a.broadcast_timeout_s))
         self.restarts: Counter = Counter()
         self.counts: Counter = Counter()
