@@ -1,20 +1,25 @@
 #!/usr/bin/env bash
 # Issue 19 §3.1: GRPO without the router (ToolRL's reward and override list, train_grpo.sh) from smollm2-135m-sft on
 # the real RLLA data, sized for 2 CPU cores: 8 prompts x 4 samples per step, 128 response tokens
-# (MAX_RESPONSE_LENGTH), actor lr 1e-5, validation every 10 steps, a checkpoint every 5 (the newest 2 kept). Niced: it
-# runs beside other work and resumes exactly when started again (checkpoints/TinyZero/<NAME>). Metrics:
-# outputs/evidence/<NAME>/metrics.jsonl.
+# (MAX_RESPONSE_LENGTH), one actor update per step (PPO_MINI_BATCH_SIZE 8 prompts), actor lr 1e-5, validation every
+# 10 steps, a checkpoint every 5 (the newest 2 kept). Niced: it runs beside other work and resumes exactly when started
+# again (checkpoints/TinyZero/<NAME>). Metrics: outputs/evidence/<NAME>/metrics.jsonl.
 #   bash benchmarks/evidence/grpo_smollm2_sft.sh       # the first run: prompts <= 768 tokens (207 of 399 train rows,
 #                                                      # 33 of 80 validation rows), 40 steps
 #   MAX_PROMPT_LENGTH=1024 TOTAL_STEPS=60 NAME=grpo_smollm2_sft_p1024 bash benchmarks/evidence/grpo_smollm2_sft.sh
 #                                                      # the launch scripts' CPU prompt limit: 324 train / 63 val rows
 #   MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 TOTAL_STEPS=40 NAME=grpo_smollm2_sft_p1024_r256 \
 #     bash benchmarks/evidence/grpo_smollm2_sft.sh   # trained at the evaluation's response length (about 2x the step)
+#   MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 PPO_MINI_BATCH_SIZE=2 TOTAL_STEPS=40 \
+#     NAME=grpo_smollm2_sft_p1024_r256_mb2 bash benchmarks/evidence/grpo_smollm2_sft.sh
+#                                                      # four actor updates per step (mini-batches of 2 prompts x 4),
+#                                                      # ToolRL's ratio (512 / 128), at the same compute per step
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${NAME:-grpo_smollm2_sft}
 export BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-768} \
-  MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-128} TRAIN_BATCH_SIZE=8 ROLLOUT_N=4 PPO_MINI_BATCH_SIZE=8 \
+  MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-128} TRAIN_BATCH_SIZE=8 ROLLOUT_N=4 \
+  PPO_MINI_BATCH_SIZE=${PPO_MINI_BATCH_SIZE:-8} \
   LR=${LR:-1e-5} TOTAL_STEPS=${TOTAL_STEPS:-40} SAVE_FREQ=5 \
   TEST_FREQ=${TEST_FREQ:-10} EXPERIMENT_NAME=$NAME RUN_DIR=outputs/evidence/$NAME
 exec nice -n 19 bash train_grpo.sh trainer.max_actor_ckpt_to_keep=2 "$@"
