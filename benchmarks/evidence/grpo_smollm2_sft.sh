@@ -10,10 +10,12 @@
 #                                                      # the launch scripts' CPU prompt limit: 324 train / 63 val rows
 #   MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 TOTAL_STEPS=40 NAME=grpo_smollm2_sft_p1024_r256 \
 #     bash benchmarks/evidence/grpo_smollm2_sft.sh   # trained at the evaluation's response length (about 2x the step)
-#   MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 PPO_MINI_BATCH_SIZE=2 TOTAL_STEPS=40 \
-#     NAME=grpo_smollm2_sft_p1024_r256_mb2 bash benchmarks/evidence/grpo_smollm2_sft.sh
-#                                                      # four actor updates per step (mini-batches of 2 prompts x 4),
-#                                                      # ToolRL's ratio (512 / 128), at the same compute per step
+#   MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 PPO_MINI_BATCH_SIZE=2 LR=2e-5 TOTAL_STEPS=40 \
+#     NAME=grpo_smollm2_sft_p1024_r256_mb2_lr2e-5 bash benchmarks/evidence/grpo_smollm2_sft.sh \
+#     trainer.save_on_exit=true trainer.val_before_train=false
+#                                                      # four actor updates per step (mini-batches of 2 prompts x 4,
+#                                                      # ToolRL's ratio 512 / 128) at the same compute per step, and
+#                                                      # twice the lr; step 0's validation is the runs' above
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${NAME:-grpo_smollm2_sft}
