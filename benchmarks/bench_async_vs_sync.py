@@ -57,8 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny", help="model preset or local HF directory")
     parser.add_argument("--rows", type=int, default=32, help="first RLLA training rows used by both modes")
-    parser.add_argument("--prompts", type=int, default=4, help="prompts per sync step (async: the same rollouts' worth "
-                        "of tokens per batch)")
+    parser.add_argument("--prompts", type=int, default=4, help="prompts per sync step (async: groups per batch, or "
+                        "their rollouts' worth of tokens with --batch-by tokens)")
     parser.add_argument("--n", type=int, default=4, help="samples per prompt (async: group size)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
     parser.add_argument("--max-prompt-length", type=int, default=1024, help="rows with longer prompts are skipped")

@@ -18,9 +18,10 @@ Two kinds (``kind`` of an env spec):
   ``n = group_size``; the reward is ``verl.utils.reward_score.rlla.compute_score`` of the completion text (chat
   wrapper ``none``: the text is the bare response), with ``format`` / ``correctness`` as named reward components.
 
-Problem ids are unique per draw (``seed`` counts draws; replicas have separate seed ranges), so a group is exactly the
-``group_size`` rollouts of one draw: a row drawn again at the same policy version starts a new group instead of
-growing the old one past the batcher's token share.
+Problem ids are unique per draw (``seed`` counts draws; replica ``i`` of ``R`` draws ``i, i + R, i + 2R, ...`` from the
+orchestrator's ``seed`` and ``seed_stride``, so replicas never share a seed and walk the RLLA rows interleaved), so a
+group is exactly the ``group_size`` rollouts of one draw: a row drawn again at the same policy version starts a new
+group instead of growing the old one past the batcher's token share.
 
 Token bookkeeping: the env actor owns the token sequence. The first prompt is the tokenizer's chat template with the
 generation prompt; the server completes token-id prompts (``/v1/completions`` with a list of ids), so the generated
@@ -77,15 +78,16 @@ class EnvActor:
         base_url: the inference server (``http://host:port/v1``).
         tokenizer_path: the policy's tokenizer (preset name or directory).
         group_size: rollouts per problem (>= 1). max_tokens: per completion. temperature: sampling.
-        max_turns: model turns per episode (``text_env``). seed: first problem seed (problems are ``seed, seed+1,
-            ...``; give each replica its own range). timeout_s: per HTTP request.
+        max_turns: model turns per episode (``text_env``). seed, seed_stride: problems are ``seed, seed + stride,
+            seed + 2 * stride, ...`` (an RLLA problem is row ``seed mod rows``); replica ``i`` of ``R`` gets
+            ``seed0 + i`` and stride ``R``. timeout_s: per HTTP request.
 
-    Raises ValueError: unknown ``kind`` or a ``text_env`` spec without ``env``.
+    Raises ValueError: unknown ``kind``, a ``text_env`` spec without ``env``, ``seed_stride`` < 1.
     """
 
     def __init__(self, env_name: str, spec: Mapping[str, Any], base_url: str, tokenizer_path: str,
                  group_size: int = 2, max_tokens: int = 16, temperature: float = 1.0, max_turns: int = 2,
-                 seed: int = 0, timeout_s: float = 120.0):
+                 seed: int = 0, seed_stride: int = 1, timeout_s: float = 120.0):
         from transformers import AutoTokenizer
 
         from verl.utils.model_presets import prepare_model
@@ -96,12 +98,14 @@ class EnvActor:
             raise ValueError(f"env {env_name!r}: kind {kind!r} is not one of {KINDS}")
         if kind == "text_env" and not spec["env"]:
             raise ValueError(f"env {env_name!r}: a text_env spec needs 'env' (a registered environment name)")
+        if int(seed_stride) < 1:
+            raise ValueError(f"env {env_name!r}: seed_stride must be >= 1, got {seed_stride}")
         self.env_name, self.kind, self.spec = env_name, kind, spec
         self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path))
         self.group_size, self.max_tokens = int(group_size), int(max_tokens)
         self.temperature, self.max_turns = float(temperature), int(max_turns)
         self.timeout_s = float(timeout_s)
-        self._seeds = itertools.count(int(seed))
+        self._seeds = itertools.count(int(seed), int(seed_stride))
         self.client = OpenAIClient(base_url, timeout=self.timeout_s)
         self._rows = self._load_rows() if kind == "rlla" else None
 

@@ -64,24 +64,37 @@ def test_order_decides_which_version_a_full_batch_leaves_behind(tmp_path, make_r
     assert [g.policy_version for g in batch.groups] == [1]
 
 
-def test_max_groups_completes_a_batch_before_the_budget(make_rollout):
-    """The hand-worked case of ``test_deficit_round_robin_hand_worked`` with ``max_groups``: the same pick order, cut
-    at the limit; a batch that reaches the limit is complete although b's buffer ran dry short of its share."""
-    ready = {"a": _groups(make_rollout, "a", 3, 200), "b": _groups(make_rollout, "b", 5, 100)}
-    picks = Batcher(1000, {"a": 0.5, "b": 0.5}, 512, max_groups=4).plan(ready)
+def test_max_groups_sizes_a_batch_in_groups(make_rollout):
+    """``max_groups``: per-env group quotas by largest remainder, the token shares still a ceiling, short = dry below
+    the quota (hand-worked on the groups of ``test_deficit_round_robin_hand_worked``)."""
+    def ready(n_a, n_b, a_tokens=200, b_tokens=100):
+        return {"a": _groups(make_rollout, "a", n_a, a_tokens), "b": _groups(make_rollout, "b", n_b, b_tokens)}
+
+    half = {"a": 0.5, "b": 0.5}
+    assert Batcher(1000, {"a": 0.7, "b": 0.3}, 512, max_groups=16).group_quotas() == {"a": 11, "b": 5}
+    assert Batcher(1000, half, 512, max_groups=3).group_quotas() == {"a": 2, "b": 1}  # tie: env order
+    assert Batcher(1000, {"a": 0.5}, 512, max_groups=3).group_quotas() == {"a": 2}  # round(1.5) groups in all
+    assert Batcher(1000, half, 512).group_quotas() is None
+    # quotas 2 / 2: deficits (500, 500) -> a0; (300, 500) -> b0; (300, 400) -> b1, b at its quota; a1, a at its quota
+    picks = Batcher(1000, half, 512, max_groups=4).plan(ready(3, 5))
     assert [g.problem_id for g in picks] == ["a0", "b0", "b1", "a1"]
-    # b has two groups (200 tokens) for a 500-token share: short without the limit, complete with it at 3 groups
-    ready = {"a": _groups(make_rollout, "a", 3, 200), "b": _groups(make_rollout, "b", 2, 100)}
-    with pytest.raises(BatchNotReady, match="b needs 300"):
-        Batcher(1000, {"a": 0.5, "b": 0.5}, 512).plan(ready)
-    picks = Batcher(1000, {"a": 0.5, "b": 0.5}, 512, max_groups=3).plan(ready)
-    assert [g.problem_id for g in picks] == ["a0", "b0", "b1"]
-    # one group short of the limit: still blocked (the limit completes a batch, it does not shrink one)
-    with pytest.raises(BatchNotReady, match="b needs 300"):
-        Batcher(1000, {"a": 0.5, "b": 0.5}, 512, max_groups=6).plan(ready)
+    # quotas 2 / 1: b at its quota after one group, so its 200-token shortfall does not block the batch
+    picks = Batcher(1000, half, 512, max_groups=3).plan(ready(3, 2))
+    assert [g.problem_id for g in picks] == ["a0", "b0", "a1"]
+    with pytest.raises(BatchNotReady, match="b needs 300"):  # without the limit b (two groups, 200 tokens) is short
+        Batcher(1000, half, 512).plan(ready(3, 2))
+    # b dry below its quota: block waits ...
+    with pytest.raises(BatchNotReady, match="b has 1 of its 2 groups") as info:
+        Batcher(10_000, half, 512, max_groups=4).plan(ready(5, 1))
+    assert info.value.short == {"b": 4900}
+    # ... and fill gives b's unused quota to a, up to max_groups in all
+    picks = Batcher(10_000, half, 512, max_groups=4, spillover="fill").plan(ready(5, 1))
+    assert [g.problem_id for g in picks] == ["a0", "b0", "a1", "a2"]
+    # the fractions set the mix although the budget would hold every group of either env
+    picks = Batcher(16 * 4 * 1056, {"a": 0.7, "b": 0.3}, 2048, max_groups=16).plan(ready(20, 20, 1600, 1600))
+    assert sum(g.environment == "a" for g in picks) == 11 and sum(g.environment == "b" for g in picks) == 5
     # the budget stays the ceiling: three 200-token groups under a 500-token budget give two, limit or not
-    three = {"a": _groups(make_rollout, "a", 3, 200)}
-    picks = Batcher(500, {"a": 1.0}, 512, max_groups=3, spillover="fill").plan(three)
+    picks = Batcher(500, {"a": 1.0}, 512, max_groups=3, spillover="fill").plan(ready(3, 0))
     assert [g.problem_id for g in picks] == ["a0", "a1"]
     with pytest.raises(ValueError, match="max_groups must be >= 1 or None, got 0"):
         Batcher(100, {"a": 1.0}, 10, max_groups=0)

@@ -203,3 +203,39 @@ def test_a_buffer_limit_below_one_is_refused_at_start():
         config = compose(config_name="async_trainer", overrides=["async.max_buffer_rollouts=0"])
     with pytest.raises(ValueError, match="async.max_buffer_rollouts must be null \\(no limit\\) or >= 1, got 0"):
         Orchestrator(config, make_env_actor=lambda *args, **kwargs: None)  # refused before any actor starts
+
+
+def test_replicas_draw_interleaved_problems(monkeypatch):
+    """Replica i of R starts at seed + i with stride R: with 32 RLLA rows (a size dividing the old 1e6 replica offset,
+    which put every replica on the same row) the first three draws of 4 replicas are 12 different rows; a restarted
+    replica keeps its residue and skips 10,000 draws ahead."""
+    import ray
+
+    monkeypatch.setattr(ray, "kill", lambda *args, **kwargs: None)
+    calls = []
+    orch = _bare(envs={"rlla": {"seed": 0, "replicas": 4, "group_size": 4, "max_turns": 1}}, env_actors={},
+                 restarts=Counter(), urls={0: "http://server"}, model_path="tiny",
+                 a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8, temperature=1.0)),
+                 make_env_actor=lambda *args, **kwargs: calls.append(kwargs) or object())
+    for replica in range(4):
+        orch._start_env_actor("rlla", replica)
+    assert [(c["seed"], c["seed_stride"]) for c in calls] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    rows = [(c["seed"] + k * c["seed_stride"]) % 32 for c in calls for k in range(3)]
+    assert len(set(rows)) == 12
+    orch.restarts["env/rlla/1"] += 1
+    orch._start_env_actor("rlla", 1)
+    assert (calls[-1]["seed"], calls[-1]["seed_stride"]) == (1 + 4 * 10_000, 4)
+
+
+def test_env_actor_walks_its_seeds_with_the_stride(monkeypatch):
+    from agent_system.environments.env_actor import EnvActor
+
+    spec = {"kind": "text_env", "env": "line_world", "env_kwargs": {}}
+    actor = EnvActor("line_world", spec, "http://server/v1", "tiny", group_size=2, seed=1, seed_stride=4)
+    seen = []
+    monkeypatch.setattr(actor, "_episode", lambda seed: seen.append(seed) or SimpleNamespace(to_dict=dict))
+    for _ in range(3):
+        actor.run_group()
+    assert seen == [1, 1, 5, 5, 9, 9]  # group_size episodes of one seed, then the next seed a stride on
+    with pytest.raises(ValueError, match="seed_stride must be >= 1, got 0"):
+        EnvActor("line_world", spec, "http://server/v1", "tiny", seed_stride=0)

@@ -18,10 +18,15 @@ when an env cannot meet its share; optionally at most ``max_groups`` groups a ba
   ``spillover='fill'`` then hands the unused budget (short envs' shortfall and the unassigned ``1 - sum(fractions)``)
   to the envs that still have groups, by the same deficit rule, within ``total_token_budget``; only an empty batch
   raises.
-* ``max_groups`` (None: no limit) caps the groups of a batch, and reaching it completes the batch: no env is short
-  then, whatever its share still lacks. This gives a batch a synchronous step's shape (``data.train_batch_size``
-  prompts) with the token budget as the ceiling of its size, instead of a size set by the token budget alone (whose
-  last group often does not fit).
+* ``max_groups`` (None: no limit) sizes a batch in groups, with the token budget as the ceiling: env ``e`` may take
+  at most ``quota[e]`` groups, the largest-remainder apportionment of ``max_groups * env_fractions[e]`` (a fraction
+  too small for a whole group can get none), and an env that reached its quota has met its share, whatever tokens
+  it leaves unused. Short then means dry below the quota (with tokens left in the share). With ``spillover='block'``
+  a batch has exactly ``sum(quota)`` groups (``max_groups`` when the fractions sum to 1) unless the token shares run
+  out first: a synchronous step's shape (``data.train_batch_size`` prompts) instead of a size set by the token budget
+  alone, whose last group often does not fit. ``spillover='fill'`` hands the unused quota and budget to the envs that
+  still have groups, up to ``max_groups`` groups in all; like without the limit it makes a batch of whatever is
+  ready, so a batch can have fewer groups.
 * Packing (:meth:`Batcher.pack`): whole rollouts, first-fit decreasing into rows of ``max_seq_len`` positions; one
   rollout per segment. A rollout longer than ``max_seq_len`` is *rejected*: not packed (its tail, which the reward
   judged, would be cut), counted in ``batches/{env}/rollouts_overlong``; it still counts in its group's advantage
@@ -102,8 +107,8 @@ class Batcher:
             ``"oldest_first"`` (first in, first out: the groups nearest to ``max_age`` are used before they are
             evicted, so less generation is thrown away at the price of staler batches).
         pad_rows_to_multiple: pad the row count with empty rows to a multiple of this (e.g. the data-parallel size).
-        max_groups: at most this many groups a batch (>= 1); a batch that reaches it is complete (module docstring).
-            None: the token budget and the shares alone decide.
+        max_groups: groups per batch (>= 1), split over the envs by ``env_fractions`` (module docstring). None: the
+            token budget and the shares alone decide.
 
     Raises ValueError: empty ``env_fractions``; a negative / non-finite fraction, or a sum above 1 (the message
     names the key at which the running sum passes 1); non-positive budget / max_seq_len / multiple; unknown spillover
@@ -147,6 +152,19 @@ class Batcher:
         self.max_groups = None if max_groups is None else int(max_groups)
 
     # ------------------------------------------------------------------------------------------------ planning
+    def group_quotas(self) -> Optional[Dict[str, int]]:
+        """Groups per env under ``max_groups`` (None without it): ``floor(max_groups * fraction)`` each, then one
+        more to the envs with the largest remainders (ties: ``env_fractions`` order) until the quotas sum to
+        ``round(max_groups * sum(fractions))`` (Hamilton's largest-remainder method)."""
+        if self.max_groups is None:
+            return None
+        raw = {e: f * self.max_groups for e, f in self.env_fractions.items()}
+        quota = {e: math.floor(r + 1e-9) for e, r in raw.items()}
+        spare = round(sum(raw.values())) - sum(quota.values())
+        for env in sorted(raw, key=lambda e: -(raw[e] - quota[e]))[:max(spare, 0)]:
+            quota[env] += 1
+        return quota
+
     def group_tokens(self, group: Group) -> int:
         """Packable tokens of ``group`` (its rollouts no longer than ``max_seq_len``)."""
         return sum(r.num_tokens for r in group.rollouts if r.num_tokens <= self.max_seq_len)
@@ -157,8 +175,7 @@ class Batcher:
         Args: ``ready``: ``{env: ready groups in hand-out order (the batcher's ``order``)}``; a missing env has
             none.
         Returns: the chosen groups in pick order.
-        Raises BatchNotReady: ``spillover='block'`` and an env is short (never once ``max_groups`` groups are chosen),
-            or nothing could be chosen.
+        Raises BatchNotReady: ``spillover='block'`` and an env is short, or nothing could be chosen.
         """
         budget = self.total_token_budget
         target = {e: f * budget for e, f in self.env_fractions.items()}
@@ -166,6 +183,8 @@ class Batcher:
         left = {e: list(ready.get(e, ())) for e in self.env_fractions}
         size = {id(g): self.group_tokens(g) for groups in left.values() for g in groups}
         picks: List[Group] = []
+        quota = self.group_quotas()
+        taken = {e: 0 for e in self.env_fractions}
 
         def first_fit(env: str, cap: float) -> int:
             for i, group in enumerate(left[env]):
@@ -173,10 +192,8 @@ class Batcher:
                     return i
             return -1
 
-        full = lambda: self.max_groups is not None and len(picks) >= self.max_groups  # noqa: E731
-
         def run(cap_of) -> None:
-            while not full():
+            while self.max_groups is None or len(picks) < self.max_groups:
                 best, best_deficit, best_index = None, None, -1
                 for env in self.env_fractions:  # dict order breaks ties (strict >)
                     cap = cap_of(env)
@@ -190,18 +207,24 @@ class Batcher:
                     return
                 group = left[best].pop(best_index)
                 used[best] += size[id(group)]
+                taken[best] += 1
                 picks.append(group)
 
         total_left = lambda: budget - sum(used.values())  # noqa: E731
-        # Phase 1: each env within its own share (share > used: positive deficit).
-        run(lambda env: min(target[env] - used[env], total_left()) if target[env] - used[env] > 0 else None)
+        below_quota = lambda env: quota is None or taken[env] < quota[env]  # noqa: E731
+        # Phase 1: each env within its own share (share > used: positive deficit) and its group quota.
+        run(lambda env: min(target[env] - used[env], total_left())
+            if target[env] - used[env] > 0 and below_quota(env) else None)
         short = {
             e: math.ceil(target[e] - used[e])
             for e in self.env_fractions
-            if target[e] - used[e] > 0 and not left[e] and not full()
+            if target[e] - used[e] > 0 and not left[e] and below_quota(e)
         }
         if short and self.spillover == "block":
-            raise BatchNotReady(short)
+            if quota is None:
+                raise BatchNotReady(short)
+            raise BatchNotReady(short, "batch not ready: " + ", ".join(
+                f"{e} has {taken[e]} of its {quota[e]} groups" for e in short))
         if self.spillover == "fill":  # Phase 2: the rest of the budget to whoever still has groups.
             run(lambda env: total_left())
         if not picks:

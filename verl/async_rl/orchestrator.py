@@ -60,10 +60,10 @@ class Orchestrator:
 
     Args: ``config``; ``tracker``: an object with ``log(dict, step)`` (e.g. ``verl.utils.tracking.Tracking``), or
     None (metrics are only returned by :meth:`run`); ``make_env_actor``: starts one environment actor,
-    ``make_env_actor(name, spec, server_url, model_path, group_size=, max_tokens=, temperature=, max_turns=, seed=)``
-    -> a Ray actor handle whose ``run_group()`` returns a group as ``Rollout.to_dict()`` dicts (the composition layer passes
-    ``agent_system.environments.env_actor.make_env_actor``: the async core does not import the environments).
-    Requires ``ray.init`` to have been called.
+    ``make_env_actor(name, spec, server_url, model_path, group_size=, max_tokens=, temperature=, max_turns=, seed=,
+    seed_stride=)`` -> a Ray actor handle whose ``run_group()`` returns a group as ``Rollout.to_dict()`` dicts (the
+    composition layer passes ``agent_system.environments.env_actor.make_env_actor``: the async core does not import the
+    environments). Requires ``ray.init`` to have been called.
 
     Raises TypeError: no ``make_env_actor``. KeyError: no ``async`` section or no env in ``async.envs``. ValueError:
     an unknown ``async.inference.backend``, ``async.max_buffer_rollouts`` < 1, bad batcher / buffer settings (from
@@ -90,6 +90,13 @@ class Orchestrator:
         self.batcher = Batcher(int(a.batcher.total_token_budget), fractions, int(a.batcher.max_seq_len),
                                str(a.batcher.spillover), order=str(a.batcher.order),
                                max_groups=a.batcher.max_groups)
+        for name, groups in (self.batcher.group_quotas() or {}).items():
+            need = groups * int(self.envs[name]["group_size"])
+            if a.max_buffer_rollouts is not None and need > int(a.max_buffer_rollouts):
+                logger.warning(
+                    "async.max_buffer_rollouts (%d) is below the %d rollouts env %r brings to a batch under "
+                    "async.batcher.max_groups (%d groups of %d): the last ones are generated one group at a time",
+                    int(a.max_buffer_rollouts), need, name, groups, int(self.envs[name]["group_size"]))
         self.broadcaster = WeightBroadcaster(float(a.broadcast_timeout_s))
         self.restarts: Counter = Counter()
         self.counts: Counter = Counter()
@@ -184,11 +191,14 @@ class Orchestrator:
             ray.kill(old, no_restart=True)
         spec = self.envs[name]
         inf = self.a.inference
-        seed = int(spec["seed"]) + 1_000_000 * replica + 10_000 * self.restarts[f"env/{name}/{replica}"]
+        # replica i of R draws problems seed + i, seed + i + R, ... (interleaved: with RLLA rows, the replicas' groups
+        # are different rows; a restart skips 10,000 draws ahead, so it does not repeat its predecessor's problems)
+        replicas = int(spec["replicas"])
+        seed = int(spec["seed"]) + replica + replicas * 10_000 * self.restarts[f"env/{name}/{replica}"]
         self.env_actors[(name, replica)] = self.make_env_actor(
             name, spec, self.urls[replica % len(self.urls)], self.model_path, group_size=int(spec["group_size"]),
             max_tokens=int(inf.max_tokens), temperature=float(inf.temperature), max_turns=int(spec["max_turns"]),
-            seed=seed)
+            seed=seed, seed_stride=replicas)
 
     def _restart(self, kind: str) -> None:
         self.restarts[kind] += 1
