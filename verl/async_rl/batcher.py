@@ -26,7 +26,8 @@ when an env cannot meet its share; optionally at most ``max_groups`` groups a ba
   out first: a synchronous step's shape (``data.train_batch_size`` prompts) instead of a size set by the token budget
   alone, whose last group often does not fit. ``spillover='fill'`` hands the unused quota and budget to the envs that
   still have groups, up to ``max_groups`` groups in all; like without the limit it makes a batch of whatever is
-  ready, so a batch can have fewer groups.
+  ready, so a batch can have fewer groups. A group counts as one whatever it packs (one whose rollouts are all
+  overlong takes a slot and trains nothing).
 * Packing (:meth:`Batcher.pack`): whole rollouts, first-fit decreasing into rows of ``max_seq_len`` positions; one
   rollout per segment. A rollout longer than ``max_seq_len`` is *rejected*: not packed (its tail, which the reward
   judged, would be cut), counted in ``batches/{env}/rollouts_overlong``; it still counts in its group's advantage
