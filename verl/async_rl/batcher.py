@@ -151,6 +151,7 @@ class Batcher:
         self.order = order
         self.pad_rows_to_multiple = int(pad_rows_to_multiple)
         self.max_groups = None if max_groups is None else int(max_groups)
+        self._quotas = self.group_quotas()  # fixed by the settings above: computed once, read by every plan()
 
     # ------------------------------------------------------------------------------------------------ planning
     def group_quotas(self) -> Optional[Dict[str, int]]:
@@ -184,7 +185,7 @@ class Batcher:
         left = {e: list(ready.get(e, ())) for e in self.env_fractions}
         size = {id(g): self.group_tokens(g) for groups in left.values() for g in groups}
         picks: List[Group] = []
-        quota = self.group_quotas()
+        quota = self._quotas
         taken = {e: 0 for e in self.env_fractions}
 
         def first_fit(env: str, cap: float) -> int:
