@@ -71,3 +71,25 @@ def test_cli_baseline_of_other_prompts_is_a_named_error(tmp_path, capsys):
     assert "1 only in the baseline" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main_eval.main(["--oracle", "--dataset", "rlla", "--baseline", str(before), "--output", "x.json"])
+
+
+def test_samples_of_a_prompt_are_averaged_before_pairing():
+    """With several samples per prompt the unit is the prompt: n counts prompts, d_i is the difference of the two
+    per-prompt means (pairing sample k with sample k would count 3 prompts as 6 independent pairs)."""
+    from verl.trainer.eval_compare import paired_comparison
+
+    def rows(responses):  # responses[i][k]: prompt i, sample k
+        return [{"row": i, "sample": k, "data_source": "rlla", "prompt": f"p{i}", "response": r, "ground_truth": GT}
+                for i, group in enumerate(responses) for k, r in enumerate(group)]
+
+    before = rows([[WRONG, WRONG], [RIGHT, WRONG], [RIGHT, RIGHT]])
+    after = rows([[RIGHT, WRONG], [WRONG, RIGHT], [RIGHT, RIGHT]])
+    metric = lambda r: {"exact_match": float(r["response"] == r["ground_truth"])}  # noqa: E731
+    out = paired_comparison(before, after, metric)
+    assert (out["rows"], out["prompts"], out["samples_per_prompt"]) == (6, 3, 2)
+    em = out["metrics"]["exact_match"]
+    # per-prompt means: before (0, 0.5, 1), after (0.5, 0.5, 1); d = (0.5, 0, 0)
+    assert em["n"] == 3 and em["gain"] == pytest.approx(1 / 6)
+    assert em["se"] == pytest.approx(math.sqrt(((1 / 3) ** 2 + 2 * (1 / 6) ** 2) / 2 / 3))
+    assert (em["wins"], em["losses"], em["ties"]) == (1, 0, 2)
+    # prompt 1's samples swapped places: by sample index that is a win and a loss, by prompt a tie

@@ -10,8 +10,12 @@ for both), so the standard error of a gain is the standard error of the per-prom
 gives wins / losses / ties and the exact two-sided sign-test p-value of wins against losses (binomial with p = 1/2,
 ties dropped; Rice §11.2.3), which assumes nothing about the distribution of ``d``.
 
-Rows are paired by ``(data_source, row, sample)`` as written by ``verl.trainer.main_generation``; the two files must
-hold the same keys with the same prompt text, or a ``ValueError`` names the first key that differs. Metrics per row:
+Rows are matched by ``(data_source, row, sample)`` as written by ``verl.trainer.main_generation``; the two files must
+hold the same keys with the same prompt text, or a ``ValueError`` names the first key that differs. The unit of the
+statistics is the prompt: with ``data.n_samples`` > 1 each side's metric is first averaged over the samples of a
+prompt (sample k of one model has nothing to do with sample k of the other, and the samples of one prompt are not
+independent of each other), so ``n`` counts prompts and ``d_i`` is the difference of the two per-prompt means. Metrics
+per row:
 the RLLA reward's ``score`` / ``format`` / ``correctness`` (rows with a ground-truth string) and ``exact_match`` (1.0
 when the predicted calls equal the ground-truth calls, no-call rows included, as ``overall_exact_match``). BFCL rows
 are not compared here (BFCL's checker reports per category).
@@ -83,7 +87,9 @@ def paired_comparison(baseline_rows: Sequence[Mapping], rows: Sequence[Mapping],
             compared.
 
     Returns:
-        ``{"rows": n, "metrics": {metric: paired_stats}}`` for every metric that every paired row has.
+        ``{"rows": rows, "prompts": n, "samples_per_prompt": k, "metrics": {metric: paired_stats}}`` for every metric
+        that every paired row has; each ``paired_stats`` is over the ``n`` per-prompt means (``k`` is a sorted list
+        when prompts have different sample counts).
 
     Raises:
         ValueError: a key occurs twice in one file, the two files do not hold the same keys, the prompt text of a key
@@ -113,8 +119,17 @@ def paired_comparison(baseline_rows: Sequence[Mapping], rows: Sequence[Mapping],
         if base[key].get("prompt") != new[key].get("prompt"):
             raise ValueError(f"{new[key].get('_where', key)}: the prompt of {key} differs from the baseline's "
                              f"({base[key].get('_where', 'baseline')}): the files are not of the same data")
-    before = [row_metrics(base[k]) for k in keys]
-    after = [row_metrics(new[k]) for k in keys]
-    common = [m for m in METRICS if all(m in r for r in before) and all(m in r for r in after)]
-    return {"rows": len(keys),
-            "metrics": {m: paired_stats([r[m] for r in before], [r[m] for r in after]) for m in common}}
+    before = {k: row_metrics(base[k]) for k in keys}
+    after = {k: row_metrics(new[k]) for k in keys}
+    common = [m for m in METRICS if all(m in r for r in before.values()) and all(m in r for r in after.values())]
+    prompts: dict[tuple, list[tuple]] = {}
+    for key in keys:  # (data_source, row, sample) -> the prompt (data_source, row)
+        prompts.setdefault(key[:2], []).append(key)
+
+    def prompt_means(table: Mapping[tuple, Mapping[str, float]], metric: str) -> list[float]:
+        return [sum(table[k][metric] for k in group) / len(group) for group in prompts.values()]
+
+    samples = {len(group) for group in prompts.values()}
+    return {"rows": len(keys), "prompts": len(prompts),
+            "samples_per_prompt": samples.pop() if len(samples) == 1 else sorted(samples),
+            "metrics": {m: paired_stats(prompt_means(before, m), prompt_means(after, m)) for m in common}}
