@@ -8,17 +8,34 @@
 #   bash benchmarks/eval_tool_calling.sh smollm2-135m-sft        # after
 # Variables: BFCL_ROWS (default 5), API_BANK_ROWS (default 40), RESPONSE_LENGTH (default 256), BATCH (default 8),
 # PROMPT_LENGTH (default 3072; 6144 for every BFCL row), PYTHON.
+#
+# SAMPLED=N instead evaluates the RLLA validation split only, under the policy's own sampling: N responses per prompt
+# at temperature 1 (the distribution GRPO trains; seed SEED, default 0) on the prompts <= PROMPT_LENGTH tokens (default
+# 1024 then: the rows a p1024 run trained on), written to outputs/eval/<name>/rlla_t1_n<N>.jsonl and
+# benchmarks/results/eval_<name>/rlla_t1_n<N>.json (~17 min for N = 4 on 2 cores). Compare two models with
+# benchmarks/evidence/paired_by_prompt_length.py, which averages each prompt's samples before pairing.
+#   SAMPLED=4 bash benchmarks/eval_tool_calling.sh smollm2-135m-sft
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/ensure_env.sh || exit 1
 MODEL=${1:?usage: eval_tool_calling.sh MODEL [NAME]}
 NAME=${2:-$(basename "$MODEL")}
 BFCL_ROWS=${BFCL_ROWS:-5} API_BANK_ROWS=${API_BANK_ROWS:-40} RESPONSE_LENGTH=${RESPONSE_LENGTH:-256}
-BATCH=${BATCH:-8} PROMPT_LENGTH=${PROMPT_LENGTH:-3072}
+SAMPLED=${SAMPLED:-0}
+BATCH=${BATCH:-8} PROMPT_LENGTH=${PROMPT_LENGTH:-$([ "$SAMPLED" -gt 0 ] && echo 1024 || echo 3072)}
 GEN=outputs/eval/$NAME RES=benchmarks/results/eval_$NAME
 mkdir -p "$GEN" "$RES"
 common=(model.path="$MODEL" rollout.response_length="$RESPONSE_LENGTH" rollout.prompt_length="$PROMPT_LENGTH"
         data.batch_size="$BATCH")
+if [ "$SAMPLED" -gt 0 ]; then
+  tag=rlla_t1_n$SAMPLED
+  "$PYTHON" -m verl.trainer.main_generation "${common[@]}" data.n_samples="$SAMPLED" rollout.do_sample=true \
+    rollout.temperature=1.0 rollout.seed="${SEED:-0}" data.format=rlla data.filter_overlong_prompts=true \
+    data.output_path="$GEN/$tag.jsonl" eval.output_path="$RES/$tag.json" > "$GEN/$tag.log" 2>&1 \
+    || { tail -20 "$GEN/$tag.log" >&2; exit 1; }
+  echo "summary: $RES/$tag.json"
+  exit 0
+fi
 start=$(date +%s)
 "$PYTHON" -m verl.trainer.main_generation "${common[@]}" data.format=rlla data.filter_overlong_prompts=true \
   data.output_path="$GEN/rlla.jsonl" eval.output_path="$RES/rlla.json" > "$GEN/rlla.log" 2>&1
