@@ -13,8 +13,8 @@
 # at temperature TEMPERATURE (default 1: the distribution GRPO trains; seed SEED, default 0) on the prompts <=
 # PROMPT_LENGTH tokens (default 1024 then: the rows a p1024 run trained on), written to
 # outputs/eval/<name>/rlla_t<T>_n<N>.jsonl and benchmarks/results/eval_<name>/rlla_t<T>_n<N>.json (~17 min for N = 4
-# on 2 cores). Compare two models with
-# benchmarks/evidence/paired_by_prompt_length.py, which averages each prompt's samples before pairing.
+# on 2 cores). Compare two models with benchmarks/evidence/paired_by_prompt_length.py, which averages each prompt's
+# samples before pairing.
 #   SAMPLED=4 bash benchmarks/eval_tool_calling.sh smollm2-135m-sft
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +29,8 @@ mkdir -p "$GEN" "$RES"
 common=(model.path="$MODEL" rollout.response_length="$RESPONSE_LENGTH" rollout.prompt_length="$PROMPT_LENGTH"
         data.batch_size="$BATCH")
 if [ "$SAMPLED" -gt 0 ]; then
-  TEMPERATURE=${TEMPERATURE:-1} tag=rlla_t${TEMPERATURE:-1}_n$SAMPLED
+  TEMPERATURE=${TEMPERATURE:-1}
+  tag=rlla_t${TEMPERATURE}_n$SAMPLED
   "$PYTHON" -m verl.trainer.main_generation "${common[@]}" data.n_samples="$SAMPLED" rollout.do_sample=true \
     rollout.temperature="$TEMPERATURE" rollout.seed="${SEED:-0}" data.format=rlla data.filter_overlong_prompts=true \
     data.output_path="$GEN/$tag.jsonl" eval.output_path="$RES/$tag.json" > "$GEN/$tag.log" 2>&1 \

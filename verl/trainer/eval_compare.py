@@ -14,11 +14,10 @@ Rows are matched by ``(data_source, row, sample)`` as written by ``verl.trainer.
 hold the same keys with the same prompt text, or a ``ValueError`` names the first key that differs. The unit of the
 statistics is the prompt: with ``data.n_samples`` > 1 each side's metric is first averaged over the samples of a
 prompt (sample k of one model has nothing to do with sample k of the other, and the samples of one prompt are not
-independent of each other), so ``n`` counts prompts and ``d_i`` is the difference of the two per-prompt means. Metrics
-per row:
-the RLLA reward's ``score`` / ``format`` / ``correctness`` (rows with a ground-truth string) and ``exact_match`` (1.0
-when the predicted calls equal the ground-truth calls, no-call rows included, as ``overall_exact_match``). BFCL rows
-are not compared here (BFCL's checker reports per category).
+independent of each other), so ``n`` counts prompts and ``d_i`` is the difference of the two per-prompt means.
+Metrics per row: the RLLA reward's ``score`` / ``format`` / ``correctness`` (rows with a ground-truth string) and
+``exact_match`` (1.0 when the predicted calls equal the ground-truth calls, no-call rows included, as
+``overall_exact_match``). BFCL rows are not compared here (BFCL's checker reports per category).
 """
 from __future__ import annotations
 
