@@ -16,6 +16,14 @@
 #                                                      # four actor updates per step (mini-batches of 2 prompts x 4,
 #                                                      # ToolRL's ratio 512 / 128) at the same compute per step, and
 #                                                      # twice the lr; step 0's validation is the runs' above
+#   MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 PPO_MINI_BATCH_SIZE=2 LR=1e-5 TOTAL_STEPS=40 TEST_FREQ=-1 \
+#     NAME=grpo_smollm2_sft_p1024_r256_mb2_lr1e-5_t0.5 bash benchmarks/evidence/grpo_smollm2_sft.sh \
+#     actor_rollout_ref.rollout.temperature=0.5 trainer.save_on_exit=true trainer.val_before_train=false
+#                                                      # rollouts sampled at temperature 0.5 (the log-probs use the
+#                                                      # same temperature, so a parameter step moves them about
+#                                                      # 1/T = 2x as far: lr 1e-5; at 2e-5 step 2 lost half its
+#                                                      # format);
+#                                                      # no in-training validation: judged by the sampled evaluation
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${NAME:-grpo_smollm2_sft}

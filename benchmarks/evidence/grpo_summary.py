@@ -61,6 +61,7 @@ def summarise(run_dir: Path) -> dict:
     data, actor, rollout = config["data"], config["actor_rollout_ref"]["actor"], config["actor_rollout_ref"]["rollout"]
     settings = {"base_model": Path(config["actor_rollout_ref"]["model"]["path"]).name,
                 "prompts_per_step": data["train_batch_size"], "rollout_n": rollout["n"],
+                "rollout_temperature": rollout.get("temperature"),
                 "max_prompt_length": data["max_prompt_length"], "max_response_length": data["max_response_length"],
                 "lr": actor["optim"]["lr"], "kl_in_reward": config["algorithm"].get("kl_ctrl", {}).get("kl_coef"),
                 "entropy_coeff": actor.get("entropy_coeff"), "steps": train[-1]["step"] if train else 0,
