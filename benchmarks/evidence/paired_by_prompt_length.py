@@ -5,8 +5,9 @@
 
 Rows are matched by (data_source, row, sample) with ``verl.trainer.eval_compare.paired_comparison`` (per-prompt gain,
 its standard error, sign test; with several samples per prompt, each side's per-prompt mean) on the RLLA reward's
-score / format / correctness and the exact tool-call match. The split uses the chat-templated prompt length of the RLLA test split (``dataset/rlla_4k/test.parquet`` or DATA_DIR):
-the rows a run trained on prompts of at most ``--max-prompt-tokens`` tokens can be told apart from longer ones. A
+score / format / correctness and the exact tool-call match. The split uses the chat-templated prompt length of the
+RLLA test split (``dataset/rlla_4k/test.parquet`` or DATA_DIR): the rows a run trained on prompts of at most
+``--max-prompt-tokens`` tokens can be told apart from longer ones. A
 second split is by the starting (BEFORE) response's format score: full (1) or not (a response cut off at the length
 limit, or malformed). With several sampled responses per prompt that split selects BEFORE's samples by their own
 format and keeps the AFTER samples of the same indices, which are independent draws: its gain compares the trained
