@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import REPO_ROOT
 
@@ -47,10 +48,14 @@ COMMON = ["trainer.val_before_train=False"]  # the CPU defaults run the worker i
 
 @pytest.mark.parametrize("script", ["train_grpo.sh", "train_ppo.sh"])
 def test_toolrl_scripts_train_one_step(script, tmp_path, small_rlla):
+    env = _env(tmp_path, small_rlla)
+    env["REFINEDREWARD"] = "1"  # a ToolRL reward switch reaches the reward and is recorded with the run's config
     _run([str(REPO_ROOT / script), f"trainer.default_local_dir={tmp_path}/ckpt", *COMMON,
-          "critic.ppo_micro_batch_size_per_gpu=2"], _env(tmp_path, small_rlla))
+          "critic.ppo_micro_batch_size_per_gpu=2"], env)
     assert _steps(tmp_path / "run") == [1]
     assert (tmp_path / "run" / "plots").is_dir()  # the script's plot step ran
+    record = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert record["reward_switches_on"] == ["REFINEDREWARD"]
 
 
 @pytest.mark.parametrize("script,loss_mode", [("examples/gspo_trainer/run_gspo.sh", "gspo"),

@@ -24,6 +24,15 @@
 #                                                      # 1/T = 2x as far: lr 1e-5; at 2e-5 step 2 lost half its
 #                                                      # format);
 #                                                      # no in-training validation: judged by the sampled evaluation
+#   REFINEDREWARD=1 MAX_PROMPT_LENGTH=1024 MAX_RESPONSE_LENGTH=256 PPO_MINI_BATCH_SIZE=2 LR=1e-5 TOTAL_STEPS=40 \
+#     TEST_FREQ=-1 NAME=grpo_smollm2_sft_p1024_r256_mb2_lr1e-5_t0.5_refined_klloss \
+#     bash benchmarks/evidence/grpo_smollm2_sft.sh actor_rollout_ref.rollout.temperature=0.5 \
+#     trainer.save_on_exit=true trainer.val_before_train=false algorithm.use_kl_in_reward=False \
+#     actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.04
+#                                                      # the same at 0.5, trained on ToolRL's refined reward (a
+#                                                      # surplus or missing call loses the whole name term) with a
+#                                                      # KL loss to the start (DeepSeekMath's beta 0.04) in place of
+#                                                      # the KL in the reward; judged by the default reward
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NAME=${NAME:-grpo_smollm2_sft}

@@ -45,8 +45,10 @@ def read_records(metrics_file: Path) -> list[dict]:
     return [by_step[k] for k in sorted(by_step)]
 
 
-def summarise(run_dir: Path) -> dict:
-    """Settings, cost, validation and training means of one run directory (``metrics.jsonl`` + ``config.yaml``)."""
+def summarise(run_dir: Path, reward_switches: list[str] | None = None) -> dict:
+    """Settings, cost, validation and training means of one run directory (``metrics.jsonl`` + ``config.yaml``).
+    ``reward_switches``: the ToolRL reward switches that were on, for a run whose ``config.yaml`` predates its
+    ``reward_switches_on`` record (None: not recorded); the record wins where there is one."""
     records = read_records(run_dir / "metrics.jsonl")
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     validation = [{"step": r["step"], **{k: round(r[key], 4) for k, key in VAL_KEYS.items() if key in r}}
@@ -63,7 +65,12 @@ def summarise(run_dir: Path) -> dict:
                 "prompts_per_step": data["train_batch_size"], "rollout_n": rollout["n"],
                 "rollout_temperature": rollout.get("temperature"),
                 "max_prompt_length": data["max_prompt_length"], "max_response_length": data["max_response_length"],
-                "lr": actor["optim"]["lr"], "kl_in_reward": config["algorithm"].get("kl_ctrl", {}).get("kl_coef"),
+                "lr": actor["optim"]["lr"],
+                "kl_in_reward": (config["algorithm"].get("kl_ctrl", {}).get("kl_coef")
+                                 if config["algorithm"].get("use_kl_in_reward") else 0.0),
+                "kl_loss": ({"coef": actor.get("kl_loss_coef"), "type": actor.get("kl_loss_type")}
+                            if actor.get("use_kl_loss") else None),
+                "reward_switches_on": config.get("reward_switches_on", reward_switches),
                 "entropy_coeff": actor.get("entropy_coeff"), "steps": train[-1]["step"] if train else 0,
                 "seed": data.get("seed")}
     cost = {"median_step_s": round(statistics.median(step_s), 1), "min_step_s": round(min(step_s), 1),
@@ -88,7 +95,8 @@ def verdict(paired: dict, subset: str) -> dict:
 
 
 def plot(summary: dict, path: str, title: str) -> None:
-    """Validation score / format / correctness (markers) and the training score per 5 steps (line) against the step."""
+    """Validation score / format / correctness (markers, where the run validated) and the training score per 5 steps
+    (line) against the step."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -96,7 +104,7 @@ def plot(summary: dict, path: str, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     val = summary["validation_in_training"]
-    for key, marker in (("score", "o"), ("format", "s"), ("correctness", "^")):
+    for key, marker in (("score", "o"), ("format", "s"), ("correctness", "^")) if val else ():
         ax.plot([v["step"] for v in val], [v.get(key) for v in val], marker=marker, label=f"validation {key}")
     means = summary["train_means_per_5_steps"]
     ax.plot([int(m["steps"].split("-")[1]) for m in means], [m["score"] for m in means], color="grey",
@@ -121,9 +129,13 @@ def main(argv=None) -> int:
     parser.add_argument("--command", default="", help="the command that produced the run")
     parser.add_argument("--eval-command", action="append", default=[], help="a command of the evaluation (repeat)")
     parser.add_argument("--reading", default="", help="what the numbers say (kept beside them)")
+    parser.add_argument("--reward-switches", default=None,
+                        help="comma-separated ToolRL switches that were on (REFINEDREWARD,...), for a run whose "
+                             "config.yaml does not record them; '' for none")
     args = parser.parse_args(argv)
     run_dir = Path(args.run_dir)
-    summary = summarise(run_dir)
+    switches = None if args.reward_switches is None else [s for s in args.reward_switches.split(",") if s]
+    summary = summarise(run_dir, switches)
     out = {"issue": "19 §3.1: GRPO without the router", "command": args.command, "eval_commands": args.eval_command,
            **summary}
     if args.before and args.after:

@@ -11,7 +11,9 @@ RLLA test split (``dataset/rlla_4k/test.parquet`` or DATA_DIR): the rows a run t
 second split is by the starting (BEFORE) response's format score: full (1) or not (a response cut off at the length
 limit, or malformed). With several sampled responses per prompt that split selects BEFORE's samples by their own
 format and keeps the AFTER samples of the same indices, which are independent draws: its gain compares the trained
-policy's average response with the starting policy's well-formed (or malformed) ones only.
+policy's average response with the starting policy's well-formed (or malformed) ones only. The RLLA reward reads
+ToolRL's switches from the environment as training does (``REFINEDREWARD=1 python ...`` scores by the refined
+reward); the output names those that were on (``reward_switches_on``).
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def main() -> None:
     switches = RewardSwitches.from_env()
     metric = lambda row: row_metrics(row, switches)  # noqa: E731
     cut = args.max_prompt_tokens
-    out = {"before": args.before, "after": args.after, "max_prompt_tokens": cut}
+    out = {"before": args.before, "after": args.after, "max_prompt_tokens": cut,
+           "reward_switches_on": switches.active()}  # ToolRL's switches the scores were computed under
     # the split by the starting response's format tells a gain from finishing inside the length limit (a response
     # cut off scores format < 1) from one in the calls themselves
     well_formed = {(r.get("data_source"), r["row"], r.get("sample", 0)) for r in before if metric(r)["format"] >= 1}

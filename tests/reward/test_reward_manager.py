@@ -194,3 +194,16 @@ def test_tool_call_metrics_count_the_responses_calls(tokenizer, rows, batch):
     metrics = RLLARewardManager(tokenizer)(build_batch(tokenizer, broken), step=0, return_dict=True)["reward_metrics"]
     assert metrics["response/tool_parse_failure_rate"] == pytest.approx(1 / N_ROWS)
     assert metrics["response/tool_calls/mean"] == pytest.approx((sum(calls) - calls[0]) / N_ROWS)
+
+
+def test_run_record_names_the_switches_that_are_on():
+    """The run's config.yaml records the ToolRL switches read from the environment: a run trained under
+    REFINEDREWARD must not read like a default run. Only a value of exactly "1" turns a switch on."""
+    from omegaconf import OmegaConf
+
+    from verl.trainer.ppo.ray_trainer import run_record
+
+    config = OmegaConf.create({"trainer": {"total_training_steps": 3}})
+    record = run_record(config, {"REFINEDREWARD": "1", "COARSEREWARD": "0", "WITHLENGTH": "true"})
+    assert record == {"trainer": {"total_training_steps": 3}, "reward_switches_on": ["REFINEDREWARD"]}
+    assert run_record(config, {})["reward_switches_on"] == []

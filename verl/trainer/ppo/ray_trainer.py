@@ -44,6 +44,7 @@ from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, S
                                         warn_zero_variance, worker_failure)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
+from verl.utils.reward_score.rlla import RewardSwitches
 from verl.utils.torch_functional import masked_mean, trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
@@ -57,6 +58,17 @@ def compute_response_mask(data: DataProto) -> torch.Tensor:
     """[B, R] mask of response tokens: the response part of ``attention_mask`` (first EOS included)."""
     response_length = data.batch["responses"].shape[-1]
     return data.batch["attention_mask"][:, -response_length:]
+
+
+def run_record(config: DictConfig, environ=None) -> dict:
+    """What the run directory's ``config.yaml`` (written by ``main_ppo``) and wandb's run config record: the resolved
+    config, plus ``reward_switches_on``, the names of ToolRL's reward switches that are on (``REFINEDREWARD``, …;
+    read from ``environ``, default ``os.environ``, as the reward reads them; ``docs/rlla_reward.md`` "Switches").
+    The switches change the reward without appearing in the config, so a run trained under one would otherwise
+    read like a default run."""
+    record = OmegaConf.to_container(config, resolve=True)
+    record["reward_switches_on"] = RewardSwitches.from_env(environ).active()
+    return record
 
 
 class RayPPOTrainer:
@@ -307,7 +319,7 @@ class RayPPOTrainer:
         with self._phase("load_checkpoint"):
             self._load_checkpoint()
         tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
-                           config=OmegaConf.to_container(self.config, resolve=True), run_dir=self.run_dir(),
+                           config=run_record(self.config), run_dir=self.run_dir(),
                            resume_step=self.global_steps, resume_record=getattr(self, "resume_record", None))
         self.tracker = tracker
         if trainer_cfg.val_before_train and self.global_steps == 0:
