@@ -49,7 +49,7 @@ COMMON = ["trainer.val_before_train=False"]  # the CPU defaults run the worker i
 @pytest.mark.parametrize("script", ["train_grpo.sh", "train_ppo.sh"])
 def test_toolrl_scripts_train_one_step(script, tmp_path, small_rlla):
     env = _env(tmp_path, small_rlla)
-    env["REFINEDREWARD"] = "1"  # a ToolRL reward switch reaches the reward and is recorded with the run's config
+    env["REFINEDREWARD"] = "1"  # a ToolRL reward switch set for the launch script is recorded with the run's config
     _run([str(REPO_ROOT / script), f"trainer.default_local_dir={tmp_path}/ckpt", *COMMON,
           "critic.ppo_micro_batch_size_per_gpu=2"], env)
     assert _steps(tmp_path / "run") == [1]
