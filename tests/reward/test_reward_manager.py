@@ -201,7 +201,7 @@ def test_run_record_names_the_switches_that_are_on():
     REFINEDREWARD must not read like a default run. Only a value of exactly "1" turns a switch on."""
     from omegaconf import OmegaConf
 
-    from verl.trainer.ppo.ray_trainer import run_record
+    from verl.trainer.config_utils import run_record
 
     config = OmegaConf.create({"trainer": {"total_training_steps": 3}})
     record = run_record(config, {"REFINEDREWARD": "1", "COARSEREWARD": "0", "WITHLENGTH": "true"})

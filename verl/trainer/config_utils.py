@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.config_errors import ConfigError  # re-exported: callers import it from here
 from verl.trainer.model_config_checks import validate_model_settings
 from verl.trainer.router_config_checks import validate_router_settings
+from verl.utils.reward_score.rlla import RewardSwitches
 
 logger = logging.getLogger(__name__)
 
@@ -576,6 +577,12 @@ def _validate_env(config: DictConfig) -> None:
         raise ConfigError(f"env.reward_mode must be step, episode or null, got {env.reward_mode!r}")
 
 
-def to_yaml(config: DictConfig) -> str:
-    """The resolved config as YAML (saved beside the metrics and in checkpoints)."""
-    return OmegaConf.to_yaml(config, resolve=True)
+def run_record(config: DictConfig, environ=None) -> dict:
+    """What the run directory's ``config.yaml`` (written by ``main_ppo``) and wandb's run config record: the resolved
+    config, plus ``reward_switches_on``, the names of ToolRL's reward switches that are on (``REFINEDREWARD``, …;
+    read from ``environ``, default ``os.environ``, as the reward reads them; ``docs/rlla_reward.md`` "Switches").
+    The switches change the reward without appearing in the config, so a run trained under one would otherwise
+    read like a default run."""
+    record = OmegaConf.to_container(config, resolve=True)
+    record["reward_switches_on"] = RewardSwitches.from_env(environ).active()
+    return record

@@ -15,7 +15,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl.trainer.config_utils import normalize_config, validate_config, world_size
+from verl.trainer.config_utils import normalize_config, run_record, validate_config, world_size
 
 logger = logging.getLogger(__name__)
 
@@ -283,8 +283,6 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
         init_ray(config)
     trainer = build_trainer(config)
     os.makedirs(trainer.run_dir(), exist_ok=True)
-    from verl.trainer.ppo.ray_trainer import run_record
-
     record = run_record(config)
     if record["reward_switches_on"]:
         logger.info("RLLA reward switches on: %s", ", ".join(record["reward_switches_on"]))

@@ -24,6 +24,7 @@ from torch.utils.data import DataLoader
 
 from rlvcr.rollout_phase import make_rlvcr_phase
 from verl.protocol import DataProto
+from verl.trainer.config_utils import run_record
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import apply_kl_penalty  # noqa: F401 (upstream's import path)
 from verl.trainer.ppo.metric_utils import (
@@ -44,7 +45,6 @@ from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, S
                                         warn_zero_variance, worker_failure)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.dataset.sampler import EpochSeededSampler
-from verl.utils.reward_score.rlla import RewardSwitches
 from verl.utils.torch_functional import masked_mean, trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
@@ -58,17 +58,6 @@ def compute_response_mask(data: DataProto) -> torch.Tensor:
     """[B, R] mask of response tokens: the response part of ``attention_mask`` (first EOS included)."""
     response_length = data.batch["responses"].shape[-1]
     return data.batch["attention_mask"][:, -response_length:]
-
-
-def run_record(config: DictConfig, environ=None) -> dict:
-    """What the run directory's ``config.yaml`` (written by ``main_ppo``) and wandb's run config record: the resolved
-    config, plus ``reward_switches_on``, the names of ToolRL's reward switches that are on (``REFINEDREWARD``, …;
-    read from ``environ``, default ``os.environ``, as the reward reads them; ``docs/rlla_reward.md`` "Switches").
-    The switches change the reward without appearing in the config, so a run trained under one would otherwise
-    read like a default run."""
-    record = OmegaConf.to_container(config, resolve=True)
-    record["reward_switches_on"] = RewardSwitches.from_env(environ).active()
-    return record
 
 
 class RayPPOTrainer:
