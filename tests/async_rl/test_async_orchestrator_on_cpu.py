@@ -188,3 +188,8 @@ def test_main_async_entry_runs_validates_and_resumes(ray_session, tmp_path, smal
         assert line["val/test_score/rlla"] == pytest.approx(sum(d["score"] for d in dumped) / 4)
         assert 0 < line["val/response_length/mean"] <= 6
     assert lines[2]["orchestrator/validation_s"] > 0
+    # the run's config.yaml, as main_ppo writes it: the resolved config and the RLLA switches on (none here)
+    from omegaconf import OmegaConf
+
+    record = OmegaConf.to_container(OmegaConf.load(tmp_path / "run" / "config.yaml"))
+    assert record["reward_switches_on"] == [] and record["trainer"]["total_training_steps"] == 2

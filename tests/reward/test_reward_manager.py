@@ -196,14 +196,17 @@ def test_tool_call_metrics_count_the_responses_calls(tokenizer, rows, batch):
     assert metrics["response/tool_calls/mean"] == pytest.approx((sum(calls) - calls[0]) / N_ROWS)
 
 
-def test_run_record_names_the_switches_that_are_on():
+def test_run_record_names_the_switches_that_are_on(tmp_path):
     """The run's config.yaml records the ToolRL switches read from the environment: a run trained under
     REFINEDREWARD must not read like a default run. Only a value of exactly "1" turns a switch on."""
     from omegaconf import OmegaConf
 
-    from verl.trainer.config_utils import run_record
+    from verl.trainer.config_utils import run_record, write_run_record
 
     config = OmegaConf.create({"trainer": {"total_training_steps": 3}})
     record = run_record(config, {"REFINEDREWARD": "1", "COARSEREWARD": "0", "WITHLENGTH": "true"})
     assert record == {"trainer": {"total_training_steps": 3}, "reward_switches_on": ["REFINEDREWARD"]}
     assert run_record(config, {})["reward_switches_on"] == []
+    # written to the (new) run directory as it is returned
+    written = write_run_record(config, str(tmp_path / "run"), {"REFINEDREWARD": "1"})
+    assert OmegaConf.to_container(OmegaConf.load(tmp_path / "run" / "config.yaml")) == written == record

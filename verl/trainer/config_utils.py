@@ -578,11 +578,23 @@ def _validate_env(config: DictConfig) -> None:
 
 
 def run_record(config: DictConfig, environ=None) -> dict:
-    """What the run directory's ``config.yaml`` (written by ``main_ppo``) and wandb's run config record: the resolved
+    """What the run directory's ``config.yaml`` (:func:`write_run_record`) and wandb's run config record: the resolved
     config, plus ``reward_switches_on``, the names of ToolRL's reward switches that are on (``REFINEDREWARD``, …;
     read from ``environ``, default ``os.environ``, as the reward reads them; ``docs/rlla_reward.md`` "Switches").
     The switches change the reward without appearing in the config, so a run trained under one would otherwise
     read like a default run."""
     record = OmegaConf.to_container(config, resolve=True)
     record["reward_switches_on"] = RewardSwitches.from_env(environ).active()
+    return record
+
+
+def write_run_record(config: DictConfig, run_dir: str, environ=None) -> dict:
+    """Write :func:`run_record` to ``{run_dir}/config.yaml`` (creating ``run_dir``), log the reward switches that are
+    on once, and return the record. Both entry points call it: ``main_ppo`` and ``main_async``."""
+    record = run_record(config, environ)
+    if record["reward_switches_on"]:
+        logger.info("RLLA reward switches on: %s", ", ".join(record["reward_switches_on"]))
+    os.makedirs(run_dir, exist_ok=True)
+    with open(os.path.join(run_dir, "config.yaml"), "w") as fh:
+        fh.write(OmegaConf.to_yaml(record))
     return record

@@ -4,14 +4,15 @@ Composes ``verl/trainer/config/async_trainer.yaml`` (the synchronous trainer's t
 ``docs/async.md``, section "Configuration"), starts Ray (``verl.trainer.main_ppo.init_ray``), and runs the
 :class:`~verl.async_rl.orchestrator.Orchestrator` until the learner reaches ``trainer.total_training_steps`` policy
 versions (a resumed run continues from its checkpoint's version). Metrics go to one tracker on the driver
-(``verl.utils.tracking.Tracking``: ``trainer.logger`` backends, ``{run_dir}/metrics.jsonl``).
+(``verl.utils.tracking.Tracking``: ``trainer.logger`` backends, ``{run_dir}/metrics.jsonl``); ``{run_dir}/config.yaml``
+records the resolved config and the RLLA reward switches that are on, as ``main_ppo``'s does.
 """
 from __future__ import annotations
 
 import logging
 
 import hydra
-from omegaconf import DictConfig, OmegaConf, open_dict
+from omegaconf import DictConfig, open_dict
 
 logger = logging.getLogger(__name__)
 
@@ -24,6 +25,7 @@ def run_async(config: DictConfig) -> list:
     """
     from agent_system.environments.env_actor import make_env_actor
     from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.config_utils import write_run_record
     from verl.trainer.main_ppo import init_ray
     from verl.utils.model_presets import prepare_model
     from verl.utils.tracking import Tracking
@@ -42,7 +44,7 @@ def run_async(config: DictConfig) -> list:
     run_dir = config.trainer.run_dir or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
     init_ray(config)
     tracker = Tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
-                       config=OmegaConf.to_container(config, resolve=True), run_dir=run_dir)
+                       config=write_run_record(config, run_dir), run_dir=run_dir)
     orchestrator = Orchestrator(config, tracker, make_env_actor=make_env_actor)
     try:
         left = int(total) - orchestrator.version

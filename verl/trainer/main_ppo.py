@@ -15,7 +15,7 @@ import sys
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from verl.trainer.config_utils import normalize_config, run_record, validate_config, world_size
+from verl.trainer.config_utils import normalize_config, validate_config, world_size, write_run_record
 
 logger = logging.getLogger(__name__)
 
@@ -282,12 +282,7 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     if not config.trainer.single_process:
         init_ray(config)
     trainer = build_trainer(config)
-    os.makedirs(trainer.run_dir(), exist_ok=True)
-    record = run_record(config)
-    if record["reward_switches_on"]:
-        logger.info("RLLA reward switches on: %s", ", ".join(record["reward_switches_on"]))
-    with open(os.path.join(trainer.run_dir(), "config.yaml"), "w") as fh:
-        fh.write(OmegaConf.to_yaml(record))
+    write_run_record(config, trainer.run_dir())
     try:
         trainer.init_workers()
         trainer.fit()
