@@ -107,8 +107,8 @@ class Tracking:
     Args:
         project_name, experiment_name: run identity (wandb project/name; also written to the jsonl records).
         default_backend: list of backend names from ``BACKENDS``; ``jsonl`` is added when missing.
-        config: the run's config (dict) sent to wandb (``main_ppo`` writes the same record to the run dir's
-            ``config.yaml``).
+        config: the run's config (dict) sent to wandb (``main_ppo`` and ``main_async`` write the same record to the
+            run dir's ``config.yaml``: ``verl.trainer.config_utils.write_run_record``).
         run_dir: directory for metrics.jsonl, tensorboard and plots.
         resume_step: the global step the run starts from (its checkpoint's step; 0 for a fresh start), or None to
             append as is (runs without resume). Records an interrupted run logged after that step describe work that
