@@ -190,3 +190,16 @@ def test_launch_script_variables_are_checked_before_any_work(script, name, value
     proc = subprocess.run(["bash", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and f"{name}={value}: expected {expected}" in proc.stderr
     assert not any(tmp_path.iterdir())  # refused before any model or data work
+
+
+def test_eval_checkpoint_refuses_what_is_not_a_checkpoint_before_any_work(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, TOOLRL_CACHE=str(tmp_path / "cache"))
+    script = "benchmarks/evidence/eval_checkpoint.sh"
+    run = lambda *args: subprocess.run(["bash", script, *args], cwd=REPO_ROOT, env=env, capture_output=True,  # noqa: E731
+                                       text=True, timeout=120)
+    missing_name = run(str(tmp_path))
+    assert missing_name.returncode != 0 and "usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME" in missing_name.stderr
+    (tmp_path / "global_step_5").mkdir()  # the step folder, not its actor/huggingface
+    wrong_dir = run(str(tmp_path / "global_step_5"), "x_step5")
+    assert wrong_dir.returncode == 1 and f"{tmp_path}/global_step_5 has no config.json" in wrong_dir.stderr
+    assert not (tmp_path / "cache").exists() and not (REPO_ROOT / "outputs" / "eval" / "x_step5").exists()

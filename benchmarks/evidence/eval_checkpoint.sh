@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Evaluate one GRPO checkpoint against the starting model the way every issue-19 checkpoint was judged: the policy's
+# own sampling on the RLLA validation prompts <= 1,024 tokens, then the per-prompt paired comparison with the start
+# (ToolRL's default reward, and again with the refined reward the runs train on) and the split of the calls by count
+# against the ground truth. ~17 min for 4 samples on 2 cores.
+#
+#   bash benchmarks/evidence/eval_checkpoint.sh CHECKPOINT_HF_DIR NAME
+#   bash benchmarks/evidence/eval_checkpoint.sh \
+#     checkpoints/TinyZero/grpo_smollm2_sft_p1024_r256_b16_mb4_lr1e-5_t0.5_refined_klloss/global_step_20/actor/huggingface \
+#     grpo_smollm2_sft_p1024_r256_b16_mb4_lr1e-5_t0.5_refined_klloss_step20
+#
+# Writes benchmarks/results/{eval_NAME/, NAME_sampled_tT_paired.json, NAME_sampled_tT_paired_refinedreward.json,
+# NAME_calls_vs_ground_truth.json} and the generations to outputs/eval/NAME/ (never committed).
+# Variables: START (the starting model's eval name, default smollm2-135m-sft), SAMPLED (default 4), TEMPERATURE
+# (default 0.5), PROMPT_LENGTH (default 1024). The start's sampled generations are made first when missing
+# (SAMPLED=... bash benchmarks/eval_tool_calling.sh START, another ~15 min), with the same settings.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/ensure_env.sh || exit 1
+CKPT=${1:?usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME}
+NAME=${2:?usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME}
+[ -f "$CKPT/config.json" ] || { echo "eval_checkpoint.sh: $CKPT has no config.json (expected a checkpoint's actor/huggingface directory)" >&2; exit 1; }
+START=${START:-smollm2-135m-sft}
+export SAMPLED=${SAMPLED:-4} TEMPERATURE=${TEMPERATURE:-0.5} PROMPT_LENGTH=${PROMPT_LENGTH:-1024}
+tag=rlla_t${TEMPERATURE}_n$SAMPLED
+BEFORE=outputs/eval/$START/$tag.jsonl AFTER=outputs/eval/$NAME/$tag.jsonl R=benchmarks/results
+if [ ! -f "$BEFORE" ]; then
+  echo "eval_checkpoint.sh: $BEFORE missing; generating the start's samples first"
+  bash benchmarks/eval_tool_calling.sh "$START"
+fi
+bash benchmarks/eval_tool_calling.sh "$CKPT" "$NAME"
+paired=(benchmarks/evidence/paired_by_prompt_length.py "$BEFORE" "$AFTER" --tokenizer "$CKPT"
+        --max-prompt-tokens "$PROMPT_LENGTH")
+"$PYTHON" "${paired[@]}" --output "$R/${NAME}_sampled_t${TEMPERATURE}_paired.json"
+REFINEDREWARD=1 "$PYTHON" "${paired[@]}" --output "$R/${NAME}_sampled_t${TEMPERATURE}_paired_refinedreward.json"
+"$PYTHON" benchmarks/evidence/calls_vs_ground_truth.py "$BEFORE" "$AFTER" --output "$R/${NAME}_calls_vs_ground_truth.json"
