@@ -16,10 +16,11 @@
 # (SAMPLED=... bash benchmarks/eval_tool_calling.sh START, another ~15 min), with the same settings.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/ensure_env.sh || exit 1
 CKPT=${1:?usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME}
 NAME=${2:?usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME}
 [ -f "$CKPT/config.json" ] || { echo "eval_checkpoint.sh: $CKPT has no config.json (expected a checkpoint's actor/huggingface directory)" >&2; exit 1; }
+# the arguments are checked first: on a bare machine ensure_env.sh sets up .venv (minutes) before anything else
+source scripts/ensure_env.sh || exit 1
 START=${START:-smollm2-135m-sft}
 export SAMPLED=${SAMPLED:-4} TEMPERATURE=${TEMPERATURE:-0.5} PROMPT_LENGTH=${PROMPT_LENGTH:-1024}
 tag=rlla_t${TEMPERATURE}_n$SAMPLED
