@@ -22,6 +22,10 @@
 #     bash benchmarks/evidence/router_frozen_actor.sh router.loss_mode=value router.value_fit=ridge \
 #     router.input_norm=running router.entropy_coeff=0 router.value_temperature=0.25 router.lambda_init=3.0 \
 #     router.dual_lr=1.0 actor_rollout_ref.rollout.do_sample=false trainer.val_before_train=False
+# The same on the GRPO-trained actor (BASE_MODEL: the actor's huggingface folder of a train_grpo checkpoint; the
+# seed-2 run of grpo_smollm2_sft.sh, "Does it learn?" item 3):
+#   BUDGET_B=0.3 NAME=router_ridge_grpo_actor BASE_MODEL=CKPT/actor/huggingface MAX_PROMPT_LENGTH=1024 TOTAL_STEPS=41 \
+#     TEST_FREQ=100 bash benchmarks/evidence/router_frozen_actor.sh ...the ridge command's router overrides...
 # Niced; running the same command again resumes exactly (checkpoints/router_grpo/<experiment>).
 # Metrics: outputs/evidence/<experiment>/metrics.jsonl.
 set -euo pipefail
@@ -30,7 +34,7 @@ BUDGET_B=${BUDGET_B:-0.3}
 NAME=${NAME:-router_frozen}
 # ROUTER_RECIPE=option_a: the router settings are the ones written here and in the commands above (the main job's
 # CPU default, ROUTER_RECIPE=value_ridge, is the ridge command's settings)
-export ROUTER_RECIPE=option_a BUDGET_B BASE_MODEL=smollm2-135m-sft MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-768} \
+export ROUTER_RECIPE=option_a BUDGET_B BASE_MODEL=${BASE_MODEL:-smollm2-135m-sft} MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-768} \
   MAX_RESPONSE_LENGTH=128 \
   TRAIN_BATCH_SIZE=8 ROLLOUT_N=3 PPO_MINI_BATCH_SIZE=8 TOTAL_STEPS=${TOTAL_STEPS:-30} SAVE_FREQ=5 \
   TEST_FREQ=${TEST_FREQ:-10} EXPERIMENT_NAME=${NAME}_smollm2_sft_b${BUDGET_B}

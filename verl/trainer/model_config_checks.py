@@ -88,8 +88,8 @@ def _validate_mixed_precision(config: DictConfig, device: str) -> None:
     if actor is not None and rollout.name == "hf" and rollout.cache_implementation == "static":
         logger.warning("actor_rollout_ref.rollout.cache_implementation=static with the actor under the %s "
                        "mixed-precision policy: transformers compiles the decoding step of an FSDP2-wrapped model "
-                       "(graph breaks at each unit's hooks), which has not been timed or checked on a GPU yet "
-                       "(benchmarks/gpu_suite.sh measures it)", actor.param_dtype)
+                       "(graph breaks at each unit's hooks): its one GPU timing (an H200, README 'GPU settings') "
+                       "found it no faster than the dynamic cache", actor.param_dtype)
     if actor is not None and rollout.name == "hf":
         try:
             dtype = dtype_from_name(rollout.dtype, "actor_rollout_ref.rollout.dtype")

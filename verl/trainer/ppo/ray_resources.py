@@ -9,8 +9,10 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import TYPE_CHECKING
 
-from verl.single_controller.ray.base import RayResourcePool, check_cluster_resources
+if TYPE_CHECKING:  # Ray is imported where pools are created: a single-process run needs no Ray installed
+    from verl.single_controller.ray.base import RayResourcePool
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class ResourcePoolManager:
     use_gpu: bool = True
     cpus_per_worker: float = 1.0
     max_colocate_count: int | None = None
-    resource_pool_dict: dict[str, RayResourcePool] = field(default_factory=dict)
+    resource_pool_dict: dict[str, "RayResourcePool"] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for role, pool in self.mapping.items():
@@ -63,6 +65,8 @@ class ResourcePoolManager:
         Raises:
             InsufficientResourcesError: GPUs/CPUs requested vs available, or no node fits a pool entry.
         """
+        from verl.single_controller.ray.base import RayResourcePool, check_cluster_resources
+
         check_cluster_resources(self.resource_pool_spec, self.use_gpu, self.cpus_per_worker)
         for name, process_on_nodes in self.resource_pool_spec.items():
             n_roles = sum(1 for pool in self.mapping.values() if pool == name)
@@ -74,7 +78,7 @@ class ResourcePoolManager:
             logger.info("resource pool %r: %s (%s), max_colocate_count=%d", name, process_on_nodes,
                         "GPU" if self.use_gpu else f"{self.cpus_per_worker:g} CPU/worker", pool.max_colocate_count)
 
-    def get_resource_pool(self, role: Role) -> RayResourcePool:
+    def get_resource_pool(self, role: Role) -> "RayResourcePool":
         """The pool of ``role``.
 
         Raises:

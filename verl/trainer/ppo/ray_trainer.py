@@ -81,13 +81,15 @@ class RayPPOTrainer:
     def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict, resource_pool_manager:
                  ResourcePoolManager, ray_worker_group_cls=None, reward_fn=None, val_reward_fn=None,
                  train_dataset=None, val_dataset=None, collate_fn=None) -> None:
-        from verl.single_controller.ray import RayWorkerGroup
+        if ray_worker_group_cls is None:  # imported only here: a single-process run needs no Ray installed
+            from verl.single_controller.ray import RayWorkerGroup
 
+            ray_worker_group_cls = RayWorkerGroup
         self.config = config
         self.tokenizer = tokenizer
         self.role_worker_mapping = role_worker_mapping
         self.resource_pool_manager = resource_pool_manager
-        self.ray_worker_group_cls = ray_worker_group_cls or RayWorkerGroup
+        self.ray_worker_group_cls = ray_worker_group_cls
         self.reward_fn = reward_fn
         self.val_reward_fn = val_reward_fn or reward_fn
         self.use_critic = bool(config.critic.enable)
@@ -167,7 +169,10 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
         """Create the resource pools and worker groups and load the models."""
-        from verl.single_controller.ray import RayClassWithInitArgs
+        if self.config.trainer.single_process:  # the workers in this process: no Ray imported (nor installed)
+            from verl.single_controller.base import ClassWithInitArgs as RayClassWithInitArgs
+        else:
+            from verl.single_controller.ray import RayClassWithInitArgs
 
         self.resource_pool_manager.create_resource_pool()
         actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
