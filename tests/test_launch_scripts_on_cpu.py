@@ -84,3 +84,18 @@ def test_async_script_trains_one_step(tmp_path):
     _run([str(REPO_ROOT / "examples/async/run_async.sh"), f"trainer.default_local_dir={tmp_path}/ckpt",
           f"trainer.run_dir={tmp_path}/run", "trainer.save_freq=-1"], env)
     assert 1 in _steps(tmp_path / "run")
+
+
+def test_grpo_learning_recipe_trains_one_step_with_its_settings(tmp_path, small_rlla):
+    """``examples/grpo_trainer/run_grpo_smollm2_sft_cpu.sh`` (README "Does it learn?" item 3's settings): the values a
+    user does not set come from the recipe (sizes here are the test's, through the same variables)."""
+    env = _env(tmp_path, small_rlla)
+    _run([str(REPO_ROOT / "examples/grpo_trainer/run_grpo_smollm2_sft_cpu.sh"),
+          f"trainer.default_local_dir={tmp_path}/ckpt"], env)
+    assert _steps(tmp_path / "run") == [1]
+    record = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    config, actor = record, record["actor_rollout_ref"]["actor"]
+    assert record["reward_switches_on"] == ["REFINEDREWARD"]
+    assert config["actor_rollout_ref"]["rollout"]["temperature"] == 0.5
+    assert (actor["use_kl_loss"], actor["kl_loss_coef"], config["algorithm"]["use_kl_in_reward"]) == (True, 0.04, False)
+    assert actor["optim"]["lr"] == 1e-5 and config["trainer"]["save_on_exit"] is True
