@@ -1,38 +1,42 @@
 """One command that measures the GPU whenever one is lent (issue 24): ``bash benchmarks/gpu_suite.sh``.
 
-Runs, each as a child process with its own time limit. The whole suite stays under ``--budget-s`` (9 minutes by
-default: one call of a lent GPU machine, whose sessions get 15 minutes of device time in all); the time left is split
-over the steps still to run in proportion to ``SHARES``, and inside ``update_mfu`` over its models in proportion to
-their weights, so that one slow step cannot starve the others:
+Runs, each as a child process with its own time limit, in this order (the targets first). The whole suite stays under
+``--budget-s`` (570 s by default: one call of a lent GPU machine, whose sessions get 15 minutes of device time in
+all). A step may use the time left less what ``RESERVE`` keeps for the steps after it, and a model of ``update_mfu``
+the step's time left less ``MODEL_RESERVE`` for each model after it, so that a slow step cannot starve the rest; a
+step with under ``MIN_LAUNCH_S`` left is recorded as not run instead of being started:
 
 1. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512): the
-   padded, packed and shared-prompt layouts with sdpa, the packed and shared ones with FlexAttention, all three with
-   each decoder layer compiled, and with gradient checkpointing; and on the SmolLM2-135M-shaped model: update-pass
-   MFU, peak memory, and the HF rollout's generated tokens/s (plain, shared prefill, static KV cache);
-2. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path) and
+   padded, packed and shared-prompt layouts with sdpa and the HF rollout's generated tokens/s (plain, shared
+   prefill, static KV cache); then the packed and shared layouts with FlexAttention, all three with each decoder
+   layer compiled, and with gradient checkpointing; and the SmolLM2-135M-shaped model (update and rollout);
+2. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
+   where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray) at
+   ``TRAIN_SIZES``: seconds per step and each phase's share of the step (a run stopped by its time limit after two
+   or more steps is kept as ``partial``);
+3. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path) and
    the bf16 mixed-precision policy on CUDA against a hand-built bf16 computation;
-3. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
-   where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray):
-   seconds per step and each phase's share of the step;
 4. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
    with the reason);
-5. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` (ratio new / old).
+5. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` measured on the same
+   GPU model (ratio new / old).
 
-``--only`` picks steps and ``--resume JSON`` keeps what an earlier run measured (its steps and ``update_mfu`` models that
-succeeded or were skipped; the failed ones run again), so the suite can be split over several calls or sessions.
-Everything goes into one JSON (``--output``, default ``benchmarks/results/gpu_<date>.json``) and a Markdown table on
-stdout. A step that fails or runs out of time is recorded with its reason; the suite goes on. ``--cpu-smoke`` runs the
-same steps on CPU at toy sizes (2-layer models, the ``tiny`` preset, 1 training step) so that CI checks the suite
-itself; its numbers mean nothing.
+``--only`` picks steps and ``--resume JSON`` starts from what an earlier run on the same GPU model recorded: what it
+measured is kept, and the steps of ``--only`` (and ``update_mfu`` models) it did not measure run again, so the suite
+can be split over several calls or sessions. The JSON (``--output``, default ``benchmarks/results/gpu_<date>.json``)
+is written after every step, so a call cut short keeps what it measured; a Markdown table goes to stdout. A step that
+fails, raises or runs out of time is recorded with its reason and the suite goes on. ``--cpu-smoke`` runs the same
+steps on CPU at toy sizes (2-layer models, the ``tiny`` preset, 1 training step) so that CI checks the suite itself;
+its numbers mean nothing.
 """
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import glob
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -40,32 +44,50 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-
-
-SHARES = {"exactness": 0.15, "update_mfu": 0.5, "train_grpo": 0.3, "async": 0.05}  # of the time left, by step
+DEFAULT_BUDGET_S = 570.0
+# the time kept for each step still to run, as a fraction of --budget-s (570 s: 240 / 120 / 57 / 28 s); measured on an
+# H200 on 2026-11-27: the 0.5B model's updates and rollouts took 226 s, 10 training steps at TRAIN_SIZES over 85 s
+RESERVE = {"update_mfu": 0.42, "train_grpo": 0.21, "exactness": 0.1, "async": 0.05}
+MODEL_RESERVE = 0.08  # of update_mfu's time, kept for each model after the one starting
+MIN_LAUNCH_S = 15.0
 
 
 def _text(value) -> str:
-    """A child's captured output as text (``TimeoutExpired`` carries bytes even with ``text=True``)."""
+    """A child's captured output as text (bytes after a timeout)."""
     return value.decode(errors="replace") if isinstance(value, bytes) else (value or "")
 
 
 def run_step(name: str, cmd: list[str], timeout_s: float, env: dict | None = None) -> dict:
-    """Run ``cmd``; ``{"ok", "seconds", "returncode", "tail"}`` (the output's last 2,000 characters on failure)."""
+    """Run ``cmd`` in its own process group; ``{"ok", "seconds", "returncode", "tail"}`` (the output's last 2,000
+    characters on failure). On a timeout the whole group is killed (a launch script's trainer too, not only the shell
+    that started it). Under ``MIN_LAUNCH_S`` it is not started: ``{"ok": False, "not_run": ...}``."""
+    if timeout_s < MIN_LAUNCH_S:
+        print(f"[gpu_suite] {name}: not run ({timeout_s:.0f} s left)", flush=True)
+        return {"ok": False, "not_run": f"no time left ({timeout_s:.0f} s)"}
     start = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     try:
-        out = subprocess.run(cmd, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=max(timeout_s, 1))
-        ok, code, text = out.returncode == 0, out.returncode, out.stdout + out.stderr
-    except subprocess.TimeoutExpired as err:
-        ok, code = False, None
-        text = f"timed out after {timeout_s:.0f} s: {(_text(err.stdout) + _text(err.stderr))[-1500:]}"
+        out, _ = proc.communicate(timeout=timeout_s)
+        ok, code, text = proc.returncode == 0, proc.returncode, _text(out)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        ok, code, text = False, None, f"timed out after {timeout_s:.0f} s: {_text(out)[-1500:]}"
     seconds = time.perf_counter() - start
     print(f"[gpu_suite] {name}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
     return {"ok": ok, "seconds": round(seconds, 1), "returncode": code, **({} if ok else {"tail": text[-2000:]})}
 
 
+def measured(step: dict) -> bool:
+    """Whether a step's (or model's) record holds a measurement to keep: it succeeded, was skipped on purpose, or (a
+    training run stopped by its time limit) is partial."""
+    return bool(step.get("ok") or step.get("skipped") or step.get("partial"))
+
+
 def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
-    """Step 1 (module docstring). ``done``: models an earlier run measured (kept, not run again)."""
+    """Step 1 (module docstring). ``done``: an earlier run's records of the models (those measured are kept, the others
+    run again)."""
     if args.cpu_smoke:
         configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"]}
         sizes = ["--cpu-smoke", "--prompts", "2", "--n", "2", "--response-length", "16", "--micro-batch", "2",
@@ -79,16 +101,14 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
                    "qwen2-0.5b_gc": [*qwen, "--gradient-checkpointing", *no_rollout],
                    "smollm2-135m": ["--model-shape", "smollm2-135m", "--rollouts", "plain,static"]}
         sizes = ["--prompts", "8", "--n", "4", "--response-length", "512", "--micro-batch", "8"]
-    # shares of the step's time: the first model also times three rollouts (measured on an H200: 226 s of 0.5B)
-    weights = {"qwen2-0.5b": 4.0, "qwen2-0.5b_flex": 1.5, "qwen2-0.5b_compiled": 1.5, "qwen2-0.5b_gc": 1.0,
-               "smollm2-135m": 2.0}
-    out = {name: step for name, step in (done or {}).items() if step.get("ok")}
-    todo = [name for name in configs if name not in out]
+    out = dict(done or {})
+    todo = [name for name in configs if not measured(out.get(name, {}))]
+    reserve = MODEL_RESERVE * max(deadline - time.time(), 0.0)
     for i, name in enumerate(todo):
         path = tmp / f"mfu_{name}.json"
-        share = weights.get(name, 1.0) / sum(weights.get(n, 1.0) for n in todo[i:])
+        timeout = deadline - time.time() - reserve * (len(todo) - 1 - i)
         step = run_step(f"update_mfu/{name}", [sys.executable, "benchmarks/bench_gpu_mfu.py", *sizes, *configs[name],
-                                               "--json", str(path)], (deadline - time.time()) * share)
+                                               "--json", str(path)], timeout)
         if step["ok"] and path.is_file():
             result = json.loads(path.read_text())
             step.update(update={k: {"mfu": v["mfu"], "median_s": v["median_s"], "max_mem_gib": v["max_mem_gib"]}
@@ -138,6 +158,17 @@ SMOKE_TRAIN_SIZES = {"N_GPUS": "0", "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZ
                      "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "8", "TOTAL_STEPS": "1"}
 
 
+def read_jsonl(path: Path) -> list[dict]:
+    """The complete JSON lines of ``path`` ([] if it does not exist; a line cut short by a killed writer is skipped)."""
+    records = []
+    for line in (path.read_text().splitlines() if path.is_file() else []):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
 def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
     """Step 3 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps. The steps a run finished
     before its time ran out count too (``metrics.jsonl`` is written per step)."""
@@ -146,16 +177,17 @@ def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
     env = {**os.environ, "RUN_DIR": str(run_dir), "EXPERIMENT_NAME": "gpu_suite", "SINGLE_PROCESS": "True",
            "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "BASE_MODEL": "tiny" if args.cpu_smoke else args.train_model,
            "PYTHON": sys.executable, **sizes}
+    if deadline - time.time() < MIN_LAUNCH_S:
+        return run_step(f"train_grpo ({args.train_model})", [], deadline - time.time())  # recorded as not run
     if env["BASE_MODEL"].startswith("random:"):
         env["BASE_MODEL"] = random_model(env["BASE_MODEL"][len("random:"):], tmp)
     step = run_step(f"train_grpo ({args.train_model})", ["bash", "train_grpo.sh", f"trainer.default_local_dir={tmp}/ckpt",
                                    "trainer.val_before_train=False", "trainer.single_process=true"],
                     deadline - time.time(), env=env)
     step["sizes"] = sizes
-    metrics = run_dir / "metrics.jsonl"
-    records = [r for r in map(json.loads, metrics.read_text().splitlines()) if "timing_s/step" in r] \
-        if metrics.is_file() else []
+    records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "timing_s/step" in r]
     if len(records) >= 2 or (records and step["ok"]):
+        step["partial"] = not step["ok"]  # stopped by its time limit: the steps it finished still count
         later = records[1:] or records  # the first step includes compilation / warm-up
         step_s = sum(r["timing_s/step"] for r in later) / len(later)
         phases = {k[len("timing_s/"):]: sum(r.get(k, 0.0) for r in later) / len(later) / step_s
@@ -164,9 +196,14 @@ def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
     return step
 
 
+def ray_importable() -> bool:
+    """Whether Ray is installed (the lent GPU machines have none)."""
+    return importlib.util.find_spec("ray") is not None
+
+
 def async_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
     """Step 4 (module docstring)."""
-    if importlib.util.find_spec("ray") is None:
+    if not ray_importable():
         return {"ok": False, "skipped": "Ray is not importable on this machine"}
     path = tmp / "async.json"
     sizes = (["--rows", "8", "--prompts", "2", "--n", "2", "--max-new-tokens", "8", "--steps", "1"] if args.cpu_smoke
@@ -180,7 +217,7 @@ def async_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
     return step
 
 
-STEPS = {"update_mfu": mfu_runs, "exactness": exactness_run, "train_grpo": train_run, "async": async_run}
+STEPS = {"update_mfu": mfu_runs, "train_grpo": train_run, "exactness": exactness_run, "async": async_run}
 
 
 def flatten(results: dict) -> dict:
@@ -199,25 +236,29 @@ def compare(figures: dict, previous: Path | None) -> dict:
     return {k: round(v / old[k], 3) for k, v in figures.items() if old.get(k)}
 
 
-def kept_steps(steps: dict) -> dict:
-    """What ``--resume`` keeps of an earlier run's steps: those that succeeded or were skipped, and of ``update_mfu``
-    the models that succeeded (the rest run again)."""
-    kept = {name: s for name, s in steps.items() if name != "update_mfu" and (s.get("ok") or s.get("skipped"))}
-    mfu = {name: s for name, s in steps.get("update_mfu", {}).items() if s.get("ok")}
-    return {**kept, **({"update_mfu": mfu} if mfu else {})}
-
-
-def previous_result(device: str) -> Path | None:
-    """The newest committed ``benchmarks/results/gpu_*.json`` measured on the same device (figures from another GPU
-    are not compared)."""
-    for path in sorted(glob.glob(str(REPO_ROOT / "benchmarks" / "results" / "gpu_*.json")), reverse=True):
-        if json.loads(Path(path).read_text()).get("device") == device:
-            return Path(path)
+def previous_result(device: str, exclude: tuple[Path, ...] = ()) -> Path | None:
+    """The newest committed ``benchmarks/results/gpu_*.json`` measured on ``device`` (figures from another GPU model
+    are not compared), leaving out ``exclude`` (this run's output and the file it resumes). Committed means tracked
+    by git; outside a git checkout every such file counts."""
+    results = REPO_ROOT / "benchmarks" / "results"
+    try:
+        listed = subprocess.run(["git", "ls-files", "benchmarks/results/"], cwd=REPO_ROOT, capture_output=True,
+                                text=True, check=True).stdout.split()
+        paths = [REPO_ROOT / p for p in listed]
+    except (OSError, subprocess.CalledProcessError):
+        paths = list(results.glob("*"))
+    skip = {p.resolve() for p in exclude}
+    for path in sorted((p for p in paths if p.name.startswith("gpu_") and p.suffix == ".json"), reverse=True):
+        if path.is_file() and path.resolve() not in skip and json.loads(path.read_text()).get("device") == device:
+            return path
     return None
 
 
 def git_commit() -> str | None:
-    """The checkout's commit (``-dirty`` when files differ from it), or None outside a git checkout."""
+    """The checkout's commit (``-dirty`` when tracked files differ from it): ``$GPU_SUITE_TREE`` where set (a copy of
+    the tree without ``.git``, as on the lent machines), else git's answer, else None."""
+    if os.environ.get("GPU_SUITE_TREE"):
+        return os.environ["GPU_SUITE_TREE"]
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -228,14 +269,48 @@ def git_commit() -> str | None:
     return head + ("-dirty" if dirty else "")
 
 
+def load_resume(path: str, device: str, cpu_smoke: bool) -> dict:
+    """The steps recorded by the run ``--resume`` names. Raises ValueError when it is not a suite JSON or was measured
+    on another device or in the other mode (its figures would be mixed with this run's)."""
+    record = json.loads(Path(path).read_text())
+    if not isinstance(record.get("steps"), dict):
+        raise ValueError(f"--resume {path}: not a gpu_suite JSON (no 'steps' object)")
+    if (record.get("device"), bool(record.get("cpu_smoke"))) != (device, cpu_smoke):
+        raise ValueError(f"--resume {path}: measured on {record.get('device')!r} (cpu_smoke={record.get('cpu_smoke')}),"
+                         f" this run is on {device!r} (cpu_smoke={cpu_smoke}); start a new JSON instead")
+    return record["steps"]
+
+
+def summary(steps: dict, device: str, stamp: str, cpu_smoke: bool, previous: Path | None) -> dict:
+    """The suite's JSON: steps, figures and their ratios to ``previous``."""
+    mfu_steps = steps.get("update_mfu", {})
+    figures = {
+        "update_mfu": {name: s.get("update", {}) for name, s in mfu_steps.items()},
+        "rollout_tokens_per_s": {name: s.get("rollout_tokens_per_s", {}) for name, s in mfu_steps.items()},
+        "train_grpo_step_s": steps.get("train_grpo", {}).get("step_s"),
+        "async": steps.get("async", {}).get("result") or {},
+    }
+    figures = {k: v for k, v in figures.items() if v not in (None, {})}
+    return {"date": stamp, "cpu_smoke": cpu_smoke, "device": device, "tree": git_commit(),
+            "steps": {name: steps[name] for name in STEPS if name in steps}, "figures": figures,
+            "compared_with": str(previous.relative_to(REPO_ROOT)) if previous else None,
+            "ratio_vs_previous": compare(flatten(figures), previous)}
+
+
+def failures(steps: dict) -> list[str]:
+    """The steps and ``update_mfu`` models recorded without a measurement (kept from a resumed run too)."""
+    failed = [name for name, s in steps.items() if name != "update_mfu" and not measured(s)]
+    return failed + [f"update_mfu/{n}" for n, s in steps.get("update_mfu", {}).items() if not measured(s)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on CPU: checks the suite, not the GPU")
     parser.add_argument("--output", default=None, help="JSON (default benchmarks/results/gpu_<date>.json)")
-    parser.add_argument("--budget-s", type=float, default=9 * 60, help="the whole suite's time limit (seconds)")
+    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="the whole suite's time limit (s)")
     parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps to run, of {', '.join(STEPS)}")
-    parser.add_argument("--resume", default=None, help="a JSON an earlier (partial) run wrote: what it measured is "
-                                                       "kept, its failed steps run again (a suite split over calls)")
+    parser.add_argument("--resume", default=None, help="a JSON an earlier (partial) run on the same GPU wrote: what it "
+                                                       "measured is kept, the rest of --only runs (again)")
     parser.add_argument("--train-model", default="smollm2-135m",
                         help="train_grpo.sh's BASE_MODEL; random:<shape> (e.g. random:smollm2-135m) builds that "
                              "architecture with seeded random weights where the pretrained ones are not available")
@@ -253,37 +328,34 @@ def main(argv: list[str] | None = None) -> int:
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M")
     output = Path(args.output or REPO_ROOT / "benchmarks" / "results" / f"gpu_{stamp}.json")
     device = torch.cuda.get_device_name() if torch.cuda.is_available() and not args.cpu_smoke else "cpu"
-    previous = None if args.cpu_smoke else previous_result(device)
-    steps = kept_steps(json.loads(Path(args.resume).read_text())["steps"]) if args.resume else {}
-    pending = [name for name in args.only.split(",") if name not in steps or name == "update_mfu"]
-    with tempfile.TemporaryDirectory(prefix="gpu_suite_") as tmp:
-        for i, name in enumerate(pending):
-            share = SHARES[name] / sum(SHARES[n] for n in pending[i:])
-            step_deadline = time.time() + (deadline - time.time()) * share
-            steps[name] = STEPS[name](args, Path(tmp), step_deadline, steps.get(name))
-    steps = {name: steps[name] for name in STEPS if name in steps}  # in STEPS order
-    mfu_steps = steps.get("update_mfu", {})
-    figures = {
-        "update_mfu": {name: s.get("update", {}) for name, s in mfu_steps.items()},
-        "rollout_tokens_per_s": {name: s.get("rollout_tokens_per_s", {}) for name, s in mfu_steps.items()},
-        "train_grpo_step_s": steps.get("train_grpo", {}).get("step_s"),
-        "async": steps.get("async", {}).get("result") or {},
-    }
-    figures = {k: v for k, v in figures.items() if v not in (None, {})}
-    result = {"date": stamp, "cpu_smoke": args.cpu_smoke, "device": device, "tree": git_commit(), "steps": steps,
-              "figures": figures,
-              "compared_with": str(previous.relative_to(REPO_ROOT)) if previous else None,
-              "ratio_vs_previous": compare(flatten(figures), previous)}
+    try:
+        steps = load_resume(args.resume, device, args.cpu_smoke) if args.resume else {}
+    except ValueError as err:
+        parser.error(str(err))
+    exclude = (output,) + ((Path(args.resume),) if args.resume else ())
+    previous = None if args.cpu_smoke else previous_result(device, exclude)
+    ray_missing = not ray_importable()  # the async step is then skipped at once: no time kept for it
+    # update_mfu always runs: it keeps the models already measured and runs the others
+    pending = [name for name in STEPS if name in args.only.split(",") and
+               (name == "update_mfu" or not measured(steps.get(name, {})))]
     output.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gpu_suite_", ignore_cleanup_errors=True) as tmp:
+        for i, name in enumerate(pending):
+            kept = sum(RESERVE[n] for n in pending[i + 1:] if not (n == "async" and ray_missing)) * args.budget_s
+            try:
+                steps[name] = STEPS[name](args, Path(tmp), deadline - kept, steps.get(name))
+            except Exception as err:  # noqa: BLE001 - recorded, and the suite goes on
+                print(f"[gpu_suite] {name}: raised {err!r}", flush=True)
+                steps[name] = {"ok": False, "error": repr(err)}
+            output.write_text(json.dumps(summary(steps, device, stamp, args.cpu_smoke, previous), indent=1) + "\n")
+    result = summary(steps, device, stamp, args.cpu_smoke, previous)
     output.write_text(json.dumps(result, indent=1) + "\n")
     ratios = result["ratio_vs_previous"]
     print("\n| figure | value | vs previous |\n|---|---|---|")
-    for name, value in sorted(flatten(figures).items()):
+    for name, value in sorted(flatten(result["figures"]).items()):
         print(f"| {name} | {value:.4g} | {ratios.get(name, '-')} |")
-    failed = [name for name, s in steps.items() if name != "update_mfu" and s.get("ok") is False and
-              not s.get("skipped")]
-    failed += [f"update_mfu/{n}" for n, s in mfu_steps.items() if not s.get("ok")]
-    print(f"\nwritten {output}" + (f"; failed: {', '.join(failed)}" if failed else ""))
+    failed = failures(result["steps"])
+    print(f"\nwritten {output}" + (f"; not measured: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 

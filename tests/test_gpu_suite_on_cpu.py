@@ -7,6 +7,10 @@ import json
 import os
 import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from conftest import REPO_ROOT
 
@@ -58,25 +62,39 @@ def test_resume_keeps_what_was_measured_and_runs_the_failures_again(tmp_path, mo
     mfu_first = {"qwen2-0.5b": {"ok": True, "update": {"padded": {"mfu": 0.1}}}, "smollm2-135m": {"ok": False}}
     monkeypatch.setattr(suite, "STEPS", {
         "update_mfu": fake("update_mfu", lambda done: {**done, "smollm2-135m": {"ok": True}} if done else mfu_first),
-        "exactness": fake("exactness", {"ok": False}), "train_grpo": fake("train_grpo", {"ok": True, "step_s": 2.0}),
+        "train_grpo": fake("train_grpo", {"ok": True, "step_s": 2.0}), "exactness": fake("exactness", {"ok": False}),
         "async": fake("async", {"ok": False, "skipped": "no Ray"})})
+    monkeypatch.setattr(suite, "ray_importable", lambda: True)  # the async step keeps its time
     first = tmp_path / "first.json"
     assert suite.main(["--cpu-smoke", "--budget-s", "100", "--output", str(first)]) == 1
-    # the time left is split over the steps still to run in proportion to SHARES (0.5, 0.15, 0.3, 0.05)
-    assert [(name, seconds) for name, seconds, _ in calls] == [("update_mfu", 50), ("exactness", 15),
-                                                               ("train_grpo", 30), ("async", 5)]
+    # each step may use the time left less what RESERVE keeps for the steps after it (0.21, 0.1, 0.05 of 100 s)
+    assert [(name, seconds) for name, seconds, _ in calls] == [("update_mfu", 64), ("train_grpo", 21),
+                                                               ("exactness", 10), ("async", 5)]
+    calls.clear()
+    only_mfu = tmp_path / "only_mfu.json"
+    # a step left out of --only keeps its record, failure included: still reported, exit status 1
+    assert suite.main(["--cpu-smoke", "--only", "update_mfu", "--resume", str(first), "--output", str(only_mfu)]) == 1
+    assert [name for name, _, _ in calls] == ["update_mfu"] and calls[0][2] == mfu_first
+    assert json.loads(only_mfu.read_text())["steps"]["exactness"] == {"ok": False}
     calls.clear()
     again = tmp_path / "again.json"
     suite.main(["--cpu-smoke", "--resume", str(first), "--output", str(again)])
-    # kept: the successful model, train_grpo, the skipped async step; run again: the failed model and exactness
+    # kept: train_grpo and the skipped async step; run again: update_mfu (for its failed model) and exactness
     assert [name for name, _, _ in calls] == ["update_mfu", "exactness"]
-    assert calls[0][2] == {"qwen2-0.5b": mfu_first["qwen2-0.5b"]}
     steps = json.loads(again.read_text())["steps"]
     assert steps["train_grpo"] == {"ok": True, "step_s": 2.0} and steps["async"]["skipped"] == "no Ray"
-    assert steps["update_mfu"]["qwen2-0.5b"] == mfu_first["qwen2-0.5b"]
+    assert steps["update_mfu"] == {**mfu_first, "smollm2-135m": {"ok": True}}
 
 
-def test_update_mfu_shares_its_time_by_model_weight(tmp_path, monkeypatch):
+def test_resume_refuses_a_run_of_another_device(tmp_path, capsys):
+    other = tmp_path / "h100.json"
+    other.write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3", "cpu_smoke": False, "steps": {}}))
+    with pytest.raises(SystemExit) as err:
+        _suite().main(["--cpu-smoke", "--resume", str(other), "--output", str(tmp_path / "out.json")])
+    assert err.value.code == 2 and "NVIDIA H100 80GB HBM3" in capsys.readouterr().err
+
+
+def test_update_mfu_keeps_time_for_the_models_after_it(tmp_path, monkeypatch):
     """One slow model cannot starve the others (2026-11-27: the first took the whole step's time on an H200)."""
     suite, timeouts, clock = _suite(), {}, [1000.0]
 
@@ -88,11 +106,36 @@ def test_update_mfu_shares_its_time_by_model_weight(tmp_path, monkeypatch):
     monkeypatch.setattr(suite, "run_step", fake_run_step)
     monkeypatch.setattr(suite, "time", argparse.Namespace(time=lambda: clock[0]))
     args = argparse.Namespace(cpu_smoke=False)
-    out = suite.mfu_runs(args, tmp_path, 1000.0 + 120, done={"qwen2-0.5b": {"ok": True}, "qwen2-0.5b_gc": {}})
-    # weights flex 1.5, compiled 1.5, gc 1, smollm2 2 (qwen2-0.5b kept): 120*1.5/6, 90*1.5/4.5, 60*1/3, 40*2/2
-    assert timeouts == {"qwen2-0.5b_flex": 30.0, "qwen2-0.5b_compiled": 30.0, "qwen2-0.5b_gc": 20.0,
-                        "smollm2-135m": 40.0}
+    out = suite.mfu_runs(args, tmp_path, 1000.0 + 600, done={"qwen2-0.5b": {"ok": True}, "qwen2-0.5b_gc": {}})
+    # qwen2-0.5b is kept; each of the 4 others keeps MODEL_RESERVE * 600 = 48 s for each model after it
+    assert timeouts == {"qwen2-0.5b_flex": 456.0, "qwen2-0.5b_compiled": 48.0, "qwen2-0.5b_gc": 48.0,
+                        "smollm2-135m": 48.0}
     assert list(out) == ["qwen2-0.5b", "qwen2-0.5b_flex", "qwen2-0.5b_compiled", "qwen2-0.5b_gc", "smollm2-135m"]
+
+
+def test_a_timed_out_step_is_killed_with_its_children(tmp_path, monkeypatch):
+    """train_grpo.sh runs the trainer under two shells: a timeout must not leave it running on the GPU."""
+    suite = _suite()
+    monkeypatch.setattr(suite, "MIN_LAUNCH_S", 0.0)
+    pid_file = tmp_path / "pid"
+    step = suite.run_step("t", ["bash", "-c", f"sleep 60 & echo $! > {pid_file}; wait"], 2.0)
+    assert step["ok"] is False and step["tail"].startswith("timed out after 2 s")
+    pid = int(pid_file.read_text())
+    for _ in range(50):  # SIGKILL is immediate; the orphan is reaped by init shortly after
+        if not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the step's child {pid} survived its timeout")
+    monkeypatch.setattr(suite, "MIN_LAUNCH_S", 15.0)
+    assert suite.run_step("t", ["true"], 5.0)["not_run"].startswith("no time left")  # under MIN_LAUNCH_S: not started
+
+
+def test_a_metrics_line_cut_short_is_skipped(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "timing_s/step": 2.0}\n{"step": 2, "timing_s/st')
+    assert _suite().read_jsonl(path) == [{"step": 1, "timing_s/step": 2.0}]
+    assert _suite().read_jsonl(tmp_path / "missing.jsonl") == []
 
 
 def test_figures_are_compared_only_with_results_of_the_same_gpu(tmp_path, monkeypatch):
@@ -101,7 +144,10 @@ def test_figures_are_compared_only_with_results_of_the_same_gpu(tmp_path, monkey
     results.mkdir(parents=True)
     (results / "gpu_20260101-0000.json").write_text(json.dumps({"device": "NVIDIA H100 80GB HBM3"}))
     (results / "gpu_20260201-0000.json").write_text(json.dumps({"device": "NVIDIA H200"}))
-    monkeypatch.setattr(suite, "REPO_ROOT", tmp_path)
+    (results / "gpu_20260301-0000.json").write_text(json.dumps({"device": "NVIDIA H200"}))
+    monkeypatch.setattr(suite, "REPO_ROOT", tmp_path)  # not a git checkout: every file there counts
     assert suite.previous_result("NVIDIA H100 80GB HBM3").name == "gpu_20260101-0000.json"
-    assert suite.previous_result("NVIDIA H200").name == "gpu_20260201-0000.json"
+    assert suite.previous_result("NVIDIA H200").name == "gpu_20260301-0000.json"
+    # the file a run resumes (or writes) is never its own baseline
+    assert suite.previous_result("NVIDIA H200", (results / "gpu_20260301-0000.json",)).name == "gpu_20260201-0000.json"
     assert suite.previous_result("NVIDIA A100") is None

@@ -169,7 +169,9 @@ class RayPPOTrainer:
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
         """Create the resource pools and worker groups and load the models."""
-        if self.config.trainer.single_process:  # the workers in this process: no Ray imported (nor installed)
+        from verl.single_controller.local import LocalWorkerGroup
+
+        if issubclass(self.ray_worker_group_cls, LocalWorkerGroup):  # workers in this process: no Ray imported
             from verl.single_controller.base import ClassWithInitArgs as RayClassWithInitArgs
         else:
             from verl.single_controller.ray import RayClassWithInitArgs
