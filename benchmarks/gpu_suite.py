@@ -158,17 +158,6 @@ SMOKE_TRAIN_SIZES = {"N_GPUS": "0", "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZ
                      "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "8", "TOTAL_STEPS": "1"}
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    """The complete JSON lines of ``path`` ([] if it does not exist; a line cut short by a killed writer is skipped)."""
-    records = []
-    for line in (path.read_text().splitlines() if path.is_file() else []):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return records
-
-
 def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
     """Step 3 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps. The steps a run finished
     before its time ran out count too (``metrics.jsonl`` is written per step)."""
@@ -185,7 +174,9 @@ def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
                                    "trainer.val_before_train=False", "trainer.single_process=true"],
                     deadline - time.time(), env=env)
     step["sizes"] = sizes
-    records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if "timing_s/step" in r]
+    from kill_campaign import read_metrics  # this script's folder is on sys.path; a torn last line is skipped
+
+    records = [r for r in read_metrics(run_dir)[0].values() if "timing_s/step" in r]
     if len(records) >= 2 or (records and step["ok"]):
         step["partial"] = not step["ok"]  # stopped by its time limit: the steps it finished still count
         later = records[1:] or records  # the first step includes compilation / warm-up

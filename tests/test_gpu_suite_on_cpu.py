@@ -132,10 +132,13 @@ def test_a_timed_out_step_is_killed_with_its_children(tmp_path, monkeypatch):
 
 
 def test_a_metrics_line_cut_short_is_skipped(tmp_path):
-    path = tmp_path / "metrics.jsonl"
-    path.write_text('{"step": 1, "timing_s/step": 2.0}\n{"step": 2, "timing_s/st')
-    assert _suite().read_jsonl(path) == [{"step": 1, "timing_s/step": 2.0}]
-    assert _suite().read_jsonl(tmp_path / "missing.jsonl") == []
+    """train_run reads the training metrics with kill_campaign.read_metrics (a killed run's last line may be torn)."""
+    _suite()
+    from kill_campaign import read_metrics
+
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1, "timing_s/step": 2.0}\n{"step": 2, "timing_s/st')
+    assert list(read_metrics(tmp_path)[0].values()) == [{"step": 1, "timing_s/step": 2.0}]
+    assert read_metrics(tmp_path / "missing")[0] == {}
 
 
 def test_figures_are_compared_only_with_results_of_the_same_gpu(tmp_path, monkeypatch):
