@@ -10,9 +10,19 @@ cost), the RLLA reward's score / format / correctness (``main_eval.row_metrics``
 tool-call match, the share of tool routes (SEARCH/CALCULATE) among the prompts whose ground truth calls a tool and among
 those whose ground truth does not, the tool-cost block of every evaluation summary (``tool_cost``: calls per prompt,
 tool-use rate, call/no-call decision F1, tool productivity with the exact match as "correct"), and — against ``--reference`` (a label) — the paired per-prompt gains
-(``eval_compare.paired_comparison``). The plot puts every policy at (mean tool cost, mean score) with ±1 standard error,
-the budget as a vertical line, and the segment from ``answer`` to ``search`` (where random routing at any rate lies in
-expectation: the fixed policies' frontier a learned router has to beat).
+(``eval_compare.paired_comparison``).
+
+``--benchmark bfcl`` scores generations of BFCL rows (prompts from ``verl.utils.dataset.bfcl.write_bfcl_parquet``,
+whose ``bfcl_id`` / ``bfcl_category`` the router-infer output carries) with BFCL's own checker instead
+(``eval_bfcl.check_bfcl_rows``): the one metric is ``score`` = BFCL accuracy (1 right, 0 wrong), a prompt "calls a
+tool" in its ground truth unless its category is an irrelevance category, "correct" in ``tool_cost`` is BFCL's
+verdict (its calls and cost are the training cost's parse of the response, as for RLLA), the pairing against
+``--reference`` is per prompt over that accuracy (overall and per category, the same BFCL ids required), and a head's
+tool-route probability is also reported per category.
+
+The plot puts every policy at (mean tool cost, mean score) with ±1 standard error, the budget as a vertical line, and
+the segment from ``answer`` to ``search`` (where random routing at any rate lies in expectation: the fixed policies'
+frontier a learned router has to beat).
 """
 from __future__ import annotations
 
@@ -22,10 +32,16 @@ import math
 from pathlib import Path
 
 from verl.router.cost import batch_tool_usage, trajectory_cost
+from verl.trainer.eval_bfcl import check_bfcl_rows
 from verl.trainer.eval_compare import paired_comparison, row_key
 from verl.trainer.main_eval import read_generations, row_metrics
 from verl.trainer.tool_cost import tool_cost_metrics
+from verl.utils.dataset.bfcl import IRRELEVANCE_CATEGORIES
 from verl.utils.reward_score.rlla import RewardSwitches
+
+ROUTES = ("ANSWER", "SEARCH", "CALCULATE")
+METRICS = ("score", "format", "correctness", "exact_match")  # the RLLA reward's parts and the exact tool-call match
+BFCL_METRICS = ("score",)  # BFCL accuracy
 
 
 def _mean_se(values: list[float]) -> dict:
@@ -35,11 +51,21 @@ def _mean_se(values: list[float]) -> dict:
     return {"mean": mean, "se": se}
 
 
-def policy_point(rows: list[dict], values: dict[tuple, dict]) -> dict:
+def needs_tool(row: dict) -> bool:
+    """Whether the ground truth of a generation row calls a tool: a BFCL row (``bfcl_category``) unless its category
+    is an irrelevance one, an RLLA row when its ground truth holds ``<tool_call>``."""
+    if "bfcl_category" in row:
+        return row["bfcl_category"] not in IRRELEVANCE_CATEGORIES
+    return "<tool_call>" in (row.get("ground_truth") or "")
+
+
+def policy_point(rows: list[dict], values: dict[tuple, dict], metrics: tuple = METRICS) -> dict:
     """The figures of one policy's generation rows (see the module docstring); ``values`` is
-    :func:`per_row_values` of the same rows."""
+    :func:`per_row_values` of the same rows; ``tool_cost`` counts a response as correct by its ``exact_match``
+    (RLLA) or, where ``metrics`` has none, by the first metric (BFCL accuracy)."""
     per_row = [values[row_key(r)] for r in rows]
-    needs = [("<tool_call>" in (r.get("ground_truth") or "")) for r in rows]
+    needs = [needs_tool(r) for r in rows]
+    correct = "exact_match" if "exact_match" in metrics else metrics[0]
     tool_route = [r["route"] != "ANSWER" for r in rows]
 
     def share(flag: bool) -> dict:
@@ -48,39 +74,50 @@ def policy_point(rows: list[dict], values: dict[tuple, dict]) -> dict:
 
     return {"rows": len(rows), "mean_cost": sum(v["cost"] for v in per_row) / len(per_row),
             "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
-            **{m: _mean_se([v[m] for v in per_row]) for m in ("score", "format", "correctness", "exact_match")},
+            **{m: _mean_se([v[m] for v in per_row]) for m in metrics},
             "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False),
             "tool_cost": tool_cost_metrics([v["num_calls"] for v in per_row], needs,
-                                           [v["exact_match"] > 0 for v in per_row],
+                                           [v[correct] > 0 for v in per_row],
                                            made_call=[v["made_call"] for v in per_row])}
 
 
-ROUTES = ("ANSWER", "SEARCH", "CALCULATE")
-METRICS = ("score", "format", "correctness", "exact_match")
+def per_row_values(rows: list[dict], switches: RewardSwitches, benchmark: str = "rlla") -> dict[tuple, dict]:
+    """``{row_key: {"cost", "num_calls", "made_call", metrics...}}`` of one file's generations: the training cost of
+    each response (``router.cost_weights`` defaults) and, for ``benchmark="rlla"``, the RLLA reward's score / format /
+    correctness and the exact match (``main_eval.row_metrics``), for ``"bfcl"`` the BFCL accuracy as ``score``.
 
-
-def per_row_values(rows: list[dict], switches: RewardSwitches) -> dict[tuple, dict]:
-    """``{row_key: {"cost", score, format, correctness, exact_match}}`` of one fixed route's generations."""
+    Raises:
+        ValueError: an unknown ``benchmark``; BFCL rows without ``bfcl_id`` / ``bfcl_category`` (``check_bfcl_rows``).
+    """
+    if benchmark == "rlla":
+        scored = [row_metrics(r, switches) for r in rows]
+    elif benchmark == "bfcl":
+        scored = [{"score": float(v["valid"])} for v in check_bfcl_rows(rows)]
+    else:
+        raise ValueError(f"benchmark {benchmark!r}: expected 'rlla' or 'bfcl'")
     usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
     cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
-    return {row_key(r): {"cost": float(c), "num_calls": int(n), "made_call": bool(m), **row_metrics(r, switches)}
-            for r, c, n, m in zip(rows, cost.tolist(), usage["num_calls"].tolist(), usage["used_any_tool"].tolist())}
+    return {row_key(r): {"cost": float(c), "num_calls": int(n), "made_call": bool(m), **v}
+            for r, v, c, n, m in zip(rows, scored, cost.tolist(), usage["num_calls"].tolist(),
+                                     usage["used_any_tool"].tolist())}
 
 
 def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple, dict]],
-                   needs_tool: dict[tuple, bool]) -> dict:
+                   needs_tool: dict[tuple, bool], metrics: tuple = METRICS, groups: dict | None = None) -> dict:
     """A stochastic routing policy scored exactly in expectation over its routes: decoding is greedy, so a prompt's
     response under each route is fixed (the ``answer`` / ``search`` / ``calculate`` generations), and per prompt
     ``E[x] = Σ_a π(a)·x(a)`` for the cost and every metric; means and standard errors are over prompts.
 
     Args: ``probs`` {row_key: {route name: probability}}; ``route_values`` {route name: :func:`per_row_values`};
-        ``needs_tool`` {row_key: the ground truth calls a tool}.
+        ``needs_tool`` {row_key: the ground truth calls a tool}; ``metrics`` the metric names of the values;
+        ``groups`` {row_key: group name} (e.g. the BFCL category), or None.
     Returns: the fields of :func:`policy_point` (``routes`` holds expected counts), the tool-route share split by
         whether a tool pays on the prompt in hindsight (``tool_pays``: the better tool route's greedy response scores
-        above the ANSWER route's; ``tool_does_not_pay``), plus ``per_prompt`` values for paired comparisons.
+        above the ANSWER route's; ``tool_does_not_pay``), with ``groups`` the mean tool-route probability per group
+        (``tool_route_frac_by_group``), plus ``per_prompt`` values for paired comparisons.
     """
     keys = sorted(probs)
-    per_prompt = {m: [] for m in ("cost", *METRICS)}
+    per_prompt = {m: [] for m in ("cost", *metrics)}
     tool_share = {True: [], False: []}
     pays_share = {True: [], False: []}
     for key in keys:
@@ -95,19 +132,23 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
     def share(picked: list[float]) -> dict:
         return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
 
+    by_group: dict = {}
+    for key in keys if groups else ():
+        by_group.setdefault(groups[key], []).append(probs[key].get("SEARCH", 0.0) + probs[key].get("CALCULATE", 0.0))
     return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
+            **({"tool_route_frac_by_group": {g: sum(v) / len(v) for g, v in by_group.items()}} if groups else {}),
             "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
-            **{m: _mean_se(per_prompt[m]) for m in METRICS},
+            **{m: _mean_se(per_prompt[m]) for m in metrics},
             "ground_truth_calls_a_tool": share(tool_share[True]),
             "ground_truth_calls_no_tool": share(tool_share[False]),
             "tool_pays": share(pays_share[True]), "tool_does_not_pay": share(pays_share[False]),
             "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
 
 
-def paired_expected(base: dict, other: dict) -> dict:
+def paired_expected(base: dict, other: dict, metrics: tuple = METRICS) -> dict:
     """Per-prompt gains of ``other`` over ``base`` (two :func:`expected_point` results): mean ± se per metric."""
     out = {}
-    for m in METRICS:
+    for m in metrics:
         diffs = [other["per_prompt"][m][k] - base["per_prompt"][m][k] for k in base["per_prompt"][m]]
         out[m] = _mean_se(diffs)
     return out
@@ -116,24 +157,38 @@ def paired_expected(base: dict, other: dict) -> dict:
 SWEEP_PREFIX = "lambda_"  # --policy labels drawn as one curve: the same value head at several fixed prices
 
 
-def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, random_b: dict) -> tuple[dict, dict]:
+def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, random_b: dict,
+                         metrics: tuple = METRICS, groups: dict | None = None) -> tuple[dict, dict]:
     """A stochastic routing policy (``probs``) in expectation (:func:`expected_point`), paired against random routing
-    at the budget's rate (``random_b``) and at the policy's own expected cost. Returns ``(point, matched random
-    point)``; the point holds ``paired_vs_random_expected`` and ``paired_vs_random_same_cost_expected``."""
-    learned = expected_point(probs, values, needs)
-    learned["paired_vs_random_expected"] = paired_expected(random_b, learned)
+    at the budget's rate (``random_b``) and at the policy's own expected cost — with the SEARCH route for every tool
+    call, and with the policy's own SEARCH : CALCULATE split (``search_share``), which leaves only the choice of
+    whether to call. Returns ``(point, matched random point)``; the point holds ``paired_vs_random_expected``,
+    ``paired_vs_random_same_cost_expected`` and ``paired_vs_random_same_cost_same_split_expected``."""
+    learned = expected_point(probs, values, needs, metrics, groups)
+    learned["paired_vs_random_expected"] = paired_expected(random_b, learned, metrics)
     # random routing at the policy's own expected cost (the SEARCH route's responses need not all call a tool: the
     # rate is the policy's cost over the SEARCH route's mean cost): the same spending, no choice of where
     search_cost = sum(v["cost"] for v in values["SEARCH"].values()) / len(values["SEARCH"])
     rate = min(1.0, learned["mean_cost"] / search_cost) if search_cost else 0.0
-    matched = expected_point({k: {"ANSWER": 1 - rate, "SEARCH": rate} for k in needs}, values, needs)
-    learned["paired_vs_random_same_cost_expected"] = paired_expected(matched, learned)
+    matched = expected_point({k: {"ANSWER": 1 - rate, "SEARCH": rate} for k in needs}, values, needs, metrics)
+    learned["paired_vs_random_same_cost_expected"] = paired_expected(matched, learned, metrics)
+    # ... and with the policy's own split between the two tool routes (where one tool route's prompt rewrite serves
+    # the actor better than the other's, choosing it is not choosing *whether* to call): the decision alone
+    tool_mass = {a: sum(probs[k].get(a, 0.0) for k in needs) for a in ("SEARCH", "CALCULATE")}
+    split = tool_mass["SEARCH"] / (tool_mass["SEARCH"] + tool_mass["CALCULATE"]) if sum(tool_mass.values()) else 1.0
+    mixed_cost = sum(split * values["SEARCH"][k]["cost"] + (1 - split) * values["CALCULATE"][k]["cost"]
+                     for k in needs) / len(needs)
+    rate_split = min(1.0, learned["mean_cost"] / mixed_cost) if mixed_cost else 0.0
+    same_split = expected_point({k: {"ANSWER": 1 - rate_split, "SEARCH": rate_split * split,
+                                     "CALCULATE": rate_split * (1 - split)} for k in needs}, values, needs, metrics)
+    learned["paired_vs_random_same_cost_same_split_expected"] = {
+        "search_share": split, "rate": rate_split, **paired_expected(same_split, learned, metrics)}
     learned.pop("per_prompt")
     matched.pop("per_prompt")
     return learned, {"rate": rate, **matched}
 
 
-def plot(points: dict, budget: float, path: str, title: str) -> None:
+def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA score") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -162,7 +217,7 @@ def plot(points: dict, budget: float, path: str, title: str) -> None:
     ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
     ax.text(budget, ax.get_ylim()[0], f" B = {budget}", color="grey", va="bottom")
     ax.set_xlabel("mean tool cost (share of responses that call a tool)")
-    ax.set_ylabel("RLLA score (mean ± 1 se)")
+    ax.set_ylabel(f"{ylabel} (mean ± 1 se)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -177,10 +232,13 @@ def main() -> None:
     parser.add_argument("--plot", default=None)
     parser.add_argument("--title", default="routing policies on the same prompts")
     parser.add_argument("--command", default=None, help="the command that made the generations (recorded)")
+    parser.add_argument("--benchmark", choices=("rlla", "bfcl"), default="rlla",
+                        help="how a response is scored: the RLLA reward (default) or BFCL's checker (BFCL rows)")
     parser.add_argument("--expected", default=None,
-                        help="label of the learned head's generations: also score its stochastic policy exactly in "
-                             "expectation (needs the answer, search and calculate labels), as 'LABEL_expected', "
-                             "paired against random routing at the budget's rate in expectation")
+                        help="label of the learned head's generations (or of a --policy): also score its stochastic "
+                             "policy exactly in expectation (needs the answer, search and calculate labels), as "
+                             "'LABEL_expected', paired against random routing at the budget's rate and at its own "
+                             "cost in expectation, the latter also written as 'random_same_cost_expected'")
     parser.add_argument("--policy", action="append", default=[],
                         help="LABEL=FILE: a routing policy known only by the router_probs of a router-infer output (e.g. "
                              "a value head at a fixed price, --fixed_lambda, generated with --max_new_tokens 1), "
@@ -189,43 +247,58 @@ def main() -> None:
     files = dict(spec.split("=", 1) for spec in args.points)
     rows = {label: read_generations(path) for label, path in files.items()}
     switches = RewardSwitches.from_env()
-    values_of = {label: per_row_values(table, switches) for label, table in rows.items()}  # scored once per file
-    points = {label: policy_point(rows[label], values_of[label]) for label in rows}
+    metrics = BFCL_METRICS if args.benchmark == "bfcl" else METRICS
+    values_of = {label: per_row_values(table, switches, args.benchmark)  # scored once per file
+                 for label, table in rows.items()}
+    points = {label: policy_point(rows[label], values_of[label], metrics) for label in rows}
     if args.reference:
         if args.reference not in rows:
             raise SystemExit(f"--reference {args.reference!r} is not one of the labels {sorted(rows)}")
         metric = lambda row: row_metrics(row, switches)  # noqa: E731
         for label in rows:
-            if label != args.reference:
+            if label == args.reference:
+                continue
+            if args.benchmark == "bfcl":  # BFCL's verdicts, paired over the same BFCL ids (and per category)
+                scored = {name: [{**r, "_bfcl_score": values_of[name][row_key(r)]["score"]} for r in rows[name]]
+                          for name in (args.reference, label)}
+                points[label][f"paired_vs_{args.reference}"] = paired_comparison(
+                    scored[args.reference], scored[label], lambda row: {"score": row["_bfcl_score"]}, bfcl=True)
+            else:
                 points[label][f"paired_vs_{args.reference}"] = paired_comparison(rows[args.reference], rows[label],
                                                                                  metric)
     policies = dict(spec.split("=", 1) for spec in args.policy)
     if args.expected or policies:
-        missing = [label for label in (args.expected or "answer", "answer", "search", "calculate") if label not in rows]
+        head = (args.expected,) if args.expected not in (None, *policies) else ()  # its generations are a point
+        wanted = ("answer", "search", "calculate") + head
+        missing = [label for label in wanted if label not in rows]
         if missing:
             raise SystemExit(f"--expected / --policy need the labels {missing} among the points")
         values = {a: values_of[a.lower()] for a in ROUTES}
-        needs = {row_key(r): "<tool_call>" in (r.get("ground_truth") or "") for r in rows["answer"]}
+        needs = {row_key(r): needs_tool(r) for r in rows["answer"]}
+        groups = {row_key(r): r["bfcl_category"] for r in rows["answer"]} if args.benchmark == "bfcl" else None
         b = args.budget
-        random_b = expected_point({k: {"ANSWER": 1 - b, "SEARCH": b} for k in needs}, values, needs)
+        random_b = expected_point({k: {"ANSWER": 1 - b, "SEARCH": b} for k in needs}, values, needs, metrics)
         probs_of = {label: read_generations(path) for label, path in policies.items()}
-        if args.expected:
+        if args.expected and args.expected not in policies:
             probs_of = {args.expected: rows[args.expected], **probs_of}
         for label, table in probs_of.items():
             learned, matched = score_in_expectation({row_key(r): r["router_probs"] for r in table}, values, needs,
-                                                    random_b)
+                                                    random_b, metrics, groups)
             points[f"{label}_expected"] = learned
             if label == args.expected:
                 points["random_same_cost_expected"] = matched
         random_b.pop("per_prompt")
         points[f"random_{b}_expected"] = random_b
-    out = {"budget": args.budget, "generations": files, "command": args.command, "points": points}
+    out = {"budget": args.budget, "benchmark": args.benchmark, "generations": files, "command": args.command,
+           "points": points}
     Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
     if args.plot:
-        plot(points, args.budget, args.plot, args.title)
+        plot(points, args.budget, args.plot, args.title, "BFCL accuracy" if args.benchmark == "bfcl" else "RLLA score")
     for label, p in points.items():
+        extra = (f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}"
+                 if "correctness" in p else "")
         print(f"{label:12s} cost {p['mean_cost']:.2f}  score {p['score']['mean']:+.2f} ± {p['score']['se'] or 0:.2f}"
-              f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}  tool routes "
+              f"{extra}  tool routes "
               f"{p['ground_truth_calls_a_tool']['tool_route_frac']} (gt calls) / "
               f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)"
               + (f" / {p['tool_pays']['tool_route_frac']} where a tool pays ({p['tool_pays']['rows']} prompts), "

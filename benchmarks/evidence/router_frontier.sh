@@ -9,6 +9,9 @@
 #   e.g. bash benchmarks/evidence/router_frontier.sh \
 #          checkpoints/router_grpo/router_forbid_smollm2_sft_b0.3/global_step_30 router_forbid_b0.3_step30 0.3
 #   LAMBDAS="0 1 2 3 4 5" bash benchmarks/evidence/router_frontier.sh CKPT NAME B   # + a value head's λ sweep
+#   BENCHMARK=bfcl BFCL_ROWS=12 bash benchmarks/evidence/router_frontier.sh CKPT NAME B   # on BFCL instead: the
+#   first BFCL_ROWS rows of each single-turn category (verl.utils.dataset.bfcl), scored by BFCL's checker; only the
+#   three fixed routes are generated and the head is scored in expectation from the router_probs they record
 # Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
 # results: benchmarks/results/NAME_frontier.{json,png}.
 set -euo pipefail
@@ -17,11 +20,29 @@ CKPT=$1
 NAME=$2
 B=${3:-0.3}
 PYTHON=${PYTHON:-.venv/bin/python}
-PROMPTS=${PROMPTS:-${DATA_DIR:-dataset/rlla_4k}/test_router.parquet}
+BENCHMARK=${BENCHMARK:-rlla}
 OUT=outputs/eval/$NAME
 mkdir -p "$OUT" benchmarks/results
+policies=()
+case $BENCHMARK in
+  rlla) PROMPTS=${PROMPTS:-${DATA_DIR:-dataset/rlla_4k}/test_router.parquet}
+        fixed=("random:$B" learned answer search calculate) reference=random_$B ;;
+  bfcl) [ -z "${PROMPTS:-}" ] || { echo "router_frontier.sh: PROMPTS with BENCHMARK=bfcl: the BFCL prompts come" \
+          "from bfcl-eval (choose how many per category with BFCL_ROWS)" >&2; exit 2; }
+        rows=${BFCL_ROWS:-12} PROMPTS=$OUT/bfcl_prompts.parquet
+        if [ -s "$OUT/bfcl_rows" ] && [ "$(cat "$OUT/bfcl_rows")" != "$rows" ]; then  # its generations are of those
+          echo "router_frontier.sh: $OUT holds BFCL_ROWS=$(cat "$OUT/bfcl_rows"), not $rows: use another NAME" >&2
+          exit 2
+        fi
+        [ -s "$PROMPTS" ] || "$PYTHON" -c 'import sys; from verl.utils.dataset.bfcl import write_bfcl_parquet
+write_bfcl_parquet(sys.argv[1], None, int(sys.argv[2]))' "$PROMPTS" "$rows"
+        echo "$rows" > "$OUT/bfcl_rows"
+        fixed=(answer search calculate) reference=answer
+        policies=(--policy "learned=$OUT/answer.jsonl") ;;  # the head's router_probs, recorded under every route
+  *) echo "router_frontier.sh: BENCHMARK=$BENCHMARK: expected rlla or bfcl" >&2; exit 2 ;;
+esac
 points=()
-for routes in "random:$B" learned answer search calculate; do
+for routes in "${fixed[@]}"; do
   tag=${routes/:/_}
   if [ ! -s "$OUT/$tag.jsonl" ]; then
     nice -n 19 "$PYTHON" -m verl.router.infer --checkpoint "$CKPT" --prompts "$PROMPTS" --output "$OUT/$tag.jsonl" \
@@ -32,7 +53,6 @@ done
 # LAMBDAS="1 2 3 ..." (a router.loss_mode=value checkpoint): the same head at each fixed price (--fixed_lambda), only
 # its routing probabilities (one new token), scored in expectation: the head's own cost–reward curve, and the
 # fixed-penalty policies of the ablation
-policies=()
 for lam in ${LAMBDAS:-}; do
   if [ ! -s "$OUT/lambda_$lam.jsonl" ]; then
     nice -n 19 "$PYTHON" -m verl.router.infer --checkpoint "$CKPT" --prompts "$PROMPTS" --output "$OUT/lambda_$lam.jsonl" \
@@ -40,8 +60,9 @@ for lam in ${LAMBDAS:-}; do
   fi
   policies+=(--policy "lambda_$lam=$OUT/lambda_$lam.jsonl")
 done
-"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" "${policies[@]}" --budget "$B" --reference "random_$B" \
-  --expected learned \
+"$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" "${policies[@]}" --budget "$B" --reference "$reference" \
+  --expected learned --benchmark "$BENCHMARK" \
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
-  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }bash benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"
+  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }BENCHMARK=$BENCHMARK bash \
+benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"

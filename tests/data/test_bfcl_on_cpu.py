@@ -178,6 +178,52 @@ def test_auto_dataset_routes_bfcl_rows_to_bfcl_checker(tmp_path):
         evaluate_rows(mixed, "auto")
 
 
+def test_baseline_pairs_two_bfcl_files_on_bfcls_verdicts(tmp_path, capsys):
+    """`main_eval --generations after --baseline before` on two BFCL files: paired on BFCL's checker's verdict, overall
+    and per category, by hand. Before: the oracle on simple_python row 0 only, no call anywhere else; after: the oracle
+    on both simple_python rows, and a call on irrelevance row 0 (wrong there)."""
+    from verl.trainer.eval_bfcl import oracle_bfcl_rows
+
+    oracle, _ = oracle_bfcl_rows("simple_python,irrelevance", max_rows=2)
+    call = "<tool_call>\n" + json.dumps({"name": "f", "parameters": {}}) + "\n</tool_call>"
+
+    def write(name, responses):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps({**row, "row": i, "sample": 0, "data_source": "bfcl", "prompt": f"p{i}",
+                                            "response": text, "ground_truth": "<response> x </response>"}) + "\n"
+                                for i, (row, text) in enumerate(zip(oracle, responses))))
+        return str(path)
+
+    simple = [r["response"] for r in oracle[:2]]
+    before = write("before", [simple[0], bfcl.NO_CALL_RESPONSE, bfcl.NO_CALL_RESPONSE, bfcl.NO_CALL_RESPONSE])
+    after = write("after", [simple[0], simple[1], call, bfcl.NO_CALL_RESPONSE])
+    out = tmp_path / "s.json"
+    assert eval_main(["--generations", after, "--baseline", before, "--output", str(out)]) == 0
+    paired = json.loads(out.read_text())["paired"]
+    acc = paired["metrics"]["bfcl_accuracy"]
+    # before 1, 0, 1, 1 (3/4); after 1, 1, 0, 1 (3/4): one win, one loss
+    assert (acc["n"], acc["before"], acc["after"], acc["gain"]) == (4, 0.75, 0.75, 0.0)
+    assert (acc["wins"], acc["losses"], acc["ties"]) == (1, 1, 2)
+    by_category = paired["categories"]
+    assert by_category["simple_python"]["bfcl_accuracy"]["gain"] == 0.5
+    assert by_category["irrelevance"]["bfcl_accuracy"]["gain"] == -0.5
+    assert list(paired["metrics"]) == ["bfcl_accuracy"]  # no RLLA metric on BFCL rows
+    # a BFCL file against an RLLA one: nothing to pair, a named error
+    rlla = tmp_path / "rlla.jsonl"
+    rlla.write_text(json.dumps({"row": 0, "sample": 0, "data_source": "rlla", "prompt": "p", "response": "x",
+                                "ground_truth": "<response> y </response>"}) + "\n")
+    assert eval_main(["--generations", after, "--baseline", str(rlla)]) == 2
+    assert "hold different rows" in capsys.readouterr().err
+    # the same positions holding other BFCL entries: refused, naming both ids
+    swapped = tmp_path / "swapped.jsonl"
+    lines = (tmp_path / "after.jsonl").read_text().splitlines()
+    moved = [json.loads(line) for line in lines]
+    moved[0]["bfcl_id"], moved[1]["bfcl_id"] = moved[1]["bfcl_id"], moved[0]["bfcl_id"]
+    swapped.write_text("".join(json.dumps(r) + "\n" for r in moved))
+    assert eval_main(["--generations", str(swapped), "--baseline", before]) == 2
+    assert "not of the same BFCL rows" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--generations", "g.jsonl", "--categories", "simple_python"], "--categories: only with --oracle"),
     (["--generations", "g.jsonl", "--max-rows", "3"], "--max-rows: only with --oracle"),

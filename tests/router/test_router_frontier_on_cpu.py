@@ -87,3 +87,72 @@ def test_policy_point_reports_the_decision_f1_and_tool_productivity():
     assert cost["calls_per_prompt"] == pytest.approx(1.0)
     assert cost["tool_productivity"] == pytest.approx(1 / 3)  # one exact answer for three calls
     assert point["ground_truth_calls_a_tool"]["tool_route_frac"] == pytest.approx(0.5)
+
+
+def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeypatch):
+    """--benchmark bfcl end to end on four BFCL rows (two simple_python, two irrelevance): the ANSWER route never calls
+    (right only on irrelevance), the SEARCH route calls the oracle call on simple_python and a call on irrelevance
+    (right only on simple_python), the CALCULATE route the same but no call on the second simple_python row; the
+    head's policy, read from the router_probs the answer file records, puts 0.8 of its mass on SEARCH for
+    simple_python and 0.1 + 0.1 on the tools for irrelevance."""
+    import json
+    import sys
+
+    from verl.utils.dataset import bfcl
+
+    rows = bfcl.bfcl_rlla_rows("simple_python,irrelevance", max_rows=2)
+    entries = {e["id"]: e for c in ("simple_python", "irrelevance") for e in bfcl.load_category(c, max_rows=2)}
+    some_call = "<think> x </think>\n<tool_call>\n" + json.dumps({"name": "f", "parameters": {}}) + "\n</tool_call>"
+
+    def write(name, route, response_of):
+        out = tmp_path / f"{name}.jsonl"
+        with out.open("w") as f:
+            for i, row in enumerate(rows):
+                entry = entries[row["extra_info"]["bfcl_id"]]
+                response = response_of(entry, i)
+                simple = row["extra_info"]["bfcl_category"] == "simple_python"
+                probs = {"ANSWER": 0.2, "SEARCH": 0.8, "CALCULATE": 0.0} if simple else \
+                    {"ANSWER": 0.8, "SEARCH": 0.1, "CALCULATE": 0.1}
+                f.write(json.dumps({"index": i, "row": i, "route": route, "router_probs": probs,
+                                    "response": response, "data_source": "bfcl",
+                                    "ground_truth": row["reward_model"]["ground_truth"],
+                                    "bfcl_id": entry["id"], "bfcl_category": row["extra_info"]["bfcl_category"]})
+                        + "\n")
+        return f"{name}={out}"
+
+    answer = write("answer", "ANSWER", lambda e, i: bfcl.NO_CALL_RESPONSE)  # rows 0, 1 simple_python; 2, 3 irrelevance
+    search = write("search", "SEARCH", lambda e, i: bfcl.oracle_response(e) if i < 2 else some_call)
+    calculate = write("calculate", "CALCULATE", lambda e, i: bfcl.oracle_response(e) if i == 0 else
+                      bfcl.NO_CALL_RESPONSE if i == 1 else some_call)
+    out = tmp_path / "f.json"
+    monkeypatch.setattr(sys, "argv", ["router_frontier.py", answer, search, calculate, "--budget", "0.3",
+                                      "--reference", "answer", "--benchmark", "bfcl", "--expected", "learned",
+                                      "--policy", answer.replace("answer=", "learned="), "--output", str(out)])
+    frontier.main()
+    points = json.loads(out.read_text())["points"]
+    assert points["answer"]["score"]["mean"] == 0.5 and points["answer"]["mean_cost"] == 0.0  # right on irrelevance
+    assert points["search"]["score"]["mean"] == 0.5 and points["search"]["mean_cost"] == 1.0  # right on simple
+    assert points["calculate"]["score"]["mean"] == 0.25 and points["calculate"]["mean_cost"] == 0.75
+    paired = points["search"]["paired_vs_answer"]  # +1, +1, −1, −1: BFCL's verdicts paired by BFCL id
+    score = paired["metrics"]["score"]
+    assert score["gain"] == 0.0 and (score["wins"], score["losses"]) == (2, 2)
+    assert paired["categories"]["simple_python"]["score"]["gain"] == 1.0
+    assert paired["categories"]["irrelevance"]["score"]["gain"] == -1.0
+    assert points["search"]["ground_truth_calls_no_tool"] == {"rows": 2, "tool_route_frac": 1.0}
+    learned = points["learned_expected"]
+    # per prompt: simple 0.8 (cost 0.8), irrelevance 0.8 (cost 0.2) -> accuracy 0.8, cost 0.5
+    assert learned["score"]["mean"] == pytest.approx(0.8) and learned["mean_cost"] == pytest.approx(0.5)
+    assert learned["tool_pays"] == {"rows": 2, "tool_route_frac": pytest.approx(0.8)}
+    assert learned["tool_route_frac_by_group"] == {"simple_python": pytest.approx(0.8), "irrelevance": pytest.approx(0.2)}
+    assert learned["tool_does_not_pay"] == {"rows": 2, "tool_route_frac": pytest.approx(0.2)}
+    # random at its own cost (rate 0.5): accuracy 0.5 everywhere -> gain +0.3 on every prompt
+    assert points["random_same_cost_expected"]["rate"] == pytest.approx(0.5)
+    gain = learned["paired_vs_random_same_cost_expected"]["score"]
+    assert gain["mean"] == pytest.approx(0.3) and gain["se"] == pytest.approx(0.0, abs=1e-12)
+    # with the head's own tool split (SEARCH 1.8 : CALCULATE 0.2 of its tool mass): mixed tool cost 0.975, rate
+    # r = 0.5 / 0.975; random scores r, 0.9 r, 1 − r, 1 − r per prompt against the head's 0.8 each
+    same_split = learned["paired_vs_random_same_cost_same_split_expected"]
+    r = 0.5 / 0.975
+    assert same_split["search_share"] == pytest.approx(0.9) and same_split["rate"] == pytest.approx(r)
+    assert same_split["score"]["mean"] == pytest.approx((1.2 + 0.1 * r) / 4)
+    assert set(learned) >= {"score"} and "correctness" not in learned  # BFCL's one metric

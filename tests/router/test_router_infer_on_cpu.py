@@ -275,3 +275,23 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     assert [ROUTE_NAMES[int(a)] for a in engine.route([r.messages for r in rows]).actions] == ["SEARCH"] * N_ROWS
     with pytest.raises(ValueError, match="loss_mode=pg"):
         RouterInference(make_checkpoint(tmp_path / "pg", tiny_dir, RouterAction.SEARCH), device="cpu", fixed_lambda=1.0)
+
+
+def test_bfcl_rows_keep_their_ids_for_bfcls_checker(tmp_path, tiny_dir):
+    """A BFCL prompt file (write_bfcl_parquet) routed and generated: each output row carries its bfcl_id and
+    bfcl_category, so BFCL's own checker scores the file (the ANSWER route cannot call: right on irrelevance only)."""
+    from verl.trainer.eval_bfcl import evaluate_bfcl_rows
+    from verl.utils.dataset.bfcl import bfcl_fields, load_category, write_bfcl_parquet
+
+    prompts = write_bfcl_parquet(tmp_path / "bfcl.parquet", "simple_python,irrelevance", max_rows=1)
+    step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER, ("router.answer_forbids_tool_calls=true",))
+    out = tmp_path / "answer.jsonl"
+    assert main(["--checkpoint", str(step), "--prompts", str(prompts), "--output", str(out),
+                 "--max_new_tokens", "4", "--device", "cpu", "--routes", "answer"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    ids = [load_category(c, max_rows=1)[0]["id"] for c in ("simple_python", "irrelevance")]
+    assert [(r["bfcl_id"], r["bfcl_category"]) for r in rows] == list(zip(ids, ("simple_python", "irrelevance")))
+    summary = evaluate_bfcl_rows(rows)
+    assert summary["categories"]["irrelevance"]["accuracy"] == 1.0
+    assert summary["categories"]["simple_python"]["accuracy"] == 0.0
+    assert bfcl_fields(None) == {} and bfcl_fields({"index": 3}) == {}  # rows that are not BFCL's carry nothing

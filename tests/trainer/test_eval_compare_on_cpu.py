@@ -93,3 +93,26 @@ def test_samples_of_a_prompt_are_averaged_before_pairing():
     assert em["se"] == pytest.approx(math.sqrt(((1 / 3) ** 2 + 2 * (1 / 6) ** 2) / 2 / 3))
     assert (em["wins"], em["losses"], em["ties"]) == (1, 0, 2)
     # prompt 1's samples swapped places: by sample index that is a win and a loss, by prompt a tie
+
+
+def test_bfcl_rows_paired_per_category_over_prompt_means():
+    """bfcl=True: only BFCL rows are paired (an RLLA row beside them is left out), each prompt's samples averaged
+    first, overall and per category."""
+    from verl.trainer.eval_compare import paired_comparison
+
+    def rows(values):  # values[i]: the verdicts of prompt i's two samples; prompts 0, 1 simple_python, 2 irrelevance
+        out = [{"row": i, "sample": k, "data_source": "bfcl", "bfcl_id": f"id{i}", "response": "",
+                "bfcl_category": "simple_python" if i < 2 else "irrelevance", "v": v}
+               for i, pair in enumerate(values) for k, v in enumerate(pair)]
+        return out + [{"row": 9, "sample": 0, "data_source": "rlla", "response": "", "v": 0.0}]
+
+    before, after = rows([(0, 0), (1, 0), (1, 1)]), rows([(1, 0), (1, 1), (0, 1)])
+    out = paired_comparison(before, after, lambda r: {"bfcl_accuracy": float(r["v"])}, bfcl=True)
+    assert (out["rows"], out["prompts"], out["samples_per_prompt"]) == (6, 3, 2)
+    # per-prompt means: before (0, 0.5, 1), after (0.5, 1, 0.5)
+    assert out["metrics"]["bfcl_accuracy"]["gain"] == pytest.approx(1 / 6)  # d = (0.5, 0.5, −0.5)
+    simple = out["categories"]["simple_python"]["bfcl_accuracy"]
+    assert simple["n"] == 2 and simple["gain"] == pytest.approx(0.5) and simple["wins"] == 2
+    assert out["categories"]["irrelevance"]["bfcl_accuracy"]["gain"] == pytest.approx(-0.5)
+    # without bfcl only the RLLA row is compared
+    assert paired_comparison(before, after, lambda r: {"score": float(r["v"])})["rows"] == 1

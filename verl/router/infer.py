@@ -34,7 +34,9 @@ Output rows (input order, written atomically)::
      "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p}
      (the learned head's, also under a fixed --routes policy: what the head would have chosen),
      "response": str, "tool_calls": [{"name", "parameters"}, ...],
-     "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file)}
+     "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file),
+     "bfcl_id", "bfcl_category": from ``extra_info`` for BFCL rows (``verl.utils.dataset.bfcl.write_bfcl_parquet``),
+     so that BFCL's checker scores the file}
 
 The command prints a JSON summary (route counts, rows with tool calls, timing).
 """
@@ -53,6 +55,7 @@ from typing import Any, Mapping, Optional, Sequence
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from verl.utils.dataset.bfcl import bfcl_fields
 from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
@@ -433,6 +436,7 @@ class RouterInference:
                     "tool_calls": calls_of(response),
                     **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),
                     **({"data_source": row.data_source} if row.data_source is not None else {}),
+                    **bfcl_fields(row.extra_info),
                 })
             logger.info("router inference: %d/%d prompts", start + len(batch), len(rows))
         return out

@@ -123,8 +123,9 @@ def summarize_bfcl(rows: Sequence[Mapping], results: Sequence[Mapping]) -> dict:
             "bfcl": figures, "tool_cost": cost}
 
 
-def evaluate_bfcl_rows(rows: Sequence[Mapping]) -> dict:
-    """Score generation rows (``bfcl_id``, ``bfcl_category``, ``response``) against BFCL's entries.
+def check_bfcl_rows(rows: Sequence[Mapping]) -> list[dict]:
+    """BFCL's verdict (:func:`check_bfcl_response`) on each generation row (``bfcl_id``, ``bfcl_category``,
+    ``response``), in order.
 
     Raises:
         ValueError: a row lacks ``bfcl_id``/``bfcl_category``, or names an id its category does not have (the row is
@@ -145,7 +146,13 @@ def evaluate_bfcl_rows(rows: Sequence[Mapping]) -> dict:
             raise ValueError(f"{row.get('_where', f'row {i}')}: bfcl_id {row['bfcl_id']!r} is not an entry of "
                              f"BFCL {row['bfcl_category']}")
         results.append(check_bfcl_response(entry, row["response"]))
-    return summarize_bfcl(rows, results)
+    return results
+
+
+def evaluate_bfcl_rows(rows: Sequence[Mapping]) -> dict:
+    """Score generation rows (``bfcl_id``, ``bfcl_category``, ``response``) with :func:`check_bfcl_rows` and summarise
+    them (:func:`summarize_bfcl`); raises as :func:`check_bfcl_rows`."""
+    return summarize_bfcl(rows, check_bfcl_rows(rows))
 
 
 def oracle_bfcl_rows(categories: str | Sequence[str] | None, max_rows: int | None = None) -> tuple[list[dict], dict]:

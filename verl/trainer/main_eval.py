@@ -49,7 +49,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from verl.trainer.eval_bfcl import evaluate_bfcl_rows, oracle_bfcl_rows
+from verl.trainer.eval_bfcl import check_bfcl_rows, evaluate_bfcl_rows, oracle_bfcl_rows
 from verl.trainer.eval_compare import paired_comparison
 from verl.trainer.tool_cost import tool_cost_metrics
 from verl.utils.dataset.bfcl import CATEGORIES as BFCL_CATEGORIES, RELEVANCE_CATEGORIES
@@ -390,7 +390,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--max-rows", type=int, default=None, help="--oracle: the first N rows (per BFCL category)")
     parser.add_argument("--baseline", default=None,
                         help="generations of another model on the same prompts: adds a paired comparison "
-                             "(per-prompt gain, its standard error, sign test) to the summary")
+                             "(per-prompt gain, its standard error, sign test) to the summary; two BFCL files are "
+                             "paired on BFCL's verdicts (bfcl_accuracy), overall and per category")
     parser.add_argument("--tool-format", default="toolrl", choices=sorted(TOOL_FORMATS),
                         help="how the responses write tool calls (RLLA/API-Bank rows; the RLLA reward always reads "
                              "ToolRL's format)")
@@ -435,9 +436,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = None
         if baseline is not None:
             switches = RewardSwitches.from_env()
+            metric = lambda row: row_metrics(row, switches, tool_format=args.tool_format)  # noqa: E731
+            bfcl = args.dataset == "bfcl" or (args.dataset == "auto" and all("bfcl_id" in r for r in rows)
+                                              and all("bfcl_id" in r for r in baseline))
+            if bfcl:  # BFCL files: BFCL's checker's verdict per row, paired (an unreadable row names its file:line)
+                try:
+                    pair = [[{**r, "_bfcl_valid": v["valid"]} for r, v in zip(table, check_bfcl_rows(table))]
+                            for table in (baseline, rows)]
+                except ValueError as err:
+                    sys.stderr.write(f"main_eval: error: {err}\n")
+                    return 2
+                metric = lambda row: {"bfcl_accuracy": float(row["_bfcl_valid"])}  # noqa: E731
+            else:
+                pair = [baseline, rows]
             try:
-                paired = paired_comparison(baseline, rows,
-                                           lambda row: row_metrics(row, switches, tool_format=args.tool_format))
+                paired = paired_comparison(*pair, metric, bfcl=bfcl)
             except ValueError as err:  # the two files are not of the same prompts: a usage error, named
                 sys.stderr.write(f"main_eval: error: --baseline {args.baseline}: {err}\n")
                 return 2

@@ -48,6 +48,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.trainer.config_utils import ConfigError
 from verl.trainer.main_eval import atomic_write_text, evaluate_file, ground_truth_calls
 from verl.trainer.main_ppo import setup_logging
+from verl.utils.dataset.bfcl import bfcl_fields
 from verl.utils.reward_score.tool_parse import parse_tool_calls
 from verl.utils.torch_functional import trim_left_padding
 
@@ -269,8 +270,7 @@ def _output_row(item: Mapping, row: int, sample: int, response_ids: list[int], t
     """One JSONL row (see the module docstring)."""
     response = tokenizer.decode(response_ids, skip_special_tokens=False)
     gt = (item.get("reward_model") or {}).get("ground_truth")
-    extra = item.get("extra_info") if isinstance(item.get("extra_info"), Mapping) else {}
-    bfcl = {k: extra[k] for k in ("bfcl_id", "bfcl_category") if k in extra}
+    bfcl = bfcl_fields(item.get("extra_info"))
     return {
         "index": int(item["index"]),
         "row": row,

@@ -238,6 +238,18 @@ def write_bfcl_parquet(path: str | os.PathLike, categories: str | Sequence[str] 
     return write_parquet_atomic(pa.Table.from_pylist(rows), path)
 
 
+BFCL_ROW_FIELDS = ("bfcl_id", "bfcl_category")
+
+
+def bfcl_fields(extra_info: object) -> dict:
+    """The BFCL fields of a row's ``extra_info`` (``bfcl_id``, ``bfcl_category``; :func:`bfcl_rlla_rows` writes them)
+    that a generation row carries so that ``eval_bfcl`` can score it; ``{}`` for a row that is not BFCL's (also when
+    a parquet of both kinds gives its other rows null BFCL fields)."""
+    if not isinstance(extra_info, Mapping):
+        return {}
+    return {k: extra_info[k] for k in BFCL_ROW_FIELDS if extra_info.get(k) is not None}
+
+
 def calls_to_bfcl(calls: Sequence[Mapping]) -> list[dict]:
     """Parsed ``{name, parameters}`` calls → BFCL's decoded form ``[{name: parameters}]`` (order kept)."""
     return [{str(c["name"]): dict(c.get("parameters") or {})} for c in calls]
