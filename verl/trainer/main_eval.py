@@ -435,8 +435,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         extra = None
         if baseline is not None:
-            switches = RewardSwitches.from_env()
-            metric = lambda row: row_metrics(row, switches, tool_format=args.tool_format)  # noqa: E731
             bfcl = args.dataset == "bfcl" or (args.dataset == "auto" and all("bfcl_id" in r for r in rows)
                                               and all("bfcl_id" in r for r in baseline))
             if bfcl:  # BFCL files: BFCL's checker's verdict per row, paired (an unreadable row names its file:line)
@@ -448,7 +446,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 2
                 metric = lambda row: {"bfcl_accuracy": float(row["_bfcl_valid"])}  # noqa: E731
             else:
+                switches = RewardSwitches.from_env()
                 pair = [baseline, rows]
+                metric = lambda row: row_metrics(row, switches, tool_format=args.tool_format)  # noqa: E731
             try:
                 paired = paired_comparison(*pair, metric, bfcl=bfcl)
             except ValueError as err:  # the two files are not of the same prompts: a usage error, named
