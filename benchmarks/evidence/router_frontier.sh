@@ -11,7 +11,8 @@
 #   LAMBDAS="0 1 2 3 4 5" bash benchmarks/evidence/router_frontier.sh CKPT NAME B   # + a value head's λ sweep
 #   BENCHMARK=bfcl BFCL_ROWS=12 bash benchmarks/evidence/router_frontier.sh CKPT NAME B   # on BFCL instead: the
 #   first BFCL_ROWS rows of each single-turn category (verl.utils.dataset.bfcl), scored by BFCL's checker; only the
-#   three fixed routes are generated and the head is scored in expectation from the router_probs they record
+#   three fixed routes are generated and the head is scored in expectation from the router_probs they record;
+#   BFCL_SKIP=12 leaves out each category's first 12 rows first (a sample disjoint from BFCL_ROWS=12's)
 # Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
 # results: benchmarks/results/NAME_frontier.{json,png}.
 set -euo pipefail
@@ -29,14 +30,16 @@ case $BENCHMARK in
         fixed=("random:$B" learned answer search calculate) reference=random_$B ;;
   bfcl) [ -z "${PROMPTS:-}" ] || { echo "router_frontier.sh: PROMPTS with BENCHMARK=bfcl: the BFCL prompts come" \
           "from bfcl-eval (choose how many per category with BFCL_ROWS)" >&2; exit 2; }
-        rows=${BFCL_ROWS:-12} PROMPTS=$OUT/bfcl_prompts.parquet
-        if [ -s "$OUT/bfcl_rows" ] && [ "$(cat "$OUT/bfcl_rows")" != "$rows" ]; then  # its generations are of those
-          echo "router_frontier.sh: $OUT holds BFCL_ROWS=$(cat "$OUT/bfcl_rows"), not $rows: use another NAME" >&2
+        rows=${BFCL_ROWS:-12} skip=${BFCL_SKIP:-0} PROMPTS=$OUT/bfcl_prompts.parquet
+        # a folder made before BFCL_SKIP existed holds "ROWS" alone: the same as "ROWS skip 0"
+        made=$(cat "$OUT/bfcl_rows" 2>/dev/null || true); [ -z "$made" ] || [ "${made#* }" != "$made" ] || made="$made skip 0"
+        if [ -n "$made" ] && [ "$made" != "$rows skip $skip" ]; then  # its generations are of those rows
+          echo "router_frontier.sh: $OUT holds BFCL_ROWS BFCL_SKIP = $made, not $rows skip $skip: use another NAME" >&2
           exit 2
         fi
         [ -s "$PROMPTS" ] || "$PYTHON" -c 'import sys; from verl.utils.dataset.bfcl import write_bfcl_parquet
-write_bfcl_parquet(sys.argv[1], None, int(sys.argv[2]))' "$PROMPTS" "$rows"
-        echo "$rows" > "$OUT/bfcl_rows"
+write_bfcl_parquet(sys.argv[1], None, int(sys.argv[2]), int(sys.argv[3]))' "$PROMPTS" "$rows" "$skip"
+        echo "$rows skip $skip" > "$OUT/bfcl_rows"
         fixed=(answer search calculate) reference=answer
         policies=(--policy "learned=$OUT/answer.jsonl") ;;  # the head's router_probs, recorded under every route
   *) echo "router_frontier.sh: BENCHMARK=$BENCHMARK: expected rlla or bfcl" >&2; exit 2 ;;
@@ -64,5 +67,5 @@ done
   --expected learned --benchmark "$BENCHMARK" \
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
-  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }BENCHMARK=$BENCHMARK bash \
+  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }${BFCL_SKIP:+BFCL_SKIP=$BFCL_SKIP }BENCHMARK=$BENCHMARK bash \
 benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"

@@ -152,6 +152,19 @@ def test_bfcl_prompt_rows_carry_ids(bfcl_entries):
     assert bfcl.bfcl_rlla_rows("live_relevance", max_rows=1)[0]["extra_info"]["bfcl_has_answer"] is False
 
 
+def test_bfcl_skip_rows_gives_the_disjoint_next_rows(bfcl_entries):
+    """skip_rows=2, max_rows=2 are rows 3-4 of BFCL's file order: the held-out sample after max_rows=2's."""
+    for category in ("simple_python", "live_irrelevance"):
+        later = bfcl.load_category(category, max_rows=2, skip_rows=2)
+        assert [e["id"] for e in later] == [e["id"] for e in bfcl_entries[category][2:4]]
+    rows = bfcl.bfcl_rlla_rows("irrelevance", max_rows=1, skip_rows=3)
+    assert [r["extra_info"]["bfcl_id"] for r in rows] == [bfcl_entries["irrelevance"][3]["id"]]
+    everything = bfcl.load_category("live_parallel")
+    assert [e["id"] for e in bfcl.load_category("live_parallel", skip_rows=5)] == [e["id"] for e in everything[5:]]
+    with pytest.raises(ValueError, match="skip_rows must be >= 0"):
+        bfcl.load_category("simple_python", max_rows=1, skip_rows=-1)
+
+
 def test_bfcl_oracle_cli_scores_100_percent(tmp_path):
     out = tmp_path / "s.json"
     assert eval_main(["--dataset", "bfcl", "--oracle", "--max-rows", "6", "--output", str(out)]) == 0

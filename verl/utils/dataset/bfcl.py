@@ -164,14 +164,18 @@ def parse_categories(categories: str | Sequence[str] | None) -> list[str]:
     return names
 
 
-def load_category(category: str, max_rows: int | None = None) -> list[dict]:
+def load_category(category: str, max_rows: int | None = None, skip_rows: int = 0) -> list[dict]:
     """BFCL's entries of ``category`` for evaluation: ``{id, category, question, prompt_function, function,
     ground_truth}`` — ``prompt_function`` with BFCL's language hints (what the model is shown), ``function`` without
     them (what the checker reads), ``ground_truth`` the possible answer (None for the relevance categories).
+    In BFCL's file order: the first ``skip_rows`` entries left out, then at most ``max_rows`` (None or <= 0: all the
+    rest), so that ``skip_rows=12`` gives a sample disjoint from ``max_rows=12``'s.
 
     Raises:
-        ValueError: unknown category; an entry without a possible answer (its id is named).
+        ValueError: unknown category; ``skip_rows`` < 0; an entry without a possible answer (its id is named).
     """
+    if skip_rows < 0:
+        raise ValueError(f"BFCL {category}: skip_rows must be >= 0, got {skip_rows}")
     [category] = parse_categories([category])
     api = bfcl_api()
     shown = api.load_dataset_entry(category, include_prereq=False, include_language_specific_hint=True)
@@ -181,7 +185,8 @@ def load_category(category: str, max_rows: int | None = None) -> list[dict]:
     if category in AST_CATEGORIES:
         answers = {e["id"]: e["ground_truth"] for e in api.load_ground_truth_entry(category)}
     rows = []
-    for entry in shown[: max_rows if max_rows and max_rows > 0 else None]:
+    stop = skip_rows + max_rows if max_rows and max_rows > 0 else None
+    for entry in shown[skip_rows:stop]:
         if category in AST_CATEGORIES and entry["id"] not in answers:
             raise ValueError(f"BFCL {category}: entry {entry['id']} has no possible answer")
         rows.append({"id": entry["id"], "category": category, "question": entry["question"],
@@ -210,15 +215,17 @@ def bfcl_messages(entry: Mapping) -> list[dict]:
     return [{"role": "system", "content": render_system(tools, extra)}, {"role": "user", "content": history}]
 
 
-def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int | None = None) -> list[dict]:
-    """RLLA-schema rows for ``categories`` (``max_rows`` per category), ``data_source="bfcl"``; ``extra_info`` carries
+def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int | None = None,
+                   skip_rows: int = 0) -> list[dict]:
+    """RLLA-schema rows for ``categories`` (``max_rows`` per category after the first ``skip_rows``, as
+    :func:`load_category`), ``data_source="bfcl"``; ``extra_info`` carries
     ``bfcl_id``, ``bfcl_category`` and ``bfcl_has_answer``. The ground truth is the oracle response (RLLA format), so
     RLLA tooling reads the intended calls; ``live_relevance`` ships no answer (any call is right there), so its rows
     hold a placeholder without a call and ``bfcl_has_answer=False``: score them with BFCL's checker, never as RLLA
     ground truths."""
     out = []
     for category in parse_categories(categories):
-        for entry in load_category(category, max_rows):
+        for entry in load_category(category, max_rows, skip_rows):
             messages = bfcl_messages(entry)
             row = make_rlla_row({"instruction": messages[0]["content"], "input": messages[1]["content"],
                                  "output": oracle_response(entry)}, len(out), split="test")
@@ -230,9 +237,9 @@ def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int 
 
 
 def write_bfcl_parquet(path: str | os.PathLike, categories: str | Sequence[str] | None = None,
-                       max_rows: int | None = None) -> Path:
+                       max_rows: int | None = None, skip_rows: int = 0) -> Path:
     """Write :func:`bfcl_rlla_rows` to ``path`` (atomic; ``extra_info`` keeps the BFCL id and category)."""
-    rows = bfcl_rlla_rows(categories, max_rows)
+    rows = bfcl_rlla_rows(categories, max_rows, skip_rows)
     if not rows:
         raise ValueError(f"no BFCL rows for categories {categories!r}")
     return write_parquet_atomic(pa.Table.from_pylist(rows), path)
