@@ -154,6 +154,46 @@ def paired_expected(base: dict, other: dict, metrics: tuple = METRICS) -> dict:
     return out
 
 
+def calibrated_probs(checkpoint: str, table: list[dict], calibrate_on: list[dict], budget: float
+                     ) -> tuple[dict[tuple, dict], dict]:
+    """A ``router.loss_mode=value`` head re-priced for these prompts: λ set, from the routing probabilities of the
+    ``calibrate_on`` rows alone (no label, no generation), so that the head's mean route cost ``c̄`` over them is
+    ``budget`` (``verl.router.value.lambda_for_cost``), then ``table``'s probabilities moved to that λ
+    (``reprice_probs``). Each row's probabilities are read at its recorded ``router_lambda`` (the checkpoint's λ for a
+    file written before that field).
+
+    Returns: ``({row_key: {route: probability}}, info)`` with ``info`` = the λ found, the checkpoint's λ, ``c̄``,
+        ``τ`` and the mean route cost ``c̄`` spent over ``table`` and over ``calibrate_on`` at that λ.
+    Raises: SystemExit: the checkpoint's head is not a value head, or the rows record several prices.
+    """
+    import torch
+
+    from verl.router.infer import load_checkpoint_config, load_value_policy, resolve_checkpoint
+    from verl.router.value import lambda_for_cost, reprice_probs
+
+    files = resolve_checkpoint(checkpoint)
+    policy = load_value_policy(files.step_dir, load_checkpoint_config(files.config_file).router)
+    if policy is None:
+        raise SystemExit(f"--calibrate {checkpoint}: the head is not a router.loss_mode=value head (no price to set)")
+    _, cost, checkpoint_lambda, temperature = policy
+
+    def recorded(rows: list[dict]) -> tuple[torch.Tensor, float]:
+        prices = {float(r.get("router_lambda", checkpoint_lambda)) for r in rows}
+        if len(prices) != 1:
+            raise SystemExit(f"--calibrate: the rows record several prices {sorted(prices)}")
+        return torch.tensor([[r["router_probs"][a] for a in ROUTES] for r in rows], dtype=torch.float64), prices.pop()
+
+    probs_on, lam_on = recorded(calibrate_on)
+    lam = lambda_for_cost(probs_on, cost, lam_on, temperature, budget)
+    probs, lam_table = recorded(table)
+    repriced = reprice_probs(probs, cost, lam_table, lam, temperature)
+    spent_on = float((reprice_probs(probs_on, cost, lam_on, lam, temperature) @ cost.double()).mean())
+    info = {"lambda": lam, "checkpoint_lambda": checkpoint_lambda, "route_cost": cost.tolist(),
+            "temperature": temperature, "route_cost_spent": float((repriced @ cost.double()).mean()),
+            "route_cost_spent_on_calibration_rows": spent_on, "calibration_rows": len(calibrate_on)}
+    return {row_key(r): dict(zip(ROUTES, p.tolist())) for r, p in zip(table, repriced)}, info
+
+
 SWEEP_PREFIX = "lambda_"  # --policy labels drawn as one curve: the same value head at several fixed prices
 
 
@@ -243,7 +283,16 @@ def main() -> None:
                         help="LABEL=FILE: a routing policy known only by the router_probs of a router-infer output (e.g. "
                              "a value head at a fixed price, --fixed_lambda, generated with --max_new_tokens 1), "
                              "scored in expectation as 'LABEL_expected' (needs the answer, search, calculate labels)")
+    parser.add_argument("--calibrate", default=None, metavar="CHECKPOINT",
+                        help="with --expected, a router.loss_mode=value head (its checkpoint): also score it at the "
+                             "price that makes its mean route cost c̄ over the prompts of --calibrate_on equal "
+                             "--budget, set from the prompts alone (no label), as 'LABEL_calibrated_expected'")
+    parser.add_argument("--calibrate_on", default=None, metavar="FILE",
+                        help="a router-infer output of the same checkpoint whose router_probs set that price "
+                             "(default: the --expected label's own rows, i.e. these prompts)")
     args = parser.parse_args()
+    if (args.calibrate or args.calibrate_on) and not (args.expected and args.calibrate):
+        raise SystemExit("--calibrate / --calibrate_on need --expected LABEL and --calibrate CHECKPOINT")
     files = dict(spec.split("=", 1) for spec in args.points)
     rows = {label: read_generations(path) for label, path in files.items()}
     switches = RewardSwitches.from_env()
@@ -287,6 +336,14 @@ def main() -> None:
             points[f"{label}_expected"] = learned
             if label == args.expected:
                 points["random_same_cost_expected"] = matched
+        if args.calibrate:
+            table = probs_of[args.expected]
+            calibrate_on = read_generations(args.calibrate_on) if args.calibrate_on else table
+            probs, info = calibrated_probs(args.calibrate, table, calibrate_on, b)
+            learned, matched = score_in_expectation(probs, values, needs, random_b, metrics, groups)
+            points[f"{args.expected}_calibrated_expected"] = {
+                "calibration": {**info, "calibrated_on": args.calibrate_on or "these prompts"}, **learned}
+            points["random_same_cost_as_calibrated_expected"] = matched
         random_b.pop("per_prompt")
         points[f"random_{b}_expected"] = random_b
     out = {"budget": args.budget, "benchmark": args.benchmark, "generations": files, "command": args.command,

@@ -13,6 +13,9 @@
 #   first BFCL_ROWS rows of each single-turn category (verl.utils.dataset.bfcl), scored by BFCL's checker; only the
 #   three fixed routes are generated and the head is scored in expectation from the router_probs they record;
 #   BFCL_SKIP=12 leaves out each category's first 12 rows first (a sample disjoint from BFCL_ROWS=12's)
+#   CALIBRATE=1 (a router.loss_mode=value checkpoint): also the head re-priced so that its mean route cost over the
+#   prompts is B, from the prompts alone (no label); CALIBRATE_ON=FILE sets that price on another router-infer output
+#   of the same checkpoint instead (e.g. another sample's answer.jsonl)
 # Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
 # results: benchmarks/results/NAME_frontier.{json,png}.
 set -euo pipefail
@@ -63,9 +66,15 @@ for lam in ${LAMBDAS:-}; do
   fi
   policies+=(--policy "lambda_$lam=$OUT/lambda_$lam.jsonl")
 done
+calibrate=()
+if [ -n "${CALIBRATE:-}${CALIBRATE_ON:-}" ]; then
+  calibrate=(--calibrate "$CKPT")
+  [ -z "${CALIBRATE_ON:-}" ] || calibrate+=(--calibrate_on "$CALIBRATE_ON")
+fi
 "$PYTHON" benchmarks/evidence/router_frontier.py "${points[@]}" "${policies[@]}" --budget "$B" --reference "$reference" \
-  --expected learned --benchmark "$BENCHMARK" \
+  --expected learned --benchmark "$BENCHMARK" "${calibrate[@]}" \
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
-  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }${BFCL_SKIP:+BFCL_SKIP=$BFCL_SKIP }BENCHMARK=$BENCHMARK bash \
+  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }${BFCL_SKIP:+BFCL_SKIP=$BFCL_SKIP }${CALIBRATE:+CALIBRATE=$CALIBRATE }\
+${CALIBRATE_ON:+CALIBRATE_ON=$CALIBRATE_ON }BENCHMARK=$BENCHMARK bash \
 benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"

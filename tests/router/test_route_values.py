@@ -10,6 +10,8 @@ import torch
 from verl.router.value import (
     RouteValueBaseline,
     compute_router_value_loss,
+    lambda_for_cost,
+    reprice_probs,
     value_policy_logits,
     value_targets,
 )
@@ -33,6 +35,44 @@ def test_policy_logits_price_the_routes_at_decision_time():
         value_policy_logits(h, baseline, cost, 1.0, 0.0)
     with pytest.raises(ValueError, match="must be \\[B, 3\\]"):
         value_policy_logits(h[:, :2], baseline, cost, 1.0, 1.0)
+
+
+def test_repriced_probs_equal_the_policy_at_the_new_price():
+    gen = torch.Generator().manual_seed(0)
+    h = torch.randn(5, 3, generator=gen)
+    baseline, cost, tau = torch.tensor([-1.0, 0.3, 0.1]), torch.tensor([0.0, 0.9, 1.2]), 0.25
+    at_1 = torch.softmax(value_policy_logits(h, baseline, cost, 1.0, tau), -1)
+    for lam in (0.0, 1.0, 2.5, 7.0):
+        want = torch.softmax(value_policy_logits(h, baseline, cost, lam, tau).double(), -1)
+        torch.testing.assert_close(reprice_probs(at_1, cost, 1.0, lam, tau), want, atol=1e-6, rtol=0)
+    # a route the policy never takes stays untaken at any price
+    assert float(reprice_probs(torch.tensor([[0.5, 0.5, 0.0]]), cost, 0.0, 3.0, 1.0)[0, 2]) == 0.0
+    with pytest.raises(ValueError, match="must be \\[B, 3\\]"):
+        reprice_probs(torch.ones(2, 2) / 2, cost, 0.0, 1.0, 1.0)
+    with pytest.raises(ValueError, match="prices must be >= 0"):
+        reprice_probs(at_1, cost, 0.0, -1.0, 1.0)
+
+
+def test_lambda_for_cost_hand_worked():
+    # c̄ = (0, 1, 1), τ = 1, both prompts at (1/2, 1/2, 0) when λ = 0: at λ the SEARCH probability, which is the mean
+    # cost, is e^−λ / (1 + e^−λ); a budget of 1/4 needs e^−λ = 1/3, λ = ln 3
+    cost = torch.tensor([0.0, 1.0, 1.0])
+    probs = torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])
+    assert lambda_for_cost(probs, cost, 0.0, 1.0, 0.25) == pytest.approx(math.log(3), abs=1e-5)
+    # the same policy recorded at another price gives the same λ
+    at_2 = reprice_probs(probs, cost, 0.0, 2.0, 1.0)
+    assert lambda_for_cost(at_2, cost, 2.0, 1.0, 0.25) == pytest.approx(math.log(3), abs=1e-5)
+    # two prompts that differ: their costs e^−λ/(1+e^−λ) and 3e^−λ/(1+3e^−λ) are 1/4 and 1/2 at λ = ln 3, mean 3/8
+    mixed = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.75, 0.0]])
+    lam = lambda_for_cost(mixed, cost, 0.0, 1.0, 0.375)
+    assert lam == pytest.approx(math.log(3), abs=1e-5)
+    assert float((reprice_probs(mixed, cost, 0.0, lam, 1.0) @ cost.double()).mean()) == pytest.approx(0.375, abs=1e-6)
+    # slack constraint: the policy spends 1/2 at λ = 0, under a budget of 0.6, so λ = 0
+    assert lambda_for_cost(probs, cost, 0.0, 1.0, 0.6) == 0.0
+    with pytest.raises(ValueError, match="not above the cheapest route's cost"):
+        lambda_for_cost(probs, cost, 0.0, 1.0, 0.0)
+    with pytest.raises(ValueError, match="no prompts"):
+        lambda_for_cost(torch.zeros(0, 3), cost, 0.0, 1.0, 0.2)
 
 
 def test_value_loss_hand_computed_and_unscored_rows_change_nothing():

@@ -156,3 +156,38 @@ def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeyp
     assert same_split["search_share"] == pytest.approx(0.9) and same_split["rate"] == pytest.approx(r)
     assert same_split["score"]["mean"] == pytest.approx((1.2 + 0.1 * r) / 4)
     assert set(learned) >= {"score"} and "correctness" not in learned  # BFCL's one metric
+    # --calibrate: the same head re-priced so that its mean route cost c̄ over these prompts is the budget (c̄ = 0, 1,
+    # 1, τ = 1, the rows' probabilities read at the checkpoint's λ = 0.5: they record no router_lambda). With u =
+    # e^−(λ−0.5) the tool probability is 4u / (1 + 4u) on simple_python and u / (4 + u) on irrelevance
+    import math
+
+    import torch
+
+    import verl.router.infer as infer
+
+    monkeypatch.setattr(infer, "resolve_checkpoint", lambda path: type("F", (), {"step_dir": path,
+                                                                                  "config_file": path})())
+    monkeypatch.setattr(infer, "load_checkpoint_config", lambda path: type("C", (), {"router": None})())
+    monkeypatch.setattr(infer, "load_value_policy", lambda step, cfg: (torch.zeros(3), torch.tensor([0.0, 1.0, 1.0]),
+                                                                       0.5, 1.0))
+    monkeypatch.setattr(sys, "argv", sys.argv + ["--calibrate", "CKPT"])
+    frontier.main()
+    points = json.loads(out.read_text())["points"]
+    calibrated = points["learned_calibrated_expected"]
+    info = calibrated["calibration"]
+    u = math.exp(-(info["lambda"] - 0.5))
+    simple, irrelevance = 4 * u / (1 + 4 * u), u / (4 + u)
+    assert (simple + irrelevance) / 2 == pytest.approx(0.3, abs=1e-5)  # the budget, spent in c̄
+    assert info["checkpoint_lambda"] == 0.5 and info["calibrated_on"] == "these prompts"
+    assert info["route_cost_spent"] == pytest.approx(0.3, abs=1e-5)
+    # accuracy: SEARCH is right on simple_python, ANSWER on irrelevance (the realised cost: 0.3 as well here)
+    assert calibrated["score"]["mean"] == pytest.approx((simple + (1 - irrelevance)) / 2, abs=1e-6)
+    assert calibrated["mean_cost"] == pytest.approx(0.3, abs=1e-5)
+    assert points["random_same_cost_as_calibrated_expected"]["rate"] == pytest.approx(0.3, abs=1e-5)
+    # several recorded prices in the rows it reads: refused
+    lines = [json.loads(line) for line in (tmp_path / "answer.jsonl").read_text().splitlines()]
+    (tmp_path / "mixed.jsonl").write_text("".join(json.dumps({**r, "router_lambda": float(i)}) + "\n"
+                                                  for i, r in enumerate(lines)))
+    monkeypatch.setattr(sys, "argv", sys.argv + ["--calibrate_on", str(tmp_path / "mixed.jsonl")])
+    with pytest.raises(SystemExit, match="several prices"):
+        frontier.main()

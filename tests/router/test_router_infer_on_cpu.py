@@ -249,6 +249,7 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     """router.loss_mode=value: the head's output is a value, not the policy; inference prices it as training did with
     data.pt's λ and route means — a head that values SEARCH 12 points above ANSWER answers once λ·c̄ exceeds that."""
     from verl.router.controller import RouterController as Controller
+    from verl.router.value import reprice_probs
     from verl.trainer.config_utils import default_section
 
     overrides = ("router.loss_mode=value", "router.route_sampling=stratified", "router.entropy_coeff=0",
@@ -273,6 +274,14 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     torch.save({"router": controller.state_dict()}, step / "data.pt")
     engine = RouterInference(step, max_new_tokens=4, device="cpu", fixed_lambda=5.0)
     assert [ROUTE_NAMES[int(a)] for a in engine.route([r.messages for r in rows]).actions] == ["SEARCH"] * N_ROWS
+    # each output row records the price of its router_probs; repriced offline to data.pt's λ = 20 they are the
+    # probabilities the head gives at 20 (reprice_probs: no forward pass)
+    out = engine.run(rows[:2])
+    assert [r["router_lambda"] for r in out] == [5.0, 5.0]
+    recorded = torch.tensor([[r["router_probs"][a] for a in ROUTE_NAMES] for r in out])
+    at_20 = reprice_probs(recorded, torch.tensor([0.0, 1.0, 1.0]), 5.0, 20.0, 2.0)
+    torch.testing.assert_close(at_20[0], torch.softmax(torch.tensor([0.0, -8.0, -20.0], dtype=torch.float64) / 2, -1),
+                               atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="loss_mode=pg"):
         RouterInference(make_checkpoint(tmp_path / "pg", tiny_dir, RouterAction.SEARCH), device="cpu", fixed_lambda=1.0)
 

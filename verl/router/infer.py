@@ -33,6 +33,8 @@ Output rows (input order, written atomically)::
     {"index": extra_info.index (else the row position), "row": position in FILE,
      "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p}
      (the learned head's, also under a fixed --routes policy: what the head would have chosen),
+     "router_lambda": the price λ those probabilities were computed at (``router.loss_mode=value`` heads only: the
+     checkpoint's, or ``--fixed_lambda``; ``verl.router.value.reprice_probs`` moves them to another price),
      "response": str, "tool_calls": [{"name", "parameters"}, ...],
      "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file),
      "bfcl_id", "bfcl_category": from ``extra_info`` for BFCL rows (``verl.utils.dataset.bfcl.write_bfcl_parquet``),
@@ -432,6 +434,7 @@ class RouterInference:
                     "row": row.position if row.position is not None else start + j,
                     "route": ROUTE_NAMES[int(routed.actions[j])],
                     "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
+                    **({"router_lambda": self.value_policy[2]} if self.value_policy is not None else {}),
                     "response": response,
                     "tool_calls": calls_of(response),
                     **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),

@@ -52,6 +52,77 @@ def value_policy_logits(values: torch.Tensor, baseline: torch.Tensor, cost: torc
     return (values.float() + shift) / float(temperature)
 
 
+def reprice_probs(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_to: float,
+                  temperature: float) -> torch.Tensor:
+    """The value policy's probabilities at the price ``lam_to`` from those it gave at ``lam_from``: the logits move by
+    ``−(lam_to − lam_from)·c̄(a)/τ`` (:func:`value_policy_logits`) and the prompt's constant cancels in the softmax,
+    so a recorded ``router_probs`` row is enough, no forward pass. A zero probability stays zero.
+
+    Args:
+        probs: float ``[B, 3]``, rows on the simplex (ANSWER, SEARCH, CALCULATE).
+        cost: float ``[3]``, ``c̄(a)``; lam_from, lam_to: prices ``≥ 0``; temperature: ``τ > 0``.
+
+    Returns:
+        float64 ``[B, 3]``.
+
+    Raises:
+        ValueError: wrong shapes, a negative or non-finite probability, a price below 0 or ``τ ≤ 0``.
+    """
+    probs = torch.as_tensor(probs, dtype=torch.float64)
+    cost = torch.as_tensor(cost, dtype=torch.float64)
+    if probs.dim() != 2 or probs.shape[-1] != NUM_ROUTER_ACTIONS or cost.shape != (NUM_ROUTER_ACTIONS,):
+        raise ValueError(f"reprice_probs: probs {tuple(probs.shape)} must be [B, 3] and cost {tuple(cost.shape)} [3]")
+    if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()):
+        raise ValueError("reprice_probs: probabilities must be finite and >= 0")
+    if lam_from < 0 or lam_to < 0 or not temperature > 0:
+        raise ValueError(f"reprice_probs: prices must be >= 0 and temperature > 0, got {lam_from}, {lam_to}, "
+                         f"{temperature}")
+    logits = torch.log(probs) - (float(lam_to) - float(lam_from)) * cost / float(temperature)
+    return torch.softmax(logits, dim=-1)
+
+
+def lambda_for_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, temperature: float, budget: float,
+                    tol: float = 1e-6) -> float:
+    """The price ``λ ≥ 0`` at which the value policy's mean route cost over these prompts,
+    ``(1/B) Σ_x Σ_a π_λ(a|x)·c̄(a)``, equals ``budget``: the dual variable set again for a new prompt distribution
+    from the prompts alone (no label, no generation), with the policy repriced by :func:`reprice_probs`. The mean cost
+    does not increase with λ (its derivative is ``−Var_π(c̄)/τ`` per prompt), so bisection finds it.
+
+    Args:
+        probs: float ``[B, 3]`` recorded at ``lam_from``; cost: ``c̄`` float ``[3]``; temperature: ``τ``;
+        budget: the target mean route cost; tol: the bracket width on λ at which the search stops.
+
+    Returns:
+        λ (float); 0.0 when the policy spends at most ``budget`` already at λ = 0 (the constraint is slack, so the
+        Lagrangian's λ is 0).
+
+    Raises:
+        ValueError: as :func:`reprice_probs`; an empty batch; ``budget`` at or below the cheapest route's ``c̄``
+            (no price reaches it).
+    """
+    cost = torch.as_tensor(cost, dtype=torch.float64)
+    if len(probs) == 0:
+        raise ValueError("lambda_for_cost: no prompts")
+
+    def spent(lam: float) -> float:
+        return float((reprice_probs(probs, cost, lam_from, lam, temperature) @ cost).mean())
+
+    if spent(0.0) <= budget:
+        return 0.0
+    if budget <= float(cost.min()):
+        raise ValueError(f"lambda_for_cost: budget {budget} is not above the cheapest route's cost "
+                         f"{float(cost.min()):.4g}: no price reaches it")
+    lo, hi = 0.0, max(1.0, float(lam_from))
+    while spent(hi) > budget:
+        lo, hi = hi, 2 * hi
+        if hi > 1e12:
+            raise ValueError(f"lambda_for_cost: no price up to 1e12 brings the cost down to {budget}")
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if spent(mid) > budget else (lo, mid)
+    return hi
+
+
 def value_targets(task: torch.Tensor, actions: torch.Tensor, baseline: torch.Tensor,
                   valid: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Regression targets of the head: ``r_task − b(a_i)`` per copy, NaN where the reward could not score the row.
