@@ -3,6 +3,7 @@ follows the head's bias, the JSONL rows are complete, and the prompt used for ge
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from verl.router import ROUTE_NAMES, RouterAction
 from verl.router.controller import RouterController
 from verl.router.families import TOOLS_HEADER, row_tool_families, system_text_of
 from verl.router.head import RouterHead
-from verl.router.infer import RouterInference, load_prompt_rows, main, resolve_checkpoint
+from verl.router.infer import RouterInference, load_prompt_rows, main, resolve_checkpoint, run_inference
 from verl.router.rewrite import ANSWER_INSTRUCTION, ROUTING_HEADER, rewrite_messages, tokenize_prompts
 from verl.trainer.config_utils import load_default_config
 from verl.utils.model_presets import prepare_model
@@ -282,8 +283,21 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     at_20 = reprice_probs(recorded, torch.tensor([0.0, 1.0, 1.0]), 5.0, 20.0, 2.0)
     torch.testing.assert_close(at_20[0], torch.softmax(torch.tensor([0.0, -8.0, -20.0], dtype=torch.float64) / 2, -1),
                                atol=1e-6, rtol=0)
+    # --target_cost: the price that spends the budget on these prompts. The head's values are (0, 12, 0) on every
+    # prompt, c̄ = (0, 1, 1), τ = 2: the mean cost is 1 − P(ANSWER), and P(ANSWER) = 1/2 where
+    # e^((12 − λ)/2) + e^(−λ/2) = 1, i.e. λ = 2·ln(e^6 + 1)
+    summary = run_inference(step, prompts_parquet, tmp_path / "priced.jsonl", max_new_tokens=2, device="cpu",
+                            target_cost=0.5)
+    assert summary["router_lambda"] == pytest.approx(2 * math.log(math.exp(6) + 1), abs=1e-4)
+    priced = [json.loads(line) for line in (tmp_path / "priced.jsonl").read_text().splitlines()]
+    assert all(r["router_probs"]["ANSWER"] == pytest.approx(0.5, abs=1e-4) for r in priced)
+    assert all(r["router_lambda"] == summary["router_lambda"] for r in priced)
+    with pytest.raises(ValueError, match="both set the price"):
+        run_inference(step, prompts_parquet, tmp_path / "x.jsonl", fixed_lambda=1.0, target_cost=0.5)
     with pytest.raises(ValueError, match="loss_mode=pg"):
         RouterInference(make_checkpoint(tmp_path / "pg", tiny_dir, RouterAction.SEARCH), device="cpu", fixed_lambda=1.0)
+    with pytest.raises(ValueError, match="--target_cost prices a router.loss_mode=value head"):
+        run_inference(tmp_path / "pg" / "global_step_7", prompts_parquet, tmp_path / "x.jsonl", target_cost=0.5)
 
 
 def test_bfcl_rows_keep_their_ids_for_bfcls_checker(tmp_path, tiny_dir):

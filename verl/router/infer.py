@@ -2,10 +2,12 @@
 
 ``python -m verl.router.infer --checkpoint CKPT --prompts FILE --output OUT.jsonl [--max_new_tokens N]
 [--batch_size B] [--device cpu|cuda] [--routes learned|answer|search|calculate|random:B [--seed S]]
-[--filter_overlong_prompts]``
+[--filter_overlong_prompts] [--fixed_lambda L | --target_cost B]``
 
 ``--routes`` replaces the learned head by a fixed routing policy on the same actor (the baselines of the router's
 evaluation: never-tools ``answer``, always-tools ``search``, random routes at the budget's rate ``random:B``).
+A ``router.loss_mode=value`` head routes at the checkpoint's price λ, at ``--fixed_lambda``, or at the price that
+spends ``--target_cost`` on these prompts (λ set by their route probabilities alone: the budget on a new distribution).
 
 ``CKPT`` is a trainer checkpoint ``.../global_step_N`` (or its ``actor/`` subdirectory)::
 
@@ -62,7 +64,7 @@ from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.head import RouterHead, compute_router_logits, sample_actions
-from verl.router.value import RouteValueBaseline, policy_baseline, value_policy_logits
+from verl.router.value import RouteValueBaseline, lambda_for_cost, policy_baseline, value_policy_logits
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
 from verl.utils.dataset.rl_dataset import PromptTooLongError, _extra_info_problems, message_list_problems
 
@@ -355,6 +357,33 @@ class RouterInference:
         return trim_left_padding(tokenize_prompts(self.tokenizer, messages, self.max_prompt_length,
                                                   truncation=self.truncation))
 
+    def _policy_logits(self, prompts: Sequence[Sequence[Mapping]]) -> torch.Tensor:
+        """float32 ``[B, 3]`` routing logits of ORIGINAL prompts (a value head's values priced at its λ)."""
+        original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
+        logits = compute_router_logits(self.model, self.head, original["input_ids"], original["attention_mask"],
+                                       original["position_ids"]).float()
+        if self.value_policy is not None:  # router.loss_mode=value: the head's values, priced by the run's λ
+            logits = value_policy_logits(logits, *self.value_policy)
+        return logits
+
+    @torch.no_grad()
+    def set_price_for_cost(self, rows: Sequence["PromptRow"], budget: float, batch_size: int = 8) -> float:
+        """A value head's price set for these prompts: λ such that the head's mean route cost ``c̄`` over ``rows`` is
+        ``budget`` (:func:`verl.router.value.lambda_for_cost`), from the prompts alone (one router forward per prompt,
+        no generation, no label); later routing uses it. Returns λ.
+
+        Raises:
+            ValueError: a ``router.loss_mode=pg`` head; as ``lambda_for_cost`` (e.g. a budget no price reaches).
+        """
+        if self.value_policy is None:
+            raise ValueError("--target_cost prices a router.loss_mode=value head; this checkpoint's head is a policy "
+                             "(router.loss_mode=pg)")
+        baseline, cost, lam, temperature = self.value_policy
+        probs = torch.cat([torch.softmax(self._policy_logits([r.messages for r in rows[i:i + batch_size]]).double(),
+                                         -1).cpu() for i in range(0, len(rows), batch_size)])
+        self.value_policy = (baseline, cost, lambda_for_cost(probs, cost, lam, temperature, budget), temperature)
+        return self.value_policy[2]
+
     @torch.no_grad()
     def route(self, prompts: Sequence[Sequence[Mapping]], extra_infos: Optional[Sequence[Any]] = None
               ) -> RoutedBatch:
@@ -371,11 +400,7 @@ class RouterInference:
         extra_infos = [None] * len(prompts) if extra_infos is None else list(extra_infos)
         if len(extra_infos) != len(prompts):
             raise ValueError(f"route: {len(prompts)} prompts but {len(extra_infos)} extra_info values")
-        original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
-        logits = compute_router_logits(self.model, self.head, original["input_ids"], original["attention_mask"],
-                                       original["position_ids"]).float()
-        if self.value_policy is not None:  # router.loss_mode=value: the head's values, priced by the run's λ
-            logits = value_policy_logits(logits, *self.value_policy)
+        logits = self._policy_logits(prompts)
         actions = fixed_routes(self.routes, len(prompts), self.route_generator)
         if actions is None:  # the learned head, greedily
             actions, _ = sample_actions(logits, greedy=True)
@@ -480,23 +505,27 @@ def fixed_routes(routes: tuple[str, Optional[float]], n: int, generator: torch.G
 def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, output: str | os.PathLike,
                   max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None,
                   routes: str = "learned", seed: int = 0, filter_overlong_prompts: bool = False,
-                  fixed_lambda: Optional[float] = None) -> dict:
+                  fixed_lambda: Optional[float] = None, target_cost: Optional[float] = None) -> dict:
     """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
 
     ``filter_overlong_prompts`` (as the trainer's ``data.filter_overlong_prompts``): drop the rows whose prompt is
     longer than the checkpoint's ``data.max_prompt_length`` instead of failing on them (their count is reported).
+    ``target_cost`` (a value head): route at the price that makes the head's mean route cost over these prompts
+    ``target_cost`` (:meth:`RouterInference.set_price_for_cost`) — the budget held on a new prompt distribution.
 
     Returns:
         The summary: ``{"output_path", "prompts", "filtered_overlong", "routes": {ANSWER: n, SEARCH: n,
-        CALCULATE: n}, "rows_with_tool_calls", "seconds"}``.
+        CALCULATE: n}, "rows_with_tool_calls", "seconds"}``, plus ``router_lambda`` for a value head.
 
     Raises:
-        ValueError: ``max_new_tokens < 1``, or every prompt filtered out.
+        ValueError: ``max_new_tokens < 1``, every prompt filtered out, both ``fixed_lambda`` and ``target_cost``.
     """
     from verl.trainer.main_generation import write_jsonl
 
     if int(max_new_tokens) < 1:
         raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
+    if fixed_lambda is not None and target_cost is not None:
+        raise ValueError("--fixed_lambda and --target_cost both set the price: give one")
     rows = load_prompt_rows(prompts)
     engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed,
                              fixed_lambda=fixed_lambda)
@@ -510,6 +539,9 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
         logger.info("filtered %d of %d prompts longer than data.max_prompt_length=%d", filtered, len(rows),
                     engine.max_prompt_length)
         rows = kept
+    if target_cost is not None:
+        logger.info("price for a mean route cost of %s over %d prompts: λ = %.4f", target_cost, len(rows),
+                    engine.set_price_for_cost(rows, float(target_cost), batch_size))
     start = time.monotonic()
     results = engine.run(rows, batch_size=batch_size, source=str(prompts))
     seconds = time.monotonic() - start
@@ -518,7 +550,8 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
     summary = {"output_path": str(output), "prompts": len(results), "filtered_overlong": filtered,
                "route_policy": routes,
                "routes": {name: counts.get(name, 0) for name in ROUTE_NAMES},
-               "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]), "seconds": round(seconds, 2)}
+               "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]), "seconds": round(seconds, 2),
+               **({"router_lambda": engine.value_policy[2]} if engine.value_policy is not None else {})}
     logger.info("wrote %d rows to %s in %.1f s; routes %s", len(results), output, seconds, summary["routes"])
     return summary
 
@@ -543,12 +576,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--fixed_lambda", type=float, default=None,
                         help="router.loss_mode=value: price the routes at this λ instead of the checkpoint's (the "
                              "same head as a fixed-penalty policy)")
+    parser.add_argument("--target_cost", type=float, default=None,
+                        help="router.loss_mode=value: price the routes so that the head's mean route cost over these "
+                             "prompts is this budget, set from the prompts alone (the budget on a new distribution)")
     args = parser.parse_args(argv)
     setup_logging()
     parse_routes(args.routes)  # a bad --routes fails before the model loads
     summary = run_inference(args.checkpoint, args.prompts, args.output, max_new_tokens=args.max_new_tokens,
                             batch_size=args.batch_size, device=args.device, routes=args.routes, seed=args.seed,
-                            filter_overlong_prompts=args.filter_overlong_prompts, fixed_lambda=args.fixed_lambda)
+                            filter_overlong_prompts=args.filter_overlong_prompts, fixed_lambda=args.fixed_lambda,
+                            target_cost=args.target_cost)
     print(json.dumps(summary, indent=2))
     return 0
 
