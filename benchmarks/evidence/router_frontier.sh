@@ -15,7 +15,7 @@
 #   BFCL_SKIP=12 leaves out each category's first 12 rows first (a sample disjoint from BFCL_ROWS=12's)
 #   CALIBRATE=1 (a router.loss_mode=value checkpoint): also the head re-priced so that its mean route cost over the
 #   prompts is B, from the prompts alone (no label); CALIBRATE_ON=FILE sets that price on another router-infer output
-#   of the same checkpoint instead (e.g. another sample's answer.jsonl)
+#   of the same checkpoint instead (e.g. another sample's answer.jsonl; a relative path is from the repository root)
 # Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
 # results: benchmarks/results/NAME_frontier.{json,png}.
 set -euo pipefail
@@ -67,7 +67,8 @@ for lam in ${LAMBDAS:-}; do
   policies+=(--policy "lambda_$lam=$OUT/lambda_$lam.jsonl")
 done
 calibrate=()
-if [ -n "${CALIBRATE:-}${CALIBRATE_ON:-}" ]; then
+case ${CALIBRATE:-0} in 0|1) ;; *) echo "router_frontier.sh: CALIBRATE=$CALIBRATE: expected 0 or 1" >&2; exit 2 ;; esac
+if [ "${CALIBRATE:-0}" = 1 ] || [ -n "${CALIBRATE_ON:-}" ]; then
   calibrate=(--calibrate "$CKPT")
   [ -z "${CALIBRATE_ON:-}" ] || calibrate+=(--calibrate_on "$CALIBRATE_ON")
 fi
