@@ -31,6 +31,7 @@ import json
 import math
 from pathlib import Path
 
+from verl.router import ROUTE_NAMES
 from verl.router.cost import batch_tool_usage, trajectory_cost
 from verl.trainer.eval_bfcl import check_bfcl_rows
 from verl.trainer.eval_compare import paired_comparison, row_key
@@ -39,7 +40,7 @@ from verl.trainer.tool_cost import tool_cost_metrics
 from verl.utils.dataset.bfcl import IRRELEVANCE_CATEGORIES
 from verl.utils.reward_score.rlla import RewardSwitches
 
-ROUTES = ("ANSWER", "SEARCH", "CALCULATE")
+ROUTES = ROUTE_NAMES  # ("ANSWER", "SEARCH", "CALCULATE"): the order of router_probs rows as tensors
 METRICS = ("score", "format", "correctness", "exact_match")  # the RLLA reward's parts and the exact tool-call match
 BFCL_METRICS = ("score",)  # BFCL accuracy
 
@@ -157,40 +158,56 @@ def paired_expected(base: dict, other: dict, metrics: tuple = METRICS) -> dict:
 def calibrated_probs(checkpoint: str, table: list[dict], calibrate_on: list[dict], budget: float
                      ) -> tuple[dict[tuple, dict], dict]:
     """A ``router.loss_mode=value`` head re-priced for these prompts: λ set, from the routing probabilities of the
-    ``calibrate_on`` rows alone (no label, no generation), so that the head's mean route cost ``c̄`` over them is
-    ``budget`` (``verl.router.value.lambda_for_cost``), then ``table``'s probabilities moved to that λ
-    (``reprice_probs``). Each row's probabilities are read at its recorded ``router_lambda`` (the checkpoint's λ for a
-    file written before that field).
+    ``calibrate_on`` rows alone (no label, no generation), so that the head's stochastic policy spends ``budget`` in
+    mean route cost ``c̄`` over them (``verl.router.value.lambda_for_cost``), then ``table``'s probabilities moved to
+    that λ (``reprice_probs``). Scored in expectation, as the frontier scores the head's policy.
+
+    Args:
+        checkpoint: the ``global_step_N`` both files were routed with (its ``c̄``, τ and λ); nothing in the rows
+            names it, so a file of another checkpoint is not caught.
+        table, calibrate_on: router-infer rows (``router_probs``, and ``router_lambda``: the price they were
+            computed at; a row written before that field is read at the checkpoint's λ, with a warning, which is
+            wrong for a ``--fixed_lambda`` file of that time).
+        budget: the target mean route cost (``c̄`` units: the training batches' cost per route).
 
     Returns: ``({row_key: {route: probability}}, info)`` with ``info`` = the λ found, the checkpoint's λ, ``c̄``,
-        ``τ`` and the mean route cost ``c̄`` spent over ``table`` and over ``calibrate_on`` at that λ.
+        ``τ``, the mean route cost ``c̄`` spent over ``table`` and over ``calibrate_on`` at that λ, and how many rows
+        recorded no price.
     Raises: SystemExit: the checkpoint's head is not a value head, or the rows record several prices.
     """
+    import sys
+
     import torch
 
-    from verl.router.infer import load_checkpoint_config, load_value_policy, resolve_checkpoint
-    from verl.router.value import lambda_for_cost, reprice_probs
+    from verl.router.checkpoint import load_checkpoint_config, load_value_policy, resolve_checkpoint
+    from verl.router.value import lambda_for_cost, mean_route_cost, reprice_probs
 
     files = resolve_checkpoint(checkpoint)
     policy = load_value_policy(files.step_dir, load_checkpoint_config(files.config_file).router)
     if policy is None:
         raise SystemExit(f"--calibrate {checkpoint}: the head is not a router.loss_mode=value head (no price to set)")
     _, cost, checkpoint_lambda, temperature = policy
+    unpriced = 0
 
     def recorded(rows: list[dict]) -> tuple[torch.Tensor, float]:
+        nonlocal unpriced
+        unpriced += sum("router_lambda" not in r for r in rows)
         prices = {float(r.get("router_lambda", checkpoint_lambda)) for r in rows}
         if len(prices) != 1:
             raise SystemExit(f"--calibrate: the rows record several prices {sorted(prices)}")
         return torch.tensor([[r["router_probs"][a] for a in ROUTES] for r in rows], dtype=torch.float64), prices.pop()
 
     probs_on, lam_on = recorded(calibrate_on)
-    lam = lambda_for_cost(probs_on, cost, lam_on, temperature, budget)
     probs, lam_table = recorded(table)
+    if unpriced:
+        print(f"router_frontier: {unpriced} rows record no router_lambda (written before it existed): read at the "
+              f"checkpoint's λ = {checkpoint_lambda:.4f}", file=sys.stderr)
+    lam = lambda_for_cost(probs_on, cost, lam_on, temperature, budget)
     repriced = reprice_probs(probs, cost, lam_table, lam, temperature)
-    spent_on = float((reprice_probs(probs_on, cost, lam_on, lam, temperature) @ cost.double()).mean())
     info = {"lambda": lam, "checkpoint_lambda": checkpoint_lambda, "route_cost": cost.tolist(),
-            "temperature": temperature, "route_cost_spent": float((repriced @ cost.double()).mean()),
-            "route_cost_spent_on_calibration_rows": spent_on, "calibration_rows": len(calibrate_on)}
+            "temperature": temperature, "route_cost_spent": mean_route_cost(probs, cost, lam_table, lam, temperature),
+            "route_cost_spent_on_calibration_rows": mean_route_cost(probs_on, cost, lam_on, lam, temperature),
+            "calibration_rows": len(calibrate_on), "rows_without_router_lambda": unpriced}
     return {row_key(r): dict(zip(ROUTES, p.tolist())) for r, p in zip(table, repriced)}, info
 
 

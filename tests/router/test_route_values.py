@@ -11,6 +11,7 @@ from verl.router.value import (
     RouteValueBaseline,
     compute_router_value_loss,
     lambda_for_cost,
+    mean_route_cost,
     reprice_probs,
     value_policy_logits,
     value_targets,
@@ -49,8 +50,12 @@ def test_repriced_probs_equal_the_policy_at_the_new_price():
     assert float(reprice_probs(torch.tensor([[0.5, 0.5, 0.0]]), cost, 0.0, 3.0, 1.0)[0, 2]) == 0.0
     with pytest.raises(ValueError, match="must be \\[B, 3\\]"):
         reprice_probs(torch.ones(2, 2) / 2, cost, 0.0, 1.0, 1.0)
-    with pytest.raises(ValueError, match="prices must be >= 0"):
+    with pytest.raises(ValueError, match="prices must be finite and >= 0"):
         reprice_probs(at_1, cost, 0.0, -1.0, 1.0)
+    with pytest.raises(ValueError, match="prices must be finite"):
+        reprice_probs(at_1, cost, float("nan"), 1.0, 1.0)
+    with pytest.raises(ValueError, match="every row with some mass"):
+        reprice_probs(torch.zeros(1, 3), cost, 0.0, 1.0, 1.0)
 
 
 def test_lambda_for_cost_hand_worked():
@@ -73,6 +78,28 @@ def test_lambda_for_cost_hand_worked():
         lambda_for_cost(probs, cost, 0.0, 1.0, 0.0)
     with pytest.raises(ValueError, match="no prompts"):
         lambda_for_cost(torch.zeros(0, 3), cost, 0.0, 1.0, 0.2)
+    with pytest.raises(ValueError, match="finite number"):
+        lambda_for_cost(probs, cost, 0.0, 1.0, float("nan"))
+    # recorded above the bracket's first end (λ = 5): the same λ
+    assert lambda_for_cost(reprice_probs(mixed, cost, 0.0, 5.0, 1.0), cost, 5.0, 1.0, 0.375) == \
+        pytest.approx(math.log(3), abs=1e-5)
+    # a prompt that never takes the cheapest route: no price brings its cost down
+    with pytest.raises(ValueError, match="no price up to 1e12"):
+        lambda_for_cost(torch.tensor([[0.0, 1.0, 0.0]]), cost, 0.0, 1.0, 0.5)
+
+
+def test_lambda_for_cost_greedy_routes():
+    """The greedy route's cost: prompt 1 ties at λ = 0 (argmax takes ANSWER), prompt 2 leaves SEARCH for ANSWER at
+    λ = ln 3 (3 e^−λ = 1): its mean cost is 1/2 below ln 3 and 0 from it on."""
+    cost = torch.tensor([0.0, 1.0, 1.0])
+    mixed = torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.75, 0.0]])
+    assert mean_route_cost(mixed, cost, 0.0, 0.0, 1.0, greedy=True) == 0.5
+    assert mean_route_cost(mixed, cost, 0.0, 0.0, 1.0) == pytest.approx(0.625)
+    assert lambda_for_cost(mixed, cost, 0.0, 1.0, 0.5, greedy=True) == 0.0
+    for budget in (0.25, 0.0):  # the step: any budget below 1/2 needs λ = ln 3; 0 is reachable greedily
+        lam = lambda_for_cost(mixed, cost, 0.0, 1.0, budget, greedy=True)
+        assert lam == pytest.approx(math.log(3), rel=1e-5) and lam >= math.log(3)
+        assert mean_route_cost(mixed, cost, 0.0, lam, 1.0, greedy=True) == 0.0
 
 
 def test_value_loss_hand_computed_and_unscored_rows_change_nothing():

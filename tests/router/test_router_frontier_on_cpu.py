@@ -163,13 +163,14 @@ def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeyp
 
     import torch
 
-    import verl.router.infer as infer
+    import verl.router.checkpoint as checkpoint
+    from verl.router.value import reprice_probs
 
-    monkeypatch.setattr(infer, "resolve_checkpoint", lambda path: type("F", (), {"step_dir": path,
-                                                                                  "config_file": path})())
-    monkeypatch.setattr(infer, "load_checkpoint_config", lambda path: type("C", (), {"router": None})())
-    monkeypatch.setattr(infer, "load_value_policy", lambda step, cfg: (torch.zeros(3), torch.tensor([0.0, 1.0, 1.0]),
-                                                                       0.5, 1.0))
+    monkeypatch.setattr(checkpoint, "resolve_checkpoint", lambda path: type("F", (), {"step_dir": path,
+                                                                                       "config_file": path})())
+    monkeypatch.setattr(checkpoint, "load_checkpoint_config", lambda path: type("C", (), {"router": None})())
+    monkeypatch.setattr(checkpoint, "load_value_policy",
+                        lambda step, cfg: (torch.zeros(3), torch.tensor([0.0, 1.0, 1.0]), 0.5, 1.0))
     monkeypatch.setattr(sys, "argv", sys.argv + ["--calibrate", "CKPT"])
     frontier.main()
     points = json.loads(out.read_text())["points"]
@@ -179,15 +180,30 @@ def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeyp
     simple, irrelevance = 4 * u / (1 + 4 * u), u / (4 + u)
     assert (simple + irrelevance) / 2 == pytest.approx(0.3, abs=1e-5)  # the budget, spent in c̄
     assert info["checkpoint_lambda"] == 0.5 and info["calibrated_on"] == "these prompts"
+    assert info["rows_without_router_lambda"] == 8  # the 4 rows, read as the table and as the calibration rows
     assert info["route_cost_spent"] == pytest.approx(0.3, abs=1e-5)
     # accuracy: SEARCH is right on simple_python, ANSWER on irrelevance (the realised cost: 0.3 as well here)
     assert calibrated["score"]["mean"] == pytest.approx((simple + (1 - irrelevance)) / 2, abs=1e-6)
     assert calibrated["mean_cost"] == pytest.approx(0.3, abs=1e-5)
     assert points["random_same_cost_as_calibrated_expected"]["rate"] == pytest.approx(0.3, abs=1e-5)
-    # several recorded prices in the rows it reads: refused
+    # --calibrate_on: the price set on another file's rows — here the same prompts recorded at λ = 2 (their
+    # router_lambda): the same λ, and the table (recorded at the checkpoint's 0.5) moved to it
     lines = [json.loads(line) for line in (tmp_path / "answer.jsonl").read_text().splitlines()]
+    at_2 = reprice_probs(torch.tensor([[r["router_probs"][a] for a in ("ANSWER", "SEARCH", "CALCULATE")]
+                                       for r in lines]), torch.tensor([0.0, 1.0, 1.0]), 0.5, 2.0, 1.0)
+    (tmp_path / "at2.jsonl").write_text("".join(json.dumps({**r, "router_lambda": 2.0, "router_probs": dict(
+        zip(("ANSWER", "SEARCH", "CALCULATE"), p.tolist()))}) + "\n" for r, p in zip(lines, at_2)))
+    argv = sys.argv
+    monkeypatch.setattr(sys, "argv", argv + ["--calibrate_on", str(tmp_path / "at2.jsonl")])
+    frontier.main()
+    again = json.loads(out.read_text())["points"]["learned_calibrated_expected"]
+    assert again["calibration"]["lambda"] == pytest.approx(info["lambda"], abs=1e-5)
+    assert again["calibration"]["rows_without_router_lambda"] == 4
+    assert again["calibration"]["calibrated_on"] == str(tmp_path / "at2.jsonl")
+    assert again["score"]["mean"] == pytest.approx(calibrated["score"]["mean"], abs=1e-6)
+    # several recorded prices in the rows it reads: refused
     (tmp_path / "mixed.jsonl").write_text("".join(json.dumps({**r, "router_lambda": float(i)}) + "\n"
                                                   for i, r in enumerate(lines)))
-    monkeypatch.setattr(sys, "argv", sys.argv + ["--calibrate_on", str(tmp_path / "mixed.jsonl")])
+    monkeypatch.setattr(sys, "argv", argv + ["--calibrate_on", str(tmp_path / "mixed.jsonl")])
     with pytest.raises(SystemExit, match="several prices"):
         frontier.main()

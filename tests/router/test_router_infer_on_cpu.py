@@ -3,7 +3,6 @@ follows the head's bias, the JSONL rows are complete, and the prompt used for ge
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 
@@ -18,7 +17,8 @@ from verl.router import ROUTE_NAMES, RouterAction
 from verl.router.controller import RouterController
 from verl.router.families import TOOLS_HEADER, row_tool_families, system_text_of
 from verl.router.head import RouterHead
-from verl.router.infer import RouterInference, load_prompt_rows, main, resolve_checkpoint, run_inference
+from verl.router.checkpoint import resolve_checkpoint
+from verl.router.infer import RouterInference, load_prompt_rows, main, run_inference
 from verl.router.rewrite import ANSWER_INSTRUCTION, ROUTING_HEADER, rewrite_messages, tokenize_prompts
 from verl.trainer.config_utils import load_default_config
 from verl.utils.model_presets import prepare_model
@@ -231,7 +231,7 @@ def test_filter_overlong_prompts_drops_and_counts_them(tmp_path, tiny_dir, promp
 
 def test_a_checkpoint_config_with_retired_keys_still_loads(tmp_path, tiny_dir):
     """Configs saved before ``compute_dtype`` was retired (the bf16 policy replaced autocast) load; the key is gone."""
-    from verl.router.infer import load_checkpoint_config
+    from verl.router.checkpoint import load_checkpoint_config
 
     step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
     saved = OmegaConf.load(step / "config.yaml")
@@ -283,17 +283,25 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     at_20 = reprice_probs(recorded, torch.tensor([0.0, 1.0, 1.0]), 5.0, 20.0, 2.0)
     torch.testing.assert_close(at_20[0], torch.softmax(torch.tensor([0.0, -8.0, -20.0], dtype=torch.float64) / 2, -1),
                                atol=1e-6, rtol=0)
-    # --target_cost: the price that spends the budget on these prompts. The head's values are (0, 12, 0) on every
-    # prompt, c̄ = (0, 1, 1), τ = 2: the mean cost is 1 − P(ANSWER), and P(ANSWER) = 1/2 where
-    # e^((12 − λ)/2) + e^(−λ/2) = 1, i.e. λ = 2·ln(e^6 + 1)
+    # --target_cost: the smallest price at which the greedy routes spend at most the budget on these prompts. The
+    # head's values are (0, 12, 0) on every prompt, c̄ = (0, 1, 1): SEARCH (cost 1) is the argmax below λ = 12 and
+    # ANSWER (cost 0) from the tie at 12 on, so any budget below 1 needs λ = 12, whatever τ is
     summary = run_inference(step, prompts_parquet, tmp_path / "priced.jsonl", max_new_tokens=2, device="cpu",
                             target_cost=0.5)
-    assert summary["router_lambda"] == pytest.approx(2 * math.log(math.exp(6) + 1), abs=1e-4)
+    assert summary["router_lambda"] == pytest.approx(12.0, rel=1e-5) and summary["router_lambda"] >= 12.0 - 1e-5
+    assert summary["routes"] == {"ANSWER": N_ROWS, "SEARCH": 0, "CALCULATE": 0}
     priced = [json.loads(line) for line in (tmp_path / "priced.jsonl").read_text().splitlines()]
-    assert all(r["router_probs"]["ANSWER"] == pytest.approx(0.5, abs=1e-4) for r in priced)
-    assert all(r["router_lambda"] == summary["router_lambda"] for r in priced)
+    assert all(r["router_lambda"] == summary["router_lambda"] and r["route"] == "ANSWER" for r in priced)
+    # the recorded probabilities are the policy's at that price: softmax((0, 12 − λ, −λ)/τ)
+    lam = summary["router_lambda"]
+    want = torch.softmax(torch.tensor([0.0, 12.0 - lam, -lam], dtype=torch.float64) / 2.0, -1)
+    assert [priced[0]["router_probs"][a] for a in ROUTE_NAMES] == pytest.approx(want.tolist(), abs=1e-5)
+    assert run_inference(step, prompts_parquet, tmp_path / "slack.jsonl", max_new_tokens=2, device="cpu",
+                         target_cost=1.0)["router_lambda"] == 0.0  # spends at most 1 unpriced: λ = 0
     with pytest.raises(ValueError, match="both set the price"):
         run_inference(step, prompts_parquet, tmp_path / "x.jsonl", fixed_lambda=1.0, target_cost=0.5)
+    with pytest.raises(ValueError, match="finite number >= 0"):
+        run_inference(step, prompts_parquet, tmp_path / "x.jsonl", target_cost=float("nan"))
     with pytest.raises(ValueError, match="loss_mode=pg"):
         RouterInference(make_checkpoint(tmp_path / "pg", tiny_dir, RouterAction.SEARCH), device="cpu", fixed_lambda=1.0)
     with pytest.raises(ValueError, match="--target_cost prices a router.loss_mode=value head"):

@@ -9,11 +9,8 @@ evaluation: never-tools ``answer``, always-tools ``search``, random routes at th
 A ``router.loss_mode=value`` head routes at the checkpoint's price λ, at ``--fixed_lambda``, or at the price that
 spends ``--target_cost`` on these prompts (λ set by their route probabilities alone: the budget on a new distribution).
 
-``CKPT`` is a trainer checkpoint ``.../global_step_N`` (or its ``actor/`` subdirectory)::
-
-    global_step_N/config.yaml                          the resolved training config (router:, data:)
-    global_step_N/actor/huggingface/                   HF export of the actor (config, safetensors, tokenizer)
-    global_step_N/actor/router_world_size_W_rank_0.pt  {"head": RouterHead state_dict, "optimizer": ...}
+``CKPT`` is a trainer checkpoint ``.../global_step_N`` (or its ``actor/`` subdirectory; the layout and the loaders
+are :mod:`verl.router.checkpoint`).
 
 ``FILE`` is a parquet in the RLLA schema (``prompt`` column of chat messages, optional ``extra_info``) or a JSONL
 file (``.jsonl`` / ``.json``, one JSON object a line) with the same ``prompt`` (and optional ``extra_info``) fields.
@@ -36,7 +33,8 @@ Output rows (input order, written atomically)::
      "route": "ANSWER" | "SEARCH" | "CALCULATE", "router_probs": {"ANSWER": p, "SEARCH": p, "CALCULATE": p}
      (the learned head's, also under a fixed --routes policy: what the head would have chosen),
      "router_lambda": the price λ those probabilities were computed at (``router.loss_mode=value`` heads only: the
-     checkpoint's, or ``--fixed_lambda``; ``verl.router.value.reprice_probs`` moves them to another price),
+     checkpoint's, ``--fixed_lambda``, or the one ``--target_cost`` set; ``verl.router.value.reprice_probs`` moves
+     them to another price),
      "response": str, "tool_calls": [{"name", "parameters"}, ...],
      "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file),
      "bfcl_id", "bfcl_category": from ``extra_info`` for BFCL rows (``verl.utils.dataset.bfcl.write_bfcl_parquet``),
@@ -49,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import time
 from collections import Counter
@@ -57,141 +56,21 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import OmegaConf
 
 from verl.utils.dataset.bfcl import bfcl_fields
 from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
-from verl.router.head import RouterHead, compute_router_logits, sample_actions
-from verl.router.value import RouteValueBaseline, lambda_for_cost, policy_baseline, value_policy_logits
+from verl.router.checkpoint import load_checkpoint_config, load_router_head, load_value_policy, resolve_checkpoint
+from verl.router.head import compute_router_logits, sample_actions
+from verl.router.value import lambda_for_cost, mean_route_cost, value_policy_logits
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
 from verl.utils.dataset.rl_dataset import PromptTooLongError, _extra_info_problems, message_list_problems
 
 logger = logging.getLogger(__name__)
 
-CONFIG_FILE = "config.yaml"
-HF_DIR = "huggingface"
-ROUTER_FILE_GLOB = "router_world_size_*_rank_0.pt"
 JSONL_SUFFIXES = (".jsonl", ".json")
-
-
-# ----------------------------------------------------------------------------------------------------- checkpoint
-@dataclass(frozen=True)
-class CheckpointFiles:
-    """Where the pieces of a ``global_step_N`` checkpoint live."""
-
-    step_dir: Path
-    actor_dir: Path
-    hf_dir: Path
-    router_file: Path
-    config_file: Path
-
-
-def resolve_checkpoint(path: str | os.PathLike) -> CheckpointFiles:
-    """Locate the HF export, the router head file and ``config.yaml`` of a checkpoint.
-
-    Args:
-        path: ``.../global_step_N`` or ``.../global_step_N/actor``.
-
-    Raises:
-        FileNotFoundError: the directory, ``actor/huggingface/``, the router file (the run needs ``router.enable``)
-            or ``config.yaml`` is missing; the message names the path looked at.
-        ValueError: several ``router_world_size_*_rank_0.pt`` files in one actor directory.
-    """
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(f"--checkpoint {root}: not a directory")
-    if (root / "actor" / HF_DIR).is_dir():
-        step_dir, actor_dir = root, root / "actor"
-    elif (root / HF_DIR).is_dir():
-        step_dir, actor_dir = root.parent, root
-    else:
-        raise FileNotFoundError(f"--checkpoint {root}: no actor/{HF_DIR}/ (nor {HF_DIR}/) export; save checkpoints "
-                                "with 'hf_model' in checkpoint.save_contents")
-    routers = sorted(actor_dir.glob(ROUTER_FILE_GLOB))
-    if not routers:
-        raise FileNotFoundError(f"--checkpoint {root}: no {ROUTER_FILE_GLOB} in {actor_dir} (was the run trained "
-                                "with router.enable=true?)")
-    if len(routers) > 1:
-        raise ValueError(f"--checkpoint {root}: several router files in {actor_dir}: {[p.name for p in routers]}")
-    config_file = step_dir / CONFIG_FILE
-    if not config_file.is_file():
-        raise FileNotFoundError(f"--checkpoint {root}: the training config {config_file} is missing")
-    return CheckpointFiles(step_dir, actor_dir, actor_dir / HF_DIR, routers[0], config_file)
-
-
-def load_checkpoint_config(config_file: str | os.PathLike) -> DictConfig:
-    """The checkpoint's training config, typed: the saved values over the current defaults (a checkpoint written
-    before a key existed gets its default), every value checked against ``config_schema``.
-
-    Raises:
-        ValueError: no ``router`` / ``data`` section, or a saved key or value the current config does not accept
-            (the file and the key are named).
-    """
-    from verl.trainer.config_utils import default_config, drop_retired_keys
-
-    saved = OmegaConf.load(config_file)
-    drop_retired_keys(saved)  # derived fields older versions saved (e.g. compute_dtype): nothing reads them
-    for section in ("router", "data"):
-        if not isinstance(saved.get(section), DictConfig):
-            raise ValueError(f"{config_file}: no {section!r} section (not a router training config)")
-    try:
-        return OmegaConf.merge(default_config(), saved)
-    except Exception as err:  # noqa: BLE001 - omegaconf's validation errors name the key
-        raise ValueError(f"{config_file}: {str(err).splitlines()[0]}") from None
-
-
-def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hidden_size: int) -> RouterHead:
-    """Build the :class:`RouterHead` the run trained (``router.head``, ``pooling``, ``detach_backbone``) and load
-    the ``head`` weights of ``router_file`` (CPU, eval mode).
-
-    Raises:
-        KeyError: the file holds no ``head`` entry.
-        ValueError: the weights do not fit the configured head (file and head type named).
-    """
-    state = torch.load(router_file, map_location="cpu", weights_only=True)
-    if not isinstance(state, Mapping) or "head" not in state:
-        raise KeyError(f"{router_file}: expected a dict with a 'head' state_dict, got "
-                       f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}")
-    head = RouterHead(hidden_size, head=router_cfg.head,
-                      pooling=router_cfg.pooling,
-                      detach_backbone=bool(router_cfg.detach_backbone),
-                      input_norm=OmegaConf.select(router_cfg, "input_norm", default="none"))
-    try:
-        head.load_state_dict(state["head"])
-    except RuntimeError as exc:
-        raise ValueError(f"{router_file}: head weights do not fit router.head={head.head_type!r} with hidden size "
-                         f"{hidden_size}: {exc}") from exc
-    return head.eval()
-
-
-def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
-                      ) -> Optional[tuple[torch.Tensor, torch.Tensor, float, float]]:
-    """For ``router.loss_mode=value``: the arguments that turn the head's output into the run's routing policy
-    (:func:`verl.router.value.value_policy_logits`) — the running route baselines and costs and λ from the
-    checkpoint's ``data.pt`` (the baseline is zero with ``router.value_fit=ridge``, whose head predicts the whole
-    reward), and ``router.value_temperature`` — as ``(baseline [3], cost [3], λ, τ)``; None for
-    ``loss_mode=pg`` (the head's output is the policy).
-
-    Raises:
-        FileNotFoundError: no ``data.pt`` in ``step_dir``.
-        KeyError: ``data.pt`` holds no router state with route values (the path is named).
-    """
-    if OmegaConf.select(router_cfg, "loss_mode", default="pg") != "value":
-        return None
-    path = Path(step_dir) / "data.pt"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path}: router.loss_mode=value routes with the run's λ and route values, which "
-                                "live in the checkpoint's data.pt")
-    state = torch.load(path, map_location="cpu", weights_only=False)
-    router_state = state.get("router") if isinstance(state, Mapping) else None
-    if not isinstance(router_state, Mapping) or "route_values" not in router_state:
-        raise KeyError(f"{path}: no router route values (expected data.pt['router']['route_values'])")
-    values = RouteValueBaseline(float(router_cfg.value_baseline_decay))
-    values.load_state_dict(router_state["route_values"])
-    baseline = policy_baseline(values.reward, OmegaConf.select(router_cfg, "value_fit", default="sgd"))
-    return baseline, values.cost, float(router_state["lagrange"]["lambda"]), float(router_cfg.value_temperature)
 
 
 # -------------------------------------------------------------------------------------------------------- prompts
@@ -368,21 +247,37 @@ class RouterInference:
 
     @torch.no_grad()
     def set_price_for_cost(self, rows: Sequence["PromptRow"], budget: float, batch_size: int = 8) -> float:
-        """A value head's price set for these prompts: λ such that the head's mean route cost ``c̄`` over ``rows`` is
-        ``budget`` (:func:`verl.router.value.lambda_for_cost`), from the prompts alone (one router forward per prompt,
-        no generation, no label); later routing uses it. Returns λ.
+        """A value head's price set for these prompts, from the prompts alone (one router forward per prompt, no
+        generation, no label): the smallest λ at which the greedy routes it will take spend at most ``budget`` in
+        mean route cost ``c̄`` over ``rows`` (:func:`verl.router.value.lambda_for_cost` with ``greedy=True``; greedy
+        cost moves in steps of one prompt's ``c̄``). Later routing uses it; the log gives the greedy and the
+        expected (the stochastic policy's) cost at it. Returns λ.
 
         Raises:
-            ValueError: a ``router.loss_mode=pg`` head; as ``lambda_for_cost`` (e.g. a budget no price reaches).
+            ValueError: a ``router.loss_mode=pg`` head; ``batch_size < 1``; as ``lambda_for_cost`` (e.g. a budget
+                below every route's ``c̄``).
+            PromptTooLongError: as :meth:`route`, naming the rows.
         """
         if self.value_policy is None:
             raise ValueError("--target_cost prices a router.loss_mode=value head; this checkpoint's head is a policy "
                              "(router.loss_mode=pg)")
+        if batch_size < 1:
+            raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
         baseline, cost, lam, temperature = self.value_policy
-        probs = torch.cat([torch.softmax(self._policy_logits([r.messages for r in rows[i:i + batch_size]]).double(),
-                                         -1).cpu() for i in range(0, len(rows), batch_size)])
-        self.value_policy = (baseline, cost, lambda_for_cost(probs, cost, lam, temperature, budget), temperature)
-        return self.value_policy[2]
+        probs = []
+        for start in range(0, len(rows), batch_size):
+            try:
+                logits = self._policy_logits([r.messages for r in rows[start:start + batch_size]])
+            except PromptTooLongError as exc:
+                raise PromptTooLongError(f"rows {start}..{min(start + batch_size, len(rows)) - 1}: {exc}") from exc
+            probs.append(torch.softmax(logits.double(), -1).cpu())
+        probs = torch.cat(probs)
+        price = lambda_for_cost(probs, cost, lam, temperature, budget, greedy=True)
+        logger.info("price for a mean route cost of at most %s over %d prompts: λ = %.4f (greedy cost %.4f, expected "
+                    "%.4f)", budget, len(rows), price, mean_route_cost(probs, cost, lam, price, temperature, True),
+                    mean_route_cost(probs, cost, lam, price, temperature))
+        self.value_policy = (baseline, cost, price, temperature)
+        return price
 
     @torch.no_grad()
     def route(self, prompts: Sequence[Sequence[Mapping]], extra_infos: Optional[Sequence[Any]] = None
@@ -510,15 +405,17 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
 
     ``filter_overlong_prompts`` (as the trainer's ``data.filter_overlong_prompts``): drop the rows whose prompt is
     longer than the checkpoint's ``data.max_prompt_length`` instead of failing on them (their count is reported).
-    ``target_cost`` (a value head): route at the price that makes the head's mean route cost over these prompts
-    ``target_cost`` (:meth:`RouterInference.set_price_for_cost`) — the budget held on a new prompt distribution.
+    ``target_cost`` (a value head): route at the smallest price at which the head's greedy routes spend at most
+    ``target_cost`` in mean route cost ``c̄`` over these prompts (:meth:`RouterInference.set_price_for_cost`) — the
+    budget held on a new prompt distribution, in the training batches' cost per route, not the realised cost.
 
     Returns:
         The summary: ``{"output_path", "prompts", "filtered_overlong", "routes": {ANSWER: n, SEARCH: n,
         CALCULATE: n}, "rows_with_tool_calls", "seconds"}``, plus ``router_lambda`` for a value head.
 
     Raises:
-        ValueError: ``max_new_tokens < 1``, every prompt filtered out, both ``fixed_lambda`` and ``target_cost``.
+        ValueError: ``max_new_tokens < 1``, every prompt filtered out, both ``fixed_lambda`` and ``target_cost``, a
+            ``target_cost`` that is not a finite number ``≥ 0``.
     """
     from verl.trainer.main_generation import write_jsonl
 
@@ -526,6 +423,8 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
         raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
     if fixed_lambda is not None and target_cost is not None:
         raise ValueError("--fixed_lambda and --target_cost both set the price: give one")
+    if target_cost is not None and not (math.isfinite(target_cost) and target_cost >= 0):
+        raise ValueError(f"--target_cost must be a finite number >= 0, got {target_cost}")
     rows = load_prompt_rows(prompts)
     engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed,
                              fixed_lambda=fixed_lambda)
@@ -573,12 +472,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--filter_overlong_prompts", action="store_true",
                         help="drop prompts longer than the checkpoint's data.max_prompt_length (else data.truncation "
                              "applies to them)")
-    parser.add_argument("--fixed_lambda", type=float, default=None,
-                        help="router.loss_mode=value: price the routes at this λ instead of the checkpoint's (the "
-                             "same head as a fixed-penalty policy)")
-    parser.add_argument("--target_cost", type=float, default=None,
-                        help="router.loss_mode=value: price the routes so that the head's mean route cost over these "
-                             "prompts is this budget, set from the prompts alone (the budget on a new distribution)")
+    price = parser.add_mutually_exclusive_group()
+    price.add_argument("--fixed_lambda", type=float, default=None,
+                       help="router.loss_mode=value: price the routes at this λ instead of the checkpoint's (the "
+                            "same head as a fixed-penalty policy)")
+    price.add_argument("--target_cost", type=float, default=None,
+                       help="router.loss_mode=value: the smallest price at which the head's greedy routes spend at most "
+                            "this mean route cost c̄ over these prompts, set from the prompts alone (the budget on a "
+                            "new prompt distribution)")
     args = parser.parse_args(argv)
     setup_logging()
     parse_routes(args.routes)  # a bad --routes fails before the model loads

@@ -56,68 +56,96 @@ def reprice_probs(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_
                   temperature: float) -> torch.Tensor:
     """The value policy's probabilities at the price ``lam_to`` from those it gave at ``lam_from``: the logits move by
     ``−(lam_to − lam_from)·c̄(a)/τ`` (:func:`value_policy_logits`) and the prompt's constant cancels in the softmax,
-    so a recorded ``router_probs`` row is enough, no forward pass. A zero probability stays zero.
+    so a recorded ``router_probs`` row is enough, no forward pass. A zero probability stays zero — including one that
+    underflowed in float32 when it was recorded (below ~1e-45), which no price can revive.
 
     Args:
-        probs: float ``[B, 3]``, rows on the simplex (ANSWER, SEARCH, CALCULATE).
+        probs: float ``[B, 3]``, rows on the simplex (ANSWER, SEARCH, CALCULATE); a row that does not sum to 1 is
+            read as its normalised self.
         cost: float ``[3]``, ``c̄(a)``; lam_from, lam_to: prices ``≥ 0``; temperature: ``τ > 0``.
 
     Returns:
         float64 ``[B, 3]``.
 
     Raises:
-        ValueError: wrong shapes, a negative or non-finite probability, a price below 0 or ``τ ≤ 0``.
+        ValueError: wrong shapes; a negative or non-finite probability or a row without mass; a non-finite cost; a
+            price that is not a finite number ``≥ 0``; ``τ ≤ 0``.
     """
     probs = torch.as_tensor(probs, dtype=torch.float64)
     cost = torch.as_tensor(cost, dtype=torch.float64)
     if probs.dim() != 2 or probs.shape[-1] != NUM_ROUTER_ACTIONS or cost.shape != (NUM_ROUTER_ACTIONS,):
         raise ValueError(f"reprice_probs: probs {tuple(probs.shape)} must be [B, 3] and cost {tuple(cost.shape)} [3]")
-    if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()):
-        raise ValueError("reprice_probs: probabilities must be finite and >= 0")
-    if lam_from < 0 or lam_to < 0 or not temperature > 0:
-        raise ValueError(f"reprice_probs: prices must be >= 0 and temperature > 0, got {lam_from}, {lam_to}, "
-                         f"{temperature}")
+    if not bool(torch.isfinite(probs).all()) or bool((probs < 0).any()) or bool((probs.sum(-1) <= 0).any()):
+        raise ValueError("reprice_probs: probabilities must be finite and >= 0, every row with some mass")
+    if not bool(torch.isfinite(cost).all()):
+        raise ValueError(f"reprice_probs: route costs must be finite, got {cost.tolist()}")
+    if not (math.isfinite(lam_from) and math.isfinite(lam_to) and lam_from >= 0 and lam_to >= 0) \
+            or not temperature > 0:
+        raise ValueError(f"reprice_probs: prices must be finite and >= 0 and temperature > 0, got {lam_from}, "
+                         f"{lam_to}, {temperature}")
     logits = torch.log(probs) - (float(lam_to) - float(lam_from)) * cost / float(temperature)
     return torch.softmax(logits, dim=-1)
 
 
+def mean_route_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_to: float, temperature: float,
+                    greedy: bool = False) -> float:
+    """The value policy's mean route cost over the prompts at the price ``lam_to``: ``(1/B) Σ_x Σ_a π(a|x)·c̄(a)``
+    with ``π`` = :func:`reprice_probs` of ``probs`` (recorded at ``lam_from``), or with ``greedy`` the cost
+    ``c̄(argmax_a π(a|x))`` of the route greedy routing takes (ties to the first route, as ``torch.argmax``).
+    Arguments and errors as :func:`reprice_probs`."""
+    cost = torch.as_tensor(cost, dtype=torch.float64)
+    repriced = reprice_probs(probs, cost, lam_from, lam_to, temperature)
+    per_prompt = cost[repriced.argmax(-1)] if greedy else repriced @ cost
+    return float(per_prompt.mean())
+
+
 def lambda_for_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, temperature: float, budget: float,
-                    tol: float = 1e-6) -> float:
-    """The price ``λ ≥ 0`` at which the value policy's mean route cost over these prompts,
-    ``(1/B) Σ_x Σ_a π_λ(a|x)·c̄(a)``, equals ``budget``: the dual variable set again for a new prompt distribution
-    from the prompts alone (no label, no generation), with the policy repriced by :func:`reprice_probs`. The mean cost
-    does not increase with λ (its derivative is ``−Var_π(c̄)/τ`` per prompt), so bisection finds it.
+                    greedy: bool = False, tol: float = 1e-6) -> float:
+    """The price ``λ ≥ 0`` at which the value policy spends ``budget`` on these prompts in mean route cost ``c̄``
+    (:func:`mean_route_cost`): the dual variable set again for a new prompt distribution from the prompts alone (no
+    label, no generation). The stochastic policy's cost does not increase with λ (its derivative is
+    ``−Var_π(c̄)/τ`` per prompt), nor does the greedy route's (``argmax_a v(a) − λ·c̄(a)`` moves to cheaper routes as
+    λ grows), so bisection finds the smallest λ at which the cost is at most ``budget``, to within ``tol`` relative
+    (``max(1, λ)·tol``): the returned λ's cost is ``≤ budget``, equal to it up to ``tol`` for the stochastic policy,
+    and up to one prompt's step for the greedy one (whose cost moves in steps).
 
     Args:
         probs: float ``[B, 3]`` recorded at ``lam_from``; cost: ``c̄`` float ``[3]``; temperature: ``τ``;
-        budget: the target mean route cost; tol: the bracket width on λ at which the search stops.
+        budget: the target mean route cost; greedy: the greedy route's cost instead of the policy's expectation;
+        tol: the relative bracket width on λ at which the search stops.
 
     Returns:
         λ (float); 0.0 when the policy spends at most ``budget`` already at λ = 0 (the constraint is slack, so the
         Lagrangian's λ is 0).
 
     Raises:
-        ValueError: as :func:`reprice_probs`; an empty batch; ``budget`` at or below the cheapest route's ``c̄``
-            (no price reaches it).
+        ValueError: as :func:`reprice_probs`; an empty batch; a budget that is not finite; one that no price reaches
+            (not above the cheapest route's ``c̄`` for the stochastic policy, below it for the greedy one, or not
+            reached up to λ = 1e12, e.g. a prompt that gives the cheapest route probability 0).
     """
     cost = torch.as_tensor(cost, dtype=torch.float64)
     if len(probs) == 0:
         raise ValueError("lambda_for_cost: no prompts")
+    if not math.isfinite(budget):
+        raise ValueError(f"lambda_for_cost: the budget must be a finite number, got {budget}")
 
     def spent(lam: float) -> float:
-        return float((reprice_probs(probs, cost, lam_from, lam, temperature) @ cost).mean())
+        return mean_route_cost(probs, cost, lam_from, lam, temperature, greedy)
 
     if spent(0.0) <= budget:
         return 0.0
-    if budget <= float(cost.min()):
-        raise ValueError(f"lambda_for_cost: budget {budget} is not above the cheapest route's cost "
-                         f"{float(cost.min()):.4g}: no price reaches it")
+    cheapest = float(cost.min())
+    if budget < cheapest or (budget == cheapest and not greedy):
+        raise ValueError(f"lambda_for_cost: budget {budget} is not above the cheapest route's cost {cheapest:.4g}: "
+                         "no price reaches it")
     lo, hi = 0.0, max(1.0, float(lam_from))
     while spent(hi) > budget:
         lo, hi = hi, 2 * hi
         if hi > 1e12:
             raise ValueError(f"lambda_for_cost: no price up to 1e12 brings the cost down to {budget}")
-    while hi - lo > tol:
+    for _ in range(200):  # the bracket halves each time: 200 halvings reach any float64 tolerance
+        if hi - lo <= tol * max(1.0, hi):
+            break
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if spent(mid) > budget else (lo, mid)
     return hi

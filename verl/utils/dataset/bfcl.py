@@ -238,10 +238,15 @@ def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int 
 
 def write_bfcl_parquet(path: str | os.PathLike, categories: str | Sequence[str] | None = None,
                        max_rows: int | None = None, skip_rows: int = 0) -> Path:
-    """Write :func:`bfcl_rlla_rows` to ``path`` (atomic; ``extra_info`` keeps the BFCL id and category)."""
+    """Write :func:`bfcl_rlla_rows` to ``path`` (atomic; ``extra_info`` keeps the BFCL id and category): ``max_rows``
+    per category after its first ``skip_rows`` — a category with fewer rows gives what it has.
+
+    Raises:
+        ValueError: as :func:`load_category`; no row at all (e.g. ``skip_rows`` past every category's end).
+    """
     rows = bfcl_rlla_rows(categories, max_rows, skip_rows)
     if not rows:
-        raise ValueError(f"no BFCL rows for categories {categories!r}")
+        raise ValueError(f"no BFCL rows for categories {categories!r} with max_rows={max_rows}, skip_rows={skip_rows}")
     return write_parquet_atomic(pa.Table.from_pylist(rows), path)
 
 
