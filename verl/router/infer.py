@@ -438,9 +438,8 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
         logger.info("filtered %d of %d prompts longer than data.max_prompt_length=%d", filtered, len(rows),
                     engine.max_prompt_length)
         rows = kept
-    if target_cost is not None:
-        logger.info("price for a mean route cost of %s over %d prompts: λ = %.4f", target_cost, len(rows),
-                    engine.set_price_for_cost(rows, float(target_cost), batch_size))
+    if target_cost is not None:  # logs the price it sets
+        engine.set_price_for_cost(rows, float(target_cost), batch_size)
     start = time.monotonic()
     results = engine.run(rows, batch_size=batch_size, source=str(prompts))
     seconds = time.monotonic() - start
