@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -166,6 +167,14 @@ def main() -> None:
                    prompt_tokens=sum(len(p) for p in prompts) * args.n, response_tokens=response_tokens,
                    padded_tokens=int(batch.batch["attention_mask"].numel()), model_flops_per_update=flops,
                    update={})
+
+    def save() -> None:  # after every measurement, so that a run stopped by a time limit keeps what it measured
+        if args.json:
+            tmp = f"{args.json}.tmp"
+            with open(tmp, "w") as fh:
+                json.dump(results, fh, indent=1)
+            os.replace(tmp, args.json)
+
     print(f"{gpu}: {args.model_shape}-shaped model, {params / 1e6:.0f}M parameters; {len(batch)} rows "
           f"({args.prompts} RLLA prompts x {args.n}), {results['prompt_tokens'] + response_tokens} valid tokens of "
           f"{results['padded_tokens']} padded; {flops / 1e12:.2f} model TFLOPs per update")
@@ -190,6 +199,7 @@ def main() -> None:
         used = mfu(flops, median, peak)
         peak_mem = torch.cuda.max_memory_allocated() / 2**30 if device.type == "cuda" else 0.0
         results["update"][layout] = dict(median_s=median, times_s=times, mfu=used, max_mem_gib=peak_mem)
+        save()
         print(f"update pass, {layout:6s}: median {median:.3f} s, "
               f"{flops / median / 1e12:.1f} TFLOP/s, MFU {100 * used:.1f}% of {peak / 1e12:.0f} TFLOP/s bf16, "
               f"max allocated {peak_mem:.1f} GiB")
@@ -223,12 +233,11 @@ def main() -> None:
         tok_s = sum(gen_tokens) / sum(gen_times)
         results["rollout"][variant] = dict(times_s=gen_times, tokens=gen_tokens, tokens_per_s=tok_s,
                                            first_call_s=first_s)
+        save()
         print(f"HF rollout, {variant}: {len(gen_batch) * args.n} sequences, up to {args.response_length} new tokens, "
               f"micro-batch {args.rollout_micro_batch} prompts: {tok_s:.0f} generated tokens/s (mean of "
               f"{args.rollout_steps} after a first call of {first_s:.1f} s)")
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=1)
+    save()
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@ step with under ``MIN_LAUNCH_S`` left is recorded as not run instead of being st
 1. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512): the
    padded, packed and shared-prompt layouts with sdpa and the HF rollout's generated tokens/s (plain, shared
    prefill, static KV cache); then the packed and shared layouts with FlexAttention, all three with each decoder
-   layer compiled, and with gradient checkpointing; and the SmolLM2-135M-shaped model (update and rollout);
+   layer compiled, and with gradient checkpointing; and the SmolLM2-135M-shaped model (update and rollout); a model
+   stopped by its time limit keeps the figures it measured before (``partial``; the benchmark writes its JSON after
+   every measurement), and ``--resume`` keeps it as measured;
 2. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
    where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray) at
    ``TRAIN_SIZES``: seconds per step and each phase's share of the step (a run stopped by its time limit after two
@@ -109,12 +111,14 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
         timeout = deadline - time.time() - reserve * (len(todo) - 1 - i)
         step = run_step(f"update_mfu/{name}", [sys.executable, "benchmarks/bench_gpu_mfu.py", *sizes, *configs[name],
                                                "--json", str(path)], timeout)
-        if step["ok"] and path.is_file():
+        if path.is_file():  # written after every measurement: a model stopped by its time limit keeps those
             result = json.loads(path.read_text())
             step.update(update={k: {"mfu": v["mfu"], "median_s": v["median_s"], "max_mem_gib": v["max_mem_gib"]}
                                 for k, v in result["update"].items()},
-                        rollout_tokens_per_s={k: v["tokens_per_s"] for k, v in result["rollout"].items()},
+                        rollout_tokens_per_s={k: v["tokens_per_s"] for k, v in result.get("rollout", {}).items()},
                         device=result["gpu"], params=result["params"])
+            if not step["ok"] and (step["update"] or step["rollout_tokens_per_s"]):
+                step["partial"] = True
         out[name] = step
     return {name: out[name] for name in configs if name in out}
 

@@ -154,3 +154,31 @@ def test_figures_are_compared_only_with_results_of_the_same_gpu(tmp_path, monkey
     # the file a run resumes (or writes) is never its own baseline
     assert suite.previous_result("NVIDIA H200", (results / "gpu_20260301-0000.json",)).name == "gpu_20260201-0000.json"
     assert suite.previous_result("NVIDIA A100") is None
+
+
+def test_a_model_stopped_by_its_time_limit_keeps_what_it_measured(tmp_path, monkeypatch):
+    """2026-11-27 on an H100: the 0.5B model printed its three update MFUs and two rollout rates, then ran out of time
+    compiling the static-cache rollout; the suite recorded nothing of it. The benchmark now writes its JSON after
+    every measurement and the suite keeps those figures as ``partial``."""
+    suite = _suite()
+
+    def fake_run_step(name, cmd, timeout_s, env=None):
+        path = Path(cmd[cmd.index("--json") + 1])
+        if name.endswith("qwen2-0.5b"):  # two layouts measured, then the time limit
+            path.write_text(json.dumps({"gpu": "H100", "params": 5, "update": {
+                "padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3, "times_s": [1.0]},
+                "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3, "times_s": [0.8]}}}))
+        return {"ok": False, "tail": "timed out after 249 s"}
+
+    monkeypatch.setattr(suite, "run_step", fake_run_step)
+    out = suite.mfu_runs(argparse.Namespace(cpu_smoke=False), tmp_path, suite.time.time() + 600)
+    kept = out["qwen2-0.5b"]
+    assert kept["partial"] is True and kept["ok"] is False
+    assert kept["update"] == {"padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3},
+                              "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3}}
+    assert kept["rollout_tokens_per_s"] == {}
+    assert "partial" not in out["smollm2-135m"]  # nothing measured: still a failure
+    steps = {"update_mfu": out}
+    assert suite.failures(steps) == [f"update_mfu/{n}" for n in out if n != "qwen2-0.5b"]
+    figures = suite.summary(steps, "H100", "x", False, None)["figures"]
+    assert figures["update_mfu"]["qwen2-0.5b"]["shared"]["mfu"] == 0.097

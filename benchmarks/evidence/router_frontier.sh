@@ -16,6 +16,12 @@
 #   CALIBRATE=1 (a router.loss_mode=value checkpoint): also the head re-priced so that its mean route cost over the
 #   prompts is B, from the prompts alone (no label); CALIBRATE_ON=FILE sets that price on another router-infer output
 #   of the same checkpoint instead (e.g. another sample's answer.jsonl; a relative path is from the repository root)
+#   ROUTES_FROM=DIR ROUTES_CKPT=CKPT0: DIR is the folder (outputs/eval/NAME0) of an earlier run of this script on
+#   checkpoint CKPT0 whose actor has the same weights as CKPT's (a router trained on the same fixed actor; checked:
+#   their actor/huggingface/model.safetensors must be byte for byte equal, else it stops): the fixed routes'
+#   generations (and BFCL prompts) of DIR are reused, not generated again, and CKPT's head is scored in expectation
+#   from its routing probabilities alone (one router forward per prompt, --max_new_tokens 1, into head.jsonl); the
+#   head's own greedy generations (the 'learned' point) are not made
 # Niced; a policy whose generations exist is not generated again. Generations: outputs/eval/NAME/ (not committed);
 # results: benchmarks/results/NAME_frontier.{json,png}.
 set -euo pipefail
@@ -34,6 +40,9 @@ case $BENCHMARK in
   bfcl) [ -z "${PROMPTS:-}" ] || { echo "router_frontier.sh: PROMPTS with BENCHMARK=bfcl: the BFCL prompts come" \
           "from bfcl-eval (choose how many per category with BFCL_ROWS)" >&2; exit 2; }
         rows=${BFCL_ROWS:-12} skip=${BFCL_SKIP:-0} PROMPTS=$OUT/bfcl_prompts.parquet
+        if [ -n "${ROUTES_FROM:-}" ] && [ ! -s "$PROMPTS" ]; then  # the prompts its generations answer
+          cp "$ROUTES_FROM/bfcl_prompts.parquet" "$PROMPTS" && cp "$ROUTES_FROM/bfcl_rows" "$OUT/bfcl_rows"
+        fi
         # a folder made before BFCL_SKIP existed holds "ROWS" alone: the same as "ROWS skip 0"
         made=$(cat "$OUT/bfcl_rows" 2>/dev/null || true); [ -z "$made" ] || [ "${made#* }" != "$made" ] || made="$made skip 0"
         if [ -n "$made" ] && [ "$made" != "$rows skip $skip" ]; then  # its generations are of those rows
@@ -47,6 +56,29 @@ write_bfcl_parquet(sys.argv[1], None, int(sys.argv[2]), int(sys.argv[3]))' "$PRO
         policies=(--policy "learned=$OUT/answer.jsonl") ;;  # the head's router_probs, recorded under every route
   *) echo "router_frontier.sh: BENCHMARK=$BENCHMARK: expected rlla or bfcl" >&2; exit 2 ;;
 esac
+if [ -n "${ROUTES_FROM:-}" ]; then
+  [ -n "${ROUTES_CKPT:-}" ] || { echo "router_frontier.sh: ROUTES_FROM needs ROUTES_CKPT, the checkpoint that made" \
+    "its generations" >&2; exit 2; }
+  actor_weights() { "$PYTHON" -c 'import sys; from verl.router.checkpoint import resolve_checkpoint
+print(resolve_checkpoint(sys.argv[1]).hf_dir / "model.safetensors")' "$1"; }
+  if ! cmp -s "$(actor_weights "$CKPT")" "$(actor_weights "$ROUTES_CKPT")"; then
+    echo "router_frontier.sh: the actor weights of $CKPT and ROUTES_CKPT=$ROUTES_CKPT differ: the generations" \
+      "in $ROUTES_FROM are not this actor's; generate them again (leave ROUTES_FROM unset)" >&2
+    exit 2
+  fi
+  kept=()
+  for routes in "${fixed[@]}"; do
+    [ "$routes" = learned ] && continue
+    tag=${routes/:/_}
+    [ -s "$ROUTES_FROM/$tag.jsonl" ] || { echo "router_frontier.sh: $ROUTES_FROM/$tag.jsonl is missing" >&2; exit 2; }
+    [ -s "$OUT/$tag.jsonl" ] || cp "$ROUTES_FROM/$tag.jsonl" "$OUT/$tag.jsonl"
+    kept+=("$routes")
+  done
+  fixed=("${kept[@]}")
+  [ -s "$OUT/head.jsonl" ] || nice -n 19 "$PYTHON" -m verl.router.infer --checkpoint "$CKPT" --prompts "$PROMPTS" \
+    --output "$OUT/head.jsonl" --routes learned --max_new_tokens 1 --filter_overlong_prompts
+  policies=(--policy "learned=$OUT/head.jsonl")
+fi
 points=()
 for routes in "${fixed[@]}"; do
   tag=${routes/:/_}
@@ -76,6 +108,6 @@ fi
   --expected learned --benchmark "$BENCHMARK" "${calibrate[@]}" \
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
-  --command "${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }${BFCL_SKIP:+BFCL_SKIP=$BFCL_SKIP }${CALIBRATE:+CALIBRATE=$CALIBRATE }\
+  --command "${ROUTES_FROM:+ROUTES_FROM=$ROUTES_FROM ROUTES_CKPT=$ROUTES_CKPT }${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }${BFCL_SKIP:+BFCL_SKIP=$BFCL_SKIP }${CALIBRATE:+CALIBRATE=$CALIBRATE }\
 ${CALIBRATE_ON:+CALIBRATE_ON=$CALIBRATE_ON }BENCHMARK=$BENCHMARK bash \
 benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"

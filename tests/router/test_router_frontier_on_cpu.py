@@ -207,3 +207,70 @@ def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeyp
     monkeypatch.setattr(sys, "argv", argv + ["--calibrate_on", str(tmp_path / "mixed.jsonl")])
     with pytest.raises(SystemExit, match="several prices"):
         frontier.main()
+
+
+def _reuse_layout(tmp_path, same_weights: bool):
+    """A copy of router_frontier.sh in an empty tree, two checkpoints, an earlier frontier folder, and a stub
+    interpreter that runs ``-c`` snippets for real and records the router-infer and scoring calls."""
+    import shutil
+    import sys
+
+    script = tmp_path / "benchmarks" / "evidence" / "router_frontier.sh"
+    script.parent.mkdir(parents=True)
+    shutil.copy(REPO_ROOT / "benchmarks" / "evidence" / "router_frontier.sh", script)
+    for name, weights in (("old", b"actor"), ("new", b"actor" if same_weights else b"other")):
+        hf = tmp_path / name / "actor" / "huggingface"
+        hf.mkdir(parents=True)
+        (hf / "model.safetensors").write_bytes(weights)
+        (tmp_path / name / "actor" / "router_world_size_1_rank_0.pt").write_bytes(b"")
+        (tmp_path / name / "config.yaml").write_text("{}\n")
+    earlier = tmp_path / "outputs" / "eval" / "old_frontier"
+    earlier.mkdir(parents=True)
+    for tag in ("random_0.3", "learned", "answer", "search", "calculate"):
+        (earlier / f"{tag}.jsonl").write_text(f'{{"route": "{tag}"}}\n')
+    calls = tmp_path / "calls.txt"
+    stub = tmp_path / "python"
+    stub.write_text('#!/usr/bin/env bash\n'
+                    f'if [ "$1" = "-c" ]; then PYTHONPATH={REPO_ROOT} exec {sys.executable} "$@"; fi\n'
+                    f'echo "$*" >> {calls}\n'
+                    'if [ "$1" = "-m" ]; then while [ $# -gt 0 ]; do [ "$1" = "--output" ] && echo "{}" > "$2"; '
+                    'shift; done; fi\n')
+    stub.chmod(0o755)
+    return script, calls
+
+
+def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):
+    """ROUTES_FROM: the fixed routes' generations of a checkpoint with byte-equal actor weights are copied, the new
+    head is read from one router forward per prompt (head.jsonl, a --policy), and its greedy 'learned' point is not
+    made; with other actor weights the script stops before any work."""
+    import os
+    import subprocess
+
+    script, calls = _reuse_layout(tmp_path, same_weights=True)
+    env = dict(os.environ, PYTHON=str(tmp_path / "python"), ROUTES_FROM="outputs/eval/old_frontier",
+               ROUTES_CKPT=str(tmp_path / "old"), PROMPTS="prompts.parquet")
+    done = subprocess.run(["bash", str(script), str(tmp_path / "new"), "new_frontier", "0.3"], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = tmp_path / "outputs" / "eval" / "new_frontier"
+    assert sorted(p.name for p in out.iterdir()) == ["answer.jsonl", "calculate.jsonl", "head.jsonl",
+                                                     "random_0.3.jsonl", "search.jsonl"]
+    assert (out / "search.jsonl").read_text() == '{"route": "search"}\n'
+    infer, score = calls.read_text().splitlines()
+    assert infer.startswith(f"-m verl.router.infer --checkpoint {tmp_path / 'new'} --prompts prompts.parquet")
+    assert "--output outputs/eval/new_frontier/head.jsonl --routes learned --max_new_tokens 1" in infer
+    assert "--policy learned=outputs/eval/new_frontier/head.jsonl" in score
+    assert "learned=outputs/eval/new_frontier/learned.jsonl" not in score and "--expected learned" in score
+    assert "ROUTES_FROM=outputs/eval/old_frontier ROUTES_CKPT=" in score  # recorded in the result's command
+
+    calls.unlink()
+    script, calls = _reuse_layout(tmp_path / "other", same_weights=False)
+    env.update(PYTHON=str(tmp_path / "other" / "python"), ROUTES_CKPT=str(tmp_path / "other" / "old"))
+    refused = subprocess.run(["bash", str(script), str(tmp_path / "other" / "new"), "new_frontier", "0.3"], env=env,
+                             capture_output=True, text=True)
+    assert refused.returncode == 2 and "actor weights" in refused.stderr and "differ" in refused.stderr
+    assert not calls.exists()  # nothing generated, nothing scored
+    env.pop("ROUTES_CKPT")
+    missing = subprocess.run(["bash", str(script), str(tmp_path / "other" / "new"), "x", "0.3"], env=env,
+                             capture_output=True, text=True)
+    assert missing.returncode == 2 and "ROUTES_CKPT" in missing.stderr
