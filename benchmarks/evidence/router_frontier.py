@@ -52,6 +52,24 @@ def _mean_se(values: list[float]) -> dict:
     return {"mean": mean, "se": se}
 
 
+def group_stats(values: list[float]) -> dict:
+    """``{"n", "mean", "var"}`` of one group (sample variance; None where undefined): enough to pool groups exactly."""
+    n = len(values)
+    mean = sum(values) / n if n else None
+    var = sum((v - mean) ** 2 for v in values) / (n - 1) if n > 1 else None
+    return {"n": n, "mean": mean, "var": var}
+
+
+def gap(no_call: dict, call: dict) -> dict:
+    """``mean(no_call) − mean(call)`` of two :func:`group_stats` with Welch's standard error ``sqrt(var_a/n_a +
+    var_b/n_b)`` (None with fewer than two values in a group): how much less often a policy takes a tool route on the
+    prompts whose ground truth calls no tool than on those that call one. The groups are kept in the result."""
+    diff = no_call["mean"] - call["mean"] if no_call["n"] and call["n"] else None
+    se = (math.sqrt(no_call["var"] / no_call["n"] + call["var"] / call["n"])
+          if no_call["var"] is not None and call["var"] is not None else None)
+    return {"no_call_minus_call": diff, "se": se, "no_call": no_call, "call": call}
+
+
 def needs_tool(row: dict) -> bool:
     """Whether the ground truth of a generation row calls a tool: a BFCL row (``bfcl_category``) unless its category
     is an irrelevance one, an RLLA row when its ground truth holds ``<tool_call>``."""
@@ -112,9 +130,11 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
     Args: ``probs`` {row_key: {route name: probability}}; ``route_values`` {route name: :func:`per_row_values`};
         ``needs_tool`` {row_key: the ground truth calls a tool}; ``metrics`` the metric names of the values;
         ``groups`` {row_key: group name} (e.g. the BFCL category), or None.
-    Returns: the fields of :func:`policy_point` (``routes`` holds expected counts), the tool-route share split by
-        whether a tool pays on the prompt in hindsight (``tool_pays``: the better tool route's greedy response scores
-        above the ANSWER route's; ``tool_does_not_pay``), with ``groups`` the mean tool-route probability per group
+    Returns: the fields of :func:`policy_point` (``routes`` holds expected counts), the difference of the mean
+        tool-route probability between prompts whose ground truth calls no tool and those that call one with its
+        Welch standard error (:func:`gap`, ``tool_route_frac_gap``), the tool-route share split by whether a tool
+        pays on the prompt in hindsight (``tool_pays``: the better tool route's greedy response scores above the
+        ANSWER route's; ``tool_does_not_pay``), with ``groups`` the mean tool-route probability per group
         (``tool_route_frac_by_group``), plus ``per_prompt`` values for paired comparisons.
     """
     keys = sorted(probs)
@@ -142,6 +162,7 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
             **{m: _mean_se(per_prompt[m]) for m in metrics},
             "ground_truth_calls_a_tool": share(tool_share[True]),
             "ground_truth_calls_no_tool": share(tool_share[False]),
+            "tool_route_frac_gap": gap(group_stats(tool_share[False]), group_stats(tool_share[True])),
             "tool_pays": share(pays_share[True]), "tool_does_not_pay": share(pays_share[False]),
             "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
 

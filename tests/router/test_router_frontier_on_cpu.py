@@ -274,3 +274,56 @@ def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):
     missing = subprocess.run(["bash", str(script), str(tmp_path / "other" / "new"), "x", "0.3"], env=env,
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "ROUTES_CKPT" in missing.stderr
+
+
+def test_tool_route_gap_between_no_call_and_call_prompts_by_hand():
+    """tool_route_frac_gap: mean P(tool route) on no-call prompts minus on call prompts, Welch's se."""
+    keys = [("rlla", i, 0) for i in range(5)]
+    values = {a: {k: {"cost": float(a != "ANSWER"), "score": 0.0} for k in keys} for a in frontier.ROUTES}
+    tool_p = [0.1, 0.3, 0.8, 0.6, 1.0]  # two no-call prompts, then three call prompts
+    probs = {k: {"ANSWER": 1 - p, "SEARCH": p} for k, p in zip(keys, tool_p)}
+    needs = dict(zip(keys, [False, False, True, True, True]))
+    gap = frontier.expected_point(probs, values, needs, ("score",))["tool_route_frac_gap"]
+    # means 0.2 and 0.8; sample variances 0.02 and 0.04: se = sqrt(0.02/2 + 0.04/3)
+    assert gap["no_call_minus_call"] == pytest.approx(-0.6)
+    assert gap["se"] == pytest.approx((0.02 / 2 + 0.04 / 3) ** 0.5)
+    one = frontier.expected_point({k: probs[k] for k in keys[1:]}, values, {k: needs[k] for k in keys[1:]},
+                                  ("score",))["tool_route_frac_gap"]
+    assert one["no_call_minus_call"] == pytest.approx(-0.5) and one["se"] is None  # one no-call prompt: no se
+
+
+def test_pooling_frontiers_of_disjoint_samples_by_hand(tmp_path):
+    """pool_frontiers.py: the gain pooled with prompt weights; the tool-route groups pooled exactly (the same as
+    computing them on the concatenated prompts)."""
+    import json
+    import statistics
+
+    spec = importlib.util.spec_from_file_location("pool_frontiers",
+                                                  REPO_ROOT / "benchmarks" / "evidence" / "pool_frontiers.py")
+    pool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pool)
+    no_call_a, call_a, no_call_b, call_b = [0.1, 0.3], [0.9, 0.7, 0.8], [0.2], [0.4, 1.0]
+
+    def point(rows, gain_mean, gain_se, cost, no_call, call):
+        return {"rows": rows, "mean_cost": cost, pool.GAIN: {"score": {"mean": gain_mean, "se": gain_se}},
+                "tool_route_frac_gap": frontier.gap(frontier.group_stats(no_call), frontier.group_stats(call))}
+
+    files = []
+    samples = (("a", point(5, 2.0, 1.0, 0.3, no_call_a, call_a)), ("b", point(3, 1.0, 1.0, 0.5, no_call_b, call_b)))
+    for name, p in samples:
+        files.append(tmp_path / f"{name}.json")
+        files[-1].write_text(json.dumps({"points": {"learned_expected": p}}))
+    out = tmp_path / "pooled.json"
+    assert pool.main([*map(str, files), "--points", "learned_expected", "--output", str(out)]) == 0
+    pooled = json.loads(out.read_text())["points"]["learned_expected"]
+    assert pooled["rows"] == 8 and pooled["mean_cost"] == pytest.approx((5 * 0.3 + 3 * 0.5) / 8)
+    assert pooled[pool.GAIN]["score"]["mean"] == pytest.approx((5 * 2.0 + 3 * 1.0) / 8)
+    assert pooled[pool.GAIN]["score"]["se"] == pytest.approx((25 + 9) ** 0.5 / 8)
+    gap = pooled["tool_route_frac_gap"]
+    no_call, call = no_call_a + no_call_b, call_a + call_b
+    assert gap["no_call"]["var"] == pytest.approx(statistics.variance(no_call))
+    assert gap["call"]["var"] == pytest.approx(statistics.variance(call))
+    assert gap["no_call_minus_call"] == pytest.approx(statistics.mean(no_call) - statistics.mean(call))
+    assert gap["se"] == pytest.approx((statistics.variance(no_call) / 3 + statistics.variance(call) / 5) ** 0.5)
+    with pytest.raises(SystemExit, match="missing"):
+        pool.main([*map(str, files), "--points", "learned_calibrated_expected", "--output", str(out)])

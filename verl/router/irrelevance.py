@@ -29,6 +29,7 @@ import argparse
 import json
 import logging
 import random
+from collections import Counter
 from typing import Mapping, Optional, Sequence
 
 import pyarrow as pa
@@ -140,7 +141,8 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
         prompt = irrelevant_prompt(rows[i]["prompt"], calls[i], donors)
         if prompt is None:
             continue
-        extra = {**rows[i]["extra_info"], "index": next_index + len(new_rows), SOURCE_KEY: rows[i]["extra_info"]["index"]}
+        extra = {**rows[i]["extra_info"], "index": next_index + len(new_rows),
+                 SOURCE_KEY: rows[i]["extra_info"]["index"]}
         new_rows.append({**rows[i], "prompt": prompt, "extra_info": extra,
                          "reward_model": {**rows[i]["reward_model"], "ground_truth": NO_CALL_GROUND_TRUTH}})
     if len(new_rows) < want:
@@ -172,9 +174,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     write_parquet_atomic(table, args.output)
     sources = table.column("extra_info").combine_chunks().field(SOURCE_KEY).to_pylist()
     added = sum(s >= 0 for s in sources)
-    labels = {k: table.column(LABEL_COLUMN).to_pylist().count(k) for k in sorted(set(table.column(LABEL_COLUMN).to_pylist()))}
+    labels = Counter(table.column(LABEL_COLUMN).to_pylist())
     logger.info("wrote %s: %d rows (%d irrelevance rows added), labels %s", args.output, table.num_rows, added,
-                json.dumps(labels))
+                json.dumps(dict(sorted(labels.items()))))
     return 0
 
 
