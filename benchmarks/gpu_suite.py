@@ -11,7 +11,8 @@ step with under ``MIN_LAUNCH_S`` left is recorded as not run instead of being st
    prefill, static KV cache); then the packed and shared layouts with FlexAttention, all three with each decoder
    layer compiled, and with gradient checkpointing; and the SmolLM2-135M-shaped model (update and rollout); a model
    stopped by its time limit keeps the figures it measured before (``partial``; the benchmark writes its JSON after
-   every measurement), and ``--resume`` keeps it as measured;
+   every measurement), and ``--resume`` keeps it as measured (delete its entry from the JSON to measure it again);
+   a model that crashed keeps its figures too but stays a failure;
 2. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
    where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray) at
    ``TRAIN_SIZES``: seconds per step and each phase's share of the step (a run stopped by its time limit after two
@@ -117,8 +118,9 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
                                 for k, v in result["update"].items()},
                         rollout_tokens_per_s={k: v["tokens_per_s"] for k, v in result.get("rollout", {}).items()},
                         device=result["gpu"], params=result["params"])
-            if not step["ok"] and (step["update"] or step["rollout_tokens_per_s"]):
-                step["partial"] = True
+            timed_out = "returncode" in step and step["returncode"] is None
+            if timed_out and (step["update"] or step["rollout_tokens_per_s"]):
+                step["partial"] = True  # stopped by its time limit, not a crash: what it measured counts
         out[name] = step
     return {name: out[name] for name in configs if name in out}
 

@@ -164,11 +164,13 @@ def test_a_model_stopped_by_its_time_limit_keeps_what_it_measured(tmp_path, monk
 
     def fake_run_step(name, cmd, timeout_s, env=None):
         path = Path(cmd[cmd.index("--json") + 1])
-        if name.endswith("qwen2-0.5b"):  # two layouts measured, then the time limit
+        if name.endswith(("qwen2-0.5b", "smollm2-135m")):  # two layouts measured, then the time limit / a crash
             path.write_text(json.dumps({"gpu": "H100", "params": 5, "update": {
                 "padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3, "times_s": [1.0]},
                 "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3, "times_s": [0.8]}}}))
-        return {"ok": False, "tail": "timed out after 249 s"}
+        if name.endswith("smollm2-135m"):
+            return {"ok": False, "returncode": 1, "tail": "CUDA out of memory"}
+        return {"ok": False, "returncode": None, "tail": "timed out after 249 s"}
 
     monkeypatch.setattr(suite, "run_step", fake_run_step)
     out = suite.mfu_runs(argparse.Namespace(cpu_smoke=False), tmp_path, suite.time.time() + 600)
@@ -177,7 +179,9 @@ def test_a_model_stopped_by_its_time_limit_keeps_what_it_measured(tmp_path, monk
     assert kept["update"] == {"padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3},
                               "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3}}
     assert kept["rollout_tokens_per_s"] == {}
-    assert "partial" not in out["smollm2-135m"]  # nothing measured: still a failure
+    assert "partial" not in out["qwen2-0.5b_gc"]  # nothing measured: a failure
+    crashed = out["smollm2-135m"]  # figures kept, but a crash stays a failure
+    assert "partial" not in crashed and crashed["update"]["padded"]["mfu"] == 0.081
     steps = {"update_mfu": out}
     assert suite.failures(steps) == [f"update_mfu/{n}" for n in out if n != "qwen2-0.5b"]
     figures = suite.summary(steps, "H100", "x", False, None)["figures"]

@@ -6,9 +6,9 @@
 For each point (a stochastic policy scored in expectation by ``router_frontier.py``) present in every file:
 
 - the paired gain over random routing at the same cost with the policy's own SEARCH : CALCULATE split
-  (``paired_vs_random_same_cost_same_split_expected.score``): the per-prompt gains of the samples are one sample, so
-  the pooled mean is ``Σ n_i m_i / N`` and its standard error ``sqrt(Σ n_i² se_i²) / N`` (``n_i`` prompts, ``N`` in
-  all); the same weights for the mean cost;
+  (``paired_vs_random_same_cost_same_split_expected.score``): the prompt-weighted mean of the samples' mean gains,
+  ``Σ n_i m_i / N``, with the standard error of that weighted mean of independent samples, ``sqrt(Σ n_i² se_i²) / N``
+  (``n_i`` prompts, ``N`` in all); the same weights for the mean cost;
 - ``tool_route_frac_gap``: the two groups (prompts whose ground truth calls no tool / calls one) are pooled exactly
   from each sample's ``n``, ``mean`` and sample variance, and Welch's standard error is computed on the pooled groups
   (``router_frontier.gap``).
@@ -81,9 +81,10 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"point {label!r} is missing from {missing}")
         pooled[label] = pool_point([points[label] for points in loaded.values()])
         g, d = pooled[label][GAIN]["score"], pooled[label]["tool_route_frac_gap"]
+        fmt = lambda x, spec: "n/a" if x is None else format(x, spec)  # noqa: E731
         print(f"{label}: {pooled[label]['rows']} prompts, cost {pooled[label]['mean_cost']:.3f}, gain over random at "
               f"the same cost and split {g['mean']:+.4f} ± {g['se']:.4f}; P(tool route) no-call minus call "
-              f"{d['no_call_minus_call']:+.3f} ± {d['se']:.3f}")
+              f"{fmt(d['no_call_minus_call'], '+.3f')} ± {fmt(d['se'], '.3f')}")
     Path(args.output).write_text(json.dumps({"frontiers": args.frontiers, "points": pooled}, indent=2) + "\n")
     return 0
 

@@ -369,6 +369,11 @@ def main() -> None:
         if args.expected and args.expected not in policies:
             probs_of = {args.expected: rows[args.expected], **probs_of}
         for label, table in probs_of.items():
+            keys = {row_key(r) for r in table}
+            if keys != set(needs):
+                raise SystemExit(f"{label}: its {len(keys)} rows are not the prompts of the route generations "
+                                 f"({len(set(needs))} rows; {len(keys - set(needs))} of its keys are not among them): "
+                                 "were they made from the same prompts file and prompt-length filter?")
             learned, matched = score_in_expectation({row_key(r): r["router_probs"] for r in table}, values, needs,
                                                     random_b, metrics, groups)
             points[f"{label}_expected"] = learned

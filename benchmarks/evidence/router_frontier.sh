@@ -40,8 +40,14 @@ case $BENCHMARK in
   bfcl) [ -z "${PROMPTS:-}" ] || { echo "router_frontier.sh: PROMPTS with BENCHMARK=bfcl: the BFCL prompts come" \
           "from bfcl-eval (choose how many per category with BFCL_ROWS)" >&2; exit 2; }
         rows=${BFCL_ROWS:-12} skip=${BFCL_SKIP:-0} PROMPTS=$OUT/bfcl_prompts.parquet
-        if [ -n "${ROUTES_FROM:-}" ] && [ ! -s "$PROMPTS" ]; then  # the prompts its generations answer
-          cp "$ROUTES_FROM/bfcl_prompts.parquet" "$PROMPTS" && cp "$ROUTES_FROM/bfcl_rows" "$OUT/bfcl_rows"
+        if [ -n "${ROUTES_FROM:-}" ]; then  # the prompts its generations answer
+          if [ ! -s "$PROMPTS" ]; then
+            cp "$ROUTES_FROM/bfcl_prompts.parquet" "$PROMPTS" || exit 2
+            cp "$ROUTES_FROM/bfcl_rows" "$OUT/bfcl_rows" || exit 2
+          elif ! cmp -s "$PROMPTS" "$ROUTES_FROM/bfcl_prompts.parquet"; then
+            echo "router_frontier.sh: $PROMPTS differs from $ROUTES_FROM/bfcl_prompts.parquet: use another NAME" >&2
+            exit 2
+          fi
         fi
         # a folder made before BFCL_SKIP existed holds "ROWS" alone: the same as "ROWS skip 0"
         made=$(cat "$OUT/bfcl_rows" 2>/dev/null || true); [ -z "$made" ] || [ "${made#* }" != "$made" ] || made="$made skip 0"
@@ -61,7 +67,9 @@ if [ -n "${ROUTES_FROM:-}" ]; then
     "its generations" >&2; exit 2; }
   actor_weights() { "$PYTHON" -c 'import sys; from verl.router.checkpoint import resolve_checkpoint
 print(resolve_checkpoint(sys.argv[1]).hf_dir / "model.safetensors")' "$1"; }
-  if ! cmp -s "$(actor_weights "$CKPT")" "$(actor_weights "$ROUTES_CKPT")"; then
+  weights=$(actor_weights "$CKPT")
+  weights_then=$(actor_weights "$ROUTES_CKPT")
+  if ! cmp -s "$weights" "$weights_then"; then
     echo "router_frontier.sh: the actor weights of $CKPT and ROUTES_CKPT=$ROUTES_CKPT differ: the generations" \
       "in $ROUTES_FROM are not this actor's; generate them again (leave ROUTES_FROM unset)" >&2
     exit 2

@@ -27,7 +27,7 @@ def _row(index, tools, gt, question="What about Oslo?"):
             "prompt": [{"role": "system", "content": render_system([TOOLS[t] for t in tools])},
                        {"role": "user", "content": f"**Dialogue Records History**\n<user> {question} </user>"}],
             "reward_model": {"ground_truth": gt, "style": "rule"},
-            "extra_info": {"index": index, "split": "train"}}
+            "extra_info": {"index": index, "split": "train", "instruction": "the system message", "output": gt}}
 
 
 def _table(rows):
@@ -89,6 +89,8 @@ def test_table_rows_labels_and_indices():
         assert r[LABEL_COLUMN] == "ANSWER"
         assert r["prompt"][1] == by_index[source]["prompt"][1]  # the source's question
         assert list(json.loads(r["extra_info"][TOOL_FAMILIES_KEY])) == _tools_of(r)
+        assert r["extra_info"]["instruction"] == r["prompt"][0]["content"]
+        assert r["extra_info"]["output"] == NO_CALL_GROUND_TRUTH
     # a fraction draws that many rows, the same ones for the same seed
     half = add_irrelevance_rows(_table(rows), fraction=0.5, seed=3).to_pylist()
     assert len(half) == 7 and half == add_irrelevance_rows(_table(rows), fraction=0.5, seed=3).to_pylist()
@@ -105,7 +107,7 @@ def test_errors_name_the_problem():
         add_irrelevance_rows(_table(lonely), fraction=1.0)
     with pytest.raises(ValueError, match="missing column 'prompt'"):
         add_irrelevance_rows(_table(rows).drop_columns(["prompt"]), fraction=0.5, source="f.parquet")
-    bad = [dict(rows[0], extra_info={"index": None, "split": "train"})]
+    bad = [dict(rows[0], extra_info={**rows[0]["extra_info"], "index": None})]
     with pytest.raises(ValueError, match=r"f.parquet:0: extra_info.index"):
         add_irrelevance_rows(_table(bad), fraction=1.0, source="f.parquet")
 
@@ -121,7 +123,7 @@ def test_toolrl_reward_on_a_new_row():
     assert call[1:3] == (0.0, 0.0)
 
 
-def test_cli_on_the_real_train_split(shared_dir, tmp_path):
+def test_cli_on_the_real_test_split(shared_dir, tmp_path):
     src = shared_dir / "data" / "rlla_4k" / "test.parquet"
     out = tmp_path / "irrel.parquet"
     assert main(["--input", str(src), "--output", str(out), "--fraction", "0.25", "--seed", "1"]) == 0

@@ -237,6 +237,14 @@ def _reuse_layout(tmp_path, same_weights: bool):
                     'shift; done; fi\n')
     stub.chmod(0o755)
     return script, calls
+    # a head read from another prompt set (one row fewer) is refused by name, not with a bare KeyError
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join((tmp_path / "answer.jsonl").read_text().splitlines(keepends=True)[:3]))
+    monkeypatch.setattr(sys, "argv", ["router_frontier.py", answer, search, calculate, "--budget", "0.3",
+                                      "--benchmark", "bfcl", "--expected", "learned", "--policy", f"learned={short}",
+                                      "--output", str(tmp_path / "g.json")])
+    with pytest.raises(SystemExit, match="learned: its 3 rows are not the prompts of the route generations"):
+        frontier.main()
 
 
 def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):
@@ -270,6 +278,11 @@ def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):
                              capture_output=True, text=True)
     assert refused.returncode == 2 and "actor weights" in refused.stderr and "differ" in refused.stderr
     assert not calls.exists()  # nothing generated, nothing scored
+    env.update(ROUTES_CKPT=str(tmp_path / "nowhere"))  # a checkpoint that cannot be read: its own error, no "differ"
+    unreadable = subprocess.run(["bash", str(script), str(tmp_path / "other" / "new"), "x", "0.3"], env=env,
+                                capture_output=True, text=True)
+    assert unreadable.returncode != 0 and "not a directory" in unreadable.stderr
+    assert "differ" not in unreadable.stderr and not calls.exists()
     env.pop("ROUTES_CKPT")
     missing = subprocess.run(["bash", str(script), str(tmp_path / "other" / "new"), "x", "0.3"], env=env,
                              capture_output=True, text=True)

@@ -16,9 +16,13 @@ Construction of one row, from a source row whose ground truth calls tools (its f
    ``<response>`` line. ToolRL's reward then gives the format term for a ``<think>`` + ``<response>`` answer without
    a call, and a correctness term of 0 whatever the response says (``docs/rlla_reward.md``).
 4. ``extra_info.index`` continues after the table's largest index; ``extra_info.irrelevance_source`` is the source
-   row's ``extra_info.index`` (-1 on the original rows, which are kept unchanged and first).
+   row's ``extra_info.index`` (-1 on the original rows, which are kept unchanged and first); ``extra_info.instruction``
+   and ``extra_info.output`` (RLLA's copies of the system message and the answer), where present, are the new ones.
 
-``python -m verl.router.irrelevance --input DIR/train_router.parquet --output DIR/train_router_irrel.parquet
+Only the tools the ground truth calls are removed: in a multi-part question a listed tool may still answer another
+part, so a few rows are imperfect no-call examples.
+
+``python -m verl.router.irrelevance --input DIR/train_router.parquet --output NEW_DIR/train_router.parquet
 --fraction 0.25 --seed 1`` appends ``round(fraction × rows with a call)`` such rows, drawn without replacement with
 ``random.Random(seed)``, then labels every row again (:func:`verl.router.preprocess.label_table`: the new rows get
 the weak label ANSWER and the families of their own tools).
@@ -143,6 +147,10 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
             continue
         extra = {**rows[i]["extra_info"], "index": next_index + len(new_rows),
                  SOURCE_KEY: rows[i]["extra_info"]["index"]}
+        if "instruction" in extra:  # RLLA's copy of the system message
+            extra["instruction"] = system_text_of(prompt)
+        if "output" in extra:  # ... and of the answer
+            extra["output"] = NO_CALL_GROUND_TRUTH
         new_rows.append({**rows[i], "prompt": prompt, "extra_info": extra,
                          "reward_model": {**rows[i]["reward_model"], "ground_truth": NO_CALL_GROUND_TRUTH}})
     if len(new_rows) < want:
