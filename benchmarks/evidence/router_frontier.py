@@ -370,9 +370,9 @@ def main() -> None:
             probs_of = {args.expected: rows[args.expected], **probs_of}
         for label, table in probs_of.items():
             keys = {row_key(r) for r in table}
-            if keys != set(needs):
+            if keys != needs.keys():
                 raise SystemExit(f"{label}: its {len(keys)} rows are not the prompts of the route generations "
-                                 f"({len(set(needs))} rows; {len(keys - set(needs))} of its keys are not among them): "
+                                 f"({len(needs)} rows; {len(keys - needs.keys())} of its keys are not among them): "
                                  "were they made from the same prompts file and prompt-length filter?")
             learned, matched = score_in_expectation({row_key(r): r["router_probs"] for r in table}, values, needs,
                                                     random_b, metrics, groups)

@@ -207,6 +207,14 @@ def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeyp
     monkeypatch.setattr(sys, "argv", argv + ["--calibrate_on", str(tmp_path / "mixed.jsonl")])
     with pytest.raises(SystemExit, match="several prices"):
         frontier.main()
+    # a head read from another prompt set (one row fewer) is refused by name, not with a bare KeyError
+    short = tmp_path / "short.jsonl"
+    short.write_text("".join((tmp_path / "answer.jsonl").read_text().splitlines(keepends=True)[:3]))
+    monkeypatch.setattr(sys, "argv", ["router_frontier.py", answer, search, calculate, "--budget", "0.3",
+                                      "--benchmark", "bfcl", "--expected", "learned", "--policy", f"learned={short}",
+                                      "--output", str(tmp_path / "g.json")])
+    with pytest.raises(SystemExit, match="learned: its 3 rows are not the prompts of the route generations"):
+        frontier.main()
 
 
 def _reuse_layout(tmp_path, same_weights: bool):
@@ -237,14 +245,6 @@ def _reuse_layout(tmp_path, same_weights: bool):
                     'shift; done; fi\n')
     stub.chmod(0o755)
     return script, calls
-    # a head read from another prompt set (one row fewer) is refused by name, not with a bare KeyError
-    short = tmp_path / "short.jsonl"
-    short.write_text("".join((tmp_path / "answer.jsonl").read_text().splitlines(keepends=True)[:3]))
-    monkeypatch.setattr(sys, "argv", ["router_frontier.py", answer, search, calculate, "--budget", "0.3",
-                                      "--benchmark", "bfcl", "--expected", "learned", "--policy", f"learned={short}",
-                                      "--output", str(tmp_path / "g.json")])
-    with pytest.raises(SystemExit, match="learned: its 3 rows are not the prompts of the route generations"):
-        frontier.main()
 
 
 def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):

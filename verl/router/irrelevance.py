@@ -39,7 +39,7 @@ from typing import Mapping, Optional, Sequence
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from verl.router.families import parse_tools_block, system_text_of
+from verl.router.families import ToolsBlock, parse_tools_block, system_text_of
 from verl.router.preprocess import LABEL_COLUMN, label_table
 from verl.utils.dataset.rlla_data import write_parquet_atomic
 from verl.utils.reward_score.rlla import parse_ground_truth_tools
@@ -62,9 +62,9 @@ def called_tool_names(ground_truth: str) -> set[str]:
     return {c["name"] for c in parse_ground_truth_tools(ground_truth) if isinstance(c, Mapping) and "name" in c}
 
 
-def _with_tools(system: str, entries: Sequence[str]) -> str:
-    """``system`` with its tools block's entries replaced by ``entries`` (entry texts without numbers), renumbered."""
-    block = parse_tools_block(system)
+def _with_tools(system: str, block: ToolsBlock, entries: Sequence[str]) -> str:
+    """``system`` with the entries of its tools block (``block``, parsed from it) replaced by ``entries`` (entry texts
+    without numbers), renumbered."""
     head = system[:block.start] + system[block.start:block.end].split("\n")[0]  # the header line
     intro = f"\n{block.intro}" if block.intro else ""
     body = "\n".join(f"{i}. {text}" for i, text in enumerate(entries, start=1))
@@ -95,7 +95,7 @@ def irrelevant_prompt(prompt: Sequence[Mapping], called: set[str], donors: Seque
             break
     if not kept:
         return None
-    new_system = _with_tools(system, kept)
+    new_system = _with_tools(system, block, kept)
     out, replaced = [], False
     for message in prompt:
         message = dict(message)
@@ -163,9 +163,7 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
     schema = table.schema.set(table.schema.get_field_index("extra_info"), pa.field("extra_info", pa.struct(fields)))
     if LABEL_COLUMN in schema.names:  # written again by label_table
         schema = schema.remove(schema.get_field_index(LABEL_COLUMN))
-        rows = [{k: v for k, v in r.items() if k != LABEL_COLUMN} for r in rows + new_rows]
-    else:
-        rows = rows + new_rows
+    rows = [{k: v for k, v in r.items() if k != LABEL_COLUMN} for r in rows + new_rows]
     return label_table(pa.Table.from_pylist(rows, schema=schema), source=source)
 
 
