@@ -12,7 +12,11 @@
 #   value_ridge the settings that README "Does it learn?" item 6 showed holding the budget and beating random routing:
 #               the router trained alone on the fixed actor (verl's trainer.critic_warmup beyond the run, no reference
 #               or KL), every route for every prompt (ROLLOUT_N=3), greedy rollouts, ANSWER copies unable to open a
-#               tool call, and the head as the ridge fit of each route's task reward, priced by λ when routing
+#               tool call, and the head as the ridge fit of each route's task reward, priced by λ when routing;
+#               trained on RLLA plus irrelevance rows (README "Does it learn?" item 11)
+# IRRELEVANCE_FRACTION (0 to 1; default 0.25 for value_ridge, 0 for option_a) adds that many irrelevance rows per train
+# row with a tool call (python -m verl.router.irrelevance: prompts whose tools cannot answer, ground truth "no call"),
+# drawn with IRRELEVANCE_SEED (default 1)
 set -euo pipefail
 cd "$(dirname "$0")"
 export EXPERIMENT_NAME=${EXPERIMENT_NAME:-baseline_router}
@@ -22,13 +26,21 @@ case "${ROUTER_RECIPE:-}" in  # checked before any set-up, data or model work
   ""|option_a|value_ridge) ;;
   *) echo "ROUTER_RECIPE=$ROUTER_RECIPE: expected option_a or value_ridge" >&2; exit 2 ;;
 esac
+if [ -n "${IRRELEVANCE_FRACTION:-}" ] && ! [[ "$IRRELEVANCE_FRACTION" =~ ^(0*\.[0-9]+|0+|1(\.0*)?)$ ]]; then
+  echo "IRRELEVANCE_FRACTION=$IRRELEVANCE_FRACTION: expected a number from 0 (no irrelevance rows) to 1" >&2; exit 2
+fi
+if [ -n "${IRRELEVANCE_SEED:-}" ] && ! [[ "$IRRELEVANCE_SEED" =~ ^[0-9]+$ ]]; then
+  echo "IRRELEVANCE_SEED=$IRRELEVANCE_SEED: expected a whole number" >&2; exit 2
+fi
 USER_ROLLOUT_N=${ROLLOUT_N:-} USER_ROLLOUT_NAME=${ROLLOUT_NAME:-}
 source scripts/hw_defaults.sh
 BUDGET_B=${BUDGET_B:-0.3}
 if [ "$N_GPUS" -gt 0 ]; then : "${ROUTER_RECIPE:=option_a}"; else : "${ROUTER_RECIPE:=value_ridge}"; fi
 case "$ROUTER_RECIPE" in
-  option_a) RECIPE_ARGS=() ;;
+  option_a) RECIPE_ARGS=(); : "${IRRELEVANCE_FRACTION:=0}" ;;
   value_ridge)
+    # RLLA's train split plus a quarter as many irrelevance rows (README "Does it learn?" item 11)
+    : "${IRRELEVANCE_FRACTION:=0.25}"
     # one copy per route (greedy: a 4th copy would repeat one); the HF rollout, which can ban tool calls on ANSWER
     ROLLOUT_N=${USER_ROLLOUT_N:-3} ROLLOUT_NAME=${USER_ROLLOUT_NAME:-hf}
     RECIPE_ARGS=(trainer.critic_warmup=1000000 algorithm.use_kl_in_reward=False
@@ -40,12 +52,19 @@ esac
 if [ ! -f "$DATA_DIR/train_router.parquet" ] || [ ! -f "$DATA_DIR/test_router.parquet" ]; then
   "$PYTHON" -m verl.router.preprocess --data_dir "$DATA_DIR"
 fi
+# irrelevance rows (docs/router.md): a train file of their own beside train_router.parquet, made once, remade only when
+# its input changed; validation stays test_router.parquet
+TRAIN_FILE=$DATA_DIR/train_router.parquet
+if ! [[ "$IRRELEVANCE_FRACTION" =~ ^[0.]+$ ]]; then
+  TRAIN_FILE=$("$PYTHON" -m verl.router.irrelevance --data_dir "$DATA_DIR" --fraction "$IRRELEVANCE_FRACTION" \
+    --seed "${IRRELEVANCE_SEED:-1}")
+fi
 RUN_DIR=${RUN_DIR:-outputs/$PROJECT_NAME/$EXPERIMENT_NAME}
 # The trainer runs as a child so that `kill <this script>` (SIGTERM) reaches it: it finishes the step in flight, saves
 # a checkpoint and exits non-zero (trainer.save_on_exit). Ctrl-C reaches it directly through the terminal.
 "$PYTHON" -m verl.trainer.main_ppo \
   algorithm.adv_estimator=grpo \
-  data.train_files=${DATA_DIR}/train_router.parquet \
+  data.train_files=${TRAIN_FILE} \
   data.val_files=${DATA_DIR}/test_router.parquet \
   data.train_batch_size=$TRAIN_BATCH_SIZE \
   data.val_batch_size=128 \

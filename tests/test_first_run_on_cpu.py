@@ -10,10 +10,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from conftest import REPO_ROOT, shared_path
+from verl.router.irrelevance import add_irrelevance_rows
 
 sys.path.insert(0, str(REPO_ROOT / "scripts"))
 import check_env  # noqa: E402  (scripts/ is not a package: the check runs before anything is installed)
@@ -96,6 +98,12 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     assert router["answer_forbids_tool_calls"] is True and router["value_temperature"] == 0.25
     assert rollout["n"] == 3 and rollout["do_sample"] is False
     assert rl["trainer"]["critic_warmup"] == 1000000 and rl["algorithm"]["use_kl_in_reward"] is False
+    # ... trained on RLLA plus irrelevance rows (IRRELEVANCE_FRACTION=0.25, seed 1), validated on RLLA alone
+    train_file = data / "train_router_irrelevance_f0.25_s1.parquet"
+    assert Path(rl["data"]["train_files"]).resolve() == train_file.resolve()
+    assert Path(rl["data"]["val_files"]).resolve() == (data / "test_router.parquet").resolve()
+    assert pq.read_table(train_file).to_pylist() == \
+        add_irrelevance_rows(pq.read_table(data / "train_router.parquet"), 0.25, seed=1).to_pylist()
     step = steps[0]
     assert "actor/pg_loss" not in step  # the actor was not updated
     for route in ("answer", "search", "calculate"):  # one copy of each prompt per route
@@ -184,6 +192,8 @@ def test_requirements_come_from_pyproject():
     ("train_grpo.sh", "ROLLOUT_N", "4x", "an integer"), ("train_grpo.sh", "LR", "fast", "a number such as 1e-4"),
     ("train_grpo.sh", "SHARED_PROMPT", "yes", "True or False"),
     ("run_router_training.sh", "ROUTER_RECIPE", "ridge", "option_a or value_ridge"),
+    ("run_router_training.sh", "IRRELEVANCE_FRACTION", "1.5", "a number from 0 (no irrelevance rows) to 1"),
+    ("run_router_training.sh", "IRRELEVANCE_SEED", "one", "a whole number"),
 ])
 def test_launch_script_variables_are_checked_before_any_work(script, name, value, expected, tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path), **{name: value})

@@ -132,3 +132,48 @@ def test_cli_on_the_real_test_split(shared_dir, tmp_path):
     assert table.num_rows == original.num_rows + round(0.25 * with_call)
     new = table.to_pylist()[original.num_rows:]
     assert all(r[LABEL_COLUMN] == "ANSWER" and r["extra_info"][SOURCE_KEY] >= 0 for r in new)
+
+
+def test_prepare_train_file_builds_once_and_again_only_when_its_input_changes(tmp_path, monkeypatch, capsys):
+    """The main job's form (run_router_training.sh, IRRELEVANCE_FRACTION): the file beside train_router.parquet equals
+    add_irrelevance_rows of it; kept when up to date, rebuilt when the input changed; its path on stdout."""
+    import verl.router.irrelevance as irrelevance
+
+    rows = [_row(i, ["weather", "population", "area"], _gt(["weather", "population", "area"][i % 3]))
+            for i in range(8)]
+    pq.write_table(_table(rows), tmp_path / "train_router.parquet")
+    out = irrelevance.prepare_train_file(tmp_path, 0.5, seed=3)
+    assert out == tmp_path / "train_router_irrelevance_f0.5_s3.parquet"
+    expected = add_irrelevance_rows(_table(rows), 0.5, seed=3)
+    assert pq.read_table(out).to_pylist() == expected.to_pylist()
+    assert pq.read_table(out).num_rows == 8 + 4
+
+    built = []
+    real = irrelevance.add_irrelevance_rows
+    monkeypatch.setattr(irrelevance, "add_irrelevance_rows", lambda *a, **k: built.append(1) or real(*a, **k))
+    stamp = out.stat().st_mtime_ns
+    assert main(["--data_dir", str(tmp_path), "--fraction", "0.5", "--seed", "3"]) == 0
+    assert capsys.readouterr().out == f"{out}\n" and built == [] and out.stat().st_mtime_ns == stamp  # up to date
+
+    rows[0] = _row(0, ["weather", "mayor"], _gt("weather"))  # the input changed: rebuilt from the new rows
+    pq.write_table(_table(rows), tmp_path / "train_router.parquet")
+    irrelevance.prepare_train_file(tmp_path, 0.5, seed=3)
+    assert built == [1]
+    assert pq.read_table(out).to_pylist() == real(_table(rows), 0.5, seed=3).to_pylist()
+    irrelevance.prepare_train_file(tmp_path, 0.5, seed=4)  # another seed: a file of its own
+    assert built == [1, 1] and (tmp_path / "train_router_irrelevance_f0.5_s4.parquet").is_file()
+
+    pq.write_table(_table(rows), out)  # a file without the build record (made elsewhere) is not trusted
+    irrelevance.prepare_train_file(tmp_path, 0.5, seed=3)
+    assert built == [1, 1, 1] and pq.read_table(out).num_rows == 12
+
+
+def test_prepare_train_file_errors(tmp_path):
+    from verl.router.irrelevance import prepare_train_file
+
+    with pytest.raises(FileNotFoundError, match=r"train_router.parquet: no such file \(python -m verl.router.preprocess"):
+        prepare_train_file(tmp_path, 0.25)
+    with pytest.raises(ValueError, match="fraction"):
+        prepare_train_file(tmp_path, 0.0)
+    with pytest.raises(SystemExit):  # --output belongs to --input
+        main(["--data_dir", str(tmp_path), "--output", str(tmp_path / "x.parquet"), "--fraction", "0.25"])

@@ -26,14 +26,21 @@ part, so a few rows are imperfect no-call examples.
 --fraction 0.25 --seed 1`` appends ``round(fraction × rows with a call)`` such rows, drawn without replacement with
 ``random.Random(seed)``, then labels every row again (:func:`verl.router.preprocess.label_table`: the new rows get
 the weak label ANSWER and the families of their own tools).
+
+``python -m verl.router.irrelevance --data_dir DIR --fraction 0.25 --seed 1`` is the main job's form
+(``run_router_training.sh``, ``IRRELEVANCE_FRACTION``): it writes ``DIR/train_router_irrelevance_f0.25_s1.parquet``
+from ``DIR/train_router.parquet`` unless that file is already there and was made from the same input with the same
+fraction and seed (:func:`prepare_train_file`), and prints its path on stdout.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import logging
 import random
 from collections import Counter
+from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
 import pyarrow as pa
@@ -47,6 +54,7 @@ from verl.utils.reward_score.rlla import parse_ground_truth_tools
 logger = logging.getLogger(__name__)
 
 SOURCE_KEY = "irrelevance_source"  # extra_info field: the source row's index, -1 on original rows
+BUILD_KEY = b"toolrl.irrelevance"  # parquet schema metadata of prepare_train_file's output: what it was made from
 NO_CALL_GROUND_TRUTH = ("<think> I should directly respond to the user's need. </think>\n"
                         "<response> None of the available tools can do this. </response>")
 
@@ -167,22 +175,65 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
     return label_table(pa.Table.from_pylist(rows, schema=schema), source=source)
 
 
+def prepare_train_file(data_dir: str | Path, fraction: float, seed: int = 1) -> Path:
+    """``data_dir/train_router_irrelevance_f{fraction:g}_s{seed}.parquet``: ``data_dir/train_router.parquet`` with
+    irrelevance rows (:func:`add_irrelevance_rows`), built once and rebuilt only when its input changed.
+
+    The file's parquet schema metadata (``toolrl.irrelevance``) records the input's name and SHA-256, ``fraction`` and
+    ``seed``; a file whose record matches is kept as it is, any other (an edited input, a file from elsewhere, one
+    without the record) is written again, atomically. Validation is not touched: the main job keeps reading
+    ``data_dir/test_router.parquet``.
+
+    Raises:
+        FileNotFoundError: ``data_dir/train_router.parquet`` is missing (``python -m verl.router.preprocess`` makes it).
+        ValueError: as :func:`add_irrelevance_rows`.
+    """
+    if not 0.0 < fraction <= 1.0:  # checked before the name is formed from it
+        raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+    source = Path(data_dir) / "train_router.parquet"
+    if not source.is_file():
+        raise FileNotFoundError(f"{source}: no such file (python -m verl.router.preprocess --data_dir {data_dir} "
+                                f"writes it)")
+    output = Path(data_dir) / f"train_router_irrelevance_f{fraction:g}_s{seed}.parquet"
+    record = json.dumps({"source": source.name, "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+                         "fraction": fraction, "seed": seed}, sort_keys=True).encode()
+    if output.is_file() and (pq.read_schema(output).metadata or {}).get(BUILD_KEY) == record:
+        logger.info("%s is up to date (made from %s, fraction %g, seed %d)", output, source, fraction, seed)
+        return output
+    table = add_irrelevance_rows(pq.read_table(source), fraction, seed, source=str(source))
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), BUILD_KEY: record})
+    write_parquet_atomic(table, output)
+    _log_written(output, table)
+    return output
+
+
+def _log_written(path: str | Path, table: pa.Table) -> None:
+    sources = table.column("extra_info").combine_chunks().field(SOURCE_KEY).to_pylist()
+    labels = Counter(table.column(LABEL_COLUMN).to_pylist())
+    logger.info("wrote %s: %d rows (%d irrelevance rows added), labels %s", path, table.num_rows,
+                sum(s >= 0 for s in sources), json.dumps(dict(sorted(labels.items()))))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl.router.irrelevance", description=__doc__.split("\n")[0])
-    parser.add_argument("--input", required=True, help="an RLLA or router parquet file (e.g. DIR/train_router.parquet)")
-    parser.add_argument("--output", required=True, help="where to write the table with the new rows")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--input", help="an RLLA or router parquet file (e.g. DIR/train_router.parquet); needs --output")
+    where.add_argument("--data_dir", help="a folder holding train_router.parquet: writes (or keeps, when up to date) "
+                                          "train_router_irrelevance_f<F>_s<S>.parquet there and prints its path")
+    parser.add_argument("--output", help="with --input: where to write the table with the new rows")
     parser.add_argument("--fraction", type=float, required=True,
                         help="rows to add, as a fraction of the rows whose ground truth calls a tool")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if (args.input is None) != (args.output is None):
+        parser.error("--output goes with --input, and only with it")
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # on stderr: stdout holds only the path
+    if args.data_dir is not None:
+        print(prepare_train_file(args.data_dir, args.fraction, args.seed))
+        return 0
     table = add_irrelevance_rows(pq.read_table(args.input), args.fraction, args.seed, source=args.input)
     write_parquet_atomic(table, args.output)
-    sources = table.column("extra_info").combine_chunks().field(SOURCE_KEY).to_pylist()
-    added = sum(s >= 0 for s in sources)
-    labels = Counter(table.column(LABEL_COLUMN).to_pylist())
-    logger.info("wrote %s: %d rows (%d irrelevance rows added), labels %s", args.output, table.num_rows, added,
-                json.dumps(dict(sorted(labels.items()))))
+    _log_written(args.output, table)
     return 0
 
 
