@@ -75,6 +75,17 @@ def test_router_mode_change_is_refused_on_resume():
         "router.loss_mode: checkpoint 'pg' -> now 'value'", "router.value_fit: checkpoint 'sgd' -> now 'ridge'"]
 
 
+def test_other_training_data_is_refused_on_resume():
+    # the sampler's saved position indexes the training file: a run begun on train_router.parquet and resumed on the
+    # main job's irrelevance-row file (run_router_training.sh, IRRELEVANCE_FRACTION) would go on with other rows
+    saved = cm.flatten({"data": {"train_files": "d/train_router.parquet"}})
+    current = cm.flatten({"data": {"train_files": "d/train_router_irrelevance_f0.25_s1.parquet"}})
+    assert cm.config_differences(saved, current) == [
+        "data.train_files: checkpoint 'd/train_router.parquet' -> now 'd/train_router_irrelevance_f0.25_s1.parquet'"]
+    assert cm.config_differences(saved, current, allowed=["data.train_files"]) == []
+    assert cm.config_differences({}, current) == []  # a checkpoint written before the key existed is not compared
+
+
 def test_replayed_step_replaces_directory(tmp_path):
     _save(tmp_path, 5, b"old")
     _save(tmp_path, 5, b"new")
