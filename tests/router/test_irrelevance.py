@@ -171,7 +171,7 @@ def test_prepare_train_file_builds_once_and_again_only_when_its_input_changes(tm
 def test_prepare_train_file_errors(tmp_path):
     from verl.router.irrelevance import prepare_train_file
 
-    with pytest.raises(FileNotFoundError, match=r"train_router.parquet: no such file \(python -m verl.router.preprocess"):
+    with pytest.raises(FileNotFoundError, match=r"train_router.parquet: no such file \(python -m verl.router.prep"):
         prepare_train_file(tmp_path, 0.25)
     with pytest.raises(ValueError, match="fraction"):
         prepare_train_file(tmp_path, 0.0)

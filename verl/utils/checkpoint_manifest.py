@@ -27,8 +27,8 @@ TMP_PREFIX = ".tmp_global_step_"
 RESUME_KEYS = (
     "actor_rollout_ref.model.path", "trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
     "actor_rollout_ref.rollout.n", "actor_rollout_ref.actor.ppo_mini_batch_size", "algorithm.adv_estimator",
-    "data.train_files", "data.seed", "data.shuffle", "critic.enable", "router.enable", "router.head", "router.route_sampling",
-    "router.loss_mode", "router.value_fit",
+    "data.train_files", "data.seed", "data.shuffle", "critic.enable", "router.enable", "router.head",
+    "router.route_sampling", "router.loss_mode", "router.value_fit",
     "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha", "actor_rollout_ref.model.target_modules",
 )
 
