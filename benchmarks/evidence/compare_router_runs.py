@@ -1,0 +1,30 @@
+"""Step-by-step comparison of a router run's ``metrics.jsonl`` with an earlier run's committed progress JSON.
+
+    python benchmarks/evidence/compare_router_runs.py benchmarks/results/REF_progress.json RUN_DIR/metrics.jsonl
+
+For every training step both hold, prints λ, the task reward and the policy's expected cost of each run and the step
+time of the new one, then the largest absolute difference of each compared metric. The progress JSON keeps four
+decimals (``router_progress.py``), so runs that are the same differ by at most 5e-5.
+"""
+import json
+import sys
+
+KEYS = ("router/lambda", "router/mean_task_reward", "router/policy_cost", "router/mean_cost", "critic/score/mean")
+
+
+def main(ref_path: str, metrics_path: str) -> dict:
+    ref = {s["step"]: s for s in json.load(open(ref_path))["train_steps"]}
+    new = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    worst = {k: 0.0 for k in KEYS}
+    for record in (r for r in new if "text" not in r and "router/lambda" in r and r["step"] in ref):
+        old = ref[record["step"]]
+        for k in KEYS:
+            worst[k] = max(worst[k], abs(record[k] - old[k]))
+        print(record["step"], [(round(record[k], 4), round(old[k], 4)) for k in KEYS[:3]],
+              round(record["timing_s/step"], 1))
+    print("max abs diff", worst)
+    return worst
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:3])
