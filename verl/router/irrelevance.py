@@ -113,6 +113,11 @@ def irrelevant_prompt(prompt: Sequence[Mapping], called: set[str], donors: Seque
     return out
 
 
+def _check_fraction(fraction: float) -> None:
+    if not 0.0 < fraction <= 1.0:
+        raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+
+
 def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source: str = "<table>") -> pa.Table:
     """``table`` (an RLLA or router parquet table) with irrelevance rows appended and every row labelled again.
 
@@ -129,8 +134,7 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
         ValueError: ``fraction`` outside (0, 1]; a missing column; a row without an integer ``extra_info.index``;
             fewer usable source rows than asked for (the message names how many there are).
     """
-    if not 0.0 < fraction <= 1.0:
-        raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+    _check_fraction(fraction)
     for column in ("prompt", "reward_model", "extra_info"):
         if column not in table.column_names:
             raise ValueError(f"{source}: missing column {column!r}; columns are {table.column_names}")
@@ -188,8 +192,7 @@ def prepare_train_file(data_dir: str | Path, fraction: float, seed: int = 1) -> 
         FileNotFoundError: ``data_dir/train_router.parquet`` is missing (``python -m verl.router.preprocess`` makes it).
         ValueError: as :func:`add_irrelevance_rows`.
     """
-    if not 0.0 < fraction <= 1.0:  # checked before the name is formed from it
-        raise ValueError(f"fraction: expected a number in (0, 1], got {fraction!r}")
+    _check_fraction(fraction)  # before the file name is formed from it
     source = Path(data_dir) / "train_router.parquet"
     if not source.is_file():
         raise FileNotFoundError(f"{source}: no such file (python -m verl.router.preprocess --data_dir {data_dir} "
