@@ -33,6 +33,7 @@ if [ -n "${IRRELEVANCE_SEED:-}" ] && ! [[ "$IRRELEVANCE_SEED" =~ ^[0-9]+$ ]]; th
   echo "IRRELEVANCE_SEED=$IRRELEVANCE_SEED: expected a whole number" >&2; exit 2
 fi
 USER_ROLLOUT_N=${ROLLOUT_N:-} USER_ROLLOUT_NAME=${ROLLOUT_NAME:-}
+RESUME_CHECK_DIR=checkpoints/$PROJECT_NAME/$EXPERIMENT_NAME  # trainer.default_local_dir
 source scripts/hw_defaults.sh
 BUDGET_B=${BUDGET_B:-0.3}
 if [ "$N_GPUS" -gt 0 ]; then : "${ROUTER_RECIPE:=option_a}"; else : "${ROUTER_RECIPE:=value_ridge}"; fi

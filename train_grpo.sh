@@ -4,6 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export EXPERIMENT_NAME=${EXPERIMENT_NAME:-grpo-qwen-chatml-tiny}
+RESUME_CHECK_DIR=checkpoints/TinyZero/$EXPERIMENT_NAME  # trainer.default_local_dir
 source scripts/hw_defaults.sh
 # ToolRL's project name (TinyZero) is kept; metrics and plots go to $RUN_DIR
 RUN_DIR=${RUN_DIR:-outputs/TinyZero/$EXPERIMENT_NAME}

@@ -65,6 +65,12 @@ export DATA_DIR
 # it reads only SFT_* variables (and PYTHON), never the BASE_MODEL / LR / ... exported above for the trainer
 # (the preset fixes its base, data and folder: an SFT_BASE_MODEL / SFT_DATA / SFT_TARGET exported for another build
 # must not move it where prepare_model would not find it; the recipe's knobs, SFT_LR, SFT_EPOCHS, ..., still apply)
+# first, a checkpoint of another model in the run's folder (RESUME_CHECK_DIR, set by the launch script): the trainer
+# would refuse to resume from it, but only after that build; refused here in seconds (verl.utils.resume_precheck;
+# the launch script's own arguments, "$@" here, are the Hydra overrides it passes on)
+if [ -n "${RESUME_CHECK_DIR:-}" ]; then
+  "$PYTHON" -m verl.utils.resume_precheck --checkpoint_dir "$RESUME_CHECK_DIR" --model "$BASE_MODEL" -- "$@" || exit 2
+fi
 if [ "$BASE_MODEL" = "tiny-sft" ] || [ "$BASE_MODEL" = "smollm2-135m-sft" ]; then
   env -u SFT_BASE_MODEL -u SFT_DATA -u SFT_TARGET SFT_PRESET="$BASE_MODEL" \
     bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1

@@ -202,6 +202,31 @@ def test_launch_script_variables_are_checked_before_any_work(script, name, value
     assert not any(tmp_path.iterdir())  # refused before any model or data work
 
 
+@pytest.mark.parametrize("script, project", [("run_router_training.sh", "router_grpo"), ("train_grpo.sh", "TinyZero"),
+                                             ("train_ppo.sh", "TinyZero")])
+def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built(script, project, tmp_path):
+    from verl.utils import checkpoint_manifest as cm
+
+    checkout = _fresh_copy(tmp_path / "checkout")
+    step_dir = checkout / "checkpoints" / project / "mine" / "global_step_50"
+    step_dir.mkdir(parents=True)
+    (step_dir / "data.pt").write_bytes(b"state")
+    cm.write_manifest(step_dir, step=50, epoch=0, world_size=1, version="test",
+                      config={"actor_rollout_ref": {"model": {"path": "/somewhere/tiny-sft"}}})
+    env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path / "cache"),
+               DATA_DIR=str(tmp_path / "data"), EXPERIMENT_NAME="mine", BASE_MODEL="smollm2-135m-sft")
+    proc = subprocess.run(["bash", script], cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert f"checkpoints/{project}/mine/global_step_50 was trained from actor_rollout_ref.model.path=" \
+           "'/somewhere/tiny-sft'" in proc.stderr and "another EXPERIMENT_NAME" in proc.stderr
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "data").exists()  # no SFT, no data work
+    # an override that could change the trainer's outcome: the script goes on (stopped here at the SFT's data search)
+    env["SFT_DATA_DIR"] = str(tmp_path / "no_data")
+    proc = subprocess.run(["bash", script, "trainer.resume_mode=disable"], cwd=checkout, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "was trained from" not in proc.stderr and str(tmp_path / "no_data") in proc.stderr, proc.stderr
+
+
 def test_eval_checkpoint_refuses_what_is_not_a_checkpoint_before_any_work(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, TOOLRL_CACHE=str(tmp_path / "cache"))
     script = "benchmarks/evidence/eval_checkpoint.sh"

@@ -1,0 +1,81 @@
+"""verl.utils.resume_precheck: a checkpoint of another model is refused before any SFT preset is built."""
+import json
+
+import pytest
+
+from verl.utils import checkpoint_manifest as cm
+from verl.utils import resume_precheck as rp
+from verl.utils.model_presets import preset_dir
+
+
+def _checkpoint(root, step, model_path, with_key=True):
+    """A minimal valid checkpoint (``global_step_<step>``) whose manifest records ``model_path``."""
+    step_dir = root / f"global_step_{step}"
+    step_dir.mkdir(parents=True)
+    (step_dir / "data.pt").write_bytes(b"state")
+    config = {"actor_rollout_ref": {"model": {"path": model_path}}}
+    cm.write_manifest(step_dir, step=step, epoch=0, config=config, world_size=1, version="test")
+    if not with_key:
+        manifest = json.loads((step_dir / cm.MANIFEST).read_text())
+        del manifest["resume_keys"][rp.MODEL_KEY]
+        (step_dir / cm.MANIFEST).write_text(json.dumps(manifest))
+    return step_dir
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path / "cache"))
+
+
+def test_expected_model_path_is_what_prepare_model_returns_without_building(tmp_path):
+    assert rp.expected_model_path("smollm2-135m-sft") == str(tmp_path / "cache" / "models" / "smollm2-135m-sft")
+    assert rp.expected_model_path("smollm2-135m-sft") == str(preset_dir("smollm2-135m-sft"))
+    assert not (tmp_path / "cache").exists()  # nothing built
+    folder = tmp_path / "my_model"
+    folder.mkdir()
+    assert rp.expected_model_path(str(folder)) == str(folder)
+    assert rp.expected_model_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def test_another_model_in_the_folder_is_refused_with_both_paths_and_the_ways_out(tmp_path, capsys):
+    root = tmp_path / "checkpoints" / "router_grpo" / "baseline_router"
+    _checkpoint(root, 10, str(preset_dir("tiny-sft")))
+    newest = _checkpoint(root, 20, str(preset_dir("tiny-sft")))
+    assert rp.main(["--checkpoint_dir", str(root), "--model", "smollm2-135m-sft"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and str(newest) in err
+    assert repr(str(preset_dir("tiny-sft"))) in err and repr(str(preset_dir("smollm2-135m-sft"))) in err
+    assert "EXPERIMENT_NAME" in err and "trainer.resume_mode=disable" in err
+    assert not (tmp_path / "cache").exists()
+
+
+def test_the_same_model_an_empty_folder_and_an_older_manifest_pass(tmp_path):
+    root = tmp_path / "run"
+    assert rp.main(["--checkpoint_dir", str(root), "--model", "tiny-sft"]) == 0  # no folder at all
+    _checkpoint(root, 10, str(preset_dir("tiny-sft")))
+    assert rp.main(["--checkpoint_dir", str(root), "--model", "tiny-sft"]) == 0
+    old = tmp_path / "old"
+    _checkpoint(old, 5, "ignored", with_key=False)  # written before the key existed: the trainer does not compare it
+    assert rp.model_path_conflict(old, "tiny-sft") is None
+
+
+def test_only_the_newest_valid_checkpoint_counts(tmp_path):
+    root = tmp_path / "run"
+    _checkpoint(root, 10, str(preset_dir("smollm2-135m-sft")))
+    broken = _checkpoint(root, 20, str(preset_dir("tiny-sft")))
+    (broken / "data.pt").write_bytes(b"truncated state")  # another size: resume skips it
+    assert rp.model_path_conflict(root, "smollm2-135m-sft") is None
+    assert "global_step_10" in rp.model_path_conflict(root, "tiny-sft")
+
+
+@pytest.mark.parametrize("override", [
+    "trainer.resume_mode=disable", "trainer.resume_allow_changes=[actor_rollout_ref.model.path]",
+    "trainer.default_local_dir=elsewhere", "trainer.experiment_name=other", "++trainer.project_name=p",
+    "+trainer.resume_from_path=x/global_step_1", "actor_rollout_ref.model.path=tiny-sft",
+])
+def test_an_override_that_could_change_the_outcome_makes_it_stand_aside(tmp_path, override):
+    root = tmp_path / "run"
+    _checkpoint(root, 10, str(preset_dir("tiny-sft")))
+    args = ["--checkpoint_dir", str(root), "--model", "smollm2-135m-sft", "--"]
+    assert rp.main(args + ["trainer.total_training_steps=3"]) == 2  # an unrelated override: still checked
+    assert rp.main(args + ["trainer.total_training_steps=3", override]) == 0
