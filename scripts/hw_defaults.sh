@@ -56,6 +56,14 @@ unset _v
 export BASE_MODEL TRAIN_BATCH_SIZE PPO_MINI_BATCH_SIZE ROLLOUT_N MAX_PROMPT_LENGTH MAX_RESPONSE_LENGTH TOTAL_EPOCHS
 export LR SAVE_FREQ TEST_FREQ MICRO_BATCH_PER_GPU FILTER_OVERLONG ROLLOUT_NAME TOTAL_STEPS PYTHON SHARED_PROMPT
 export FUSED_KERNELS SINGLE_PROCESS
+# a checkpoint of another model in the run's folder (RESUME_CHECK_DIR, the trainer.default_local_dir the launch script
+# passes on): the trainer would refuse to resume from it, but only after the data search and any SFT preset build
+# below; refused here in seconds (verl.utils.resume_precheck; "$@" here is the launch script's own arguments, the
+# Hydra overrides it passes on)
+if [ -z "${RESUME_CHECK_DIR:-}" ]; then
+  echo "hw_defaults.sh: the launch script must set RESUME_CHECK_DIR (its trainer.default_local_dir)" >&2; exit 2
+fi
+"$PYTHON" -m verl.utils.resume_precheck --checkpoint_dir "$RESUME_CHECK_DIR" --model "$BASE_MODEL" -- "$@" || exit $?
 # DATA_DIR: unset means "discover" (dataset/rlla_4k, then ../shared/data, then ToolRL's published files)
 if [ -z "${DATA_DIR:-}" ]; then
   DATA_DIR=$("$PYTHON" -c "from verl.utils.dataset.rlla_data import resolve_rlla_data_dir; print(resolve_rlla_data_dir())") || exit 1
@@ -65,12 +73,6 @@ export DATA_DIR
 # it reads only SFT_* variables (and PYTHON), never the BASE_MODEL / LR / ... exported above for the trainer
 # (the preset fixes its base, data and folder: an SFT_BASE_MODEL / SFT_DATA / SFT_TARGET exported for another build
 # must not move it where prepare_model would not find it; the recipe's knobs, SFT_LR, SFT_EPOCHS, ..., still apply)
-# first, a checkpoint of another model in the run's folder (RESUME_CHECK_DIR, set by the launch script): the trainer
-# would refuse to resume from it, but only after that build; refused here in seconds (verl.utils.resume_precheck;
-# the launch script's own arguments, "$@" here, are the Hydra overrides it passes on)
-if [ -n "${RESUME_CHECK_DIR:-}" ]; then
-  "$PYTHON" -m verl.utils.resume_precheck --checkpoint_dir "$RESUME_CHECK_DIR" --model "$BASE_MODEL" -- "$@" || exit 2
-fi
 if [ "$BASE_MODEL" = "tiny-sft" ] || [ "$BASE_MODEL" = "smollm2-135m-sft" ]; then
   env -u SFT_BASE_MODEL -u SFT_DATA -u SFT_TARGET SFT_PRESET="$BASE_MODEL" \
     bash "$(dirname "${BASH_SOURCE[0]}")/prepare_sft_model.sh" || exit 1

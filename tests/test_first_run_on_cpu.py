@@ -207,6 +207,8 @@ def test_launch_script_variables_are_checked_before_any_work(script, name, value
 def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built(script, project, tmp_path):
     from verl.utils import checkpoint_manifest as cm
 
+    if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
+        pytest.skip("needs a git checkout to list the files of a fresh clone")
     checkout = _fresh_copy(tmp_path / "checkout")
     step_dir = checkout / "checkpoints" / project / "mine" / "global_step_50"
     step_dir.mkdir(parents=True)
@@ -219,12 +221,16 @@ def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built
     assert proc.returncode == 2, proc.stderr
     assert f"checkpoints/{project}/mine/global_step_50 was trained from actor_rollout_ref.model.path=" \
            "'/somewhere/tiny-sft'" in proc.stderr and "another EXPERIMENT_NAME" in proc.stderr
-    assert not (tmp_path / "cache").exists() and not (tmp_path / "data").exists()  # no SFT, no data work
-    # an override that could change the trainer's outcome: the script goes on (stopped here at the SFT's data search)
+    assert not (tmp_path / "cache").exists()  # no model or SFT work
+    if script != "run_router_training.sh":
+        return
+    # the script's own arguments reach the check: one that could change the trainer's outcome makes it stand aside,
+    # and the script goes on (stopped here by the SFT's data search)
     env["SFT_DATA_DIR"] = str(tmp_path / "no_data")
     proc = subprocess.run(["bash", script, "trainer.resume_mode=disable"], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "was trained from" not in proc.stderr and str(tmp_path / "no_data") in proc.stderr, proc.stderr
+    assert "resume pre-check: 'trainer.resume_mode=disable' can change what the trainer resumes" in proc.stderr
 
 
 def test_eval_checkpoint_refuses_what_is_not_a_checkpoint_before_any_work(tmp_path):

@@ -14,8 +14,10 @@ KEYS = ("router/lambda", "router/mean_task_reward", "router/policy_cost", "route
 
 
 def main(ref_path: str, metrics_path: str) -> dict:
-    ref = {s["step"]: s for s in json.load(open(ref_path))["train_steps"]}
-    new = [json.loads(line) for line in open(metrics_path) if line.strip()]
+    with open(ref_path) as fh:
+        ref = {s["step"]: s for s in json.load(fh)["train_steps"]}
+    with open(metrics_path) as fh:
+        new = [json.loads(line) for line in fh if line.strip()]
     shared = [r for r in new if "text" not in r and "router/lambda" in r and r["step"] in ref]
     if not shared:
         print(f"error: {metrics_path} and {ref_path} share no training step (the new run holds steps "
@@ -34,4 +36,6 @@ def main(ref_path: str, metrics_path: str) -> dict:
 
 
 if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: compare_router_runs.py REF_progress.json RUN_DIR/metrics.jsonl")
     main(*sys.argv[1:3])

@@ -5,7 +5,7 @@ import pytest
 
 from verl.utils import checkpoint_manifest as cm
 from verl.utils import resume_precheck as rp
-from verl.utils.model_presets import preset_dir
+from verl.utils.model_presets import prepare_model, preset_dir
 
 
 def _checkpoint(root, step, model_path, with_key=True):
@@ -27,14 +27,19 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path / "cache"))
 
 
-def test_expected_model_path_is_what_prepare_model_returns_without_building(tmp_path):
+def test_expected_model_path_is_what_prepare_model_returns_without_building(tmp_path, monkeypatch):
     assert rp.expected_model_path("smollm2-135m-sft") == str(tmp_path / "cache" / "models" / "smollm2-135m-sft")
     assert rp.expected_model_path("smollm2-135m-sft") == str(preset_dir("smollm2-135m-sft"))
     assert not (tmp_path / "cache").exists()  # nothing built
-    folder = tmp_path / "my_model"
-    folder.mkdir()
-    assert rp.expected_model_path(str(folder)) == str(folder)
     assert rp.expected_model_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    home = tmp_path / "home"
+    folder = home / "my_model"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(home)
+    for given in (str(folder), str(folder) + "/", "my_model", "./my_model/", "~/my_model"):
+        assert rp.expected_model_path(given) == prepare_model(given), given
 
 
 def test_another_model_in_the_folder_is_refused_with_both_paths_and_the_ways_out(tmp_path, capsys):
@@ -45,7 +50,7 @@ def test_another_model_in_the_folder_is_refused_with_both_paths_and_the_ways_out
     err = capsys.readouterr().err
     assert err.startswith("error: ") and str(newest) in err
     assert repr(str(preset_dir("tiny-sft"))) in err and repr(str(preset_dir("smollm2-135m-sft"))) in err
-    assert "EXPERIMENT_NAME" in err and "trainer.resume_mode=disable" in err
+    assert "another EXPERIMENT_NAME" in err and "resume_mode" not in err  # disable would leave the other run newest
     assert not (tmp_path / "cache").exists()
 
 
@@ -59,23 +64,36 @@ def test_the_same_model_an_empty_folder_and_an_older_manifest_pass(tmp_path):
     assert rp.model_path_conflict(old, "tiny-sft") is None
 
 
-def test_only_the_newest_valid_checkpoint_counts(tmp_path):
+def test_only_the_checkpoint_the_trainer_would_resume_counts(tmp_path):
     root = tmp_path / "run"
     _checkpoint(root, 10, str(preset_dir("smollm2-135m-sft")))
     broken = _checkpoint(root, 20, str(preset_dir("tiny-sft")))
     (broken / "data.pt").write_bytes(b"truncated state")  # another size: resume skips it
     assert rp.model_path_conflict(root, "smollm2-135m-sft") is None
     assert "global_step_10" in rp.model_path_conflict(root, "tiny-sft")
+    damaged = _checkpoint(root, 30, str(preset_dir("tiny-sft")))
+    (damaged / "data.pt").write_bytes(b"STATE")  # same size, another SHA-256: resume skips it too
+    assert rp.model_path_conflict(root, "smollm2-135m-sft") is None
+
+
+def test_a_path_to_no_folder_is_left_to_the_trainer(tmp_path):
+    root = tmp_path / "run"
+    _checkpoint(root, 10, str(preset_dir("tiny-sft")))
+    assert rp.model_path_conflict(root, str(tmp_path / "missing")) is None  # prepare_model names that error
+    assert rp.model_path_conflict(root, "org/some-hub-id") is not None
 
 
 @pytest.mark.parametrize("override", [
     "trainer.resume_mode=disable", "trainer.resume_allow_changes=[actor_rollout_ref.model.path]",
     "trainer.default_local_dir=elsewhere", "trainer.experiment_name=other", "++trainer.project_name=p",
     "+trainer.resume_from_path=x/global_step_1", "actor_rollout_ref.model.path=tiny-sft",
+    "hydra.job.chdir=true", "--config-name=other", "-cn", "trainer={}", "~trainer.resume_mode",
 ])
-def test_an_override_that_could_change_the_outcome_makes_it_stand_aside(tmp_path, override):
+def test_an_override_that_could_change_the_outcome_makes_it_stand_aside(tmp_path, capsys, override):
     root = tmp_path / "run"
     _checkpoint(root, 10, str(preset_dir("tiny-sft")))
     args = ["--checkpoint_dir", str(root), "--model", "smollm2-135m-sft", "--"]
     assert rp.main(args + ["trainer.total_training_steps=3"]) == 2  # an unrelated override: still checked
     assert rp.main(args + ["trainer.total_training_steps=3", override]) == 0
+    assert capsys.readouterr().err.endswith(f"resume pre-check: {override!r} can change what the trainer resumes; "
+                                            "the trainer checks it\n")

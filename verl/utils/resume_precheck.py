@@ -9,8 +9,10 @@ then be refused. This check runs first and refuses in seconds::
     python -m verl.utils.resume_precheck --checkpoint_dir DIR --model MODEL -- [HYDRA OVERRIDES...]
 
 It compares only ``actor_rollout_ref.model.path``, the key a preset build stands in front of; the trainer still
-checks every resume key. It stands aside (exit 0, no check) whenever one of the overrides could change the trainer's
-outcome: :data:`STAND_ASIDE_KEYS`.
+checks every resume key. It stands aside (exit 0, one line on stderr) when an override sets one of
+:data:`STAND_ASIDE_KEYS`, any ``hydra.*`` key or the whole ``trainer`` group, or is a command-line flag (``--cfg``,
+``--config-name``, ...): those can move the checkpoint folder, skip or relax resume, or set another model. It also
+stands aside when ``MODEL`` is a path to no folder: the trainer names that error itself.
 """
 from __future__ import annotations
 
@@ -41,43 +43,65 @@ def expected_model_path(name_or_path: str) -> str:
 
 
 def stands_aside(overrides: list[str]) -> str | None:
-    """The first override (``key=value``, ``+key=value`` or ``++key=value``) that sets a :data:`STAND_ASIDE_KEYS`
-    key, or None."""
+    """The first argument that could change what the trainer resumes, or None: a flag (``-...``), or an override
+    (``key=value``, ``+key=value``, ``++key=value``, ``~key``) of a :data:`STAND_ASIDE_KEYS` key, of any ``hydra.*``
+    key, or of the whole ``trainer`` group."""
     for item in overrides:
-        key = item.lstrip("+").partition("=")[0].strip()
-        if key in STAND_ASIDE_KEYS:
+        if item.startswith("-"):
+            return item
+        key = item.lstrip("+~").partition("=")[0].strip()
+        if key in STAND_ASIDE_KEYS or key == "trainer" or key.startswith("hydra."):
             return item
     return None
 
 
+def _saved_model_path(step_dir: Path) -> object | None:
+    """The model path recorded in ``step_dir``'s manifest, or None when it records none (a checkpoint written before
+    the key existed, which the trainer does not compare either)."""
+    saved = cm.verify_checkpoint(step_dir, check_hashes=False).get("resume_keys")
+    return saved.get(MODEL_KEY) if isinstance(saved, dict) else None
+
+
 def model_path_conflict(checkpoint_dir: str | Path, model: str) -> str | None:
-    """A message when the newest valid checkpoint under ``checkpoint_dir`` (sizes checked, not hashes) records
-    another ``actor_rollout_ref.model.path`` than ``model`` would resolve to; None when there is no checkpoint, the
-    manifest has no such key (an older checkpoint, which the trainer does not compare either) or the paths agree."""
+    """A message when the checkpoint the trainer would resume from under ``checkpoint_dir`` (``resume_mode=auto``:
+    the newest one that verifies) records another ``actor_rollout_ref.model.path`` than ``model`` resolves to; None
+    when there is no checkpoint, it records no model path, the paths agree, or ``model`` is a path to no folder.
+
+    The newest checkpoint is found by sizes (cheap); a conflict is confirmed on the checkpoint that also verifies by
+    SHA-256, as the trainer chooses it, so a damaged newest checkpoint never causes a refusal the trainer would not
+    make.
+
+    Raises:
+        OSError: a checkpoint file cannot be read.
+    """
+    if str(model).startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+        return None  # prepare_model refuses it by name
     root = Path(checkpoint_dir)
-    step_dir = cm.latest_valid_checkpoint(root, check_hashes=False)
-    if step_dir is None:
-        return None
-    saved = cm.verify_checkpoint(step_dir, check_hashes=False).get("resume_keys", {})
-    if MODEL_KEY not in saved:
-        return None
     wanted = expected_model_path(model)
-    if saved[MODEL_KEY] == wanted:
+    step_dir = cm.latest_valid_checkpoint(root, check_hashes=False)
+    if step_dir is None or _saved_model_path(step_dir) in (None, wanted):
         return None
-    return (f"{step_dir} was trained from {MODEL_KEY}={saved[MODEL_KEY]!r}, and this run's model {model!r} is "
-            f"{wanted!r}: resuming from it would be refused (after any SFT preset build). Give the run a folder of "
-            f"its own (another EXPERIMENT_NAME), use the checkpoint's model, or start afresh in this folder with "
-            f"trainer.resume_mode=disable.")
+    step_dir = cm.latest_valid_checkpoint(root)  # the one the trainer resumes from
+    saved = None if step_dir is None else _saved_model_path(step_dir)
+    if saved in (None, wanted):
+        return None
+    return (f"{step_dir} was trained from {MODEL_KEY}={saved!r}, and this run's model {model!r} is {wanted!r}: "
+            f"resuming from it would be refused (after any SFT preset build). Give the run a checkpoint folder of its "
+            f"own (another EXPERIMENT_NAME), or use the checkpoint's model.")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """CLI (module docstring). Returns 0 (no conflict or standing aside) or 2 (the conflict, on stderr)."""
+    """CLI (module docstring). Returns 0 (no conflict, or standing aside: one line on stderr) or 2 (the conflict, on
+    stderr; argparse's usage errors also exit 2)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint_dir", required=True, help="the run's trainer.default_local_dir")
     parser.add_argument("--model", required=True, help="the run's actor_rollout_ref.model.path (preset, folder, id)")
     parser.add_argument("overrides", nargs="*", help="the Hydra overrides the launch script passes on")
     args = parser.parse_args(argv)
-    if stands_aside(args.overrides):
+    override = stands_aside(args.overrides)
+    if override:
+        print(f"resume pre-check: {override!r} can change what the trainer resumes; the trainer checks it",
+              file=sys.stderr)
         return 0
     problem = model_path_conflict(args.checkpoint_dir, args.model)
     if problem:
