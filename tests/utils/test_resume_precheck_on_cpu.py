@@ -5,7 +5,7 @@ import pytest
 
 from verl.utils import checkpoint_manifest as cm
 from verl.utils import resume_precheck as rp
-from verl.utils.model_presets import prepare_model, preset_dir
+from verl.utils.model_presets import ModelPathError, prepare_model, preset_dir, resolve_model_path
 
 
 def _checkpoint(root, step, model_path, with_key=True):
@@ -27,19 +27,30 @@ def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path / "cache"))
 
 
-def test_expected_model_path_is_what_prepare_model_returns_without_building(tmp_path, monkeypatch):
-    assert rp.expected_model_path("smollm2-135m-sft") == str(tmp_path / "cache" / "models" / "smollm2-135m-sft")
-    assert rp.expected_model_path("smollm2-135m-sft") == str(preset_dir("smollm2-135m-sft"))
+def test_resolve_model_path_is_what_prepare_model_returns_without_building(tmp_path, monkeypatch):
+    """The pre-check compares the path ``resolve_model_path`` gives, the one function ``prepare_model`` resolves by."""
+    assert str(resolve_model_path("smollm2-135m-sft")) == str(tmp_path / "cache" / "models" / "smollm2-135m-sft")
+    assert resolve_model_path("smollm2-135m-sft") == preset_dir("smollm2-135m-sft")
     assert not (tmp_path / "cache").exists()  # nothing built
-    assert rp.expected_model_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert resolve_model_path("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
     home = tmp_path / "home"
     folder = home / "my_model"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text('{"model_type": "llama"}')
+    (home / "weights.bin").write_bytes(b"")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(home)
     for given in (str(folder), str(folder) + "/", "my_model", "./my_model/", "~/my_model"):
-        assert rp.expected_model_path(given) == prepare_model(given), given
+        assert str(resolve_model_path(given)) == prepare_model(given), given
+    # the values prepare_model refuses as paths to no folder resolve to None, and the pre-check leaves them to it
+    run = tmp_path / "run"
+    _checkpoint(run, 10, str(preset_dir("tiny-sft")))
+    assert rp.model_path_conflict(run, "my_model") is not None  # a folder: compared, and refused
+    for given in ("./missing", "~/missing", "/no/such/folder", "weights.bin", "a/b/c"):
+        assert resolve_model_path(given) is None, given
+        with pytest.raises(ModelPathError):
+            prepare_model(given)
+        assert rp.model_path_conflict(run, given) is None, given
 
 
 def test_another_model_in_the_folder_is_refused_with_both_paths_and_the_ways_out(tmp_path, capsys):

@@ -237,6 +237,33 @@ def check_model_dir(path: Path, key: str = "model path") -> None:
         raise ModelPathError(f"{key}={path}: {config_file} has no 'model_type' (not a transformers model config)")
 
 
+def resolve_model_path(name_or_path: str) -> Path | str | None:
+    """Where :func:`prepare_model` would load ``name_or_path`` from, found without building, checking or fetching.
+
+    This is the one place that says how a model name resolves; :func:`prepare_model` uses it, and so does the launch
+    scripts' resume pre-check (:mod:`verl.utils.resume_precheck`), which must know the path a run records in its
+    checkpoints before an SFT preset is built.
+
+    Args:
+        name_or_path: a value of ``actor_rollout_ref.model.path``.
+
+    Returns:
+        A :class:`~pathlib.Path`: a preset's folder (:func:`preset_dir`, built or not) or an existing folder, ``~``
+        expanded; a ``str``: anything else that can be a hub id, unchanged; ``None``: a value :func:`prepare_model`
+        refuses as a path to no folder (path-like: ``/``, ``./``, ``../``, ``~``; an existing file; more than one
+        ``/``).
+    """
+    name = str(name_or_path)
+    if name in PRESETS:
+        return preset_dir(name)
+    expanded = Path(name).expanduser()
+    if expanded.is_dir():
+        return expanded
+    if name.startswith(("/", "./", "../", "~")) or expanded.exists() or name.count("/") > 1:
+        return None
+    return name
+
+
 def prepare_model(name_or_path: str, key: str = "model path") -> str:
     """Return a local HF directory for a preset name, a local path, or a hub id.
 
@@ -255,26 +282,27 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
         RuntimeError: the SmolLM2 package is missing and cannot be installed.
     """
     name = str(name_or_path)
+    resolved = resolve_model_path(name)
     if name == "smollm2-135m":
-        path = _atomic_publish(_build_smollm2, preset_dir(name))
+        path = _atomic_publish(_build_smollm2, resolved)
         _drop_gguf_quantization_config(path)
         return str(path)
     if name == "tiny":
-        return str(_atomic_publish(_build_tiny, preset_dir(name)))
+        return str(_atomic_publish(_build_tiny, resolved))
     if name in SFT_PRESETS:
-        path = preset_dir(name)
-        if not (path / "config.json").is_file():
+        if not (resolved / "config.json").is_file():
             raise FileNotFoundError(
-                f"preset {name!r} not built yet at {path}; run `SFT_PRESET={name} bash scripts/prepare_sft_model.sh` "
-                "(SFT warm start on RLLA rows: tiny-sft ~6 min, smollm2-135m-sft ~40 min on 2 CPU cores)"
+                f"preset {name!r} not built yet at {resolved}; run "
+                f"`SFT_PRESET={name} bash scripts/prepare_sft_model.sh` (SFT warm start on RLLA rows: tiny-sft ~6 min, "
+                "smollm2-135m-sft ~40 min on 2 CPU cores)"
             )
-        return str(path)
+        return str(resolved)
+    if isinstance(resolved, Path):
+        check_model_dir(resolved, key)
+        return str(resolved)
     expanded = Path(name).expanduser()
-    if expanded.is_dir():
-        check_model_dir(expanded, key)
-        return str(expanded)
     what = f"{key}={name}: not a preset ({', '.join(PRESETS)})"
-    if name.startswith(("/", "./", "../", "~")) or expanded.exists() or name.count("/") > 1:
+    if resolved is None:
         raise ModelPathError(f"{what}, and no folder {expanded.resolve()} exists")
     if _in_hub_cache(name) or hub_reachable():
         return name

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from verl.utils import checkpoint_manifest as cm
-from verl.utils.model_presets import PRESETS, preset_dir
+from verl.utils.model_presets import resolve_model_path
 
 MODEL_KEY = "actor_rollout_ref.model.path"
 # an override of any of these can move the checkpoint folder, skip resume, allow the change or set another model
@@ -29,17 +29,6 @@ STAND_ASIDE_KEYS = (
     "trainer.resume_mode", "trainer.resume_from_path", "trainer.resume_allow_changes", "trainer.default_local_dir",
     "trainer.project_name", "trainer.experiment_name", MODEL_KEY,
 )
-
-
-def expected_model_path(name_or_path: str) -> str:
-    """The string ``verl.utils.model_presets.prepare_model`` returns for ``name_or_path`` (and the trainer records in
-    a checkpoint's manifest), computed without building anything: a preset's folder, a folder with ``~`` expanded,
-    anything else (a hub id) unchanged."""
-    name = str(name_or_path)
-    if name in PRESETS:
-        return str(preset_dir(name))
-    expanded = Path(name).expanduser()
-    return str(expanded) if expanded.is_dir() else name
 
 
 def stands_aside(overrides: list[str]) -> str | None:
@@ -64,8 +53,9 @@ def _saved_model_path(step_dir: Path) -> object | None:
 
 def model_path_conflict(checkpoint_dir: str | Path, model: str) -> str | None:
     """A message when the checkpoint the trainer would resume from under ``checkpoint_dir`` (``resume_mode=auto``:
-    the newest one that verifies) records another ``actor_rollout_ref.model.path`` than ``model`` resolves to; None
-    when there is no checkpoint, it records no model path, the paths agree, or ``model`` is a path to no folder.
+    the newest one that verifies) records another ``actor_rollout_ref.model.path`` than ``model`` resolves to
+    (:func:`verl.utils.model_presets.resolve_model_path`); None when there is no checkpoint, it records no model
+    path, the paths agree, or ``model`` is a path to no folder.
 
     The newest checkpoint is found by sizes (cheap); a conflict is confirmed on the checkpoint that also verifies by
     SHA-256, as the trainer chooses it, so a damaged newest checkpoint never causes a refusal the trainer would not
@@ -74,10 +64,11 @@ def model_path_conflict(checkpoint_dir: str | Path, model: str) -> str | None:
     Raises:
         OSError: a checkpoint file cannot be read.
     """
-    if str(model).startswith(("/", "./", "../", "~")) and not Path(model).expanduser().is_dir():
+    resolved = resolve_model_path(model)  # what prepare_model returns, and the trainer records
+    if resolved is None:
         return None  # prepare_model refuses it by name
     root = Path(checkpoint_dir)
-    wanted = expected_model_path(model)
+    wanted = str(resolved)
     step_dir = cm.latest_valid_checkpoint(root, check_hashes=False)
     if step_dir is None or _saved_model_path(step_dir) in (None, wanted):
         return None
