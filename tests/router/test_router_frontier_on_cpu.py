@@ -340,3 +340,8 @@ def test_pooling_frontiers_of_disjoint_samples_by_hand(tmp_path):
     assert gap["se"] == pytest.approx((statistics.variance(no_call) / 3 + statistics.variance(call) / 5) ** 0.5)
     with pytest.raises(SystemExit, match="missing"):
         pool.main([*map(str, files), "--points", "learned_calibrated_expected", "--output", str(out)])
+    # a one-prompt sample has no se: pooling it would understate the pooled se, so it is refused, naming the files
+    files[1].write_text(json.dumps({"points": {"learned_expected": point(1, 1.0, None, 0.5, [], [0.4])}}))
+    with pytest.raises(SystemExit, match=r"sample 1 \(1 prompts\).*no standard error") as refused:
+        pool.main([*map(str, files), "--points", "learned_expected", "--output", str(out)])
+    assert str(files[1]) in str(refused.value)
