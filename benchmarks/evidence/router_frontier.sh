@@ -31,6 +31,7 @@ NAME=$2
 B=${3:-0.3}
 PYTHON=${PYTHON:-.venv/bin/python}
 BENCHMARK=${BENCHMARK:-rlla}
+GIVEN_PROMPTS=${PROMPTS:-}  # recorded in the result's command as given
 OUT=outputs/eval/$NAME
 mkdir -p "$OUT" benchmarks/results
 policies=()
@@ -117,5 +118,6 @@ fi
   --output "benchmarks/results/${NAME}_frontier.json" --plot "benchmarks/results/${NAME}_frontier.png" \
   --title "$NAME: routing policies on the actor of $(basename "$CKPT")" \
   --command "${ROUTES_FROM:+ROUTES_FROM=$ROUTES_FROM ROUTES_CKPT=$ROUTES_CKPT }${LAMBDAS:+LAMBDAS=\"$LAMBDAS\" }${BFCL_ROWS:+BFCL_ROWS=$BFCL_ROWS }${BFCL_SKIP:+BFCL_SKIP=$BFCL_SKIP }${CALIBRATE:+CALIBRATE=$CALIBRATE }\
-${CALIBRATE_ON:+CALIBRATE_ON=$CALIBRATE_ON }BENCHMARK=$BENCHMARK bash \
+${CALIBRATE_ON:+CALIBRATE_ON=$CALIBRATE_ON }${GIVEN_PROMPTS:+PROMPTS=$GIVEN_PROMPTS }${DATA_DIR:+DATA_DIR=$DATA_DIR }\
+${MAX_NEW_TOKENS:+MAX_NEW_TOKENS=$MAX_NEW_TOKENS }BENCHMARK=$BENCHMARK bash \
 benchmarks/evidence/router_frontier.sh $CKPT $NAME $B"
