@@ -55,15 +55,15 @@ def pool_point(points: list[dict]) -> dict:
     Raises:
         KeyError: a point lacks ``rows``, the gain or ``tool_route_frac_gap`` (a frontier written before they existed).
         ValueError: a sample's gain has no standard error (fewer than two prompts): the pooled se needs every
-            sample's; the message gives the sample's place in ``points`` (0-based).
+            sample's; the message gives the sample's place in ``points`` (0-based). Also :func:`pool_groups`'s.
     """
     n = [p["rows"] for p in points]
     total = sum(n)
     gains = [p[GAIN]["score"] for p in points]
     for i, g in enumerate(gains):
         if g.get("se") is None:
-            raise ValueError(f"sample {i} ({n[i]} prompts): its {GAIN}.score has no standard error; pooling needs "
-                             "one for every sample")
+            raise ValueError(f"sample {i} ({n[i]} prompt(s)): its {GAIN}.score has no standard error; pooling "
+                             "needs one for every sample")
     out = {"rows": total, "mean_cost": sum(k * p["mean_cost"] for k, p in zip(n, points)) / total,
            GAIN: {"score": {"mean": sum(k * g["mean"] for k, g in zip(n, gains)) / total,
                             "se": math.sqrt(sum((k * g["se"]) ** 2 for k, g in zip(n, gains))) / total}}}
@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"point {label!r} is missing from {missing}")
         try:
             pooled[label] = pool_point([points[label] for points in loaded.values()])
-        except ValueError as err:  # name the file, not only its place
-            raise SystemExit(f"point {label!r} of {list(loaded)}: {err}") from err
+        except ValueError as err:  # name the files; a sample's place in them is in the message
+            raise SystemExit(f"point {label!r} of {list(loaded)} (samples 0-based in this order): {err}") from err
         g, d = pooled[label][GAIN]["score"], pooled[label]["tool_route_frac_gap"]
         fmt = lambda x, spec: "n/a" if x is None else format(x, spec)  # noqa: E731
         print(f"{label}: {pooled[label]['rows']} prompts, cost {pooled[label]['mean_cost']:.3f}, gain over random at "

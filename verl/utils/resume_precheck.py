@@ -12,7 +12,9 @@ It compares only ``actor_rollout_ref.model.path``, the key a preset build stands
 checks every resume key. It stands aside (exit 0, one line on stderr) when an override sets one of
 :data:`STAND_ASIDE_KEYS`, any ``hydra.*`` key or the whole ``trainer`` group, or is a command-line flag (``--cfg``,
 ``--config-name``, ...): those can move the checkpoint folder, skip or relax resume, or set another model. It also
-stands aside when ``MODEL`` is a path to no folder: the trainer names that error itself.
+stands aside when ``MODEL`` is a value the trainer refuses by itself, with its own message: one that
+:func:`verl.utils.model_presets.resolve_model_path` maps to None (a path to no folder) or a folder without a readable
+``config.json``.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import sys
 from pathlib import Path
 
 from verl.utils import checkpoint_manifest as cm
-from verl.utils.model_presets import resolve_model_path
+from verl.utils.model_presets import PRESETS, SFT_PRESETS, ModelPathError, check_model_dir, resolve_model_path
 
 MODEL_KEY = "actor_rollout_ref.model.path"
 # an override of any of these can move the checkpoint folder, skip resume, allow the change or set another model
@@ -55,7 +57,8 @@ def model_path_conflict(checkpoint_dir: str | Path, model: str) -> str | None:
     """A message when the checkpoint the trainer would resume from under ``checkpoint_dir`` (``resume_mode=auto``:
     the newest one that verifies) records another ``actor_rollout_ref.model.path`` than ``model`` resolves to
     (:func:`verl.utils.model_presets.resolve_model_path`); None when there is no checkpoint, it records no model
-    path, the paths agree, or ``model`` is a path to no folder.
+    path, the paths agree, or ``prepare_model`` would refuse ``model`` itself (a value ``resolve_model_path`` maps to
+    None, or a folder other than a preset's without a readable ``config.json``).
 
     The newest checkpoint is found by sizes (cheap); a conflict is confirmed on the checkpoint that also verifies by
     SHA-256, as the trainer chooses it, so a damaged newest checkpoint never causes a refusal the trainer would not
@@ -67,6 +70,11 @@ def model_path_conflict(checkpoint_dir: str | Path, model: str) -> str | None:
     resolved = resolve_model_path(model)  # what prepare_model returns, and the trainer records
     if resolved is None:
         return None  # prepare_model refuses it by name
+    if isinstance(resolved, Path) and model not in (*PRESETS, *SFT_PRESETS):
+        try:
+            check_model_dir(resolved)
+        except ModelPathError:
+            return None  # prepare_model refuses the folder, and says why
     root = Path(checkpoint_dir)
     wanted = str(resolved)
     step_dir = cm.latest_valid_checkpoint(root, check_hashes=False)
