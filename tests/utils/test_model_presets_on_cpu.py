@@ -69,3 +69,8 @@ def test_smollm2_conversion_matches_gguf():
         assert torch.allclose(converted(ids).logits, original(ids).logits, atol=1e-4)
     text, _ = _chat_generate(path, "What is the capital of France? Answer in one word.")
     assert "paris" in text.lower(), text
+
+
+def test_every_sft_preset_is_a_preset():
+    """``resolve_model_path`` and the resume pre-check tell a preset by ``PRESETS`` alone."""
+    assert set(model_presets.SFT_PRESETS) <= set(model_presets.PRESETS)

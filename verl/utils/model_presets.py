@@ -256,7 +256,7 @@ def resolve_model_path(name_or_path: str) -> Path | str | None:
         ``/``).
     """
     name = str(name_or_path)
-    if name in PRESETS or name in SFT_PRESETS:
+    if name in PRESETS:  # SFT_PRESETS among them
         return preset_dir(name)
     expanded = Path(name).expanduser()
     if expanded.is_dir():

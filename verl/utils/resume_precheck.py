@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from verl.utils import checkpoint_manifest as cm
-from verl.utils.model_presets import PRESETS, SFT_PRESETS, ModelPathError, check_model_dir, resolve_model_path
+from verl.utils.model_presets import PRESETS, ModelPathError, check_model_dir, resolve_model_path
 
 MODEL_KEY = "actor_rollout_ref.model.path"
 # an override of any of these can move the checkpoint folder, skip resume, allow the change or set another model
@@ -70,7 +70,7 @@ def model_path_conflict(checkpoint_dir: str | Path, model: str) -> str | None:
     resolved = resolve_model_path(model)  # what prepare_model returns, and the trainer records
     if resolved is None:
         return None  # prepare_model refuses it by name
-    if isinstance(resolved, Path) and model not in (*PRESETS, *SFT_PRESETS):
+    if isinstance(resolved, Path) and model not in PRESETS:
         try:
             check_model_dir(resolved)
         except ModelPathError:
