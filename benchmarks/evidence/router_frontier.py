@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import textwrap
 from pathlib import Path
 
 from verl.router import ROUTE_NAMES
@@ -266,6 +267,30 @@ def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, ra
     return learned, {"rate": rate, **matched}
 
 
+def label_offsets(places: dict, to_display, points_per_pixel: float, height: float = 10.0,
+                  char_width: float = 4.8) -> list[tuple[tuple, str, tuple[float, float]]]:
+    """Where to put each point's label so that no two overlap: ``[((x, y), text, (dx, dy) in points)]``.
+
+    Labels start 5 points right of their point and 5 above it; taken from left to right (then bottom to top), a
+    label whose box (``char_width`` points a character, ``height`` points high, 8-point text) meets a box already
+    placed takes the nearest free line below or above, alternately. ``places`` maps ``(x, y)`` in data units to the labels of the
+    policies there; ``to_display`` maps ``[N, 2]`` data points to pixels (``ax.transData.transform``)."""
+    placed: list[tuple[float, float, float]] = []  # left, bottom, width of each box, in points
+    out = []
+    for (x, y), labels in sorted(places.items()):
+        text = " = ".join(labels)
+        px, py = (float(v) * points_per_pixel for v in to_display([(x, y)])[0])
+        width = char_width * len(text)
+        for step in range(2 * len(places) + 1):  # 5, 5 − h, 5 + h, 5 − 2h, ...: one of them is free
+            dy = 5.0 + (-1) ** step * ((step + 1) // 2) * height
+            if not any(px + 5 < left + w and left < px + 5 + width and abs(py + dy - bottom) < height
+                       for left, bottom, w in placed):
+                break
+        placed.append((px + 5, py + dy, width))
+        out.append(((x, y), text, (5.0, dy)))
+    return out
+
+
 def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA score") -> None:
     import matplotlib
 
@@ -282,21 +307,27 @@ def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA
         if label.startswith(SWEEP_PREFIX):
             continue
         places.setdefault((round(point["mean_cost"], 4), round(point["score"]["mean"], 4)), []).append(label)
+    colors = {}
     for (x, y), labels in places.items():
-        ax.errorbar(x, y, yerr=points[labels[0]]["score"]["se"] or 0, fmt="o", capsize=3)
-        ax.annotate(" = ".join(labels), (x, y), textcoords="offset points", xytext=(5, 5))
+        colors[(x, y)] = ax.errorbar(x, y, yerr=points[labels[0]]["score"]["se"] or 0, fmt="o",
+                                     capsize=3).lines[0].get_color()
     if "answer" in points and "search" in points:  # random routing at every rate p mixes the two: this segment
         ends = [points["answer"], points["search"]]
         ax.plot([e["mean_cost"] for e in ends], [e["score"]["mean"] for e in ends], color="lightgrey", zorder=0,
                 label="random routes at any rate (expected)")
     if sweep or ("answer" in points and "search" in points):
-        ax.legend(loc="upper left", fontsize=8)
+        ax.legend(loc="best", fontsize=8)
     ax.set_xlim(-0.05, 1.3)  # room for the labels right of the points
+    ax.autoscale_view()
+    for (x, y), text, offset in label_offsets(places, ax.transData.transform, 72.0 / fig.dpi):
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=colors[(x, y)],
+                    va="center", arrowprops=None if offset[1] == 5.0 else {"arrowstyle": "-", "color": colors[(x, y)],
+                                                                          "linewidth": 0.5})
     ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
     ax.text(budget, ax.get_ylim()[0], f" B = {budget}", color="grey", va="bottom")
     ax.set_xlabel("mean tool cost (share of responses that call a tool)")
     ax.set_ylabel(f"{ylabel} (mean ± 1 se)")
-    ax.set_title(title, fontsize=9)
+    ax.set_title(textwrap.fill(title, 80), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 

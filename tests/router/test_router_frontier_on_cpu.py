@@ -344,3 +344,16 @@ def test_pooling_frontiers_of_disjoint_samples_by_hand(tmp_path):
     files[1].write_text(json.dumps({"points": {"learned_expected": point(1, 1.0, None, 0.5, [], [0.4])}}))
     with pytest.raises(SystemExit, match=r"sample 1 \(1 prompt\(s\)\).*no standard error"):
         pool.main([*map(str, files), "--points", "learned_expected", "--output", str(out)])
+
+
+def test_label_offsets_keep_labels_apart():
+    # three points at the same display height, the first two close together: identity display transform
+    places = {(0.0, 0.0): ["answer"], (10.0, 0.0): ["learned_expected"], (300.0, 0.0): ["search = calculate"]}
+    out = frontier.label_offsets(places, lambda xy: xy, 1.0, height=10.0, char_width=5.0)
+    offsets = {text: offset for _, text, offset in out}
+    assert offsets["answer"] == (5.0, 5.0) and offsets["search = calculate"] == (5.0, 5.0)  # nothing in the way
+    assert offsets["learned_expected"] == (5.0, -5.0)  # the line below the first label's
+    boxes = [(x + dx, y + dy, 5.0 * len(text)) for (x, y), text, (dx, dy) in out]
+    for i, (l1, b1, w1) in enumerate(boxes):
+        for l2, b2, w2 in boxes[i + 1:]:
+            assert not (l1 < l2 + w2 and l2 < l1 + w1 and abs(b1 - b2) < 10.0)
