@@ -318,17 +318,17 @@ def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA
     if sweep or ("answer" in points and "search" in points):
         ax.legend(loc="best", fontsize=8)
     ax.set_xlim(-0.05, 1.3)  # room for the labels right of the points
-    ax.autoscale_view()
-    for (x, y), text, offset in label_offsets(places, ax.transData.transform, 72.0 / fig.dpi):
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=colors[(x, y)],
-                    va="center", arrowprops=None if offset[1] == 5.0 else {"arrowstyle": "-", "color": colors[(x, y)],
-                                                                          "linewidth": 0.5})
     ax.axvline(budget, color="grey", linestyle="--", linewidth=1)
     ax.text(budget, ax.get_ylim()[0], f" B = {budget}", color="grey", va="bottom")
     ax.set_xlabel("mean tool cost (share of responses that call a tool)")
     ax.set_ylabel(f"{ylabel} (mean ± 1 se)")
     ax.set_title(textwrap.fill(title, 80), fontsize=9)
     fig.tight_layout()
+    fig.canvas.draw()  # the final axes, so that labels are placed apart in the saved figure's coordinates
+    for (x, y), text, offset in label_offsets(places, ax.transData.transform, 72.0 / fig.dpi):
+        ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=colors[(x, y)],
+                    va="center", arrowprops=None if offset[1] == 5.0 else {"arrowstyle": "-", "color": colors[(x, y)],
+                                                                          "linewidth": 0.5})
     fig.savefig(path, dpi=120)
 
 

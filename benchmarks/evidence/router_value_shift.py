@@ -13,28 +13,37 @@ is the head's input (:func:`verl.router.head.compute_router_features`). Per set 
 
 - the head's predicted task reward of each route, ``Q(x, a) = h(x)_a`` (the ridge head predicts the whole reward,
   ``docs/router.md`` "Ridge fit"), and the predicted tool margin ``m(x) = max(Q(x, SEARCH), Q(x, CALCULATE)) −
-  Q(x, ANSWER)``, against the price of a tool route at the checkpoint's λ, ``λ·(c̄(tool) − c̄(ANSWER))``: greedy
-  routing gives a tool exactly where ``m(x)`` exceeds it (``verl/router/value.py``, ``z = (h − λ·c̄)/τ``);
+  Q(x, ANSWER)``, beside the price of a tool route at the checkpoint's λ, ``λ·(c̄(tool) − c̄(ANSWER))`` (the dearer
+  tool route's ``c̄``; under the default cost weights both tool routes cost the same, and greedy routing then gives a
+  tool exactly where ``m(x)`` exceeds the price); the share of prompts greedy routing sends to a tool is computed
+  exactly, ``max_tool (Q − λ·c̄) > Q(ANSWER) − λ·c̄(ANSWER)`` (``verl/router/value.py``, ``z = (h − λ·c̄)/τ``);
 - how far each prompt lies from what the fit has seen, as the ridge's own confidence width (LinUCB's, Li et al.
   2010, arXiv 1003.0146, eq. 4): ``w_a(x) = sqrt((z − z̄_a)ᵀ A_a⁻¹ (z − z̄_a) + 1/n_a)`` with ``z`` the head's
-  normalised input, ``A_a = C_a/s² + α·I`` the penalised centred covariance of route ``a``'s ``n_a`` observations
-  in the checkpoint's ridge sums (:class:`verl.router.value.RidgeRouteValues`) and ``z̄_a`` their mean (as α → 0,
-  the standard error of the route's predicted value in units of its residual standard deviation). Held-out prompts
-  of the training distribution give the scale to read another set's widths against;
+  normalised input, ``A_a = C_a/s² + α·I`` the penalised centred scatter matrix (a sum, not a mean) of route ``a``'s
+  ``n_a`` observations in the checkpoint's ridge sums (:class:`verl.router.value.RidgeRouteValues`) and ``z̄_a``
+  their mean: the posterior standard deviation of the route's predicted value, in units of the reward noise σ,
+  under the prior ``w ~ N(0, σ²/α·I)`` (with fewer observations than features, as here, the penalty sets much of
+  it). Held-out prompts of the training distribution give the scale to read another set's widths against;
 - with ``--split`` (default ``train``), the set named there is split into its irrelevance rows
   (``extra_info.irrelevance_source ≥ 0``, :mod:`verl.router.irrelevance`) and the others (its call rows), and each
   set's mean offset from the call rows, ``Δ = z̄_set − z̄_call`` in the head's normalised coordinates, is compared
   with the irrelevance direction ``u = (z̄_irrelevance − z̄_call)/|·|``: ``|Δ|``, ``cos(Δ, u)``, and for each tool
   route the shift of its mean value gap ``Q(x, a) − Q(x, ANSWER)`` from the call rows', ``(w_a − w_ANSWER)·Δ``, in
-  total and the part that ``Δ``'s component along ``u`` carries (the head is linear, so the two parts add up);
-- with ``--realized NAME=DIR``, the realised route values and tool margin: ``router_frontier.sh``'s greedy generations of the fixed
-  routes (``DIR/{answer,search,calculate}.jsonl``) scored by the RLLA reward as ``router_frontier.py`` scores them
-  (``main_eval.row_metrics``), ``max(r_SEARCH, r_CALCULATE) − r_ANSWER`` per prompt (matched by ``index``),
-  beside the predicted one (mean and Pearson correlation over the prompts both have).
+  total and the part that ``Δ``'s component along ``u`` carries (the head is linear, so the two parts add up), and
+  ``|Δ|`` expected from sampling alone were the set drawn from the call rows' distribution,
+  ``sqrt(tr Σ_call · (1/n + 1/n_call))``;
+- with ``--realized NAME=DIR``, the realised route values and tool margin: ``router_frontier.sh``'s greedy
+  generations of the fixed routes (``DIR/{answer,search,calculate}.jsonl``) scored by the RLLA reward as
+  ``router_frontier.py`` scores them (``main_eval.row_metrics``), ``max(r_SEARCH, r_CALCULATE) − r_ANSWER`` per
+  prompt (matched by ``index``), beside the predicted one (mean and Pearson correlation over the prompts both have).
+  The realised margin takes each prompt's better tool route in hindsight, which no estimate of expected values can
+  match; the margin of the tool route that is better on average, ``max_a mean(r_a) − mean(r_ANSWER)``, is recorded
+  beside it. Rewards use the checkpoint's ``reward_model.wrapper`` (``auto``: from the tokenizer's chat template)
+  and ``data.tool_format``, and ToolRL's reward switches from the environment.
 
-``--cache DIR`` keeps each set's features (``DIR/NAME.npz``, with the checkpoint and file they came from) and reads
-them back on a later call with the same checkpoint and file. Progress goes to stderr every 50 prompts. No part of
-this is used by the trainer.
+``--cache DIR`` keeps each set's features (``DIR/NAME.npz``, tagged with the checkpoint's router file and the
+prompts file: path, size and modification time) and reads them back on a later call with the same tag. Progress goes
+to stderr every 50 prompts. No part of this is used by the trainer.
 """
 from __future__ import annotations
 
@@ -47,13 +56,14 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from omegaconf import OmegaConf
 
 from verl.router import RouterAction
-from verl.router.head import compute_router_features
 from verl.router.infer import RouterInference, load_prompt_rows
 from verl.router.irrelevance import SOURCE_KEY
 from verl.trainer.main_eval import read_generations, row_metrics
 from verl.utils.reward_score.rlla import RewardSwitches
+from verl.workers.reward_manager.naive import infer_wrapper
 
 TOOL_ROUTES = (RouterAction.SEARCH, RouterAction.CALCULATE)
 ROUTE_FILES = {RouterAction.ANSWER: "answer", RouterAction.SEARCH: "search", RouterAction.CALCULATE: "calculate"}
@@ -70,27 +80,22 @@ def named_paths(values: list[str], flag: str) -> dict[str, str]:
     return out
 
 
-@torch.no_grad()
 def prompt_features(infer: RouterInference, rows, batch_size: int = 4) -> tuple[np.ndarray, list[int]]:
-    """``(features [N, H] float64, kept positions)`` of the rows that fit the run's prompt limit, in file order."""
+    """``(features [N, H] float64, kept positions)`` of the rows (:class:`verl.router.infer.PromptRow`) that fit the
+    run's prompt limit, in file order (:meth:`RouterInference.prompt_features`)."""
     keep = [i for i, row in enumerate(rows) if infer.prompt_length(row.messages) <= infer.max_prompt_length]
     out, started = [], time.time()
     for start in range(0, len(keep), batch_size):
         if start and start % 50 < batch_size:
             print(f"  {start}/{len(keep)} prompts, {time.time() - started:.0f} s", file=sys.stderr, flush=True)
-        batch = [rows[i].messages for i in keep[start:start + batch_size]]
-        tokens = {k: v.to(infer.device) for k, v in infer._tokenize(batch).items()}
-        out.append(compute_router_features(infer.model, infer.head, tokens["input_ids"], tokens["attention_mask"],
-                                           tokens["position_ids"]).double().cpu().numpy())
+        out.append(infer.prompt_features([rows[i].messages for i in keep[start:start + batch_size]]).double().numpy())
     return (np.concatenate(out) if out else np.zeros((0, int(infer.model.config.hidden_size)))), keep
 
 
-def cached_features(infer: RouterInference, rows, checkpoint: str, path: str, cache):
+def cached_features(infer: RouterInference, rows, path: str, cache):
     """:func:`prompt_features`, kept in ``cache`` (an ``.npz``; None: no cache) and read back when it was made from
-    the same checkpoint and file (path, size and modification time)."""
-    stat = Path(path).stat()
-    tag = np.array([str(Path(checkpoint).resolve()), str(Path(path).resolve()), str(stat.st_size),
-                    str(stat.st_mtime_ns)])
+    the same checkpoint router file and prompts file (path, size and modification time of each)."""
+    tag = np.array([part for f in (infer.files.router_file, path) for part in file_tag(f)])
     if cache is not None and cache.is_file():
         saved = np.load(cache)
         if saved["tag"].tolist() == tag.tolist():
@@ -102,13 +107,23 @@ def cached_features(infer: RouterInference, rows, checkpoint: str, path: str, ca
     return x, keep
 
 
+def file_tag(path) -> list[str]:
+    """``[resolved path, size, modification time in ns]`` of a file, as strings."""
+    stat = Path(path).stat()
+    return [str(Path(path).resolve()), str(stat.st_size), str(stat.st_mtime_ns)]
+
+
 def ridge_widths(ridge: dict, norm_mean: torch.Tensor, norm_scale: float, alpha: float):
     """``widths(x [N, H], route) -> [N]``: the ridge's confidence width ``sqrt((z − z̄_a)ᵀ A_a⁻¹ (z − z̄_a) + 1/n_a)``
     (module docstring) from the checkpoint's ridge sums (``count``, ``sum_x``, ``sum_xx``), with the head's
-    normalisation ``z = (x − norm_mean)/norm_scale``."""
+    normalisation ``z = (x − norm_mean)/norm_scale``.
+
+    Raises: ValueError: a route without observations (its width is not defined)."""
     solved = []
     for a in range(len(ridge["count"])):
         n = float(ridge["count"][a])
+        if n < 1:
+            raise ValueError(f"ridge sums: route {RouterAction(a).name} has no observation")
         xbar = ridge["sum_x"][a] / n
         cov = (ridge["sum_xx"][a] - n * torch.outer(xbar, xbar)) / norm_scale ** 2
         eye = torch.eye(cov.shape[0], dtype=torch.float64)
@@ -122,27 +137,38 @@ def ridge_widths(ridge: dict, norm_mean: torch.Tensor, norm_scale: float, alpha:
     return widths
 
 
-def route_scores(gen_dir: str, key: str = "index") -> dict[RouterAction, dict[int, float]]:
+def reward_settings(infer: RouterInference) -> tuple[str, str]:
+    """``(wrapper, tool_format)`` the checkpoint's run scored with: ``reward_model.wrapper`` (``auto`` resolved from
+    the tokenizer's chat template, as the reward manager does) and ``data.tool_format``."""
+    wrapper = str(OmegaConf.select(infer.config, "reward_model.wrapper", default="auto"))
+    tool_format = str(OmegaConf.select(infer.config, "data.tool_format", default="toolrl"))
+    return (infer_wrapper(infer.tokenizer) if wrapper == "auto" else wrapper), tool_format
+
+
+def route_scores(gen_dir: str, key: str = "index", wrapper: str = "qwen",
+                 tool_format: str = "toolrl") -> dict[RouterAction, dict[int, float]]:
     """``{route: {row[key]: RLLA score}}`` of a folder of fixed-route generations (``DIR/{answer,search,
     calculate}.jsonl``, ``router.infer`` output), scored as ``router_frontier.py`` scores them
-    (``main_eval.row_metrics``, reward switches from the environment). A row the reward cannot score is left out and
-    named on stderr."""
+    (``main_eval.row_metrics`` with ``wrapper`` and ``tool_format``, reward switches from the environment). A row
+    the reward cannot score is left out and named on stderr, as the trainer leaves out a row whose reward failed.
+
+    Raises: FileNotFoundError: a route file is missing."""
     switches = RewardSwitches.from_env()
     out: dict[RouterAction, dict[int, float]] = {}
     for route, stem in ROUTE_FILES.items():
         out[route] = {}
         for row in read_generations(str(Path(gen_dir) / f"{stem}.jsonl")):
             try:
-                out[route][int(row[key])] = row_metrics(row, switches)["score"]
-            except (ValueError, KeyError) as err:
-                print(f"{gen_dir}/{stem}.jsonl {key} {row.get(key)}: not scored ({err})", file=sys.stderr)
+                out[route][int(row[key])] = row_metrics(row, switches, wrapper, tool_format)["score"]
+            except Exception as err:  # noqa: BLE001 - one unscorable row must not stop the rest
+                print(f"{row.get('_where')}: not scored ({type(err).__name__}: {err})", file=sys.stderr)
     return out
 
 
-def realized(gen_dir: str) -> dict[int, dict[str, float]]:
+def realized(gen_dir: str, wrapper: str, tool_format: str) -> dict[int, dict[str, float]]:
     """``{extra_info index: {route name: score, "margin": max(r_SEARCH, r_CALCULATE) − r_ANSWER}}`` over the prompts
-    all three route files score."""
-    scores = route_scores(gen_dir)
+    all three route files score (:func:`route_scores`)."""
+    scores = route_scores(gen_dir, "index", wrapper, tool_format)
     common = set.intersection(*(set(s) for s in scores.values()))
     return {i: {**{a.name: scores[a][i] for a in RouterAction},
                 "margin": max(scores[a][i] for a in TOOL_ROUTES) - scores[RouterAction.ANSWER][i]}
@@ -150,8 +176,10 @@ def realized(gen_dir: str) -> dict[int, dict[str, float]]:
 
 
 def summary(values: np.ndarray) -> dict:
-    """Mean, standard error and quartiles of a 1-D array."""
+    """Mean, standard error and quartiles of a 1-D array (``{"n": 0}`` when empty)."""
     n = len(values)
+    if n == 0:
+        return {"n": 0}
     return {"n": n, "mean": float(values.mean()), "se": float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
             "quartiles": [float(q) for q in np.quantile(values, [0.25, 0.5, 0.75])]}
 
@@ -182,22 +210,26 @@ def main(argv=None) -> int:
         raise SystemExit(f"{infer.files.router_file}: no ridge sums (router.value_fit=ridge runs keep them)")
     norm_mean, norm_scale = infer.head.norm_stats()
     weight = infer.head.net.weight.detach().double()  # [3, H] on normalised inputs
-    bias = infer.head.net.bias.detach().double()
     widths = ridge_widths(ridge, norm_mean, norm_scale, float(infer.router_cfg.value_ridge_alpha))
+    wrapper, tool_format = reward_settings(infer)
+    priced_cost = lam * route_cost.double().numpy()
 
     def values(x: np.ndarray) -> np.ndarray:
-        z = (torch.from_numpy(x) - norm_mean) / norm_scale
-        return (z @ weight.T + bias).numpy()
+        with torch.no_grad():
+            return infer.head.head_of_pooled(torch.from_numpy(x)).double().numpy()
+
+    def greedy_tool(v: np.ndarray) -> np.ndarray:
+        net = v - priced_cost
+        return net[:, [int(a) for a in TOOL_ROUTES]].max(1) > net[:, int(RouterAction.ANSWER)]
 
     result = {"checkpoint": str(args.checkpoint), "lambda": lam, "route_cost": [float(c) for c in route_cost],
-              "tool_price": price,
+              "tool_price": price, "reward_wrapper": wrapper, "tool_format": tool_format,
               "ridge_observations": [float(c) for c in ridge["count"]], "sets": {}}
     feats, index_of, irrelevant = {}, {}, {}
     for name, path in sets.items():
         rows = load_prompt_rows(path)
         t0 = time.time()
-        x, keep = cached_features(infer, rows, args.checkpoint, path,
-                                  Path(args.cache) / f"{name}.npz" if args.cache else None)
+        x, keep = cached_features(infer, rows, path, Path(args.cache) / f"{name}.npz" if args.cache else None)
         feats[name] = x
         index_of[name] = [rows[i].index for i in keep]
         irrelevant[name] = np.array([int((rows[i].extra_info or {}).get(SOURCE_KEY, -1)) >= 0 for i in keep])
@@ -206,10 +238,10 @@ def main(argv=None) -> int:
         width = {a.name: widths(x, int(a)) for a in RouterAction}
         entry = {"file": path, "rows": len(rows), "rows_fit": len(keep),
                  "predicted_value": {a.name: summary(q[:, int(a)]) for a in RouterAction},
-                 "predicted_tool_margin": summary(margin), "share_margin_above_price": float((margin > price).mean()),
+                 "predicted_tool_margin": summary(margin), "greedy_tool_share": float(greedy_tool(q).mean()),
                  "ridge_width": {k: summary(v) for k, v in width.items()}, "seconds": round(time.time() - t0, 1)}
         if name in realized_dirs:
-            real = realized(realized_dirs[name])
+            real = realized(realized_dirs[name], wrapper, tool_format)
             pairs = [(m, real[i]) for m, i in zip(margin, index_of[name]) if i in real]
             pm, rm = np.array([m for m, _ in pairs]), np.array([r["margin"] for _, r in pairs])
             entry["realized_value"] = {a.name: summary(np.array([r[a.name] for _, r in pairs])) for a in RouterAction}
@@ -219,7 +251,10 @@ def main(argv=None) -> int:
             entry["realized_tool_margin"] = summary(rm)
             entry["predicted_tool_margin_same_prompts"] = summary(pm)
             entry["pearson_predicted_realized"] = float(np.corrcoef(pm, rm)[0, 1])
-            entry["share_realized_margin_above_price"] = float((rm > price).mean())
+            rv = np.array([[r[a.name] for a in RouterAction] for _, r in pairs])
+            entry["realized_margin_of_better_route_on_average"] = float(
+                rv[:, [int(a) for a in TOOL_ROUTES]].mean(0).max() - rv[:, int(RouterAction.ANSWER)].mean())
+            entry["greedy_tool_share_if_values_were_realized"] = float(greedy_tool(rv).mean())
         result["sets"][name] = entry
         print(f"{name}: {len(keep)}/{len(rows)} prompts, margin {margin.mean():+.2f} (price {price:.2f}), "
               f"ridge width {width['ANSWER'].mean():.3f}, {entry['seconds']} s", file=sys.stderr, flush=True)
@@ -234,13 +269,17 @@ def main(argv=None) -> int:
         w_margin = {a.name: (weight[int(a)] - weight[int(RouterAction.ANSWER)]).numpy() for a in TOOL_ROUTES}
         parts = {"call_rows": z[args.split][~irr], "irrelevance_rows": z[args.split][irr]}
         parts.update({name: zz for name, zz in z.items() if name != args.split})
+        calls = z[args.split][~irr]
+        call_trace = float(((calls - call_mean) ** 2).sum(1).mean())  # tr Σ_call
         result["offset_from_call_rows"] = {}
         for name, zz in parts.items():
             delta = zz.mean(0) - call_mean
             along = float(delta @ u) * u
+            norm = float(np.linalg.norm(delta))
             result["offset_from_call_rows"][name] = {
-                "rows": len(zz), "norm": float(np.linalg.norm(delta)),
-                "cos_with_irrelevance_direction": float(delta @ u / np.linalg.norm(delta)) if np.linalg.norm(delta) else None,
+                "rows": len(zz), "norm": norm,
+                "norm_if_same_distribution": math.sqrt(call_trace * (1 / len(zz) + 1 / len(calls))),
+                "cos_with_irrelevance_direction": float(delta @ u / norm) if norm else None,
                 "value_gap_shift": {k: {"total": float(w @ delta), "along_irrelevance_direction": float(w @ along)}
                                     for k, w in w_margin.items()}}
     result["seconds"] = round(time.time() - started, 1)

@@ -147,9 +147,7 @@ class RouterComponent:
                 dist.all_reduce(value, op=dist.ReduceOp.SUM)
                 inc[key] = value.cpu()
         self.ridge.add(inc)
-        self.head.set_norm_stats(*self.ridge.feature_stats())
-        weight, bias = self.ridge.solve(*self.head.norm_stats())
-        self.head.set_linear(weight, bias)
+        self.ridge.set_head(self.head)
         metrics = {k: float(v) for k, v in metrics.items()}
         metrics["router/value_ridge_rows"] = float(self.ridge.count.sum())
         return metrics

@@ -63,7 +63,7 @@ from verl.utils.jsonl import iter_json_objects
 from verl.router import ROUTE_NAMES, RouterAction, parse_other_as
 from verl.router.families import load_tool_family_file, row_tool_families
 from verl.router.checkpoint import load_checkpoint_config, load_router_head, load_value_policy, resolve_checkpoint
-from verl.router.head import compute_router_logits, sample_actions
+from verl.router.head import compute_router_features, compute_router_logits, sample_actions
 from verl.router.value import lambda_for_cost, mean_route_cost, value_policy_logits
 from verl.router.rewrite import rewrite_batch, tokenize_prompts
 from verl.utils.dataset.rl_dataset import PromptTooLongError, _extra_info_problems, message_list_problems
@@ -235,6 +235,19 @@ class RouterInference:
 
         return trim_left_padding(tokenize_prompts(self.tokenizer, messages, self.max_prompt_length,
                                                   truncation=self.truncation))
+
+    @torch.no_grad()
+    def prompt_features(self, prompts: Sequence[Sequence[Mapping]]) -> torch.Tensor:
+        """The router head's input for ORIGINAL prompts: pooled final hidden states, float32 ``[B, H]`` on CPU
+        (:func:`verl.router.head.compute_router_features`, before the head's normalisation; what
+        ``router.value_fit=ridge`` fits on).
+
+        Raises:
+            PromptTooLongError: a prompt exceeds ``data.max_prompt_length`` with ``data.truncation='error'``.
+        """
+        original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
+        return compute_router_features(self.model, self.head, original["input_ids"], original["attention_mask"],
+                                       original["position_ids"]).float().cpu()
 
     def _policy_logits(self, prompts: Sequence[Sequence[Mapping]]) -> torch.Tensor:
         """float32 ``[B, 3]`` routing logits of ORIGINAL prompts (a value head's values priced at its λ)."""

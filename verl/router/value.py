@@ -365,6 +365,14 @@ class RidgeRouteValues:
             bias[a] = ybar - float(weight[a] @ ((xbar - mean) / scale))
         return weight, bias
 
+    def set_head(self, head: Any) -> None:
+        """Make ``head`` (a linear :class:`verl.router.head.RouterHead` with ``input_norm="running"``) the fit of the
+        sums so far: its input statistics from :meth:`feature_stats`, then its output layer from :meth:`solve` in
+        those coordinates — what the trainer does after every update (``RouterComponent._ridge_update``) and what an
+        offline refit must repeat. Raises as ``RouterHead.set_norm_stats`` / ``set_linear``."""
+        head.set_norm_stats(*self.feature_stats())
+        head.set_linear(*self.solve(*head.norm_stats()))
+
     def feature_stats(self) -> tuple[float, torch.Tensor, torch.Tensor]:
         """``(n, mean [H], m2 [H])`` float64 of the features of every observation so far, all routes together: their
         number, mean and per-feature sum of squared deviations (``m2 = diag(Σ_a Σxxᵀ) − n·mean²``). The head's input
