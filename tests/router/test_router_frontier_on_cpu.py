@@ -342,8 +342,9 @@ def test_pooling_frontiers_of_disjoint_samples_by_hand(tmp_path):
         pool.main([*map(str, files), "--points", "learned_calibrated_expected", "--output", str(out)])
     # a one-prompt sample has no se: pooling it would understate the pooled se, so it is refused, naming the files
     files[1].write_text(json.dumps({"points": {"learned_expected": point(1, 1.0, None, 0.5, [], [0.4])}}))
-    with pytest.raises(SystemExit, match=r"sample 1 \(1 prompt\(s\)\).*no standard error"):
+    with pytest.raises(SystemExit, match=r"sample 1 \(1 prompt\(s\)\).*no standard error") as refused:
         pool.main([*map(str, files), "--points", "learned_expected", "--output", str(out)])
+    assert str(files[1]) in str(refused.value)
 
 
 def test_label_offsets_keep_labels_apart():
