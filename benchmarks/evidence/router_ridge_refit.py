@@ -47,7 +47,8 @@ from verl.router.value import RidgeRouteValues, value_policy_logits
 from verl.trainer.main_eval import read_generations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from router_value_shift import TOOL_ROUTES, named_paths, prompt_features, reward_settings, route_scores  # noqa: E402
+from router_value_shift import (load_ridge, named_paths, prompt_features, reward_settings,  # noqa: E402
+                                route_scores, tool_margin)
 
 
 def refit(head, ridge: RidgeRouteValues, features: torch.Tensor, positions: list[int],
@@ -92,8 +93,9 @@ def checked_position(row: dict, prompts: dict, prompts_file: str) -> int:
 
 def value_summary(values: torch.Tensor) -> dict:
     """Mean predicted value per route and mean tool margin of head outputs ``[N, 3]``."""
-    margin = values[:, [int(a) for a in TOOL_ROUTES]].max(1).values - values[:, int(RouterAction.ANSWER)]
-    return {**{a.name: float(values[:, int(a)].mean()) for a in RouterAction}, "tool_margin": float(margin.mean())}
+    values = values.numpy()
+    return {**{a.name: float(values[:, int(a)].mean()) for a in RouterAction},
+            "tool_margin": float(tool_margin(values).mean())}
 
 
 def main(argv=None) -> int:
@@ -116,11 +118,7 @@ def main(argv=None) -> int:
     infer = RouterInference(args.checkpoint, max_new_tokens=1, device="cpu")
     if infer.value_policy is None or infer.router_cfg.value_fit != "ridge":
         raise SystemExit(f"{args.checkpoint}: not a router.loss_mode=value router.value_fit=ridge checkpoint")
-    state = torch.load(infer.files.router_file, map_location="cpu", weights_only=False)
-    if not isinstance(state, dict) or "ridge" not in state:
-        raise SystemExit(f"{infer.files.router_file}: no ridge sums (router.value_fit=ridge runs keep them)")
-    ridge = RidgeRouteValues(int(infer.model.config.hidden_size), float(infer.router_cfg.value_ridge_alpha))
-    ridge.load_state_dict(state["ridge"])
+    ridge = load_ridge(infer)
     before = [float(c) for c in ridge.count]
     # the checkpoint's head is the fit of its own sums: fitting a copy from them must give it back
     check = copy.deepcopy(infer.head)
@@ -147,10 +145,9 @@ def main(argv=None) -> int:
     rows = load_prompt_rows(args.add_prompts)
     x, keep = prompt_features(infer, rows)
     by_position = {rows[i].position: rows[i] for i in keep}
-    scores = route_scores(args.add_routes, "row", wrapper, tool_format)
-    for route in RouterAction:  # every scored row must answer a prompt of the file, with its index
-        for row in read_generations(str(Path(args.add_routes) / f"{route.name.lower()}.jsonl")):
-            checked_position(row, by_position, args.add_prompts)
+    # every row must answer a prompt of the file, with its index
+    scores = route_scores(args.add_routes, "row", wrapper, tool_format,
+                          check=lambda row: checked_position(row, by_position, args.add_prompts))
     added = refit(infer.head, ridge, torch.from_numpy(x), [rows[i].position for i in keep], scores)
 
     out_dir = Path(args.out_dir)

@@ -53,6 +53,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -61,6 +62,7 @@ from omegaconf import OmegaConf
 from verl.router import RouterAction
 from verl.router.infer import RouterInference, load_prompt_rows
 from verl.router.irrelevance import SOURCE_KEY
+from verl.router.value import RidgeRouteValues
 from verl.trainer.main_eval import read_generations, row_metrics
 from verl.utils.reward_score.rlla import RewardSwitches
 from verl.workers.reward_manager.naive import infer_wrapper
@@ -113,19 +115,36 @@ def file_tag(path) -> list[str]:
     return [str(Path(path).resolve()), str(stat.st_size), str(stat.st_mtime_ns)]
 
 
-def ridge_widths(ridge: dict, norm_mean: torch.Tensor, norm_scale: float, alpha: float):
+def load_ridge(infer: RouterInference) -> RidgeRouteValues:
+    """The ridge sums saved with the checkpoint's router head (``router.value_fit=ridge``).
+
+    Raises: SystemExit: the router file holds no ridge sums (named)."""
+    state = torch.load(infer.files.router_file, map_location="cpu", weights_only=False)
+    if not isinstance(state, dict) or "ridge" not in state:
+        raise SystemExit(f"{infer.files.router_file}: no ridge sums (router.value_fit=ridge runs keep them)")
+    ridge = RidgeRouteValues(int(infer.model.config.hidden_size), float(infer.router_cfg.value_ridge_alpha))
+    ridge.load_state_dict(state["ridge"])
+    return ridge
+
+
+def tool_margin(values: np.ndarray) -> np.ndarray:
+    """``max(Q(SEARCH), Q(CALCULATE)) − Q(ANSWER)`` per row of route values ``[N, 3]``."""
+    return values[:, [int(a) for a in TOOL_ROUTES]].max(1) - values[:, int(RouterAction.ANSWER)]
+
+
+def ridge_widths(ridge: RidgeRouteValues, norm_mean: torch.Tensor, norm_scale: float, alpha: float):
     """``widths(x [N, H], route) -> [N]``: the ridge's confidence width ``sqrt((z − z̄_a)ᵀ A_a⁻¹ (z − z̄_a) + 1/n_a)``
-    (module docstring) from the checkpoint's ridge sums (``count``, ``sum_x``, ``sum_xx``), with the head's
+    (module docstring) from the ridge sums (``count``, ``sum_x``, ``sum_xx``), with the head's
     normalisation ``z = (x − norm_mean)/norm_scale``.
 
     Raises: ValueError: a route without observations (its width is not defined)."""
     solved = []
-    for a in range(len(ridge["count"])):
-        n = float(ridge["count"][a])
+    for a in range(len(ridge.count)):
+        n = float(ridge.count[a])
         if n < 1:
             raise ValueError(f"ridge sums: route {RouterAction(a).name} has no observation")
-        xbar = ridge["sum_x"][a] / n
-        cov = (ridge["sum_xx"][a] - n * torch.outer(xbar, xbar)) / norm_scale ** 2
+        xbar = ridge.sum_x[a] / n
+        cov = (ridge.sum_xx[a] - n * torch.outer(xbar, xbar)) / norm_scale ** 2
         eye = torch.eye(cov.shape[0], dtype=torch.float64)
         solved.append((n, (xbar - norm_mean) / norm_scale, torch.linalg.inv(cov + alpha * eye)))
 
@@ -145,19 +164,22 @@ def reward_settings(infer: RouterInference) -> tuple[str, str]:
     return (infer_wrapper(infer.tokenizer) if wrapper == "auto" else wrapper), tool_format
 
 
-def route_scores(gen_dir: str, key: str = "index", wrapper: str = "qwen",
-                 tool_format: str = "toolrl") -> dict[RouterAction, dict[int, float]]:
+def route_scores(gen_dir: str, key: str = "index", wrapper: str = "qwen", tool_format: str = "toolrl",
+                 check: Optional[Callable[[dict], Any]] = None) -> dict[RouterAction, dict[int, float]]:
     """``{route: {row[key]: RLLA score}}`` of a folder of fixed-route generations (``DIR/{answer,search,
     calculate}.jsonl``, ``router.infer`` output), scored as ``router_frontier.py`` scores them
     (``main_eval.row_metrics`` with ``wrapper`` and ``tool_format``, reward switches from the environment). A row
     the reward cannot score is left out and named on stderr, as the trainer leaves out a row whose reward failed.
+    ``check``, when given, is called on every row first (e.g. to refuse generations of another prompts file).
 
-    Raises: FileNotFoundError: a route file is missing."""
+    Raises: FileNotFoundError: a route file is missing; whatever ``check`` raises."""
     switches = RewardSwitches.from_env()
     out: dict[RouterAction, dict[int, float]] = {}
     for route, stem in ROUTE_FILES.items():
         out[route] = {}
         for row in read_generations(str(Path(gen_dir) / f"{stem}.jsonl")):
+            if check is not None:
+                check(row)
             try:
                 out[route][int(row[key])] = row_metrics(row, switches, wrapper, tool_format)["score"]
             except Exception as err:  # noqa: BLE001 - one unscorable row must not stop the rest
@@ -204,13 +226,10 @@ def main(argv=None) -> int:
         raise SystemExit(f"{args.checkpoint}: a router.loss_mode=pg head has no route values")
     _, route_cost, lam, _ = infer.value_policy
     price = lam * float(max(route_cost[a] for a in TOOL_ROUTES) - route_cost[RouterAction.ANSWER])
-    state = torch.load(infer.files.router_file, map_location="cpu", weights_only=False)
-    ridge = state.get("ridge") if isinstance(state, dict) else None
-    if ridge is None:
-        raise SystemExit(f"{infer.files.router_file}: no ridge sums (router.value_fit=ridge runs keep them)")
+    ridge = load_ridge(infer)
     norm_mean, norm_scale = infer.head.norm_stats()
     weight = infer.head.net.weight.detach().double()  # [3, H] on normalised inputs
-    widths = ridge_widths(ridge, norm_mean, norm_scale, float(infer.router_cfg.value_ridge_alpha))
+    widths = ridge_widths(ridge, norm_mean, norm_scale, ridge.alpha)
     wrapper, tool_format = reward_settings(infer)
     priced_cost = lam * route_cost.double().numpy()
 
@@ -224,7 +243,7 @@ def main(argv=None) -> int:
 
     result = {"checkpoint": str(args.checkpoint), "lambda": lam, "route_cost": [float(c) for c in route_cost],
               "tool_price": price, "reward_wrapper": wrapper, "tool_format": tool_format,
-              "ridge_observations": [float(c) for c in ridge["count"]], "sets": {}}
+              "ridge_observations": [float(c) for c in ridge.count], "sets": {}}
     feats, index_of, irrelevant = {}, {}, {}
     for name, path in sets.items():
         rows = load_prompt_rows(path)
@@ -234,7 +253,7 @@ def main(argv=None) -> int:
         index_of[name] = [rows[i].index for i in keep]
         irrelevant[name] = np.array([int((rows[i].extra_info or {}).get(SOURCE_KEY, -1)) >= 0 for i in keep])
         q = values(x)
-        margin = q[:, [int(a) for a in TOOL_ROUTES]].max(1) - q[:, int(RouterAction.ANSWER)]
+        margin = tool_margin(q)
         width = {a.name: widths(x, int(a)) for a in RouterAction}
         entry = {"file": path, "rows": len(rows), "rows_fit": len(keep),
                  "predicted_value": {a.name: summary(q[:, int(a)]) for a in RouterAction},

@@ -57,10 +57,10 @@ def test_ridge_width_by_hand():
     empty.add(RidgeRouteValues.increments(torch.tensor([[0.0], [2.0], [5.0]]), torch.tensor([0, 0, 1]),
                                           torch.tensor([0.0, 1.0, 3.0])))
     with pytest.raises(ValueError, match="route CALCULATE has no observation"):
-        shift_script.ridge_widths(empty.state_dict(), torch.tensor([1.0], dtype=torch.float64), 1.0, 1.0)
+        shift_script.ridge_widths(empty, torch.tensor([1.0], dtype=torch.float64), 1.0, 1.0)
     ridge.add(RidgeRouteValues.increments(torch.tensor([[0.0], [2.0], [5.0], [1.0]]), torch.tensor([0, 0, 1, 2]),
                                           torch.tensor([0.0, 1.0, 3.0, 0.0])))
-    widths = shift_script.ridge_widths(ridge.state_dict(), torch.tensor([1.0], dtype=torch.float64), 1.0, 1.0)
+    widths = shift_script.ridge_widths(ridge, torch.tensor([1.0], dtype=torch.float64), 1.0, 1.0)
     got = widths(torch.tensor([[1.0], [4.0]], dtype=torch.float64).numpy(), 0)
     assert got.tolist() == pytest.approx([math.sqrt(0.5), math.sqrt(3.5)])
     # route 1's single point has no spread: only the intercept's 1/n and the penalised distance, sqrt(d²/α + 1)
