@@ -140,13 +140,11 @@ def ridge_widths(ridge: RidgeRouteValues, norm_mean: torch.Tensor, norm_scale: f
     Raises: ValueError: a route without observations (its width is not defined)."""
     solved = []
     for a in range(len(ridge.count)):
-        n = float(ridge.count[a])
-        if n < 1:
+        if float(ridge.count[a]) < 1:
             raise ValueError(f"ridge sums: route {RouterAction(a).name} has no observation")
-        xbar = ridge.sum_x[a] / n
-        cov = (ridge.sum_xx[a] - n * torch.outer(xbar, xbar)) / norm_scale ** 2
-        eye = torch.eye(cov.shape[0], dtype=torch.float64)
-        solved.append((n, (xbar - norm_mean) / norm_scale, torch.linalg.inv(cov + alpha * eye)))
+        n, xbar, _, scatter, _ = ridge.centred(a)
+        eye = torch.eye(scatter.shape[0], dtype=torch.float64)
+        solved.append((n, (xbar - norm_mean) / norm_scale, torch.linalg.inv(scatter / norm_scale ** 2 + alpha * eye)))
 
     def widths(x: np.ndarray, route: int) -> np.ndarray:
         n, zbar, a_inv = solved[route]

@@ -33,6 +33,11 @@ def test_hand_worked_one_feature():
     wz, bz = ridge.solve(torch.tensor([1.0]), 2.0)
     assert wz[0, 0].item() == pytest.approx(2 / 3) and bz[0].item() == pytest.approx(1.0)
     assert (wz[0, 0] * 0.5 + bz[0]).item() == pytest.approx(4 / 3)
+    # the centred moments behind the fit: n = 3, x̄ = ȳ = 1, S = C = 2, c = 2; an unobserved route has none
+    n, xbar, ybar, scatter, cross = ridge.centred(0)
+    assert (n, xbar.item(), ybar, scatter.item(), cross.item()) == pytest.approx((3, 1, 1, 2, 2))
+    with pytest.raises(ValueError, match="route 2 has no observation"):
+        ridge.centred(2)
 
 
 def test_equals_float64_least_squares_with_unpenalised_intercept():

@@ -355,15 +355,25 @@ class RidgeRouteValues:
         bias = torch.zeros(k, dtype=torch.float64)
         eye = torch.eye(h, dtype=torch.float64)
         for a in range(k):
-            n = float(self.count[a])
-            if n < 1:
+            if float(self.count[a]) < 1:
                 continue
-            xbar, ybar = self.sum_x[a] / n, float(self.sum_y[a]) / n
-            cov = self.sum_xx[a] - n * torch.outer(xbar, xbar)
-            cross = self.sum_xy[a] - n * xbar * ybar
+            _, xbar, ybar, cov, cross = self.centred(a)
             weight[a] = torch.linalg.solve(cov / scale ** 2 + self.alpha * eye, cross / scale)
             bias[a] = ybar - float(weight[a] @ ((xbar - mean) / scale))
         return weight, bias
+
+    def centred(self, route: int) -> tuple[float, torch.Tensor, float, torch.Tensor, torch.Tensor]:
+        """``(n, x̄ [H], ȳ, S [H, H], c [H])`` float64 of route ``route``'s observations: their number, feature and
+        target means, the centred scatter ``S = Σxxᵀ − n·x̄x̄ᵀ`` and cross moment ``c = Σxy − n·x̄ȳ`` — what
+        :meth:`solve` fits (class docstring) and what a confidence width ``(x − x̄)ᵀ(S + αI)⁻¹(x − x̄)`` needs.
+
+        Raises: ValueError: the route has no observation (its means are not defined)."""
+        n = float(self.count[route])
+        if n < 1:
+            raise ValueError(f"RidgeRouteValues: route {route} has no observation")
+        xbar, ybar = self.sum_x[route] / n, float(self.sum_y[route]) / n
+        return (n, xbar, ybar, self.sum_xx[route] - n * torch.outer(xbar, xbar),
+                self.sum_xy[route] - n * xbar * ybar)
 
     def set_head(self, head: Any) -> None:
         """Make ``head`` (a linear :class:`verl.router.head.RouterHead` with ``input_norm="running"``) the fit of the
