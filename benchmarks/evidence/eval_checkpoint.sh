@@ -14,6 +14,10 @@
 # Variables: START (the starting model's eval name, default smollm2-135m-sft), SAMPLED (default 4), TEMPERATURE
 # (default 0.5), PROMPT_LENGTH (default 1024). The start's sampled generations are made first when missing
 # (SAMPLED=... bash benchmarks/eval_tool_calling.sh START, another ~15 min), with the same settings.
+# BFCL_ROWS=N also judges it on BFCL's field protocol: both models greedy at 256 tokens on the first N rows of each
+# single-turn category (plus RLLA greedy and API-Bank level 1: benchmarks/eval_tool_calling.sh into
+# outputs/eval/{START,NAME}_bfclN/, ~11 min a model, the start's made once), then BFCL accuracy paired per row by
+# BFCL's own verdicts (main_eval --baseline) into benchmarks/results/NAME_bfclN_paired.json.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 CKPT=${1:?usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME}
@@ -35,3 +39,12 @@ paired=(benchmarks/evidence/paired_by_prompt_length.py "$BEFORE" "$AFTER" --toke
 "$PYTHON" "${paired[@]}" --output "$R/${NAME}_sampled_t${TEMPERATURE}_paired.json"
 REFINEDREWARD=1 "$PYTHON" "${paired[@]}" --output "$R/${NAME}_sampled_t${TEMPERATURE}_paired_refinedreward.json"
 "$PYTHON" benchmarks/evidence/calls_vs_ground_truth.py "$BEFORE" "$AFTER" --output "$R/${NAME}_calls_vs_ground_truth.json"
+if [ -n "${BFCL_ROWS:-}" ]; then
+  for model in "$START" "$CKPT"; do
+    name=$([ "$model" = "$START" ] && echo "$START" || echo "$NAME")_bfcl$BFCL_ROWS
+    [ -s "outputs/eval/$name/bfcl.jsonl" ] || env -u SAMPLED -u TEMPERATURE -u PROMPT_LENGTH \
+      bash benchmarks/eval_tool_calling.sh "$model" "$name"
+  done
+  "$PYTHON" -m verl.trainer.main_eval --generations "outputs/eval/${NAME}_bfcl$BFCL_ROWS/bfcl.jsonl" \
+    --baseline "outputs/eval/${START}_bfcl$BFCL_ROWS/bfcl.jsonl" --output "$R/${NAME}_bfcl${BFCL_ROWS}_paired.json"
+fi
