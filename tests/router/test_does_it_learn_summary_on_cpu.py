@@ -23,18 +23,21 @@ def _point(n_call, f_call, n_no_call, f_no_call):
 
 
 def test_expected_decision_f1_by_hand():
-    # 4 prompts want a call, half the mass on tool routes: TP 2, FN 2; 2 want none, a quarter: FP 0.5
-    assert summary_script.expected_decision_f1(_point(4, 0.5, 2, 0.25)) == pytest.approx(4 / 6.5)
+    # 4 prompts want a call, half the mass on tool routes: TP 2, FN 2; 2 want none, a quarter: FP 0.5.
+    # Random routing at the same overall rate r = (2 + 0.5)/6: TP 4r, FN 4(1 − r), FP 2r
+    r = 2.5 / 6
+    ours, random_f1 = summary_script.expected_decision_f1(_point(4, 0.5, 2, 0.25))
+    assert ours == pytest.approx(4 / 6.5) and random_f1 == pytest.approx(8 * r / (8 * r + 2 * r + 4 * (1 - r)))
     # no tool route where a call is wanted: F1 0; nothing to decide: None
-    assert summary_script.expected_decision_f1(_point(3, 0.0, 1, 1.0)) == 0.0
-    assert summary_script.expected_decision_f1(_point(0, None, 5, 0.0)) is None
+    assert summary_script.expected_decision_f1(_point(3, 0.0, 1, 1.0))[0] == 0.0
+    assert summary_script.expected_decision_f1(_point(0, None, 5, 0.0)) == (None, None)
 
 
 def test_expected_decision_f1_equals_the_evaluations_on_a_deterministic_policy():
     # 5 prompts want a call (3 routed to a tool), 3 want none (1 routed to a tool)
     wants = [True] * 5 + [False] * 3
     made = [True, True, True, False, False, True, False, False]
-    ours = summary_script.expected_decision_f1(_point(5, 3 / 5, 3, 1 / 3))
+    ours = summary_script.expected_decision_f1(_point(5, 3 / 5, 3, 1 / 3))[0]
     theirs = tool_cost_metrics([int(m) for m in made], wants, [False] * 8)["decision_f1"]
     assert ours == pytest.approx(theirs)
 
@@ -42,11 +45,11 @@ def test_expected_decision_f1_equals_the_evaluations_on_a_deterministic_policy()
 def test_head_gain_prefers_the_heads_own_tool_split_and_names_the_file():
     same_cost = {"score": {"mean": 0.2, "se": 0.1}}
     same_split = {"score": {"mean": 0.3, "se": 0.0}}
-    gain = summary_script.head_gain({"paired_vs_random_same_cost_expected": same_cost,
-                                     "paired_vs_random_same_cost_same_split_expected": same_split}, "f.json:p")
+    gain = summary_script.head_gain({summary_script.SEARCH_ONLY: same_cost, summary_script.OWN_SPLIT: same_split},
+                                    "f.json:p")
     assert (gain["mean"], gain["t"], gain["versus"]) == (0.3, None, "paired_vs_random_same_cost_same_split_expected")
-    gain = summary_script.head_gain({"paired_vs_random_same_cost_expected": same_cost}, "f.json:p")
-    assert gain["t"] == pytest.approx(2.0)
+    gain = summary_script.head_gain({summary_script.SEARCH_ONLY: same_cost}, "f.json:p")
+    assert gain["t"] == pytest.approx(2.0) and gain["versus"] == summary_script.SEARCH_ONLY
     with pytest.raises(KeyError, match="f.json:p"):
         summary_script.head_gain({}, "f.json:p")
 
@@ -58,8 +61,18 @@ def test_last_third_reads_the_budget_phase_and_its_final_lambda():
     assert summary_script.last_third(progress, 0) == {"budget": 0.3, "policy_cost_last_third": 0.31,
                                                        "last_step": 3, "final_lambda": 3.0}
     assert summary_script.last_third(progress, 1)["final_lambda"] == 5.0
-    with pytest.raises(KeyError, match="2 budget phase"):
-        summary_script.last_third(progress, 2)
+    with pytest.raises(KeyError, match="p.json has 2 budget phase"):
+        summary_script.last_third(progress, 2, "p.json")
+    # one phase, no budget_phases: the policy's cost, never the stratified copies' mean_cost
+    single = {"last_third": {"steps": [2, 3], "budget": 0.3, "mean_cost": 0.66, "policy_cost": 0.29},
+              "train_steps": progress["train_steps"]}
+    assert summary_script.last_third(single)["policy_cost_last_third"] == 0.29
+    del single["last_third"]["policy_cost"]
+    with pytest.raises(KeyError, match="policy_cost"):
+        summary_script.last_third(single, 0, "q.json")
+    single["last_third"]["policy_cost"], single["train_steps"] = 0.29, []
+    with pytest.raises(KeyError, match="q.json logs no router/lambda at step 3"):
+        summary_script.last_third(single, 0, "q.json")
 
 
 def test_the_committed_results_give_the_readmes_figures(tmp_path):
@@ -74,11 +87,19 @@ def test_the_committed_results_give_the_readmes_figures(tmp_path):
     bfcl = next(s for s in heads["12"]["samples"] if s["sample"] == "BFCL rows 31-60, re-priced")
     assert bfcl["gain_vs_random_same_cost"]["mean"] == pytest.approx(0.101, abs=5e-4)
     assert bfcl["gain_vs_random_same_cost"]["t"] == pytest.approx(6.1, abs=0.05)
-    seed2 = [r for r in summary["grpo"] if r["run"] == "16x4 seed 2, step 20" and r["decoding"] == "sampled at 0.5"]
-    assert seed2[0]["gain"] == pytest.approx(0.26, abs=5e-3) and seed2[0]["t"] == pytest.approx(2.13, abs=5e-3)
+    seed2 = {(r["decoding"], r["metric"]): r for r in summary["grpo"] if r["run"] == "16x4 seed 2, step 20"}
+    sampled, bfcl20 = seed2[("sampled at 0.5", "correctness")], seed2[("greedy", "bfcl_accuracy")]
+    assert sampled["gain"] == pytest.approx(0.26, abs=5e-3) and sampled["t"] == pytest.approx(2.13, abs=5e-3)
+    assert (bfcl20["before"], bfcl20["after"], bfcl20["prompts"]) == (pytest.approx(0.217, abs=5e-4),
+                                                                      pytest.approx(0.189, abs=5e-4), 212)
+    # the committed summary is what the committed files give now
+    committed = json.loads((REPO_ROOT / "benchmarks" / "results" / "does_it_learn_summary.json").read_text())
+    committed.pop("command")
+    assert committed == json.loads(json.dumps(summary))
     # the markdown table has a row per sample and per GRPO comparison
     table = summary_script.markdown(summary)
-    assert sum(line.startswith("|") for line in table.splitlines()) == 2 * 2 + sum(len(h["samples"]) for h in summary["heads"]) + len(summary["grpo"])
+    rows = 2 * 2 + sum(len(h["samples"]) for h in summary["heads"]) + len(summary["grpo"])
+    assert sum(line.startswith("|") for line in table.splitlines()) == rows
     # a listed file that is missing is named
     with pytest.raises(FileNotFoundError, match=str(tmp_path)):
         summary_script.summarise(tmp_path)

@@ -38,6 +38,8 @@ def test_hand_worked_one_feature():
     assert (n, xbar.item(), ybar, scatter.item(), cross.item()) == pytest.approx((3, 1, 1, 2, 2))
     with pytest.raises(ValueError, match="route 2 has no observation"):
         ridge.centred(2)
+    with pytest.raises(ValueError, match="route -1 is not in 0"):
+        ridge.centred(-1)
 
 
 def test_equals_float64_least_squares_with_unpenalised_intercept():

@@ -363,11 +363,15 @@ class RidgeRouteValues:
         return weight, bias
 
     def centred(self, route: int) -> tuple[float, torch.Tensor, float, torch.Tensor, torch.Tensor]:
-        """``(n, x̄ [H], ȳ, S [H, H], c [H])`` float64 of route ``route``'s observations: their number, feature and
-        target means, the centred scatter ``S = Σxxᵀ − n·x̄x̄ᵀ`` and cross moment ``c = Σxy − n·x̄ȳ`` — what
-        :meth:`solve` fits (class docstring) and what a confidence width ``(x − x̄)ᵀ(S + αI)⁻¹(x − x̄)`` needs.
+        """``(n, x̄ [H], ȳ, S [H, H], c [H])`` float64 of route ``route``'s observations in the features' own units:
+        their number, feature and target means, the centred scatter ``S = Σxxᵀ − n·x̄x̄ᵀ`` and cross moment
+        ``c = Σxy − n·x̄ȳ`` — what :meth:`solve` fits (class docstring; in the head's coordinates ``z = (x − μ)/s``
+        the scatter is ``S/s²``, and a LinUCB-style confidence width is ``(z − z̄)ᵀ(S/s² + αI)⁻¹(z − z̄)``).
 
-        Raises: ValueError: the route has no observation (its means are not defined)."""
+        Raises: ValueError: ``route`` is not in ``0 … 2``, or the route has no observation (its means are not
+        defined)."""
+        if not 0 <= route < len(self.count):
+            raise ValueError(f"RidgeRouteValues: route {route} is not in 0 … {len(self.count) - 1}")
         n = float(self.count[route])
         if n < 1:
             raise ValueError(f"RidgeRouteValues: route {route} has no observation")

@@ -9,6 +9,12 @@ def _ratio(num: float, den: float) -> float | None:
     return num / den if den else None
 
 
+def decision_f1(tp: float, fp: float, fn: float) -> float | None:
+    """F1 of the call / no-call decision with "call" as the positive class, ``2·TP / (2·TP + FP + FN)``, from counts
+    that may be expected (fractional) counts; None when all three are 0."""
+    return _ratio(2 * tp, 2 * tp + fp + fn)
+
+
 def tool_cost_metrics(num_calls: Sequence[int], wants_call: Sequence[bool], correct: Sequence[bool],
                       made_call: Sequence[bool] | None = None) -> dict:
     """Tool-use and call/no-call decision metrics over N evaluated rows.
@@ -41,7 +47,7 @@ def tool_cost_metrics(num_calls: Sequence[int], wants_call: Sequence[bool], corr
     fp = sum(m and not w for m, w in zip(made, wants_call))
     fn = sum(w and not m for m, w in zip(made, wants_call))
     precision, recall = _ratio(tp, tp + fp), _ratio(tp, tp + fn)
-    f1 = _ratio(2 * tp, 2 * tp + fp + fn)
+    f1 = decision_f1(tp, fp, fn)
     return {
         "rows": n,
         "calls_per_prompt": _ratio(sum(num_calls), n),
