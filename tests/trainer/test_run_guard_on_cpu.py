@@ -30,6 +30,21 @@ def test_failed_phase_is_innermost_and_timed(monkeypatch):
         assert tracker.failed_phase is None
 
 
+def test_long_phases_log_a_heartbeat_and_the_step_is_left_to_the_step_heartbeat(monkeypatch, caplog):
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    clock = iter([0.0, 0.0, 45.0, 45.0, 50.0, 60.0])  # perf_counter: step starts, gen 0→45, ref 45→50, step ends
+    monkeypatch.setattr("verl.trainer.ppo.metric_utils.time.perf_counter", lambda: next(clock))
+    tracker, timing = PhaseTracker(heartbeat_s=30.0), {}
+    with caplog.at_level("INFO", logger="verl.trainer.ppo.run_guard"):
+        with tracker.phase("step", timing, 7):
+            with tracker.phase("gen", timing, 7):
+                pass
+            with tracker.phase("ref", timing, 7):
+                pass
+    beats = [r.getMessage() for r in caplog.records if "[heartbeat]" in r.getMessage()]
+    assert beats == ["[heartbeat] step 7: gen 45.0 s"] and timing == {"step": 60.0, "gen": 45.0, "ref": 5.0}
+
+
 def test_term_fault_is_recorded_by_save_on_exit_and_worker_fault_kills(monkeypatch):
     monkeypatch.setenv(FAULT_ENV, "TERM@gen:3,WORKER@update_actor:3")
     killed = []

@@ -25,6 +25,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from typing import Callable, Iterator
@@ -216,13 +217,20 @@ def parse_faults(spec: str | None) -> list[tuple[str, str, int]]:
 class PhaseTracker:
     """Times the phases of a step (``marked_timer``), remembers the one an exception left, and fires injected faults.
 
+    Without a TTY on stderr, a phase other than ``step`` (which the per-step heartbeat of
+    ``verl.utils.tracking.StepProgress`` reports) that lasts ``heartbeat_s`` seconds or more is logged when it ends —
+    ``[heartbeat] step N: gen 215.6 s`` — so a step of several minutes on CPU shows where it is.
+
     Args:
         kill_worker: called for a ``WORKER`` fault; kills a worker process (the trainer passes one that kills its
             first actor worker).
+        heartbeat_s: the shortest phase logged (seconds); None: decide from stderr (30 s without a TTY, else never —
+            a tqdm bar is on screen).
     """
 
-    def __init__(self, kill_worker: Callable[[], None] | None = None) -> None:
+    def __init__(self, kill_worker: Callable[[], None] | None = None, heartbeat_s: float | None = None) -> None:
         self.kill_worker = kill_worker
+        self.heartbeat_s = heartbeat_s if heartbeat_s is not None else (None if sys.stderr.isatty() else 30.0)
         self.faults = parse_faults(os.environ.get(FAULT_ENV))
         self.stack: list[str] = []
         self.failed_phase: str | None = None
@@ -251,10 +259,14 @@ class PhaseTracker:
         if not self.stack:
             self.failed_phase = None
         self.stack.append(name)
+        before = timing.get(name, 0.0)
         try:
             self.fault_point(name, step)
             with marked_timer(name, timing):
                 yield
+            seconds = timing[name] - before
+            if name != "step" and self.heartbeat_s is not None and seconds >= self.heartbeat_s:
+                logger.info("[heartbeat] step %d: %s %.1f s", step, name, seconds)
         except BaseException:
             if self.failed_phase is None:
                 self.failed_phase = name
