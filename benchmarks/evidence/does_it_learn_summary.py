@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 from pathlib import Path
 
 from verl.trainer.tool_cost import decision_f1
@@ -87,10 +88,17 @@ FIXED_PRICE = [("6", "router_ridge_b0.3_rerun_step41_frontier.json", "lambda_2_e
 # the fixed policies of each actor on RLLA's 63 validation prompts: a frontier file that holds them
 ACTOR_BASELINES = {"sft": "router_default_smollm2_step50_rlla_frontier.json",
                    "grpo": "router_ridge_grpo_actor_b0.3_step41_frontier.json"}
-# (label, paired file, decoding, metric, note): paired against the start per prompt (RLLA: the validation prompts
-# <= 1,024 tokens, ``prompt<=1024`` of paired_by_prompt_length.py; BFCL: main_eval --baseline, per BFCL row)
 _B16 = "grpo_smollm2_sft_p1024_r256_b16_mb4_lr1e-5_t0.5_refined_klloss"
 _SAMPLED = "sampled at 0.5"
+# the progress file of each GRPO run (its training cost: steps and median seconds per step), by the run's label
+GRPO_RUNS = {"8x4, 128 tok, step 40": "grpo_smollm2_sft_p1024.json",
+             "8x4, 256 tok, step 40": "grpo_smollm2_sft_p1024_r256.json",
+             "8x4 at T=0.5, step 20": "grpo_smollm2_sft_p1024_r256_mb2_lr1e-5_t0.5_progress.json",
+             "8x4 refined+KL loss": "grpo_smollm2_sft_p1024_r256_mb2_lr1e-5_t0.5_refined_klloss_progress.json",
+             "16x4 seed 1": f"{_B16}_progress.json",
+             "16x4 seed 2": f"{_B16}_seed2_progress.json"}
+# (label, paired file, decoding, metric, note): paired against the start per prompt (RLLA: the validation prompts
+# <= 1,024 tokens, ``prompt<=1024`` of paired_by_prompt_length.py; BFCL: main_eval --baseline, per BFCL row)
 GRPO = [
     ("8x4, 128 tok, step 40", "grpo_smollm2_sft_p1024_paired_r128.json", "greedy, 128 tok", "correctness",
      "all of it on the 20 prompts whose start did not fit 128 tokens"),
@@ -174,8 +182,9 @@ def head_gain(point: dict, where: str) -> dict:
 
 
 def last_third(progress: dict, phase: int = 0, where: str = "progress file") -> dict:
-    """Budget, the routing policy's expected tool cost over the last third of training, and λ at the end of budget
-    phase ``phase`` of a router run's progress file (a run resumed with another ``router.budget_B`` has one phase per
+    """Budget, the routing policy's expected tool cost over the last third of training, λ at the end, and the phase's
+    number of steps, median ``timing_s/step`` and their sum in hours (validations not included), for budget phase
+    ``phase`` of a router run's progress file (a run resumed with another ``router.budget_B`` has one phase per
     budget in ``budget_phases``; a file without it is one phase, its ``last_third``, whose ``policy_cost`` is read —
     never its ``mean_cost``, the cost of all three stratified route copies).
 
@@ -184,14 +193,20 @@ def last_third(progress: dict, phase: int = 0, where: str = "progress file") -> 
         phases = progress["budget_phases"]
         if phase >= len(phases):
             raise KeyError(f"does_it_learn_summary: {where} has {len(phases)} budget phase(s), not {phase + 1}")
-        cost, budget, end = phases[phase]["last_third_cost"], phases[phase]["budget"], phases[phase]["steps"][1]
+        cost, budget = phases[phase]["last_third_cost"], phases[phase]["budget"]
+        first, end = phases[phase]["steps"]
     else:
         third = _need(progress, "last_third", where)
-        cost, budget, end = _need(third, "policy_cost", f"{where}:last_third"), third["budget"], third["steps"][1]
-    lam = [s["router/lambda"] for s in progress.get("train_steps", []) if s.get("step") == end and "router/lambda" in s]
+        cost, budget = _need(third, "policy_cost", f"{where}:last_third"), third["budget"]
+        first, end = 1, third["steps"][1]
+    steps = [s for s in progress.get("train_steps", []) if first <= s.get("step", 0) <= end]
+    lam = [s["router/lambda"] for s in steps if s["step"] == end and "router/lambda" in s]
     if not lam:
         raise KeyError(f"does_it_learn_summary: {where} logs no router/lambda at step {end}")
-    return {"budget": budget, "policy_cost_last_third": cost, "last_step": end, "final_lambda": lam[0]}
+    seconds = sorted(s["timing_s/step"] for s in steps if "timing_s/step" in s)
+    return {"budget": budget, "policy_cost_last_third": cost, "last_step": end, "final_lambda": lam[0],
+            "steps": end - first + 1, "median_step_s": statistics.median(seconds) if seconds else None,
+            "step_hours": sum(seconds) / 3600 if seconds else None}
 
 
 def summarise(results: Path = RESULTS) -> dict:
@@ -218,12 +233,17 @@ def summarise(results: Path = RESULTS) -> dict:
         heads.append(entry)
     grpo = []
     for label, name, decoding, metric, note in GRPO:
+        run = next((f for prefix, f in GRPO_RUNS.items() if label.startswith(prefix)), None)
+        if run is None:
+            raise KeyError(f"does_it_learn_summary: no progress file in GRPO_RUNS for the run '{label}'")
+        cost = _need(_load(run, results), "cost", run)
         paired = _load(name, results)
         block = _need(paired, "paired" if metric == "bfcl_accuracy" else "prompt<=1024", name)
         m = _need(_need(block, "metrics", name), metric, name)
         grpo.append({"run": label, "decoding": decoding, "metric": metric, "note": note, "file": name,
                      "prompts": m["n"], "before": m["before"], "after": m["after"], "gain": m["gain"],
-                     "se": m["se"], "t": m["t"]})
+                     "se": m["se"], "t": m["t"], "run_progress": run, "run_steps": cost["steps_timed"],
+                     "run_median_step_s": cost["median_step_s"]})
     baselines = {}
     for actor, name in ACTOR_BASELINES.items():
         points = _need(_load(name, results), "points", name)
@@ -246,13 +266,15 @@ def _f(value, digits: int = 2) -> str:
 def markdown(summary: dict) -> str:
     """Two markdown tables: router heads (one row per sample) and GRPO comparisons. Bold: a gain above zero by more
     than two standard errors; †: against random routing with SEARCH as its only tool route (``head_gain``)."""
-    lines = ["| item | head | trained: policy cost in the last third / B, final λ | sample | prompts | cost | score | "
+    lines = ["| item | head | trained: policy cost in the last third / B, final λ; steps × median s | sample | prompts | "
+             "cost | score | "
              "gain over random at the same cost (t) | P(tool route): ground truth calls / does not (prompts) | "
              "decision F1 (random at the same rate) |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for head in summary["heads"]:
         tr = head["training"]
-        trained = f"{tr['policy_cost_last_third']:.3f} / {tr['budget']}, λ {tr['final_lambda']:.2f}"
+        trained = (f"{tr['policy_cost_last_third']:.3f} / {tr['budget']}, λ {tr['final_lambda']:.2f}; "
+                   f"{tr['steps']} × {_f(tr['median_step_s'], 0)} s")
         for i, s in enumerate(head["samples"]):
             g = s["gain_vs_random_same_cost"]
             bold = "**" if g["t"] is not None and g["t"] > 2 else ""
@@ -265,11 +287,12 @@ def markdown(summary: dict) -> str:
                 f"{s['ground_truth_call']['tool_route_frac']:.2f} / "
                 f"{_f(no_call['tool_route_frac']) if no_call['rows'] else '–'} ({no_call['rows']}) | "
                 f"{_f(s['decision_f1'])} ({_f(s['decision_f1_random_same_rate'])}) |")
-    lines += ["", "| GRPO run (from smollm2-135m-sft) | decoding | metric | prompts | before → after | "
-              "paired gain ± se (t) | note |", "|---|---|---|---|---|---|---|"]
+    lines += ["", "| GRPO run (from smollm2-135m-sft) | its training: steps × median s | decoding | metric | prompts | "
+              "before → after | paired gain ± se (t) | note |", "|---|---|---|---|---|---|---|---|"]
     for r in summary["grpo"]:
         bold = "**" if r["t"] is not None and r["t"] > 2 else ""
-        lines.append(f"| {r['run']} | {r['decoding']} | {r['metric']} | {r['prompts']} | {r['before']:.3f} → "
+        lines.append(f"| {r['run']} | {r['run_steps']} × {r['run_median_step_s']:.0f} s | {r['decoding']} | "
+                     f"{r['metric']} | {r['prompts']} | {r['before']:.3f} → "
                      f"{r['after']:.3f} | {bold}{r['gain']:+.3f} ± {r['se']:.3f} ({_f(r['t'])}){bold} | {r['note']} |")
     return "\n".join(lines) + "\n"
 

@@ -57,10 +57,12 @@ def test_head_gain_prefers_the_heads_own_tool_split_and_names_the_file():
 def test_last_third_reads_the_budget_phase_and_its_final_lambda():
     progress = {"budget_phases": [{"budget": 0.3, "steps": [1, 3], "last_third_cost": 0.31},
                                   {"budget": 0.5, "steps": [4, 5], "last_third_cost": 0.49}],
-                "train_steps": [{"step": s, "router/lambda": float(s)} for s in range(1, 6)]}
-    assert summary_script.last_third(progress, 0) == {"budget": 0.3, "policy_cost_last_third": 0.31,
-                                                       "last_step": 3, "final_lambda": 3.0}
-    assert summary_script.last_third(progress, 1)["final_lambda"] == 5.0
+                "train_steps": [{"step": s, "router/lambda": float(s), "timing_s/step": 60.0 * s} for s in range(1, 6)]}
+    assert summary_script.last_third(progress, 0) == {
+        "budget": 0.3, "policy_cost_last_third": 0.31, "last_step": 3, "final_lambda": 3.0, "steps": 3,
+        "median_step_s": 120.0, "step_hours": 360.0 / 3600}
+    second = summary_script.last_third(progress, 1)
+    assert (second["final_lambda"], second["steps"], second["median_step_s"]) == (5.0, 2, 270.0)
     with pytest.raises(KeyError, match="p.json has 2 budget phase"):
         summary_script.last_third(progress, 2, "p.json")
     # one phase, no budget_phases: the policy's cost, never the stratified copies' mean_cost
