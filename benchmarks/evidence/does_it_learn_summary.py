@@ -217,6 +217,8 @@ def summarise(results: Path = RESULTS) -> dict:
         entry = {"item": item, "label": label, "actor": actor,
                  "training": last_third(_load(progress, results), phase, progress), "samples": []}
         for sample, kind, name, key in samples:
+            if kind not in KINDS:
+                raise ValueError(f"does_it_learn_summary: item {item}, '{sample}': kind {kind!r} is not one of {KINDS}")
             frontier = _load(name, results)
             where = f"{name}:{key}"
             point = _need(_need(frontier, "points", name), key, name)
