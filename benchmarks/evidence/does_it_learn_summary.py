@@ -26,6 +26,7 @@ A file in the lists that is missing or lacks a named point is an error that name
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import statistics
@@ -212,14 +213,15 @@ def last_third(progress: dict, phase: int = 0, where: str = "progress file") -> 
 def summarise(results: Path = RESULTS) -> dict:
     """Everything the table and the figure show, from the files in ``results``. A frontier file without a
     ``benchmark`` key predates BFCL scoring and is of RLLA's reward."""
+    load = functools.cache(lambda name: _load(name, results))  # a file serves several rows: read it once
     heads = []
     for item, label, actor, (progress, phase), samples in HEADS:
         entry = {"item": item, "label": label, "actor": actor,
-                 "training": last_third(_load(progress, results), phase, progress), "samples": []}
+                 "training": last_third(load(progress), phase, progress), "samples": []}
         for sample, kind, name, key in samples:
             if kind not in KINDS:
                 raise ValueError(f"does_it_learn_summary: item {item}, '{sample}': kind {kind!r} is not one of {KINDS}")
-            frontier = _load(name, results)
+            frontier = load(name)
             where = f"{name}:{key}"
             point = _need(_need(frontier, "points", name), key, name)
             n1, f1, n0, f0 = _tool_groups(point)
@@ -238,8 +240,8 @@ def summarise(results: Path = RESULTS) -> dict:
         run = next((f for prefix, f in GRPO_RUNS.items() if label.startswith(prefix)), None)
         if run is None:
             raise KeyError(f"does_it_learn_summary: no progress file in GRPO_RUNS for the run '{label}'")
-        cost = _need(_load(run, results), "cost", run)
-        paired = _load(name, results)
+        cost = _need(load(run), "cost", run)
+        paired = load(name)
         block = _need(paired, "paired" if metric == "bfcl_accuracy" else "prompt<=1024", name)
         m = _need(_need(block, "metrics", name), metric, name)
         grpo.append({"run": label, "decoding": decoding, "metric": metric, "note": note, "file": name,
@@ -248,11 +250,11 @@ def summarise(results: Path = RESULTS) -> dict:
                      "run_median_step_s": cost["median_step_s"]})
     baselines = {}
     for actor, name in ACTOR_BASELINES.items():
-        points = _need(_load(name, results), "points", name)
+        points = _need(load(name), "points", name)
         baselines[actor] = {k: {"cost": _need(points, k, name)["mean_cost"], "score": points[k]["score"]["mean"]}
                             for k in ("answer", "search", "calculate")}
     fixed = [{"item": item, "point": key, "cost": p["mean_cost"], "score": p["score"]["mean"]}
-             for item, name, key in FIXED_PRICE for p in [_need(_load(name, results)["points"], key, name)]]
+             for item, name, key in FIXED_PRICE for p in [_need(load(name)["points"], key, name)]]
     return {"issue": "19: the router heads and GRPO runs of README 'Does it learn?' at a glance",
             "heads": heads, "fixed_price": fixed, "actor_baselines_rlla_val": baselines, "grpo": grpo}
 
