@@ -40,11 +40,10 @@ paired=(benchmarks/evidence/paired_by_prompt_length.py "$BEFORE" "$AFTER" --toke
 REFINEDREWARD=1 "$PYTHON" "${paired[@]}" --output "$R/${NAME}_sampled_t${TEMPERATURE}_paired_refinedreward.json"
 "$PYTHON" benchmarks/evidence/calls_vs_ground_truth.py "$BEFORE" "$AFTER" --output "$R/${NAME}_calls_vs_ground_truth.json"
 if [ -n "${BFCL_ROWS:-}" ]; then
-  for model in "$START" "$CKPT"; do
-    name=$([ "$model" = "$START" ] && echo "$START" || echo "$NAME")_bfcl$BFCL_ROWS
-    [ -s "outputs/eval/$name/bfcl.jsonl" ] || env -u SAMPLED -u TEMPERATURE -u PROMPT_LENGTH \
-      bash benchmarks/eval_tool_calling.sh "$model" "$name"
-  done
+  greedy() { [ -s "outputs/eval/$2/bfcl.jsonl" ] || env -u SAMPLED -u TEMPERATURE -u PROMPT_LENGTH \
+    bash benchmarks/eval_tool_calling.sh "$1" "$2"; }  # MODEL NAME, made once
+  greedy "$START" "${START}_bfcl$BFCL_ROWS"
+  greedy "$CKPT" "${NAME}_bfcl$BFCL_ROWS"
   "$PYTHON" -m verl.trainer.main_eval --generations "outputs/eval/${NAME}_bfcl$BFCL_ROWS/bfcl.jsonl" \
     --baseline "outputs/eval/${START}_bfcl$BFCL_ROWS/bfcl.jsonl" --output "$R/${NAME}_bfcl${BFCL_ROWS}_paired.json"
 fi
