@@ -179,6 +179,12 @@ def test_logprob_errors_and_response_helper():
         verl_F.logprobs_from_logits(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), chunk_size=0)
     with pytest.raises(ValueError):
         verl_F.logprobs_from_logits(torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
+    # upstream's inplace_backward is accepted and changes nothing; a misspelt keyword is refused, never swallowed
+    logits, labels = torch.tensor([[0.0, 1.0, 2.0]]), torch.tensor([2])
+    assert torch.equal(verl_F.logprobs_from_logits(logits, labels, inplace_backward=False),
+                       verl_F.logprobs_from_logits(logits, labels))
+    with pytest.raises(TypeError, match="chunksize"):
+        verl_F.logprobs_from_logits(logits, labels, chunksize=2)
     torch.manual_seed(3)
     input_ids = torch.randint(0, 10, (2, 6))
     logits = torch.randn(2, 6, 10)
