@@ -142,6 +142,23 @@ def test_async_config_refuses_what_validation_cannot_do():
         _compose(["trainer.val_only=true"])
 
 
+@pytest.mark.parametrize("override, why", [
+    ("optim.warmup_style=cosine", "the learning rate is constant"),
+    ("ppo_epochs=2", "one optimizer step per packed batch"),
+    ("ppo_mini_batch_size=4", "one optimizer step per packed batch"),
+    ("fsdp_config.param_offload=true", "one plain float32 process"),
+])
+def test_async_config_refuses_actor_keys_the_learner_does_not_read(override, why):
+    """The async learner reads part of actor_rollout_ref.actor (optimizer, PPO loss, micro batch): a schedule, epochs
+    or offload it would ignore are refused at load; the keys it reads are accepted."""
+    from verl.trainer.config_utils import ConfigError
+
+    assert _compose(["actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                     "actor_rollout_ref.actor.clip_ratio=0.3"]).actor_rollout_ref.actor.clip_ratio == 0.3
+    with pytest.raises(ConfigError, match=f"actor_rollout_ref.actor.{override.split('=')[0]}=.*{why}"):
+        _compose([f"actor_rollout_ref.actor.{override}"])
+
+
 def test_failed_validation_pass_restarts_dead_servers_and_training_goes_on():
     """Orchestrator._validate: a pass that raises gives ``val/failed`` (no exception), restarts the servers that do not
     answer a ping, and still counts its time."""

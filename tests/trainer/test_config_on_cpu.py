@@ -137,6 +137,13 @@ def test_kl_in_reward_rule(extra, expected):
     ("reward_model.enable=true", "model-based rewards are not implemented"),
     ("router.sample_per_rollout=false", "only an independent route per copy"),
     ("router.detach_backbone=false", "gradient into the LM would be dropped"),
+    ("actor_rollout_ref.actor.strategy=megatron", "Megatron is not implemented"),
+    ("actor_rollout_ref.rollout.mode=async", "python -m verl.trainer.main_async"),
+    ("data.tokenizer=gpt2", "the actor's tokenizer"),
+    ("reward_model.reward_manager=dapo", "registered: \\['naive', 'rlla'\\]"),
+    ("reward.timeout_s=5", "the built-in default scores in the trainer process"),
+    ("reward.num_workers=0", "expected an integer >= 1"),
+    ("actor_rollout_ref.actor.checkpoint.save_contents=[model,optim]", "unknown \\['optim'\\]"),
 ])
 def test_keys_nothing_implements_are_refused_by_name(override, message):
     """Keys kept for ToolRL's and upstream's lines whose other values nothing implements: refused at load, not
@@ -144,6 +151,41 @@ def test_keys_nothing_implements_are_refused_by_name(override, message):
     cfg = normalize_config(load_default_config(["trainer.device=cpu", "router.enable=true", override]))
     with pytest.raises(ConfigError, match=f"{override.split('=')[0]}=.*{message}"):
         validate_config(cfg, check_files=False)
+
+
+@pytest.mark.parametrize("extra, error", [
+    (["custom_reward_function.name=rlla", "reward.timeout_s=5"],
+     r"reward.timeout_s=5.0 is a limit of the process sandbox.*reward.sandbox=null, which is none"),
+    (["custom_reward_function.name=rlla", "reward.sandbox=process", "reward.timeout_s=5"], None),
+    (["custom_reward_function.name=rlla", "reward.sandbox=none", "reward.memory_mb=0"], "reward.memory_mb=0 is a limit"),
+    (["actor_rollout_ref.actor.strategy=fsdp2", "reward_model.reward_manager=rlla"], None),
+    (["critic.strategy=megatron"], None),  # no critic under GRPO: nothing to refuse
+    (["+actor_rollout_ref.rollout.engine_kwargs.sglang.x=1"], "engine_kwargs.sglang: no such engine here"),
+    (["+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4", "actor_rollout_ref.rollout.name=hf"],
+     "the arguments go to vLLM's engine only"),
+])
+def test_settings_that_act_only_with_another_are_refused_alone(extra, error):
+    """reward.* limits act only in the process sandbox (reward-dry-run refuses the same); upstream's fsdp2 and the
+    registered manager names pass; critic.* rules apply only with a critic."""
+    cfg = normalize_config(load_default_config(["trainer.device=cpu", "algorithm.adv_estimator=grpo"] + extra))
+    if error is None:
+        validate_config(cfg, check_files=False)
+    else:
+        with pytest.raises(ConfigError, match=error):
+            validate_config(cfg, check_files=False)
+
+
+def test_the_critic_tokenizer_follows_the_actor_unless_set(monkeypatch):
+    """critic.model.tokenizer_path at its default (the actor's path) becomes the actor's resolved directory; a path
+    the user set is kept, not overwritten."""
+    from verl.trainer.main_ppo import resolve_models
+    from verl.utils import model_presets
+
+    monkeypatch.setattr(model_presets, "prepare_model", lambda path, key=None: f"/resolved/{path}")
+    base = ["trainer.device=cpu", "critic.enable=true", "actor_rollout_ref.model.path=tiny", "critic.model.path=tiny"]
+    assert resolve_models(load_default_config(base)).critic.model.tokenizer_path == "/resolved/tiny"
+    own = resolve_models(load_default_config(base + ["critic.model.tokenizer_path=my_tokenizer"]))
+    assert own.critic.model.tokenizer_path == "my_tokenizer"
 
 
 def test_optimizer_offload_moves_the_state_around_each_update(monkeypatch):

@@ -112,6 +112,29 @@ def test_actor_checkpoint_round_trip(actor_worker, tokenizer, tmp_path):
         assert torch.equal(tensor, first_continuation[name]), name
 
 
+def test_save_contents_is_what_a_checkpoint_holds(actor_worker, tmp_path, caplog):
+    """checkpoint.save_contents=[model] writes the weights only (an empty list is not "everything"), and resuming from
+    it says that the optimizer and the schedule start afresh; an entry no checkpointer writes is refused."""
+    from verl.workers.fsdp_workers import _Checkpointer
+
+    parts = (actor_worker, actor_worker.actor_module, actor_worker.actor_optimizer, actor_worker.actor_lr_scheduler,
+             None)
+    path = str(tmp_path / "model_only")
+    _Checkpointer(*parts, ["model"]).save(path, global_step=2)
+    assert sorted(os.listdir(path)) == ["model_world_size_1_rank_0.pt"]
+    with caplog.at_level("WARNING"):
+        assert _Checkpointer(*parts, ["model"]).load(path) == {}
+    assert "optimizer starts from a fresh state" in caplog.text and "schedule and the random state" in caplog.text
+    empty = str(tmp_path / "nothing")
+    _Checkpointer(*parts, []).save(empty)
+    assert os.listdir(empty) == []
+    with pytest.raises(ValueError, match=r"unknown \['optim'\]"):
+        _Checkpointer(*parts, ["model", "optim"])
+    for method in (actor_worker.save_checkpoint, actor_worker.load_checkpoint):  # never a copy silently not made
+        with pytest.raises(ValueError, match="hdfs_path='hdfs://x': HDFS checkpoints are not implemented"):
+            method(path, hdfs_path="hdfs://x")
+
+
 def test_critic_worker_values_update_and_checkpoint(tiny_model_dir, tmp_path):
     torch.manual_seed(0)
     cfg = trainer_config(tiny_model_dir, **{"critic.model.use_remove_padding": True})

@@ -41,6 +41,24 @@ def test_policy_defaults_per_device():
     assert mixed_precision_policy({"param_dtype": "fp32"}, "cuda", KEY) is None  # plain float32 on a GPU
 
 
+def test_one_float32_gpu_rank_is_sharded_when_it_offloads(monkeypatch):
+    """fsdp_config.param_offload on one float32 CUDA rank: FSDP2's offload policy is what moves the parameters, so
+    the model is wrapped (a plain module would keep them on the GPU: the key would do nothing); without offload, or
+    on CPU, the model stays plain."""
+    from omegaconf import OmegaConf
+
+    from verl.utils import model_utils
+
+    calls = []
+    monkeypatch.setattr(model_utils, "init_single_rank_group", lambda device: None)
+    monkeypatch.setattr(model_utils, "apply_fsdp2", lambda model, device, cfg, policy: calls.append((device, policy)))
+    fp32 = {"param_dtype": "fp32"}
+    for device, offload in (("cuda", True), ("cuda", False), ("cpu", True)):
+        cfg = OmegaConf.create({"param_offload": offload})
+        model_utils.wrap_with_fsdp2(torch.nn.Linear(2, 2), device, 1, fp32, KEY, cfg)
+    assert calls == [("cuda", None)]
+
+
 @pytest.mark.parametrize("value, match", [
     ({"param_dtype": "bf16", "keep_fp32": True}, r"mixed_precision: unknown key\(s\) \['keep_fp32'\]"),
     ({"param_dtype": "fp16"}, r"fp16 needs loss scaling"),

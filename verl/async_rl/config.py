@@ -87,6 +87,40 @@ class AsyncConfig:
     max_restarts: int = MISSING
 
 
+# ``actor_rollout_ref.actor`` keys the async learner does not read (verl.async_rl.learner.Learner): it takes one
+# optimizer step per packed batch (async.batcher sizes it) at a constant learning rate, on one CPU process, and
+# saves its own learner.pt. A value other than ppo_trainer.yaml's default is refused instead of ignored.
+LEARNER_IGNORES = {
+    "ppo_mini_batch_size": "one optimizer step per packed batch (async.batcher.total_token_budget / max_groups)",
+    "ppo_micro_batch_size": "use ppo_micro_batch_size_per_gpu (rows per micro-batch)",
+    "use_dynamic_bsz": "micro-batches are ppo_micro_batch_size_per_gpu rows",
+    "ppo_max_token_len_per_gpu": "micro-batches are ppo_micro_batch_size_per_gpu rows",
+    "ppo_epochs": "one optimizer step per packed batch",
+    "shuffle": "one optimizer step per packed batch",
+    "mask_truncated": "truncated rollouts are trained on (async.batcher.max_seq_len drops over-long ones)",
+    "optim.lr_warmup_steps": "the learning rate is constant (optim.lr)",
+    "optim.lr_warmup_steps_ratio": "the learning rate is constant (optim.lr)",
+    "optim.min_lr_ratio": "the learning rate is constant (optim.lr)",
+    "optim.warmup_style": "the learning rate is constant (optim.lr)",
+    "fsdp_config.param_offload": "the learner is one plain float32 process",
+    "fsdp_config.optimizer_offload": "the learner is one plain float32 process",
+    "fsdp_config.mixed_precision.param_dtype": "the learner is one plain float32 process",
+    "checkpoint.save_contents": "the learner saves model and optimizer in its own learner.pt",
+}
+
+
+def refuse_learner_ignored(actor: DictConfig, default_actor: DictConfig) -> None:
+    """Raise ``ConfigError`` for an ``actor_rollout_ref.actor`` key of :data:`LEARNER_IGNORES` that differs from
+    ``default_actor`` (ppo_trainer.yaml's section), naming the key and what the learner does instead."""
+    from verl.trainer.config_utils import ConfigError
+
+    for key, instead in LEARNER_IGNORES.items():
+        value, default = OmegaConf.select(actor, key), OmegaConf.select(default_actor, key)
+        if value != default:
+            raise ConfigError(f"actor_rollout_ref.actor.{key}={value}: the async learner does not read it ({instead}); "
+                              f"leave it at {default} or train with python -m verl.trainer.main_ppo")
+
+
 def typed_async_config(config: DictConfig) -> DictConfig:
     """The composed ``async_trainer.yaml`` typed: the trainer's tree as ``PPOTrainerConfig`` (unknown keys refused
     as ``check_known_keys`` does), the ``async`` section as :class:`AsyncConfig`. A typed config is returned as is.
@@ -114,6 +148,9 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     with open_dict(typed):
         typed["async"] = typed_section
     # what the async mode does not implement is refused here rather than ignored
+    from verl.trainer.config_utils import default_config
+
+    refuse_learner_ignored(typed.actor_rollout_ref.actor, default_config().actor_rollout_ref.actor)
     if typed.actor_rollout_ref.model.lora_rank:
         raise ConfigError("actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
                           "runs in the synchronous trainer (python -m verl.trainer.main_ppo)")
@@ -142,4 +179,4 @@ def typed_async_config(config: DictConfig) -> DictConfig:
 
 
 __all__ = ["AsyncConfig", "AsyncEnvSpec", "AsyncInferenceConfig", "AsyncReplayConfig", "AsyncBatcherConfig",
-           "typed_async_config"]
+           "LEARNER_IGNORES", "refuse_learner_ignored", "typed_async_config"]

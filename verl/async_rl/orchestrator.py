@@ -142,6 +142,7 @@ class Orchestrator:
 
         self.learner = make_learner_actor(self.model_path, actor_cfg, float(self.a.inference.temperature),
                                           self.ckpt_dir, num_threads=self.a.learner_threads,
+                                          seed=int(self.config.trainer.seed),
                                           rollout_correction=correction_settings(self.config.algorithm),
                                           layout={key: bool(self.config.actor_rollout_ref.model[key]) for key in
                                                   ("use_shared_prompt", "use_remove_padding", "use_fused_kernels")})

@@ -15,6 +15,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.config_errors import ConfigError  # re-exported: callers import it from here
 from verl.trainer.model_config_checks import validate_model_settings
 from verl.trainer.router_config_checks import validate_router_settings
+from verl.trainer.unsupported_config_checks import refuse_unsupported
 from verl.utils.reward_score.rlla import RewardSwitches
 
 logger = logging.getLogger(__name__)
@@ -447,51 +448,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         check_correction_settings(**correction_settings(config.algorithm))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    _refuse_unsupported(config)
-
-
-# Keys the YAML keeps for ToolRL's and upstream's launch lines but whose non-default values this project does not
-# implement: (key, supported value, what to do instead). Refused at load rather than accepted and ignored.
-UNSUPPORTED = (
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1,
-     "sequence parallelism is not implemented: set 1 (use_remove_padding / use_dynamic_bsz keep long sequences cheap)"),
-    ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", 1, "sequence parallelism is not implemented: set 1"),
-    ("critic.ulysses_sequence_parallel_size", 1, "sequence parallelism is not implemented: set 1"),
-    ("reward_model.enable", False,
-     "model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)"),
-    ("router.sample_per_rollout", True,
-     "only an independent route per copy of a prompt is implemented: set true (or rollout.n=1)"),
-    ("router.detach_backbone", True,
-     "the router head has its own optimizer over the head only, so a gradient into the LM would be dropped: set "
-     "true"),
-    ("data.return_raw_input_ids", False, "raw prompt ids are not returned by the dataset: set false"),
-    ("actor_rollout_ref.hybrid_engine", True, "the actor and its rollout always share weights here: set true"),
-    ("actor_rollout_ref.actor.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1 (shard over "
-                                                          "all workers)"),
-    ("actor_rollout_ref.ref.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1"),
-    ("critic.model.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1"),
-    ("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params", 0,
-     "FSDP2 shards every decoder layer (no size-based wrap policy): set 0"),
-    ("actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params", 0, "FSDP2 shards every decoder layer: set 0"),
-    ("critic.model.fsdp_config.wrap_policy.min_num_params", 0, "FSDP2 shards every decoder layer: set 0"),
-    ("trainer.default_hdfs_dir", None, "HDFS checkpoints are not implemented: leave null (trainer.default_local_dir "
-                                       "holds them)"),
-    ("trainer.del_local_ckpt_after_load", False, "checkpoints are never deleted after a resume: set false "
-                                                 "(trainer.max_actor_ckpt_to_keep rotates them)"),
-)
-
-
-def _refuse_unsupported(config: DictConfig) -> None:
-    """Raise ``ConfigError`` for a key of :data:`UNSUPPORTED` set to a value nothing implements (naming the key, the
-    value and what to do)."""
-    for key, supported, instead in UNSUPPORTED:
-        value = OmegaConf.select(config, key)
-        if value != supported and not (supported is not None and value is None):
-            if key.startswith("critic.") and not config.critic.enable:
-                continue
-            if key.startswith("router.") and not config.router.enable:
-                continue
-            raise ConfigError(f"{key}={value}: {instead}")
+    refuse_unsupported(config, _default_config())
 
 
 def _validate_single_process(config: DictConfig, n_workers: int) -> None:

@@ -188,6 +188,9 @@ def _device(name: str | None) -> torch.device:
 
 
 def _sampling_check(rollout: DictConfig, n_samples: int) -> None:
+    if rollout.name != "hf":  # the trainer's vLLM rollout needs its worker; generation here is HF generate only
+        raise ConfigError(f"rollout.name={rollout.name!r}: main_generation generates with HF generate only; set "
+                          "rollout.name=hf")
     greedy = not rollout.do_sample or float(rollout.temperature) <= 0
     if n_samples < 1:
         raise ConfigError(f"data.n_samples must be >= 1, got {n_samples}")

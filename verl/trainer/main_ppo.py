@@ -53,15 +53,19 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
 def resolve_models(config: DictConfig) -> DictConfig:
     """Turn ``actor_rollout_ref.model.path`` (and the critic's) into a local directory: a preset is prepared once
     here on the driver; a folder must hold a readable ``config.json``; a hub id is accepted only where the hub can be
-    reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key)."""
+    reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key). The critic's
+    ``tokenizer_path`` left at its default (the actor's path) follows the actor's resolved directory; one the user set
+    is kept (the critic worker prepares it)."""
     from verl.utils.model_presets import prepare_model
 
     with open_dict(config):
-        model_dir = prepare_model(config.actor_rollout_ref.model.path, key="actor_rollout_ref.model.path")
+        actor_path = config.actor_rollout_ref.model.path
+        model_dir = prepare_model(actor_path, key="actor_rollout_ref.model.path")
         config.actor_rollout_ref.model.path = model_dir
         if config.critic.enable:
             config.critic.model.path = prepare_model(config.critic.model.path, key="critic.model.path")
-            config.critic.model.tokenizer_path = model_dir
+            if config.critic.model.tokenizer_path in (None, actor_path, model_dir):
+                config.critic.model.tokenizer_path = model_dir
     return config
 
 
@@ -129,16 +133,20 @@ def build_reward_runner(config: DictConfig, fn):
 
     cfg = config.reward
     sandbox = cfg.sandbox or ("process" if config.custom_reward_function.path else "none")
-    return make_runner(fn, sandbox=sandbox, num_workers=int(cfg.num_workers or 2),
+    return make_runner(fn, sandbox=sandbox, num_workers=int(cfg.num_workers),
                        timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
 
 
 def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
-    """Training and validation reward managers: the built-in RLLA manager (scoring with ``compute_score``, default
-    ``default_compute_score``), or, with ``custom_reward_function``, a ``RewardAPIManager`` pair sharing one runner
-    (sandbox)."""
+    """Training and validation reward managers: the manager registered as ``reward_model.reward_manager`` (``naive``
+    and ``rlla`` are both the built-in RLLA manager, scoring with ``compute_score``, default ``default_compute_score``),
+    or, with ``custom_reward_function``, a ``RewardAPIManager`` pair sharing one runner (sandbox).
+
+    Raises:
+        ValueError: an unregistered ``reward_model.reward_manager`` (refused at load by ``validate_config`` too).
+    """
     from agent_system.reward.manager import RewardAPIManager
-    from verl.workers.reward_manager import RLLARewardManager
+    from verl.workers.reward_manager import get_reward_manager_cls
 
     kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.decode,
                   wrapper=config.reward_model.wrapper,
@@ -147,7 +155,8 @@ def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
     fn = load_custom_reward(config)
     if fn is None:
         kwargs["compute_score"] = compute_score
-        return RLLARewardManager(num_examine=0, **kwargs), RLLARewardManager(num_examine=num_examine, **kwargs)
+        manager = get_reward_manager_cls(config.reward_model.reward_manager)
+        return manager(num_examine=0, **kwargs), manager(num_examine=num_examine, **kwargs)
     if compute_score is not None:
         logger.warning("custom_reward_function: the reward receives responses with their RLVCR <level> tag")
     runner = build_reward_runner(config, fn)

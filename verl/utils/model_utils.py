@@ -5,10 +5,11 @@ One code path for CPU and GPU:
 - parameters are always float32 (the optimizer's master copy); on CUDA the forward and backward run in bf16 through
   FSDP2's ``MixedPrecisionPolicy`` (``verl/utils/mixed_precision.py``: ``fsdp_config.mixed_precision``), on CPU in
   float32 unless that key asks for bf16;
-- with more than one data-parallel rank, or one rank under a mixed-precision policy, the model is sharded with FSDP2
-  (``torch.distributed.fsdp.fully_shard``), one FSDP unit per decoder layer (``model._no_split_modules``) plus the
-  root, on a 1-D device mesh over the world (gloo on CPU, nccl on CUDA, created by ``Worker.init_distributed``, or
-  ``init_single_rank_group`` for one rank); a single float32 rank keeps a plain module. ``compute_autocast`` is left
+- with more than one data-parallel rank, or one rank under a mixed-precision policy or with ``param_offload`` on
+  CUDA, the model is sharded with FSDP2 (``torch.distributed.fsdp.fully_shard``), one FSDP unit per decoder layer
+  (``model._no_split_modules``) plus the root, on a 1-D device mesh over the world (gloo on CPU, nccl on CUDA,
+  created by ``Worker.init_distributed``, or ``init_single_rank_group`` for one rank); otherwise a single float32
+  rank keeps a plain module. ``compute_autocast`` is left
   for the generation-only paths that load a plain model (``main_generation``, the router's inference).
 
 Config keys read here: ``model.{path, override_config (attn_implementation included), enable_gradient_checkpointing,
@@ -215,14 +216,16 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
 def wrap_with_fsdp2(model: torch.nn.Module, device: str, world_size: int, mixed_precision: Any, key: str,
                     fsdp_config: DictConfig | None = None) -> torch.nn.Module:
     """:func:`apply_fsdp2` where the model needs it: over several ranks, or on one rank when ``mixed_precision`` (an
-    ``fsdp_config.mixed_precision`` value, named ``key`` in errors) gives a bf16 policy, in a one-rank process group
+    ``fsdp_config.mixed_precision`` value, named ``key`` in errors) gives a bf16 policy or ``fsdp_config.param_offload``
+    asks for CUDA parameters in host memory (FSDP2's offload policy is what moves them), in a one-rank process group
     made when none exists (``verl/utils/mixed_precision.py``). Otherwise (one float32 rank) the model stays plain.
 
     Raises:
         ValueError: a bad ``mixed_precision`` (``mixed_precision_policy``); no decoder layers (:func:`apply_fsdp2`).
     """
     policy = mixed_precision_policy(mixed_precision, device, key)
-    if world_size > 1 or policy is not None:
+    offload = device == "cuda" and fsdp_config is not None and bool(fsdp_config.param_offload)
+    if world_size > 1 or policy is not None or offload:
         init_single_rank_group(device)  # a no-op when the ranks' group exists
         apply_fsdp2(model, device, fsdp_config, policy)
     return model

@@ -85,9 +85,13 @@ class FSDPConfig:
     mixed_precision: MixedPrecisionConfig = field(default_factory=MixedPrecisionConfig)
 
 
+# what a checkpoint may hold (upstream's names): sharded weights, optimizer state, LR schedule + RNG, an HF export
+SAVE_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
 @dataclass
 class CheckpointConfig:
-    """``actor.checkpoint`` / ``critic.checkpoint``: what a checkpoint holds (model, optimizer, extra, hf_model)."""
+    """``actor.checkpoint`` / ``critic.checkpoint``: what a checkpoint holds (entries of :data:`SAVE_CONTENTS`)."""
 
     save_contents: List[str] = MISSING
 

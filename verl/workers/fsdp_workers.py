@@ -43,13 +43,12 @@ from verl.utils.model_utils import (
     wrap_with_fsdp2,
 )
 from verl.workers.actor.dp_actor import DataParallelPPOActor
-from verl.workers.config import ActorRolloutRefConfig, CriticConfig, worker_section
+from verl.workers.config import SAVE_CONTENTS, ActorRolloutRefConfig, CriticConfig, worker_section
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
 logger = logging.getLogger(__name__)
 
 ROLES = ("actor", "rollout", "ref", "actor_rollout", "actor_rollout_ref")
-DEFAULT_SAVE_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 
 # ----------------------------------------------------------------------------------------------------- config helpers
@@ -123,13 +122,29 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _refuse_hdfs(hdfs_path: str | None) -> None:
+    """Upstream's ``hdfs_path`` argument of the checkpoint methods: HDFS is not implemented (``trainer.default_hdfs_dir``
+    is refused at load), so a path is an error rather than a copy silently not made.
+
+    Raises:
+        ValueError: ``hdfs_path`` is set.
+    """
+    if hdfs_path:
+        raise ValueError(f"hdfs_path={hdfs_path!r}: HDFS checkpoints are not implemented; pass None (the local path "
+                         "holds the checkpoint)")
+
+
 class _Checkpointer:
     """Saves/loads one trainable module's per-rank shards, optimizer, scheduler + RNG, and an HF export."""
 
     def __init__(self, worker: Worker, module, optimizer, lr_scheduler, tokenizer, save_contents):
         self.worker = worker
         self.module, self.optimizer, self.lr_scheduler, self.tokenizer = module, optimizer, lr_scheduler, tokenizer
-        self.save_contents = set(save_contents or DEFAULT_SAVE_CONTENTS)
+        self.save_contents = set(SAVE_CONTENTS if save_contents is None else save_contents)
+        unknown = self.save_contents - set(SAVE_CONTENTS)
+        if unknown:
+            raise ValueError(f"checkpoint.save_contents: unknown {sorted(unknown)}; expected entries of "
+                             f"{list(SAVE_CONTENTS)}")
         self.saved_paths: list[str] = []
 
     def save(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> None:
@@ -186,9 +201,15 @@ class _Checkpointer:
         optim_file = _rank_file(local_path, "optim", world, rank)
         if self.optimizer is not None and os.path.isfile(optim_file):
             load_local_optimizer_state(self.optimizer, torch.load(optim_file, map_location="cpu", weights_only=False))
+        elif self.optimizer is not None:
+            logger.warning("%s not found (a checkpoint saved without 'optimizer' in checkpoint.save_contents): the "
+                           "optimizer starts from a fresh state", optim_file)
         extra_file = _rank_file(local_path, "extra_state", world, rank)
         extra = {}
-        if os.path.isfile(extra_file):
+        if not os.path.isfile(extra_file):
+            logger.warning("%s not found (a checkpoint saved without 'extra' in checkpoint.save_contents): the "
+                           "learning-rate schedule and the random state start afresh", extra_file)
+        else:
             extra = torch.load(extra_file, map_location="cpu", weights_only=False)
             if self.lr_scheduler is not None and extra.get("lr_scheduler") is not None:
                 self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
@@ -439,12 +460,11 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         head and its optimizer (``router_world_size_W_rank_R.pt``) when the router is on.
 
         ``max_ckpt_to_keep`` removes the oldest directories this worker saved beyond that many. ``hdfs_path`` is
-        accepted for upstream compatibility and ignored (no HDFS support).
+        upstream's argument: only None is accepted (:func:`_refuse_hdfs`).
         """
+        _refuse_hdfs(hdfs_path)
         if self.checkpointer is None:
             raise RuntimeError(f"save_checkpoint needs a role with actor, this worker is {self.role!r}")
-        if hdfs_path:
-            logger.warning("save_checkpoint: hdfs_path=%s ignored (HDFS is not supported)", hdfs_path)
         if self.router is not None:
             os.makedirs(local_path, exist_ok=True)
             torch.save(self.router.state_dict(), _rank_file(local_path, "router", self.world_size, self.rank))
@@ -457,6 +477,7 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         Returns:
             The saved extra state (``global_step``, ``lr_scheduler``, ``rng``).
         """
+        _refuse_hdfs(hdfs_path)
         if self.checkpointer is None:
             raise RuntimeError(f"load_checkpoint needs a role with actor, this worker is {self.role!r}")
         if self.router is not None:
@@ -541,12 +562,15 @@ class CriticWorker(_ModelWorkerMixin, Worker):
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
                         hdfs_path: str | None = None) -> None:
-        """Write the critic checkpoint to ``local_path`` (same layout as the actor's)."""
+        """Write the critic checkpoint to ``local_path`` (same layout as the actor's; ``hdfs_path`` only None)."""
+        _refuse_hdfs(hdfs_path)
         self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, local_path: str, hdfs_path: str | None = None, del_local_after_load: bool = False):
-        """Restore what ``save_checkpoint`` wrote (same world size); returns the extra state."""
+        """Restore what ``save_checkpoint`` wrote (same world size; ``hdfs_path`` only None); returns the extra
+        state."""
+        _refuse_hdfs(hdfs_path)
         return self.checkpointer.load(local_path, del_local_after_load)
 
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from verl.trainer.ppo.core_algos import get_policy_loss_fn
-from verl.trainer.ppo.rollout_corr import compute_rollout_correction, correction_settings
+from verl.trainer.ppo.rollout_corr import check_correction_settings, compute_rollout_correction, correction_settings
 
 OLP = torch.tensor([[-1.0, -1.0, -1.0]], dtype=torch.float64)
 RLP = torch.tensor([[-1.2, -1.0, -0.3]], dtype=torch.float64)
@@ -53,6 +53,10 @@ def test_null_changes_nothing_and_errors_name_the_key():
         compute_rollout_correction(OLP, RLP, MASK, rollout_is="tok")
     with pytest.raises(ValueError, match="rollout_rs_threshold=None"):
         compute_rollout_correction(OLP, RLP, MASK, rollout_rs="token")
+    with pytest.raises(ValueError, match="rollout_rs_threshold_lower=5.0: expected 0 <= lower < rollout_rs_thres"):
+        compute_rollout_correction(OLP, RLP, MASK, rollout_rs="token", rollout_rs_threshold=2.0,
+                                   rollout_rs_threshold_lower=5.0)  # would reject every token
+    check_correction_settings(rollout_rs="sequence", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=0.0)
 
 
 def test_a_rejected_token_contributes_nothing_to_the_gradient():

@@ -58,7 +58,8 @@ def compute_rollout_correction(
         ValueError: an unknown level, a non-positive threshold, or ``rollout_rs`` without ``rollout_rs_threshold``
             (the key is named).
     """
-    check_correction_settings(rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold)
+    check_correction_settings(rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
+                              rollout_rs_threshold_lower)
     mask = response_mask.to(old_log_prob.dtype)
     tokens = mask.sum()
     diff = (old_log_prob - rollout_log_prob).detach() * mask  # log rho, 0 off the mask
@@ -100,7 +101,8 @@ def check_correction_settings(rollout_is: Optional[str] = None, rollout_is_thres
                               rollout_rs: Optional[str] = None, rollout_rs_threshold: Optional[float] = None,
                               rollout_rs_threshold_lower: Optional[float] = None) -> None:
     """Raise ValueError naming the ``algorithm.rollout_correction`` key that is wrong (unknown level, non-positive
-    threshold, ``rollout_rs`` without ``rollout_rs_threshold``); also called at config load."""
+    threshold, ``rollout_rs`` without ``rollout_rs_threshold``, a lower threshold outside ``[0, hi)``, which would
+    reject every token); also called at config load."""
     if rollout_is is not None and rollout_is not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={rollout_is!r}: expected null or one of {IS_LEVELS}")
     if rollout_rs is not None and rollout_rs not in RS_LEVELS:
@@ -110,6 +112,10 @@ def check_correction_settings(rollout_is: Optional[str] = None, rollout_is_thres
     if rollout_rs is not None and (rollout_rs_threshold is None or not float(rollout_rs_threshold) > 0):
         raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold={rollout_rs_threshold}: rollout_rs="
                          f"{rollout_rs} needs an upper threshold > 0")
+    if rollout_rs is not None and rollout_rs_threshold_lower is not None and not (
+            0 <= float(rollout_rs_threshold_lower) < float(rollout_rs_threshold)):
+        raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold_lower={rollout_rs_threshold_lower}: "
+                         f"expected 0 <= lower < rollout_rs_threshold ({rollout_rs_threshold}), else no token is kept")
 
 
 def correction_settings(config: Any) -> dict:

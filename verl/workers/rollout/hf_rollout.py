@@ -122,7 +122,9 @@ class HFRollout(BaseRollout):
         module: a ``transformers`` causal LM (plain or FSDP2-sharded), shared with the actor.
         config: the ``rollout`` config (``response_length``, ``temperature``, ``top_k``, ``top_p``, ``do_sample``,
             ``micro_batch_size``, ``val_kwargs``, ``dtype``, ``shared_prefill``, ``calculate_log_probs``: also return
-            ``rollout_log_probs [B, R]`` float32, :class:`SampledLogProbs`).
+            ``rollout_log_probs [B, R]`` float32, :class:`SampledLogProbs`; ``ignore_eos``: EOS is masked out until
+            the response budget is spent, as vLLM's ``ignore_eos`` does, through ``generate``'s ``min_new_tokens``;
+            stop strings still end a response).
         tokenizer: supplies the default EOS/pad ids when ``meta_info`` has none.
 
     Raises:
@@ -184,6 +186,7 @@ class HFRollout(BaseRollout):
             top_k=sampling["top_k"] if sampling["do_sample"] else None,
             top_p=sampling["top_p"] if sampling["do_sample"] else None,
             max_new_tokens=length,
+            min_new_tokens=length if self.config.ignore_eos else None,
             stop_strings=stop,
             eos_token_id=eos,
             pad_token_id=pad,
