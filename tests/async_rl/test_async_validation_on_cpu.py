@@ -147,6 +147,9 @@ def test_async_config_refuses_what_validation_cannot_do():
     ("ppo_epochs=2", "one optimizer step per packed batch"),
     ("ppo_mini_batch_size=4", "one optimizer step per packed batch"),
     ("fsdp_config.param_offload=true", "one plain float32 process"),
+    ("fsdp_config.mixed_precision.param_dtype=bf16", "one plain float32 process"),
+    ("strategy=megatron", "Megatron is not implemented"),  # the trainer's refusals hold in the async mode too
+    ("ulysses_sequence_parallel_size=2", "sequence parallelism is not implemented"),
 ])
 def test_async_config_refuses_actor_keys_the_learner_does_not_read(override, why):
     """The async learner reads part of actor_rollout_ref.actor (optimizer, PPO loss, micro batch): a schedule, epochs

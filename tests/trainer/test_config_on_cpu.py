@@ -163,6 +163,10 @@ def test_keys_nothing_implements_are_refused_by_name(override, message):
     (["+actor_rollout_ref.rollout.engine_kwargs.sglang.x=1"], "engine_kwargs.sglang: no such engine here"),
     (["+actor_rollout_ref.rollout.engine_kwargs.vllm.swap_space=4", "actor_rollout_ref.rollout.name=hf"],
      "the arguments go to vLLM's engine only"),
+    (["actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]"], "has no 'model': its checkpoints cannot be"),
+    (["actor_rollout_ref.actor.checkpoint.save_contents=[hf_model]", "trainer.resume_mode=disable"], None),
+    (["actor_rollout_ref.rollout.ignore_eos=true", "actor_rollout_ref.rollout.name=hf"],
+     "only vLLM's engine decodes past EOS"),
 ])
 def test_settings_that_act_only_with_another_are_refused_alone(extra, error):
     """reward.* limits act only in the process sandbox (reward-dry-run refuses the same); upstream's fsdp2 and the

@@ -146,7 +146,7 @@ def test_chunked_gradients_equal_naive():
         torch.testing.assert_close(g_fast, g_slow, atol=1e-10, rtol=0)
     small = logits[:1, :3].detach().requires_grad_()
     assert torch.autograd.gradcheck(lambda x: verl_F.entropy_from_logits(x, 2), (small,))
-    assert torch.autograd.gradcheck(lambda x: verl_F.logprobs_from_logits(x, labels[:1, :3], 2), (small,))
+    assert torch.autograd.gradcheck(lambda x: verl_F.logprobs_from_logits(x, labels[:1, :3], chunk_size=2), (small,))
 
 
 def test_chunking_bounds_the_float32_work(monkeypatch):
@@ -179,9 +179,11 @@ def test_logprob_errors_and_response_helper():
         verl_F.logprobs_from_logits(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), chunk_size=0)
     with pytest.raises(ValueError):
         verl_F.logprobs_from_logits(torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
-    # upstream's inplace_backward is accepted and changes nothing; a misspelt keyword is refused, never swallowed
+    # upstream's inplace_backward (its third argument) is accepted and changes nothing; a misspelt keyword is refused
     logits, labels = torch.tensor([[0.0, 1.0, 2.0]]), torch.tensor([2])
     assert torch.equal(verl_F.logprobs_from_logits(logits, labels, inplace_backward=False),
+                       verl_F.logprobs_from_logits(logits, labels))
+    assert torch.equal(verl_F.logprobs_from_logits(logits, labels, False),  # upstream's positional form
                        verl_F.logprobs_from_logits(logits, labels))
     with pytest.raises(TypeError, match="chunksize"):
         verl_F.logprobs_from_logits(logits, labels, chunksize=2)

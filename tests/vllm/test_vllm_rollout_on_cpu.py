@@ -129,6 +129,19 @@ def test_stops_at_eos_and_pads_after_it(rollout, tokenizer, prompts):
     assert out["response_mask"][0].sum() == 1
 
 
+def test_ignore_eos_decodes_past_eos():
+    """rollout.ignore_eos=true: EOS is no longer a stop token (it was passed as one beside ignore_eos, so vLLM still
+    stopped there); without it EOS stops a row."""
+    from types import SimpleNamespace
+
+    sampling = dict(n=1, do_sample=False, temperature=0.0, top_p=1.0, top_k=-1, max_new_tokens=8, stop=[])
+    for ignore in (True, False):
+        fake = SimpleNamespace(config=SimpleNamespace(ignore_eos=ignore), response_length=8, calculate_log_probs=False)
+        params = vLLMRollout._sampling_params(fake, sampling, 2)
+        assert params.ignore_eos is ignore
+        assert list(params.stop_token_ids or []) == ([] if ignore else [2])
+
+
 def test_sync_weights_follows_actor_updates(rollout, model, tokenizer, prompts):
     before = rollout.generate_sequences(with_meta(prompts, do_sample=False))
     original = {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -77,17 +77,10 @@ def test_stops_at_eos_and_pads_after_it(causal_lm, tokenizer, prompts):
     assert out["response_mask"][0].sum() == 1
 
 
-def test_ignore_eos_spends_the_whole_budget(causal_lm, tokenizer, prompts):
-    """rollout.ignore_eos=true (vLLM's key, on the HF rollout too): the row that would stop at its first token, with
-    that token declared EOS, runs to the full budget and never emits it."""
-    greedy = generate(causal_lm, tokenizer, prompts, do_sample=False).batch["responses"]
-    fake_eos = int(greedy[0, 0])
-    data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()},
-                               meta_info=dict(do_sample=False, eos_token_id=fake_eos,
-                                              pad_token_id=tokenizer.pad_token_id))
-    out = HFRollout(causal_lm, rollout_config(ignore_eos=True), tokenizer).generate_sequences(data).batch
-    assert out["response_mask"].sum(-1).tolist() == [RESPONSE_LENGTH] * len(greedy)
-    assert not torch.any(out["responses"] == fake_eos)
+def test_ignore_eos_is_refused(causal_lm, tokenizer):
+    """rollout.ignore_eos=true (vLLM's key): generate always stops at EOS, so the HF rollout refuses it."""
+    with pytest.raises(ValueError, match="ignore_eos=true: the HF rollout cannot decode past EOS"):
+        HFRollout(causal_lm, rollout_config(ignore_eos=True), tokenizer)
 
 
 def test_n_samples_are_interleaved(causal_lm, tokenizer, prompts):

@@ -105,6 +105,8 @@ LEARNER_IGNORES = {
     "fsdp_config.param_offload": "the learner is one plain float32 process",
     "fsdp_config.optimizer_offload": "the learner is one plain float32 process",
     "fsdp_config.mixed_precision.param_dtype": "the learner is one plain float32 process",
+    "fsdp_config.mixed_precision.reduce_dtype": "the learner is one plain float32 process",
+    "fsdp_config.mixed_precision.buffer_dtype": "the learner is one plain float32 process",
     "checkpoint.save_contents": "the learner saves model and optimizer in its own learner.pt",
 }
 
@@ -149,8 +151,11 @@ def typed_async_config(config: DictConfig) -> DictConfig:
         typed["async"] = typed_section
     # what the async mode does not implement is refused here rather than ignored
     from verl.trainer.config_utils import default_config
+    from verl.trainer.unsupported_config_checks import refuse_unsupported
 
-    refuse_learner_ignored(typed.actor_rollout_ref.actor, default_config().actor_rollout_ref.actor)
+    defaults = default_config()
+    refuse_unsupported(typed, defaults)  # the trainer's refusals (Megatron, sequence parallelism, ...) hold here too
+    refuse_learner_ignored(typed.actor_rollout_ref.actor, defaults.actor_rollout_ref.actor)
     if typed.actor_rollout_ref.model.lora_rank:
         raise ConfigError("actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
                           "runs in the synchronous trainer (python -m verl.trainer.main_ppo)")

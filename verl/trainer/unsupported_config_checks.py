@@ -8,14 +8,10 @@ a silent change of behaviour, so :func:`refuse_unsupported` raises ``ConfigError
 """
 from __future__ import annotations
 
-import logging
-
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config_errors import ConfigError
 from verl.workers.config import SAVE_CONTENTS
-
-logger = logging.getLogger(__name__)
 
 # (key, supported value or tuple of supported values, what to do instead)
 UNSUPPORTED = (
@@ -73,7 +69,8 @@ def refuse_unsupported(config: DictConfig, defaults: DictConfig) -> None:
     - ``reward_model.reward_manager`` not in the registry, and the ``reward.*`` runner keys where they act on nothing
       (:func:`validate_reward_runner`);
     - ``checkpoint.save_contents`` entries that no checkpointer writes (:func:`validate_save_contents`);
-    - ``rollout.engine_kwargs`` for an engine that is not the rollout's (:func:`validate_engine_kwargs`).
+    - ``rollout.engine_kwargs`` for an engine that is not the rollout's, ``rollout.ignore_eos`` without vLLM
+      (:func:`validate_engine_kwargs`).
 
     Raises:
         ConfigError: naming the key, the value and what to do.
@@ -137,10 +134,11 @@ def validate_reward_runner(config: DictConfig, default: DictConfig) -> None:
 def validate_save_contents(config: DictConfig) -> None:
     """``actor.checkpoint.save_contents`` and, with ``critic.enable``, ``critic.checkpoint.save_contents``: only
     upstream's entries (:data:`verl.workers.config.SAVE_CONTENTS`). A list without ``model`` saves checkpoints that
-    cannot be resumed; that is allowed (an HF export only, say) and said once at load.
+    cannot be resumed, which ``trainer.resume_mode=auto`` would try on the next launch: allowed only with
+    ``trainer.resume_mode=disable`` (an HF export only, say).
 
     Raises:
-        ConfigError: an entry no checkpointer writes.
+        ConfigError: an entry no checkpointer writes; no ``model`` while resuming is on.
     """
     sections = [("actor_rollout_ref.actor", config.actor_rollout_ref.actor)]
     if config.critic.enable:
@@ -151,23 +149,28 @@ def validate_save_contents(config: DictConfig) -> None:
         if unknown:
             raise ConfigError(f"{where}.checkpoint.save_contents={contents}: unknown {unknown}; expected entries of "
                               f"{list(SAVE_CONTENTS)}")
-        if "model" not in contents:
-            logger.warning("%s.checkpoint.save_contents=%s has no 'model': its checkpoints cannot be resumed",
-                           where, contents)
+        if "model" not in contents and config.trainer.resume_mode != "disable":
+            raise ConfigError(f"{where}.checkpoint.save_contents={contents} has no 'model': its checkpoints cannot be "
+                              f"resumed, and trainer.resume_mode={config.trainer.resume_mode} would try the newest on "
+                              "the next launch; add model, or set trainer.resume_mode=disable")
 
 
 def validate_engine_kwargs(rollout: DictConfig) -> None:
     """``actor_rollout_ref.rollout.engine_kwargs`` (verl's key, one mapping per engine): only ``vllm`` is an engine
-    here, and its arguments reach ``vllm.LLM`` only with ``rollout.name=vllm``.
+    here, and its arguments reach ``vllm.LLM`` only with ``rollout.name=vllm``; so does ``rollout.ignore_eos``.
 
     Raises:
-        ConfigError: a section for another engine, or ``engine_kwargs.vllm`` entries with another rollout.
+        ConfigError: a section for another engine, ``engine_kwargs.vllm`` entries or ``ignore_eos=true`` with another
+            rollout.
     """
     kwargs = OmegaConf.to_container(rollout.engine_kwargs, resolve=True) or {}
     other = sorted(set(kwargs) - {"vllm"})
     if other:
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{other[0]}: no such engine here; only "
                           "engine_kwargs.vllm (with rollout.name=vllm) is read")
+    if rollout.ignore_eos and rollout.name != "vllm":
+        raise ConfigError(f"actor_rollout_ref.rollout.ignore_eos=true with rollout.name={rollout.name!r}: only vLLM's "
+                          "engine decodes past EOS (transformers' generate stops there); set rollout.name=vllm")
     if kwargs.get("vllm") and rollout.name != "vllm":
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.vllm={kwargs['vllm']} with rollout.name="
                           f"{rollout.name!r}: the arguments go to vLLM's engine only; set rollout.name=vllm or drop them")

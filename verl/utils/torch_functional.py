@@ -284,18 +284,20 @@ class _ChunkedEntropy(torch.autograd.Function):
 def logprobs_from_logits(
     logits: torch.Tensor,
     labels: torch.Tensor,
-    chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE,
     inplace_backward: bool = True,
+    *,
+    chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE,
 ) -> torch.Tensor:
     """Log-probability of ``labels`` under ``softmax(logits)``, memory-bounded.
 
     Args:
         logits: float tensor ``[..., V]`` (any float dtype; computed in float32, or float64 for float64 input).
         labels: LongTensor ``[...]`` of token ids, same leading shape as ``logits``.
-        chunk_size: tokens (rows of the flattened ``[N, V]`` logits) processed at once.
-        inplace_backward: verl's flash-attn cross-entropy option, kept so that upstream calls keep working. Either
-            value gives the same result here: the chunked backward below writes each chunk's gradient once and never
-            needs the upstream kernel's in-place variant. Any other keyword is a ``TypeError``.
+        inplace_backward: upstream's third argument (its flash-attn cross-entropy option), in upstream's place so
+            that upstream calls, positional or keyword, keep working. Either value gives the same result here: the
+            chunked backward below writes each chunk's gradient once and never needs an in-place variant.
+        chunk_size: keyword only; tokens (rows of the flattened ``[N, V]`` logits) processed at once. Any other
+            keyword is a ``TypeError``.
 
     Returns:
         float32 (float64) tensor of shape ``labels.shape``. Differentiable w.r.t. ``logits``; the backward is chunked

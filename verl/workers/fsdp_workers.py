@@ -256,7 +256,8 @@ class _ModelWorkerMixin:
 
     def _place(self, module: torch.nn.Module, fsdp_config, key: str) -> torch.nn.Module:
         """Move ``module`` to the worker's device; FSDP2 over several ranks, or on one rank when
-        ``fsdp_config.mixed_precision`` gives a bf16 policy (the default on CUDA; ``verl/utils/mixed_precision.py``).
+        ``fsdp_config.mixed_precision`` gives a bf16 policy (the default on CUDA; ``verl/utils/mixed_precision.py``)
+        or ``fsdp_config.param_offload`` is on with CUDA (``model_utils.wrap_with_fsdp2``).
 
         Args:
             key: the config path of ``fsdp_config`` (for error messages).

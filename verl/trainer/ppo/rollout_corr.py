@@ -101,8 +101,8 @@ def check_correction_settings(rollout_is: Optional[str] = None, rollout_is_thres
                               rollout_rs: Optional[str] = None, rollout_rs_threshold: Optional[float] = None,
                               rollout_rs_threshold_lower: Optional[float] = None) -> None:
     """Raise ValueError naming the ``algorithm.rollout_correction`` key that is wrong (unknown level, non-positive
-    threshold, ``rollout_rs`` without ``rollout_rs_threshold``, a lower threshold outside ``[0, hi)``, which would
-    reject every token); also called at config load."""
+    threshold, ``rollout_rs`` without ``rollout_rs_threshold``, a lower threshold outside ``[0, hi)``: at ``hi`` or
+    above it rejects every token, below 0 it means 0); also called at config load."""
     if rollout_is is not None and rollout_is not in IS_LEVELS:
         raise ValueError(f"algorithm.rollout_correction.rollout_is={rollout_is!r}: expected null or one of {IS_LEVELS}")
     if rollout_rs is not None and rollout_rs not in RS_LEVELS:
@@ -115,7 +115,8 @@ def check_correction_settings(rollout_is: Optional[str] = None, rollout_is_thres
     if rollout_rs is not None and rollout_rs_threshold_lower is not None and not (
             0 <= float(rollout_rs_threshold_lower) < float(rollout_rs_threshold)):
         raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold_lower={rollout_rs_threshold_lower}: "
-                         f"expected 0 <= lower < rollout_rs_threshold ({rollout_rs_threshold}), else no token is kept")
+                         f"expected 0 <= lower < rollout_rs_threshold ({rollout_rs_threshold}); at or above it no "
+                         "token is kept")
 
 
 def correction_settings(config: Any) -> dict:

@@ -122,14 +122,14 @@ class HFRollout(BaseRollout):
         module: a ``transformers`` causal LM (plain or FSDP2-sharded), shared with the actor.
         config: the ``rollout`` config (``response_length``, ``temperature``, ``top_k``, ``top_p``, ``do_sample``,
             ``micro_batch_size``, ``val_kwargs``, ``dtype``, ``shared_prefill``, ``calculate_log_probs``: also return
-            ``rollout_log_probs [B, R]`` float32, :class:`SampledLogProbs`; ``ignore_eos``: EOS is masked out until
-            the response budget is spent, as vLLM's ``ignore_eos`` does, through ``generate``'s ``min_new_tokens``;
-            stop strings still end a response).
+            ``rollout_log_probs [B, R]`` float32, :class:`SampledLogProbs`). ``ignore_eos`` must be false:
+            ``generate`` always stops a row at its EOS (vLLM's engine can decode past it: ``rollout.name=vllm``).
         tokenizer: supplies the default EOS/pad ids when ``meta_info`` has none.
 
     Raises:
-        ValueError: ``rollout.response_length`` missing or < 1, ``rollout.micro_batch_size`` < 1, or a
-            ``rollout.dtype`` other than the compute dtype of a module under a mixed-precision policy.
+        ValueError: ``rollout.response_length`` missing or < 1, ``rollout.micro_batch_size`` < 1, a
+            ``rollout.dtype`` other than the compute dtype of a module under a mixed-precision policy, or
+            ``rollout.ignore_eos=true``.
     """
 
     def __init__(self, module: torch.nn.Module, config, tokenizer=None):
@@ -140,6 +140,9 @@ class HFRollout(BaseRollout):
         if self.response_length < 1:
             raise ValueError(f"rollout.response_length must be >= 1, got {config.get('response_length')!r}")
         self.micro_batch_size = config.micro_batch_size
+        if config.ignore_eos:
+            raise ValueError("actor_rollout_ref.rollout.ignore_eos=true: the HF rollout cannot decode past EOS "
+                             "(transformers' generate stops a row there); set rollout.name=vllm, or false")
         if self.micro_batch_size is not None and int(self.micro_batch_size) < 1:
             raise ValueError(f"rollout.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         # under the actor's FSDP2 mixed-precision policy the module already computes in its dtype: no autocast on top
@@ -186,7 +189,6 @@ class HFRollout(BaseRollout):
             top_k=sampling["top_k"] if sampling["do_sample"] else None,
             top_p=sampling["top_p"] if sampling["do_sample"] else None,
             max_new_tokens=length,
-            min_new_tokens=length if self.config.ignore_eos else None,
             stop_strings=stop,
             eos_token_id=eos,
             pad_token_id=pad,

@@ -182,7 +182,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
             ``top_k``, ``top_p``, ``do_sample``, ``val_kwargs``), ``dtype`` (GPU; CPU always runs float32),
             ``enforce_eager``, ``gpu_memory_utilization``, ``tensor_model_parallel_size``, ``max_num_batched_tokens``,
             ``max_num_seqs``, ``free_cache_engine`` (GPU sleep mode), ``load_format`` (``dummy*``: random init,
-            synced before the first generation), ``ignore_eos``, ``calculate_log_probs`` (also return
+            synced before the first generation), ``ignore_eos`` (decode past EOS to the budget, EOS no longer a stop
+            token; the response still ends at its first EOS for the trainer), ``calculate_log_probs`` (also return
             ``rollout_log_probs``), ``engine_kwargs.vllm`` (extra ``vllm.LLM`` arguments; ``None`` values dropped).
         tokenizer: default EOS/pad ids (``meta_info`` may override them).
         model_config: the ``model`` config (``path``: a preset name or HF directory; ``trust_remote_code``).
@@ -282,7 +283,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
             top_p=sampling["top_p"] if sampling["do_sample"] else 1.0,
             top_k=sampling["top_k"] if sampling["do_sample"] and sampling["top_k"] > 0 else -1,
             max_tokens=sampling["max_new_tokens"] or self.response_length,
-            stop_token_ids=[int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)],
+            # ignore_eos: the engine decodes past EOS to the budget (upstream's throughput setting); the trainer's
+            # response still ends at its first EOS (assemble_rollout_output), so only the time spent changes
+            stop_token_ids=[] if self.config.ignore_eos else
+            [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)],
             stop=sampling["stop"] or None,
             ignore_eos=bool(self.config.ignore_eos),
             logprobs=0 if self.calculate_log_probs else None,
