@@ -16,6 +16,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.trainer.config_utils import normalize_config, validate_config, world_size, write_run_record
+from verl.trainer.unsupported_config_checks import reward_sandbox, uses_reward_api
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +114,10 @@ def load_custom_reward(config: DictConfig):
     from agent_system.reward import get_reward_function, load_reward_function
 
     spec_cfg = config.custom_reward_function
-    path, name = spec_cfg.path, spec_cfg.name or "compute_score"
-    if path:
-        return load_reward_function(path, name)
-    if name == "compute_score":
+    if not uses_reward_api(config):
         return None
-    return get_reward_function(name)
+    name = spec_cfg.name or "compute_score"
+    return load_reward_function(spec_cfg.path, name) if spec_cfg.path else get_reward_function(name)
 
 
 def build_reward_runner(config: DictConfig, fn):
@@ -132,8 +131,7 @@ def build_reward_runner(config: DictConfig, fn):
     from agent_system.reward import make_runner
 
     cfg = config.reward
-    sandbox = cfg.sandbox or ("process" if config.custom_reward_function.path else "none")
-    return make_runner(fn, sandbox=sandbox, num_workers=int(cfg.num_workers),
+    return make_runner(fn, sandbox=reward_sandbox(config), num_workers=int(cfg.num_workers),
                        timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config_errors import ConfigError
-from verl.workers.config import SAVE_CONTENTS
+from verl.workers.config import SAVE_CONTENTS, check_save_contents
 
 # (key, supported value or tuple of supported values, what to do instead)
 UNSUPPORTED = (
@@ -90,6 +90,19 @@ def refuse_unsupported(config: DictConfig, defaults: DictConfig) -> None:
     validate_engine_kwargs(config.actor_rollout_ref.rollout)
 
 
+def uses_reward_api(config: DictConfig) -> bool:
+    """Whether the reward goes through the reward API: ``custom_reward_function.path`` set, or ``.name`` a registered
+    reward other than the default ``compute_score`` (otherwise the built-in scores in the trainer process)."""
+    spec = config.custom_reward_function
+    return bool(spec.path) or (spec.name or "compute_score") != "compute_score"
+
+
+def reward_sandbox(config: DictConfig) -> str:
+    """``reward.sandbox``, null resolved: ``process`` for a reward from ``custom_reward_function.path``, ``none`` for
+    a registered one."""
+    return config.reward.sandbox or ("process" if config.custom_reward_function.path else "none")
+
+
 def validate_reward_runner(config: DictConfig, default: DictConfig) -> None:
     """``reward_model.reward_manager`` names a registered manager, and ``reward.*`` acts on something.
 
@@ -110,19 +123,17 @@ def validate_reward_runner(config: DictConfig, default: DictConfig) -> None:
         get_reward_manager_cls(config.reward_model.reward_manager)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    cfg, spec = config.reward, config.custom_reward_function
+    cfg = config.reward
     if cfg.num_workers is None or int(cfg.num_workers) < 1:
         raise ConfigError(f"reward.num_workers={cfg.num_workers}: expected an integer >= 1 (sandbox worker processes)")
     changed = [key for key in default if cfg[key] != default[key]]
-    through_api = bool(spec.path) or (spec.name or "compute_score") != "compute_score"
-    if not through_api and changed:
+    if not uses_reward_api(config) and changed:
         key = changed[0]
         raise ConfigError(f"reward.{key}={cfg[key]}: the reward section configures the runner of a reward written "
                           "with the reward API (custom_reward_function.path, or .name of a registered reward); the "
                           "built-in default scores in the trainer process, so it would be ignored")
-    sandbox = cfg.sandbox or ("process" if spec.path else "none")
     limits = [key for key in SANDBOX_LIMITS if key in changed]
-    if sandbox == "none" and limits:
+    if reward_sandbox(config) == "none" and limits:
         key = limits[0]
         why = "reward.sandbox=none" if cfg.sandbox else "reward.sandbox=null, which is none for a registered reward"
         shown = "null" if default[key] is None else default[key]
@@ -145,10 +156,10 @@ def validate_save_contents(config: DictConfig) -> None:
         sections.append(("critic", config.critic))
     for where, section in sections:
         contents = list(section.checkpoint.save_contents)
-        unknown = [entry for entry in contents if entry not in SAVE_CONTENTS]
-        if unknown:
-            raise ConfigError(f"{where}.checkpoint.save_contents={contents}: unknown {unknown}; expected entries of "
-                              f"{list(SAVE_CONTENTS)}")
+        try:
+            check_save_contents(contents, f"{where}.checkpoint.save_contents")
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if "model" not in contents and config.trainer.resume_mode != "disable":
             raise ConfigError(f"{where}.checkpoint.save_contents={contents} has no 'model': its checkpoints cannot be "
                               f"resumed, and trainer.resume_mode={config.trainer.resume_mode} would try the newest on "
@@ -173,4 +184,5 @@ def validate_engine_kwargs(rollout: DictConfig) -> None:
                           "engine decodes past EOS (transformers' generate stops there); set rollout.name=vllm")
     if kwargs.get("vllm") and rollout.name != "vllm":
         raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.vllm={kwargs['vllm']} with rollout.name="
-                          f"{rollout.name!r}: the arguments go to vLLM's engine only; set rollout.name=vllm or drop them")
+                          f"{rollout.name!r}: the arguments go to vLLM's engine only; set rollout.name=vllm or drop "
+                          "them")

@@ -89,6 +89,14 @@ class FSDPConfig:
 SAVE_CONTENTS = ("model", "optimizer", "extra", "hf_model")
 
 
+def check_save_contents(contents, key: str = "checkpoint.save_contents") -> None:
+    """Raise ``ValueError`` naming ``key`` when ``contents`` has an entry no checkpointer writes (not in
+    :data:`SAVE_CONTENTS`)."""
+    unknown = [entry for entry in contents if entry not in SAVE_CONTENTS]
+    if unknown:
+        raise ValueError(f"{key}={list(contents)}: unknown {unknown}; expected entries of {list(SAVE_CONTENTS)}")
+
+
 @dataclass
 class CheckpointConfig:
     """``actor.checkpoint`` / ``critic.checkpoint``: what a checkpoint holds (entries of :data:`SAVE_CONTENTS`)."""

@@ -43,7 +43,8 @@ from verl.utils.model_utils import (
     wrap_with_fsdp2,
 )
 from verl.workers.actor.dp_actor import DataParallelPPOActor
-from verl.workers.config import SAVE_CONTENTS, ActorRolloutRefConfig, CriticConfig, worker_section
+from verl.workers.config import (SAVE_CONTENTS, ActorRolloutRefConfig, CriticConfig, check_save_contents,
+                                 worker_section)
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 
 logger = logging.getLogger(__name__)
@@ -123,8 +124,8 @@ def _set_rng_state(state: dict) -> None:
 
 
 def _refuse_hdfs(hdfs_path: str | None) -> None:
-    """Upstream's ``hdfs_path`` argument of the checkpoint methods: HDFS is not implemented (``trainer.default_hdfs_dir``
-    is refused at load), so a path is an error rather than a copy silently not made.
+    """Upstream's ``hdfs_path`` argument of the checkpoint methods: HDFS is not implemented
+    (``trainer.default_hdfs_dir`` is refused at load), so a path is an error rather than a copy silently not made.
 
     Raises:
         ValueError: ``hdfs_path`` is set.
@@ -140,11 +141,9 @@ class _Checkpointer:
     def __init__(self, worker: Worker, module, optimizer, lr_scheduler, tokenizer, save_contents):
         self.worker = worker
         self.module, self.optimizer, self.lr_scheduler, self.tokenizer = module, optimizer, lr_scheduler, tokenizer
-        self.save_contents = set(SAVE_CONTENTS if save_contents is None else save_contents)
-        unknown = self.save_contents - set(SAVE_CONTENTS)
-        if unknown:
-            raise ValueError(f"checkpoint.save_contents: unknown {sorted(unknown)}; expected entries of "
-                             f"{list(SAVE_CONTENTS)}")
+        contents = SAVE_CONTENTS if save_contents is None else list(save_contents)
+        check_save_contents(contents)
+        self.save_contents = set(contents)
         self.saved_paths: list[str] = []
 
     def save(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None) -> None:

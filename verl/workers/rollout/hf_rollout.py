@@ -140,11 +140,11 @@ class HFRollout(BaseRollout):
         if self.response_length < 1:
             raise ValueError(f"rollout.response_length must be >= 1, got {config.get('response_length')!r}")
         self.micro_batch_size = config.micro_batch_size
+        if self.micro_batch_size is not None and int(self.micro_batch_size) < 1:
+            raise ValueError(f"rollout.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if config.ignore_eos:
             raise ValueError("actor_rollout_ref.rollout.ignore_eos=true: the HF rollout cannot decode past EOS "
                              "(transformers' generate stops a row there); set rollout.name=vllm, or false")
-        if self.micro_batch_size is not None and int(self.micro_batch_size) < 1:
-            raise ValueError(f"rollout.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         # under the actor's FSDP2 mixed-precision policy the module already computes in its dtype: no autocast on top
         self.policy_dtype = param_dtype_of(module)
         if self.policy_dtype is not None and dtype_from_name(config.dtype, "rollout.dtype") != self.policy_dtype:

@@ -277,16 +277,17 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
     def _sampling_params(self, sampling: dict, eos):
         from vllm import SamplingParams
 
+        # ignore_eos: the engine decodes past EOS to the budget (upstream's throughput setting); the trainer's
+        # response still ends at its first EOS (assemble_rollout_output), so only the time spent changes
+        eos_ids = [int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])]
+        stop_ids = [] if self.config.ignore_eos else eos_ids
         return SamplingParams(
             n=sampling["n"],
             temperature=sampling["temperature"] if sampling["do_sample"] else 0.0,
             top_p=sampling["top_p"] if sampling["do_sample"] else 1.0,
             top_k=sampling["top_k"] if sampling["do_sample"] and sampling["top_k"] > 0 else -1,
             max_tokens=sampling["max_new_tokens"] or self.response_length,
-            # ignore_eos: the engine decodes past EOS to the budget (upstream's throughput setting); the trainer's
-            # response still ends at its first EOS (assemble_rollout_output), so only the time spent changes
-            stop_token_ids=[] if self.config.ignore_eos else
-            [int(e) for e in eos] if isinstance(eos, (list, tuple)) else [int(eos)],
+            stop_token_ids=stop_ids,
             stop=sampling["stop"] or None,
             ignore_eos=bool(self.config.ignore_eos),
             logprobs=0 if self.calculate_log_probs else None,
