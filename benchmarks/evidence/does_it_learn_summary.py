@@ -97,7 +97,8 @@ GRPO_RUNS = {"8x4, 128 tok, step 40": "grpo_smollm2_sft_p1024.json",
              "8x4 at T=0.5, step 20": "grpo_smollm2_sft_p1024_r256_mb2_lr1e-5_t0.5_progress.json",
              "8x4 refined+KL loss": "grpo_smollm2_sft_p1024_r256_mb2_lr1e-5_t0.5_refined_klloss_progress.json",
              "16x4 seed 1": f"{_B16}_progress.json",
-             "16x4 seed 2": f"{_B16}_seed2_progress.json"}
+             "16x4 seed 2": f"{_B16}_seed2_progress.json",
+             "16x4 + irrelevance rows": "grpo_smollm2_sft_cpu_irrel_progress.json"}
 # (label, paired file, decoding, metric, note): paired against the start per prompt (RLLA: the validation prompts
 # <= 1,024 tokens, ``prompt<=1024`` of paired_by_prompt_length.py; BFCL: main_eval --baseline, per BFCL row)
 GRPO = [
@@ -127,6 +128,12 @@ GRPO = [
     ("16x4 seed 2, step 20", f"{_B16}_seed2_step20_greedy_paired.json", "greedy", "correctness", ""),
     ("16x4 seed 2, step 20", f"{_B16}_seed2_step20_bfcl20_paired.json", "greedy", "bfcl_accuracy",
      "BFCL, 20 rows a category"),
+    ("16x4 + irrelevance rows, step 25", "grpo_smollm2_sft_cpu_irrel_step25_sampled_t0.5_paired.json", _SAMPLED,
+     "correctness", "fixed in advance (test 1)"),
+    ("16x4 + irrelevance rows, step 25", "grpo_smollm2_sft_cpu_irrel_step25_greedy_paired.json", "greedy",
+     "correctness", ""),
+    ("16x4 + irrelevance rows, step 25", "grpo_smollm2_sft_cpu_irrel_step25_bfcl20_paired.json", "greedy",
+     "bfcl_accuracy", "fixed in advance (test 2); BFCL, 20 rows a category"),
 ]
 
 
