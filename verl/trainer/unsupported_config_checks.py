@@ -11,7 +11,7 @@ from __future__ import annotations
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config_errors import ConfigError
-from verl.workers.config import SAVE_CONTENTS, check_save_contents
+from verl.workers.config import check_save_contents
 
 # (key, supported value or tuple of supported values, what to do instead)
 UNSUPPORTED = (
