@@ -40,7 +40,9 @@ _pool = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_pool)
 OWN_SPLIT = _pool.GAIN  # random routing at the head's cost with the head's own SEARCH : CALCULATE split
 SEARCH_ONLY = "paired_vs_random_same_cost_expected"  # random routing at the head's cost, SEARCH its only tool route
-KINDS = ("rlla63", "rlla33", "bfcl", "api_bank")  # the 63 / 33 RLLA validation prompts <= 1,024 / 768 tokens, ...
+# the 63 / 33 RLLA validation prompts <= 1,024 / 768 tokens; the 63 with irrelevance rows made from the validation
+# split (verl.router.irrelevance, the training rows' fraction and seed); BFCL; API-Bank
+KINDS = ("rlla63", "rlla33", "rlla_irrel", "bfcl", "api_bank")
 
 # (item in README "Does it learn?", label, actor, (progress file, budget phase),
 #  [(sample, kind, frontier file, point), ...])
@@ -73,6 +75,10 @@ HEADS = [
      [("RLLA val", "rlla63", "router_default_smollm2_step50_rlla_frontier.json", "learned_expected"),
       ("RLLA val, re-priced to 0.3", "rlla63", "router_default_smollm2_step50_rlla_frontier.json",
        "learned_calibrated_expected"),
+      ("RLLA val + its irrelevance rows", "rlla_irrel", "router_default_smollm2_step50_rlla_irrel_frontier.json",
+       "learned_expected"),
+      ("RLLA val + its irrelevance rows, re-priced", "rlla_irrel",
+       "router_default_smollm2_step50_rlla_irrel_frontier.json", "learned_calibrated_expected"),
       ("BFCL rows 31-60", "bfcl", "router_default_smollm2_step50_bfcl_rows31to60_frontier.json", "learned_expected"),
       ("BFCL rows 31-60, re-priced", "bfcl", "router_default_smollm2_step50_bfcl_rows31to60_frontier.json",
        "learned_calibrated_expected"),
@@ -349,7 +355,8 @@ def plot(summary: dict, path: str) -> None:
     ax = axes[1]
     rows = [(f"{h['item']}: {s['sample']} (cost {s['cost']:.2f})", s["gain_vs_random_same_cost"], s["kind"])
             for h in summary["heads"] for s in h["samples"]]
-    kind_colour = {"rlla63": "tab:blue", "rlla33": "tab:cyan", "bfcl": "tab:green", "api_bank": "tab:purple"}
+    kind_colour = {"rlla63": "tab:blue", "rlla33": "tab:cyan", "rlla_irrel": "tab:orange", "bfcl": "tab:green",
+                   "api_bank": "tab:purple"}
     for y, (label, g, kind) in enumerate(reversed(rows)):
         t = g["t"] if g["t"] is not None else 0.0
         ax.scatter(t, y, marker="s" if g["versus"] == SEARCH_ONLY else "o", color=kind_colour[kind],
@@ -358,7 +365,8 @@ def plot(summary: dict, path: str) -> None:
     ax.axvline(0, color="black", lw=0.8)
     ax.axvline(2, color="grey", lw=0.8, ls="--")
     ax.set_xlabel("paired t of the gain over random routing at the same cost (gain / se; filled: t > 2)\n"
-                  "blue: RLLA validation, cyan: its 33 prompts ≤ 768 tokens, green: BFCL accuracy, purple: API-Bank;\n"
+                  "blue: RLLA validation, cyan: its 33 prompts ≤ 768 tokens, orange: with its irrelevance rows,\n"
+                  "green: BFCL accuracy, purple: API-Bank;\n"
                   "■: against random with SEARCH only, ●: with the head's own SEARCH : CALCULATE split")
     ax.set_title("(b) does the router pay for itself?", fontsize=10)
 

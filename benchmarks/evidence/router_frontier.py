@@ -236,13 +236,23 @@ def calibrated_probs(checkpoint: str, table: list[dict], calibrate_on: list[dict
 SWEEP_PREFIX = "lambda_"  # --policy labels drawn as one curve: the same value head at several fixed prices
 
 
+def _restrict(point: dict, keys: list[tuple]) -> dict:
+    """The ``per_prompt`` values of an :func:`expected_point` result on ``keys`` only (for :func:`paired_expected`)."""
+    return {"per_prompt": {m: {str(k): v[str(k)] for k in keys} for m, v in point["per_prompt"].items()}}
+
+
 def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, random_b: dict,
-                         metrics: tuple = METRICS, groups: dict | None = None) -> tuple[dict, dict]:
+                         metrics: tuple = METRICS, groups: dict | None = None,
+                         split_at_row: int | None = None) -> tuple[dict, dict]:
     """A stochastic routing policy (``probs``) in expectation (:func:`expected_point`), paired against random routing
     at the budget's rate (``random_b``) and at the policy's own expected cost — with the SEARCH route for every tool
     call, and with the policy's own SEARCH : CALCULATE split (``search_share``), which leaves only the choice of
     whether to call. Returns ``(point, matched random point)``; the point holds ``paired_vs_random_expected``,
-    ``paired_vs_random_same_cost_expected`` and ``paired_vs_random_same_cost_same_split_expected``."""
+    ``paired_vs_random_same_cost_expected`` and ``paired_vs_random_same_cost_same_split_expected``. With
+    ``split_at_row`` = N it also holds ``..._same_split_expected_by_rows``: the same per-prompt pairs (the random
+    policy is the whole sample's) averaged separately over the prompts at file rows < N and >= N, each part with its
+    number of prompts and mean tool-route probability (e.g. N = 80: RLLA's validation rows and the irrelevance rows
+    ``verl.router.irrelevance`` appends after them)."""
     learned = expected_point(probs, values, needs, metrics, groups)
     learned["paired_vs_random_expected"] = paired_expected(random_b, learned, metrics)
     # random routing at the policy's own expected cost (the SEARCH route's responses need not all call a tool: the
@@ -262,6 +272,15 @@ def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, ra
                                      "CALCULATE": rate_split * (1 - split)} for k in needs}, values, needs, metrics)
     learned["paired_vs_random_same_cost_same_split_expected"] = {
         "search_share": split, "rate": rate_split, **paired_expected(same_split, learned, metrics)}
+    if split_at_row is not None:
+        parts = {f"rows < {split_at_row}": [k for k in sorted(needs) if k[1] < split_at_row],
+                 f"rows >= {split_at_row}": [k for k in sorted(needs) if k[1] >= split_at_row]}
+        learned["paired_vs_random_same_cost_same_split_expected_by_rows"] = {
+            name: {"rows": len(keys),
+                   "tool_route_frac": sum(probs[k].get("SEARCH", 0.0) + probs[k].get("CALCULATE", 0.0)
+                                          for k in keys) / len(keys),
+                   **paired_expected(_restrict(same_split, keys), _restrict(learned, keys), metrics)}
+            for name, keys in parts.items() if keys}
     learned.pop("per_prompt")
     matched.pop("per_prompt")
     return learned, {"rate": rate, **matched}
@@ -359,6 +378,10 @@ def main() -> None:
     parser.add_argument("--calibrate_on", default=None, metavar="FILE",
                         help="a router-infer output of the same checkpoint whose router_probs set that price "
                              "(default: the --expected label's own rows, i.e. these prompts)")
+    parser.add_argument("--split_at_row", type=int, default=None, metavar="N",
+                        help="also report each policy scored in expectation paired against random routing at its cost "
+                             "(own split) separately on the prompts at file rows < N and >= N (e.g. 80: RLLA's "
+                             "validation rows and the irrelevance rows appended after them)")
     args = parser.parse_args()
     if (args.calibrate or args.calibrate_on) and not (args.expected and args.calibrate):
         raise SystemExit("--calibrate / --calibrate_on need --expected LABEL and --calibrate CHECKPOINT")
@@ -406,7 +429,7 @@ def main() -> None:
                                  f"({len(needs)} rows; {len(keys - needs.keys())} of its keys are not among them): "
                                  "were they made from the same prompts file and prompt-length filter?")
             learned, matched = score_in_expectation({row_key(r): r["router_probs"] for r in table}, values, needs,
-                                                    random_b, metrics, groups)
+                                                    random_b, metrics, groups, args.split_at_row)
             points[f"{label}_expected"] = learned
             if label == args.expected:
                 points["random_same_cost_expected"] = matched
@@ -414,7 +437,7 @@ def main() -> None:
             table = probs_of[args.expected]
             calibrate_on = read_generations(args.calibrate_on) if args.calibrate_on else table
             probs, info = calibrated_probs(args.calibrate, table, calibrate_on, b)
-            learned, matched = score_in_expectation(probs, values, needs, random_b, metrics, groups)
+            learned, matched = score_in_expectation(probs, values, needs, random_b, metrics, groups, args.split_at_row)
             points[f"{args.expected}_calibrated_expected"] = {
                 "calibration": {**info, "calibrated_on": args.calibrate_on or "these prompts"}, **learned}
             points["random_same_cost_as_calibrated_expected"] = matched

@@ -53,6 +53,21 @@ def test_expected_point_and_paired_gain_by_hand():
     assert scored["paired_vs_random_same_cost_expected"]["score"]["mean"] == pytest.approx(1.2)
     # random at 0.3: per prompt score −1.2 / +0.4 -> gains 3.0 and 0.2
     assert scored["paired_vs_random_expected"]["score"]["mean"] == pytest.approx(1.6)
+    assert "paired_vs_random_same_cost_same_split_expected_by_rows" not in scored
+    # split at file row 1: the same pairs against the whole sample's random policy, one prompt in each part. The
+    # policy's split is 0.7 : 0.3 SEARCH : CALCULATE, both tools cost 1, so random at its cost is rate 0.5 again:
+    # per prompt score 0 / 0, gains 1.8 (row 0, tool mass 0.8) and 0.6 (row 1, tool mass 0.2); one prompt: no se
+    parts = frontier.score_in_expectation(smart, values, needs, random_b, split_at_row=1)[0][
+        "paired_vs_random_same_cost_same_split_expected_by_rows"]
+    assert set(parts) == {"rows < 1", "rows >= 1"}
+    assert parts["rows < 1"]["rows"] == 1 and parts["rows < 1"]["tool_route_frac"] == pytest.approx(0.8)
+    assert parts["rows < 1"]["score"]["mean"] == pytest.approx(1.8) and parts["rows < 1"]["score"]["se"] is None
+    assert parts["rows >= 1"]["score"]["mean"] == pytest.approx(0.6)
+    assert parts["rows >= 1"]["tool_route_frac"] == pytest.approx(0.2)
+    # a split past every row leaves one part, the whole sample's gain
+    whole = frontier.score_in_expectation(smart, values, needs, random_b, split_at_row=5)[0][
+        "paired_vs_random_same_cost_same_split_expected_by_rows"]
+    assert list(whole) == ["rows < 5"] and whole["rows < 5"]["score"]["mean"] == pytest.approx(1.2)
 
 
 def test_progress_budget_phases_take_the_last_third_of_each_budget():
