@@ -55,7 +55,8 @@ def prompts_whose_scores_differ(path: str, switches: RewardSwitches | None = Non
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("generations", nargs="+", help="main_generation JSONL files")
-    parser.add_argument("--output", default=None, help="also write the splits and the command to this JSON file")
+    parser.add_argument("--output", default=None,
+                        help="also write the splits, the prompt counts and the command to this JSON file")
     args = parser.parse_args(argv)
     splits, prompts = {}, {}
     for generations in args.generations:

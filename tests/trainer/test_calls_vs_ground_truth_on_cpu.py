@@ -22,7 +22,7 @@ def _row(row, sample, response, tool_calls, ground_truth, truth_calls):
             "tool_calls": tool_calls, "ground_truth": ground_truth, "ground_truth_tool_calls": truth_calls}
 
 
-def test_splits_and_prompts_with_mixed_splits_by_hand(tmp_path):
+def test_splits_and_prompts_whose_scores_differ_by_hand(tmp_path):
     rows = [
         # prompt 0 wants no call: one sample calls (more, score 0), one does not (same, score 1) -> scores differ
         _row(0, 0, CALL, F_CALL, NO_CALL, []), _row(0, 1, NO_CALL, [], NO_CALL, []),
