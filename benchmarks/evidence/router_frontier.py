@@ -122,6 +122,11 @@ def per_row_values(rows: list[dict], switches: RewardSwitches, benchmark: str = 
                                      usage["used_any_tool"].tolist())}
 
 
+def _tool_route_prob(pi: dict) -> float:
+    """P(SEARCH) + P(CALCULATE) of one prompt's routing probabilities ``{route name: probability}``."""
+    return pi.get("SEARCH", 0.0) + pi.get("CALCULATE", 0.0)
+
+
 def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple, dict]],
                    needs_tool: dict[tuple, bool], metrics: tuple = METRICS, groups: dict | None = None) -> dict:
     """A stochastic routing policy scored exactly in expectation over its routes: decoding is greedy, so a prompt's
@@ -146,7 +151,7 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
         pi = probs[key]
         for m in per_prompt:
             per_prompt[m].append(sum(pi.get(a, 0.0) * route_values[a][key][m] for a in ROUTES if pi.get(a, 0.0)))
-        tool_p = pi.get("SEARCH", 0.0) + pi.get("CALCULATE", 0.0)
+        tool_p = _tool_route_prob(pi)
         tool_share[needs_tool[key]].append(tool_p)
         best_tool = max(route_values["SEARCH"][key]["score"], route_values["CALCULATE"][key]["score"])
         pays_share[best_tool > route_values["ANSWER"][key]["score"]].append(tool_p)
@@ -156,7 +161,7 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
 
     by_group: dict = {}
     for key in keys if groups else ():
-        by_group.setdefault(groups[key], []).append(probs[key].get("SEARCH", 0.0) + probs[key].get("CALCULATE", 0.0))
+        by_group.setdefault(groups[key], []).append(_tool_route_prob(probs[key]))
     return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
             **({"tool_route_frac_by_group": {g: sum(v) / len(v) for g, v in by_group.items()}} if groups else {}),
             "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
@@ -277,8 +282,7 @@ def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, ra
                  f"rows >= {split_at_row}": [k for k in sorted(needs) if k[1] >= split_at_row]}
         learned["paired_vs_random_same_cost_same_split_expected_by_rows"] = {
             name: {"rows": len(keys),
-                   "tool_route_frac": sum(probs[k].get("SEARCH", 0.0) + probs[k].get("CALCULATE", 0.0)
-                                          for k in keys) / len(keys),
+                   "tool_route_frac": sum(_tool_route_prob(probs[k]) for k in keys) / len(keys),
                    **paired_expected(_restrict(same_split, keys), _restrict(learned, keys), metrics)}
             for name, keys in parts.items() if keys}
     learned.pop("per_prompt")
