@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job: the budgeted tool router on the real RLLA data (seed 000 §8, Option A; on CPU the router recipe that
-# README "Does it learn?" item 6 showed).
+# docs/does_it_learn.md showed, item 6).
 # CPU-sized defaults when no GPU is present; ToolRL/seed GPU settings otherwise. Every variable can be overridden from
 # the environment (BASE_MODEL, DATA_DIR, EXPERIMENT_NAME, BUDGET_B, TRAIN_BATCH_SIZE, ROLLOUT_N, TOTAL_EPOCHS,
 # TOTAL_STEPS, SAVE_FREQ, ...); extra arguments are Hydra overrides (e.g. `bash run_router_training.sh router.dual_lr=0.1`).
@@ -9,11 +9,11 @@
 # ROUTER_RECIPE picks the router's settings (README "The main job"; default: value_ridge without a GPU, option_a with):
 #   option_a    the seed's command as written: routes sampled from the head (policy mode), the LM trained jointly by
 #               GRPO on the task reward (ROLLOUT_N=4)
-#   value_ridge the settings that README "Does it learn?" item 6 showed holding the budget and beating random routing:
+#   value_ridge the settings that item 6 of docs/does_it_learn.md showed holding the budget and beating random routing:
 #               the router trained alone on the fixed actor (verl's trainer.critic_warmup beyond the run, no reference
 #               or KL), every route for every prompt (ROLLOUT_N=3), greedy rollouts, ANSWER copies unable to open a
 #               tool call, and the head as the ridge fit of each route's task reward, priced by λ when routing;
-#               trained on RLLA plus irrelevance rows (README "Does it learn?" item 11)
+#               trained on RLLA plus irrelevance rows (docs/does_it_learn.md, item 11)
 # IRRELEVANCE_FRACTION (0 to 1; default 0.25 for value_ridge, 0 for option_a) adds that many irrelevance rows per train
 # row with a tool call (python -m verl.router.irrelevance: prompts whose tools cannot answer, ground truth "no call"),
 # drawn with IRRELEVANCE_SEED (default 1)
@@ -40,7 +40,7 @@ if [ "$N_GPUS" -gt 0 ]; then : "${ROUTER_RECIPE:=option_a}"; else : "${ROUTER_RE
 case "$ROUTER_RECIPE" in
   option_a) RECIPE_ARGS=(); : "${IRRELEVANCE_FRACTION:=0}" ;;
   value_ridge)
-    # RLLA's train split plus a quarter as many irrelevance rows (README "Does it learn?" item 11)
+    # RLLA's train split plus a quarter as many irrelevance rows (docs/does_it_learn.md, item 11)
     : "${IRRELEVANCE_FRACTION:=0.25}"
     # one copy per route (greedy: a 4th copy would repeat one); the HF rollout, which can ban tool calls on ANSWER
     ROLLOUT_N=${USER_ROLLOUT_N:-3} ROLLOUT_NAME=${USER_ROLLOUT_NAME:-hf}

@@ -44,7 +44,7 @@ SEARCH_ONLY = "paired_vs_random_same_cost_expected"  # random routing at the hea
 # split (verl.router.irrelevance, the training rows' fraction and seed); BFCL; API-Bank
 KINDS = ("rlla63", "rlla33", "rlla_irrel", "bfcl", "api_bank")
 
-# (item in README "Does it learn?", label, actor, (progress file, budget phase),
+# (item of docs/does_it_learn.md, label, actor, (progress file, budget phase),
 #  [(sample, kind, frontier file, point), ...])
 HEADS = [
     ("4", "SGD value head, B=0.3", "sft", ("router_value_norm_smollm2_sft_b0.3_progress.json", 0),

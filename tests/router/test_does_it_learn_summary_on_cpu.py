@@ -80,7 +80,7 @@ def test_last_third_reads_the_budget_phase_and_its_final_lambda():
 def test_the_committed_results_give_the_readmes_figures(tmp_path):
     summary = summary_script.summarise()
     heads = {h["item"]: h for h in summary["heads"]}
-    # item 7: item 6's run resumed at B = 0.5 (README "Does it learn?" item 7: 0.489 against 0.5, trained λ 4.13)
+    # item 7: item 6's run resumed at B = 0.5 (docs/does_it_learn.md, item 7: 0.489 against 0.5, trained λ 4.13)
     assert heads["7"]["training"]["budget"] == 0.5
     assert heads["7"]["training"]["policy_cost_last_third"] == pytest.approx(0.4888)
     assert heads["7"]["training"]["final_lambda"] == pytest.approx(4.13, abs=5e-3)
