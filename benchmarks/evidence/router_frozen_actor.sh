@@ -23,7 +23,7 @@
 #     router.input_norm=running router.entropy_coeff=0 router.value_temperature=0.25 router.lambda_init=3.0 \
 #     router.dual_lr=1.0 actor_rollout_ref.rollout.do_sample=false trainer.val_before_train=False
 # The same on the GRPO-trained actor (BASE_MODEL: the actor's huggingface folder of a train_grpo checkpoint; the
-# seed-2 16-prompt run of grpo_smollm2_sft.sh in README "Does it learn?"):
+# seed-2 16-prompt run of grpo_smollm2_sft.sh in docs/does_it_learn.md, "GRPO from the warm start"):
 #   BUDGET_B=0.3 NAME=router_ridge_grpo_actor BASE_MODEL=CKPT/actor/huggingface MAX_PROMPT_LENGTH=1024 TOTAL_STEPS=41 \
 #     TEST_FREQ=100 bash benchmarks/evidence/router_frozen_actor.sh ...the ridge command's router overrides...
 # Niced; running the same command again resumes exactly (checkpoints/router_grpo/<experiment>).
