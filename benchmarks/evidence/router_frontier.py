@@ -9,7 +9,8 @@ Per policy: the mean tool cost (``router.cost_weights`` defaults: 1 for a respon
 cost), the RLLA reward's score / format / correctness (``main_eval.row_metrics``) with standard errors, the exact
 tool-call match, the share of tool routes (SEARCH/CALCULATE) among the prompts whose ground truth calls a tool and among
 those whose ground truth does not, the tool-cost block of every evaluation summary (``tool_cost``: calls per prompt,
-tool-use rate, call/no-call decision F1, tool productivity with the exact match as "correct"), and — against ``--reference`` (a label) — the paired per-prompt gains
+tool-use rate, call/no-call decision F1, tool productivity with the exact match as "correct"; for a policy scored
+in expectation, on expected counts), and — against ``--reference`` (a label) — the paired per-prompt gains
 (``eval_compare.paired_comparison``).
 
 ``--benchmark bfcl`` scores generations of BFCL rows (prompts from ``verl.utils.dataset.bfcl.write_bfcl_parquet``,
@@ -37,7 +38,7 @@ from verl.router.cost import batch_tool_usage, trajectory_cost
 from verl.trainer.eval_bfcl import check_bfcl_rows
 from verl.trainer.eval_compare import paired_comparison, row_key
 from verl.trainer.main_eval import read_generations, row_metrics
-from verl.trainer.tool_cost import tool_cost_metrics
+from verl.trainer.tool_cost import expected_tool_cost_metrics, tool_cost_metrics
 from verl.utils.dataset.bfcl import IRRELEVANCE_CATEGORIES
 from verl.utils.reward_score.rlla import RewardSwitches
 
@@ -141,16 +142,25 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
         Welch standard error (:func:`gap`, ``tool_route_frac_gap``), the tool-route share split by whether a tool
         pays on the prompt in hindsight (``tool_pays``: the better tool route's greedy response scores above the
         ANSWER route's; ``tool_does_not_pay``), with ``groups`` the mean tool-route probability per group
-        (``tool_route_frac_by_group``), plus ``per_prompt`` values for paired comparisons.
+        (``tool_route_frac_by_group``), the tool-cost block on expected counts
+        (``verl.trainer.tool_cost.expected_tool_cost_metrics``: a response's calls as the training cost parses them,
+        "correct" as in :func:`policy_point`), plus ``per_prompt`` values for paired comparisons.
     """
     keys = sorted(probs)
+    correct = "exact_match" if "exact_match" in metrics else metrics[0]
     per_prompt = {m: [] for m in ("cost", *metrics)}
+    usage = {"num_calls": [], "made_call": [], "correct": []}  # expectations for the tool-cost block
     tool_share = {True: [], False: []}
     pays_share = {True: [], False: []}
     for key in keys:
         pi = probs[key]
+        # E[x] = Σ_a π(a)·x(a) of one value of the prompt's fixed response under each route
+        values = {a: route_values[a][key] for a in ROUTES if pi.get(a, 0.0)}
         for m in per_prompt:
-            per_prompt[m].append(sum(pi.get(a, 0.0) * route_values[a][key][m] for a in ROUTES if pi.get(a, 0.0)))
+            per_prompt[m].append(sum(pi[a] * v[m] for a, v in values.items()))
+        usage["num_calls"].append(sum(pi[a] * v["num_calls"] for a, v in values.items()))
+        usage["made_call"].append(sum(pi[a] * float(v["made_call"]) for a, v in values.items()))
+        usage["correct"].append(sum(pi[a] * float(v[correct] > 0) for a, v in values.items()))
         tool_p = _tool_route_prob(pi)
         tool_share[needs_tool[key]].append(tool_p)
         best_tool = max(route_values["SEARCH"][key]["score"], route_values["CALCULATE"][key]["score"])
@@ -170,6 +180,8 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
             "ground_truth_calls_no_tool": share(tool_share[False]),
             "tool_route_frac_gap": gap(group_stats(tool_share[False]), group_stats(tool_share[True])),
             "tool_pays": share(pays_share[True]), "tool_does_not_pay": share(pays_share[False]),
+            "tool_cost": expected_tool_cost_metrics(usage["num_calls"], [needs_tool[k] for k in keys],
+                                                    usage["correct"], usage["made_call"]),
             "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
 
 

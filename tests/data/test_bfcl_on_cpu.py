@@ -13,7 +13,7 @@ from conftest import REPO_ROOT
 from verl.trainer.config_utils import ConfigError
 from verl.trainer.eval_bfcl import check_bfcl_response, summarize_bfcl
 from verl.trainer.main_eval import main as eval_main
-from verl.trainer.tool_cost import tool_cost_metrics
+from verl.trainer.tool_cost import expected_tool_cost_metrics, tool_cost_metrics
 from verl.utils.dataset import bfcl
 from verl.utils.dataset.api_bank import load_api_bank
 from verl.utils.dataset.rlla_data import load_raw_records
@@ -314,6 +314,23 @@ def test_tool_cost_metrics_hand_worked():
     assert tool_cost_metrics([0], [False], [True])["tool_productivity"] is None
     with pytest.raises(ValueError, match="lengths differ"):
         tool_cost_metrics([1], [True, False], [True])
+
+
+def test_expected_tool_cost_metrics_are_ratios_of_expected_counts():
+    # the rows above, each response now made with probability 1/2 (else no call, wrong): TP 0.5 (row 0), FN 1.5,
+    # FP 0.5 (row 2), TN 1.5; expected calls 1 + 0 + 0.5 + 0; P(correct) 0.5, 0, 0, 1 (row 3 is right without a call)
+    m = expected_tool_cost_metrics([1.0, 0.0, 0.5, 0.0], [True, True, False, False], [0.5, 0.0, 0.0, 1.0],
+                                   [0.5, 0.0, 0.5, 0.0])
+    assert m["calls_per_prompt"] == pytest.approx(0.375) and m["tool_use_rate"] == pytest.approx(0.25)
+    assert m["decision_accuracy"] == pytest.approx(0.5) and m["decision_precision"] == pytest.approx(0.5)
+    assert m["decision_recall"] == pytest.approx(0.25) and m["decision_f1"] == pytest.approx(1 / 3)
+    assert m["tool_productivity"] == pytest.approx(1.5 / 1.5)
+    # 0/1 inputs: exactly tool_cost_metrics
+    assert expected_tool_cost_metrics([2.0, 0.0, 1.0, 0.0], [True, True, False, False], [1.0, 0.0, 0.0, 1.0],
+                                      [1.0, 0.0, 1.0, 0.0]) == tool_cost_metrics(
+        [2, 0, 1, 0], [True, True, False, False], [True, False, False, True])
+    with pytest.raises(ValueError, match=r"made_call\[1\] = 1.5: expected a probability in \[0, 1\]"):
+        expected_tool_cost_metrics([0.0, 0.0], [True, False], [0.0, 0.0], [0.0, 1.5])
 
 
 def test_eval_cli_as_a_reviewer_runs_it(tmp_path):

@@ -14,22 +14,34 @@ frontier = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(frontier)
 
 
-def _values(score_p, score_q, cost):
-    return {("rlla", 0, 0): {"cost": cost, "score": score_p, "format": 1.0, "correctness": score_p - 1,
-                             "exact_match": 0.0},
-            ("rlla", 1, 0): {"cost": cost, "score": score_q, "format": 1.0, "correctness": score_q - 1,
-                             "exact_match": 1.0}}
+def _values(score_p, score_q, cost, calls=None):
+    """One route's values on prompts p (never an exact match) and q (always one); ``calls`` readable tool calls in
+    each response (default: 1 where the route costs, 0 where not)."""
+    calls = int(cost > 0) if calls is None else calls
+    return {("rlla", 0, 0): {"cost": cost, "num_calls": calls, "made_call": calls > 0, "score": score_p,
+                             "format": 1.0, "correctness": score_p - 1, "exact_match": 0.0},
+            ("rlla", 1, 0): {"cost": cost, "num_calls": calls, "made_call": calls > 0, "score": score_q,
+                             "format": 1.0, "correctness": score_q - 1, "exact_match": 1.0}}
 
 
 def test_expected_point_and_paired_gain_by_hand():
     # prompt p: ANSWER scores -3, the tools +3; prompt q: ANSWER 1, the tools -1 (tools cost 1, ANSWER 0)
-    values = {"ANSWER": _values(-3.0, 1.0, 0.0), "SEARCH": _values(3.0, -1.0, 1.0),
+    # SEARCH's responses make two calls, CALCULATE's one
+    values = {"ANSWER": _values(-3.0, 1.0, 0.0), "SEARCH": _values(3.0, -1.0, 1.0, calls=2),
               "CALCULATE": _values(3.0, -1.0, 1.0)}
     needs = {("rlla", 0, 0): True, ("rlla", 1, 0): False}
     # a router that puts 0.8 on the tools for p and 0.2 for q: per prompt cost 0.8 / 0.2, score 1.8 / 0.6
     smart = {("rlla", 0, 0): {"ANSWER": 0.2, "SEARCH": 0.5, "CALCULATE": 0.3},
              ("rlla", 1, 0): {"ANSWER": 0.8, "SEARCH": 0.2, "CALCULATE": 0.0}}
     point = frontier.expected_point(smart, values, needs)
+    # the tool-cost block on expected counts: P(call) 0.8 on p (wants one), 0.2 on q (does not): TP 0.8, FN 0.2,
+    # FP 0.2, TN 0.8; expected calls 0.5·2 + 0.3·1 = 1.3 on p and 0.2·2 = 0.4 on q; q is always exact, p never
+    cost = point["tool_cost"]
+    assert cost["rows"] == 2 and cost["tool_use_rate"] == pytest.approx(0.5)
+    assert cost["calls_per_prompt"] == pytest.approx(0.85)
+    assert (cost["decision_accuracy"], cost["decision_precision"], cost["decision_recall"],
+            cost["decision_f1"]) == pytest.approx((0.8, 0.8, 0.8, 0.8))
+    assert cost["tool_productivity"] == pytest.approx(1.0 / 1.7)
     assert point["mean_cost"] == pytest.approx(0.5)
     assert point["score"]["mean"] == pytest.approx(1.2) and point["score"]["se"] == pytest.approx(0.6)
     assert point["ground_truth_calls_a_tool"]["tool_route_frac"] == pytest.approx(0.8)
@@ -307,7 +319,8 @@ def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):
 def test_tool_route_gap_between_no_call_and_call_prompts_by_hand():
     """tool_route_frac_gap: mean P(tool route) on no-call prompts minus on call prompts, Welch's se."""
     keys = [("rlla", i, 0) for i in range(5)]
-    values = {a: {k: {"cost": float(a != "ANSWER"), "score": 0.0} for k in keys} for a in frontier.ROUTES}
+    values = {a: {k: {"cost": float(a != "ANSWER"), "num_calls": int(a != "ANSWER"), "made_call": a != "ANSWER",
+                      "score": 0.0} for k in keys} for a in frontier.ROUTES}
     tool_p = [0.1, 0.3, 0.8, 0.6, 1.0]  # two no-call prompts, then three call prompts
     probs = {k: {"ANSWER": 1 - p, "SEARCH": p} for k, p in zip(keys, tool_p)}
     needs = dict(zip(keys, [False, False, True, True, True]))
