@@ -29,8 +29,8 @@ measured is kept, and the steps of ``--only`` (and ``update_mfu`` models) it did
 can be split over several calls or sessions. The JSON (``--output``, default ``benchmarks/results/gpu_<date>.json``)
 is written after every step, so a call cut short keeps what it measured; a Markdown table goes to stdout. A step that
 fails, raises or runs out of time is recorded with its reason and the suite goes on. ``--cpu-smoke`` runs the same
-steps on CPU at toy sizes (2-layer models, the ``tiny`` preset, 1 training step) so that CI checks the suite itself;
-its numbers mean nothing.
+steps on CPU at toy sizes (2-layer models in float32, the ``tiny`` preset, 1 training step) so that CI checks the
+suite itself; its numbers mean nothing.
 """
 from __future__ import annotations
 
@@ -93,8 +93,11 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
     run again)."""
     if args.cpu_smoke:
         configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"]}
+        # float32 as the workers compute on CPU (bf16 on CUDA only): a CPU without AVX512-BF16 / AMX emulates bf16
+        # matmuls (2026-11-29, 2 AMD EPYC cores with AVX2 only: 256 s for the padded update against 9.7 s in float32,
+        # so this one step spent the whole suite's --budget-s and CI failed)
         sizes = ["--cpu-smoke", "--prompts", "2", "--n", "2", "--response-length", "16", "--micro-batch", "2",
-                 "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2"]
+                 "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2", "--mixed-precision", "fp32"]
     else:
         qwen, no_rollout = ["--model-shape", "qwen2-0.5b"], ["--rollouts", ""]
         configs = {"qwen2-0.5b": qwen,
