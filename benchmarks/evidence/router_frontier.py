@@ -80,13 +80,19 @@ def needs_tool(row: dict) -> bool:
     return "<tool_call>" in (row.get("ground_truth") or "")
 
 
+def _correct_metric(metrics: tuple) -> str:
+    """The metric whose value > 0 makes a response "correct" in ``tool_cost``: the exact match (RLLA), or the first
+    metric where there is none (BFCL accuracy)."""
+    return "exact_match" if "exact_match" in metrics else metrics[0]
+
+
 def policy_point(rows: list[dict], values: dict[tuple, dict], metrics: tuple = METRICS) -> dict:
     """The figures of one policy's generation rows (see the module docstring); ``values`` is
     :func:`per_row_values` of the same rows; ``tool_cost`` counts a response as correct by its ``exact_match``
     (RLLA) or, where ``metrics`` has none, by the first metric (BFCL accuracy)."""
     per_row = [values[row_key(r)] for r in rows]
     needs = [needs_tool(r) for r in rows]
-    correct = "exact_match" if "exact_match" in metrics else metrics[0]
+    correct = _correct_metric(metrics)
     tool_route = [r["route"] != "ANSWER" for r in rows]
 
     def share(flag: bool) -> dict:
@@ -147,20 +153,18 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
         "correct" as in :func:`policy_point`), plus ``per_prompt`` values for paired comparisons.
     """
     keys = sorted(probs)
-    correct = "exact_match" if "exact_match" in metrics else metrics[0]
-    per_prompt = {m: [] for m in ("cost", *metrics)}
-    usage = {"num_calls": [], "made_call": [], "correct": []}  # expectations for the tool-cost block
+    correct = _correct_metric(metrics)
+    # per prompt, E[x] = Σ_a π(a)·x(a) of each value of its fixed response under each route: the cost and the
+    # metrics, and for the tool-cost block the calls, P(call) and P(correct)
+    expected = {name: [] for name in ("cost", *metrics, "num_calls", "made_call", "correct")}
     tool_share = {True: [], False: []}
     pays_share = {True: [], False: []}
     for key in keys:
         pi = probs[key]
-        # E[x] = Σ_a π(a)·x(a) of one value of the prompt's fixed response under each route
-        values = {a: route_values[a][key] for a in ROUTES if pi.get(a, 0.0)}
-        for m in per_prompt:
-            per_prompt[m].append(sum(pi[a] * v[m] for a, v in values.items()))
-        usage["num_calls"].append(sum(pi[a] * v["num_calls"] for a, v in values.items()))
-        usage["made_call"].append(sum(pi[a] * float(v["made_call"]) for a, v in values.items()))
-        usage["correct"].append(sum(pi[a] * float(v[correct] > 0) for a, v in values.items()))
+        routed = [(pi[a], {**route_values[a][key], "correct": route_values[a][key][correct] > 0})
+                  for a in ROUTES if pi.get(a, 0.0)]
+        for name, column in expected.items():
+            column.append(sum(p * float(v[name]) for p, v in routed))
         tool_p = _tool_route_prob(pi)
         tool_share[needs_tool[key]].append(tool_p)
         best_tool = max(route_values["SEARCH"][key]["score"], route_values["CALCULATE"][key]["score"])
@@ -172,6 +176,7 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
     by_group: dict = {}
     for key in keys if groups else ():
         by_group.setdefault(groups[key], []).append(_tool_route_prob(probs[key]))
+    per_prompt = {m: expected[m] for m in ("cost", *metrics)}
     return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
             **({"tool_route_frac_by_group": {g: sum(v) / len(v) for g, v in by_group.items()}} if groups else {}),
             "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
@@ -180,8 +185,8 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
             "ground_truth_calls_no_tool": share(tool_share[False]),
             "tool_route_frac_gap": gap(group_stats(tool_share[False]), group_stats(tool_share[True])),
             "tool_pays": share(pays_share[True]), "tool_does_not_pay": share(pays_share[False]),
-            "tool_cost": expected_tool_cost_metrics(usage["num_calls"], [needs_tool[k] for k in keys],
-                                                    usage["correct"], usage["made_call"]),
+            "tool_cost": expected_tool_cost_metrics(expected["num_calls"], [needs_tool[k] for k in keys],
+                                                    expected["correct"], expected["made_call"]),
             "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
 
 
