@@ -93,11 +93,9 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
     run again)."""
     if args.cpu_smoke:
         configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"]}
-        # float32 as the workers compute on CPU (bf16 on CUDA only): a CPU without AVX512-BF16 / AMX emulates bf16
-        # matmuls (2026-11-29, 2 AMD EPYC cores with AVX2 only: 256 s for the padded update against 9.7 s in float32,
-        # so this one step spent the whole suite's --budget-s and CI failed)
+        # --cpu-smoke computes in float32, as the workers do on CPU (bench_gpu_mfu.py's --mixed-precision default)
         sizes = ["--cpu-smoke", "--prompts", "2", "--n", "2", "--response-length", "16", "--micro-batch", "2",
-                 "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2", "--mixed-precision", "fp32"]
+                 "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2"]
     else:
         qwen, no_rollout = ["--model-shape", "qwen2-0.5b"], ["--rollouts", ""]
         configs = {"qwen2-0.5b": qwen,
