@@ -101,27 +101,15 @@ def test_grpo_learning_recipe_trains_one_step_with_its_settings(tmp_path, small_
     assert actor["optim"]["lr"] == 1e-5 and config["trainer"]["save_on_exit"] is True
 
 
-def test_grpo_learning_recipe_defaults_reach_the_trainer(tmp_path):
-    """The recipe's own values when the user sets none (a stub interpreter records ``main_ppo``'s overrides; nothing
-    is trained or built)."""
-    stub, recorded = tmp_path / "python", tmp_path / "overrides.txt"
-    stub.write_text('#!/usr/bin/env bash\nif [ "${1:-}" = "-m" ] && [ "${2:-}" = "verl.trainer.main_ppo" ]; then '
-                    'printf "%s\\n" "${@:3}" > "$STUB_ARGS"; fi\nexit 0\n')
-    stub.chmod(0o755)
-    recipe_vars = ("BASE_MODEL", "REFINEDREWARD", "TRAIN_BATCH_SIZE", "ROLLOUT_N", "PPO_MINI_BATCH_SIZE",
-                   "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH", "LR", "TOTAL_STEPS", "SAVE_FREQ", "TEST_FREQ",
-                   "EXPERIMENT_NAME", "RUN_DIR")
-    env = {k: v for k, v in os.environ.items() if k not in recipe_vars}
-    env.update(PYTHON=str(stub), STUB_ARGS=str(recorded), N_GPUS="0", DATA_DIR=str(tmp_path))
-    _run([str(REPO_ROOT / "examples/grpo_trainer/run_grpo_smollm2_sft_cpu.sh")], env)
-    overrides = dict(line.split("=", 1) for line in recorded.read_text().splitlines())
-    assert {k: overrides[k] for k in (
-        "actor_rollout_ref.model.path", "data.train_batch_size", "actor_rollout_ref.rollout.n",
-        "actor_rollout_ref.actor.ppo_mini_batch_size", "data.max_prompt_length", "data.max_response_length",
-        "actor_rollout_ref.actor.optim.lr", "trainer.total_training_steps", "trainer.save_freq", "trainer.test_freq",
-        "trainer.experiment_name")} == {
-        "actor_rollout_ref.model.path": "smollm2-135m-sft", "data.train_batch_size": "16",
-        "actor_rollout_ref.rollout.n": "4", "actor_rollout_ref.actor.ppo_mini_batch_size": "4",
-        "data.max_prompt_length": "1024", "data.max_response_length": "256", "actor_rollout_ref.actor.optim.lr": "1e-5",
-        "trainer.total_training_steps": "20", "trainer.save_freq": "5", "trainer.test_freq": "-1",
-        "trainer.experiment_name": "grpo_smollm2_sft_cpu"}
+def test_grpo_learning_recipe_defaults_reach_the_trainer():
+    """The recipe's own values when the user sets none (composed as ``main_ppo`` composes the script's command line;
+    nothing is trained or built)."""
+    from verl.trainer.config_utils import load_default_config
+
+    config = load_default_config(["recipe=grpo_smollm2_sft_cpu"], environ={"N_GPUS": "0"})
+    actor = config.actor_rollout_ref.actor
+    assert (config.actor_rollout_ref.model.path, config.data.train_batch_size, config.actor_rollout_ref.rollout.n,
+            actor.ppo_mini_batch_size, config.data.max_prompt_length, config.data.max_response_length,
+            actor.optim.lr, config.trainer.total_training_steps, config.trainer.save_freq, config.trainer.test_freq,
+            config.trainer.experiment_name, list(config.reward_model.switches)) == (
+        "smollm2-135m-sft", 16, 4, 4, 1024, 256, 1e-5, 20, 5, -1, "grpo_smollm2_sft_cpu", ["REFINEDREWARD"])

@@ -1,49 +1,8 @@
 #!/usr/bin/env bash
-# ToolRL's PPO override list (examples/ppo_trainer/run_ppo.sh), driven by the variables of train_ppo.sh.
+# ToolRL's PPO override list on the RLLA data (the same as train_ppo.sh).
+# Settings: verl/trainer/config/recipe/ppo.yaml (its header says what it is for, how long it takes and what to see).
+# Launch variables (verl/trainer/launch.py) and key=value arguments override it.
 set -euo pipefail
-"${PYTHON:-python3}" -m verl.trainer.main_ppo \
-    data.train_files=$DATA_DIR/train.parquet \
-    data.val_files=$DATA_DIR/test.parquet \
-    data.train_batch_size=$TRAIN_BATCH_SIZE \
-    data.val_batch_size=128 \
-    data.max_prompt_length=$MAX_PROMPT_LENGTH \
-    data.max_response_length=$MAX_RESPONSE_LENGTH \
-    data.filter_overlong_prompts=$FILTER_OVERLONG \
-    actor_rollout_ref.model.path=$BASE_MODEL \
-    actor_rollout_ref.actor.optim.lr=$LR \
-    actor_rollout_ref.model.use_remove_padding=True \
-    actor_rollout_ref.model.use_shared_prompt=$SHARED_PROMPT \
-    actor_rollout_ref.model.use_fused_kernels=$FUSED_KERNELS \
-    trainer.single_process=${SINGLE_PROCESS:-False} \
-    actor_rollout_ref.actor.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE \
-    actor_rollout_ref.actor.ppo_micro_batch_size=$MICRO_BATCH_PER_GPU \
-    actor_rollout_ref.model.enable_gradient_checkpointing=True \
-    actor_rollout_ref.actor.fsdp_config.param_offload=False \
-    actor_rollout_ref.actor.fsdp_config.grad_offload=False \
-    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
-    actor_rollout_ref.rollout.tensor_model_parallel_size=$ROLLOUT_TP_SIZE \
-    actor_rollout_ref.rollout.name=$ROLLOUT_NAME \
-    actor_rollout_ref.rollout.gpu_memory_utilization=0.3 \
-    actor_rollout_ref.rollout.n=$ROLLOUT_N \
-    actor_rollout_ref.ref.fsdp_config.param_offload=True \
-    critic.optim.lr=1e-5 \
-    critic.model.use_remove_padding=True \
-    critic.model.path=$BASE_MODEL \
-    critic.model.enable_gradient_checkpointing=False \
-    critic.ppo_mini_batch_size=$PPO_MINI_BATCH_SIZE \
-    critic.ppo_micro_batch_size=$MICRO_BATCH_PER_GPU \
-    critic.model.fsdp_config.param_offload=False \
-    critic.model.fsdp_config.grad_offload=False \
-    critic.model.fsdp_config.optimizer_offload=False \
-    algorithm.kl_ctrl.kl_coef=0.001 \
-    trainer.critic_warmup=0 \
-    "trainer.logger=[console,jsonl,tensorboard]" \
-    trainer.project_name=TinyZero \
-    trainer.experiment_name=$EXPERIMENT_NAME \
-    trainer.n_gpus_per_node=$N_GPUS \
-    trainer.nnodes=1 \
-    trainer.save_freq=$SAVE_FREQ \
-    trainer.test_freq=$TEST_FREQ \
-    trainer.total_epochs=$TOTAL_EPOCHS \
-    trainer.total_training_steps=$TOTAL_STEPS \
-    "$@"
+cd "$(dirname "$0")/../.."
+source scripts/ensure_env.sh || exit 1
+exec "$PYTHON" -m verl.trainer.main_ppo recipe=ppo "$@"

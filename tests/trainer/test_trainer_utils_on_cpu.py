@@ -135,12 +135,8 @@ def test_timer_and_reduce():
 
 
 def test_plot_metrics_writes_pngs(tmp_path):
-    import importlib.util
-    from pathlib import Path
+    from verl.utils import plot_metrics
 
-    spec = importlib.util.spec_from_file_location("plot_metrics", Path(__file__).parents[2] / "scripts/plot_metrics.py")
-    plot_metrics = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(plot_metrics)
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in [
         {"step": 0, "val/test_score/rlla": 0.1},

@@ -49,7 +49,7 @@ def test_tiny_sft_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path))
     with pytest.raises(FileNotFoundError, match="prepare_sft_model.sh"):
         model_presets.prepare_model("tiny-sft")
-    with pytest.raises(FileNotFoundError, match="SFT_PRESET=smollm2-135m-sft bash scripts/prepare_sft_model.sh"):
+    with pytest.raises(FileNotFoundError, match="SFT_PRESET=smollm2-135m-sft python -m verl.trainer.sft_presets"):
         model_presets.prepare_model("smollm2-135m-sft")
 
 

@@ -81,6 +81,7 @@ class RewardModelConfig:
     decode: str = MISSING
     wrapper: str = MISSING
     num_examine: int = MISSING
+    switches: List[str] = MISSING
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     micro_batch_size: Optional[int] = MISSING
     max_length: Optional[int] = MISSING
@@ -227,6 +228,8 @@ class RouterConfig:
     filter_tools: bool = MISSING
     other_as: str = MISSING
     tool_family_file: Optional[str] = MISSING
+    irrelevance_fraction: float = MISSING
+    irrelevance_seed: int = MISSING
     budget_B: float = MISSING
     lambda_init: float = MISSING
     dual_lr: float = MISSING
@@ -347,6 +350,8 @@ class TrainerConfig:
     max_critic_ckpt_to_keep: Optional[int] = MISSING
     resume_allow_changes: List[Any] = MISSING
     seed: int = MISSING
+    build_sft_preset: bool = MISSING
+    plot_on_finish: bool = MISSING
 
 
 @dataclass

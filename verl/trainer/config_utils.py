@@ -24,17 +24,23 @@ ROLLOUT_BACKENDS = ("hf", "vllm")
 
 
 
-def load_default_config(overrides: list[str] | None = None) -> DictConfig:
-    """Compose ``ppo_trainer.yaml`` with Hydra-style ``key=value`` overrides (for tests and scripts).
+def load_default_config(overrides: list[str] | None = None, environ=None) -> DictConfig:
+    """Compose ``ppo_trainer.yaml`` with Hydra-style ``key=value`` overrides (for tests and scripts), as
+    ``main_ppo`` composes its command line: a ``recipe=<name>`` among them goes through
+    :func:`verl.trainer.launch.launch_overrides` (hardware group, launch variables read from ``environ``, default
+    ``os.environ``).
 
     Raises:
         hydra.errors.ConfigCompositionException: an override names a key that does not exist (struct mode).
+        LaunchError: a wrong recipe, hardware or launch variable.
     """
     from hydra import compose, initialize_config_dir
 
+    from verl.trainer.launch import launch_overrides
+
     config_dir = str(Path(__file__).parent / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        config = compose(config_name="ppo_trainer", overrides=list(overrides or []))
+        config = compose(config_name="ppo_trainer", overrides=launch_overrides(list(overrides or []), environ))
     check_known_keys(config)
     return typed_config(config)
 
@@ -235,6 +241,21 @@ def resolve_device(config: DictConfig) -> str:
     import torch
 
     return "cuda" if int(config.trainer.n_gpus_per_node) > 0 and torch.cuda.is_available() else "cpu"
+
+
+def require_device(config: DictConfig) -> None:
+    """Where the models are placed: ``trainer.device=cuda`` needs a CUDA device that torch can see.
+
+    Raises:
+        ConfigError: ``cuda`` asked for (e.g. by the ``gpu`` hardware of a recipe: ``N_GPUS`` > 0) on a machine where
+            ``torch.cuda.is_available()`` is false.
+    """
+    import torch
+
+    if config.trainer.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"trainer.device=cuda (trainer.n_gpus_per_node={config.trainer.n_gpus_per_node}) but torch "
+                          f"sees no CUDA device here (torch {torch.__version__}): train on the CPU with N_GPUS=0 or "
+                          f"hardware=cpu, or install a CUDA build of torch")
 
 
 def world_size(config: DictConfig) -> int:
@@ -537,12 +558,23 @@ def _validate_env(config: DictConfig) -> None:
 def run_record(config: DictConfig, environ=None) -> dict:
     """What the run directory's ``config.yaml`` (:func:`write_run_record`) and wandb's run config record: the resolved
     config, plus ``reward_switches_on``, the names of ToolRL's reward switches that are on (``REFINEDREWARD``, …;
-    read from ``environ``, default ``os.environ``, as the reward reads them; ``docs/rlla_reward.md`` "Switches").
+    read from ``environ``, default ``os.environ``, as the reward reads them; ``docs/rlla_reward.md`` "Switches"), and
+    ``launch``, the recipe and hardware it was composed with (:func:`launch_choices`).
     The switches change the reward without appearing in the config, so a run trained under one would otherwise
     read like a default run."""
     record = OmegaConf.to_container(config, resolve=True)
     record["reward_switches_on"] = RewardSwitches.from_env(environ).active()
+    record["launch"] = launch_choices()
     return record
+
+
+def launch_choices() -> dict:
+    """``{"recipe": name or None, "hardware": cpu | gpu | None}``: the recipe and hardware the running Hydra app
+    composed (``verl.trainer.launch``); both None outside a Hydra app or without a recipe."""
+    from hydra.core.hydra_config import HydraConfig
+
+    choices = HydraConfig.get().runtime.choices if HydraConfig.initialized() else {}
+    return {"recipe": choices.get("recipe"), "hardware": choices.get("hardware")}
 
 
 def write_run_record(config: DictConfig, run_dir: str, environ=None) -> dict:

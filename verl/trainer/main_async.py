@@ -56,11 +56,19 @@ def run_async(config: DictConfig) -> list:
 
 @hydra.main(config_path="config", config_name="async_trainer", version_base="1.3")
 def main(config: DictConfig) -> None:
-    from verl.trainer.main_ppo import setup_logging
+    import sys
+
+    from verl.trainer.main_ppo import setup_logging, user_errors
 
     setup_logging()
-    run_async(config)
+    try:
+        run_async(config)
+    except user_errors() as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":
-    main()
+    from verl.trainer.main_ppo import cli
+
+    cli(main, "main_async")

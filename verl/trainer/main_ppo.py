@@ -11,10 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from pathlib import Path
 
 import hydra
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from verl.trainer.config_errors import ConfigError
 from verl.trainer.config_utils import normalize_config, validate_config, world_size, write_run_record
 from verl.trainer.unsupported_config_checks import reward_sandbox, uses_reward_api
 
@@ -30,23 +32,53 @@ def setup_logging() -> None:
 
 
 def resolve_data_files(config: DictConfig) -> DictConfig:
-    """Fill ``data.{train,val}_files`` from RLLA discovery when unset (the router's ``*_router`` files are written
-    next to the data once when ``router.enable``); nothing to do in agent mode (``env.env_name``)."""
+    """Fill ``data.{train,val}_files`` from RLLA discovery when unset (``verl.utils.dataset.rlla_data``: ``DATA_DIR``,
+    ``dataset/rlla_4k``, the shared reference folder); nothing to do in agent mode (``env.env_name``).
+
+    With ``router.enable`` the router's ``*_router`` files are written next to the data once
+    (``verl.router.preprocess``), and with ``router.irrelevance_fraction > 0`` the training file is
+    ``train_router.parquet`` plus that many irrelevance rows (``verl.router.irrelevance.prepare_train_file``: written
+    once, remade when its input changed); validation stays ``test_router.parquet``.
+
+    Raises:
+        ConfigError: ``router.irrelevance_fraction`` outside [0, 1] or a negative ``router.irrelevance_seed``; a
+            fraction > 0 with ``data.train_files`` set (the rows are added to the discovered file only).
+        DataCheckError: no RLLA data found (every place looked at is named).
+    """
     agent_mode = bool(config.env.env_name)
+    fraction = float(config.router.irrelevance_fraction) if config.router.enable else 0.0
+    if not 0 <= fraction <= 1 or int(config.router.irrelevance_seed) < 0:
+        raise ConfigError(f"router.irrelevance_fraction={config.router.irrelevance_fraction}, router.irrelevance_seed="
+                          f"{config.router.irrelevance_seed}: expected a fraction from 0 (no irrelevance rows) to 1 "
+                          f"and a seed >= 0")
+    if fraction > 0 and config.data.train_files:
+        raise ConfigError(f"router.irrelevance_fraction={fraction:g} adds irrelevance rows to the discovered "
+                          f"train_router.parquet, but data.train_files={config.data.train_files} is set: make that "
+                          f"file's rows with `python -m verl.router.irrelevance --input FILE --output OUT --fraction "
+                          f"{fraction:g}` and pass OUT, with router.irrelevance_fraction=0")
     if agent_mode or (config.data.train_files and config.data.val_files):
         return config
     from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
 
-    data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
-    suffix = ""
+    from verl.trainer.preflight import DataCheckError
+
+    try:
+        data_dir = resolve_rlla_data_dir(os.environ.get("DATA_DIR"))
+    except FileNotFoundError as err:  # every place looked at is named: a user's error, one line
+        raise DataCheckError(f"data.train_files / data.val_files are null and no RLLA data was found: {err}") from None
+    suffix, train_file = "", None
     if config.router.enable:  # weak labels and tool families for the router (written once, next to the data)
         from verl.router.preprocess import preprocess_dir
 
-        if not (data_dir / "train_router.parquet").is_file():
+        if not ((data_dir / "train_router.parquet").is_file() and (data_dir / "test_router.parquet").is_file()):
             preprocess_dir(data_dir, tool_family_file=config.router.tool_family_file)
         suffix = "_router"
+        if fraction > 0:
+            from verl.router.irrelevance import prepare_train_file
+
+            train_file = prepare_train_file(data_dir, fraction, int(config.router.irrelevance_seed))
     with open_dict(config):
-        config.data.train_files = config.data.train_files or str(data_dir / f"train{suffix}.parquet")
+        config.data.train_files = config.data.train_files or str(train_file or data_dir / f"train{suffix}.parquet")
         config.data.val_files = config.data.val_files or str(data_dir / f"test{suffix}.parquet")
     return config
 
@@ -54,13 +86,23 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
 def resolve_models(config: DictConfig) -> DictConfig:
     """Turn ``actor_rollout_ref.model.path`` (and the critic's) into a local directory: a preset is prepared once
     here on the driver; a folder must hold a readable ``config.json``; a hub id is accepted only where the hub can be
-    reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key). The critic's
-    ``tokenizer_path`` left at its default (the actor's path) follows the actor's resolved directory; one the user set
-    is kept (the critic worker prepares it)."""
-    from verl.utils.model_presets import prepare_model
+    reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key). An SFT preset
+    (``tiny-sft``, ``smollm2-135m-sft``) not built yet is built first when ``trainer.build_sft_preset`` is true
+    (``verl.trainer.sft_presets.build_sft_preset``: minutes on a CPU). The critic's ``tokenizer_path`` left at its
+    default (the actor's path) follows the actor's resolved directory; one the user set is kept (the critic worker
+    prepares it)."""
+    from verl.utils.model_presets import SFT_PRESETS, preset_dir, prepare_model
 
     with open_dict(config):
         actor_path = config.actor_rollout_ref.model.path
+        paths = [actor_path] + ([config.critic.model.path] if config.critic.enable else [])
+        for name in dict.fromkeys(str(p) for p in paths):
+            if config.trainer.build_sft_preset and name in SFT_PRESETS and \
+                    not (preset_dir(name) / "config.json").is_file():
+                from verl.trainer.sft_presets import build_sft_preset
+
+                logger.info("model preset %s is not built yet: building it (trainer.build_sft_preset=true)", name)
+                build_sft_preset(name)
         model_dir = prepare_model(actor_path, key="actor_rollout_ref.model.path")
         config.actor_rollout_ref.model.path = model_dir
         if config.critic.enable:
@@ -68,6 +110,31 @@ def resolve_models(config: DictConfig) -> DictConfig:
             if config.critic.model.tokenizer_path in (None, actor_path, model_dir):
                 config.critic.model.tokenizer_path = model_dir
     return config
+
+
+def apply_reward_switches(config: DictConfig) -> list[str]:
+    """Turn on ToolRL's reward switches listed in ``reward_model.switches`` (their environment variables set to
+    ``"1"``, where the rewards and the Ray workers read them); a variable the user set wins, with a warning when it
+    says otherwise. Returns the switches turned on here.
+
+    Raises:
+        ConfigError: a name that is not one of ToolRL's switches.
+    """
+    from verl.utils.reward_score.rlla import SWITCH_ENV_VARS
+
+    known = set(SWITCH_ENV_VARS.values())
+    turned_on = []
+    for name in config.reward_model.switches:
+        if name not in known:
+            raise ConfigError(f"reward_model.switches: {name!r} is not a ToolRL reward switch; expected some of "
+                              f"{sorted(known)}")
+        if os.environ.get(name, "") == "":
+            os.environ[name] = "1"
+            turned_on.append(name)
+        elif os.environ[name] != "1":
+            logger.warning("reward_model.switches turns %s on, but the environment sets %s=%s: the variable wins",
+                           name, name, os.environ[name])
+    return turned_on
 
 
 def resolve_paths(config: DictConfig) -> DictConfig:
@@ -80,7 +147,9 @@ def prepare_config(config: DictConfig) -> DictConfig:
     not define (``check_known_keys``), the type of every value (``typed_config``: the returned config is a new,
     typed object — use it, not the argument), deprecated-key mapping (``normalize_config``), data discovery, batch
     arithmetic and names (``validate_config``), every data row (``preflight.check_data_files``), then the model
-    paths (presets are built here, which can take minutes the first time).
+    paths (presets are built here, which can take minutes the first time). Before any data or model work, a
+    checkpoint to resume that was trained from another model is refused (``checkpointing.refuse_other_model``), and
+    the reward switches of ``reward_model.switches`` are turned on.
 
     Raises:
         ConfigError, DataCheckError, ModelPathError: the message names the key, file or row.
@@ -88,9 +157,13 @@ def prepare_config(config: DictConfig) -> DictConfig:
     from verl.trainer.config_utils import check_known_keys, typed_config
     from verl.trainer.preflight import check_data_files
 
+    from verl.trainer.ppo.checkpointing import refuse_other_model
+
     check_known_keys(config)
     config = typed_config(config)
     normalize_config(config)
+    refuse_other_model(config)
+    apply_reward_switches(config)
     resolve_data_files(config)
     validate_config(config)
     check_data_files(config)
@@ -295,6 +368,11 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
         trainer.fit()
     finally:
         trainer.shutdown()
+    if config.trainer.plot_on_finish:
+        from verl.utils.plot_metrics import plot
+
+        written = plot(Path(trainer.run_dir()) / "metrics.jsonl", Path(trainer.run_dir()) / "plots")
+        logger.info("plots: %s", ", ".join(str(p) for p in written))
     return trainer
 
 
@@ -319,5 +397,19 @@ def main(config: DictConfig) -> None:
         sys.exit(2)
 
 
+def cli(app=main, name: str = "main_ppo") -> None:
+    """``python -m verl.trainer.<name> [recipe=<name>] [key=value ...]``: the command line goes through
+    ``verl.trainer.launch.launch_overrides`` (recipe, hardware, launch variables), then to Hydra."""
+    from verl.trainer.launch import LaunchError, launch_overrides
+
+    setup_logging()
+    try:
+        sys.argv[1:] = launch_overrides(sys.argv[1:], app=name)
+    except LaunchError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    app()
+
+
 if __name__ == "__main__":
-    main()
+    cli()

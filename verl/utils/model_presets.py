@@ -11,9 +11,10 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
   and ChatML chat template. The fast default for CPU tests. Conversion is deterministic: the same preset always
   produces byte-identical weights.
 - ``tiny-sft``: ``tiny`` after the SFT warm start on RL-style RLLA rows (built by ``verl.trainer.fsdp_sft_trainer``;
-  see ``scripts/prepare_sft_model.sh``). Only resolvable once that run has written it.
+  see ``verl.trainer.sft_presets``). Only resolvable once that run has written it.
 - ``smollm2-135m-sft``: ``smollm2-135m`` after the same SFT with its own recipe
-  (``SFT_PRESET=smollm2-135m-sft bash scripts/prepare_sft_model.sh``; the launch scripts run it on first use when it
+  (``SFT_PRESET=smollm2-135m-sft python -m verl.trainer.sft_presets``; a run with ``trainer.build_sft_preset=true``,
+  which every recipe sets, builds it on first use when it
   is the model asked for). Only resolvable once that run has written it.
 - anything else: an existing local directory is returned as is once its ``config.json`` reads; a value that names
   no folder but looks like a path (``/``, ``./``, ``../``, ``~``; an existing file; more than one ``/``) is refused
@@ -56,7 +57,7 @@ TINY_CONFIG = dict(
 TINY_SEED = 1234
 
 PRESETS = ("smollm2-135m", "smollm2-135m-sft", "tiny", "tiny-sft")
-SFT_PRESETS = ("tiny-sft", "smollm2-135m-sft")  # built by scripts/prepare_sft_model.sh (SFT_PRESET=<name>)
+SFT_PRESETS = ("tiny-sft", "smollm2-135m-sft")  # built by verl.trainer.sft_presets (SFT_PRESET=<name>)
 
 
 def cache_root() -> Path:
@@ -242,9 +243,9 @@ def check_model_dir(path: Path, key: str = "model path") -> None:
 def resolve_model_path(name_or_path: str) -> Path | str | None:
     """Where :func:`prepare_model` would load ``name_or_path`` from, found without building, checking or fetching.
 
-    This is the one place that says how a model name resolves; :func:`prepare_model` uses it, and so does the launch
-    scripts' resume pre-check (:mod:`verl.utils.resume_precheck`), which must know the path a run records in its
-    checkpoints before an SFT preset is built.
+    This is the one place that says how a model name resolves; :func:`prepare_model` uses it, and so does the
+    trainer's early resume check (:func:`verl.trainer.ppo.checkpointing.refuse_other_model`), which must know the path
+    a run records in its checkpoints before an SFT preset is built.
 
     Args:
         name_or_path: a value of ``actor_rollout_ref.model.path``.
@@ -296,7 +297,8 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
         if not (resolved / "config.json").is_file():
             raise FileNotFoundError(
                 f"preset {name!r} not built yet at {resolved}; run "
-                f"`SFT_PRESET={name} bash scripts/prepare_sft_model.sh` (SFT warm start on RLLA rows: tiny-sft ~6 min, "
+                f"`SFT_PRESET={name} python -m verl.trainer.sft_presets`, or let the run build it with "
+                f"trainer.build_sft_preset=true (SFT warm start on RLLA rows: tiny-sft ~11 min, "
                 "smollm2-135m-sft ~40 min on 2 CPU cores)"
             )
         return str(resolved)

@@ -1,7 +1,7 @@
 """Experiment tracking: one ``Tracking.log(metrics, step)`` fans out to the configured backends.
 
 Backends (``trainer.logger``): ``console`` (one compact line per step), ``jsonl`` (always on: ``metrics.jsonl`` in the
-run directory, one JSON object per step — the input of ``scripts/plot_metrics.py``), ``tensorboard``
+run directory, one JSON object per step — the input of ``verl.utils.plot_metrics``), ``tensorboard``
 (``<run_dir>/tensorboard``), ``wandb`` (``WANDB_MODE=offline`` works without network).
 
 ``StepProgress`` is the driver's progress display: a tqdm bar over global steps on a TTY, a plain heartbeat log line

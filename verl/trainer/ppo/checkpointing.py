@@ -140,6 +140,56 @@ def _warn_if_tracker_disagrees(root: Path, step_dir: Path) -> None:
                        step_dir.name, step_dir.name)
 
 
+MODEL_KEY = "actor_rollout_ref.model.path"
+
+
+def _saved_model_path(step_dir: Path) -> object | None:
+    """The model path recorded in ``step_dir``'s manifest; None when it records none (older checkpoints)."""
+    saved = cm.verify_checkpoint(step_dir, check_hashes=False).get("resume_keys")
+    return saved.get(MODEL_KEY) if isinstance(saved, dict) else None
+
+
+def refuse_other_model(config) -> None:
+    """Refuse, before any data or model work (an SFT preset build takes minutes), a run whose resume
+    :func:`load_checkpoint` would refuse because the checkpoint was trained from another
+    ``actor_rollout_ref.model.path``; it reads the same keys (``trainer.resume_mode``, ``resume_from_path``,
+    ``default_local_dir``, ``resume_allow_changes``). The model path is compared as
+    :func:`verl.utils.model_presets.resolve_model_path` resolves it (what a checkpoint records); a value that resolves
+    to nothing, and a checkpoint that records no model path, are left to the later checks. The newest checkpoint is
+    found by sizes and a conflict confirmed on the one that also verifies by SHA-256, as ``load_checkpoint`` chooses.
+
+    Raises:
+        CheckpointError: the checkpoint's model differs (both named, and what to do).
+    """
+    from verl.utils.model_presets import resolve_model_path
+
+    cfg = config.trainer
+    if cfg.resume_mode not in ("auto", "resume_path") or MODEL_KEY in list(cfg.resume_allow_changes or []):
+        return
+    resolved = resolve_model_path(str(config.actor_rollout_ref.model.path))
+    if resolved is None:
+        return  # prepare_model refuses it by name
+    wanted = str(resolved)
+    if cfg.resume_mode == "resume_path":
+        step_dir = Path(str(cfg.resume_from_path or ""))
+        try:
+            saved = _saved_model_path(step_dir)
+        except (CheckpointError, OSError):
+            return  # load_checkpoint says what is wrong with it
+    else:
+        step_dir = cm.latest_valid_checkpoint(Path(cfg.default_local_dir), check_hashes=False)
+        if step_dir is None or _saved_model_path(step_dir) in (None, wanted):
+            return
+        step_dir = cm.latest_valid_checkpoint(Path(cfg.default_local_dir))  # the one load_checkpoint resumes from
+        saved = None if step_dir is None else _saved_model_path(step_dir)
+    if saved in (None, wanted):
+        return
+    raise CheckpointError(f"{step_dir} was trained from {MODEL_KEY}={saved!r}, and this run's model "
+                          f"{config.actor_rollout_ref.model.path!r} is {wanted!r}: resuming from it would be refused. "
+                          f"Give the run a checkpoint folder of its own (another EXPERIMENT_NAME / "
+                          f"trainer.experiment_name), or use the checkpoint's model.")
+
+
 def load_checkpoint(trainer) -> None:
     """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``, and set
     ``trainer.run_id`` (the checkpoint's on resume, a new one on a fresh start).

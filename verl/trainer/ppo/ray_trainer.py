@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader
 
 from rlvcr.rollout_phase import make_rlvcr_phase
 from verl.protocol import DataProto
-from verl.trainer.config_utils import run_record
+from verl.trainer.config_errors import ConfigError
+from verl.trainer.config_utils import require_device, run_record
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import apply_kl_penalty  # noqa: F401 (upstream's import path)
 from verl.trainer.ppo.metric_utils import (
@@ -139,8 +140,8 @@ class RayPPOTrainer:
         self.val_dataset = val_dataset
         batch_size = int(data.train_batch_size)
         if len(train_dataset) < batch_size:
-            raise ValueError(f"data.train_batch_size ({batch_size}) is larger than the training set "
-                             f"({len(train_dataset)} rows after filtering)")
+            raise ConfigError(f"data.train_batch_size={batch_size} is larger than the training set "
+                              f"({len(train_dataset)} rows of {data.train_files} after filtering)")
         self.train_sampler = EpochSeededSampler(len(train_dataset), seed=int(data.seed),
                                                 shuffle=bool(data.shuffle), batch_size=batch_size)
         # Own generators: creating a loader iterator draws a base seed, which must not advance the global torch RNG
@@ -168,9 +169,11 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
-        """Create the resource pools and worker groups and load the models."""
+        """Create the resource pools and worker groups and load the models (on ``trainer.device``, which must be
+        there: :func:`~verl.trainer.config_utils.require_device`)."""
         from verl.single_controller.local import LocalWorkerGroup
 
+        require_device(self.config)
         if issubclass(self.ray_worker_group_cls, LocalWorkerGroup):  # workers in this process: no Ray imported
             from verl.single_controller.base import ClassWithInitArgs as RayClassWithInitArgs
         else:

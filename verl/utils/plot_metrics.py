@@ -1,6 +1,6 @@
 """Render a run's ``metrics.jsonl`` to PNG curves.
 
-Usage: ``python scripts/plot_metrics.py outputs/<project>/<experiment>/metrics.jsonl [--out DIR]``
+Usage: ``python -m verl.utils.plot_metrics outputs/<project>/<experiment>/metrics.jsonl [--out DIR]``
 
 Writes one PNG per panel into ``--out`` (default: the jsonl's directory / ``plots``): reward (train and validation),
 reward components, KL, entropy, response length, timing breakdown, and — when the run logged them — the router panel
