@@ -33,7 +33,7 @@ class _FakeActorGroup:
         assert Path(local_path, "model_world_size_1_rank_0.pt").is_file()
 
 
-def _run(ckpt: Path, steps: int | None, save_freq: int) -> list[tuple[int, int, list[int]]]:
+def _run(ckpt: Path, steps: int | None, save_freq: int, states: list | None = None) -> list[tuple[int, int, list[int]]]:
     config = load_default_config([
         "data.train_batch_size=2", "data.seed=7", "trainer.total_epochs=3",
         f"trainer.total_training_steps={steps or 'null'}",
@@ -47,6 +47,8 @@ def _run(ckpt: Path, steps: int | None, save_freq: int) -> list[tuple[int, int, 
     seen = []
     trainer._train_step = lambda batch, n: seen.append((trainer.global_steps, trainer.epoch, batch["rows"])) or {}
     trainer.fit()
+    if states is not None:
+        states.append(trainer.state)
     return seen
 
 
@@ -63,8 +65,13 @@ def test_resume_at_epoch_boundary_and_mid_epoch_replays_nothing(tmp_path):
     assert boundary["epoch"] == 0
     sampler = torch.load(tmp_path / "b" / "global_step_2" / "data.pt", weights_only=False)["sampler"]
     assert (sampler["epoch"], sampler["batches_consumed"]) == (0, 2)  # saved at the end of epoch 0
-    second = _run(tmp_path / "b", steps=5, save_freq=1)  # resumes at the boundary: starts epoch 1, not 0 or 2
+    states = []
+    second = _run(tmp_path / "b", steps=5, save_freq=1, states=states)  # resumes at the boundary: epoch 1, not 0/2
     assert second[0][:2] == (3, 1)
+    # the run's counters in one object: what it resumed from, the checkpoints' run id, where it ended
+    run = states[0]
+    assert run.resumed_from == str(tmp_path / "b" / "global_step_2")
+    assert run.run_id == boundary["run_id"] and (run.global_steps, run.epoch, run.saved_step) == (5, 2, 5)
     third = _run(tmp_path / "b", steps=6, save_freq=1)  # resumes mid-epoch 2
     assert third == straight[5:]
     assert first + second + third == straight

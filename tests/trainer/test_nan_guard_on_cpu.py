@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from verl.protocol import DataProto
 from verl.trainer.ppo.ray_trainer import RayPPOTrainer
 from verl.trainer.ppo.run_guard import RunStopped, StepHealth, invalid_reward_problem, non_finite_rows
+from verl.trainer.ppo.trainer_state import TrainerState
 
 
 def test_non_finite_rows_named_only_on_response_tokens():
@@ -33,7 +34,7 @@ def test_invalid_reward_share_is_a_bad_step_naming_reward_and_first_failure():
 def _trainer(tmp_path, limit):
     trainer = object.__new__(RayPPOTrainer)
     trainer.config = OmegaConf.create({"trainer": {"default_local_dir": str(tmp_path)}})
-    trainer.health, trainer.saved_step = StepHealth(limit), None
+    trainer.health, trainer.state = StepHealth(limit), TrainerState()
     saved = []
     trainer._save_checkpoint = lambda: saved.append(trainer.global_steps)
     return trainer, saved

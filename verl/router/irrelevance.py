@@ -28,7 +28,7 @@ part, so a few rows are imperfect no-call examples.
 the weak label ANSWER and the families of their own tools).
 
 ``python -m verl.router.irrelevance --data_dir DIR --fraction 0.25 --seed 1`` is the main job's form
-(``run_router_training.sh``, ``IRRELEVANCE_FRACTION``): it writes ``DIR/train_router_irrelevance_f0.25_s1.parquet``
+(the trainer calls it for ``router.irrelevance_fraction``, which the router_value_ridge recipe sets): it writes ``DIR/train_router_irrelevance_f0.25_s1.parquet``
 from ``DIR/train_router.parquet`` unless that file is already there and was made from the same input with the same
 fraction and seed (:func:`prepare_train_file`), and prints its path on stdout.
 """

@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import logging
 import random
-import uuid
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +18,7 @@ from omegaconf import OmegaConf
 from verl import __version__
 from verl.utils import checkpoint_manifest as cm
 from verl.trainer.ppo.run_guard import resume_hint
+from verl.trainer.ppo.trainer_state import TrainerState
 from verl.utils.checkpoint_manifest import CheckpointError
 
 logger = logging.getLogger(__name__)
@@ -49,35 +49,36 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
     and SHA-256 of every file) last, then the directory is renamed to ``global_step_N`` and the tracker file
     updated (upstream layout: ``actor/``, ``critic/``, ``data.pt``; ``data.pt`` also holds the step's metrics
     record, which ``Tracking`` restores when a kill lands between this save and the log). Rotation keeps the newest
-    ``max_actor_ckpt_to_keep`` valid checkpoints of this run (``trainer.run_id``) and never deletes the newest valid
+    ``max_actor_ckpt_to_keep`` valid checkpoints of this run (``TrainerState.run_id``) and never deletes the newest valid
     one nor another run's.
 
     Args:
         driver: the :func:`driver_state` to store; None stores the current one.
     """
+    run = trainer.state
     root = Path(trainer.config.trainer.default_local_dir)
-    tmp = cm.new_temp_dir(root, trainer.global_steps)
-    trainer.actor_rollout_wg.save_checkpoint(str(tmp / "actor"), global_step=trainer.global_steps)
+    tmp = cm.new_temp_dir(root, run.global_steps)
+    trainer.actor_rollout_wg.save_checkpoint(str(tmp / "actor"), global_step=run.global_steps)
     if trainer.use_critic:
-        trainer.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=trainer.global_steps)
-    trainer.phases.fault_point("save_partial", trainer.global_steps)  # kill tests: die with the save half written
-    state = {"sampler": trainer.train_sampler.state_dict(trainer.batches_consumed), "global_step": trainer.global_steps,
-             "epoch": trainer.epoch, **(driver or driver_state(trainer))}
-    step, metrics = getattr(trainer, "step_record", None) or (None, None)
-    if step == trainer.global_steps:  # the step's metrics, for a kill between this save and their log
+        trainer.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=run.global_steps)
+    trainer.phases.fault_point("save_partial", run.global_steps)  # kill tests: die with the save half written
+    state = {"sampler": trainer.train_sampler.state_dict(run.batches_consumed), "global_step": run.global_steps,
+             "epoch": run.epoch, **(driver or driver_state(trainer))}
+    step, metrics = run.step_record or (None, None)
+    if step == run.global_steps:  # the step's metrics, for a kill between this save and their log
         state["metrics"] = {**metrics, **{f"timing_s/{k}": v for k, v in trainer._timing.items()}}
     torch.save(state, tmp / "data.pt")
     config = OmegaConf.to_container(trainer.config, resolve=True)
     (tmp / "config.yaml").write_text(OmegaConf.to_yaml(trainer.config, resolve=True))
-    cm.write_manifest(tmp, step=trainer.global_steps, epoch=trainer.epoch, config=config, world_size=trainer.n_workers,
-                      version=__version__, run_id=trainer.run_id)
-    step_dir = cm.publish_checkpoint(tmp, root, trainer.global_steps, run_id=trainer.run_id)
-    trainer.phases.fault_point("save_published", trainer.global_steps)  # kill tests: published, metrics not logged
+    cm.write_manifest(tmp, step=run.global_steps, epoch=run.epoch, config=config, world_size=trainer.n_workers,
+                      version=__version__, run_id=run.run_id)
+    step_dir = cm.publish_checkpoint(tmp, root, run.global_steps, run_id=run.run_id)
+    trainer.phases.fault_point("save_published", run.global_steps)  # kill tests: published, metrics not logged
     keep = [k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep)
             if k]
-    for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=trainer.run_id):
+    for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=run.run_id):
         logger.info("removed old checkpoint %s", removed)
-    trainer.saved_step = trainer.global_steps
+    run.saved_step = run.global_steps
     logger.info("saved checkpoint %s", step_dir)
 
 
@@ -190,9 +191,13 @@ def refuse_other_model(config) -> None:
                           f"trainer.experiment_name), or use the checkpoint's model.")
 
 
-def load_checkpoint(trainer) -> None:
-    """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``, and set
-    ``trainer.run_id`` (the checkpoint's on resume, a new one on a fresh start).
+def load_checkpoint(trainer) -> TrainerState:
+    """Resume from the newest valid checkpoint (``resume_mode=auto``) or ``resume_from_path``: the workers, the
+    sampler, the KL controller and the router are restored in place, and the run's counters returned.
+
+    Returns:
+        A fresh :class:`TrainerState` (new ``run_id``) when there is nothing to resume; otherwise the checkpoint's
+        step, epoch, batches consumed and ``run_id``, with ``resumed_from`` and ``resume_record`` set.
 
     A checkpoint is valid only with a manifest whose files all match and whose own fields agree with them
     (:func:`_check_manifest_against_files`); its config must agree with the current one on
@@ -205,9 +210,9 @@ def load_checkpoint(trainer) -> None:
     """
     cfg = trainer.config.trainer
     mode = cfg.resume_mode
-    trainer.run_id = uuid.uuid4().hex
+    fresh = TrainerState()
     if mode == "disable":
-        return
+        return fresh
     root = Path(cfg.default_local_dir)
     if mode == "resume_path":
         if not cfg.resume_from_path or cm.STEP_PREFIX not in str(cfg.resume_from_path):
@@ -218,7 +223,7 @@ def load_checkpoint(trainer) -> None:
         step_dir = cm.latest_valid_checkpoint(root)
         if step_dir is None:
             _refuse_if_only_invalid(root)
-            return
+            return fresh
         _warn_if_tracker_disagrees(root, step_dir)
     else:
         raise ValueError(f"trainer.resume_mode must be auto, disable or resume_path, got {mode!r}")
@@ -231,25 +236,25 @@ def load_checkpoint(trainer) -> None:
                                    "that are safe to change in trainer.resume_allow_changes.")
     state = torch.load(step_dir / "data.pt", weights_only=False)
     _check_manifest_against_files(step_dir, manifest, state)
-    trainer.run_id = manifest.get("run_id") or trainer.run_id
-    trainer.resume_record = state.get("metrics")
     # the driver's RNGs first, then the critic's, the actor's last: with trainer.single_process they all share this
     # process's RNGs, and the actor's saved state (the sampling stream) must win, also for a checkpoint of a Ray run
     _set_rngs(state["rng"])
     if trainer.use_critic:
         trainer.critic_wg.load_checkpoint(str(step_dir / "critic"))
     trainer.actor_rollout_wg.load_checkpoint(str(step_dir / "actor"))
-    trainer.global_steps = int(state["global_step"])
-    trainer.epoch = int(state["epoch"])
     trainer.train_sampler.load_state_dict(state["sampler"])
-    trainer.batches_consumed = int(state["sampler"]["batches_consumed"])
     if "kl_ctrl" in state and trainer.kl_ctrl_in_reward is not None:
         trainer.kl_ctrl_in_reward.load_state_dict(state["kl_ctrl"])
     if trainer.router is not None:
         if "router" not in state:
             raise cm.CheckpointError(f"router.enable=true but checkpoint {step_dir} has no router state")
         trainer.router.load_state_dict(state["router"])
-    logger.info("resumed from %s (global step %d, epoch %d)", step_dir, trainer.global_steps, trainer.epoch)
+    run = TrainerState(global_steps=int(state["global_step"]), epoch=int(state["epoch"]),
+                       batches_consumed=int(state["sampler"]["batches_consumed"]),
+                       run_id=manifest.get("run_id") or fresh.run_id, resumed_from=str(step_dir),
+                       resume_record=state.get("metrics"))
+    logger.info("resumed from %s (global step %d, epoch %d)", step_dir, run.global_steps, run.epoch)
+    return run
 
 
 def save_after_error(trainer) -> str:
@@ -259,13 +264,14 @@ def save_after_error(trainer) -> str:
     Saved only when it is the state of a whole step: not when the error came during a step's updates
     (``trainer.updating``: the weights are partly updated), not when no step completed, not when that step is
     already saved. A failure in a step's generation, reward, log-prob or advantage phase leaves the workers at the
-    last completed step; the driver state of that step's start (``trainer.step_start_state``: RNGs, KL controller,
+    last completed step; the driver state of that step's start (``TrainerState.step_start``: RNGs, KL controller,
     router λ) is stored, so with ``trainer.single_process`` (one shared RNG) the resume equals an uninterrupted run.
     A save that itself fails (e.g. the worker is dead) is reported, never raised over the original error.
     """
     cfg = trainer.config.trainer
+    run = trainer.state
     root = Path(cfg.default_local_dir)
-    step = trainer.completed_step
+    step = run.completed_step
 
     def newest() -> str:
         return resume_hint(root)[1]
@@ -277,19 +283,19 @@ def save_after_error(trainer) -> str:
     if trainer.updating:
         return (f"the error came during the updates of step {step + 1}, so the weights are partly updated and no "
                 f"checkpoint was written; {newest()}")
-    if step == 0 or trainer.saved_step == step:
+    if step == 0 or run.saved_step == step:
         return newest()
-    failed_mid_step = trainer.global_steps > step
-    driver = getattr(trainer, "step_start_state", None) if failed_mid_step else None
+    failed_mid_step = run.global_steps > step
+    driver = run.step_start if failed_mid_step else None
     if driver is not None:  # the workers save their RNGs too: in one process, they must save the step's start
         _set_rngs(driver["rng"])
-    failed_at = trainer.global_steps
-    trainer.global_steps = step
+    failed_at = run.global_steps
+    run.global_steps = step
     try:
         save_checkpoint(trainer, driver=driver)
     except Exception as err:  # noqa: BLE001 - reported with the original error, which is the one to raise
         logger.error("could not save step %d after the error: %s", step, err)
         return f"saving step {step} after the error failed too ({err}); {newest()}"
     finally:
-        trainer.global_steps = failed_at
+        run.global_steps = failed_at
     return f"step {step}, the last completed one, is saved: run the same command to resume from it"

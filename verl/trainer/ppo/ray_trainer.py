@@ -39,6 +39,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream's ray_trainer.compute_advantage)
 from verl.trainer.ppo.batch_source import make_batch_source
 from verl.trainer.ppo.checkpointing import driver_state
+from verl.trainer.ppo.trainer_state import TrainerState
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
@@ -118,16 +119,11 @@ class RayPPOTrainer:
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
         self.batch_source = make_batch_source(self)  # where a step's scored batch comes from
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
-        self.global_steps = 0
+        self.state = TrainerState()  # counters and resume record (checkpointing loads and returns it)
         self.rollout_weight_version = None  # the actor update the last rollout generated with (run_guard)
-        self.epoch = 0
-        self.batches_consumed = 0
         self._timing: dict = {}
         self.phases = PhaseTracker(kill_worker=self._kill_first_actor_worker)
         self.health = StepHealth(int(config.trainer.max_consecutive_bad_steps))
-        self.run_id: str | None = None  # set by load_checkpoint: the run whose checkpoints this one may replace
-        self.completed_step: int | None = None  # the last step whose update finished (None before the loop)
-        self.saved_step: int | None = None  # the last step saved by this process
         self.updating = False  # inside a step's updates: the workers' state is between two steps
         self.step_problem: str | None = None  # why the current step is a bad one (StepHealth)
         self.reward_errors: list[str] = []  # the last training batch's reward failures (messages)
@@ -319,7 +315,7 @@ class RayPPOTrainer:
             self._load_checkpoint()
         tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
                            config=run_record(self.config), run_dir=self.run_dir(),
-                           resume_step=self.global_steps, resume_record=getattr(self, "resume_record", None))
+                           resume_step=self.global_steps, resume_record=self.state.resume_record)
         self.tracker = tracker
         if trainer_cfg.val_before_train and self.global_steps == 0:
             with self._phase("testing"):
@@ -329,7 +325,7 @@ class RayPPOTrainer:
                 tracker.finish()
                 return
         progress = StepProgress(self.total_training_steps, initial=self.global_steps)
-        self.completed_step = self.global_steps
+        self.state.completed_step = self.global_steps
         self.global_steps += 1
         n = int(self.config.actor_rollout_ref.rollout.n)
         exit_request = ExitRequest(enabled=bool(trainer_cfg.save_on_exit))
@@ -338,17 +334,17 @@ class RayPPOTrainer:
                 self.train_sampler.set_epoch(self.epoch)
                 self.epoch_batches = iter(self.train_dataloader)  # dynamic sampling may draw more within a step
                 for batch_dict in self.epoch_batches:
-                    self.step_start_state = driver_state(self)
+                    self.state.step_start = driver_state(self)
                     metrics = self._train_step(batch_dict, n)
                     self.batches_consumed += 1
-                    self.completed_step, self.updating = self.global_steps, False
+                    self.state.completed_step, self.updating = self.global_steps, False
                     is_last = self.global_steps >= self.total_training_steps
                     if trainer_cfg.test_freq > 0 and (is_last or self.global_steps % trainer_cfg.test_freq == 0):
                         with self._phase("testing"):
                             metrics.update(self._validate())
                     metrics["training/global_step"] = self.global_steps
                     metrics["training/epoch"] = self.epoch
-                    self.step_record = (self.global_steps, metrics)  # saved with the checkpoint (data.pt "metrics")
+                    self.state.step_record = (self.global_steps, metrics)  # saved with the checkpoint (data.pt "metrics")
                     if trainer_cfg.save_freq > 0 and (is_last or self.global_steps % trainer_cfg.save_freq == 0):
                         with self._phase("save_checkpoint"):
                             self._save_checkpoint()
@@ -357,7 +353,7 @@ class RayPPOTrainer:
                     progress.update(metrics)
                     self._check_step_health()
                     if exit_request.signum is not None and not is_last:
-                        self._exit_after_signal(exit_request.signum, saved=self.saved_step == self.global_steps)
+                        self._exit_after_signal(exit_request.signum, saved=self.state.saved_step == self.global_steps)
                     if is_last:
                         return
                     self.global_steps += 1
@@ -379,7 +375,7 @@ class RayPPOTrainer:
             self.health.good()
             return
         if self.health.bad(self.global_steps, self.step_problem):
-            if self.saved_step != self.global_steps:
+            if self.state.saved_step != self.global_steps:
                 self._save_checkpoint()
             raise RunStopped(f"stopping after {self.health.count} consecutive bad steps (last: {self.step_problem}); "
                              f"the state is saved in {self.config.trainer.default_local_dir}/global_step_"
@@ -513,7 +509,17 @@ class RayPPOTrainer:
 
     def _load_checkpoint(self) -> None:
         """Resume from the newest valid checkpoint or ``resume_from_path``
-        (:func:`verl.trainer.ppo.checkpointing.load_checkpoint`)."""
+        (:func:`verl.trainer.ppo.checkpointing.load_checkpoint`, which returns the run's :class:`TrainerState`)."""
         from verl.trainer.ppo.checkpointing import load_checkpoint
 
-        load_checkpoint(self)
+        self.state = load_checkpoint(self)
+
+    # upstream verl's names for the counters, read by user code: views of self.state
+    global_steps = property(lambda self: self.state.global_steps,
+                            lambda self, v: setattr(self.state, "global_steps", v), doc="TrainerState.global_steps")
+    epoch = property(lambda self: self.state.epoch, lambda self, v: setattr(self.state, "epoch", v),
+                     doc="TrainerState.epoch")
+    batches_consumed = property(lambda self: self.state.batches_consumed,
+                                lambda self, v: setattr(self.state, "batches_consumed", v),
+                                doc="TrainerState.batches_consumed")
+    run_id = property(lambda self: self.state.run_id, doc="TrainerState.run_id")
