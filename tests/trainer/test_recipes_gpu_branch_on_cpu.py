@@ -44,9 +44,13 @@ def test_gpu_branch_composes_and_builds_its_dataloaders(recipe, gpu_model_cache,
     from verl.trainer.config_utils import load_default_config
     from verl.trainer.main_ppo import build_trainer, prepare_config
 
+    from verl.utils.reward_score.rlla import SWITCH_ENV_VARS
+
     monkeypatch.setenv("TOOLRL_CACHE", str(gpu_model_cache))
     for name in ("DATA_DIR", "N_GPUS"):
         monkeypatch.delenv(name, raising=False)
+    for name in SWITCH_ENV_VARS.values():  # a recipe's reward_model.switches sets them: undone after the test
+        monkeypatch.setenv(name, "")
     config = load_default_config([f"recipe={recipe}", "hardware=gpu", "trainer.val_before_train=false"], environ={})
     assert (config.trainer.device, config.trainer.n_gpus_per_node, config.trainer.single_process) == ("cuda", 1, True)
     caplog.set_level("INFO")

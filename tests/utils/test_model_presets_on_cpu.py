@@ -47,7 +47,7 @@ def test_unknown_names_pass_through(tmp_path, monkeypatch):
 
 def test_tiny_sft_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="prepare_sft_model.sh"):
+    with pytest.raises(FileNotFoundError, match="python -m verl.trainer.sft_presets"):
         model_presets.prepare_model("tiny-sft")
     with pytest.raises(FileNotFoundError, match="SFT_PRESET=smollm2-135m-sft python -m verl.trainer.sft_presets"):
         model_presets.prepare_model("smollm2-135m-sft")

@@ -27,8 +27,8 @@ def _scored(prompt_ids, rewards):
 
 
 class FakeTrainer:
-    """What collect_filtered uses: config, global_steps, batches_consumed, _balance_batch (and _collect_batch, passed
-    as its `collect`)."""
+    """What collect_filtered uses, as the trainer's StepOps give it (``ops``: config, tokenizer, balance, step,
+    next_batch counting the batches consumed), and ``_collect_batch``, passed as its `collect`."""
 
     def __init__(self, batches, train_batch_size=2, max_num_gen_batches=10):
         self.config = OmegaConf.create({"data": {"train_batch_size": train_batch_size},
@@ -46,6 +46,15 @@ class FakeTrainer:
 
     def _balance_batch(self, batch, metrics):
         raise AssertionError("balance_batch is off")
+
+    def ops(self, loader):
+        def next_batch():
+            batch_dict = next(loader, None)
+            self.batches_consumed += batch_dict is not None
+            return batch_dict
+
+        return SimpleNamespace(config=self.config, tokenizer=self.tokenizer, balance=self._balance_batch,
+                               step=lambda: self.global_steps, next_batch=next_batch)
 
 
 def _loader(indices):
@@ -71,7 +80,7 @@ def test_draws_more_batches_until_full_and_counts_them_consumed():
     third = _scored([4, 5], [(0, 1), (1, 0)])          # p4 kept (p5 too, but the batch is full)
     trainer = FakeTrainer([first, second, third])
     metrics = {}
-    out = collect_filtered(trainer, first, N, metrics, _loader([1, 2, 3]), trainer._collect_batch)
+    out = collect_filtered(trainer.ops(_loader([1, 2, 3])), first, N, metrics, trainer._collect_batch)
     assert trainer.collected == [1, 2] and trainer.batches_consumed == 3  # batches 1 and 2 drawn; 3 left unread
     assert out.non_tensor_batch["uid"].tolist() == ["p1", "p1", "p4", "p4"]
     assert out.batch["prompt_id"].tolist() == [1, 1, 4, 4] and out.meta_info["global_token_num"] == [5] * 4
@@ -83,11 +92,11 @@ def test_fills_with_the_latest_zero_variance_groups_when_data_or_bound_run_out(c
     first = _scored([0, 1], [(1, 1), (0, 1)])
     second = _scored([2, 3], [(0, 0), (1, 1)])
     fake = FakeTrainer([first, second])
-    out = collect_filtered(fake, first, N, metrics := {}, _loader([1]), fake._collect_batch)
+    out = collect_filtered(fake.ops(_loader([1])), first, N, metrics := {}, fake._collect_batch)
     assert out.non_tensor_batch["uid"].tolist() == ["p1", "p1", "p3", "p3"]  # p3: the most recent dropped group
     assert metrics["filter_groups/filled_groups"] == 1.0 and "the epoch's data ran out" in caplog.text
     trainer = FakeTrainer([first, second], max_num_gen_batches=1)
-    out = collect_filtered(trainer, first, N, metrics := {}, _loader([1]), trainer._collect_batch)
+    out = collect_filtered(trainer.ops(_loader([1])), first, N, metrics := {}, trainer._collect_batch)
     assert trainer.collected == [] and out.non_tensor_batch["uid"].tolist() == ["p1", "p1", "p0", "p0"]
     assert metrics["filter_groups/num_gen_batches"] == 1.0 and "max_num_gen_batches=1" in caplog.text
 

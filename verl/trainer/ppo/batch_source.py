@@ -14,15 +14,19 @@
 
 Both return scored rows (``responses``, ``response_mask``, ``token_level_scores``, ``uid``; ``global_token_num`` in
 ``meta_info``), balanced across workers when ``trainer.balance_batch``. What follows — old log-probs, reference,
-values, advantage, updates — is the same for every source. The sources run inside the trainer's timed phases and use
-its generation (``_generate`` / ``_rollout``), scoring (``_score``) and worker groups.
+values, advantage, updates — is the same for every source. A source sees the trainer only through :class:`StepOps`:
+the timed phases, generation, scoring, balancing and the step's counters, nothing else of it.
 """
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+import torch
 
 from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
@@ -37,81 +41,120 @@ class BatchSource(Protocol):
     def collect(self, prompts: DataProto, n: int, metrics: dict) -> DataProto: ...
 
 
-class SingleTurnSource:
-    """One response per copy of each prompt (module docstring). ``trainer``: the ``RayPPOTrainer``."""
+@dataclass(frozen=True)
+class StepOps:
+    """All a batch source may use of the trainer (``RayPPOTrainer.step_ops`` builds it).
 
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
+    Handles: ``config`` (the run's), ``tokenizer``, ``router`` (``verl.router.controller.RouterController`` or None),
+    ``rlvcr`` (RLVCR's phase on RLLA rows, or None), ``agent`` (the multi-turn rollout, or None).
+
+    Operations (each the trainer's own, at the current step):
+
+    - ``phase(name)``: a context manager timing ``timing_s/<name>`` and naming the phase in error messages;
+    - ``generate(batch)``: pop the prompt tensors of ``batch`` ([B, P], left-padded), roll out with the training
+      sampling settings, union the responses back; ``rollout(gen_batch, do_sample)``: the rollout alone;
+    - ``score(batch)``: the training reward manager on ``batch``: ``token_level_scores`` ([B, R] float32),
+      ``reward_valid`` stored in it; returns the manager's metrics;
+    - ``balance(batch, metrics)``: reorder rows in place so every worker gets about the same number of tokens;
+    - ``greedy_baseline(batch)``: ReMax's baseline, one greedy rollout's reward per prompt, [B] float32;
+    - ``compute_log_prob(batch)``: the actor's log-probs (RLVCR's alternative thinks);
+    - ``worker_group()``: the actor worker group (the router head's logits);
+    - ``step()``: the global step being trained; ``next_batch()``: the epoch's next data-loader batch (counted as
+      consumed, so a resume skips it), or None when the epoch's data ran out (DAPO's dynamic sampling).
+    """
+
+    config: Any
+    tokenizer: Any
+    router: Any
+    rlvcr: Any
+    agent: Any
+    phase: Callable[[str], AbstractContextManager]
+    generate: Callable[[DataProto], DataProto]
+    rollout: Callable[[DataProto, bool], DataProto]
+    score: Callable[[DataProto], dict]
+    balance: Callable[[DataProto, dict], None]
+    greedy_baseline: Callable[[DataProto], torch.Tensor]
+    compute_log_prob: Callable[[DataProto], DataProto]
+    worker_group: Callable[[], Any]
+    step: Callable[[], int]
+    next_batch: Callable[[], dict | None]
+
+
+def _finish(ops: StepOps, batch: DataProto, metrics: dict) -> None:
+    """Balance the rows across workers (``trainer.balance_batch``) and record ``global_token_num``."""
+    if ops.config.trainer.balance_batch:
+        ops.balance(batch, metrics)
+    batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+
+
+class SingleTurnSource:
+    """One response per copy of each prompt (module docstring)."""
+
+    def __init__(self, ops: StepOps):
+        self.ops = ops
 
     def collect(self, prompts: DataProto, n: int, metrics: dict) -> DataProto:
         batch = self.collect_once(prompts, n, metrics)
-        if self.trainer.config.algorithm.filter_groups.enable:  # DAPO: only groups whose rewards differ
-            batch = collect_filtered(self.trainer, batch, n, metrics, self.trainer.epoch_batches, self.collect_once)
+        if self.ops.config.algorithm.filter_groups.enable:  # DAPO: only groups whose rewards differ
+            batch = collect_filtered(self.ops, batch, n, metrics, self.collect_once)
         return batch
 
     def collect_once(self, batch: DataProto, n: int, metrics: dict) -> DataProto:
         """One generation batch: ``n`` routed (or repeated) copies of each prompt, generated and scored."""
-        trainer, config = self.trainer, self.trainer.config
+        ops, config = self.ops, self.ops.config
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         baseline = None
         if core_algos.get_estimator_plugin(config.algorithm.adv_estimator).needs_greedy_baseline:  # ReMax
-            with trainer._phase("gen_max"):
-                baseline = trainer._greedy_baseline(batch)
-        if trainer.router is not None:
-            with trainer._phase("router"):
-                batch = trainer.router.expand(batch, n, validate=False, worker_group=trainer.actor_rollout_wg)
+            with ops.phase("gen_max"):
+                baseline = ops.greedy_baseline(batch)
+        if ops.router is not None:
+            with ops.phase("router"):
+                batch = ops.router.expand(batch, n, validate=False, worker_group=ops.worker_group())
         else:
             batch = batch.repeat(repeat_times=n, interleave=True)
-        with trainer._phase("gen"):
-            batch = trainer._generate(batch, validate=False)
+        with ops.phase("gen"):
+            batch = ops.generate(batch)
         if baseline is not None:
             batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
-        if config.trainer.balance_batch:
-            trainer._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
-        with trainer._phase("reward"):
-            metrics.update(trainer._score(batch, trainer.reward_fn, trainer.global_steps))
-            metrics.update(apply_overlong_shaping(batch, config, trainer.tokenizer.eos_token_id))  # DAPO, when on
-            if trainer.router is not None:
-                metrics.update(trainer.router.score(batch, trainer.global_steps))
+        _finish(ops, batch, metrics)
+        with ops.phase("reward"):
+            metrics.update(ops.score(batch))
+            metrics.update(apply_overlong_shaping(batch, config, ops.tokenizer.eos_token_id))  # DAPO, when on
+            if ops.router is not None:
+                metrics.update(ops.router.score(batch, ops.step()))
         if config.trainer.rollout_data_dir:  # verl's key: this step's rollouts as <dir>/<step>.jsonl
             from verl.trainer.ppo.rollout_dump import dump_rollouts
 
-            dump_rollouts(batch, trainer.tokenizer, trainer.global_steps, config.trainer.rollout_data_dir)
-        if trainer.rlvcr is not None:  # after the reward (only_positive_episodes reads it), before the advantage
-            with trainer._phase("rlvcr"):
-                metrics.update(trainer.rlvcr(batch, lambda gen: trainer._rollout(gen, do_sample=True, validate=False),
-                                             trainer.actor_rollout_wg.compute_log_prob))
+            dump_rollouts(batch, ops.tokenizer, ops.step(), config.trainer.rollout_data_dir)
+        if ops.rlvcr is not None:  # after the reward (only_positive_episodes reads it), before the advantage
+            with ops.phase("rlvcr"):
+                metrics.update(ops.rlvcr(batch, lambda gen: ops.rollout(gen, True), ops.compute_log_prob))
         return batch
 
 
 class AgentEnvSource:
     """Multi-turn episodes on ``env.env_name`` for the batch's task seeds (module docstring); ``n`` is the group size
-    the agent rollout already holds (``env.rollout.n``). ``trainer``: the ``RayPPOTrainer`` (its ``agent``)."""
+    the agent rollout already holds (``env.rollout.n``)."""
 
-    def __init__(self, trainer: Any):
-        self.trainer = trainer
+    def __init__(self, ops: StepOps):
+        self.ops = ops
 
     def collect(self, prompts: DataProto, n: int, metrics: dict) -> DataProto:
         from agent_system.multi_turn_rollout.agent_rollout import pad_rows_to_multiple, update_row_multiple
 
-        trainer = self.trainer
-        do_sample = trainer.config.actor_rollout_ref.rollout.do_sample
-        with trainer._phase("gen"):
-            batch, env_metrics = trainer.agent.collect(
-                prompts.non_tensor_batch["task_seed"],
-                lambda gen: trainer._rollout(gen, do_sample=do_sample, validate=False),
-                log_prob_fn=trainer.actor_rollout_wg.compute_log_prob,  # RLVCR phase (timing_s/rlvcr, within gen)
-                step=trainer.global_steps)
+        ops = self.ops
+        do_sample = ops.config.actor_rollout_ref.rollout.do_sample
+        with ops.phase("gen"):
+            batch, env_metrics = ops.agent.collect(
+                prompts.non_tensor_batch["task_seed"], lambda gen: ops.rollout(gen, do_sample),
+                log_prob_fn=ops.compute_log_prob,  # RLVCR phase (timing_s/rlvcr, within gen)
+                step=ops.step())
         metrics.update(env_metrics)
-        batch = pad_rows_to_multiple(batch, update_row_multiple(trainer.config), trainer.agent.pad_token_id)
-        if trainer.config.trainer.balance_batch:
-            trainer._balance_batch(batch, metrics)
-        batch.meta_info["global_token_num"] = batch.batch["attention_mask"].sum(-1).tolist()
+        batch = pad_rows_to_multiple(batch, update_row_multiple(ops.config), ops.agent.pad_token_id)
+        _finish(ops, batch, metrics)
         return batch
 
 
-def make_batch_source(trainer: Any) -> BatchSource:
-    """:class:`AgentEnvSource` when the trainer has an agent rollout (``env.env_name``), else
-    :class:`SingleTurnSource`."""
-    return AgentEnvSource(trainer) if trainer.agent is not None else SingleTurnSource(trainer)
+def make_batch_source(ops: StepOps) -> BatchSource:
+    """:class:`AgentEnvSource` when the run has an agent rollout (``env.env_name``), else :class:`SingleTurnSource`."""
+    return AgentEnvSource(ops) if ops.agent is not None else SingleTurnSource(ops)

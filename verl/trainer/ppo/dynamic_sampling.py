@@ -21,7 +21,7 @@ is invalid (``reward_valid`` false) do not count towards a group's variance.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -69,28 +69,27 @@ def _rows_of(batch: DataProto, uids: list) -> DataProto:
     return rows
 
 
-def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next_batch: Iterator,
+def collect_filtered(ops: Any, batch: DataProto, n: int, metrics: dict,
                      collect: Callable[[DataProto, int, dict], DataProto]) -> DataProto:
     """The step's training batch under dynamic sampling (module docstring).
 
     Args:
-        trainer: the ``RayPPOTrainer`` (``_balance_batch``, ``batches_consumed``, ``global_steps``, ``tokenizer``,
-            its config).
+        ops: the step's :class:`~verl.trainer.ppo.batch_source.StepOps` (``config``, ``tokenizer``, ``balance``,
+            ``step``, and ``next_batch``: the epoch's next data-loader batch, counted as consumed, or None).
         batch: the step's first generation batch, already collected and scored by ``collect``.
         n: responses per prompt (``rollout.n``).
         metrics: the step's metrics (updated with ``filter_groups/*``; the reward metrics stay those of the first
             generation batch).
-        next_batch: the epoch's data-loader iterator (the batch dicts after this step's).
         collect: generates and scores one more generation batch from a batch of prompts
             (``batch_source.SingleTurnSource.collect_once``).
 
     Returns:
         ``train_batch_size`` groups of ``n`` rows.
     """
-    cfg = trainer.config.algorithm.filter_groups
-    target = int(trainer.config.data.train_batch_size)
+    cfg = ops.config.algorithm.filter_groups
+    target = int(ops.config.data.train_batch_size)
     limit = int(cfg.max_num_gen_batches)
-    tok = trainer.tokenizer
+    tok = ops.tokenizer
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     kept: list[DataProto] = []
     dropped: list[DataProto] = []
@@ -109,10 +108,9 @@ def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next
             dropped.append(_rows_of(batch, bad))
         if num_kept >= target or (limit > 0 and gen_batches >= limit):
             break
-        batch_dict = next(next_batch, None)
+        batch_dict = ops.next_batch()  # counted as consumed: a resume skips it, as a step's own batch
         if batch_dict is None:
             break
-        trainer.batches_consumed += 1  # a resume skips it, as a step's own batch
         batch = collect(DataProto.from_single_dict(batch_dict), n, {})
     filled = target - num_kept
     if filled:
@@ -122,10 +120,10 @@ def collect_filtered(trainer: Any, batch: DataProto, n: int, metrics: dict, next
         why = (f"after max_num_gen_batches={limit} generation batches" if limit > 0 and gen_batches >= limit
                else f"when the epoch's data ran out ({gen_batches} generation batches)")
         logger.warning("filter_groups: step %d: %d of %d groups with reward variance %s; %d zero-variance groups "
-                       "fill the batch", trainer.global_steps, num_kept, target, why, filled)
+                       "fill the batch", ops.step(), num_kept, target, why, filled)
     out = concat_prompt_batches(kept, pad)  # generation batches differ in prompt width
-    if trainer.config.trainer.balance_batch:
-        trainer._balance_batch(out, metrics)
+    if ops.config.trainer.balance_batch:
+        ops.balance(out, metrics)
     out.meta_info["global_token_num"] = out.batch["attention_mask"].sum(-1).tolist()
     metrics.update({"filter_groups/num_gen_batches": float(gen_batches),
                     "filter_groups/kept_group_frac": varied / max(generated, 1),

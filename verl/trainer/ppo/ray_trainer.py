@@ -37,7 +37,7 @@ from verl.trainer.ppo.metric_utils import (
     reduce_metrics,
 )
 from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream's ray_trainer.compute_advantage)
-from verl.trainer.ppo.batch_source import make_batch_source
+from verl.trainer.ppo.batch_source import StepOps, make_batch_source
 from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.trainer_state import TrainerState
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
@@ -117,7 +117,7 @@ class RayPPOTrainer:
             rlvcr, suffix = agent_level_setup(config, tokenizer)  # adv_estimator=rlvcr: level prompts + phase
             self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix, reward_runner=reward_fn)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
-        self.batch_source = make_batch_source(self)  # where a step's scored batch comes from
+        self.batch_source = make_batch_source(self.step_ops())  # where a step's scored batch comes from
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.state = TrainerState()  # counters and resume record (checkpointing loads and returns it)
         self.rollout_weight_version = None  # the actor update the last rollout generated with (run_guard)
@@ -295,6 +295,25 @@ class RayPPOTrainer:
                                      Path(self.config.trainer.default_local_dir)) from exc
             exc.add_note(note)
             raise
+
+    def step_ops(self) -> StepOps:
+        """The trainer as a batch source sees it (:class:`~verl.trainer.ppo.batch_source.StepOps`): the timed phases,
+        generation with the training settings, the training reward at the current step, balancing, the counters."""
+
+        def next_batch():  # DAPO's dynamic sampling draws more batches within a step; a resume skips them
+            batch_dict = next(self.epoch_batches, None)
+            if batch_dict is not None:
+                self.state.batches_consumed += 1
+            return batch_dict
+
+        return StepOps(
+            config=self.config, tokenizer=self.tokenizer, router=self.router, rlvcr=self.rlvcr, agent=self.agent,
+            phase=self._phase, generate=lambda batch: self._generate(batch, validate=False),
+            rollout=lambda gen, do_sample: self._rollout(gen, do_sample=do_sample, validate=False),
+            score=lambda batch: self._score(batch, self.reward_fn, self.global_steps), balance=self._balance_batch,
+            greedy_baseline=self._greedy_baseline,
+            compute_log_prob=lambda batch: self.actor_rollout_wg.compute_log_prob(batch),
+            worker_group=lambda: self.actor_rollout_wg, step=lambda: self.global_steps, next_batch=next_batch)
 
     def _phase(self, name: str):
         """Time phase ``name`` of the current step (``timing_s/<name>``) and track it for error messages."""
