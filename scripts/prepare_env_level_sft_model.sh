@@ -49,7 +49,7 @@ VAL_FILE="$LEVEL_DATA/${ENV}_levels_val_seed${SEED}_n${VAL_TASKS}_alt${ALT_FRAC}
 [ -f "$VAL_FILE" ] || "$PYTHON" -m rlvcr.env_level_sft --out "$VAL_FILE" --tasks "$VAL_TASKS" \
   --first-seed 3000000 --seed "$SEED" --split test --alt-frac "$ALT_FRAC" --tokenizer "$BASE" $ENV_OVERRIDES
 
-# prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.
+# SFT_DATA=<parquet path> takes verl/trainer/sft_presets.py's "path" defaults; the later data.val_files wins over its own.
 SFT_DATA="$TRAIN_FILE" SFT_TARGET="$TARGET" SFT_BASE_MODEL="$BASE" SFT_EPOCHS="${SFT_EPOCHS:-2}" \
 SFT_MAX_LENGTH="${SFT_MAX_LENGTH:-1024}" exec bash scripts/prepare_sft_model.sh \
   data.response_key=level_target \

@@ -32,7 +32,7 @@ CAP=(${SFT_MAX_TOP_SENTENCES:+--max-top-sentences "$SFT_MAX_TOP_SENTENCES"})
 [ -f "$TRAIN_FILE" ] || env -u DATA_DIR "$PYTHON" -m rlvcr.level_sft --split sft_full --seed "$SEED" --out "$TRAIN_FILE" ${CAP[@]+"${CAP[@]}"}
 [ -f "$VAL_FILE" ] || env -u DATA_DIR "$PYTHON" -m rlvcr.level_sft --split test --seed "$SEED" --out "$VAL_FILE" ${CAP[@]+"${CAP[@]}"}
 
-# prepare_sft_model.sh takes a parquet path in its `*)` case; the later data.val_files wins over its own.
+# SFT_DATA=<parquet path> takes verl/trainer/sft_presets.py's "path" defaults; the later data.val_files wins over its own.
 SFT_DATA="$TRAIN_FILE" SFT_TARGET="$TARGET" SFT_BASE_MODEL="${SFT_BASE_MODEL:-tiny}" SFT_EPOCHS="${SFT_EPOCHS:-4}" \
 SFT_MAX_LENGTH="${SFT_MAX_LENGTH:-1536}" SFT_MICRO_BATCH="${SFT_MICRO_BATCH:-2}" exec bash scripts/prepare_sft_model.sh \
   data.response_key=level_target \

@@ -123,6 +123,11 @@ def refuse_learner_ignored(actor: DictConfig, default_actor: DictConfig) -> None
                               f"leave it at {default} or train with python -m verl.trainer.main_ppo")
 
 
+# keys of main_ppo's launch path that the async mode has no step for: refused when set
+ASYNC_IGNORES = ("reward_model.switches", "trainer.build_sft_preset", "trainer.plot_on_finish",
+                 "router.irrelevance_fraction", "router.irrelevance_seed")
+
+
 def typed_async_config(config: DictConfig) -> DictConfig:
     """The composed ``async_trainer.yaml`` typed: the trainer's tree as ``PPOTrainerConfig`` (unknown keys refused
     as ``check_known_keys`` does), the ``async`` section as :class:`AsyncConfig`. A typed config is returned as is.
@@ -156,6 +161,11 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     defaults = default_config()
     refuse_unsupported(typed, defaults)  # the trainer's refusals (Megatron, sequence parallelism, ...) hold here too
     refuse_learner_ignored(typed.actor_rollout_ref.actor, defaults.actor_rollout_ref.actor)
+    for key in ASYNC_IGNORES:  # the synchronous trainer's launch keys (docs/recipes.md) that main_async does not run
+        if OmegaConf.select(typed, key) != OmegaConf.select(defaults, key):
+            raise ConfigError(f"{key}={OmegaConf.select(typed, key)}: the async mode does not read it (its "
+                              f"environments score with their own reward, and it builds no SFT preset, irrelevance "
+                              f"rows or plots); leave it at {OmegaConf.select(defaults, key)}")
     if typed.actor_rollout_ref.model.lora_rank:
         raise ConfigError("actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
                           "runs in the synchronous trainer (python -m verl.trainer.main_ppo)")
@@ -184,4 +194,4 @@ def typed_async_config(config: DictConfig) -> DictConfig:
 
 
 __all__ = ["AsyncConfig", "AsyncEnvSpec", "AsyncInferenceConfig", "AsyncReplayConfig", "AsyncBatcherConfig",
-           "LEARNER_IGNORES", "refuse_learner_ignored", "typed_async_config"]
+           "LEARNER_IGNORES", "ASYNC_IGNORES", "refuse_learner_ignored", "typed_async_config"]

@@ -476,7 +476,7 @@ def _validate_single_process(config: DictConfig, n_workers: int) -> None:
     """``trainer.single_process``: one worker per role inside the driver, so nothing may need a second process."""
     if not config.trainer.single_process:
         return
-    hint = " (the CPU launch scripts set it unless SINGLE_PROCESS=False)"
+    hint = " (a recipe's hardware/cpu.yaml and hardware/gpu.yaml set it: give trainer.single_process=false)"
     if n_workers != 1:
         raise ConfigError(f"trainer.single_process=true hosts one worker per role in the driver process, but "
                           f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers{hint}")

@@ -32,11 +32,10 @@ RECIPE_ALIASES = {"router": {"cpu": "router_value_ridge", "gpu": "router_option_
 ROUTER_RECIPES = {"option_a": "router_option_a", "value_ridge": "router_value_ridge"}  # ROUTER_RECIPE's values
 
 # ToolRL's and the design's launch variables, read only with a recipe: variable -> (config key, what it takes). Each
-# family of recipes reads the ones its launch script read (variables_for). Kinds: int, int_or_null, float, bool, str;
-# a variable set to the empty string counts as unset.
-LAUNCH_VARIABLES: dict[str, tuple[str, str]] = {
+# family of recipes reads exactly the ones its launch script read (variables_for). Kinds: int, int_or_null, float,
+# fraction (0 to 1), bool, str; a variable set to the empty string counts as unset.
+LAUNCH_VARIABLES: dict[str, tuple[str, str]] = {  # the RLLA recipes (train_grpo.sh, train_ppo.sh, examples/)
     "BASE_MODEL": ("actor_rollout_ref.model.path", "str"),
-    "PROJECT_NAME": ("trainer.project_name", "str"),
     "EXPERIMENT_NAME": ("trainer.experiment_name", "str"),
     "RUN_DIR": ("trainer.run_dir", "str"),
     "TRAIN_BATCH_SIZE": ("data.train_batch_size", "int"),
@@ -57,9 +56,12 @@ LAUNCH_VARIABLES: dict[str, tuple[str, str]] = {
     "FUSED_KERNELS": ("actor_rollout_ref.model.use_fused_kernels", "bool"),
     "SINGLE_PROCESS": ("trainer.single_process", "bool"),
 }
-ROUTER_VARIABLES: dict[str, tuple[str, str]] = {  # the router recipes (run_router_training.sh)
+ROUTER_VARIABLES: dict[str, tuple[str, str]] = {  # the router recipes (run_router_training.sh): the RLLA ones but
+    # ROLLOUT_TP_SIZE (the script fixed it at 1), and these
+    **{name: kind for name, kind in LAUNCH_VARIABLES.items() if name != "ROLLOUT_TP_SIZE"},
+    "PROJECT_NAME": ("trainer.project_name", "str"),
     "BUDGET_B": ("router.budget_B", "float"),
-    "IRRELEVANCE_FRACTION": ("router.irrelevance_fraction", "float"),
+    "IRRELEVANCE_FRACTION": ("router.irrelevance_fraction", "fraction"),
     "IRRELEVANCE_SEED": ("router.irrelevance_seed", "int"),
 }
 AGENT_VARIABLES: dict[str, tuple[str, str]] = {  # the agent recipe (examples/gigpo_trainer/run_agent.sh)
@@ -74,11 +76,7 @@ AGENT_VARIABLES: dict[str, tuple[str, str]] = {  # the agent recipe (examples/gi
     "VAL_TASKS": ("env.val_tasks", "int"),
     "MICRO_BATCH": ("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu", "int"),
 }
-ASYNC_VARIABLES: dict[str, tuple[str, str]] = {  # main_async's recipes: the keys its learner and servers read (the
-    # others, e.g. batch sizes, it refuses: verl/async_rl/config.py), then examples/async/run_async.sh's own three
-    **{name: LAUNCH_VARIABLES[name] for name in ("BASE_MODEL", "PROJECT_NAME", "EXPERIMENT_NAME", "RUN_DIR", "LR",
-                                                  "MICRO_BATCH_PER_GPU", "MAX_PROMPT_LENGTH", "MAX_RESPONSE_LENGTH",
-                                                  "TOTAL_STEPS", "SAVE_FREQ", "TEST_FREQ")},
+ASYNC_VARIABLES: dict[str, tuple[str, str]] = {  # main_async's recipes (examples/async/run_async.sh)
     "MODEL": ("actor_rollout_ref.model.path", "str"),
     "STEPS": ("trainer.total_training_steps", "int_or_null"),
     "NAME": ("trainer.experiment_name", "str"),
@@ -88,9 +86,9 @@ ASYNC_VARIABLES: dict[str, tuple[str, str]] = {  # main_async's recipes: the key
 # reward when it scores; a recipe turns them on with reward_model.switches), PYTHON (scripts/ensure_env.sh).
 
 _EXPECTED = {"int": "an integer", "int_or_null": "a whole number, or null", "float": "a number such as 1e-4",
-             "bool": "True or False", "str": "a value"}
+             "fraction": "a number from 0 to 1", "bool": "True or False", "str": "a value"}
 _PATTERNS = {"int": r"-?[0-9]+", "int_or_null": r"[0-9]+|null", "float": r"[-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?",
-             "bool": r"[Tt]rue|[Ff]alse", "str": r".+"}
+             "fraction": r"0*\.[0-9]+|0+(\.0*)?|1(\.0*)?", "bool": r"[Tt]rue|[Ff]alse", "str": r".+"}
 
 
 class LaunchError(ConfigError):
@@ -152,8 +150,8 @@ def recipe_family(recipe: str) -> str:
 
 def variables_for(family: str) -> dict[str, tuple[str, str]]:
     """The launch variables a recipe family reads: what its launch script read before the recipes existed."""
-    return {"agent": AGENT_VARIABLES, "async": ASYNC_VARIABLES,
-            "router": {**LAUNCH_VARIABLES, **ROUTER_VARIABLES}}.get(family, LAUNCH_VARIABLES)
+    return {"agent": AGENT_VARIABLES, "async": ASYNC_VARIABLES, "router": ROUTER_VARIABLES}.get(family,
+                                                                                                LAUNCH_VARIABLES)
 
 
 def launch_overrides(args: Sequence[str], environ: Mapping[str, str] | None = None, *,
@@ -186,7 +184,12 @@ def launch_overrides(args: Sequence[str], environ: Mapping[str, str] | None = No
         return list(args)
     if hardware not in (None, "cpu", "gpu"):
         raise LaunchError(f"hardware={hardware}: expected cpu or gpu")
-    if hardware is None:
+    if recipe_family(recipe) == "async":  # the async mode runs on one CPU layout (docs/async.md): no hardware group
+        if hardware is not None:
+            raise LaunchError(f"hardware={hardware}: the async recipes take no hardware group (the async mode runs "
+                              f"on CPU; docs/async.md)")
+        gpus, hardware = 0, "cpu"
+    elif hardware is None:
         gpus = gpu_count(environ)
         hardware = "gpu" if gpus > 0 else "cpu"
     else:
@@ -210,8 +213,10 @@ def launch_overrides(args: Sequence[str], environ: Mapping[str, str] | None = No
         out.append(f"+hardware={hardware}")
         if hardware == "gpu":
             out.append(f"trainer.n_gpus_per_node={gpus}")
-            if gpus > 1:  # one worker per GPU, driven by Ray
+            if gpus > 1:  # one worker per GPU, driven by Ray (and the agent's environments in Ray workers, as before)
                 out.append("trainer.single_process=false")
+                if family == "agent":
+                    out.append("env.use_ray_workers=true")
     out += variable_overrides(environ, variables_for(family))
     logger.info("recipe %s on %s (%s)", recipe, hardware, f"{gpus} GPU(s)" if gpus else "no GPU")
     return out + rest

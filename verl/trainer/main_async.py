@@ -56,9 +56,12 @@ def run_async(config: DictConfig) -> list:
 
 @hydra.main(config_path="config", config_name="async_trainer", version_base="1.3")
 def main(config: DictConfig) -> None:
+    import os
     import sys
 
     from verl.trainer.main_ppo import setup_logging, user_errors
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # the driver's tokenizers too (the workers get it)
 
     setup_logging()
     try:

@@ -42,11 +42,15 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
 
     Raises:
         ConfigError: ``router.irrelevance_fraction`` outside [0, 1] or a negative ``router.irrelevance_seed``; a
-            fraction > 0 with ``data.train_files`` set (the rows are added to the discovered file only).
+            fraction > 0 without ``router.enable`` or with ``data.train_files`` set (the rows are added to the
+            discovered router file only).
         DataCheckError: no RLLA data found (every place looked at is named).
     """
     agent_mode = bool(config.env.env_name)
-    fraction = float(config.router.irrelevance_fraction) if config.router.enable else 0.0
+    fraction = float(config.router.irrelevance_fraction)
+    if fraction > 0 and not config.router.enable:
+        raise ConfigError(f"router.irrelevance_fraction={fraction:g} adds irrelevance rows to the router's training "
+                          f"file: it needs router.enable=true")
     if not 0 <= fraction <= 1 or int(config.router.irrelevance_seed) < 0:
         raise ConfigError(f"router.irrelevance_fraction={config.router.irrelevance_fraction}, router.irrelevance_seed="
                           f"{config.router.irrelevance_seed}: expected a fraction from 0 (no irrelevance rows) to 1 "
@@ -99,7 +103,10 @@ def resolve_models(config: DictConfig) -> DictConfig:
         for name in dict.fromkeys(str(p) for p in paths):
             if config.trainer.build_sft_preset and name in SFT_PRESETS and \
                     not (preset_dir(name) / "config.json").is_file():
+                from verl.trainer.config_utils import require_device
                 from verl.trainer.sft_presets import build_sft_preset
+
+                require_device(config)  # never minutes of SFT for a run that cannot place its models
 
                 logger.info("model preset %s is not built yet: building it (trainer.build_sft_preset=true)", name)
                 build_sft_preset(name)

@@ -104,10 +104,15 @@ def run_sft(preset: str, environ: Mapping[str, str], overrides: Sequence[str] = 
     Raises:
         RuntimeError: the SFT trainer exited non-zero (its output went to this process's stdout / stderr).
     """
+    from verl.utils.model_presets import preset_dir
+
+    if preset not in PRESET_RECIPES:
+        raise ValueError(f"SFT_PRESET={preset}: expected {' or '.join(PRESET_RECIPES)}")
+    built = Path(environ.get("SFT_TARGET") or preset_dir(preset))
+    if (built / "config.json").is_file() and environ.get("SFT_FORCE", "0") != "1":  # before any data search
+        logger.info("SFT model already at %s (SFT_FORCE=1 to rebuild)", built)
+        return built
     command, target = sft_command(preset, environ, overrides)
-    if (target / "config.json").is_file() and environ.get("SFT_FORCE", "0") != "1":
-        logger.info("SFT model already at %s (SFT_FORCE=1 to rebuild)", target)
-        return target
     logger.info("SFT of %s -> %s: %s", preset, target, " ".join(command[command.index("verl.trainer.fsdp_sft_trainer")
                                                                        + 1:]))
     proc = subprocess.run(command)  # a process of its own: its memory is freed before the RL run builds its models

@@ -156,20 +156,27 @@ def refuse_other_model(config) -> None:
     ``actor_rollout_ref.model.path``; it reads the same keys (``trainer.resume_mode``, ``resume_from_path``,
     ``default_local_dir``, ``resume_allow_changes``). The model path is compared as
     :func:`verl.utils.model_presets.resolve_model_path` resolves it (what a checkpoint records); a value that resolves
-    to nothing, and a checkpoint that records no model path, are left to the later checks. The newest checkpoint is
-    found by sizes and a conflict confirmed on the one that also verifies by SHA-256, as ``load_checkpoint`` chooses.
+    to nothing or to a folder without a readable ``config.json``, and a checkpoint that records no model path, are
+    left to the later checks. The newest checkpoint is found by sizes and a conflict confirmed on the one that also
+    verifies by SHA-256, as ``load_checkpoint`` chooses.
 
     Raises:
         CheckpointError: the checkpoint's model differs (both named, and what to do).
     """
-    from verl.utils.model_presets import resolve_model_path
+    from verl.utils.model_presets import PRESETS, ModelPathError, check_model_dir, resolve_model_path
 
     cfg = config.trainer
     if cfg.resume_mode not in ("auto", "resume_path") or MODEL_KEY in list(cfg.resume_allow_changes or []):
         return
-    resolved = resolve_model_path(str(config.actor_rollout_ref.model.path))
+    model = str(config.actor_rollout_ref.model.path)
+    resolved = resolve_model_path(model)
     if resolved is None:
         return  # prepare_model refuses it by name
+    if isinstance(resolved, Path) and model not in PRESETS:
+        try:
+            check_model_dir(resolved)
+        except ModelPathError:
+            return  # prepare_model refuses the folder, and says why
     wanted = str(resolved)
     if cfg.resume_mode == "resume_path":
         step_dir = Path(str(cfg.resume_from_path or ""))
