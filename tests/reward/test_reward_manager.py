@@ -205,7 +205,8 @@ def test_run_record_names_the_switches_that_are_on(tmp_path):
 
     config = OmegaConf.create({"trainer": {"total_training_steps": 3}})
     record = run_record(config, {"REFINEDREWARD": "1", "COARSEREWARD": "0", "WITHLENGTH": "true"})
-    assert record == {"trainer": {"total_training_steps": 3}, "reward_switches_on": ["REFINEDREWARD"]}
+    assert record == {"trainer": {"total_training_steps": 3}, "reward_switches_on": ["REFINEDREWARD"],
+                      "launch": {"recipe": None, "hardware": None}}  # outside a Hydra app: no recipe composed
     assert run_record(config, {})["reward_switches_on"] == []
     # written to the (new) run directory as it is returned
     written = write_run_record(config, str(tmp_path / "run"), {"REFINEDREWARD": "1"})
