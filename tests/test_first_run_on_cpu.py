@@ -195,9 +195,8 @@ def test_requirements_come_from_pyproject():
     ("train_grpo.sh", "SHARED_PROMPT", "yes", "SHARED_PROMPT=yes: expected True or False"),
     ("train_grpo.sh", "N_GPUS", "one", "N_GPUS=one: expected a whole number of GPUs"),
     ("run_router_training.sh", "ROUTER_RECIPE", "ridge", "ROUTER_RECIPE=ridge: expected option_a or value_ridge"),
-    ("run_router_training.sh", "IRRELEVANCE_FRACTION", "1.5", "router.irrelevance_fraction=1.5, "
-                                                              "router.irrelevance_seed=1: expected a fraction from 0 "
-                                                              "(no irrelevance rows) to 1"),
+    ("run_router_training.sh", "IRRELEVANCE_FRACTION", "1.5", "IRRELEVANCE_FRACTION=1.5: expected a number from 0 "
+                                                              "to 1 (it sets router.irrelevance_fraction)"),
     ("run_router_training.sh", "IRRELEVANCE_SEED", "one", "IRRELEVANCE_SEED=one: expected an integer"),
 ])
 def test_launch_script_variables_are_checked_before_any_work(script, name, value, expected, tmp_path):
