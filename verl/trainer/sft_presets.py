@@ -52,6 +52,19 @@ KNOBS = ("epochs", "lr", "max_length", "batch_size", "micro_batch")
 PRESET_FIXES = ("SFT_BASE_MODEL", "SFT_DATA", "SFT_TARGET")  # ignored when the trainer builds a preset on first use
 
 
+def sft_target(preset: str, environ: Mapping[str, str]) -> Path:
+    """Where ``preset`` is built: ``SFT_TARGET``, else the preset's folder (where ``prepare_model`` looks).
+
+    Raises:
+        ValueError: an unknown preset.
+    """
+    from verl.utils.model_presets import preset_dir
+
+    if preset not in PRESET_RECIPES:
+        raise ValueError(f"SFT_PRESET={preset}: expected {' or '.join(PRESET_RECIPES)}")
+    return Path(environ.get("SFT_TARGET") or preset_dir(preset))
+
+
 def sft_command(preset: str, environ: Mapping[str, str], overrides: Sequence[str] = ()) -> tuple[list[str], Path]:
     """The SFT trainer's command line for ``preset`` under ``environ``'s ``SFT_*`` variables, and its target folder.
 
@@ -60,10 +73,8 @@ def sft_command(preset: str, environ: Mapping[str, str], overrides: Sequence[str
         FileNotFoundError: the RLLA files cannot be found (every place looked at is named).
     """
     from verl.utils.dataset.rlla_data import resolve_rlla_file
-    from verl.utils.model_presets import preset_dir
 
-    if preset not in PRESET_RECIPES:
-        raise ValueError(f"SFT_PRESET={preset}: expected {' or '.join(PRESET_RECIPES)}")
+    target = sft_target(preset, environ)
     recipe = PRESET_RECIPES[preset]
     data = environ.get("SFT_DATA") or "train"
     knobs = {**DATA_RECIPES[data if data in DATA_RECIPES else "path"],
@@ -77,7 +88,6 @@ def sft_command(preset: str, environ: Mapping[str, str], overrides: Sequence[str
     finally:
         if saved_data_dir is not None:
             os.environ["DATA_DIR"] = saved_data_dir
-    target = Path(environ.get("SFT_TARGET") or preset_dir(preset))
     nproc = environ.get("SFT_NPROC") or "1"
     if not nproc.isdigit():
         raise ValueError(f"SFT_NPROC={nproc}: expected a whole number of processes")
@@ -104,11 +114,7 @@ def run_sft(preset: str, environ: Mapping[str, str], overrides: Sequence[str] = 
     Raises:
         RuntimeError: the SFT trainer exited non-zero (its output went to this process's stdout / stderr).
     """
-    from verl.utils.model_presets import preset_dir
-
-    if preset not in PRESET_RECIPES:
-        raise ValueError(f"SFT_PRESET={preset}: expected {' or '.join(PRESET_RECIPES)}")
-    built = Path(environ.get("SFT_TARGET") or preset_dir(preset))
+    built = sft_target(preset, environ)
     if (built / "config.json").is_file() and environ.get("SFT_FORCE", "0") != "1":  # before any data search
         logger.info("SFT model already at %s (SFT_FORCE=1 to rebuild)", built)
         return built
