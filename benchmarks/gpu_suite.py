@@ -1,27 +1,36 @@
-"""One command that measures the GPU whenever one is lent (issue 24): ``bash benchmarks/gpu_suite.sh``.
+"""One command that runs and measures the GPU whenever one is lent: ``bash benchmarks/gpu_suite.sh``.
 
-Runs, each as a child process with its own time limit, in this order (the targets first). The whole suite stays under
-``--budget-s`` (570 s by default: one call of a lent GPU machine, whose sessions get 15 minutes of device time in
-all). A step may use the time left less what ``RESERVE`` keeps for the steps after it, and a model of ``update_mfu``
-the step's time left less ``MODEL_RESERVE`` for each model after it, so that a slow step cannot starve the rest; a
-step with under ``MIN_LAUNCH_S`` left is recorded as not run instead of being started:
+Runs, each as a child process with its own time limit, in this order (what users run first). The whole suite stays
+under ``--budget-s`` (480 s by default: one call of a lent GPU machine, whose sessions get 15 minutes of device time
+in all, machine start-up included, which leaves room for a short second call with ``--resume``). A step may use the
+time left less what ``RESERVE`` keeps for the steps after it, and a model of ``update_mfu`` the step's time left less
+``MODEL_RESERVE`` for each model after it, so that a slow step cannot starve the rest; a step with under
+``MIN_LAUNCH_S`` left is recorded as not run instead of being started:
 
-1. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512): the
+1. ``main_job`` — ``benchmarks/resume_check.py``: the router main job as a user runs it (``bash
+   run_router_training.sh``, the GPU recipe, on ``--train-model`` at 8 prompts x 4 x 128 tokens) for 3 steps with
+   ``trainer.deterministic=true``; the same command stopped by SIGTERM after step 1 and run again, resuming; the two
+   runs' last checkpoints and metrics compared bit for bit;
+2. ``train_grpo`` — ``train_grpo.sh`` for a few steps (below);
+3. ``trl`` — ``benchmarks/bench_grpo_vs_trl.py --device cuda``: our GRPO step against TRL's ``GRPOTrainer`` on the
+   same GPU, model, prompts, group size and lengths, HF generation for both (recorded as skipped where ``trl`` is not
+   importable: carry it as wheels, benchmarks/README.md);
+4. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512): the
    padded, packed and shared-prompt layouts with sdpa and the HF rollout's generated tokens/s (plain, shared
    prefill, static KV cache); then the packed and shared layouts with FlexAttention, all three with each decoder
    layer compiled, and with gradient checkpointing; and the SmolLM2-135M-shaped model (update and rollout); a model
    stopped by its time limit keeps the figures it measured before (``partial``; the benchmark writes its JSON after
    every measurement), and ``--resume`` keeps it as measured (delete its entry from the JSON to measure it again);
    a model that crashed keeps its figures too but stays a failure;
-2. ``train_grpo`` — ``train_grpo.sh`` for 10 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
+   ``train_grpo`` — ``train_grpo.sh`` for 6 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
    where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray) at
    ``TRAIN_SIZES``: seconds per step and each phase's share of the step (a run stopped by its time limit after two
    or more steps is kept as ``partial``);
-3. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path) and
+5. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path) and
    the bf16 mixed-precision policy on CUDA against a hand-built bf16 computation;
-4. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
+6. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
    with the reason);
-5. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` measured on the same
+7. the comparison of every figure with the newest committed ``benchmarks/results/gpu_*.json`` measured on the same
    GPU model (ratio new / old).
 
 ``--only`` picks steps and ``--resume JSON`` starts from what an earlier run on the same GPU model recorded: what it
@@ -47,10 +56,14 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_BUDGET_S = 570.0
-# the time kept for each step still to run, as a fraction of --budget-s (570 s: 240 / 120 / 57 / 28 s); measured on an
-# H200 on 2026-11-27: the 0.5B model's updates and rollouts took 226 s, 10 training steps at TRAIN_SIZES over 85 s
-RESERVE = {"update_mfu": 0.42, "train_grpo": 0.21, "exactness": 0.1, "async": 0.05}
+DEFAULT_BUDGET_S = 480.0
+SMOKE_BUDGET_S = 1200.0  # --cpu-smoke on 2 CPU cores: ~7 min
+# the time kept for each step still to run, as a fraction of --budget-s (480 s: 58 / 96 / 96 / 29 / 19 s). Measured
+# on an H200 on 2026-11-27: the 0.5B model's updates and rollouts took 226 s (update_mfu keeps what each model
+# measured before its time ran out), a train_grpo.sh step at TRAIN_SIZES ~10 s after ~30 s of start-up. The main job
+# (three starts, 6 steps and 3 checkpoints in all) is estimated at ~180 s; it gets what is left, 202 s when Ray is
+# missing (as on the lent machines: the async step is then skipped at once)
+RESERVE = {"train_grpo": 0.12, "trl": 0.2, "update_mfu": 0.2, "exactness": 0.06, "async": 0.04}
 MODEL_RESERVE = 0.08  # of update_mfu's time, kept for each model after the one starting
 MIN_LAUNCH_S = 15.0
 
@@ -89,7 +102,7 @@ def measured(step: dict) -> bool:
 
 
 def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
-    """Step 1 (module docstring). ``done``: an earlier run's records of the models (those measured are kept, the others
+    """Step 4 (module docstring). ``done``: an earlier run's records of the models (those measured are kept, the others
     run again)."""
     if args.cpu_smoke:
         configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"]}
@@ -156,27 +169,86 @@ def random_model(shape: str, tmp: Path) -> str:
     return str(path)
 
 
+def train_model(args, tmp: Path) -> str:
+    """The model the training steps use: ``tiny`` with ``--cpu-smoke``, else ``--train-model`` (a ``random:<shape>``
+    one built once per suite run, in ``tmp``)."""
+    if args.cpu_smoke:
+        return "tiny"
+    if args.train_model.startswith("random:"):
+        shape = args.train_model[len("random:"):]
+        built = tmp / f"random_{shape}"
+        return str(built) if built.is_dir() else random_model(shape, tmp)
+    return args.train_model
+
+
+def main_job_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
+    """Step 1 (module docstring): ``resume_check.py``, stopped by its own deadline 20 s before the step's (its runs
+    are sessions of their own, which the step's timeout would not reach)."""
+    if deadline - time.time() < MIN_LAUNCH_S + 20:
+        return run_step("main_job", [], deadline - time.time())  # recorded as not run
+    path = tmp / "resume_check.json"
+    cmd = [sys.executable, "benchmarks/resume_check.py", "--model", train_model(args, tmp), "--json", str(path),
+           "--deadline-s", str(round(deadline - time.time() - 20)), *(["--cpu-smoke"] if args.cpu_smoke else [])]
+    step = run_step("main_job (SIGTERM and resume, bitwise)", cmd, deadline - time.time())
+    if path.is_file():
+        result = json.loads(path.read_text())
+        step.update(bitwise_equal=result.get("ok", False), result=result)
+        step["ok"] = step["ok"] and step["bitwise_equal"]
+        if result.get("reference", {}).get("step_s_mean"):
+            step["step_s"] = result["reference"]["step_s_mean"]
+    return step
+
+
+def trl_importable() -> bool:
+    """Whether TRL is installed (the lent GPU machines have none unless it is carried as wheels)."""
+    return importlib.util.find_spec("trl") is not None
+
+
+def trl_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
+    """Step 3 (module docstring): the bench's JSON is written after each system, so a TRL half cut short keeps ours.
+    Without TRL (the CPU smoke in CI), our half alone runs and TRL's is recorded as skipped."""
+    path = tmp / "trl.json"
+    sizes = (["--prompts", "2", "--n", "2", "--max-new-tokens", "8", "--micro-batch", "4", "--steps", "1",
+              "--warmup", "0", "--single-process"] if args.cpu_smoke else
+             ["--device", "cuda", "--prompts", "8", "--n", "4", "--max-new-tokens", "128", "--micro-batch", "8",
+              "--steps", "2", "--warmup", "1"])
+    only = [] if trl_importable() else ["--only", "ours"]
+    step = run_step("trl (GRPO step vs TRL)", [sys.executable, "benchmarks/bench_grpo_vs_trl.py", *sizes, *only,
+                                              "--model", train_model(args, tmp), "--json", str(path)],
+                    deadline - time.time())
+    if only:
+        step["trl_skipped"] = "trl is not importable on this machine"
+    if path.is_file():
+        by = {r["system"]: r for r in json.loads(path.read_text())["results"]}
+        step.update({name: {k: r.get(k) for k in ("step_median_s", "gen_median_s", "gen_tokens_per_s",
+                                                   "mean_response_tokens", "phases_s", "gpu_peak_gb", "peak_rss_gb")}
+                     for name, r in by.items()})
+        if "ours" in by and "trl" in by:
+            step["ours_over_trl_step"] = by["ours"]["step_median_s"] / by["trl"]["step_median_s"]
+        elif "ours" in by and not step["ok"] and step.get("returncode") is None:
+            step["partial"] = True  # TRL's half ran out of time: ours still counts
+    return step
+
+
 # train_grpo's batch on a GPU (ToolRL's GPU defaults, 512 prompts x 4 x 1,024 tokens, take minutes per step); each
 # can be changed through the environment variable of the same name. Random weights rarely emit EOS: every response
 # runs to MAX_RESPONSE_LENGTH.
 TRAIN_SIZES = {"TRAIN_BATCH_SIZE": "8", "PPO_MINI_BATCH_SIZE": "8", "ROLLOUT_N": "4", "MAX_PROMPT_LENGTH": "1024",
-               "MAX_RESPONSE_LENGTH": "128", "FILTER_OVERLONG": "True", "TOTAL_STEPS": "10"}
+               "MAX_RESPONSE_LENGTH": "128", "FILTER_OVERLONG": "True", "TOTAL_STEPS": "6"}
 SMOKE_TRAIN_SIZES = {"N_GPUS": "0", "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZE": "2", "MICRO_BATCH_PER_GPU": "2",
                      "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "8", "TOTAL_STEPS": "1"}
 
 
 def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
-    """Step 3 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps. The steps a run finished
+    """Step 2 (module docstring): ``train_grpo.sh`` and the per-phase shares of its steps. The steps a run finished
     before its time ran out count too (``metrics.jsonl`` is written per step)."""
     run_dir = tmp / "train_grpo"
     sizes = SMOKE_TRAIN_SIZES if args.cpu_smoke else {k: os.environ.get(k, v) for k, v in TRAIN_SIZES.items()}
     env = {**os.environ, "RUN_DIR": str(run_dir), "EXPERIMENT_NAME": "gpu_suite", "SINGLE_PROCESS": "True",
-           "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "BASE_MODEL": "tiny" if args.cpu_smoke else args.train_model,
-           "PYTHON": sys.executable, **sizes}
+           "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "PYTHON": sys.executable, **sizes}
     if deadline - time.time() < MIN_LAUNCH_S:
         return run_step(f"train_grpo ({args.train_model})", [], deadline - time.time())  # recorded as not run
-    if env["BASE_MODEL"].startswith("random:"):
-        env["BASE_MODEL"] = random_model(env["BASE_MODEL"][len("random:"):], tmp)
+    env["BASE_MODEL"] = train_model(args, tmp)
     step = run_step(f"train_grpo ({args.train_model})", ["bash", "train_grpo.sh", f"trainer.default_local_dir={tmp}/ckpt",
                                    "trainer.val_before_train=False", "trainer.single_process=true"],
                     deadline - time.time(), env=env)
@@ -200,7 +272,7 @@ def ray_importable() -> bool:
 
 
 def async_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
-    """Step 4 (module docstring)."""
+    """Step 6 (module docstring)."""
     if not ray_importable():
         return {"ok": False, "skipped": "Ray is not importable on this machine"}
     path = tmp / "async.json"
@@ -215,7 +287,8 @@ def async_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
     return step
 
 
-STEPS = {"update_mfu": mfu_runs, "train_grpo": train_run, "exactness": exactness_run, "async": async_run}
+STEPS = {"main_job": main_job_run, "train_grpo": train_run, "trl": trl_run, "update_mfu": mfu_runs,
+         "exactness": exactness_run, "async": async_run}
 
 
 def flatten(results: dict) -> dict:
@@ -285,7 +358,12 @@ def summary(steps: dict, device: str, stamp: str, cpu_smoke: bool, previous: Pat
     figures = {
         "update_mfu": {name: s.get("update", {}) for name, s in mfu_steps.items()},
         "rollout_tokens_per_s": {name: s.get("rollout_tokens_per_s", {}) for name, s in mfu_steps.items()},
+        "main_job_step_s": steps.get("main_job", {}).get("step_s"),
         "train_grpo_step_s": steps.get("train_grpo", {}).get("step_s"),
+        "trl": {k: v for k, v in {"ours_step_s": steps.get("trl", {}).get("ours", {}).get("step_median_s"),
+                                  "trl_step_s": steps.get("trl", {}).get("trl", {}).get("step_median_s"),
+                                  "ours_over_trl_step": steps.get("trl", {}).get("ours_over_trl_step")}.items()
+                if v is not None},
         "async": steps.get("async", {}).get("result") or {},
     }
     figures = {k: v for k, v in figures.items() if v not in (None, {})}
@@ -305,7 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on CPU: checks the suite, not the GPU")
     parser.add_argument("--output", default=None, help="JSON (default benchmarks/results/gpu_<date>.json)")
-    parser.add_argument("--budget-s", type=float, default=DEFAULT_BUDGET_S, help="the whole suite's time limit (s)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help=f"the whole suite's time limit (s; default {DEFAULT_BUDGET_S:.0f}, with --cpu-smoke "
+                             f"{SMOKE_BUDGET_S:.0f})")
     parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps to run, of {', '.join(STEPS)}")
     parser.add_argument("--resume", default=None, help="a JSON an earlier (partial) run on the same GPU wrote: what it "
                                                        "measured is kept, the rest of --only runs (again)")
@@ -313,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="train_grpo.sh's BASE_MODEL; random:<shape> (e.g. random:smollm2-135m) builds that "
                              "architecture with seeded random weights where the pretrained ones are not available")
     args = parser.parse_args(argv)
+    if args.budget_s is None:
+        args.budget_s = SMOKE_BUDGET_S if args.cpu_smoke else DEFAULT_BUDGET_S
     unknown = set(args.only.split(",")) - set(STEPS)
     if unknown:
         parser.error(f"--only: unknown step(s) {sorted(unknown)}; expected some of {', '.join(STEPS)}")
@@ -339,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu_suite_", ignore_cleanup_errors=True) as tmp:
         for i, name in enumerate(pending):
-            kept = sum(RESERVE[n] for n in pending[i + 1:] if not (n == "async" and ray_missing)) * args.budget_s
+            kept = sum(RESERVE.get(n, 0.0) for n in pending[i + 1:] if not (n == "async" and ray_missing)) * args.budget_s
             try:
                 steps[name] = STEPS[name](args, Path(tmp), deadline - kept, steps.get(name))
             except Exception as err:  # noqa: BLE001 - recorded, and the suite goes on

@@ -14,7 +14,8 @@ then once to the end. Each start must resume from the newest valid checkpoint se
 HF export, ``data.pt`` with sampler, RNG states and λ) and ``metrics.jsonl`` (steps 1..N once each, in order, the same
 keys) must equal the reference's bitwise, except the metrics that measure time, throughput or memory
 (:data:`VOLATILE`, chosen by inspecting the records: ``timing_s/*``, ``timing_per_token_ms/*``, ``perf/{time_per_step,
-throughput,mfu_*,*_tokens_per_s,peak_tflops_per_worker (measured CPU peak),peak_rss_gb/*}``; counts such as
+throughput,mfu_*,*_tokens_per_s,peak_tflops_per_worker (measured CPU peak),peak_rss_gb/*,
+max_memory_allocated_gb/* (CUDA)}``; counts such as
 ``perf/total_num_tokens`` and ``perf/model_tflops_*`` stay compared). Exit status 0 only when every planned kill
 happened, every start resumed where it should and nothing mismatched.
 """
@@ -45,7 +46,8 @@ from verl.utils import checkpoint_manifest as cm  # noqa: E402
 RUNNER = REPO_ROOT / "tests" / "trainer" / "run_in_process.py"
 FAULT_PHASES = ("gen", "reward", "old_log_prob", "update_actor", "save_checkpoint", "save_partial", "save_published")
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/mfu_",
-            "perf/peak_tflops_per_worker", "perf/peak_rss_gb/", "perf/gen_tokens_per_s", "perf/actor_tokens_per_s")
+            "perf/peak_tflops_per_worker", "perf/peak_rss_gb/", "perf/max_memory_allocated_gb/", "perf/gen_tokens_per_s",
+            "perf/actor_tokens_per_s")
 REQUIRED_FILES = ("actor/model_world_size_1_rank_0.pt", "actor/optim_world_size_1_rank_0.pt",
                   "actor/router_world_size_1_rank_0.pt", "data.pt")
 REWARD = '''

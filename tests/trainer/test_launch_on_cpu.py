@@ -72,6 +72,7 @@ def test_irrelevance_rows_need_the_router_and_the_discovered_file():
 
 
 @pytest.mark.parametrize("override", ["trainer.build_sft_preset=true", "trainer.plot_on_finish=true",
+                                      "trainer.deterministic=true",
                                       "reward_model.switches=[REFINEDREWARD]", "router.irrelevance_fraction=0.5"])
 def test_the_async_mode_refuses_the_launch_keys_it_does_not_run(override):
     from hydra import compose, initialize_config_dir

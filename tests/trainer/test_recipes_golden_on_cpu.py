@@ -27,7 +27,7 @@ CASES = GOLDEN["cases"]
 
 # keys the move added to the YAML: absent from the golden; their defaults keep a ToolRL line unchanged
 NEW_KEYS = {"router.irrelevance_fraction": 0.0, "router.irrelevance_seed": 1, "trainer.build_sft_preset": False,
-            "trainer.plot_on_finish": False, "reward_model.switches": []}
+            "trainer.plot_on_finish": False, "reward_model.switches": [], "trainer.deterministic": False}
 # what the scripts did outside the config and a recipe now says in it (the SFT preset on first use, the plots)
 SCRIPT_DID = {"trainer.build_sft_preset": True, "trainer.plot_on_finish": True}
 

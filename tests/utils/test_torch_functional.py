@@ -220,3 +220,33 @@ def test_lr_schedules():
     assert _lrs(sched, opt, 5) == pytest.approx([1e-4, 5.5e-4, 1e-3, 7.75e-4, 3.25e-4])
     with pytest.raises(ValueError):
         verl_F.get_cosine_schedule_with_warmup(opt, 1, 5, min_lr_ratio=1.5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_temperature_inside_the_chunks_is_bitwise_the_full_size_float32_division(dtype, temperature):
+    """The actor used to pass ``logits.float() / temperature`` (two full-size float32 copies of the [N, V] logits);
+    it now passes the logits in the model's dtype and the temperature: values and gradients must not move a bit."""
+    torch.manual_seed(0)
+    base = (torch.randn(37, 1000) * 3).to(dtype)
+    labels = torch.randint(0, 1000, (37,))
+    weights = torch.randn(37)
+
+    def run(inside: bool, want: str):
+        x = base.clone().requires_grad_(True)
+        z = x if inside else x.float() / temperature
+        t = {"temperature": temperature} if inside else {}
+        if want == "both" and inside:
+            lp, ent = verl_F.logprobs_and_entropy_from_logits(z, labels, chunk_size=8, **t)
+        else:
+            lp = verl_F.logprobs_from_logits(z, labels, chunk_size=8, **t) if want != "entropy" else None
+            ent = verl_F.entropy_from_logits(z, 8, **t) if want != "logprob" else None
+        loss = sum((v * w).sum() for v, w in ((lp, weights), (ent, weights.flip(0))) if v is not None)
+        loss.backward()
+        return [v.detach() for v in (lp, ent) if v is not None] + [x.grad]
+
+    for want in ("logprob", "entropy", "both"):
+        for new, old in zip(run(True, want), run(False, want), strict=True):
+            assert new.dtype == old.dtype and torch.equal(new, old), want
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        verl_F.logprobs_from_logits(base, labels, temperature=0.0)

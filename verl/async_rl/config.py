@@ -124,7 +124,7 @@ def refuse_learner_ignored(actor: DictConfig, default_actor: DictConfig) -> None
 
 
 # keys of main_ppo's launch path that the async mode has no step for: refused when set
-ASYNC_IGNORES = ("reward_model.switches", "trainer.build_sft_preset", "trainer.plot_on_finish",
+ASYNC_IGNORES = ("reward_model.switches", "trainer.build_sft_preset", "trainer.plot_on_finish", "trainer.deterministic",
                  "router.irrelevance_fraction", "router.irrelevance_seed")
 
 
@@ -165,7 +165,7 @@ def typed_async_config(config: DictConfig) -> DictConfig:
         if OmegaConf.select(typed, key) != OmegaConf.select(defaults, key):
             raise ConfigError(f"{key}={OmegaConf.select(typed, key)}: the async mode does not read it (its "
                               f"environments score with their own reward, and it builds no SFT preset, irrelevance "
-                              f"rows or plots); leave it at {OmegaConf.select(defaults, key)}")
+                              f"rows, plots or deterministic kernels); leave it at {OmegaConf.select(defaults, key)}")
     if typed.actor_rollout_ref.model.lora_rank:
         raise ConfigError("actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
                           "runs in the synchronous trainer (python -m verl.trainer.main_ppo)")

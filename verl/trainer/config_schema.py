@@ -350,6 +350,7 @@ class TrainerConfig:
     max_critic_ckpt_to_keep: Optional[int] = MISSING
     resume_allow_changes: List[Any] = MISSING
     seed: int = MISSING
+    deterministic: bool = MISSING
     build_sft_preset: bool = MISSING
     plot_on_finish: bool = MISSING
 

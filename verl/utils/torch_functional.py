@@ -216,69 +216,135 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
+def _check_logit_args(chunk_size: int, temperature: float, logits=None, labels=None) -> None:
+    """The shared argument checks of the chunked log-prob / entropy functions (ValueError naming the argument)."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    if labels is not None and logits.shape[:-1] != labels.shape:
+        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} leading shapes differ")
+
+
+def _scaled_chunk(logits: torch.Tensor, start: int, end: int, cdtype: torch.dtype, temperature: float):
+    """Rows ``[start, end)`` of ``logits`` in ``cdtype``, divided by ``temperature`` unless it is 1: the same values,
+    bit for bit, as the same rows of ``logits.to(cdtype) / temperature``, without that full-size tensor."""
+    chunk = logits[start:end].to(cdtype)
+    return chunk if temperature == 1.0 else chunk / temperature
+
+
 class _ChunkedLogProb(torch.autograd.Function):
-    """log p(label) = x[label] - logsumexp(x), forward and backward in row chunks of a flat ``[N, V]`` input."""
+    """log p(label) = z[label] - logsumexp(z), z = x / temperature, forward and backward in row chunks of a flat
+    ``[N, V]`` input ``x`` of any float dtype (z in float32, or float64 for float64 input). Only ``x`` is kept for the
+    backward: no float32 copy of the ``[N, V]`` logits is ever whole."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int):
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int, temperature: float):
         cdtype = _compute_dtype(logits.dtype)
         n = logits.shape[0]
         out = torch.empty(n, dtype=cdtype, device=logits.device)
         lse = torch.empty(n, dtype=cdtype, device=logits.device)
         for s in range(0, n, chunk_size):
-            chunk = logits[s : s + chunk_size].to(cdtype)
+            chunk = _scaled_chunk(logits, s, s + chunk_size, cdtype, temperature)
             lse[s : s + chunk_size] = torch.logsumexp(chunk, dim=-1)
             picked = chunk.gather(-1, labels[s : s + chunk_size].unsqueeze(-1)).squeeze(-1)
             out[s : s + chunk_size] = picked - lse[s : s + chunk_size]
         ctx.save_for_backward(logits, labels, lse)
-        ctx.chunk_size = chunk_size
+        ctx.chunk_size, ctx.temperature = chunk_size, temperature
         return out
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         logits, labels, lse = ctx.saved_tensors
-        chunk_size = ctx.chunk_size
+        chunk_size, temperature = ctx.chunk_size, ctx.temperature
         grad = torch.empty_like(logits)
         for s in range(0, logits.shape[0], chunk_size):
             e = s + chunk_size
-            # d/dx_j [x_label - lse] = 1[j == label] - softmax_j
-            g = -torch.exp(logits[s:e].to(lse.dtype) - lse[s:e].unsqueeze(-1))
+            # d/dz_j [z_label - lse] = 1[j == label] - softmax_j; dz/dx = 1 / temperature
+            g = -torch.exp(_scaled_chunk(logits, s, e, lse.dtype, temperature) - lse[s:e].unsqueeze(-1))
             g.scatter_add_(-1, labels[s:e].unsqueeze(-1), torch.ones_like(lse[s:e]).unsqueeze(-1))
-            grad[s:e] = (g * grad_out[s:e].unsqueeze(-1)).to(grad.dtype)
-        return grad, None, None
+            g = g * grad_out[s:e].unsqueeze(-1)
+            grad[s:e] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+        return grad, None, None, None
 
 
 class _ChunkedEntropy(torch.autograd.Function):
-    """H = -sum_j p_j log p_j with log p = x - logsumexp(x), forward and backward in row chunks of a flat ``[N, V]``."""
+    """H = -sum_j p_j log p_j with log p = z - logsumexp(z), z = x / temperature, forward and backward in row chunks
+    of a flat ``[N, V]`` input ``x`` (as :class:`_ChunkedLogProb`)."""
 
     @staticmethod
-    def forward(ctx, logits: torch.Tensor, chunk_size: int):
+    def forward(ctx, logits: torch.Tensor, chunk_size: int, temperature: float):
         cdtype = _compute_dtype(logits.dtype)
         n = logits.shape[0]
         out = torch.empty(n, dtype=cdtype, device=logits.device)
         lse = torch.empty(n, dtype=cdtype, device=logits.device)
         for s in range(0, n, chunk_size):
-            chunk = logits[s : s + chunk_size].to(cdtype)
+            chunk = _scaled_chunk(logits, s, s + chunk_size, cdtype, temperature)
             lse[s : s + chunk_size] = torch.logsumexp(chunk, dim=-1)
             logp = chunk - lse[s : s + chunk_size].unsqueeze(-1)
             out[s : s + chunk_size] = -(torch.exp(logp) * logp).sum(-1)  # non-negative terms: no cancellation
         ctx.save_for_backward(logits, lse, out)
-        ctx.chunk_size = chunk_size
+        ctx.chunk_size, ctx.temperature = chunk_size, temperature
         return out
 
     @staticmethod
     def backward(ctx, grad_out: torch.Tensor):
         logits, lse, entropy = ctx.saved_tensors
-        chunk_size = ctx.chunk_size
+        chunk_size, temperature = ctx.chunk_size, ctx.temperature
         grad = torch.empty_like(logits)
         for s in range(0, logits.shape[0], chunk_size):
             e = s + chunk_size
-            logp = logits[s:e].to(lse.dtype) - lse[s:e].unsqueeze(-1)
-            # dH/dx_j = -p_j (x_j - E_p[x]) = -p_j (log p_j + H), since E_p[x] = lse - H
-            grad[s:e] = (-torch.exp(logp) * (logp + entropy[s:e].unsqueeze(-1)) * grad_out[s:e].unsqueeze(-1)).to(
-                grad.dtype
-            )
-        return grad, None
+            logp = _scaled_chunk(logits, s, e, lse.dtype, temperature) - lse[s:e].unsqueeze(-1)
+            # dH/dz_j = -p_j (z_j - E_p[z]) = -p_j (log p_j + H), since E_p[z] = lse - H; dz/dx = 1 / temperature
+            g = -torch.exp(logp) * (logp + entropy[s:e].unsqueeze(-1)) * grad_out[s:e].unsqueeze(-1)
+            grad[s:e] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+        return grad, None, None
+
+
+class _ChunkedLogProbEntropy(torch.autograd.Function):
+    """Both of :class:`_ChunkedLogProb` and :class:`_ChunkedEntropy` from one pass over the chunks. Their gradients
+    are summed in float32 before the division by the temperature and the cast to ``x``'s dtype, as autograd sums
+    them when both take the same float32 tensor (``x.float() / temperature``): the same bits, where two separate
+    calls on bf16 ``x`` would each round their gradient to bf16 before adding."""
+
+    @staticmethod
+    def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int, temperature: float):
+        cdtype = _compute_dtype(logits.dtype)
+        n = logits.shape[0]
+        logprob, entropy, lse = (torch.empty(n, dtype=cdtype, device=logits.device) for _ in range(3))
+        for s in range(0, n, chunk_size):
+            e = s + chunk_size
+            chunk = _scaled_chunk(logits, s, e, cdtype, temperature)
+            lse[s:e] = torch.logsumexp(chunk, dim=-1)
+            logprob[s:e] = chunk.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - lse[s:e]
+            logp = chunk - lse[s:e].unsqueeze(-1)
+            entropy[s:e] = -(torch.exp(logp) * logp).sum(-1)
+        ctx.save_for_backward(logits, labels, lse, entropy)
+        ctx.chunk_size, ctx.temperature = chunk_size, temperature
+        return logprob, entropy
+
+    @staticmethod
+    def backward(ctx, grad_logprob: torch.Tensor, grad_entropy: torch.Tensor):
+        logits, labels, lse, entropy = ctx.saved_tensors
+        chunk_size, temperature = ctx.chunk_size, ctx.temperature
+        grad = torch.empty_like(logits)
+        for s in range(0, logits.shape[0], chunk_size):
+            e = s + chunk_size
+            z = _scaled_chunk(logits, s, e, lse.dtype, temperature)
+            g = None
+            if grad_logprob is not None:  # as _ChunkedLogProb.backward
+                g = -torch.exp(z - lse[s:e].unsqueeze(-1))
+                g.scatter_add_(-1, labels[s:e].unsqueeze(-1), torch.ones_like(lse[s:e]).unsqueeze(-1))
+                g = g * grad_logprob[s:e].unsqueeze(-1)
+            if grad_entropy is not None:  # as _ChunkedEntropy.backward
+                logp = z - lse[s:e].unsqueeze(-1)
+                h = -torch.exp(logp) * (logp + entropy[s:e].unsqueeze(-1)) * grad_entropy[s:e].unsqueeze(-1)
+                g = h if g is None else g + h
+            if g is None:
+                grad[s:e] = 0
+                continue
+            grad[s:e] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+        return grad, None, None, None
 
 
 def logprobs_from_logits(
@@ -287,31 +353,34 @@ def logprobs_from_logits(
     inplace_backward: bool = True,
     *,
     chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE,
+    temperature: float = 1.0,
 ) -> torch.Tensor:
-    """Log-probability of ``labels`` under ``softmax(logits)``, memory-bounded.
+    """Log-probability of ``labels`` under ``softmax(logits / temperature)``, memory-bounded.
 
     Args:
-        logits: float tensor ``[..., V]`` (any float dtype; computed in float32, or float64 for float64 input).
+        logits: float tensor ``[..., V]`` (any float dtype; computed in float32, or float64 for float64 input, a chunk
+            of rows at a time: bf16 logits are never copied whole to float32).
         labels: LongTensor ``[...]`` of token ids, same leading shape as ``logits``.
         inplace_backward: upstream's third argument (its flash-attn cross-entropy option), in upstream's place so
             that upstream calls, positional or keyword, keep working. Either value gives the same result here: the
             chunked backward below writes each chunk's gradient once and never needs an in-place variant.
         chunk_size: keyword only; tokens (rows of the flattened ``[N, V]`` logits) processed at once. Any other
             keyword is a ``TypeError``.
+        temperature: keyword only; the sampling temperature the logits are divided by (verl divides the logits by
+            it before the log-softmax). The result equals, bit for bit, that of ``logits.float() / temperature``
+            passed with ``temperature=1`` (the division is elementwise, per chunk), gradient included.
 
     Returns:
         float32 (float64) tensor of shape ``labels.shape``. Differentiable w.r.t. ``logits``; the backward is chunked
-        too (gradient ``onehot(label) - softmax``).
+        too (gradient ``(onehot(label) - softmax) / temperature``, in ``logits``' dtype).
 
     Raises:
-        ValueError: ``chunk_size < 1`` or mismatched leading shapes.
+        ValueError: ``chunk_size < 1``, ``temperature <= 0`` or mismatched leading shapes.
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    if logits.shape[:-1] != labels.shape:
-        raise ValueError(f"logits {tuple(logits.shape)} and labels {tuple(labels.shape)} leading shapes differ")
+    _check_logit_args(chunk_size, temperature, logits, labels)
     lead = labels.shape
-    flat = _ChunkedLogProb.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), chunk_size)
+    flat = _ChunkedLogProb.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), chunk_size,
+                                 float(temperature))
     return flat.reshape(lead)
 
 
@@ -321,25 +390,50 @@ def logprobs_from_logits_naive(logits: torch.Tensor, labels: torch.Tensor) -> to
     return logp.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
 
 
-def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE) -> torch.Tensor:
-    """Entropy ``H = -sum_v p_v log p_v`` of ``softmax(logits)`` per position, memory-bounded.
+def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor, *,
+                                     chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE,
+                                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs_from_logits(...), entropy_from_logits(...))`` of the same logits in one chunked pass, with the
+    gradient both send to ``logits`` summed in float32 (the same bits as the two functions applied to
+    ``logits.float() / temperature``; two separate calls on bf16 logits would round each gradient to bf16 first).
 
-    Computed from ``log p = x - logsumexp(x)`` in chunks of ``chunk_size`` tokens (float32 scratch per chunk).
+    Args:
+        logits: float tensor ``[..., V]``; labels: LongTensor ``[...]``; chunk_size, temperature: as in
+            :func:`logprobs_from_logits`.
+
+    Returns:
+        ``(log_probs, entropy)``, each float32 (float64) of shape ``labels.shape``; differentiable.
+
+    Raises:
+        ValueError: ``chunk_size < 1``, ``temperature <= 0`` or mismatched leading shapes.
+    """
+    _check_logit_args(chunk_size, temperature, logits, labels)
+    logprob, entropy = _ChunkedLogProbEntropy.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(),
+                                                    chunk_size, float(temperature))
+    return logprob.reshape(labels.shape), entropy.reshape(labels.shape)
+
+
+def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE, *,
+                        temperature: float = 1.0) -> torch.Tensor:
+    """Entropy ``H = -sum_v p_v log p_v`` of ``softmax(logits / temperature)`` per position, memory-bounded.
+
+    Computed from ``log p = z - logsumexp(z)``, ``z = logits / temperature``, in chunks of ``chunk_size`` tokens
+    (float32 scratch per chunk; equal bit for bit to passing ``logits.float() / temperature``).
 
     Args:
         logits: float tensor ``[..., V]``.
         chunk_size: tokens processed at once.
+        temperature: keyword only; as in :func:`logprobs_from_logits`.
 
     Returns:
-        float32 (float64) tensor ``[...]``; differentiable (``dH/dx_j = -p_j (x_j - E_p[x])``, chunked).
+        float32 (float64) tensor ``[...]``; differentiable (``dH/dz_j = -p_j (z_j - E_p[z])``, chunked).
 
     Raises:
-        ValueError: ``chunk_size < 1``.
+        ValueError: ``chunk_size < 1`` or ``temperature <= 0``.
     """
-    if chunk_size < 1:
-        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    _check_logit_args(chunk_size, temperature)
     lead = logits.shape[:-1]
-    return _ChunkedEntropy.apply(logits.reshape(-1, logits.shape[-1]), chunk_size).reshape(lead)
+    return _ChunkedEntropy.apply(logits.reshape(-1, logits.shape[-1]), chunk_size, float(temperature)).reshape(lead)
 
 
 def entropy_from_logits_naive(logits: torch.Tensor) -> torch.Tensor:
@@ -419,6 +513,7 @@ __all__: List[str] = [
     "postprocess_data",
     "tokenize_and_postprocess_data",
     "logprobs_from_logits",
+    "logprobs_and_entropy_from_logits",
     "logprobs_from_logits_naive",
     "entropy_from_logits",
     "entropy_from_logits_naive",

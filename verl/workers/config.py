@@ -216,9 +216,11 @@ class ActorRolloutRefConfig:
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     # derived by verl.trainer.config_utils.normalize_config and the trainer (not keys of the YAML): the resolved
-    # device, trainer.seed, and the top-level router section (the actor worker owns the router head)
+    # device, trainer.seed and trainer.deterministic, and the top-level router section (the actor worker owns the
+    # router head)
     device: Optional[str] = None
     seed: Optional[int] = None
+    deterministic: Optional[bool] = None
     router: Any = None
 
 
@@ -259,11 +261,12 @@ class CriticConfig:
     cliprange_value: float = MISSING
     loss_agg_mode: str = MISSING
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
-    # derived (not keys of the YAML): rollout.n, the device and trainer.seed from normalize_config / the trainer,
-    # use_remove_padding inside the worker
+    # derived (not keys of the YAML): rollout.n, the device, trainer.seed and trainer.deterministic from
+    # normalize_config / the trainer, use_remove_padding inside the worker
     rollout_n: Optional[int] = None
     device: Optional[str] = None
     seed: Optional[int] = None
+    deterministic: Optional[bool] = None
     use_remove_padding: Optional[bool] = None
 
 

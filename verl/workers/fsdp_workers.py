@@ -14,6 +14,7 @@ Checkpoint layout (upstream's): ``local_path/model_world_size_{W}_rank_{R}.pt`` 
 """
 from __future__ import annotations
 
+import json
 import logging
 import os
 import random
@@ -27,6 +28,7 @@ from omegaconf import DictConfig, open_dict
 from verl.protocol import DataProto
 from verl.single_controller.base.decorator import Dispatch, register
 from verl.single_controller.base.worker import Worker
+from verl.utils.determinism import set_deterministic
 from verl.utils.lora import adapters_disabled, is_lora, trainable_state
 from verl.utils.memory import phase_peak_memory
 from verl.utils.model_presets import prepare_model
@@ -234,6 +236,10 @@ class _ModelWorkerMixin:
     """Device, distributed init and timing shared by both workers."""
 
     def _setup_device(self) -> None:
+        """The worker's device, the deterministic kernels when ``<role>.deterministic`` (``trainer.deterministic``,
+        :func:`verl.utils.determinism.set_deterministic`) and the process group."""
+        if self.config.get("deterministic", False):
+            logger.info("deterministic kernels: %s", json.dumps(set_deterministic(True)))
         self.device = _resolve_device(self.config)
         if self.device == "cuda":
             torch.cuda.set_device(self.local_rank % torch.cuda.device_count())

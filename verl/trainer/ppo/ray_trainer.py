@@ -159,6 +159,7 @@ class RayPPOTrainer:
         self.config.critic.optim.total_training_steps = total
         for role in (self.config.actor_rollout_ref, self.config.critic):  # workers seed their RNGs with it (+rank)
             role.seed = self.config.trainer.seed
+            role.deterministic = self.config.trainer.deterministic  # applied in each worker's process
         OmegaConf.set_struct(self.config, True)
         logger.info("train: %d rows, %d steps/epoch, %d total steps; val: %d rows", len(train_dataset),
                     self.steps_per_epoch, total, len(val_dataset))

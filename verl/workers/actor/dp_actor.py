@@ -31,7 +31,7 @@ from verl.utils.seqlen_balancing import split_micro_batches
 from verl.utils.fused_linear_logprob import (check_forward_logits, fused_head_problem, head_computes_logprobs,
                                              head_records_expected_logits)
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch
-from verl.utils.torch_functional import entropy_from_logits, logprobs_from_logits
+from verl.utils.torch_functional import logprobs_and_entropy_from_logits, logprobs_from_logits
 
 logger = logging.getLogger(__name__)
 
@@ -245,9 +245,13 @@ class DataParallelPPOActor:
             log_probs = scored[:, 0]
             entropy = scored[:, 1] if calculate_entropy else None
         else:
-            logits = select(self.actor_module(**inputs, use_cache=False).logits).float() / temperature
-            log_probs = logprobs_from_logits(logits, labels)
-            entropy = entropy_from_logits(logits) if calculate_entropy else None
+            # in the model's dtype: the chunked functions upcast and divide by the temperature a chunk at a time, so
+            # the [N, V] logits never exist whole in float32 (bf16 on a GPU: 2x less memory traffic, same bits)
+            logits = select(self.actor_module(**inputs, use_cache=False).logits)
+            if calculate_entropy:  # one pass, the two gradients summed in float32
+                log_probs, entropy = logprobs_and_entropy_from_logits(logits, labels, temperature=temperature)
+            else:
+                log_probs, entropy = logprobs_from_logits(logits, labels, temperature=temperature), None
         if in_response is None:  # padded: back to [b, R]
             log_probs = log_probs.view(batch_size, response_length)
             entropy = entropy.view(batch_size, response_length) if entropy is not None else None
