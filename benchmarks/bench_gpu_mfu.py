@@ -13,7 +13,9 @@ forward, logits at response positions) against the GPU's dense bf16 peak, so for
 printed beside it. ``--attn-implementation flex_attention`` runs the layouts through FlexAttention (block masks);
 ``--compile-layers`` compiles each decoder layer for the update pass. The rollout is ``HFRollout.generate_sequences``
 (KV cache, sampling at temperature 1) on the same prompts with ``n`` samples each: plain, with the shared prefill, and
-with a static KV cache (``rollout.cache_implementation=static``, decoded by a compiled forward on CUDA); tokens/s
+with a static KV cache (``rollout.cache_implementation=static``, decoded by a compiled forward on CUDA), each decoding
+with the rollout's plain copy of the one-rank FSDP2 model (``verl/workers/rollout/decode_copy.py``), and ``wrapped``:
+plain decoding through the FSDP2 wrapper itself (the rollout before that copy, for the ratio); tokens/s
 counts generated tokens up to EOS (random weights rarely stop, so nearly all R), after a first (warm-up) call.
 
     python benchmarks/bench_gpu_mfu.py --json mfu.json        # needs a CUDA GPU
@@ -118,8 +120,9 @@ def main() -> None:
     parser.add_argument("--compile-layers", action="store_true",
                         help="torch.compile each decoder layer for the update pass (regional compilation)")
     parser.add_argument("--layouts", default="padded,packed,shared", help="update-pass layouts to time")
-    parser.add_argument("--rollouts", default="plain,shared_prefill,static",
-                        help="HF rollout variants to time (static: rollout.cache_implementation=static); '' for none")
+    parser.add_argument("--rollouts", default="plain,wrapped,shared_prefill,static",
+                        help="HF rollout variants to time (static: rollout.cache_implementation=static; wrapped: "
+                             "decoding through the FSDP2 wrapper, no plain copy); '' for none")
     parser.add_argument("--rollout-steps", type=int, default=2)
     parser.add_argument("--mixed-precision", default=None, choices=["bf16", "fp32"],
                         help="fsdp_config.mixed_precision.param_dtype: bf16 compute over float32 master weights "
@@ -223,6 +226,8 @@ def main() -> None:
             dtype="bfloat16" if args.mixed_precision == "bf16" else "float32",
             micro_batch_size=args.rollout_micro_batch, shared_prefill=variant == "shared_prefill",
             cache_implementation="static" if variant == "static" else None)), tokenizer)
+        if variant == "wrapped":
+            rollout.decode_copy = None  # decode through the FSDP2 wrapper (hooks at every layer and token)
         gen_times, gen_tokens = [], []
         for i in range(1 + args.rollout_steps):  # the first call warms up (and compiles the static cache's decode)
             _sync()

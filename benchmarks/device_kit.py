@@ -101,7 +101,7 @@ def device_call(tree: str) -> dict:
                "/tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; "
                f"export TOOLRL_CACHE=$PWD/.devcache TOOLRL_OFFLINE=1 PYTHONUNBUFFERED=1 GPU_SUITE_TREE={tree}; "
                f"set -o pipefail; {SUITE} 2>&1 | tee $OUT/gpu_suite.log")
-    return {"command": command, "carry": [".whl", ".devcache", "dataset/rlla_4k"], "timeout_s": 560}
+    return {"command": command, "carry": [".whl", ".devcache", "dataset/rlla_4k"], "timeout_s": 600}
 
 
 def main(argv=None) -> int:

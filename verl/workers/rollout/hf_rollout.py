@@ -7,7 +7,9 @@ prefilled once, whether its copies come from the trainer's ``n``-fold repeat (up
 to every row that shares them (``DynamicCache.batch_select_indices``) and ``generate`` continues from that cache, so
 the decoded tokens are those of the unshared call (test: greedy and seeded sampling give identical tokens).
 Under FSDP2 with several ranks every rank keeps stepping until all ranks finish (``synced_gpus``), because each
-forward of a sharded module is a collective.
+forward of a sharded module is a collective. On one rank (an FSDP2 module only for its bf16 policy) decoding runs on a
+plain copy in the policy's dtype, refreshed from the actor before each call (``decode_copy.py``: the same tokens,
+without FSDP2's hooks at every generated token).
 
 ``rollout.cache_implementation=static`` passes ``generate`` a fixed-size KV cache (``StaticCache``); on CUDA
 transformers then decodes with a ``torch.compile``d forward (one graph per batch shape, compiled on the first call).
@@ -29,6 +31,7 @@ from verl.protocol import DataProto
 from verl.utils.mixed_precision import dtype_from_name, param_dtype_of, unsharded_for_generation
 from verl.utils.model_utils import compute_autocast
 from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, resolve_sampling
+from verl.workers.rollout.decode_copy import decode_copy_for
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS, TOOL_CALL_TEXT, ForbidText
 
 logger = logging.getLogger(__name__)
@@ -162,8 +165,17 @@ class HFRollout(BaseRollout):
         return eos, int(pad)
 
     def _prefill_once(self, ids: torch.Tensor, mask: torch.Tensor, synced: bool = False):
-        """:func:`prefill_once` on this rollout's module."""
-        return prefill_once(self.module, ids, mask, synced)
+        """:func:`prefill_once` on the module decoding (this rollout's module, or its decoding copy during a call)."""
+        return prefill_once(getattr(self, "_decoding", None) or self.module, ids, mask, synced)
+
+    def _decode_module(self, synced: bool) -> tuple[torch.nn.Module, bool]:
+        """``(module to decode with, whether it is the FSDP2 actor itself)``: on one rank the plain copy
+        (:class:`~verl.workers.rollout.decode_copy.DecodeCopy`, built on first use), refreshed from the actor."""
+        if not hasattr(self, "decode_copy"):
+            self.decode_copy = decode_copy_for(self.module, 2 if synced else 1)
+        if self.decode_copy is None:
+            return self.module, True
+        return self.decode_copy.refreshed(), False
 
     @torch.no_grad()
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -199,19 +211,22 @@ class HFRollout(BaseRollout):
         record = bool(self.config.calculate_log_probs)
         device = next(self.module.parameters()).device
         synced = dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        module, is_actor = self._decode_module(synced)
+        self._decoding = module
         batch = prompts.batch
         size = len(prompts)
         step = int(self.micro_batch_size or size)
-        was_training = self.module.training
-        self.module.eval()
+        was_training = module.training
+        module.eval()
         # FlexAttention is the training layouts' kernel; decoding with a KV cache runs sdpa (exact, and no
         # block-mask compile per step)
-        attention = getattr(getattr(self.module, "config", None), "_attn_implementation", None)
+        attention = getattr(getattr(module, "config", None), "_attn_implementation", None)
         if attention == "flex_attention":
-            self.module.set_attn_implementation("sdpa")
+            module.set_attn_implementation("sdpa")
         chunks, log_prob_chunks = [], []
         gathered = contextlib.ExitStack()  # FSDP2: gather the parameters once for all decoding steps
-        gathered.enter_context(unsharded_for_generation(self.module))
+        if is_actor:
+            gathered.enter_context(unsharded_for_generation(module))
         try:
             for start in range(0, size, step):
                 ids = batch["input_ids"][start:start + step].to(device)
@@ -234,8 +249,8 @@ class HFRollout(BaseRollout):
                       else contextlib.nullcontext()):
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
-                        extra[cache_keyword(self.module)] = self._prefill_once(ids, mask, synced)
-                    out = self.module.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
+                        extra[cache_keyword(module)] = self._prefill_once(ids, mask, synced)
+                    out = module.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
                                                synced_gpus=synced, tokenizer=self.tokenizer if stop else None,
                                                **extra)
                 response = out[:, ids.shape[1]:]
@@ -244,9 +259,10 @@ class HFRollout(BaseRollout):
                     log_prob_chunks.append(recorder.finish(out, length).cpu())
         finally:
             gathered.close()
-            self.module.train(was_training)
+            self._decoding = None
+            module.train(was_training)
             if attention == "flex_attention":
-                self.module.set_attn_implementation("flex_attention")
+                module.set_attn_implementation("flex_attention")
         responses = torch.cat(chunks, dim=0)
         if stop:  # a row ended by a stop string is followed by pad ids: the pad id ends its response mask too
             eos = [*(eos if isinstance(eos, (list, tuple)) else [eos]), pad]
