@@ -148,3 +148,24 @@ def test_plot_metrics_writes_pngs(tmp_path):
     names = sorted(p.name for p in written)
     assert names == ["entropy.png", "reward.png", "timing.png"]
     assert all(p.stat().st_size > 1000 for p in written)
+
+
+def test_the_router_panel_draws_the_policys_cost_against_the_budget(tmp_path, monkeypatch):
+    """Each quantity on a plot of its own, and the cost plotted is the policy's expected cost (what λ drives to B), not
+    the stratified batch's mean cost (fixed near the uniform mix's 0.67 whatever the policy does)."""
+    from verl.utils import plot_metrics
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps({
+        "step": s, "router/lambda": 3.0 - s, "router/policy_cost": 0.3, "router/mean_cost": 0.67, "router/budget": 0.3,
+        "router/policy_prob_answer": 0.7, "router/policy_prob_search": 0.15, "router/policy_prob_calculate": 0.15,
+        "router/frac_answer": 0.33, "router/policy_task_reward": -2.0}) for s in (1, 2)))
+    drawn = {}
+    original = plot_metrics._draw
+    monkeypatch.setattr(plot_metrics, "_draw", lambda ax, series, keys, title: (drawn.__setitem__(title, keys),
+                                                                                 original(ax, series, keys, title)))
+    assert [p.name for p in plot_metrics.plot(path, tmp_path / "plots")] == ["router.png"]
+    assert drawn == {"lambda": ["router/lambda"], "policy cost vs budget B": ["router/policy_cost", "router/budget"],
+                     "route probabilities": ["router/policy_prob_answer", "router/policy_prob_calculate",
+                                             "router/policy_prob_search"],
+                     "task reward": ["router/policy_task_reward"]}

@@ -4,8 +4,9 @@ Usage: ``python -m verl.utils.plot_metrics outputs/<project>/<experiment>/metric
 
 Writes one PNG per panel into ``--out`` (default: the jsonl's directory / ``plots``): reward (train and validation),
 reward components, KL, entropy, response length, timing breakdown, and — when the run logged them — the router panel
-(λ, mean cost vs budget, route fractions, task reward); for an SFT log, the train/validation loss. Prints the
-written file names.
+(four plots, each on its own scale: λ; the policy's expected tool cost ``router/policy_cost`` against the budget B,
+the quantity λ's dual step drives towards B; the policy's route probabilities; its task reward); for an SFT log, the
+train/validation loss. Prints the written file names.
 """
 from __future__ import annotations
 
@@ -33,8 +34,14 @@ PANELS = {
     "episodes": ["env/*/success_rate", "val/env/*/success_rate", "env/*/episode_return/mean",
                  "val/env/*/episode_return/mean", "env/*/invalid_action_rate", "env/*/episode_length/mean"],
     "step_groups": ["gigpo/num_step_groups", "gigpo/mean_step_group_size", "gigpo/frac_rows_in_singleton_step_groups"],
-    "router": ["router/lambda", "router/mean_cost", "router/budget", "router/frac_answer", "router/frac_search",
-               "router/frac_calculate", "router/mean_task_reward"],
+}
+# panels of several plots: (title, patterns) each. The router's: not the routed batch's own mean cost and route
+# fractions, which a stratified batch (every route for every prompt) fixes at the uniform mix whatever the policy is
+GRID_PANELS = {
+    "router": [("lambda", ["router/lambda"]),
+               ("policy cost vs budget B", ["router/policy_cost", "router/budget"]),
+               ("route probabilities", ["router/policy_prob_*"]),
+               ("task reward", ["router/policy_task_reward", "val/router/mean_task_reward"])],
 }
 
 
@@ -70,23 +77,33 @@ def _expand(patterns: list[str], keys) -> list[str]:
     return out
 
 
+def _draw(ax, series: dict, keys: list[str], title: str) -> None:
+    for key in keys:
+        steps, values = zip(*series[key])
+        ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=key)
+    ax.set_xlabel("global step")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def plot(path: Path, out_dir: Path) -> list[Path]:
     """Write the panels that have data; return the PNG paths."""
     series = load_series(path)
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
-    for name, patterns in PANELS.items():
-        keys = _expand(patterns, series.keys())
-        if not keys:
+    panels = [(name, [(name.replace("_", " "), patterns)]) for name, patterns in PANELS.items()]
+    for name, plots in panels + list(GRID_PANELS.items()):
+        plots = [(title, keys) for title, patterns in plots if (keys := _expand(patterns, series.keys()))]
+        if not plots:
             continue
-        fig, ax = plt.subplots(figsize=(7, 4))
-        for key in keys:
-            steps, values = zip(*series[key])
-            ax.plot(steps, values, marker="o" if len(steps) < 30 else None, markersize=3, label=key)
-        ax.set_xlabel("global step")
-        ax.set_title(name.replace("_", " "))
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        cols = 1 if len(plots) == 1 else 2
+        rows = math.ceil(len(plots) / cols)
+        fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4 * rows), squeeze=False)
+        for ax, (title, keys) in zip(axes.flat, plots):
+            _draw(ax, series, keys, title)
+        for ax in list(axes.flat)[len(plots):]:
+            ax.set_visible(False)
         fig.tight_layout()
         target = out_dir / f"{name}.png"
         fig.savefig(target, dpi=110)
