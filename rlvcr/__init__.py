@@ -1,4 +1,4 @@
-"""RLVCR: RL with variational chain reasoning (``docs/rlvcr.md``; README.md, section "RLVCR (thinking levels)").
+"""RLVCR: RL with variational chain reasoning (``docs/rlvcr.md``).
 
 - :mod:`rlvcr.prompts`: level-aware prompt templates, the ``<level>N</level><think>…</think><action>…</action>``
   parser, the level-tag stripper used before the RLLA reward, and the alternative-context builders.

@@ -90,7 +90,7 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     assert [r["step"] for r in steps] == [1]
     assert (checkout / "outputs" / "router_grpo" / "baseline_router" / "plots" / "router.png").is_file()
 
-    # the CPU default recipe (ROUTER_RECIPE=value_ridge, README "The main job"): the router alone on the fixed actor,
+    # the CPU default recipe (ROUTER_RECIPE=value_ridge, docs/main_job.md): the router alone on the fixed actor,
     # every route for every prompt, greedy, the ridge route values; λ's first dual step from 3.0 at rate 1.0
     router, rollout = rl["router"], rl["actor_rollout_ref"]["rollout"]
     assert (router["route_sampling"], router["loss_mode"], router["value_fit"], router["input_norm"]) == \

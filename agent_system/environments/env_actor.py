@@ -1,6 +1,6 @@
 """Env actors of the asynchronous mode: play episodes against an OpenAI-compatible inference server, return Rollouts.
 
-README.md, section "Asynchronous mode": env actors generate rollouts continuously from a set of problems with a
+docs/async.md, "Usage": env actors generate rollouts continuously from a set of problems with a
 verifier (any env type), talking to inference through the OpenAI-compatible interface with log-probs. They live with
 the environments they play; the async core (``verl.async_rl.orchestrator.Orchestrator``) receives
 :func:`make_env_actor` from the entry point (``verl.trainer.main_async``) and never imports them.

@@ -1,4 +1,4 @@
-"""Reward authoring API (README.md, section "Writing a reward").
+"""Reward authoring API (docs/reward_api.md).
 
 - types: :class:`Message`, :class:`EvaluateResult`, :class:`StepOutput`, :class:`MetricResult`, :class:`StepData`;
 - ``@reward_function`` (pointwise / batch), ``load_reward_function(path, name)``, the named-reward registry

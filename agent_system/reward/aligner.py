@@ -1,6 +1,6 @@
 """The aligner: user per-step rewards (``StepOutput``) onto the system's steps (``StepData``).
 
-Described in README.md, section "Writing a reward" (the aligner). For each rollout, every
+Described in docs/reward_api.md, "Quick start" (the aligner). For each rollout, every
 ``StepOutput.base_reward`` is copied to the ``StepData`` whose ``step_info["assistant_turn_index"] == step_index``; the
 rollout's ``score`` becomes its final score (the episode term). A ``step_index`` that matches no step, or that appears
 twice in one result, is logged as a warning naming the rollout and counted (the first occurrence wins). Steps with no

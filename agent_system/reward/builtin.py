@@ -1,7 +1,7 @@
-"""Built-in rewards registered through the reward API (README.md, "Writing a reward"): the built-in RLLA reward is
+"""Built-in rewards registered through the reward API (docs/reward_api.md): the built-in RLLA reward is
 itself registered through this API.
 
-``rlla_reward`` is the ToolRL reward of ``verl.utils.reward_score`` (README.md, "The ToolRL reward") as a pointwise
+``rlla_reward`` is the ToolRL reward of ``verl.utils.reward_score`` (docs/rlla_reward.md) as a pointwise
 ``@reward_function``; ``get_reward_function("rlla")`` returns it. It scores exactly what the reward manager's default
 path scores (same ``default_compute_score``), so a run with ``custom_reward_function.name=rlla`` gets the same numbers.
 """

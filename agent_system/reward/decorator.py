@@ -1,6 +1,6 @@
 """``@reward_function``, loading user reward files, and the registry of named rewards.
 
-The API (README.md, section "Writing a reward"):
+The API (docs/reward_api.md, "Quick start"):
 
 - ``@reward_function`` (bare) or ``@reward_function(mode="pointwise"|"batch", timeout_s=..., name=...)``;
 - pointwise: ``fn(messages: list[Message], ground_truth, **kwargs) -> EvaluateResult``;

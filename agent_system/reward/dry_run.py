@@ -1,6 +1,6 @@
 """``reward-dry-run``: score saved responses (or a parquet's ground truths) and print per-component statistics.
 
-Debugging rewards without training (README.md, section "Writing a reward"):
+Debugging rewards without training (docs/reward_api.md, "Quick start"):
 
     reward-dry-run --parquet dataset/rlla_4k/test.parquet                  # each GT scored against itself
     reward-dry-run --jsonl rollouts.jsonl --step 40 --set SCHEDULEREWARD=1  # {"response", "ground_truth"[, "step"]}

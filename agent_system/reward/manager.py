@@ -1,4 +1,4 @@
-"""Reward manager over the reward authoring API (README.md, section "Writing a reward").
+"""Reward manager over the reward authoring API (docs/reward_api.md).
 
 ``RewardAPIManager`` is :class:`~verl.workers.reward_manager.naive.RLLARewardManager` (same decoding, tensor layout,
 components and ``reward_extra_info``) with its scoring step replaced: each row becomes a

@@ -1,6 +1,6 @@
 """A reward-API function scoring multi-turn trajectories: ``custom_reward_function`` in agent mode.
 
-README.md, section "Writing a reward" (agent mode). When ``env.env_name`` is set and ``custom_reward_function`` names a
+docs/reward_api.md, "Quick start" (agent mode). When ``env.env_name`` is set and ``custom_reward_function`` names a
 reward, the environments' rewards are replaced by the user's: after the episodes of a batch are played, every
 trajectory becomes one :class:`~agent_system.reward.sandbox.RewardRequest`, the reward runs (in process or in the
 process sandbox), and its :class:`~agent_system.reward.models.EvaluateResult` becomes the trajectory's rewards through

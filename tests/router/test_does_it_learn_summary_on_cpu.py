@@ -1,5 +1,5 @@
 """benchmarks/evidence/does_it_learn_summary.py: the decision F1 of a routing policy in expectation, which gain it
-reads, the budget phase a head was trained in, and that the committed result files it lists give the README's
+reads, the budget phase a head was trained in, and that the committed result files it lists give docs/results.md's
 figures."""
 from __future__ import annotations
 

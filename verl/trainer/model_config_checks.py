@@ -85,11 +85,13 @@ def _validate_mixed_precision(config: DictConfig, device: str) -> None:
                        "them is not 0 before the first update", ref_dtype or "float32", actor_dtype or "float32",
                        MIXED_PRECISION_SECTIONS[1])
     rollout = config.actor_rollout_ref.rollout
-    if actor is not None and rollout.name == "hf" and rollout.cache_implementation == "static":
-        logger.warning("actor_rollout_ref.rollout.cache_implementation=static with the actor under the %s "
-                       "mixed-precision policy: transformers compiles the decoding step of an FSDP2-wrapped model "
-                       "(graph breaks at each unit's hooks): its one GPU timing (an H200, README 'GPU settings') "
-                       "found it no faster than the dynamic cache", actor.param_dtype)
+    ranks = int(config.trainer.nnodes) * max(int(config.trainer.n_gpus_per_node), 1)
+    if actor is not None and rollout.name == "hf" and rollout.cache_implementation == "static" and ranks > 1:
+        # one rank decodes with a plain copy of the model (verl/workers/rollout/decode_copy.py), which compiles whole
+        logger.warning("actor_rollout_ref.rollout.cache_implementation=static with the actor sharded over %d ranks "
+                       "under the %s mixed-precision policy: transformers compiles the decoding step of the "
+                       "FSDP2-wrapped model (graph breaks at each unit's hooks): its one GPU timing (an H200, "
+                       "docs/gpu.md) found it no faster than the dynamic cache", ranks, actor.param_dtype)
     if actor is not None and rollout.name == "hf":
         try:
             dtype = dtype_from_name(rollout.dtype, "actor_rollout_ref.rollout.dtype")

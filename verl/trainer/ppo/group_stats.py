@@ -73,7 +73,7 @@ def group_normalize(
 
 def compute_advantage_on_valid_rows(fn: Callable, valid: Any, **inputs: Any) -> Tuple[torch.Tensor, torch.Tensor]:
     """Run the estimator ``fn`` on the rows whose reward is valid only, so invalid samples never enter any group's
-    statistics (README.md, "Writing a reward": invalid samples are left out of their group's statistics).
+    statistics (docs/reward_api.md, "Quick start": invalid samples are left out of their group's statistics).
 
     Args: ``fn`` a registered estimator; ``valid`` bool ``[B]`` (e.g. ``non_tensor_batch["reward_valid"]``);
         ``inputs`` the estimator's keyword arguments: every tensor / array / list whose first dimension is ``B`` is
