@@ -141,3 +141,56 @@ def causal_lm(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+
+
+# ----------------------------------------------------------------------------------------------- test tiers
+# Every test gets one tier marker from its file (tests/README.md): ``e2e`` for the files below, which run a trainer, a
+# launch script or a benchmark, start processes, Ray or a process group, or build whole models or environments;
+# ``evidence`` for the tests of the research record's study scripts (benchmarks/evidence/); ``unit`` for the rest
+# (in-process tests of one component). A file with any end-to-end test is e2e as a whole. ``bash run_tests.sh
+# --fast`` runs the unit tier.
+E2E_FILES = {
+    "test_benchmarks_smoke_on_cpu.py", "test_first_run_on_cpu.py", "test_gpu_suite_on_cpu.py", "test_launch_scripts_on_cpu.py", "test_protocol_on_cpu.py",
+    "agent_system/test_agent_training_e2e_on_cpu.py", "agent_system/test_textworld_env.py",
+    "async_rl/test_async_inference_server_on_cpu.py", "async_rl/test_async_orchestrator_on_cpu.py",
+    "async_rl/test_async_validation_on_cpu.py",
+    "data/test_bfcl_on_cpu.py",
+    "reward/test_reward_dry_run.py",
+    "rlvcr/test_rollout_phase_on_cpu.py",
+    "router/test_router_infer_on_cpu.py", "router/test_router_main_job_on_cpu.py",
+    "router/test_router_training_e2e_on_cpu.py",
+    "sft/test_sft_trainer_on_cpu.py",
+    "single_controller/test_multinode_on_cpu.py", "single_controller/test_worker_group_on_cpu.py",
+    "trainer/ppo/test_dynamic_sampling_on_cpu.py", "trainer/test_config_on_cpu.py", "trainer/test_generation_on_cpu.py",
+    "trainer/test_init_ray_on_cpu.py", "trainer/test_kill_campaign_on_cpu.py", "trainer/test_kill_resume_on_cpu.py",
+    "trainer/test_ppo_trainer_e2e_on_cpu.py", "trainer/test_recipes_golden_on_cpu.py",
+    "trainer/test_recipes_gpu_branch_on_cpu.py", "trainer/test_resume_equivalence_on_cpu.py",
+    "trainer/test_run_errors_on_cpu.py", "trainer/test_single_process_without_ray_on_cpu.py",
+    "utils/test_determinism_on_cpu.py", "utils/test_model_presets_on_cpu.py",
+    "vllm/test_vllm_inference_server_on_cpu.py", "vllm/test_vllm_rollout_on_cpu.py", "vllm/test_vllm_worker_on_cpu.py",
+    "workers/test_decode_copy_on_cpu.py", "workers/test_fsdp_workers_ray_on_cpu.py",
+    "workers/test_fused_head_fsdp2_on_cpu.py", "workers/test_mixed_precision_on_cpu.py",
+}
+EVIDENCE_FILES = {
+    "router/test_does_it_learn_summary_on_cpu.py", "router/test_router_frontier_on_cpu.py",
+    "router/test_router_ridge_refit_on_cpu.py", "trainer/test_calls_vs_ground_truth_on_cpu.py",
+}
+TIERS = {"unit": "in-process tests of one component (the fast lane: bash run_tests.sh --fast)",
+         "e2e": "whole runs: trainers, launch scripts, benchmarks' smoke sizes, processes, Ray",
+         "evidence": "the research record's study scripts (benchmarks/evidence/)"}
+
+
+def tier_of(path: Path) -> str:
+    """The tier of a test file (``path`` absolute or relative to ``tests/``)."""
+    rel = Path(path).resolve().relative_to(Path(__file__).resolve().parent).as_posix()
+    return "evidence" if rel in EVIDENCE_FILES else "e2e" if rel in E2E_FILES else "unit"
+
+
+def pytest_configure(config):
+    for name, what in TIERS.items():
+        config.addinivalue_line("markers", f"{name}: {what}")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        item.add_marker(getattr(pytest.mark, tier_of(item.path)))
