@@ -32,9 +32,17 @@ The rules (the target design of the architecture issue):
    ``shared/seeds``, ``specs/<name>.md`` (unless that path is under ``docs/`` or exists in the repository) or
    ``seed 0NN`` (case-insensitive, also with the number in backticks or quotes) — design documents that are not in
    the repository.
+5. No project-internal reference a reader cannot follow in the user-facing text: shell scripts (``*.sh``), configs
+   (``*.yaml``), ``README.md`` files and ``docs/`` — lines naming an issue (``issue 12``, ``issues 3 and 5``), an
+   "item" of the lab notebook (``item 6``), a design document (``seed 003``, ``the seed's``, ``§3.2`` of one) or the
+   design's "Option A". Papers' sections stay cited: a ``§`` on a line that cites ``arXiv`` is not counted. The
+   research record is not read: ``benchmarks/evidence/``, ``benchmarks/results/``, ``docs/does_it_learn.md`` (the
+   lab notebook) and ``docs/results.md`` (its summary), and neither are hidden folders (``.venv``) or what runs
+   write (``outputs/``, ``checkpoints/``).
 
 Counts (``counts`` in the JSON, the keys of a ``--max-counts`` file): ``upward_edges``, ``cycles`` (components),
-``cycle_modules`` (modules inside those components), ``long_files`` and ``outside_citations`` (lines).
+``cycle_modules`` (modules inside those components), ``long_files``, ``outside_citations`` and
+``internal_references`` (lines).
 """
 from __future__ import annotations
 
@@ -50,7 +58,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("verl", "agent_system", "rlvcr")
 MAX_LINES = 600
-COUNT_KEYS = ("upward_edges", "cycles", "cycle_modules", "long_files", "outside_citations")
+COUNT_KEYS = ("upward_edges", "cycles", "cycle_modules", "long_files", "outside_citations", "internal_references")
 
 # verl's own bottom: what verl.utils / verl.protocol may import from inside the repository
 BASE_LAYER = ("verl.utils", "verl.protocol")
@@ -64,6 +72,16 @@ CITATION_PATTERNS = (
     ("specs/*.md", re.compile(r"[\w./-]*specs/[a-z_]+\.md")),
     ("seed 0NN", re.compile(r"seed\s*[`'\"]*0\d\d", re.IGNORECASE)),
 )
+
+REFERENCE_PATTERNS = (
+    ("issue N", re.compile(r"\bissues? #?\d+", re.IGNORECASE)),
+    ("item N", re.compile(r"\bitems? \d+", re.IGNORECASE)),
+    ("seed", re.compile(r"\bseed\s*[`'\"]*0\d\d|\bthe seed'?s\b", re.IGNORECASE)),
+    ("Option A", re.compile(r"\bOption A\b")),
+    ("§ (not a paper's)", re.compile(r"§")),
+)
+RESEARCH_RECORD = ("benchmarks/evidence/", "benchmarks/results/", "docs/does_it_learn.md", "docs/results.md")
+RUN_FOLDERS = ("outputs/", "checkpoints/", "runs/", "wandb/")  # what runs write (git-ignored): not the project's text
 
 
 @dataclass(frozen=True)
@@ -354,6 +372,34 @@ def find_outside_citations(modules: dict[str, Path], root: Path = ROOT) -> list[
     return out
 
 
+def user_facing_files(root: Path = ROOT) -> list[Path]:
+    """The files rule 5 reads: ``*.sh``, ``*.yaml``, every ``README.md`` and ``docs/*.md``, outside the research
+    record and virtual environments."""
+    found = set(root.rglob("*.sh")) | set(root.rglob("*.yaml")) | set(root.rglob("README.md")) | \
+        set((root / "docs").glob("**/*.md"))
+    keep = []
+    for path in found:
+        rel = path.relative_to(root).as_posix()
+        if path.is_file() and not rel.startswith(RESEARCH_RECORD + RUN_FOLDERS) and not any(
+                part.startswith(".") for part in Path(rel).parts[:-1]):
+            keep.append(path)
+    return sorted(keep)
+
+
+def find_internal_references(root: Path = ROOT) -> list[dict]:
+    """Rule 5's lines: file, line number, the patterns matched and the text."""
+    out = []
+    for path in user_facing_files(root):
+        for number, text in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+            matched = [label for label, pattern in REFERENCE_PATTERNS if pattern.search(text)]
+            if "§ (not a paper's)" in matched and "arxiv" in text.lower():
+                matched.remove("§ (not a paper's)")
+            if matched:
+                out.append({"path": path.relative_to(root).as_posix(), "line": number, "patterns": matched,
+                            "text": text.strip()})
+    return out
+
+
 def analyse(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES, max_lines: int = MAX_LINES) -> dict:
     """The whole measurement as the JSON summary: upward_edges, cycles, long_files, outside_citations, counts."""
     root = Path(root)
@@ -363,10 +409,12 @@ def analyse(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES, max_lines: 
     cycles = find_cycles(edges, modules)
     long_files = find_long_files(modules, root, max_lines)
     citations = find_outside_citations(modules, root)
+    references = find_internal_references(root)
     counts = {"upward_edges": len(upward), "cycles": len(cycles), "cycle_modules": sum(c["size"] for c in cycles),
-              "long_files": len(long_files), "outside_citations": len(citations)}
+              "long_files": len(long_files), "outside_citations": len(citations),
+              "internal_references": len(references)}
     return {"upward_edges": upward, "cycles": cycles, "long_files": long_files, "outside_citations": citations,
-            "counts": counts, "modules": len(modules), "imports": len(edges)}
+            "internal_references": references, "counts": counts, "modules": len(modules), "imports": len(edges)}
 
 
 def format_report(summary: dict) -> str:
@@ -385,6 +433,9 @@ def format_report(summary: dict) -> str:
     lines.extend(f"  {f['path']}: {f['lines']} lines" for f in summary["long_files"])
     lines += ["", f"(4) Lines citing paths outside the repository: {len(summary['outside_citations'])}"]
     for c in summary["outside_citations"]:
+        lines.append(f"  {c['path']}:{c['line']} [{', '.join(c['patterns'])}] {c['text'][:140]}")
+    lines += ["", f"(5) Internal references in scripts, configs, READMEs and docs: {len(summary['internal_references'])}"]
+    for c in summary["internal_references"]:
         lines.append(f"  {c['path']}:{c['line']} [{', '.join(c['patterns'])}] {c['text'][:140]}")
     lines += ["", "Counts: " + ", ".join(f"{k}={v}" for k, v in summary["counts"].items())]
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SFT warm start for RLVCR on an agent environment (issue 8): a model that answers sokoban prompts in the level format
+# SFT warm start for RLVCR on an agent environment (docs/rlvcr.md): a model that answers sokoban prompts in the level format
 # <level>N</level><think>...</think><action>up</action>, trained on expert play (rlvcr/env_level_sft.py: BFS-optimal
 # moves, templated thinks read off the grid, prompts built by the RL rollout loop itself).
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SFT warm start for RLVCR (issue 8): a model that answers RLLA prompts in the level format
+# SFT warm start for RLVCR (docs/rlvcr.md): a model that answers RLLA prompts in the level format
 # <level>N</level><think>...</think>\n<tool_call>/<response>, so that RLVCR rollouts parse (rlvcr/level_sft.py).
 #
 #   bash scripts/prepare_level_sft_model.sh                      # skip if the model exists

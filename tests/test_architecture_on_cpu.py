@@ -27,14 +27,16 @@ def _load_checker():
 arch = _load_checker()
 
 # Every count reached 0 (``scripts/check_architecture.py --strict`` passes): no upward import, no import cycle (imports
-# inside functions counted), no package file over 600 lines, no citation of a path outside the repository. A change
-# that adds one fails here with the report naming it.
+# inside functions counted), no package file over 600 lines, no citation of a path outside the repository, no issue /
+# item / design-document reference in scripts, configs, READMEs or docs. A change that adds one fails here with the
+# report naming it.
 BASELINE = {
     "upward_edges": 0,
     "cycles": 0,
     "cycle_modules": 0,
     "long_files": 0,
     "outside_citations": 0,
+    "internal_references": 0,
 }
 
 
@@ -137,7 +139,7 @@ def test_command_line_exit_status(synthetic, tmp_path, capsys):
     assert arch.main(["--root", str(synthetic), "--json", str(out)]) == 0
     summary = json.loads(out.read_text())
     assert summary["counts"] == {"upward_edges": 1, "cycles": 1, "cycle_modules": 2, "long_files": 1,
-                                 "outside_citations": 1}
+                                 "outside_citations": 1, "internal_references": 0}
     assert set(summary) >= {"upward_edges", "cycles", "long_files", "outside_citations", "counts"}
     assert "Upward edges: 1" in capsys.readouterr().out
 
@@ -150,3 +152,17 @@ def test_command_line_exit_status(synthetic, tmp_path, capsys):
     assert "cycles: 1 > 0" in err and "upward_edges" not in err and "long_files" not in err
     maxima.write_text(json.dumps({"upward_edges": 1, "cycles": 1}))
     assert arch.main(["--root", str(synthetic), "--max-counts", str(maxima), "--quiet"]) == 0
+
+
+def test_internal_references_in_user_facing_text(tmp_path):
+    """Rule 5: an issue, a notebook item, a design document or its "Option A" in a script, config, README or docs page
+    is counted; a paper's section (a ``§`` beside ``arXiv``) and the research record are not."""
+    _write(tmp_path, "run.sh", "# the run of issue 12\necho ok\n")
+    _write(tmp_path, "conf/x.yaml", "a: 1   # as the seed's Option A says\nb: 2  # DAPO (arXiv 2503.14476 §3.2)\n")
+    _write(tmp_path, "README.md", "Items 3 and 4 hold.\nSee §2 of the design.\n")
+    _write(tmp_path, "docs/page.md", "Plain text.\nseed 003 says so.\n")
+    _write(tmp_path, "docs/does_it_learn.md", "item 6: the ridge head\n")
+    _write(tmp_path, "benchmarks/evidence/study.sh", "# issue 19\n")
+    _write(tmp_path, ".venv/lib/README.md", "issue 1\n")
+    found = {(r["path"], r["line"]) for r in arch.analyse(tmp_path)["internal_references"]}
+    assert found == {("run.sh", 1), ("conf/x.yaml", 1), ("README.md", 1), ("README.md", 2), ("docs/page.md", 2)}
