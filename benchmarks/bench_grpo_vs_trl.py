@@ -341,7 +341,8 @@ def run_trl(args) -> dict:
         gradient_accumulation_steps=rows // args.micro_batch, num_generations=args.n,
         max_completion_length=args.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, beta=0.0, epsilon=0.2,
         loss_type="dapo", learning_rate=args.lr, lr_scheduler_type="constant", weight_decay=0.01, max_grad_norm=1.0,
-        bf16=args.device == "cuda", use_cpu=args.device == "cpu", max_steps=args.warmup + args.steps, logging_steps=1, report_to="none",
+        bf16=args.device == "cuda", use_cpu=args.device == "cpu", max_steps=args.warmup + args.steps, logging_steps=1,
+        report_to="none",
         save_strategy="no", shuffle_dataset=False, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True,
         gradient_checkpointing=args.gradient_checkpointing,
     )

@@ -31,12 +31,13 @@ if str(REPO_ROOT) not in sys.path:
 
 # what the main job imports beyond the GPU machines' image (the image's package list as read there in 2026-11 has
 # torch 2.11, transformers 5.17, accelerate, peft, pandas, pyarrow, psutil, safetensors, tokenizers, tensorboard,
-# matplotlib, huggingface-hub, fsspec, xxhash, pyyaml), the main environment's versions; then TRL's GRPOTrainer and
+# matplotlib, huggingface-hub, fsspec, xxhash, pyyaml, cloudpickle, requests, httpx, filelock; its typing-extensions
+# version is not known), the main environment's versions; then TRL's GRPOTrainer and
 # what it needs beyond that image, with the oldest datasets TRL 1.16 takes (it asks least of the image's pyarrow,
 # >= 21, and fsspec)
 WHEELS = {"hydra-core": "1.3.8", "omegaconf": "2.3.1", "antlr4-python3-runtime": "4.9.3", "tensordict": "0.15.3",
           "pyvers": "0.2.3", "pydantic": "2.14.4", "pydantic-core": "2.50.5", "annotated-types": "0.8.0",
-          "typing-inspection": "0.4.5",
+          "typing-inspection": "0.4.5", "typing-extensions": "4.16.0",  # pydantic 2.14 needs >= 4.16
           "trl": "1.16.0", "datasets": "4.7.0", "dill": "0.4.0", "multiprocess": "0.70.18"}
 SOURCE_ONLY = {"antlr4-python3-runtime"}  # no wheel on PyPI: built here (pure Python)
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
@@ -115,7 +116,8 @@ def main(argv=None) -> int:
     missing = [f".whl/{n}=={v}" for n, v in WHEELS.items() if not have_wheel(n, v)]
     missing += [] if (CACHE_DIR / "tokenizers").is_dir() else [".devcache/tokenizers"]
     missing += [] if (DATA_DIR / "train.parquet").is_file() else ["dataset/rlla_4k"]
-    sizes = {"tree": tree_size(), ".whl": size(WHEEL_DIR), ".devcache": size(CACHE_DIR), "dataset/rlla_4k": size(DATA_DIR)}
+    sizes = {"tree": tree_size(), ".whl": size(WHEEL_DIR), ".devcache": size(CACHE_DIR),
+             "dataset/rlla_4k": size(DATA_DIR)}
     total = sum(sizes.values())
     print("sizes (MiB): " + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sizes.items()) +
           f"; total {total / 2**20:.1f} of {CARRY_LIMIT / 2**20:.0f}")

@@ -3,30 +3,30 @@
 Runs, each as a child process with its own time limit, in this order (what users run first). The whole suite stays
 under ``--budget-s`` (540 s by default: one call of a lent GPU machine, whose sessions get 15 minutes of device time
 in all, machine start-up included; a call that fails at once leaves room for a second, and ``--resume`` measures in a
-later session what one call could not). A step may use the
-time left less what ``RESERVE`` keeps for the steps after it, and a model of ``update_mfu`` the step's time left less
-``MODEL_RESERVE`` for each model after it, so that a slow step cannot starve the rest; a step with under
-``MIN_LAUNCH_S`` left is recorded as not run instead of being started:
+later session what one call could not). A step may use the time left less what ``RESERVE`` keeps for the steps after
+it, and a model of ``update_mfu`` the step's time left less ``MODEL_RESERVE`` for each model after it, so that a slow
+step cannot starve the rest; a step with under ``MIN_LAUNCH_S`` left is recorded as not run instead of being started.
+A step out of time gets SIGTERM, then SIGKILL 5 s later, with everything in its process group:
 
 1. ``main_job`` — ``benchmarks/resume_check.py``: the router main job as a user runs it (``bash
-   run_router_training.sh``, the GPU recipe, on ``--train-model`` at 8 prompts x 4 x 128 tokens) for 3 steps with
+   run_router_training.sh``, the GPU recipe, on ``--train-model`` at 8 prompts x 4 x 64 tokens) for 3 steps with
    ``trainer.deterministic=true``; the same command stopped by SIGTERM after step 1 and run again, resuming; the two
    runs' last checkpoints and metrics compared bit for bit;
-2. ``train_grpo`` — ``train_grpo.sh`` for a few steps (below);
+2. ``train_grpo`` — ``train_grpo.sh`` for 6 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
+   where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray) at
+   ``TRAIN_SIZES``: seconds per step and each phase's share of the step (a run stopped by its time limit after two
+   or more steps is kept as ``partial``);
 3. ``trl`` — ``benchmarks/bench_grpo_vs_trl.py --device cuda``: our GRPO step against TRL's ``GRPOTrainer`` on the
    same GPU, model, prompts, group size and lengths, HF generation for both (recorded as skipped where ``trl`` is not
    importable: carry it as wheels, benchmarks/README.md);
 4. ``update_mfu`` — ``benchmarks/bench_gpu_mfu.py`` on the Qwen2-0.5B-shaped model (8 prompts x 4, R = 512): the
-   padded, packed and shared-prompt layouts with sdpa and the HF rollout's generated tokens/s (plain, shared
-   prefill, static KV cache); then the packed and shared layouts with FlexAttention, all three with each decoder
+   padded, packed and shared-prompt layouts with sdpa and the HF rollout's generated tokens/s (plain and static KV
+   cache, both decoding with the rollout's plain copy of the model, and ``wrapped``: through the FSDP2 wrapper);
+   then the packed and shared layouts with FlexAttention, all three with each decoder
    layer compiled, and with gradient checkpointing; and the SmolLM2-135M-shaped model (update and rollout); a model
    stopped by its time limit keeps the figures it measured before (``partial``; the benchmark writes its JSON after
    every measurement), and ``--resume`` keeps it as measured (delete its entry from the JSON to measure it again);
    a model that crashed keeps its figures too but stays a failure;
-   ``train_grpo`` — ``train_grpo.sh`` for 6 steps on ``--train-model`` (``smollm2-135m``; ``random:smollm2-135m``
-   where its weights are not on the machine) with ``trainer.single_process=true`` (the GPU machines have no Ray) at
-   ``TRAIN_SIZES``: seconds per step and each phase's share of the step (a run stopped by its time limit after two
-   or more steps is kept as ``partial``);
 5. ``exactness`` — the FlexAttention tests that need CUDA (gradients and whole updates against the padded path) and
    the bf16 mixed-precision policy on CUDA against a hand-built bf16 computation;
 6. ``async`` — ``benchmarks/bench_async_vs_sync.py --only async`` when Ray is importable (else recorded as skipped,
@@ -45,6 +45,7 @@ suite itself; its numbers mean nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import importlib.util
 import json
@@ -59,13 +60,14 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_BUDGET_S = 540.0
 SMOKE_BUDGET_S = 1200.0  # --cpu-smoke on 2 CPU cores: ~7 min
-# the time kept for each step still to run, as a fraction of --budget-s (540 s: 59 / 97 / 151 / 27 / 22 s). Measured
+# the time kept for each step still to run, as a fraction of --budget-s (540 s: 54 / 92 / 135 / 27 / 22 s). Measured
 # on an H200 on 2026-11-27: the 0.5B model's 3 updates and 3 rollouts of 3 calls took 226 s (update_mfu keeps what
 # each model measured before its time ran out; the suite now times 1 rollout call after the warm-up), a
-# train_grpo.sh step at TRAIN_SIZES ~10 s after ~30 s of start-up. The main job (three starts, 6 steps and 3
-# checkpoints in all) is estimated at ~180 s; it gets what is left, 206 s when Ray is missing (as on the lent
-# machines: the async step is then skipped at once)
-RESERVE = {"train_grpo": 0.11, "trl": 0.18, "update_mfu": 0.28, "exactness": 0.05, "async": 0.04}
+# train_grpo.sh step at TRAIN_SIZES ~10 s after ~30 s of start-up (54 s: 2 or 3 steps, kept as partial). The main
+# job (three starts of ~30 s, 6 steps of 64 tokens, 3 checkpoints of ~2 GB) is estimated at ~170 s; it gets what is
+# left, 232 s when Ray is missing (as on the lent machines: the async step is then skipped at once). The CUDA
+# exactness tests took over 53 s in each earlier call: they get what is left at the end
+RESERVE = {"train_grpo": 0.1, "trl": 0.17, "update_mfu": 0.25, "exactness": 0.05, "async": 0.04}
 MODEL_RESERVE = 0.08  # of update_mfu's time, kept for each model after the one starting
 MIN_LAUNCH_S = 15.0
 
@@ -77,8 +79,9 @@ def _text(value) -> str:
 
 def run_step(name: str, cmd: list[str], timeout_s: float, env: dict | None = None) -> dict:
     """Run ``cmd`` in its own process group; ``{"ok", "seconds", "returncode", "tail"}`` (the output's last 2,000
-    characters on failure). On a timeout the whole group is killed (a launch script's trainer too, not only the shell
-    that started it). Under ``MIN_LAUNCH_S`` it is not started: ``{"ok": False, "not_run": ...}``."""
+    characters on failure). On a timeout the whole group gets SIGTERM, then SIGKILL 5 s later (a launch script's
+    trainer too, not only the shell that started it). Under ``MIN_LAUNCH_S`` it is not started:
+    ``{"ok": False, "not_run": ...}``."""
     if timeout_s < MIN_LAUNCH_S:
         print(f"[gpu_suite] {name}: not run ({timeout_s:.0f} s left)", flush=True)
         return {"ok": False, "not_run": f"no time left ({timeout_s:.0f} s)"}
@@ -89,8 +92,15 @@ def run_step(name: str, cmd: list[str], timeout_s: float, env: dict | None = Non
         out, _ = proc.communicate(timeout=timeout_s)
         ok, code, text = proc.returncode == 0, proc.returncode, _text(out)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, _ = proc.communicate()
+        os.killpg(proc.pid, signal.SIGTERM)  # a child that cleans up on SIGTERM (resume_check's runs) gets to
+        try:
+            out, _ = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            out = b""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        more, _ = proc.communicate()
+        out = _text(out) + _text(more)
         ok, code, text = False, None, f"timed out after {timeout_s:.0f} s: {_text(out)[-1500:]}"
     seconds = time.perf_counter() - start
     print(f"[gpu_suite] {name}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s", flush=True)
@@ -184,13 +194,14 @@ def train_model(args, tmp: Path) -> str:
 
 
 def main_job_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
-    """Step 1 (module docstring): ``resume_check.py``, stopped by its own deadline 20 s before the step's (its runs
-    are sessions of their own, which the step's timeout would not reach)."""
+    """Step 1 (module docstring): ``resume_check.py``, given an absolute deadline 20 s before the step's: its runs
+    are sessions of their own, which it kills itself at its deadline or on the step's SIGTERM."""
     if deadline - time.time() < MIN_LAUNCH_S + 20:
-        return run_step("main_job", [], deadline - time.time())  # recorded as not run
+        return {"ok": False, "not_run": f"no time left ({deadline - time.time():.0f} s)"}
     path = tmp / "resume_check.json"
-    cmd = [sys.executable, "benchmarks/resume_check.py", "--model", train_model(args, tmp), "--json", str(path),
-           "--deadline-s", str(round(deadline - time.time() - 20)), *(["--cpu-smoke"] if args.cpu_smoke else [])]
+    model = train_model(args, tmp)
+    cmd = [sys.executable, "benchmarks/resume_check.py", "--model", model, "--json", str(path),
+           "--deadline-at", f"{deadline - 20:.0f}", *(["--cpu-smoke"] if args.cpu_smoke else [])]
     step = run_step("main_job (SIGTERM and resume, bitwise)", cmd, deadline - time.time())
     if path.is_file():
         result = json.loads(path.read_text())

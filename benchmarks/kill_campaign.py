@@ -111,7 +111,7 @@ def start_job(run_root: Path, data_dir: Path, steps: int, log: Path, fault: str 
                                 cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def _exited(pid: int, timeout: float) -> bool:
+def has_exited(pid: int, timeout: float) -> bool:
     """Wait up to ``timeout`` s for child ``pid`` to exit, not reaping it (its pid = the job's group id stays taken)."""
     deadline, flags = time.monotonic() + timeout, os.WEXITED | os.WNOWAIT | os.WNOHANG
     while os.waitid(os.P_PID, pid, flags) is None and time.monotonic() < deadline:
@@ -123,11 +123,11 @@ def wait_job(proc: subprocess.Popen, timeout: float, kill_after: float | None = 
     """Wait for ``proc`` (SIGKILL to its process group after ``kill_after`` s if given), then kill what it left in
     its session. Returns ``(return code, whether the SIGKILL was sent here)``. Raises TimeoutError (after killing
     it) when it still runs after ``timeout`` seconds."""
-    exited = _exited(proc.pid, timeout if kill_after is None else kill_after)
+    exited = has_exited(proc.pid, timeout if kill_after is None else kill_after)
     sent = not exited and kill_after is not None
     if sent:
         os.killpg(proc.pid, signal.SIGKILL)
-        exited = _exited(proc.pid, timeout)
+        exited = has_exited(proc.pid, timeout)
     with contextlib.suppress(ProcessLookupError, PermissionError):  # leftovers of its session; kills it on a timeout
         os.killpg(proc.pid, signal.SIGKILL)
     rc = proc.wait()

@@ -30,6 +30,7 @@ code, wall seconds, mean step seconds and the deterministic settings the worker 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -47,13 +48,13 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from kill_campaign import (  # noqa: E402
-    checkpoint_step, compare_checkpoint, compare_metrics, read_metrics, resumed_from, wait_job)
+    checkpoint_step, compare_checkpoint, compare_metrics, has_exited, read_metrics, resumed_from, wait_job)
 from verl.utils.checkpoint_manifest import STEP_PREFIX  # noqa: E402
 
-# launch variables of run_router_training.sh (verl/trainer/launch.py): on a GPU, 8 prompts x 4 routes-and-samples x 128
+# launch variables of run_router_training.sh (verl/trainer/launch.py): on a GPU, 8 prompts x 4 routes-and-samples x 64
 # new tokens (random weights rarely emit EOS: every response runs to its length), prompts over 1,024 tokens dropped
 SIZES = {"TRAIN_BATCH_SIZE": "8", "PPO_MINI_BATCH_SIZE": "8", "MICRO_BATCH_PER_GPU": "8", "ROLLOUT_N": "4",
-         "MAX_PROMPT_LENGTH": "1024", "MAX_RESPONSE_LENGTH": "128", "FILTER_OVERLONG": "True"}
+         "MAX_PROMPT_LENGTH": "1024", "MAX_RESPONSE_LENGTH": "64", "FILTER_OVERLONG": "True"}
 SMOKE_SIZES = {"N_GPUS": "0", "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZE": "2", "MICRO_BATCH_PER_GPU": "2",
                "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "8"}
 DETERMINISTIC_LOG = re.compile(r"deterministic kernels: (\{.*\})")  # the worker's log line (trainer.deterministic)
@@ -67,6 +68,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="training steps of each run (at least 2)")
     parser.add_argument("--workdir", default=None, help="where the runs write (default: a temporary folder, removed)")
     parser.add_argument("--deadline-s", type=float, default=600.0, help="time for the three runs together (s)")
+    parser.add_argument("--deadline-at", type=float, default=None,
+                        help="the same as an absolute time (seconds since the epoch; wins over --deadline-s): what "
+                             "gpu_suite.py passes, so that start-up does not eat its margin")
     parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
                         help="trainer.deterministic for the runs (default on)")
     parser.add_argument("--json", default=None, help="write the result here (after every run)")
@@ -90,12 +94,25 @@ def environment(args) -> dict:
             "PYTHONUNBUFFERED": "1"}
 
 
+RUNNING: list[subprocess.Popen] = []  # the run in flight, killed with its session on SIGTERM
+
+
+def _stop(signum, frame) -> None:
+    """SIGTERM to this script (gpu_suite.py's step timeout): kill the run in flight with its whole session, exit."""
+    for proc in RUNNING:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    raise SystemExit(128 + signum)
+
+
 def start(root: Path, log: Path, env: dict, deterministic: bool) -> subprocess.Popen:
     """The command in its own session (a timeout then kills all it started), stdout and stderr into ``log``."""
     root.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        return subprocess.Popen(command(root, deterministic), cwd=REPO_ROOT, env=env, stdout=out,
+        proc = subprocess.Popen(command(root, deterministic), cwd=REPO_ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
+    RUNNING[:] = [proc]
+    return proc
 
 
 def summarize(root: Path, log: Path, rc: int, seconds: float) -> dict:
@@ -127,12 +144,12 @@ def run_interrupted(root: Path, log: Path, env: dict, deterministic: bool, deadl
     """Phase 2: SIGTERM to the trainer once step 1's metrics record is written, then wait for it to save and exit."""
     start_s, sent_at = time.monotonic(), None
     proc = start(root, log, env, deterministic)
-    while proc.poll() is None and time.time() < deadline:
+    # not proc.poll(): it would reap the child, and wait_job waits on it without reaping
+    while not has_exited(proc.pid, 0.2) and time.time() < deadline:
         if 1 in read_metrics(root / "run")[0]:
             proc.send_signal(signal.SIGTERM)  # the bash script exec'd the trainer: this pid is the trainer
             sent_at = round(time.monotonic() - start_s, 1)
             break
-        time.sleep(0.2)
     try:
         rc, _ = wait_job(proc, max(deadline - time.time(), 1.0))
     except TimeoutError:
@@ -144,7 +161,8 @@ def run_interrupted(root: Path, log: Path, env: dict, deterministic: bool, deadl
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    deadline = time.time() + args.deadline_s
+    deadline = args.deadline_at if args.deadline_at is not None else time.time() + args.deadline_s
+    signal.signal(signal.SIGTERM, _stop)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="resume_check_"))
     env = environment(args)
     result: dict = {"command": " ".join(command(Path("<root>"), args.deterministic)), "steps": args.steps,

@@ -160,8 +160,9 @@ E2E_FILES = {
     "router/test_router_infer_on_cpu.py", "router/test_router_main_job_on_cpu.py",
     "router/test_router_training_e2e_on_cpu.py",
     "sft/test_sft_trainer_on_cpu.py",
-    "single_controller/test_multinode_on_cpu.py", "single_controller/test_worker_group_on_cpu.py",
-    "trainer/ppo/test_dynamic_sampling_on_cpu.py", "trainer/test_config_on_cpu.py", "trainer/test_generation_on_cpu.py",
+    "single_controller/test_local_worker_group_on_cpu.py", "single_controller/test_multinode_on_cpu.py",
+    "single_controller/test_worker_group_on_cpu.py",
+    "trainer/ppo/test_dynamic_sampling_on_cpu.py", "trainer/ppo/test_rollout_corr_on_cpu.py", "trainer/test_config_on_cpu.py", "trainer/test_generation_on_cpu.py",
     "trainer/test_init_ray_on_cpu.py", "trainer/test_kill_campaign_on_cpu.py", "trainer/test_kill_resume_on_cpu.py",
     "trainer/test_ppo_trainer_e2e_on_cpu.py", "trainer/test_recipes_golden_on_cpu.py",
     "trainer/test_recipes_gpu_branch_on_cpu.py", "trainer/test_resume_equivalence_on_cpu.py",
@@ -181,8 +182,10 @@ TIERS = {"unit": "in-process tests of one component (the fast lane: bash run_tes
 
 
 def tier_of(path: Path) -> str:
-    """The tier of a test file (``path`` absolute or relative to ``tests/``)."""
-    rel = Path(path).resolve().relative_to(Path(__file__).resolve().parent).as_posix()
+    """The tier of a test file (``path`` absolute, or relative to the working directory); a file outside ``tests/``
+    (collected by a direct ``pytest some/file.py``) is ``unit`` unless listed."""
+    resolved, tests = Path(path).resolve(), Path(__file__).resolve().parent
+    rel = resolved.relative_to(tests).as_posix() if resolved.is_relative_to(tests) else resolved.name
     return "evidence" if rel in EVIDENCE_FILES else "e2e" if rel in E2E_FILES else "unit"
 
 

@@ -10,13 +10,19 @@ arithmetic, the two decode at the same speed (the tiny model, 8 rows x 64 tokens
 suite's rollout variants ``plain`` / ``static`` against ``wrapped`` measure the gain on a GPU.
 
 :class:`DecodeCopy` keeps one plain module of the same class, its parameters in the policy's compute dtype and its
-buffers as loaded: exactly what the policy computes with (the bf16 exactness test of ``tests/workers/
+buffers as loaded: what the policy computes with (the bf16 exactness test of ``tests/workers/
 test_mixed_precision_on_cpu.py`` compares the policy with the same hand-built model, bit for bit), so the tokens
-decoded are those of the wrapped module (``tests/workers/test_decode_copy_on_cpu.py``). Before each rollout its
-parameters are overwritten in place from the actor's current weights (stable storage: a compiled or CUDA-graphed
-decode step keeps its inputs' addresses). It keeps one copy of the weights in the compute dtype between rollouts
-(while decoding, the wrapped module held as much, unsharded; it is no longer unsharded for the rollout). Not used over several ranks (each rank holds a shard;
-decoding there is a collective), for LoRA (peft) models, or for plain modules (nothing to gain).
+decoded are those of the wrapped module (``tests/workers/test_decode_copy_on_cpu.py``, a Llama-architecture model).
+One difference could break that for another architecture: FSDP2's policy also casts each decoder layer's floating
+inputs to the compute dtype, which the copy does not; Llama and Qwen2 (their transformers modelling code) give their
+layers hidden states and rotary tables already in that dtype. Before each rollout its parameters are overwritten in
+place from the actor's current weights (stable storage: a compiled or CUDA-graphed decode step keeps its inputs'
+addresses). Memory: the copy stays resident, so every phase's peak, the update's
+included, grows by the model's size in the compute dtype (0.25 GiB for SmolLM2-135M, 0.92 GiB for Qwen2-0.5B);
+while decoding, the wrapped module is no longer unsharded (it held as much then). Not used with
+``fsdp_config.param_offload`` (the parameters live in host memory: a resident copy would defeat it), over several
+ranks (each rank holds a shard; decoding there is a collective), for LoRA (peft) models, or for plain modules
+(nothing to gain).
 """
 from __future__ import annotations
 
@@ -74,9 +80,12 @@ class DecodeCopy:
 
     @staticmethod
     def applicable(module: torch.nn.Module, world_size: int) -> bool:
-        """One rank, an FSDP2 module under a mixed-precision policy, not a peft (LoRA) model."""
-        return (world_size == 1 and bool(fsdp_modules(module)) and param_dtype_of(module) is not None
-                and not hasattr(module, "peft_config"))
+        """One rank, an FSDP2 module under a mixed-precision policy, not a peft (LoRA) model, parameters not offloaded
+        to host memory (on a machine with CUDA, parameters on the CPU are FSDP2's offload)."""
+        if world_size != 1 or not fsdp_modules(module) or param_dtype_of(module) is None \
+                or hasattr(module, "peft_config"):
+            return False
+        return not (torch.cuda.is_available() and next(module.parameters()).device.type == "cpu")
 
     @torch.no_grad()
     def refreshed(self) -> torch.nn.Module:
