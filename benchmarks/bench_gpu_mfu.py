@@ -1,4 +1,4 @@
-"""GPU benchmark (issue 5): MFU of the actor's update pass and the HF rollout's tokens/s on a 0.5B Qwen2-shaped model.
+"""GPU benchmark: MFU of the actor's update pass and the HF rollout's tokens/s on a 0.5B Qwen2-shaped model.
 
 The model is Qwen2-0.5B's architecture (24 layers, hidden 896, 14/2 heads, MLP 4864, vocab 151,936, tied embeddings)
 built from a config with random weights: nothing is downloaded. Prompts are the real RLLA validation prompts

@@ -1,4 +1,4 @@
-"""LoRA RL vs full fine-tuning: peak memory and update time of the actor's PPO update on the same batch (issue 23 §4).
+"""LoRA RL vs full fine-tuning: peak memory and update time of the actor's PPO update on the same batch.
 
     python benchmarks/bench_lora.py                                  # smollm2-135m, 4 x (128 + 128) tokens, rank 16
     python benchmarks/bench_lora.py --model tiny --steps 2 --json out.json

@@ -1,4 +1,4 @@
-"""Scaling table for shared-prompt computation (issue 5): GRPO step time vs samples per prompt and prompt length.
+"""Scaling table for shared-prompt computation: GRPO step time vs samples per prompt and prompt length.
 
 One "step" is what the actor worker does per GRPO step, on one process: the HF rollout (``n`` sampled responses per
 prompt, up to ``--response-length`` new tokens), the old-log-prob pass, and one PPO update (forward + backward, AdamW

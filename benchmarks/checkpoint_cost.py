@@ -1,4 +1,4 @@
-"""Time and disk size of one training checkpoint, per model preset (issue 6's evidence).
+"""Time and disk size of one training checkpoint, per model preset.
 
     python benchmarks/checkpoint_cost.py                       # tiny and smollm2-135m
     python benchmarks/checkpoint_cost.py --models tiny --repeat 3

@@ -1,4 +1,4 @@
-"""Kill campaign (issue 22): SIGKILL the training job at many random moments, resume each time, and check that the
+"""Kill campaign: SIGKILL the training job at many random moments, resume each time, and check that the
 end state equals an uninterrupted run's bit for bit.
 
     python benchmarks/kill_campaign.py --kills 20 --output benchmarks/results/kill_campaign.json

@@ -130,13 +130,17 @@ def summarize(root: Path, log: Path, rc: int, seconds: float) -> dict:
     return record
 
 
+def wait_until(proc: subprocess.Popen, deadline: float) -> int | None:
+    """The run's exit code, or None when it was still running at ``deadline`` (then killed with its session)."""
+    try:
+        return wait_job(proc, max(deadline - time.time(), 1.0))[0]
+    except TimeoutError:
+        return None
+
+
 def run_to_end(root: Path, log: Path, env: dict, deterministic: bool, deadline: float) -> dict:
     start_s = time.monotonic()
-    proc = start(root, log, env, deterministic)
-    try:
-        rc, _ = wait_job(proc, max(deadline - time.time(), 1.0))
-    except TimeoutError:
-        rc = None
+    rc = wait_until(start(root, log, env, deterministic), deadline)
     return summarize(root, log, rc, time.monotonic() - start_s)
 
 
@@ -150,11 +154,7 @@ def run_interrupted(root: Path, log: Path, env: dict, deterministic: bool, deadl
             proc.send_signal(signal.SIGTERM)  # the bash script exec'd the trainer: this pid is the trainer
             sent_at = round(time.monotonic() - start_s, 1)
             break
-    try:
-        rc, _ = wait_job(proc, max(deadline - time.time(), 1.0))
-    except TimeoutError:
-        rc = None
-    record = summarize(root, log, rc, time.monotonic() - start_s)
+    record = summarize(root, log, wait_until(proc, deadline), time.monotonic() - start_s)
     record.update(sigterm_sent_at_s=sent_at, saved_step=checkpoint_step(root / "ckpt"))
     return record
 

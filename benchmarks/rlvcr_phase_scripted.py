@@ -1,4 +1,4 @@
-"""RLVCR phase cost and per-level statistics with scripted level-format responses (issue 8 evidence).
+"""RLVCR phase cost and per-level statistics with scripted level-format responses.
 
     python benchmarks/rlvcr_phase_scripted.py rlla RUN_DIR [overrides...]        # RLLA rows
     python benchmarks/rlvcr_phase_scripted.py line_world RUN_DIR [overrides...]  # agent env

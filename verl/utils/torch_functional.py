@@ -233,6 +233,35 @@ def _scaled_chunk(logits: torch.Tensor, start: int, end: int, cdtype: torch.dtyp
     return chunk if temperature == 1.0 else chunk / temperature
 
 
+def _logprob_chunk(z: torch.Tensor, lse: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """``z[label] - lse`` per row of a chunk (``z`` the scaled logits, ``lse`` their logsumexp)."""
+    return z.gather(-1, labels.unsqueeze(-1)).squeeze(-1) - lse
+
+
+def _entropy_chunk(z: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """``-sum_j p_j log p_j`` per row of a chunk."""
+    logp = z - lse.unsqueeze(-1)
+    return -(torch.exp(logp) * logp).sum(-1)  # non-negative terms: no cancellation
+
+
+def _logprob_chunk_grad(z: torch.Tensor, lse: torch.Tensor, labels: torch.Tensor, grad_out: torch.Tensor):
+    """d/dz_j [z_label - lse] = 1[j == label] - softmax_j, times the incoming gradient (float32 ``[rows, V]``)."""
+    g = -torch.exp(z - lse.unsqueeze(-1))
+    g.scatter_add_(-1, labels.unsqueeze(-1), torch.ones_like(lse).unsqueeze(-1))
+    return g * grad_out.unsqueeze(-1)
+
+
+def _entropy_chunk_grad(z: torch.Tensor, lse: torch.Tensor, entropy: torch.Tensor, grad_out: torch.Tensor):
+    """dH/dz_j = -p_j (z_j - E_p[z]) = -p_j (log p_j + H) (since E_p[z] = lse - H), times the incoming gradient."""
+    logp = z - lse.unsqueeze(-1)
+    return -torch.exp(logp) * (logp + entropy.unsqueeze(-1)) * grad_out.unsqueeze(-1)
+
+
+def _store_grad(grad: torch.Tensor, start: int, end: int, g: torch.Tensor, temperature: float) -> None:
+    """Rows ``[start, end)`` of the input's gradient: ``g`` (d/dz) times dz/dx = 1 / temperature, in x's dtype."""
+    grad[start:end] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+
+
 class _ChunkedLogProb(torch.autograd.Function):
     """log p(label) = z[label] - logsumexp(z), z = x / temperature, forward and backward in row chunks of a flat
     ``[N, V]`` input ``x`` of any float dtype (z in float32, or float64 for float64 input). Only ``x`` is kept for the
@@ -245,10 +274,10 @@ class _ChunkedLogProb(torch.autograd.Function):
         out = torch.empty(n, dtype=cdtype, device=logits.device)
         lse = torch.empty(n, dtype=cdtype, device=logits.device)
         for s in range(0, n, chunk_size):
-            chunk = _scaled_chunk(logits, s, s + chunk_size, cdtype, temperature)
-            lse[s : s + chunk_size] = torch.logsumexp(chunk, dim=-1)
-            picked = chunk.gather(-1, labels[s : s + chunk_size].unsqueeze(-1)).squeeze(-1)
-            out[s : s + chunk_size] = picked - lse[s : s + chunk_size]
+            e = s + chunk_size
+            chunk = _scaled_chunk(logits, s, e, cdtype, temperature)
+            lse[s:e] = torch.logsumexp(chunk, dim=-1)
+            out[s:e] = _logprob_chunk(chunk, lse[s:e], labels[s:e])
         ctx.save_for_backward(logits, labels, lse)
         ctx.chunk_size, ctx.temperature = chunk_size, temperature
         return out
@@ -260,11 +289,8 @@ class _ChunkedLogProb(torch.autograd.Function):
         grad = torch.empty_like(logits)
         for s in range(0, logits.shape[0], chunk_size):
             e = s + chunk_size
-            # d/dz_j [z_label - lse] = 1[j == label] - softmax_j; dz/dx = 1 / temperature
-            g = -torch.exp(_scaled_chunk(logits, s, e, lse.dtype, temperature) - lse[s:e].unsqueeze(-1))
-            g.scatter_add_(-1, labels[s:e].unsqueeze(-1), torch.ones_like(lse[s:e]).unsqueeze(-1))
-            g = g * grad_out[s:e].unsqueeze(-1)
-            grad[s:e] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+            z = _scaled_chunk(logits, s, e, lse.dtype, temperature)
+            _store_grad(grad, s, e, _logprob_chunk_grad(z, lse[s:e], labels[s:e], grad_out[s:e]), temperature)
         return grad, None, None, None
 
 
@@ -279,10 +305,10 @@ class _ChunkedEntropy(torch.autograd.Function):
         out = torch.empty(n, dtype=cdtype, device=logits.device)
         lse = torch.empty(n, dtype=cdtype, device=logits.device)
         for s in range(0, n, chunk_size):
-            chunk = _scaled_chunk(logits, s, s + chunk_size, cdtype, temperature)
-            lse[s : s + chunk_size] = torch.logsumexp(chunk, dim=-1)
-            logp = chunk - lse[s : s + chunk_size].unsqueeze(-1)
-            out[s : s + chunk_size] = -(torch.exp(logp) * logp).sum(-1)  # non-negative terms: no cancellation
+            e = s + chunk_size
+            chunk = _scaled_chunk(logits, s, e, cdtype, temperature)
+            lse[s:e] = torch.logsumexp(chunk, dim=-1)
+            out[s:e] = _entropy_chunk(chunk, lse[s:e])
         ctx.save_for_backward(logits, lse, out)
         ctx.chunk_size, ctx.temperature = chunk_size, temperature
         return out
@@ -294,10 +320,8 @@ class _ChunkedEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits)
         for s in range(0, logits.shape[0], chunk_size):
             e = s + chunk_size
-            logp = _scaled_chunk(logits, s, e, lse.dtype, temperature) - lse[s:e].unsqueeze(-1)
-            # dH/dz_j = -p_j (z_j - E_p[z]) = -p_j (log p_j + H), since E_p[z] = lse - H; dz/dx = 1 / temperature
-            g = -torch.exp(logp) * (logp + entropy[s:e].unsqueeze(-1)) * grad_out[s:e].unsqueeze(-1)
-            grad[s:e] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+            z = _scaled_chunk(logits, s, e, lse.dtype, temperature)
+            _store_grad(grad, s, e, _entropy_chunk_grad(z, lse[s:e], entropy[s:e], grad_out[s:e]), temperature)
         return grad, None, None
 
 
@@ -305,7 +329,8 @@ class _ChunkedLogProbEntropy(torch.autograd.Function):
     """Both of :class:`_ChunkedLogProb` and :class:`_ChunkedEntropy` from one pass over the chunks. Their gradients
     are summed in float32 before the division by the temperature and the cast to ``x``'s dtype, as autograd sums
     them when both take the same float32 tensor (``x.float() / temperature``): the same bits, where two separate
-    calls on bf16 ``x`` would each round their gradient to bf16 before adding."""
+    calls on bf16 ``x`` would each round their gradient to bf16 before adding. (An output whose gradient is not
+    used gets zeros from autograd, so both terms are always there.)"""
 
     @staticmethod
     def forward(ctx, logits: torch.Tensor, labels: torch.Tensor, chunk_size: int, temperature: float):
@@ -316,9 +341,8 @@ class _ChunkedLogProbEntropy(torch.autograd.Function):
             e = s + chunk_size
             chunk = _scaled_chunk(logits, s, e, cdtype, temperature)
             lse[s:e] = torch.logsumexp(chunk, dim=-1)
-            logprob[s:e] = chunk.gather(-1, labels[s:e].unsqueeze(-1)).squeeze(-1) - lse[s:e]
-            logp = chunk - lse[s:e].unsqueeze(-1)
-            entropy[s:e] = -(torch.exp(logp) * logp).sum(-1)
+            logprob[s:e] = _logprob_chunk(chunk, lse[s:e], labels[s:e])
+            entropy[s:e] = _entropy_chunk(chunk, lse[s:e])
         ctx.save_for_backward(logits, labels, lse, entropy)
         ctx.chunk_size, ctx.temperature = chunk_size, temperature
         return logprob, entropy
@@ -331,19 +355,9 @@ class _ChunkedLogProbEntropy(torch.autograd.Function):
         for s in range(0, logits.shape[0], chunk_size):
             e = s + chunk_size
             z = _scaled_chunk(logits, s, e, lse.dtype, temperature)
-            g = None
-            if grad_logprob is not None:  # as _ChunkedLogProb.backward
-                g = -torch.exp(z - lse[s:e].unsqueeze(-1))
-                g.scatter_add_(-1, labels[s:e].unsqueeze(-1), torch.ones_like(lse[s:e]).unsqueeze(-1))
-                g = g * grad_logprob[s:e].unsqueeze(-1)
-            if grad_entropy is not None:  # as _ChunkedEntropy.backward
-                logp = z - lse[s:e].unsqueeze(-1)
-                h = -torch.exp(logp) * (logp + entropy[s:e].unsqueeze(-1)) * grad_entropy[s:e].unsqueeze(-1)
-                g = h if g is None else g + h
-            if g is None:
-                grad[s:e] = 0
-                continue
-            grad[s:e] = (g if temperature == 1.0 else g / temperature).to(grad.dtype)
+            g = _logprob_chunk_grad(z, lse[s:e], labels[s:e], grad_logprob[s:e]) + _entropy_chunk_grad(
+                z, lse[s:e], entropy[s:e], grad_entropy[s:e])
+            _store_grad(grad, s, e, g, temperature)
         return grad, None, None, None
 
 
