@@ -25,6 +25,7 @@ The rules (the target design of the architecture issue):
    - ``agent_system`` and ``rlvcr`` build on ``verl``; only the composition layer ``verl.trainer`` (entry points,
      trainer wiring) may import ``agent_system`` or ``rlvcr`` from inside ``verl``.
    - ``agent_system`` never imports ``rlvcr``.
+   - no package imports the research record (``experiments``) or the benchmarks (``benchmarks``).
 2. No import cycle anywhere, counting function-level imports: every strongly connected component (Tarjan) of the
    module graph with more than one module is reported with one example cycle through it.
 3. No package file over 600 lines.
@@ -36,9 +37,8 @@ The rules (the target design of the architecture issue):
    (``*.yaml``), ``README.md`` files and ``docs/`` — lines naming an issue (``issue 12``, ``issues 3 and 5``), an
    "item" of the lab notebook (``item 6``), a design document (``seed 003``, ``the seed's``, ``§3.2`` of one) or the
    design's "Option A". Papers' sections stay cited: a ``§`` on a line that cites ``arXiv`` is not counted. The
-   research record is not read: ``benchmarks/evidence/``, ``benchmarks/results/``, ``docs/does_it_learn.md`` (the
-   lab notebook) and ``docs/results.md`` (its summary), and neither are hidden folders (``.venv``) or what runs
-   write (``outputs/``, ``checkpoints/``).
+   research record (``experiments/``: its scripts, run folders, lab notebook and results summary) is not read, and
+   neither are hidden folders (``.venv``) or what runs write (``outputs/``, ``checkpoints/``).
 
 Counts (``counts`` in the JSON, the keys of a ``--max-counts`` file): ``upward_edges``, ``cycles`` (components),
 ``cycle_modules`` (modules inside those components), ``long_files``, ``outside_citations`` and
@@ -80,7 +80,8 @@ REFERENCE_PATTERNS = (
     ("Option A", re.compile(r"\bOption A\b")),
     ("§ (not a paper's)", re.compile(r"§")),
 )
-RESEARCH_RECORD = ("benchmarks/evidence/", "benchmarks/results/", "docs/does_it_learn.md", "docs/results.md")
+RESEARCH_RECORD = ("experiments/",)
+OUTSIDE_PRODUCT = ("experiments", "benchmarks")  # top-level folders no package may import
 RUN_FOLDERS = ("outputs/", "checkpoints/", "runs/", "wandb/")  # what runs write (git-ignored): not the project's text
 
 
@@ -224,6 +225,20 @@ def layer_violation(importer: str, imported: str) -> str | None:
     if top_importer == "agent_system" and top_imported == "rlvcr":
         return "agent_system never imports rlvcr"
     return None
+
+
+def find_outside_imports(root: Path = ROOT, modules: dict[str, Path] | None = None) -> list[tuple[ImportEdge, str]]:
+    """Each import of ``experiments`` or ``benchmarks`` (or a module inside them) by a package file, with the rule."""
+    modules = discover_modules(root) if modules is None else modules
+    out = []
+    for importer, path in modules.items():
+        visitor = _ImportVisitor(importer, path.name == "__init__.py")
+        visitor.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        for base, line, function_level, dynamic, _names in visitor.found:
+            if base.split(".")[0] in OUTSIDE_PRODUCT:
+                edge = ImportEdge(importer, base, path.relative_to(root).as_posix(), line, function_level, dynamic)
+                out.append((edge, "no package imports the research record or the benchmarks"))
+    return out
 
 
 def find_upward_edges(edges: list[ImportEdge]) -> list[tuple[ImportEdge, str]]:
@@ -405,7 +420,8 @@ def analyse(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES, max_lines: 
     root = Path(root)
     modules = discover_modules(root, packages)
     edges = collect_imports(root, modules)
-    upward = [dict(asdict(edge), rule=rule, text=edge.describe()) for edge, rule in find_upward_edges(edges)]
+    upward = [dict(asdict(edge), rule=rule, text=edge.describe())
+              for edge, rule in find_upward_edges(edges) + find_outside_imports(root, modules)]
     cycles = find_cycles(edges, modules)
     long_files = find_long_files(modules, root, max_lines)
     citations = find_outside_citations(modules, root)

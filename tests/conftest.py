@@ -146,7 +146,7 @@ def causal_lm(tiny_model_dir):
 # ----------------------------------------------------------------------------------------------- test tiers
 # Every test gets one tier marker from its file (tests/README.md): ``e2e`` for the files below, which run a trainer, a
 # launch script or a benchmark, start processes, Ray or a process group, or build whole models or environments;
-# ``evidence`` for the tests of the research record's study scripts (benchmarks/evidence/); ``unit`` for the rest
+# ``evidence`` for the tests of the research record (experiments/: its study scripts and index); ``unit`` for the rest
 # (in-process tests of one component). A file with any end-to-end test is e2e as a whole. ``bash run_tests.sh
 # --fast`` runs the unit tier.
 E2E_FILES = {
@@ -175,10 +175,11 @@ E2E_FILES = {
 EVIDENCE_FILES = {
     "router/test_does_it_learn_summary_on_cpu.py", "router/test_router_frontier_on_cpu.py",
     "router/test_router_ridge_refit_on_cpu.py", "trainer/test_calls_vs_ground_truth_on_cpu.py",
+    "test_experiments_index_on_cpu.py",
 }
 TIERS = {"unit": "in-process tests of one component (the fast lane: bash run_tests.sh --fast)",
          "e2e": "whole runs: trainers, launch scripts, benchmarks' smoke sizes, processes, Ray",
-         "evidence": "the research record's study scripts (benchmarks/evidence/)"}
+         "evidence": "the research record (experiments/): its study scripts and index of runs"}
 
 
 def tier_of(path: Path) -> str:

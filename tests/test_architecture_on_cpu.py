@@ -161,8 +161,8 @@ def test_internal_references_in_user_facing_text(tmp_path):
     _write(tmp_path, "conf/x.yaml", "a: 1   # as the seed's Option A says\nb: 2  # DAPO (arXiv 2503.14476 §3.2)\n")
     _write(tmp_path, "README.md", "Items 3 and 4 hold.\nSee §2 of the design.\n")
     _write(tmp_path, "docs/page.md", "Plain text.\nseed 003 says so.\n")
-    _write(tmp_path, "docs/does_it_learn.md", "item 6: the ridge head\n")
-    _write(tmp_path, "benchmarks/evidence/study.sh", "# issue 19\n")
+    _write(tmp_path, "experiments/notebook.md", "item 6: the ridge head\n")
+    _write(tmp_path, "experiments/scripts/study.sh", "# issue 19\n")
     _write(tmp_path, ".venv/lib/README.md", "issue 1\n")
     found = {(r["path"], r["line"]) for r in arch.analyse(tmp_path)["internal_references"]}
     assert found == {("run.sh", 1), ("conf/x.yaml", 1), ("README.md", 1), ("README.md", 2), ("docs/page.md", 2)}

@@ -36,7 +36,7 @@ def test_bench_shared_prompt(tmp_path):
 
 
 def test_rlvcr_phase_scripted(tmp_path):
-    proc = _run("benchmarks/rlvcr_phase_scripted.py", "line_world", str(tmp_path / "run"),
+    proc = _run("experiments/scripts/rlvcr_phase_scripted.py", "line_world", str(tmp_path / "run"),
                 "trainer.total_training_steps=1")
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]

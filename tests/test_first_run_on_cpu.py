@@ -242,7 +242,7 @@ def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built
 
 def test_eval_checkpoint_refuses_what_is_not_a_checkpoint_before_any_work(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, TOOLRL_CACHE=str(tmp_path / "cache"))
-    script = "benchmarks/evidence/eval_checkpoint.sh"
+    script = "experiments/scripts/eval_checkpoint.sh"
     run = lambda *args: subprocess.run(["bash", script, *args], cwd=REPO_ROOT, env=env, capture_output=True,  # noqa: E731
                                        text=True, timeout=120)
     missing_name = run(str(tmp_path))

@@ -87,7 +87,7 @@ def test_async_script_trains_one_step(tmp_path):
 
 
 def test_grpo_learning_recipe_trains_one_step_with_its_settings(tmp_path, small_rlla):
-    """``examples/grpo_trainer/run_grpo_smollm2_sft_cpu.sh`` (the 16-prompt GRPO run of docs/results.md): the values a
+    """``examples/grpo_trainer/run_grpo_smollm2_sft_cpu.sh`` (the 16-prompt GRPO run of experiments/results.md): the values a
     user does not set come from the recipe (sizes here are the test's, through the same variables)."""
     env = _env(tmp_path, small_rlla)
     _run([str(REPO_ROOT / "examples/grpo_trainer/run_grpo_smollm2_sft_cpu.sh"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GRPO that makes SmolLM2-135M's tool calls more correct on 2 CPU cores (docs/does_it_learn.md).
+# GRPO that makes SmolLM2-135M's tool calls more correct on 2 CPU cores (experiments/notebook.md).
 # Settings: verl/trainer/config/recipe/grpo_smollm2_sft_cpu.yaml (its header says what it is for, how long it takes and what to see).
 # Launch variables (verl/trainer/launch.py) and key=value arguments override it.
 set -euo pipefail

@@ -1,5 +1,5 @@
-"""benchmarks/evidence/does_it_learn_summary.py: the decision F1 of a routing policy in expectation, which gain it
-reads, the budget phase a head was trained in, and that the committed result files it lists give docs/results.md's
+"""experiments/scripts/does_it_learn_summary.py: the decision F1 of a routing policy in expectation, which gain it
+reads, the budget phase a head was trained in, and that the committed result files it lists give experiments/results.md's
 figures."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from conftest import REPO_ROOT
 from verl.trainer.tool_cost import tool_cost_metrics
 
 _spec = importlib.util.spec_from_file_location(
-    "does_it_learn_summary", REPO_ROOT / "benchmarks" / "evidence" / "does_it_learn_summary.py")
+    "does_it_learn_summary", REPO_ROOT / "experiments" / "scripts" / "does_it_learn_summary.py")
 summary_script = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(summary_script)
 
@@ -80,7 +80,7 @@ def test_last_third_reads_the_budget_phase_and_its_final_lambda():
 def test_the_committed_results_give_the_readmes_figures(tmp_path):
     summary = summary_script.summarise()
     heads = {h["item"]: h for h in summary["heads"]}
-    # item 7: item 6's run resumed at B = 0.5 (docs/does_it_learn.md, item 7: 0.489 against 0.5, trained λ 4.13)
+    # item 7: item 6's run resumed at B = 0.5 (experiments/notebook.md, item 7: 0.489 against 0.5, trained λ 4.13)
     assert heads["7"]["training"]["budget"] == 0.5
     assert heads["7"]["training"]["policy_cost_last_third"] == pytest.approx(0.4888)
     assert heads["7"]["training"]["final_lambda"] == pytest.approx(4.13, abs=5e-3)
@@ -95,7 +95,7 @@ def test_the_committed_results_give_the_readmes_figures(tmp_path):
     assert (bfcl20["before"], bfcl20["after"], bfcl20["prompts"]) == (pytest.approx(0.217, abs=5e-4),
                                                                       pytest.approx(0.189, abs=5e-4), 212)
     # the committed summary is what the committed files give now
-    committed = json.loads((REPO_ROOT / "benchmarks" / "results" / "does_it_learn_summary.json").read_text())
+    committed = json.loads((REPO_ROOT / "experiments" / "runs" / "summary" / "does_it_learn.json").read_text())
     committed.pop("command")
     assert committed == json.loads(json.dumps(summary))
     # the markdown table has a row per sample and per GRPO comparison

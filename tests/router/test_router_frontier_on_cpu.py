@@ -1,4 +1,4 @@
-"""benchmarks/evidence/router_frontier.py: a stochastic routing policy scored exactly in expectation over its routes
+"""experiments/scripts/router_frontier.py: a stochastic routing policy scored exactly in expectation over its routes
 (greedy decoding fixes each route's response), by hand on two prompts."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from conftest import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("router_frontier",
-                                               REPO_ROOT / "benchmarks" / "evidence" / "router_frontier.py")
+                                               REPO_ROOT / "experiments" / "scripts" / "router_frontier.py")
 frontier = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(frontier)
 
@@ -84,7 +84,7 @@ def test_expected_point_and_paired_gain_by_hand():
 
 def test_progress_budget_phases_take_the_last_third_of_each_budget():
     spec = importlib.util.spec_from_file_location("router_progress",
-                                                  REPO_ROOT / "benchmarks" / "evidence" / "router_progress.py")
+                                                  REPO_ROOT / "experiments" / "scripts" / "router_progress.py")
     progress = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(progress)
     # steps 1-6 at B = 0.3 (last third: steps 5, 6), steps 7-9 at B = 0.5 (last third: step 9)
@@ -250,9 +250,9 @@ def _reuse_layout(tmp_path, same_weights: bool):
     import shutil
     import sys
 
-    script = tmp_path / "benchmarks" / "evidence" / "router_frontier.sh"
+    script = tmp_path / "experiments" / "scripts" / "router_frontier.sh"
     script.parent.mkdir(parents=True)
-    shutil.copy(REPO_ROOT / "benchmarks" / "evidence" / "router_frontier.sh", script)
+    shutil.copy(REPO_ROOT / "experiments" / "scripts" / "router_frontier.sh", script)
     for name, weights in (("old", b"actor"), ("new", b"actor" if same_weights else b"other")):
         hf = tmp_path / name / "actor" / "huggingface"
         hf.mkdir(parents=True)
@@ -287,15 +287,15 @@ def test_frontier_reuses_routes_only_from_the_same_actor(tmp_path):
     done = subprocess.run(["bash", str(script), str(tmp_path / "new"), "new_frontier", "0.3"], env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    out = tmp_path / "outputs" / "eval" / "new_frontier"
+    out = tmp_path / "outputs" / "eval" / "results" / "new_frontier"  # under the results folder's name
     assert sorted(p.name for p in out.iterdir()) == ["answer.jsonl", "calculate.jsonl", "head.jsonl",
                                                      "random_0.3.jsonl", "search.jsonl"]
     assert (out / "search.jsonl").read_text() == '{"route": "search"}\n'
     infer, score = calls.read_text().splitlines()
     assert infer.startswith(f"-m verl.router.infer --checkpoint {tmp_path / 'new'} --prompts prompts.parquet")
-    assert "--output outputs/eval/new_frontier/head.jsonl --routes learned --max_new_tokens 1" in infer
-    assert "--policy learned=outputs/eval/new_frontier/head.jsonl" in score
-    assert "learned=outputs/eval/new_frontier/learned.jsonl" not in score and "--expected learned" in score
+    assert "--output outputs/eval/results/new_frontier/head.jsonl --routes learned --max_new_tokens 1" in infer
+    assert "--policy learned=outputs/eval/results/new_frontier/head.jsonl" in score
+    assert "learned=outputs/eval/results/new_frontier/learned.jsonl" not in score and "--expected learned" in score
     assert "ROUTES_FROM=outputs/eval/old_frontier ROUTES_CKPT=" in score  # recorded in the result's command
 
     calls.unlink()
@@ -340,7 +340,7 @@ def test_pooling_frontiers_of_disjoint_samples_by_hand(tmp_path):
     import statistics
 
     spec = importlib.util.spec_from_file_location("pool_frontiers",
-                                                  REPO_ROOT / "benchmarks" / "evidence" / "pool_frontiers.py")
+                                                  REPO_ROOT / "experiments" / "scripts" / "pool_frontiers.py")
     pool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pool)
     no_call_a, call_a, no_call_b, call_b = [0.1, 0.3], [0.9, 0.7, 0.8], [0.2], [0.4, 1.0]

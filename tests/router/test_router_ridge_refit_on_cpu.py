@@ -1,4 +1,4 @@
-"""benchmarks/evidence/router_ridge_refit.py and router_value_shift.py: the offline refit of a ridge router head
+"""experiments/scripts/router_ridge_refit.py and router_value_shift.py: the offline refit of a ridge router head
 equals the trainer's own update on the same observations, and the ridge's confidence width, by hand."""
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from test_ridge_route_values import _Backbone, _batch, _ridge_component
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / "evidence" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "experiments" / "scripts" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

@@ -1,4 +1,4 @@
-"""benchmarks/evidence/calls_vs_ground_truth.py: samples split by their call count against the ground truth's, and the
+"""experiments/scripts/calls_vs_ground_truth.py: samples split by their call count against the ground truth's, and the
 prompts whose samples' scores differ (the only ones that give GRPO a non-zero advantage), by hand on three prompts."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from conftest import REPO_ROOT
 
 _spec = importlib.util.spec_from_file_location("calls_vs_ground_truth",
-                                               REPO_ROOT / "benchmarks" / "evidence" / "calls_vs_ground_truth.py")
+                                               REPO_ROOT / "experiments" / "scripts" / "calls_vs_ground_truth.py")
 calls = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(calls)
 
