@@ -49,6 +49,7 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+import itertools
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -239,7 +240,7 @@ def summarise_async(args, recs: list[dict]) -> dict:
         for key, value in r.items():
             if key.startswith("replays/rlla/used_version_lag/"):
                 lags[int(key.rsplit("/", 1)[1])] += int(value)
-    step_wall = [busy(measured[0]) - busy(start)] + [busy(b) - busy(a) for a, b in zip(measured, measured[1:])]
+    step_wall = [busy(measured[0]) - busy(start)] + [busy(b) - busy(a) for a, b in itertools.pairwise(measured)]
     trained = sum(r.get("batches/rollouts", 0.0) for r in measured)
     generated = end["orchestrator/rollouts_generated"] - start["orchestrator/rollouts_generated"]
     used = sum(lags.values())

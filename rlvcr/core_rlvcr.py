@@ -47,10 +47,22 @@ from verl.trainer.ppo.group_stats import group_ids, group_normalize
 from verl.trainer.ppo.registry import AdvantageEstimator, EstimatorPlugin, cfg_get, register_adv_est, resolve
 
 __all__ = [
-    "RLVCR_MODES", "RLVCR_BATCH_FIELDS", "RLVCRSettings", "check_rlvcr_settings", "rlvcr_active",
-    "parse_level_response", "parsed_levels", "compute_action_uncertainty", "compute_level_scores",
-    "compute_level_diversity", "compute_thinking_advantage", "compute_trajectory_advantage", "compute_rlvcr_metrics",
-    "compute_rlvcr_outcome_advantage", "rlvcr_batch_inputs", "thinking_batch_fields",
+    "RLVCR_BATCH_FIELDS",
+    "RLVCR_MODES",
+    "RLVCRSettings",
+    "check_rlvcr_settings",
+    "compute_action_uncertainty",
+    "compute_level_diversity",
+    "compute_level_scores",
+    "compute_rlvcr_metrics",
+    "compute_rlvcr_outcome_advantage",
+    "compute_thinking_advantage",
+    "compute_trajectory_advantage",
+    "parse_level_response",
+    "parsed_levels",
+    "rlvcr_active",
+    "rlvcr_batch_inputs",
+    "thinking_batch_fields",
 ]
 
 RLVCR_MODES = ("mean_norm", "mean_std_norm")

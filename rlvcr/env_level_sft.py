@@ -45,14 +45,23 @@ from rlvcr.rollout_phase import alternative_suffix
 from verl.utils.dataset.rlla_data import write_parquet_atomic
 from verl.utils.reward_score.tool_parse import close_tag
 
-__all__ = ["SokobanGrid", "move_deltas", "solve", "level_think", "level_target", "alternative_level",
-           "collect_expert_rows", "build_env_level_sft_file", "main"]
+__all__ = [
+    "SokobanGrid",
+    "alternative_level",
+    "build_env_level_sft_file",
+    "collect_expert_rows",
+    "level_target",
+    "level_think",
+    "main",
+    "move_deltas",
+    "solve",
+]
 
 Cell = Tuple[int, int]
 _CELLS = {v: k for k, v in SYMBOLS.items()}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def move_deltas() -> Dict[str, Cell]:
     """``{action: (d_row, d_col)}`` from gym-sokoban's own tables: the env's push id of each text action
     (``sokoban_env._PUSH_IDS``) through gym's ``CHANGE_COORDINATES[(id - 1) % 4]``, as ``SokobanEnv._push`` does.

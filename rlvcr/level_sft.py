@@ -33,8 +33,18 @@ import pyarrow.parquet as pq
 from rlvcr.prompts import LEVEL, RLLA_FORMAT, LevelFormat, add_level_guide, level_context, parse_level_response
 from verl.utils.reward_score.tool_parse import close_tag, open_tag
 
-__all__ = ["LEVEL_SENTENCES", "check_max_top_sentences", "sentence_ends", "level_think", "draw_level", "level_sft_row",
-           "level_sft_schema", "build_level_sft_rows", "build_level_sft_file", "main"]
+__all__ = [
+    "LEVEL_SENTENCES",
+    "build_level_sft_file",
+    "build_level_sft_rows",
+    "check_max_top_sentences",
+    "draw_level",
+    "level_sft_row",
+    "level_sft_schema",
+    "level_think",
+    "main",
+    "sentence_ends",
+]
 
 # sentences of T kept at each level below the top one (the top level keeps all of T, level 1 none)
 LEVEL_SENTENCES: Dict[int, int] = {2: 1, 3: 3}

@@ -26,10 +26,23 @@ from verl.utils.reward_score.tool_parse import (
 )
 
 __all__ = [
-    "LEVEL", "AGENT_FORMAT", "RLLA_FORMAT", "LevelFormat", "ParsedStep", "LEVEL_DESCRIPTIONS", "level_guide",
-    "agent_prompt", "add_level_guide", "alternative_instruction", "parse_level_response", "strip_level_tag",
-    "level_scored_compute_score", "generation_prefix", "level_context", "cut_alternative_think",
+    "AGENT_FORMAT",
+    "LEVEL",
+    "LEVEL_DESCRIPTIONS",
+    "RLLA_FORMAT",
+    "LevelFormat",
+    "ParsedStep",
+    "add_level_guide",
+    "agent_prompt",
+    "alternative_instruction",
     "check_action_tags",
+    "cut_alternative_think",
+    "generation_prefix",
+    "level_context",
+    "level_guide",
+    "level_scored_compute_score",
+    "parse_level_response",
+    "strip_level_tag",
 ]
 
 LEVEL = "level"

@@ -63,8 +63,16 @@ from verl.utils.reward_score.tool_parse import WRAPPER_MARKERS, close_tag, open_
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["LevelStep", "RLVCRPhase", "level_format", "make_rlvcr_phase", "rlla_level_setup", "insert_instruction",
-           "alternative_suffix", "PHASE_FIELDS"]
+__all__ = [
+    "PHASE_FIELDS",
+    "LevelStep",
+    "RLVCRPhase",
+    "alternative_suffix",
+    "insert_instruction",
+    "level_format",
+    "make_rlvcr_phase",
+    "rlla_level_setup",
+]
 
 PHASE_FIELDS = ("thinking_level", "thinking_level_action_entropy", "thinking_level_think_cost", "thinking_evaluated")
 GenerateFn = Callable[[DataProto], DataProto]

@@ -54,6 +54,7 @@ import sys
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
+import itertools
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("verl", "agent_system", "rlvcr")
@@ -346,7 +347,7 @@ def find_cycles(edges: list[ImportEdge], modules: dict[str, Path] | None = None)
         if len(component) < 2:
             continue
         path = example_cycle(graph, component)
-        hops = [by_pair[(a, b)].describe() for a, b in zip(path, path[1:])]
+        hops = [by_pair[(a, b)].describe() for a, b in itertools.pairwise(path)]
         cycles.append({"size": len(component), "modules": component, "example": path, "hops": hops})
     return sorted(cycles, key=lambda c: (-c["size"], c["modules"]))
 
@@ -365,7 +366,7 @@ def _repo_path(token: str, root: Path) -> bool:
     """True when a cited ``.../specs/x.md`` token is under ``docs/`` or names a file of the repository."""
     if token.startswith("../"):
         return False
-    clean = token[2:] if token.startswith("./") else token
+    clean = token.removeprefix("./")
     return clean.startswith("docs/") or "/docs/" in clean or (root / clean).is_file()
 
 

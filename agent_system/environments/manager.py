@@ -20,6 +20,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from agent_system.environments.base import StepResult, make_env, project_action, split_step
+import itertools
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ class EnvironmentManager:
         self.prompt_suffix = prompt_suffix
         workers = min(int(num_workers), self.n)
         bounds = np.linspace(0, self.n, workers + 1).astype(int)
-        self.slices = [slice(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
+        self.slices = [slice(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
         self.workers = [self._start_worker(s.stop - s.start) for s in self.slices]
         probe = make_env(env_name, **self.env_kwargs)
         self.instruction = probe.instruction  # an environment may give a per-task one in reset's info['instruction']

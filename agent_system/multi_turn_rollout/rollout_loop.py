@@ -154,7 +154,7 @@ class TrajectoryCollector:
                 actions[i] = texts[k]
             anchors = [obs["anchor"][i] for i in active]
             start = time.perf_counter()
-            obs, rewards, dones, step_infos = envs.step(actions)
+            obs, rewards, _dones, step_infos = envs.step(actions)
             t_env += time.perf_counter() - start
             valid_action = np.array([bool(step_infos[i].get("is_action_valid", False)) for i in active])
             invalid += int((~valid_action).sum())

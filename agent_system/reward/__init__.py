@@ -35,7 +35,27 @@ from agent_system.reward.sandbox import (
     make_runner,
 )
 
-__all__ = ["Message", "EvaluateResult", "StepOutput", "MetricResult", "StepData", "coerce_result", "reward_function",
-           "RewardFunction", "RewardSource", "load_reward_function", "register_reward_function",
-           "get_reward_function", "registered_reward_functions", "RewardRequest", "RunReport", "RewardSandboxError",
-           "InProcessRunner", "ProcessSandbox", "make_runner", "align", "Alignment", "AlignedRollout"]
+__all__ = [
+    "AlignedRollout",
+    "Alignment",
+    "EvaluateResult",
+    "InProcessRunner",
+    "Message",
+    "MetricResult",
+    "ProcessSandbox",
+    "RewardFunction",
+    "RewardRequest",
+    "RewardSandboxError",
+    "RewardSource",
+    "RunReport",
+    "StepData",
+    "StepOutput",
+    "align",
+    "coerce_result",
+    "get_reward_function",
+    "load_reward_function",
+    "make_runner",
+    "register_reward_function",
+    "registered_reward_functions",
+    "reward_function",
+]

@@ -29,9 +29,20 @@ from pydantic import BaseModel, model_validator
 
 from agent_system.reward.models import EvaluateResult, Message, coerce_result
 
-__all__ = ["MODES", "RewardSource", "RewardFunction", "reward_function", "adapt_compute_score",
-           "as_reward_function", "load_reward_function", "resolve_source", "register_reward_function",
-           "get_reward_function", "registered_reward_functions", "solution_text"]
+__all__ = [
+    "MODES",
+    "RewardFunction",
+    "RewardSource",
+    "adapt_compute_score",
+    "as_reward_function",
+    "get_reward_function",
+    "load_reward_function",
+    "register_reward_function",
+    "registered_reward_functions",
+    "resolve_source",
+    "reward_function",
+    "solution_text",
+]
 
 MODES = ("pointwise", "batch")
 _UPSTREAM_PARAMS = frozenset({"data_source", "solution_str"})

@@ -16,8 +16,19 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-__all__ = ["FunctionCall", "ToolCall", "Message", "MetricResult", "StepOutput", "EvaluateResult", "StepData",
-           "coerce_result", "invalid_result", "format_error", "MAX_REASON_CHARS"]
+__all__ = [
+    "MAX_REASON_CHARS",
+    "EvaluateResult",
+    "FunctionCall",
+    "Message",
+    "MetricResult",
+    "StepData",
+    "StepOutput",
+    "ToolCall",
+    "coerce_result",
+    "format_error",
+    "invalid_result",
+]
 
 MAX_REASON_CHARS = 500
 

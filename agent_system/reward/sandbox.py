@@ -40,9 +40,21 @@ from pydantic import BaseModel, Field
 from agent_system.reward.decorator import RewardFunction
 from agent_system.reward.models import EvaluateResult, Message, format_error, invalid_result
 
-__all__ = ["SANDBOX_MODES", "DEFAULT_TIMEOUT_S", "DEFAULT_MEMORY_MB", "RewardRequest", "RewardCall", "WorkerReply",
-           "RunReport", "RewardSandboxError", "execute_call", "RewardRunner", "InProcessRunner", "ProcessSandbox",
-           "make_runner"]
+__all__ = [
+    "DEFAULT_MEMORY_MB",
+    "DEFAULT_TIMEOUT_S",
+    "SANDBOX_MODES",
+    "InProcessRunner",
+    "ProcessSandbox",
+    "RewardCall",
+    "RewardRequest",
+    "RewardRunner",
+    "RewardSandboxError",
+    "RunReport",
+    "WorkerReply",
+    "execute_call",
+    "make_runner",
+]
 
 SANDBOX_MODES = ("none", "process")
 DEFAULT_TIMEOUT_S = 30.0
@@ -155,7 +167,7 @@ class RewardRunner:
     def __enter__(self) -> "RewardRunner":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 

@@ -137,7 +137,7 @@ def main() -> None:
                            r_answer=r_answer, length=np.array([lengths[r] for r in rows], dtype=float))
     val = data["val"]
     n_val = len(val["rows"])
-    k = int(round(args.budget * n_val))
+    k = round(args.budget * n_val)
     random_score = float(np.mean(val["r_answer"]) + args.budget * np.mean(val["gain"]))
     best = np.argsort(-val["gain"])[:k]
     hindsight = float((val["r_answer"].sum() + val["gain"][best].sum()) / n_val)

@@ -158,7 +158,7 @@ def test_step_rewards_change_gigpo_advantages_as_a_hand_computation_says(tokeniz
     assert torch.equal(advantages(plain), torch.zeros(4, dtype=advantages(plain).dtype))
     batch, _ = _play(tokenizer, first_rollout_pays, seeds=(seed,))
     nt = batch.non_tensor_batch
-    first = nt["traj_uid"] == sorted(set(nt["traj_uid"]), key=list(nt["traj_uid"]).index)[0]
+    first = nt["traj_uid"] == min(set(nt["traj_uid"]), key=list(nt["traj_uid"]).index)
     expected = torch.tensor([2 ** 0.5 if f else -(2 ** 0.5) for f in first], dtype=torch.float64)
     torch.testing.assert_close(advantages(batch).to(torch.float64), expected, rtol=1e-6, atol=1e-6)
 

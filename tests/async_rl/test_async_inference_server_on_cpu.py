@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.async_rl.inference_server import InferenceServer, OpenAIClient, PolicyEngine, StaleWeightsError
+from verl.async_rl.inference_server import InferenceServer, OpenAIClient, StaleWeightsError
 
 
 @pytest.fixture(scope="module")

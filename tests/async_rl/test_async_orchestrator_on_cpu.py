@@ -148,7 +148,7 @@ def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
     orch = Orchestrator(config, make_env_actor=make_env_actor)
     try:
         assert orch.version == 3
-        for name, buffer in orch.buffers.items():
+        for buffer in orch.buffers.values():
             pool = [r.rollout_uid for g in buffer._groups.values() for r in g.rollouts]
             assert len(pool) == len(set(pool))  # nothing duplicated
             trained, accepted = _trained_uids(buffer.log_path, 3)

@@ -66,7 +66,7 @@ def test_versions_of_one_problem_are_different_groups_newest_first(tmp_path, mak
         buf.add(make_rollout(problem_id="q", version=1))
     keys = [(g.key, len(g)) for g in buf.ready_groups()]
     assert keys == [(("p", 1), 3), (("q", 1), 2), (("p", 0), 2)]
-    assert [g.key for g in buf.ready_groups(newest_first=False)][0] == ("p", 0)
+    assert next(g.key for g in buf.ready_groups(newest_first=False)) == ("p", 0)
     # token budget: each rollout has 5 tokens; 12 tokens fit the p/1 group only (15 > 12), then q/1 (10 <= 12)
     assert [g.key for g in buf.take_groups(12)] == [("q", 1)]
     assert sorted(g.key for g in buf.ready_groups()) == [("p", 0), ("p", 1)]

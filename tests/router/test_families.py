@@ -26,7 +26,7 @@ def test_block_parser_on_every_real_row(test_rows, sft_rows):
     systems = [r["prompt"][0]["content"] for _, r in test_rows.iterrows()] + [r["instruction"] for r in sft_rows]
     for text in systems:
         block = parse_tools_block(text)
-        numbered = re.findall(r"^(\d+)\. Name: (.*)$", text, re.M)
+        numbered = re.findall(r"^(\d+)\. Name: (.*)$", text, re.MULTILINE)
         assert block is not None and len(block.tools) == len(numbered) > 0
         assert [t.number for t in block.tools] == [int(n) for n, _ in numbered]
         assert block.names == [name for _, name in numbered]

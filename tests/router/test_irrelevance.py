@@ -137,7 +137,7 @@ def test_cli_on_the_real_test_split(shared_dir, tmp_path):
 def test_prepare_train_file_builds_once_and_again_only_when_its_input_changes(tmp_path, monkeypatch, capsys):
     """The main job's form (run_router_training.sh, IRRELEVANCE_FRACTION): the file beside train_router.parquet equals
     add_irrelevance_rows of it; kept when up to date, rebuilt when the input changed; its path on stdout."""
-    import verl.router.irrelevance as irrelevance
+    from verl.router import irrelevance
 
     rows = [_row(i, ["weather", "population", "area"], _gt(["weather", "population", "area"][i % 3]))
             for i in range(8)]

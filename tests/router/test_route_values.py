@@ -16,6 +16,7 @@ from verl.router.value import (
     value_policy_logits,
     value_targets,
 )
+import itertools
 
 
 def test_policy_logits_price_the_routes_at_decision_time():
@@ -31,7 +32,7 @@ def test_policy_logits_price_the_routes_at_decision_time():
     # the policy's expected cost falls monotonically as λ rises, whatever the head learned
     costs = [float((torch.softmax(value_policy_logits(h, baseline, cost, lam, 1.0), -1) * cost).sum())
              for lam in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0)]
-    assert all(a > b for a, b in zip(costs, costs[1:]))
+    assert all(a > b for a, b in itertools.pairwise(costs))
     with pytest.raises(ValueError, match="temperature > 0"):
         value_policy_logits(h, baseline, cost, 1.0, 0.0)
     with pytest.raises(ValueError, match="must be \\[B, 3\\]"):

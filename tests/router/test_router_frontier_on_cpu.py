@@ -190,7 +190,7 @@ def test_bfcl_frontier_scores_routes_with_bfcl_checker_by_hand(tmp_path, monkeyp
 
     import torch
 
-    import verl.router.checkpoint as checkpoint
+    from verl.router import checkpoint
     from verl.router.value import reprice_probs
 
     monkeypatch.setattr(checkpoint, "resolve_checkpoint", lambda path: type("F", (), {"step_dir": path,

@@ -17,12 +17,7 @@ from conftest import REPO_ROOT
 from verl.trainer.config_utils import load_default_config, normalize_config, validate_config
 
 # seed 000 §8 "Option A", verbatim (DATA_DIR / BASE_MODEL filled in)
-OPTION_A = """algorithm.adv_estimator=grpo data.train_files=D/train_router.parquet data.val_files=D/test_router.parquet
-data.train_batch_size=512 data.val_batch_size=128 data.max_prompt_length=2048 data.max_response_length=1024
-actor_rollout_ref.model.path=M actor_rollout_ref.rollout.name=hf actor_rollout_ref.rollout.tensor_model_parallel_size=1
-router.enable=true router.budget_B=0.3 router.cost_weights.any_tool=1.0 trainer.save_freq=200
-trainer.save_on_exit=true trainer.project_name=router_grpo trainer.experiment_name=baseline_router
-trainer.n_gpus_per_node=1 trainer.nnodes=1 trainer.total_epochs=15""".split()
+OPTION_A = ["algorithm.adv_estimator=grpo", "data.train_files=D/train_router.parquet", "data.val_files=D/test_router.parquet", "data.train_batch_size=512", "data.val_batch_size=128", "data.max_prompt_length=2048", "data.max_response_length=1024", "actor_rollout_ref.model.path=M", "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "router.enable=true", "router.budget_B=0.3", "router.cost_weights.any_tool=1.0", "trainer.save_freq=200", "trainer.save_on_exit=true", "trainer.project_name=router_grpo", "trainer.experiment_name=baseline_router", "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "trainer.total_epochs=15"]
 
 
 def test_seed_option_a_composes_verbatim():

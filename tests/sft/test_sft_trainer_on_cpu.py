@@ -103,7 +103,7 @@ def test_run_sft_publishes_checkpoint_and_metrics(shared_dir, tiny_model_dir, tm
 def _sft_bf16_rank(rank, config_args, out_file):
     import torch.distributed as dist
 
-    import verl.utils.model_utils as model_utils
+    from verl.utils import model_utils
 
     torch.set_num_threads(1)
     wrapped = []

@@ -8,34 +8,10 @@ from hydra.errors import ConfigCompositionException
 from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config, world_size
 
 # ToolRL's examples/grpo_trainer/run_grpo.sh override list (../shared/specs/verl_compat.md §4), values filled in.
-TOOLRL_GRPO = """algorithm.adv_estimator=grpo data.train_files=X/train.parquet data.val_files=X/test.parquet
-data.train_batch_size=512 data.val_batch_size=128 data.max_prompt_length=2048 data.max_response_length=1024
-actor_rollout_ref.model.path=M actor_rollout_ref.actor.optim.lr=1e-6 actor_rollout_ref.model.use_remove_padding=True
-actor_rollout_ref.actor.ppo_mini_batch_size=128 actor_rollout_ref.actor.use_dynamic_bsz=True
-actor_rollout_ref.actor.use_kl_loss=False actor_rollout_ref.actor.kl_loss_coef=0.001
-actor_rollout_ref.actor.kl_loss_type=low_var_kl actor_rollout_ref.model.enable_gradient_checkpointing=True
-actor_rollout_ref.actor.fsdp_config.param_offload=False actor_rollout_ref.actor.fsdp_config.grad_offload=False
-actor_rollout_ref.actor.fsdp_config.optimizer_offload=False actor_rollout_ref.rollout.tensor_model_parallel_size=1
-actor_rollout_ref.rollout.name=vllm actor_rollout_ref.rollout.gpu_memory_utilization=0.6 actor_rollout_ref.rollout.n=4
-actor_rollout_ref.ref.fsdp_config.param_offload=True algorithm.kl_ctrl.kl_coef=0.001 trainer.critic_warmup=0
-trainer.logger=['console','wandb'] trainer.project_name=TinyZero trainer.experiment_name=grpo-qwen2.5-3b
-trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.save_freq=15 trainer.test_freq=5 trainer.total_epochs=15""".split()
+TOOLRL_GRPO = ["algorithm.adv_estimator=grpo", "data.train_files=X/train.parquet", "data.val_files=X/test.parquet", "data.train_batch_size=512", "data.val_batch_size=128", "data.max_prompt_length=2048", "data.max_response_length=1024", "actor_rollout_ref.model.path=M", "actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.actor.ppo_mini_batch_size=128", "actor_rollout_ref.actor.use_dynamic_bsz=True", "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.kl_loss_coef=0.001", "actor_rollout_ref.actor.kl_loss_type=low_var_kl", "actor_rollout_ref.model.enable_gradient_checkpointing=True", "actor_rollout_ref.actor.fsdp_config.param_offload=False", "actor_rollout_ref.actor.fsdp_config.grad_offload=False", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False", "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.6", "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.ref.fsdp_config.param_offload=True", "algorithm.kl_ctrl.kl_coef=0.001", "trainer.critic_warmup=0", "trainer.logger=['console','wandb']", "trainer.project_name=TinyZero", "trainer.experiment_name=grpo-qwen2.5-3b", "trainer.n_gpus_per_node=2", "trainer.nnodes=1", "trainer.save_freq=15", "trainer.test_freq=5", "trainer.total_epochs=15"]
 
 # ToolRL's examples/ppo_trainer/run_ppo.sh differences (gae default, critic keys, global micro batches).
-TOOLRL_PPO = """data.train_files=X/train.parquet data.val_files=X/test.parquet data.train_batch_size=512
-data.val_batch_size=128 data.max_prompt_length=1024 data.max_response_length=512 actor_rollout_ref.model.path=M
-actor_rollout_ref.actor.optim.lr=1e-6 actor_rollout_ref.model.use_remove_padding=True
-actor_rollout_ref.actor.ppo_mini_batch_size=128 actor_rollout_ref.actor.ppo_micro_batch_size=8
-actor_rollout_ref.model.enable_gradient_checkpointing=True actor_rollout_ref.actor.fsdp_config.param_offload=False
-actor_rollout_ref.actor.fsdp_config.grad_offload=False actor_rollout_ref.actor.fsdp_config.optimizer_offload=False
-actor_rollout_ref.rollout.tensor_model_parallel_size=1 actor_rollout_ref.rollout.name=vllm
-actor_rollout_ref.rollout.gpu_memory_utilization=0.3 actor_rollout_ref.ref.fsdp_config.param_offload=True
-critic.optim.lr=1e-5 critic.model.use_remove_padding=True critic.model.path=M
-critic.model.enable_gradient_checkpointing=False critic.ppo_mini_batch_size=128 critic.ppo_micro_batch_size=8
-critic.model.fsdp_config.param_offload=True critic.model.fsdp_config.grad_offload=True
-critic.model.fsdp_config.optimizer_offload=True algorithm.kl_ctrl.kl_coef=0.001 trainer.critic_warmup=0
-trainer.logger=['console','wandb'] trainer.project_name=TinyZero trainer.experiment_name=ppo-qwen
-trainer.n_gpus_per_node=2 trainer.nnodes=1 trainer.save_freq=15 trainer.test_freq=5 trainer.total_epochs=15""".split()
+TOOLRL_PPO = ["data.train_files=X/train.parquet", "data.val_files=X/test.parquet", "data.train_batch_size=512", "data.val_batch_size=128", "data.max_prompt_length=1024", "data.max_response_length=512", "actor_rollout_ref.model.path=M", "actor_rollout_ref.actor.optim.lr=1e-6", "actor_rollout_ref.model.use_remove_padding=True", "actor_rollout_ref.actor.ppo_mini_batch_size=128", "actor_rollout_ref.actor.ppo_micro_batch_size=8", "actor_rollout_ref.model.enable_gradient_checkpointing=True", "actor_rollout_ref.actor.fsdp_config.param_offload=False", "actor_rollout_ref.actor.fsdp_config.grad_offload=False", "actor_rollout_ref.actor.fsdp_config.optimizer_offload=False", "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.3", "actor_rollout_ref.ref.fsdp_config.param_offload=True", "critic.optim.lr=1e-5", "critic.model.use_remove_padding=True", "critic.model.path=M", "critic.model.enable_gradient_checkpointing=False", "critic.ppo_mini_batch_size=128", "critic.ppo_micro_batch_size=8", "critic.model.fsdp_config.param_offload=True", "critic.model.fsdp_config.grad_offload=True", "critic.model.fsdp_config.optimizer_offload=True", "algorithm.kl_ctrl.kl_coef=0.001", "trainer.critic_warmup=0", "trainer.logger=['console','wandb']", "trainer.project_name=TinyZero", "trainer.experiment_name=ppo-qwen", "trainer.n_gpus_per_node=2", "trainer.nnodes=1", "trainer.save_freq=15", "trainer.test_freq=5", "trainer.total_epochs=15"]
 
 
 def test_toolrl_grpo_overrides_accepted_verbatim():
@@ -217,7 +193,6 @@ def test_optimizer_offload_moves_the_state_around_each_update(monkeypatch):
 
 
 def test_external_lib_is_imported_before_the_model(tmp_path, monkeypatch):
-    from omegaconf import OmegaConf
 
     from verl.trainer.config_utils import default_section
     from verl.utils.model_utils import import_external_lib

@@ -35,9 +35,8 @@ def test_sign_test_and_degenerate_cases():
 
 def _write(path, responses, prompts=None):
     with open(path, "w") as f:
-        for i, resp in enumerate(responses):
-            f.write(json.dumps({"row": i, "sample": 0, "data_source": "rlla", "prompt": (prompts or {}).get(i, f"p{i}"),
-                                "response": resp, "ground_truth": GT}) + "\n")
+        f.writelines(json.dumps({"row": i, "sample": 0, "data_source": "rlla", "prompt": (prompts or {}).get(i, f"p{i}"),
+                                "response": resp, "ground_truth": GT}) + "\n" for i, resp in enumerate(responses))
     return path
 
 

@@ -18,12 +18,11 @@ def test_parse_faults():
 def test_failed_phase_is_innermost_and_timed(monkeypatch):
     monkeypatch.delenv(FAULT_ENV, raising=False)
     tracker, timing = PhaseTracker(), {}
-    with pytest.raises(RuntimeError):
-        with tracker.phase("step", timing, 1):
-            with tracker.phase("gen", timing, 1):
-                pass
-            with tracker.phase("update_actor", timing, 1):
-                raise RuntimeError("worker died")
+    with pytest.raises(RuntimeError), tracker.phase("step", timing, 1):
+        with tracker.phase("gen", timing, 1):
+            pass
+        with tracker.phase("update_actor", timing, 1):
+            raise RuntimeError("worker died")
     assert tracker.failed_phase == "update_actor" and tracker.stack == []
     assert set(timing) == {"step", "gen", "update_actor"}
     with tracker.phase("step", timing, 2):  # a new outermost phase forgets the old failure
@@ -35,12 +34,11 @@ def test_long_phases_log_a_heartbeat_and_the_step_is_left_to_the_step_heartbeat(
     clock = iter([0.0, 0.0, 45.0, 45.0, 50.0, 60.0])  # perf_counter: step starts, gen 0→45, ref 45→50, step ends
     monkeypatch.setattr("verl.trainer.ppo.metric_utils.time.perf_counter", lambda: next(clock))
     tracker, timing = PhaseTracker(heartbeat_s=30.0), {}
-    with caplog.at_level("INFO", logger="verl.trainer.ppo.run_guard"):
-        with tracker.phase("step", timing, 7):
-            with tracker.phase("gen", timing, 7):
-                pass
-            with tracker.phase("ref", timing, 7):
-                pass
+    with caplog.at_level("INFO", logger="verl.trainer.ppo.run_guard"), tracker.phase("step", timing, 7):
+        with tracker.phase("gen", timing, 7):
+            pass
+        with tracker.phase("ref", timing, 7):
+            pass
     beats = [r.getMessage() for r in caplog.records if "[heartbeat]" in r.getMessage()]
     assert beats == ["[heartbeat] step 7: gen 45.0 s"] and timing == {"step": 60.0, "gen": 45.0, "ref": 5.0}
 

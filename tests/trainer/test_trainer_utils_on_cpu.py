@@ -58,7 +58,7 @@ def _steps(path):
 
 def test_tracking_resume_cuts_the_steps_an_interrupted_run_lost(tmp_path):
     first = Tracking("p", "e", ["console", "tensorboard"], run_dir=tmp_path, resume_step=0)
-    for step in range(0, 6):
+    for step in range(6):
         first.log({"x": float(step)}, step=step)
     first.log_text("val/generations", "t", step=5)
     first.finish()

@@ -13,9 +13,8 @@ def test_atomic_path_replaces_on_success_and_keeps_old_file_on_error(tmp_path):
         tmp.write_text("first")
         assert not target.exists()  # nothing visible before the block ends
     assert target.read_text() == "first"
-    with pytest.raises(RuntimeError, match="boom"):
-        with atomic_path(target) as tmp:
-            tmp.write_text("half-written")
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError, match="boom"), atomic_path(target) as tmp:
+        tmp.write_text("half-written")
+        raise RuntimeError("boom")
     assert target.read_text() == "first"
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.txt"]

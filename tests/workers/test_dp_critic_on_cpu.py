@@ -9,6 +9,7 @@ from verl.trainer.config_utils import default_section
 from verl.utils.model_utils import load_value_model
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from workers_testlib import make_batch
+import itertools
 
 
 def critic_config(**overrides):
@@ -71,7 +72,7 @@ def test_update_reduces_the_value_loss_on_a_fixed_batch(tiny_model_dir):
     for _ in range(5):
         metrics = critic.update_critic(fixed_batch())
         losses.append(metrics["critic/vf_loss"])
-    assert all(later < earlier for earlier, later in zip(losses, losses[1:])), losses
+    assert all(later < earlier for earlier, later in itertools.pairwise(losses)), losses
     assert losses[-1] < 0.5 * losses[0], losses
     for key in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vpred_mean", "critic/grad_norm", "critic/lr"):
         assert key in metrics

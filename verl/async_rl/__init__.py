@@ -20,7 +20,20 @@ from verl.async_rl.replay_buffer import AddResult, ReloadReport, ReplayBuffer
 from verl.async_rl.types import GENERATED_ROLES, Group, RlExample, Rollout, Turn
 
 __all__ = [
-    "AddResult", "AdvantageFunction", "Batch", "BatchNotReady", "Batcher", "GENERATED_ROLES", "GRPOZScore", "Group",
-    "RLOO", "ReloadReport", "ReplayBuffer", "RlExample", "Rollout", "Turn", "get_advantage_function",
+    "GENERATED_ROLES",
+    "RLOO",
+    "AddResult",
+    "AdvantageFunction",
+    "Batch",
+    "BatchNotReady",
+    "Batcher",
+    "GRPOZScore",
+    "Group",
+    "ReloadReport",
+    "ReplayBuffer",
+    "RlExample",
+    "Rollout",
+    "Turn",
+    "get_advantage_function",
     "segment_attention_mask",
 ]

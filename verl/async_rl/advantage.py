@@ -19,7 +19,7 @@ import torch
 from verl.async_rl.types import Rollout
 from verl.trainer.ppo.core_algos import group_normalize
 
-__all__ = ["AdvantageFunction", "RLOO", "GRPOZScore", "ADVANTAGE_FUNCTIONS", "get_advantage_function"]
+__all__ = ["ADVANTAGE_FUNCTIONS", "RLOO", "AdvantageFunction", "GRPOZScore", "get_advantage_function"]
 
 
 class AdvantageFunction(ABC):

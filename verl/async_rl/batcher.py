@@ -44,7 +44,7 @@ import torch
 from verl.async_rl.replay_buffer import ReplayBuffer
 from verl.async_rl.types import Group, Rollout, RlExample
 
-__all__ = ["BatchNotReady", "Batch", "Batcher", "segment_attention_mask"]
+__all__ = ["Batch", "BatchNotReady", "Batcher", "segment_attention_mask"]
 
 
 class BatchNotReady(RuntimeError):

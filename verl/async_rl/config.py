@@ -193,5 +193,14 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     return typed
 
 
-__all__ = ["AsyncConfig", "AsyncEnvSpec", "AsyncInferenceConfig", "AsyncReplayConfig", "AsyncBatcherConfig",
-           "LEARNER_IGNORES", "ASYNC_IGNORES", "refuse_learner_ignored", "typed_async_config"]
+__all__ = [
+    "ASYNC_IGNORES",
+    "LEARNER_IGNORES",
+    "AsyncBatcherConfig",
+    "AsyncConfig",
+    "AsyncEnvSpec",
+    "AsyncInferenceConfig",
+    "AsyncReplayConfig",
+    "refuse_learner_ignored",
+    "typed_async_config",
+]

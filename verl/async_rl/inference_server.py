@@ -51,9 +51,21 @@ from verl.workers.rollout.hf_rollout import cache_keyword, prefill_once
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PolicyEngine", "InferenceServer", "OpenAIClient", "StaleWeightsError", "load_weights", "template_ids",
-           "start_inference_server", "make_engine", "check_version", "check_backend", "check_generate_args",
-           "eos_token_ids", "BACKENDS"]
+__all__ = [
+    "BACKENDS",
+    "InferenceServer",
+    "OpenAIClient",
+    "PolicyEngine",
+    "StaleWeightsError",
+    "check_backend",
+    "check_generate_args",
+    "check_version",
+    "eos_token_ids",
+    "load_weights",
+    "make_engine",
+    "start_inference_server",
+    "template_ids",
+]
 
 
 # the helpers both engines share live in engine_utils (vllm_engine imports them from there: no import cycle);

@@ -43,8 +43,14 @@ from verl.workers.config import ActorConfig, worker_section
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Learner", "WeightBroadcaster", "make_learner_actor", "packed_logprobs", "single_turn_rows",
-           "scatter_response_values"]
+__all__ = [
+    "Learner",
+    "WeightBroadcaster",
+    "make_learner_actor",
+    "packed_logprobs",
+    "scatter_response_values",
+    "single_turn_rows",
+]
 
 _CKPT_FILE = "learner.pt"
 

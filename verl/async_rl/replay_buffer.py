@@ -151,7 +151,7 @@ class ReplayBuffer:
             raise ValueError(
                 f"rollout {rollout.rollout_uid!r} is from env {rollout.environment!r}, this buffer is {self.env_name!r}"
             )
-        rollout.policy_version  # raises ValueError when missing or not an int
+        _ = rollout.policy_version  # raises ValueError when missing or not an int
         if rollout.num_tokens == 0:
             raise ValueError(f"rollout {rollout.rollout_uid!r} has no tokens")
         for i, turn in enumerate(rollout.turns):

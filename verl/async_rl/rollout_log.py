@@ -23,7 +23,7 @@ from verl.async_rl.types import _is_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["RolloutLog", "LogScan", "scan_replay_log", "rollout_record", "consumed_record", "reload_record"]
+__all__ = ["LogScan", "RolloutLog", "consumed_record", "reload_record", "rollout_record", "scan_replay_log"]
 
 
 class RolloutLog:

@@ -25,7 +25,7 @@ from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
 import torch
 
-__all__ = ["GENERATED_ROLES", "Turn", "Rollout", "Group", "RlExample"]
+__all__ = ["GENERATED_ROLES", "Group", "RlExample", "Rollout", "Turn"]
 
 #: Roles whose tokens the policy generated; only these get ``loss_mask`` True, advantages and policy log-probs.
 GENERATED_ROLES = frozenset({"assistant"})

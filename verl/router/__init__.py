@@ -103,6 +103,13 @@ def target_action_ids(labels: Iterable[Any]) -> torch.Tensor:
 
 
 __all__ = [
-    "RouterAction", "NUM_ROUTER_ACTIONS", "ROUTE_NAMES", "ToolFamily", "MIXED_LABEL", "WEAK_LABELS", "IGNORE_TARGET",
-    "parse_other_as", "target_action_ids",
+    "IGNORE_TARGET",
+    "MIXED_LABEL",
+    "NUM_ROUTER_ACTIONS",
+    "ROUTE_NAMES",
+    "WEAK_LABELS",
+    "RouterAction",
+    "ToolFamily",
+    "parse_other_as",
+    "target_action_ids",
 ]

@@ -276,4 +276,4 @@ class RouterController:
                              "router.loss_mode=pg, whose head is a policy, not a value estimate)")
 
 
-__all__ = ["RouterController", "RouterAction"]
+__all__ = ["RouterAction", "RouterController"]

@@ -15,7 +15,7 @@ import logging
 from typing import Optional
 
 import torch
-import torch.nn as nn
+from torch import nn
 import torch.nn.functional as F
 
 from verl.router import NUM_ROUTER_ACTIONS

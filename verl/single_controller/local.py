@@ -68,7 +68,7 @@ def _plain_class(cls: Any) -> type:
 class _Outcome:
     """The result of a call that already ran: its return value or the exception it raised."""
 
-    __slots__ = ("value", "error")
+    __slots__ = ("error", "value")
 
     def __init__(self, value: Any = None, error: BaseException | None = None) -> None:
         self.value = value

@@ -78,7 +78,7 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 def default_summary_path(generations_path: str | os.PathLike) -> Path:
     """``out.jsonl`` → ``out.summary.json`` (beside the generations)."""
     path = Path(generations_path)
-    stem = path.name[: -len(".jsonl")] if path.name.endswith(".jsonl") else path.name
+    stem = path.name.removesuffix(".jsonl")
     return path.with_name(f"{stem}.summary.json")
 
 

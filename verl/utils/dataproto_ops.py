@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -25,16 +25,32 @@ from verl.utils.tensordict_utils import DataProtoError, as_object_array, deep_eq
 
 logger = logging.getLogger("verl.protocol")
 
-__all__ = ["DataProtoConfig", "to_non_tensor_array", "check_fields", "common_batch_size", "concat_fields",
-           "unfold_columns", "mini_batch_iterator", "pad_dataproto_to_divisor", "unpad_dataproto", "fold_batch_dim",
-           "unfold_batch_dim", "split_single_dict", "row_positions", "key_subset", "check_present", "rename_batch_keys", "log_size",
-           "DataProtoFuture"]
+__all__ = [
+    "DataProtoConfig",
+    "DataProtoFuture",
+    "check_fields",
+    "check_present",
+    "common_batch_size",
+    "concat_fields",
+    "fold_batch_dim",
+    "key_subset",
+    "log_size",
+    "mini_batch_iterator",
+    "pad_dataproto_to_divisor",
+    "rename_batch_keys",
+    "row_positions",
+    "split_single_dict",
+    "to_non_tensor_array",
+    "unfold_batch_dim",
+    "unfold_columns",
+    "unpad_dataproto",
+]
 
 
 class _DataProtoConfigMeta(type):
     """Metaclass giving :class:`DataProtoConfig` a class-level ``auto_padding`` property."""
 
-    _config: dict[str, Any] = {}
+    _config: ClassVar[dict[str, Any]] = {}
     auto_padding_key = "_verl_auto_padding"
 
     @property

@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["temp_sibling", "atomic_path"]
+__all__ = ["atomic_path", "temp_sibling"]
 
 
 def temp_sibling(path: str | os.PathLike) -> Path:

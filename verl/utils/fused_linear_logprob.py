@@ -28,8 +28,15 @@ from typing import Callable, Optional, Tuple
 
 import torch
 
-__all__ = ["linear_logprobs_and_entropy", "fused_head_problem", "check_fused_head", "head_computes_logprobs",
-           "head_records_expected_logits", "check_forward_logits", "FUSED_CHUNK_SIZE"]
+__all__ = [
+    "FUSED_CHUNK_SIZE",
+    "check_forward_logits",
+    "check_fused_head",
+    "fused_head_problem",
+    "head_computes_logprobs",
+    "head_records_expected_logits",
+    "linear_logprobs_and_entropy",
+]
 
 
 # rows per chunk: each chunk holds two float32 [rows, V] buffers (see _LinearLogProbEntropy):

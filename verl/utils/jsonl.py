@@ -116,8 +116,7 @@ def load_json_file(path: str | os.PathLike) -> Any:
         raise FileNotFoundError(f"{path}: no such file")
     with open(path, "rb") as handle:
         raw = handle.read()
-    if raw.startswith(codecs.BOM_UTF8):
-        raw = raw[len(codecs.BOM_UTF8):]
+    raw = raw.removeprefix(codecs.BOM_UTF8)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:

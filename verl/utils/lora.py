@@ -93,7 +93,7 @@ def merged_state_dict(state: dict[str, torch.Tensor], scaling: float) -> dict[st
     for key, value in state.items():
         if ".lora_A." in key or ".lora_B." in key:
             continue
-        name = key[len(prefix):] if key.startswith(prefix) else key
+        name = key.removeprefix(prefix)
         if ".base_layer." in name:
             module, _, leaf = name.rpartition(".base_layer.")
             if leaf == "weight":
@@ -120,5 +120,13 @@ def trainable_state(module: torch.nn.Module, state: dict[str, Any]) -> dict[str,
     return {k: v for k, v in state.items() if ".lora_A." in k or ".lora_B." in k}
 
 
-__all__ = ["ADAPTER", "lora_rank", "apply_lora", "is_lora", "adapters_disabled", "merged_state_dict", "lora_scaling",
-           "trainable_state"]
+__all__ = [
+    "ADAPTER",
+    "adapters_disabled",
+    "apply_lora",
+    "is_lora",
+    "lora_rank",
+    "lora_scaling",
+    "merged_state_dict",
+    "trainable_state",
+]

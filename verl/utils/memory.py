@@ -75,4 +75,4 @@ def phase_peak_memory(phase: str, metrics: Dict[str, float], device: str = "cpu"
             metrics[key] = max(value, metrics.get(key, 0.0))
 
 
-__all__ = ["reset_peak_rss", "peak_rss_gb", "phase_peak_memory", "proc_kb_fields"]
+__all__ = ["peak_rss_gb", "phase_peak_memory", "proc_kb_fields", "reset_peak_rss"]

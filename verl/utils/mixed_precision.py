@@ -27,8 +27,16 @@ import torch
 import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
-__all__ = ["MIXED_PRECISION_KEYS", "mixed_precision_policy", "param_dtype_of", "mark_param_dtype",
-           "init_single_rank_group", "fsdp_modules", "unsharded_for_generation", "dtype_from_name"]
+__all__ = [
+    "MIXED_PRECISION_KEYS",
+    "dtype_from_name",
+    "fsdp_modules",
+    "init_single_rank_group",
+    "mark_param_dtype",
+    "mixed_precision_policy",
+    "param_dtype_of",
+    "unsharded_for_generation",
+]
 
 MIXED_PRECISION_KEYS = ("param_dtype", "reduce_dtype", "buffer_dtype")
 _NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,

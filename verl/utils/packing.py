@@ -112,4 +112,4 @@ def packed_positions_of(attention_mask: torch.Tensor, keep: torch.Tensor) -> tor
     return packed_rank[keep.flatten()]
 
 
-__all__ = ["PackedBatch", "pack_sequences", "unpack_sequences", "response_predictor_mask", "packed_positions_of"]
+__all__ = ["PackedBatch", "pack_sequences", "packed_positions_of", "response_predictor_mask", "unpack_sequences"]

@@ -14,7 +14,7 @@ import torch
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask, pad_sequence_to_length
 
-__all__ = ["left_pad_prompts", "concat_prompt_batches"]
+__all__ = ["concat_prompt_batches", "left_pad_prompts"]
 
 # tensors whose columns are [prompt | response] (the prompt part is left-padded), and their padding values
 _FULL_ROW_KEYS = (("input_ids", None), ("attention_mask", 0), ("position_ids", 0))

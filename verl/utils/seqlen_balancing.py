@@ -248,10 +248,10 @@ def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bo
 
 __all__ = [
     "ceildiv",
-    "karmarkar_karp",
+    "get_reverse_idx",
     "get_seqlen_balanced_partitions",
+    "karmarkar_karp",
     "log_seqlen_unbalance",
     "rearrange_micro_batches",
-    "get_reverse_idx",
     "split_micro_batches",
 ]

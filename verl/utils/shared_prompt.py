@@ -225,5 +225,11 @@ def block_mask_from_dense(allowed: torch.Tensor):
     return create_block_mask(mask_mod, B=groups, H=None, Q_LEN=length, KV_LEN=length, device=allowed.device)
 
 
-__all__ = ["SharedPromptBatch", "block_mask_from_dense", "group_rows_by_prompt", "shared_token_counts",
-           "build_shared_prompt_batch", "attention_mask_for"]
+__all__ = [
+    "SharedPromptBatch",
+    "attention_mask_for",
+    "block_mask_from_dense",
+    "build_shared_prompt_batch",
+    "group_rows_by_prompt",
+    "shared_token_counts",
+]

@@ -17,19 +17,19 @@ from tensordict import NonTensorData, NonTensorStack, TensorDict
 
 __all__ = [
     "DataProtoError",
-    "union_two_dict",
-    "union_tensor_dict",
-    "union_numpy_dict",
+    "arrays_equal",
     "as_object_array",
     "deep_equal",
-    "arrays_equal",
-    "list_of_dict_to_dict_of_list",
-    "get_tensordict",
-    "split_tensordict",
-    "serialize_single_tensor",
     "deserialize_single_tensor",
-    "serialize_tensordict",
     "deserialize_tensordict",
+    "get_tensordict",
+    "list_of_dict_to_dict_of_list",
+    "serialize_single_tensor",
+    "serialize_tensordict",
+    "split_tensordict",
+    "union_numpy_dict",
+    "union_tensor_dict",
+    "union_two_dict",
 ]
 
 logger = logging.getLogger(__name__)

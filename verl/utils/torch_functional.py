@@ -150,7 +150,7 @@ def compute_position_id_with_mask(mask: torch.Tensor) -> torch.Tensor:
 
 
 def pad_sequence_to_length(
-    tensors: torch.Tensor, max_seq_len: int, pad_token_id: Union[int, float], left_pad: bool = False
+    tensors: torch.Tensor, max_seq_len: int, pad_token_id: float, left_pad: bool = False
 ) -> torch.Tensor:
     """Pad the last dimension of ``tensors`` ``[B, L]`` to ``max_seq_len`` with ``pad_token_id``.
 
@@ -515,25 +515,25 @@ def get_cosine_schedule_with_warmup(
 
 
 __all__: List[str] = [
-    "masked_sum",
+    "clip_by_value",
+    "compute_position_id_with_mask",
+    "entropy_from_logits",
+    "entropy_from_logits_naive",
+    "get_constant_schedule_with_warmup",
+    "get_cosine_schedule_with_warmup",
+    "get_eos_mask",
+    "get_response_mask",
+    "log_probs_from_logits_response",
+    "logprobs_and_entropy_from_logits",
+    "logprobs_from_logits",
+    "logprobs_from_logits_naive",
     "masked_mean",
+    "masked_sum",
     "masked_var",
     "masked_whiten",
-    "clip_by_value",
-    "get_response_mask",
-    "get_eos_mask",
-    "compute_position_id_with_mask",
     "pad_sequence_to_length",
     "postprocess_data",
     "tokenize_and_postprocess_data",
-    "logprobs_from_logits",
-    "logprobs_and_entropy_from_logits",
-    "logprobs_from_logits_naive",
-    "entropy_from_logits",
-    "entropy_from_logits_naive",
-    "log_probs_from_logits_response",
-    "get_constant_schedule_with_warmup",
-    "get_cosine_schedule_with_warmup",
     "zero_variance_group_fraction",
 ]
 

@@ -580,4 +580,4 @@ class CriticWorker(_ModelWorkerMixin, Worker):
         return self.checkpointer.load(local_path, del_local_after_load)
 
 
-__all__ = ["ActorRolloutRefWorker", "CriticWorker", "ROLES"]
+__all__ = ["ROLES", "ActorRolloutRefWorker", "CriticWorker"]

@@ -238,7 +238,7 @@ def test_grouped_estimators_invariant_to_row_order(fn):
     torch.manual_seed(0)
     scores = torch.randint(0, 4, (12,)).float() * 0.5 + torch.rand(12) * (torch.arange(12) % 3 == 0)
     rewards, mask = _outcome(scores.tolist(), torch.randint(1, 6, (12,)).tolist(), 6)
-    index = _uids(*["p%d" % (i % 4) for i in range(12)] [:11], "solo")
+    index = _uids(*[f"p{i % 4}" for i in range(12)][:11], "solo")
     adv, _ = fn(token_level_rewards=rewards, response_mask=mask, index=index)
     perm = torch.randperm(12)
     adv_p, _ = fn(token_level_rewards=rewards[perm], response_mask=mask[perm], index=index[perm.numpy()])

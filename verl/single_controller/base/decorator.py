@@ -40,9 +40,9 @@ class Execute(enum.Enum):
 def _check_dispatch_mode(dispatch_mode: Any) -> None:
     if isinstance(dispatch_mode, Dispatch):
         return
-    if isinstance(dispatch_mode, dict) and set(dispatch_mode) == {"dispatch_fn", "collect_fn"}:
-        if all(callable(f) for f in dispatch_mode.values()):
-            return
+    if (isinstance(dispatch_mode, dict) and set(dispatch_mode) == {"dispatch_fn", "collect_fn"}
+            and all(callable(f) for f in dispatch_mode.values())):
+        return
     raise TypeError(
         f"dispatch_mode must be a Dispatch member or a dict with callable 'dispatch_fn' and 'collect_fn', "
         f"got {dispatch_mode!r}"

@@ -21,9 +21,9 @@ class Worker:
     """Holds the rank/world size of this process and sets up ``torch.distributed`` on demand."""
 
     def __init__(self) -> None:
-        self._rank = int(os.environ.get("RANK", 0))
-        self._world_size = int(os.environ.get("WORLD_SIZE", 1))
-        self._local_rank = int(os.environ.get("LOCAL_RANK", 0))
+        self._rank = int(os.environ.get("RANK", "0"))
+        self._world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self._local_rank = int(os.environ.get("LOCAL_RANK", "0"))
 
     @property
     def rank(self) -> int:

@@ -39,8 +39,15 @@ from verl.trainer.ppo.group_stats import group_ids, group_normalize, masked_reve
 from verl.trainer.ppo.registry import AdvantageEstimator, EstimatorPlugin, cfg_get, register_adv_est, resolve
 
 __all__ = [
-    "GIGPO_BATCH_FIELDS", "GIGPO_MODES", "GiGPOComponents", "canonicalize_anchor", "anchor_similarity_ratio",
-    "check_gigpo_settings", "compute_gigpo_components", "compute_gigpo_outcome_advantage", "gigpo_batch_inputs",
+    "GIGPO_BATCH_FIELDS",
+    "GIGPO_MODES",
+    "GiGPOComponents",
+    "anchor_similarity_ratio",
+    "canonicalize_anchor",
+    "check_gigpo_settings",
+    "compute_gigpo_components",
+    "compute_gigpo_outcome_advantage",
+    "gigpo_batch_inputs",
 ]
 
 GIGPO_MODES = ("mean_std_norm", "mean_norm")

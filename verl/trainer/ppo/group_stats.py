@@ -12,8 +12,13 @@ from typing import Any, Callable, Dict, Tuple
 import numpy as np
 import torch
 
-__all__ = ["group_ids", "compute_group_statistics", "group_normalize", "compute_advantage_on_valid_rows",
-           "masked_reverse_discount"]
+__all__ = [
+    "compute_advantage_on_valid_rows",
+    "compute_group_statistics",
+    "group_ids",
+    "group_normalize",
+    "masked_reverse_discount",
+]
 
 
 def group_ids(index: Any, batch_size: int, device: torch.device) -> Tuple[torch.Tensor, int]:

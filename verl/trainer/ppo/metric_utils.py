@@ -170,7 +170,7 @@ def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s:
     return metrics
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _measured_cpu_peak(threads: int) -> float:
     """:func:`verl.utils.flops_counter.measure_matmul_peak` with ``threads`` torch threads, measured once per process
     and thread count (every trainer built in one process, e.g. the test suite, shares it)."""

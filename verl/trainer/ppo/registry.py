@@ -12,10 +12,20 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-__all__ = ["AdvantageEstimator", "EstimatorPlugin", "ADV_ESTIMATOR_REGISTRY", "POLICY_LOSS_REGISTRY",
-           "register_adv_est", "get_estimator_plugin",
-           "get_adv_estimator_fn", "register_policy_loss", "get_policy_loss_fn", "policy_loss_mode", "cfg_get",
-           "resolve"]
+__all__ = [
+    "ADV_ESTIMATOR_REGISTRY",
+    "POLICY_LOSS_REGISTRY",
+    "AdvantageEstimator",
+    "EstimatorPlugin",
+    "cfg_get",
+    "get_adv_estimator_fn",
+    "get_estimator_plugin",
+    "get_policy_loss_fn",
+    "policy_loss_mode",
+    "register_adv_est",
+    "register_policy_loss",
+    "resolve",
+]
 
 
 def cfg_get(config: Any, key: str, default: Any = None) -> Any:

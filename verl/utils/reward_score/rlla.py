@@ -42,21 +42,21 @@ from verl.utils.reward_score.tool_parse import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "RLLARewardError",
-    "InvalidGroundTruthError",
-    "UnknownModelWrapperError",
-    "RewardSwitches",
     "SWITCH_ENV_VARS",
-    "resolve_wrapper",
-    "format_range",
+    "InvalidGroundTruthError",
+    "RLLARewardError",
+    "RewardSwitches",
+    "UnknownModelWrapperError",
+    "compute_score",
+    "compute_tool_call_reward",
     "correctness_range",
-    "match_score",
+    "correctness_reward",
+    "format_range",
     "format_reward",
     "length_reward",
+    "match_score",
     "parse_ground_truth_tools",
-    "compute_tool_call_reward",
-    "correctness_reward",
-    "compute_score",
+    "resolve_wrapper",
 ]
 
 

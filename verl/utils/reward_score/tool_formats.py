@@ -27,8 +27,18 @@ from typing import Any, Callable, Dict, Optional
 
 from verl.utils.reward_score.tool_parse import TOOL_CALL, ToolUsage, _normalize_call, find_spans, open_tag, tool_usage
 
-__all__ = ["ParsedCalls", "TOOL_FORMATS", "register_tool_format", "get_tool_format", "parse_calls", "render_calls",
-           "detect_tool_format", "resolve_tool_format", "format_tool_usage", "tool_schema"]
+__all__ = [
+    "TOOL_FORMATS",
+    "ParsedCalls",
+    "detect_tool_format",
+    "format_tool_usage",
+    "get_tool_format",
+    "parse_calls",
+    "register_tool_format",
+    "render_calls",
+    "resolve_tool_format",
+    "tool_schema",
+]
 
 
 @dataclass(frozen=True)
@@ -174,10 +184,10 @@ def _parse_llama3(text: str) -> ParsedCalls:
     tagged = PYTHON_TAG in body
     body = body.split(PYTHON_TAG, 1)[1] if tagged else body
     body = body.strip()
-    attempted = tagged or body.startswith("{") or body.startswith("[")
+    attempted = tagged or body.startswith(("{", "["))
     if not attempted:
         return ParsedCalls((), False)
-    items, reason = _json_items(body)
+    items, _reason = _json_items(body)
     if items is None:  # "; "-separated objects
         items, failures = [], []
         for k, part in enumerate(p.strip() for p in body.split(";")):

@@ -407,9 +407,9 @@ def _scatter(packed_values: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
 __all__ = [
     "DataParallelPPOActor",
     "MiniBatchScale",
-    "loss_units",
+    "average_update_metrics",
+    "clipped_optimizer_step",
     "forward_without_grad",
     "iterate_mini_batches",
-    "clipped_optimizer_step",
-    "average_update_metrics",
+    "loss_units",
 ]

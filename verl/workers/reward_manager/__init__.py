@@ -11,8 +11,13 @@ from verl.workers.reward_manager.naive import NaiveRewardManager, RLLARewardMana
 
 REWARD_MANAGER_REGISTRY: dict[str, type] = {"naive": RLLARewardManager, "rlla": RLLARewardManager}
 
-__all__ = ["NaiveRewardManager", "RLLARewardManager", "infer_wrapper", "REWARD_MANAGER_REGISTRY",
-           "get_reward_manager_cls"]
+__all__ = [
+    "REWARD_MANAGER_REGISTRY",
+    "NaiveRewardManager",
+    "RLLARewardManager",
+    "get_reward_manager_cls",
+    "infer_wrapper",
+]
 
 
 def get_reward_manager_cls(name: str) -> type:

@@ -16,7 +16,7 @@ from typing import Sequence
 
 import torch
 
-__all__ = ["ForbidText", "banned_tokens_by_state", "FORBID_TOOL_CALLS", "TOOL_CALL_TEXT"]
+__all__ = ["FORBID_TOOL_CALLS", "TOOL_CALL_TEXT", "ForbidText", "banned_tokens_by_state"]
 
 # an optional [B] bool field of a rollout's prompt batch: those rows never generate TOOL_CALL_TEXT, the start of a
 # ToolRL ``<tool_call>`` block (the HF rollout applies :class:`ForbidText`; the router's ANSWER route sets it)

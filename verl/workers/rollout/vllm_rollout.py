@@ -337,4 +337,4 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         return output
 
 
-__all__ = ["vLLMRollout", "INSTALL_HINT", "make_llm", "push_weights"]
+__all__ = ["INSTALL_HINT", "make_llm", "push_weights", "vLLMRollout"]
