@@ -334,10 +334,10 @@ class DataProto:
             KeyError: a key is missing (nothing is removed in that case).
         """
         batch_keys, non_tensor_batch_keys = list(batch_keys or []), list(non_tensor_batch_keys or [])
-        meta_info_keys = list(meta_info_keys or [])
+        meta_info_keys, nt = list(meta_info_keys or []), self.non_tensor_batch
         available = set(self.batch.keys()) if self.batch is not None else set()
-        check_present(((batch_keys, available, "batch"), (non_tensor_batch_keys, self.non_tensor_batch,
-                       "non_tensor_batch"), (meta_info_keys, self.meta_info, "meta_info")))
+        wanted = (batch_keys, available, "batch"), (non_tensor_batch_keys, nt, "non_tensor_batch")
+        check_present((*wanted, (meta_info_keys, self.meta_info, "meta_info")))
         tensors = {k: self.batch.pop(k) for k in batch_keys}
         non_tensors = {k: self.non_tensor_batch.pop(k) for k in non_tensor_batch_keys}
         meta = {k: self.meta_info.pop(k) for k in meta_info_keys}

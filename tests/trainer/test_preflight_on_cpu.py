@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from verl.trainer.config_utils import ConfigError, check_known_keys, load_default_config
+from verl.trainer.config_keys import check_known_keys
+from verl.trainer.config_utils import ConfigError, load_default_config
 from verl.trainer.preflight import DataCheckError, check_data_files, check_prompt_lengths
 from verl.utils.model_presets import ModelPathError, prepare_model
 

@@ -11,8 +11,8 @@ from omegaconf.errors import ValidationError
 
 from conftest import REPO_ROOT
 from verl.trainer.config_schema import PPOTrainerConfig, derived_keys
-from verl.trainer.config_utils import (OPEN_SECTIONS, ConfigError, check_known_keys, default_section,
-                                       load_default_config, normalize_config, typed_config)
+from verl.trainer.config_keys import OPEN_SECTIONS, check_known_keys
+from verl.trainer.config_utils import ConfigError, default_section, load_default_config, normalize_config, typed_config
 from verl.workers.config import ActorConfig, ActorRolloutRefConfig, CriticConfig, worker_section
 
 YAML = REPO_ROOT / "verl/trainer/config/ppo_trainer.yaml"

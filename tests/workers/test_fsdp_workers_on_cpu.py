@@ -115,7 +115,7 @@ def test_actor_checkpoint_round_trip(actor_worker, tokenizer, tmp_path):
 def test_save_contents_is_what_a_checkpoint_holds(actor_worker, tmp_path, caplog):
     """checkpoint.save_contents=[model] writes the weights only (an empty list is not "everything"), and resuming from
     it says that the optimizer and the schedule start afresh; an entry no checkpointer writes is refused."""
-    from verl.workers.fsdp_workers import _Checkpointer
+    from verl.workers.fsdp_checkpoint import Checkpointer as _Checkpointer
 
     parts = (actor_worker, actor_worker.actor_module, actor_worker.actor_optimizer, actor_worker.actor_lr_scheduler,
              None)

@@ -137,7 +137,8 @@ def typed_async_config(config: DictConfig) -> DictConfig:
             (the key named).
     """
     from verl.trainer.config_schema import PPOTrainerConfig
-    from verl.trainer.config_utils import ConfigError, check_known_keys, typed_as, typed_config
+    from verl.trainer.config_keys import check_known_keys
+    from verl.trainer.config_utils import ConfigError, typed_as, typed_config
 
     if "async" not in config:
         raise KeyError("config has no 'async' section (use verl/trainer/config/async_trainer.yaml)")

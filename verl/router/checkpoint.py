@@ -79,7 +79,8 @@ def load_checkpoint_config(config_file: str | os.PathLike) -> DictConfig:
         ValueError: no ``router`` / ``data`` section, or a saved key or value the current config does not accept
             (the file and the key are named).
     """
-    from verl.trainer.config_utils import default_config, drop_retired_keys
+    from verl.trainer.config_keys import drop_retired_keys
+    from verl.trainer.config_utils import default_config
 
     saved = OmegaConf.load(config_file)
     drop_retired_keys(saved)  # derived fields older versions saved (e.g. compute_dtype): nothing reads them

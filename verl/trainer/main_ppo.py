@@ -161,7 +161,8 @@ def prepare_config(config: DictConfig) -> DictConfig:
     Raises:
         ConfigError, DataCheckError, ModelPathError: the message names the key, file or row.
     """
-    from verl.trainer.config_utils import check_known_keys, typed_config
+    from verl.trainer.config_keys import check_known_keys
+    from verl.trainer.config_utils import typed_config
     from verl.trainer.preflight import check_data_files
 
     from verl.trainer.ppo.checkpointing import refuse_other_model

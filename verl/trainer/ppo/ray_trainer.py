@@ -19,12 +19,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig, OmegaConf
-from torch.utils.data import DataLoader
+from omegaconf import DictConfig
 
 from rlvcr.rollout_phase import make_rlvcr_phase
 from verl.protocol import DataProto
-from verl.trainer.config_errors import ConfigError
 from verl.trainer.config_utils import require_device, run_record
 from verl.trainer.ppo import core_algos
 from verl.trainer.ppo.core_algos import apply_kl_penalty  # noqa: F401 (upstream's import path)
@@ -39,6 +37,7 @@ from verl.trainer.ppo.metric_utils import (
 from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream's ray_trainer.compute_advantage)
 from verl.trainer.ppo.batch_source import StepOps, make_batch_source
 from verl.trainer.ppo.checkpointing import driver_state
+from verl.trainer.ppo.dataloaders import build_rl_dataloaders, pass_horizon_to_workers
 from verl.trainer.ppo.trainer_state import TrainerState
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
@@ -46,7 +45,6 @@ from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, S
                                         check_weight_version, invalid_reward_problem, non_finite_rows,
                                         warn_zero_variance, worker_failure)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
-from verl.utils.dataset.sampler import EpochSeededSampler
 from verl.utils.torch_functional import masked_mean, trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
@@ -131,38 +129,12 @@ class RayPPOTrainer:
 
     # ------------------------------------------------------------------ data
     def _create_dataloader(self, train_dataset, val_dataset, collate_fn) -> None:
-        data = self.config.data
-        self.train_dataset = train_dataset
-        self.val_dataset = val_dataset
-        batch_size = int(data.train_batch_size)
-        if len(train_dataset) < batch_size:
-            raise ConfigError(f"data.train_batch_size={batch_size} is larger than the training set "
-                              f"({len(train_dataset)} rows of {data.train_files} after filtering)")
-        self.train_sampler = EpochSeededSampler(len(train_dataset), seed=int(data.seed),
-                                                shuffle=bool(data.shuffle), batch_size=batch_size)
-        # Own generators: creating a loader iterator draws a base seed, which must not advance the global torch RNG
-        # (restored exactly on resume; shared with the workers when they run in this process).
-        self.train_dataloader = DataLoader(train_dataset, batch_size=batch_size, sampler=self.train_sampler,
-                                           drop_last=True, collate_fn=collate_fn,
-                                           num_workers=int(data.dataloader_num_workers),
-                                           generator=torch.Generator().manual_seed(int(data.seed)))
-        self.val_dataloader = DataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False,
-                                         drop_last=False, collate_fn=collate_fn, generator=torch.Generator())
-        self.steps_per_epoch = len(train_dataset) // batch_size
-        total = self.steps_per_epoch * int(self.config.trainer.total_epochs)
-        if self.config.trainer.total_training_steps is not None:
-            total = int(self.config.trainer.total_training_steps)
-        self.total_training_steps = total
-        # the LR schedules need the horizon before the workers build their optimizers
-        OmegaConf.set_struct(self.config, False)
-        self.config.actor_rollout_ref.actor.optim.total_training_steps = total
-        self.config.critic.optim.total_training_steps = total
-        for role in (self.config.actor_rollout_ref, self.config.critic):  # workers seed their RNGs with it (+rank)
-            role.seed = self.config.trainer.seed
-            role.deterministic = self.config.trainer.deterministic  # applied in each worker's process
-        OmegaConf.set_struct(self.config, True)
-        logger.info("train: %d rows, %d steps/epoch, %d total steps; val: %d rows", len(train_dataset),
-                    self.steps_per_epoch, total, len(val_dataset))
+        """The epoch-seeded train loader, the one-batch validation loader and the run's horizon (``dataloaders``)."""
+        self.train_dataset, self.val_dataset = train_dataset, val_dataset
+        loaders = build_rl_dataloaders(self.config, train_dataset, val_dataset, collate_fn)
+        self.train_sampler, self.train_dataloader, self.val_dataloader = loaders.sampler, loaders.train, loaders.val
+        self.steps_per_epoch, self.total_training_steps = loaders.steps_per_epoch, loaders.total_training_steps
+        pass_horizon_to_workers(self.config, self.total_training_steps)
 
     # ------------------------------------------------------------------ workers
     def init_workers(self) -> None:
