@@ -39,6 +39,7 @@ Usage::
 Needs ``pip install -e .[bench]`` (``trl``, ``psutil``) for the TRL half. Timings are only meaningful on a quiet
 machine: the load average before and after is printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -78,23 +79,43 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--micro-batch", type=int, default=8, help="sequences per forward/backward micro-batch")
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="torch threads of the training "
-                        "process (ours: the worker actor)")
-    parser.add_argument("--gradient-checkpointing", action=argparse.BooleanOptionalAction, default=True,
-                        help="activation checkpointing in the update, for both systems (TRL's default is on)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch threads of the training process (ours: the worker actor)",
+    )
+    parser.add_argument(
+        "--gradient-checkpointing",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="activation checkpointing in the update, for both systems (TRL's default is on)",
+    )
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where both systems train")
-    parser.add_argument("--shared-prompt", action=argparse.BooleanOptionalAction, default=None,
-                        help="ours: compute each prompt once for its n samples (model.use_shared_prompt; exact; "
-                             "default: on with --device cpu, off with cuda, as the recipes set it); TRL has no "
-                             "equivalent")
-    parser.add_argument("--fused-kernels", action=argparse.BooleanOptionalAction, default=None,
-                        help="ours: log-probs/entropy from the final hidden states in chunks, no [tokens, vocab] "
-                             "logits (model.use_fused_kernels; default: on with --device cpu, off with cuda, as the "
-                             "recipes set it)")
-    parser.add_argument("--single-process", action=argparse.BooleanOptionalAction, default=None,
-                        help="ours: trainer.single_process=true, the worker inside the trainer's process and no Ray "
-                             "(as TRL runs); default: the Ray worker actor of a plain main_ppo run on CPU, the "
-                             "trainer's process on one GPU (as hardware/gpu.yaml runs it)")
+    parser.add_argument(
+        "--shared-prompt",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ours: compute each prompt once for its n samples (model.use_shared_prompt; exact; "
+        "default: on with --device cpu, off with cuda, as the recipes set it); TRL has no "
+        "equivalent",
+    )
+    parser.add_argument(
+        "--fused-kernels",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ours: log-probs/entropy from the final hidden states in chunks, no [tokens, vocab] "
+        "logits (model.use_fused_kernels; default: on with --device cpu, off with cuda, as the "
+        "recipes set it)",
+    )
+    parser.add_argument(
+        "--single-process",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ours: trainer.single_process=true, the worker inside the trainer's process and no Ray "
+        "(as TRL runs); default: the Ray worker actor of a plain main_ppo run on CPU, the "
+        "trainer's process on one GPU (as hardware/gpu.yaml runs it)",
+    )
     parser.add_argument("--json", help="also write the results to this JSON file")
     parser.add_argument("--result-file", help=argparse.SUPPRESS)  # child mode: run --only, write the result here
     args = parser.parse_args(argv)
@@ -103,10 +124,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         if getattr(args, key) is None:
             setattr(args, key, cpu_default if on_cpu else not cpu_default)
     rows = args.prompts * args.n
-    if min(args.steps, args.prompts, args.n, args.micro_batch, args.max_new_tokens, args.threads) < 1 \
-            or args.warmup < 0:
-        parser.error("--steps, --prompts, --n, --micro-batch, --max-new-tokens, --threads must be >= 1, "
-                     "--warmup >= 0")
+    if (
+        min(args.steps, args.prompts, args.n, args.micro_batch, args.max_new_tokens, args.threads) < 1
+        or args.warmup < 0
+    ):
+        parser.error("--steps, --prompts, --n, --micro-batch, --max-new-tokens, --threads must be >= 1, --warmup >= 0")
     if rows % args.micro_batch:
         parser.error(f"--micro-batch {args.micro_batch} must divide prompts x n = {rows}")
     return args
@@ -205,10 +227,16 @@ class ProcessTreeMemory:
         self._stop.set()
         self._thread.join()
         self._poll()
-        procs = sorted(({"pid": pid, "name": name, "peak_rss_gb": hwm / GB} for pid, (name, hwm) in
-                        self._peaks.items()), key=lambda p: -p["peak_rss_gb"])
-        return {"peak_rss_gb": sum(p["peak_rss_gb"] for p in procs), "processes": procs,
-                "peak_total_rss_gb": self._peak_totals["VmRSS"] / GB, "peak_total_pss_gb": self._peak_totals["Pss"] / GB}
+        procs = sorted(
+            ({"pid": pid, "name": name, "peak_rss_gb": hwm / GB} for pid, (name, hwm) in self._peaks.items()),
+            key=lambda p: -p["peak_rss_gb"],
+        )
+        return {
+            "peak_rss_gb": sum(p["peak_rss_gb"] for p in procs),
+            "processes": procs,
+            "peak_total_rss_gb": self._peak_totals["VmRSS"] / GB,
+            "peak_total_pss_gb": self._peak_totals["Pss"] / GB,
+        }
 
 
 # --------------------------------------------------------------------------------------------------------- ours
@@ -217,32 +245,53 @@ def ours_config(args, data_path: Path, max_prompt_length: int, run_dir: str):
     from verl.trainer.config_utils import load_default_config
 
     rows = args.prompts * args.n
-    return load_default_config([
-        f"data.train_files={data_path}", f"data.val_files={data_path}", f"data.train_batch_size={args.prompts}",
-        f"data.max_prompt_length={max_prompt_length}", f"data.max_response_length={args.max_new_tokens}",
-        "data.shuffle=False", "data.truncation=error",
-        f"actor_rollout_ref.model.path={args.model}",
-        f"actor_rollout_ref.model.enable_gradient_checkpointing={args.gradient_checkpointing}",
-        f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
-        f"actor_rollout_ref.model.use_fused_kernels={args.fused_kernels}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
-        f"actor_rollout_ref.actor.optim.lr={args.lr}", "actor_rollout_ref.actor.optim.weight_decay=0.01",
-        "actor_rollout_ref.actor.grad_clip=1.0", "actor_rollout_ref.actor.loss_agg_mode=token-mean",
-        "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0.0",
-        f"actor_rollout_ref.rollout.n={args.n}", "actor_rollout_ref.rollout.temperature=1.0",
-        f"actor_rollout_ref.rollout.micro_batch_size={rows}",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
-        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False", "reward_model.wrapper=qwen",
-        f"trainer.device={args.device}", f"trainer.n_gpus_per_node={int(args.device == 'cuda')}",
-        *([f"trainer.cpu_threads={args.threads}"] if args.device == "cpu" else []), "actor_rollout_ref.rollout.name=hf",
-        f"trainer.single_process={args.single_process}",
-        "trainer.logger=[]", f"trainer.total_training_steps={args.warmup + args.steps}",
-        "trainer.val_before_train=False", "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.resume_mode=disable",
-        f"trainer.seed={args.seed}", f"data.seed={args.seed}", "trainer.project_name=bench",
-        "trainer.experiment_name=grpo_vs_trl", f"trainer.run_dir={run_dir}",
-        f"trainer.default_local_dir={run_dir}/ckpt",
-    ])
+    return load_default_config(
+        [
+            f"data.train_files={data_path}",
+            f"data.val_files={data_path}",
+            f"data.train_batch_size={args.prompts}",
+            f"data.max_prompt_length={max_prompt_length}",
+            f"data.max_response_length={args.max_new_tokens}",
+            "data.shuffle=False",
+            "data.truncation=error",
+            f"actor_rollout_ref.model.path={args.model}",
+            f"actor_rollout_ref.model.enable_gradient_checkpointing={args.gradient_checkpointing}",
+            f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
+            f"actor_rollout_ref.model.use_fused_kernels={args.fused_kernels}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={args.micro_batch}",
+            f"actor_rollout_ref.actor.optim.lr={args.lr}",
+            "actor_rollout_ref.actor.optim.weight_decay=0.01",
+            "actor_rollout_ref.actor.grad_clip=1.0",
+            "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+            "actor_rollout_ref.actor.use_kl_loss=False",
+            "actor_rollout_ref.actor.entropy_coeff=0.0",
+            f"actor_rollout_ref.rollout.n={args.n}",
+            "actor_rollout_ref.rollout.temperature=1.0",
+            f"actor_rollout_ref.rollout.micro_batch_size={rows}",
+            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
+            "algorithm.adv_estimator=grpo",
+            "algorithm.use_kl_in_reward=False",
+            "reward_model.wrapper=qwen",
+            f"trainer.device={args.device}",
+            f"trainer.n_gpus_per_node={int(args.device == 'cuda')}",
+            *([f"trainer.cpu_threads={args.threads}"] if args.device == "cpu" else []),
+            "actor_rollout_ref.rollout.name=hf",
+            f"trainer.single_process={args.single_process}",
+            "trainer.logger=[]",
+            f"trainer.total_training_steps={args.warmup + args.steps}",
+            "trainer.val_before_train=False",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.resume_mode=disable",
+            f"trainer.seed={args.seed}",
+            f"data.seed={args.seed}",
+            "trainer.project_name=bench",
+            "trainer.experiment_name=grpo_vs_trl",
+            f"trainer.run_dir={run_dir}",
+            f"trainer.default_local_dir={run_dir}/ckpt",
+        ]
+    )
 
 
 def run_ours(args) -> dict:
@@ -258,8 +307,9 @@ def run_ours(args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(prepare_model(args.model))
     # the file's longest prompt (the trainer checks every row against it with truncation=error): rows are left-padded
     # to data.max_prompt_length on loading and cut to each batch's longest prompt before the rollout
-    max_prompt = max(len(tokenizer(prompt_text(tokenizer, list(msgs)), add_special_tokens=False)["input_ids"])
-                     for msgs in df.prompt)
+    max_prompt = max(
+        len(tokenizer(prompt_text(tokenizer, list(msgs)), add_special_tokens=False)["input_ids"]) for msgs in df.prompt
+    )
     run_dir = tempfile.mkdtemp(prefix="bench_ours_")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     try:
@@ -267,18 +317,24 @@ def run_ours(args) -> dict:
         records = [json.loads(line) for line in Path(run_dir, "metrics.jsonl").read_text().splitlines()]
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
-    steps = sorted((r for r in records if "timing_s/step" in r), key=lambda r: r["step"])[args.warmup:]
+    steps = sorted((r for r in records if "timing_s/step" in r), key=lambda r: r["step"])[args.warmup :]
     rows = args.prompts * args.n
     phases = sorted({k for r in steps for k in r if k.startswith("timing_s/")} - {"timing_s/step"})
-    return {"step_s": [r["timing_s/step"] for r in steps], "gen_s": [r["timing_s/gen"] for r in steps],
-            "gen_tokens": [r["response_length/mean"] * rows for r in steps],
-            "prompt_tokens": [r["prompt_length/mean"] for r in steps],
-            "phases_s": {p[len("timing_s/"):]: median([r[p] for r in steps]) for p in phases},
-            "worker_peak_rss_gb": {k[len("perf/peak_rss_gb/"):]: max(r[k] for r in steps if k in r)
-                                   for k in sorted({k for r in steps for k in r if k.startswith("perf/peak_rss_gb/")})},
-            "gpu_peak_gb": max((v for r in steps for k, v in r.items()
-                                if k.startswith("perf/max_memory_allocated_gb/")), default=None),
-            "padded_prompt_length": max_prompt}
+    return {
+        "step_s": [r["timing_s/step"] for r in steps],
+        "gen_s": [r["timing_s/gen"] for r in steps],
+        "gen_tokens": [r["response_length/mean"] * rows for r in steps],
+        "prompt_tokens": [r["prompt_length/mean"] for r in steps],
+        "phases_s": {p[len("timing_s/") :]: median([r[p] for r in steps]) for p in phases},
+        "worker_peak_rss_gb": {
+            k[len("perf/peak_rss_gb/") :]: max(r[k] for r in steps if k in r)
+            for k in sorted({k for r in steps for k in r if k.startswith("perf/peak_rss_gb/")})
+        },
+        "gpu_peak_gb": max(
+            (v for r in steps for k, v in r.items() if k.startswith("perf/max_memory_allocated_gb/")), default=None
+        ),
+        "padded_prompt_length": max_prompt,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------- TRL
@@ -298,10 +354,12 @@ def run_trl(args) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)  # bf16 on CUDA: TRL's autocast
     eos = tokenizer.eos_token_id
-    dataset = Dataset.from_dict({
-        "prompt": [[{"role": m["role"], "content": m["content"]} for m in msgs] for msgs in df.prompt],
-        "ground_truth": [rm["ground_truth"] for rm in df.reward_model],
-    })
+    dataset = Dataset.from_dict(
+        {
+            "prompt": [[{"role": m["role"], "content": m["content"]} for m in msgs] for msgs in df.prompt],
+            "ground_truth": [rm["ground_truth"] for rm in df.reward_model],
+        }
+    )
 
     def rlla_reward(completions, ground_truth, **_):
         texts = [c[-1]["content"] if isinstance(c, list) else c for c in completions]
@@ -315,7 +373,7 @@ def run_trl(args) -> dict:
         start = time.perf_counter()
         out = original_generate(*gen_args, **gen_kwargs)
         current["gen_s"] = current.get("gen_s", 0.0) + time.perf_counter() - start
-        completion = out[:, gen_kwargs["input_ids"].shape[1]:]
+        completion = out[:, gen_kwargs["input_ids"].shape[1] :]
         is_eos = completion == eos
         ended = is_eos.any(dim=1)
         lengths = torch.where(ended, is_eos.int().argmax(dim=1) + 1, completion.shape[1])  # up to and with EOS
@@ -337,22 +395,46 @@ def run_trl(args) -> dict:
 
     rows = args.prompts * args.n
     config = GRPOConfig(
-        output_dir=tempfile.mkdtemp(prefix="bench_trl_"), per_device_train_batch_size=args.micro_batch,
-        gradient_accumulation_steps=rows // args.micro_batch, num_generations=args.n,
-        max_completion_length=args.max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, beta=0.0, epsilon=0.2,
-        loss_type="dapo", learning_rate=args.lr, lr_scheduler_type="constant", weight_decay=0.01, max_grad_norm=1.0,
-        bf16=args.device == "cuda", use_cpu=args.device == "cpu", max_steps=args.warmup + args.steps, logging_steps=1,
+        output_dir=tempfile.mkdtemp(prefix="bench_trl_"),
+        per_device_train_batch_size=args.micro_batch,
+        gradient_accumulation_steps=rows // args.micro_batch,
+        num_generations=args.n,
+        max_completion_length=args.max_new_tokens,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="dapo",
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        weight_decay=0.01,
+        max_grad_norm=1.0,
+        bf16=args.device == "cuda",
+        use_cpu=args.device == "cpu",
+        max_steps=args.warmup + args.steps,
+        logging_steps=1,
         report_to="none",
-        save_strategy="no", shuffle_dataset=False, seed=args.seed, dataloader_num_workers=0, disable_tqdm=True,
+        save_strategy="no",
+        shuffle_dataset=False,
+        seed=args.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
         gradient_checkpointing=args.gradient_checkpointing,
     )
-    trainer = GRPOTrainer(model=model, reward_funcs=rlla_reward, args=config, train_dataset=dataset,
-                          processing_class=tokenizer, callbacks=[StepTimer()])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=rlla_reward,
+        args=config,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        callbacks=[StepTimer()],
+    )
     try:
         trainer.train()
     finally:
         shutil.rmtree(config.output_dir, ignore_errors=True)
-    result = {key: values[args.warmup:] for key, values in timing.items()}
+    result = {key: values[args.warmup :] for key, values in timing.items()}
     result["gpu_peak_gb"] = torch.cuda.max_memory_allocated() / GB if args.device == "cuda" else None
     other = [s - g for s, g in zip(result["step_s"], result["gen_s"])]
     result["phases_s"] = {"gen": median(result["gen_s"]), "rest (reward, loss, backward, optimizer)": median(other)}
@@ -364,13 +446,29 @@ def run_child(system: str, args) -> dict:
     """Run one system in a fresh interpreter (this script with ``--only``); returns its result dict."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as fh:
         result_file = fh.name
-    argv = ["--only", system, "--result-file", result_file,
-            "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
-            "--shared-prompt" if args.shared_prompt else "--no-shared-prompt",
-            "--fused-kernels" if args.fused_kernels else "--no-fused-kernels",
-            "--single-process" if args.single_process else "--no-single-process"]
-    for key in ("steps", "warmup", "model", "prompts", "n", "max_new_tokens", "micro_batch", "lr", "seed", "threads",
-                "device"):
+    argv = [
+        "--only",
+        system,
+        "--result-file",
+        result_file,
+        "--gradient-checkpointing" if args.gradient_checkpointing else "--no-gradient-checkpointing",
+        "--shared-prompt" if args.shared_prompt else "--no-shared-prompt",
+        "--fused-kernels" if args.fused_kernels else "--no-fused-kernels",
+        "--single-process" if args.single_process else "--no-single-process",
+    ]
+    for key in (
+        "steps",
+        "warmup",
+        "model",
+        "prompts",
+        "n",
+        "max_new_tokens",
+        "micro_batch",
+        "lr",
+        "seed",
+        "threads",
+        "device",
+    ):
         argv += [f"--{key.replace('_', '-')}", str(getattr(args, key))]
     print(f"=== {system}: {' '.join(argv)}", flush=True)
     proc = subprocess.run([sys.executable, os.path.abspath(__file__), *argv])
@@ -414,55 +512,73 @@ def child_main(args) -> None:
 
 
 def print_report(results: list[dict], args) -> None:
-    print(f"\nGRPO step, model {args.model}: {args.prompts} prompts x {args.n} samples, {args.max_new_tokens} new "
-          f"tokens, micro-batch {args.micro_batch}, gradient checkpointing "
-          f"{'on' if args.gradient_checkpointing else 'off'}, ours with shared prompt "
-          f"{'on' if args.shared_prompt else 'off'}, fused kernels {'on' if args.fused_kernels else 'off'}, "
-          f"{'single process' if args.single_process else 'Ray worker actor'}, "
-          f"{'float32, ' + str(args.threads) + ' threads' if args.device == 'cpu' else 'bf16 on one GPU'}; "
-          f"median of {args.steps} steps after {args.warmup} warm-up")
-    print(f"{'system':<6} {'step s':>8} {'gen s':>7} {'gen tok/s':>10} {'resp tok':>9} {'prompt tok':>11} "
-          f"{'peak RSS GB':>12} {'largest process':>24}")
+    print(
+        f"\nGRPO step, model {args.model}: {args.prompts} prompts x {args.n} samples, {args.max_new_tokens} new "
+        f"tokens, micro-batch {args.micro_batch}, gradient checkpointing "
+        f"{'on' if args.gradient_checkpointing else 'off'}, ours with shared prompt "
+        f"{'on' if args.shared_prompt else 'off'}, fused kernels {'on' if args.fused_kernels else 'off'}, "
+        f"{'single process' if args.single_process else 'Ray worker actor'}, "
+        f"{'float32, ' + str(args.threads) + ' threads' if args.device == 'cpu' else 'bf16 on one GPU'}; "
+        f"median of {args.steps} steps after {args.warmup} warm-up"
+    )
+    print(
+        f"{'system':<6} {'step s':>8} {'gen s':>7} {'gen tok/s':>10} {'resp tok':>9} {'prompt tok':>11} "
+        f"{'peak RSS GB':>12} {'largest process':>24}"
+    )
     for r in results:
         top = r["processes"][0]
-        print(f"{r['system']:<6} {r['step_median_s']:>8.2f} {r['gen_median_s']:>7.2f} {r['gen_tokens_per_s']:>10.0f} "
-              f"{r['mean_response_tokens']:>9.1f} {median(r['prompt_tokens']):>11.1f} {r['peak_rss_gb']:>12.2f} "
-              f"{top['peak_rss_gb']:>7.2f} {top['name'][:16]:>16}")
+        print(
+            f"{r['system']:<6} {r['step_median_s']:>8.2f} {r['gen_median_s']:>7.2f} {r['gen_tokens_per_s']:>10.0f} "
+            f"{r['mean_response_tokens']:>9.1f} {median(r['prompt_tokens']):>11.1f} {r['peak_rss_gb']:>12.2f} "
+            f"{top['peak_rss_gb']:>7.2f} {top['name'][:16]:>16}"
+        )
     for r in results:
         print(f"{r['system']} step times s: {', '.join(f'{s:.1f}' for s in r['step_s'])}")
         phases = ", ".join(f"{k} {v:.2f}" for k, v in sorted(r["phases_s"].items(), key=lambda kv: -kv[1]))
         print(f"{r['system']} phases (median s): {phases}")
         if len(r["processes"]) > 1:
             procs = ", ".join(f"{p['name'][:24]} {p['peak_rss_gb']:.2f}" for p in r["processes"][:6])
-            print(f"{r['system']} peak RSS by process (GB): {procs}"
-                  + (f", {len(r['processes']) - 6} more" if len(r["processes"]) > 6 else ""))
+            print(
+                f"{r['system']} peak RSS by process (GB): {procs}"
+                + (f", {len(r['processes']) - 6} more" if len(r["processes"]) > 6 else "")
+            )
         if r.get("gpu_peak_gb") is not None:
             print(f"{r['system']} GPU memory: peak allocated {r['gpu_peak_gb']:.2f} GB")
-        print(f"{r['system']} memory (GB): sum of per-process peaks {r['peak_rss_gb']:.2f}, largest simultaneous "
-              f"RSS total {r['peak_total_rss_gb']:.2f}, largest simultaneous PSS total {r['peak_total_pss_gb']:.2f}")
+        print(
+            f"{r['system']} memory (GB): sum of per-process peaks {r['peak_rss_gb']:.2f}, largest simultaneous "
+            f"RSS total {r['peak_total_rss_gb']:.2f}, largest simultaneous PSS total {r['peak_total_pss_gb']:.2f}"
+        )
         if r.get("worker_peak_rss_gb"):
             peaks = ", ".join(f"{k} {v:.2f}" for k, v in r["worker_peak_rss_gb"].items())
             print(f"{r['system']} worker peak RSS by phase (GB, perf/peak_rss_gb/*, max over steps): {peaks}")
     by = {r["system"]: r for r in results}
     if "ours" in by:
-        print(f"ours loads prompts padded to data.max_prompt_length={by['ours']['padded_prompt_length']} and cuts "
-              f"them to each batch's longest prompt before the rollout, as TRL pads them")
+        print(
+            f"ours loads prompts padded to data.max_prompt_length={by['ours']['padded_prompt_length']} and cuts "
+            f"them to each batch's longest prompt before the rollout, as TRL pads them"
+        )
     if "ours" in by and "trl" in by:
         ours, trl = by["ours"], by["trl"]
         if [round(x, 3) for x in ours["prompt_tokens"]] != [round(x, 3) for x in trl["prompt_tokens"]]:
-            print(f"WARNING: the systems saw different prompts (mean prompt tokens per step: ours "
-                  f"{ours['prompt_tokens']}, TRL {trl['prompt_tokens']})")
+            print(
+                f"WARNING: the systems saw different prompts (mean prompt tokens per step: ours "
+                f"{ours['prompt_tokens']}, TRL {trl['prompt_tokens']})"
+            )
         step_ratio = ours["step_median_s"] / trl["step_median_s"]
         rss_ratio = ours["peak_rss_gb"] / trl["peak_rss_gb"]
         target = TRL_STEP_TARGET[args.device]
-        print(f"ours/TRL: step time {step_ratio:.2f}x (target <= {target}: "
-              f"{'met' if step_ratio <= target else 'NOT met'}), generated tokens/s "
-              f"{ours['gen_tokens_per_s'] / trl['gen_tokens_per_s']:.2f}x, peak RSS {rss_ratio:.2f}x "
-              f"(target <= {TRL_RSS_TARGET} at micro-batch 32: {'met' if rss_ratio <= TRL_RSS_TARGET else 'NOT met'})")
-        print(f"ours/TRL memory, other measures: largest simultaneous RSS total "
-              f"{ours['peak_total_rss_gb'] / trl['peak_total_rss_gb']:.2f}x, largest simultaneous PSS total "
-              f"{ours['peak_total_pss_gb'] / trl['peak_total_pss_gb']:.2f}x, our largest process "
-              f"({ours['processes'][0]['name']}) {ours['processes'][0]['peak_rss_gb'] / trl['peak_rss_gb']:.2f}x")
+        print(
+            f"ours/TRL: step time {step_ratio:.2f}x (target <= {target}: "
+            f"{'met' if step_ratio <= target else 'NOT met'}), generated tokens/s "
+            f"{ours['gen_tokens_per_s'] / trl['gen_tokens_per_s']:.2f}x, peak RSS {rss_ratio:.2f}x "
+            f"(target <= {TRL_RSS_TARGET} at micro-batch 32: {'met' if rss_ratio <= TRL_RSS_TARGET else 'NOT met'})"
+        )
+        print(
+            f"ours/TRL memory, other measures: largest simultaneous RSS total "
+            f"{ours['peak_total_rss_gb'] / trl['peak_total_rss_gb']:.2f}x, largest simultaneous PSS total "
+            f"{ours['peak_total_pss_gb'] / trl['peak_total_pss_gb']:.2f}x, our largest process "
+            f"({ours['processes'][0]['name']}) {ours['processes'][0]['peak_rss_gb'] / trl['peak_rss_gb']:.2f}x"
+        )
 
 
 def main(argv=None) -> None:
@@ -476,18 +592,28 @@ def main(argv=None) -> None:
 
     def write_json() -> None:  # after each system: a run cut short keeps the half it measured
         if args.json:
-            Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "result_file"},
-                                                   "results": results, "loadavg_before": load_before,
-                                                   "loadavg_after": os.getloadavg()}, indent=1))
+            Path(args.json).write_text(
+                json.dumps(
+                    {
+                        "args": {k: v for k, v in vars(args).items() if k != "result_file"},
+                        "results": results,
+                        "loadavg_before": load_before,
+                        "loadavg_after": os.getloadavg(),
+                    },
+                    indent=1,
+                )
+            )
 
     for system in (args.only,) if args.only else ("ours", "trl"):
         results.append(run_child(system, args))
         write_json()
     load_after = os.getloadavg()
     print_report(results, args)
-    print(f"load average (1/5/15 min): before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
-          f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} on {os.cpu_count()} CPUs "
-          f"(other load inflates the timings)")
+    print(
+        f"load average (1/5/15 min): before {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f}, "
+        f"after {load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} on {os.cpu_count()} CPUs "
+        f"(other load inflates the timings)"
+    )
 
 
 if __name__ == "__main__":

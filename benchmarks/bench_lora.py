@@ -11,6 +11,7 @@ RSS (``ru_maxrss``, includes the model load), trainable parameters, optimizer-st
 mode, and LoRA / full ratios. The reference pass is not timed: with LoRA it is the same module with adapters
 disabled (no second model in memory), which the memory ratio of a full run would add on top.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,15 @@ def run_mode(args) -> dict:
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     rank = args.rank if args.mode == "lora" else 0
-    model = load_causal_lm(default_section("actor_rollout_ref.model", path=prepare_model(args.model), lora_rank=rank,
-                                           lora_alpha=2 * max(rank, 1), enable_gradient_checkpointing=False))
+    model = load_causal_lm(
+        default_section(
+            "actor_rollout_ref.model",
+            path=prepare_model(args.model),
+            lora_rank=rank,
+            lora_alpha=2 * max(rank, 1),
+            enable_gradient_checkpointing=False,
+        )
+    )
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     b, p_len, r_len = args.batch, args.prompt_length, args.response_length
@@ -46,27 +54,43 @@ def run_mode(args) -> dict:
     prompts = torch.randint(3, vocab, (b, p_len), generator=gen)
     responses = torch.randint(3, vocab, (b, r_len), generator=gen)
     mask = torch.ones(b, p_len + r_len, dtype=torch.long)
-    data = DataProto.from_dict({
-        "input_ids": torch.cat([prompts, responses], 1), "attention_mask": mask,
-        "position_ids": compute_position_id_with_mask(mask), "responses": responses,
-        "response_mask": torch.ones(b, r_len, dtype=torch.long),
-        "old_log_probs": -5.0 + 0.1 * torch.randn(b, r_len, generator=gen),
-        "advantages": torch.randn(b, r_len, generator=gen)}, meta_info={"temperature": 1.0})
-    cfg = default_section("actor_rollout_ref.actor", ppo_mini_batch_size=b, ppo_micro_batch_size_per_gpu=b,
-                          entropy_coeff=0.0, use_remove_padding=False)
+    data = DataProto.from_dict(
+        {
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": mask,
+            "position_ids": compute_position_id_with_mask(mask),
+            "responses": responses,
+            "response_mask": torch.ones(b, r_len, dtype=torch.long),
+            "old_log_probs": -5.0 + 0.1 * torch.randn(b, r_len, generator=gen),
+            "advantages": torch.randn(b, r_len, generator=gen),
+        },
+        meta_info={"temperature": 1.0},
+    )
+    cfg = default_section(
+        "actor_rollout_ref.actor",
+        ppo_mini_batch_size=b,
+        ppo_micro_batch_size_per_gpu=b,
+        entropy_coeff=0.0,
+        use_remove_padding=False,
+    )
     actor = DataParallelPPOActor(cfg, model, optimizer)
     times = []
     for _ in range(args.steps):
         start = time.perf_counter()
         actor.update_policy(data)
         times.append(time.perf_counter() - start)
-    state_bytes = sum(t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values()
-                      if torch.is_tensor(t))
-    return {"mode": args.mode, "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
-            "trainable_params": sum(p.numel() for p in params),
-            "total_params": sum(p.numel() for p in model.parameters()),
-            "optimizer_state_gb": state_bytes / 2**30,
-            "update_s": statistics.median(times[1:] if len(times) > 1 else times), "update_s_all": times}
+    state_bytes = sum(
+        t.numel() * t.element_size() for s in optimizer.state.values() for t in s.values() if torch.is_tensor(t)
+    )
+    return {
+        "mode": args.mode,
+        "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "trainable_params": sum(p.numel() for p in params),
+        "total_params": sum(p.numel() for p in model.parameters()),
+        "optimizer_state_gb": state_bytes / 2**30,
+        "update_s": statistics.median(times[1:] if len(times) > 1 else times),
+        "update_s_all": times,
+    }
 
 
 def main(argv=None) -> int:
@@ -90,17 +114,26 @@ def main(argv=None) -> int:
         out = subprocess.run(child, check=True, capture_output=True, text=True)
         results[mode] = json.loads(out.stdout.strip().splitlines()[-1])
         r = results[mode]
-        print(f"{mode:>4}: peak RSS {r['peak_rss_gb']:.2f} GB, trainable {r['trainable_params'] / 1e6:.2f}M of "
-              f"{r['total_params'] / 1e6:.1f}M params, optimizer state {r['optimizer_state_gb'] * 1024:.1f} MB, "
-              f"update {r['update_s']:.2f} s")
+        print(
+            f"{mode:>4}: peak RSS {r['peak_rss_gb']:.2f} GB, trainable {r['trainable_params'] / 1e6:.2f}M of "
+            f"{r['total_params'] / 1e6:.1f}M params, optimizer state {r['optimizer_state_gb'] * 1024:.1f} MB, "
+            f"update {r['update_s']:.2f} s"
+        )
     full, lora = results["full"], results["lora"]
-    ratios = {"peak_rss": lora["peak_rss_gb"] / full["peak_rss_gb"], "update_time": lora["update_s"] / full["update_s"],
-              "optimizer_state": lora["optimizer_state_gb"] / max(full["optimizer_state_gb"], 1e-12)}
-    print(f"LoRA / full: peak RSS {ratios['peak_rss']:.2f}x, update time {ratios['update_time']:.2f}x, optimizer "
-          f"state {ratios['optimizer_state']:.4f}x")
+    ratios = {
+        "peak_rss": lora["peak_rss_gb"] / full["peak_rss_gb"],
+        "update_time": lora["update_s"] / full["update_s"],
+        "optimizer_state": lora["optimizer_state_gb"] / max(full["optimizer_state_gb"], 1e-12),
+    }
+    print(
+        f"LoRA / full: peak RSS {ratios['peak_rss']:.2f}x, update time {ratios['update_time']:.2f}x, optimizer "
+        f"state {ratios['optimizer_state']:.4f}x"
+    )
     if args.json:
-        settings = {k: getattr(args, k) for k in ("model", "rank", "batch", "prompt_length", "response_length",
-                                                  "steps", "threads")}
+        settings = {
+            k: getattr(args, k)
+            for k in ("model", "rank", "batch", "prompt_length", "response_length", "steps", "threads")
+        }
         with open(args.json, "w") as fh:
             json.dump({"settings": settings, "results": results, "ratios": ratios}, fh, indent=2)
     return 0

@@ -16,6 +16,7 @@ Printed: per cell the phase times of both modes and their ratio; per mode the fi
     python benchmarks/bench_shared_prompt.py --json shared_prompt.json     # ~10 min on 2 CPU cores
     python benchmarks/bench_shared_prompt.py --n 2 4 --buckets short --response-length 16   # a quick smoke run
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,9 +52,9 @@ def bucket_prompts(tokenizer, count: int, max_prompt: int) -> dict[str, list[lis
     third = len(prompts) // 3
     out = {}
     for i, name in enumerate(BUCKETS):
-        part = prompts[i * third:(i + 1) * third]
+        part = prompts[i * third : (i + 1) * third]
         start = max(0, len(part) // 2 - count // 2)
-        out[name] = part[start:start + count]
+        out[name] = part[start : start + count]
     return out
 
 
@@ -65,10 +66,11 @@ def prompt_batch(prompts: list[list[int]], pad_id: int):
     ids = torch.full((len(prompts), width), pad_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for row, p in enumerate(prompts):
-        ids[row, width - len(p):] = torch.tensor(p)
-        mask[row, width - len(p):] = 1
-    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask,
-                                        "position_ids": compute_position_id_with_mask(mask)})
+        ids[row, width - len(p) :] = torch.tensor(p)
+        mask[row, width - len(p) :] = 1
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
+    )
 
 
 def run_step(model, tokenizer, prompts, n: int, shared: bool, args) -> dict:
@@ -77,13 +79,35 @@ def run_step(model, tokenizer, prompts, n: int, shared: bool, args) -> dict:
     from verl.workers.actor.dp_actor import DataParallelPPOActor
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    rollout_cfg = default_section("actor_rollout_ref.rollout", **dict(response_length=args.response_length, temperature=1.0, top_k=-1, top_p=1.0,
-                                        do_sample=True, dtype="bfloat16", micro_batch_size=len(prompts) * n,
-                                        shared_prefill=shared))
-    actor_cfg = default_section("actor_rollout_ref.actor", **dict(
-        ppo_mini_batch_size=len(prompts) * n, ppo_micro_batch_size_per_gpu=args.micro_batch, use_dynamic_bsz=False,
-        use_remove_padding=False, use_shared_prompt=shared, clip_ratio=0.2, loss_agg_mode="token-mean",
-        entropy_coeff=0.0, grad_clip=1.0, ppo_epochs=1, shuffle=False))
+    rollout_cfg = default_section(
+        "actor_rollout_ref.rollout",
+        **dict(
+            response_length=args.response_length,
+            temperature=1.0,
+            top_k=-1,
+            top_p=1.0,
+            do_sample=True,
+            dtype="bfloat16",
+            micro_batch_size=len(prompts) * n,
+            shared_prefill=shared,
+        ),
+    )
+    actor_cfg = default_section(
+        "actor_rollout_ref.actor",
+        **dict(
+            ppo_mini_batch_size=len(prompts) * n,
+            ppo_micro_batch_size_per_gpu=args.micro_batch,
+            use_dynamic_bsz=False,
+            use_remove_padding=False,
+            use_shared_prompt=shared,
+            clip_ratio=0.2,
+            loss_agg_mode="token-mean",
+            entropy_coeff=0.0,
+            grad_clip=1.0,
+            ppo_epochs=1,
+            shuffle=False,
+        ),
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.0)  # lr 0: every cell starts from the same weights
     actor = DataParallelPPOActor(actor_cfg, model, optimizer)
     batch = prompt_batch(prompts, tokenizer.pad_token_id).repeat(n, interleave=True)  # the trainer's order
@@ -105,8 +129,7 @@ def run_step(model, tokenizer, prompts, n: int, shared: bool, args) -> dict:
     times["update_actor"] = time.perf_counter() - start
     times["step"] = sum(times.values())
     valid = out.batch["attention_mask"].sum().item()
-    return dict(times=times, valid_tokens=int(valid), response_tokens=int(mask.sum()),
-                responses=out.batch["responses"])
+    return dict(times=times, valid_tokens=int(valid), response_tokens=int(mask.sum()), responses=out.batch["responses"])
 
 
 def least_squares(xs, ys):
@@ -141,8 +164,10 @@ def main() -> None:
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     buckets = bucket_prompts(tokenizer, args.prompts, args.max_prompt)
-    print(f"{args.model}, {torch.get_num_threads()} threads; {args.prompts} prompts per bucket, "
-          f"up to {args.response_length} new tokens, micro-batch {args.micro_batch} rows")
+    print(
+        f"{args.model}, {torch.get_num_threads()} threads; {args.prompts} prompts per bucket, "
+        f"up to {args.response_length} new tokens, micro-batch {args.micro_batch} rows"
+    )
     run_step(model, tokenizer, buckets[args.buckets[0]][:1], 2, False, args)  # warm-up (allocator, kernels)
     cells = []
     for name in args.buckets:
@@ -155,9 +180,11 @@ def main() -> None:
                 row.setdefault("_responses", []).append(result["responses"])
             row["same_responses"] = bool(torch.equal(*row.pop("_responses")))
             u, s = row["unshared"]["times"], row["shared"]["times"]
-            print(f"{name:6s} prompts {min(lengths)}-{max(lengths)} tok, n={n:2d}: "
-                  + "  ".join(f"{phase} {u[phase]:.2f}->{s[phase]:.2f} s" for phase in u)
-                  + f"  (shared/unshared step {s['step'] / u['step']:.2f}x, same responses {row['same_responses']})")
+            print(
+                f"{name:6s} prompts {min(lengths)}-{max(lengths)} tok, n={n:2d}: "
+                + "  ".join(f"{phase} {u[phase]:.2f}->{s[phase]:.2f} s" for phase in u)
+                + f"  (shared/unshared step {s['step'] / u['step']:.2f}x, same responses {row['same_responses']})"
+            )
             cells.append(row)
 
     summary = {}
@@ -169,21 +196,31 @@ def main() -> None:
         for name in args.buckets:
             mine = [c for c in cells if c["bucket"] == name]
             if len(mine) > 1:
-                n_slopes[name], _ = least_squares([math.log(c["n"]) for c in mine],
-                                                  [math.log(c[mode]["times"]["step"]) for c in mine])
-        shares = {phase: sum(c[mode]["times"][phase] for c in cells) / sum(c[mode]["times"]["step"] for c in cells)
-                  for phase in ("gen", "old_log_prob", "update_actor")}
-        summary[mode] = dict(seconds_per_1k_tokens=per_k, intercept_s=intercept, loglog_slope_vs_n=n_slopes,
-                             phase_shares=shares)
-        print(f"{mode:8s}: step = {intercept:.2f} s + {per_k:.3f} s per 1k valid tokens; log-log slope vs n: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in n_slopes.items())
-              + "; phase shares " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items()))
+                n_slopes[name], _ = least_squares(
+                    [math.log(c["n"]) for c in mine], [math.log(c[mode]["times"]["step"]) for c in mine]
+                )
+        shares = {
+            phase: sum(c[mode]["times"][phase] for c in cells) / sum(c[mode]["times"]["step"] for c in cells)
+            for phase in ("gen", "old_log_prob", "update_actor")
+        }
+        summary[mode] = dict(
+            seconds_per_1k_tokens=per_k, intercept_s=intercept, loglog_slope_vs_n=n_slopes, phase_shares=shares
+        )
+        print(
+            f"{mode:8s}: step = {intercept:.2f} s + {per_k:.3f} s per 1k valid tokens; log-log slope vs n: "
+            + ", ".join(f"{k} {v:.2f}" for k, v in n_slopes.items())
+            + "; phase shares "
+            + ", ".join(f"{k} {100 * v:.0f}%" for k, v in shares.items())
+        )
     total = {mode: sum(c[mode]["times"]["step"] for c in cells) for mode in ("unshared", "shared")}
     print(f"whole grid: shared/unshared step time = {total['shared'] / total['unshared']:.2f}x")
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump(dict(args=vars(args), cells=cells, summary=summary, ratio=total["shared"] / total["unshared"]),
-                      fh, indent=1)
+            json.dump(
+                dict(args=vars(args), cells=cells, summary=summary, ratio=total["shared"] / total["unshared"]),
+                fh,
+                indent=1,
+            )
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ optimizer, extra state, HF export), ``data.pt``, ``config.yaml``, the manifest w
 rename. Reported per model: save time (median of ``--repeat`` saves), the time to verify the manifest (hash every
 file; what a resume does before loading) and to load it back (``_load_checkpoint``), and the size on disk by part.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,12 +30,24 @@ if str(REPO_ROOT) not in sys.path:  # run as a script from a checkout: make ``ve
 def _build(model: str, root: Path):
     from verl.trainer.main_ppo import build_local_trainer
 
-    return build_local_trainer([
-        f"actor_rollout_ref.model.path={model}", "algorithm.adv_estimator=grpo", "trainer.n_gpus_per_node=0",
-        "data.train_batch_size=2", "data.max_samples=8", "data.val_max_samples=2", "data.max_prompt_length=2048",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
-        f"trainer.default_local_dir={root}/ckpt", f"trainer.run_dir={root}/run", "trainer.logger=[console]"])
+    return build_local_trainer(
+        [
+            f"actor_rollout_ref.model.path={model}",
+            "algorithm.adv_estimator=grpo",
+            "trainer.n_gpus_per_node=0",
+            "data.train_batch_size=2",
+            "data.max_samples=8",
+            "data.val_max_samples=2",
+            "data.max_prompt_length=2048",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+            f"trainer.default_local_dir={root}/ckpt",
+            f"trainer.run_dir={root}/run",
+            "trainer.logger=[console]",
+        ]
+    )
 
 
 def _fill_optimizer(worker) -> None:
@@ -89,8 +102,15 @@ def measure(model: str, repeat: int, workdir: Path) -> dict:
         start = time.perf_counter()
         trainer._load_checkpoint()
         load_s = time.perf_counter() - start
-        return {"model": model, "parameters": n_params, "save_s": statistics.median(save_s), "save_s_all": save_s,
-                "verify_sha256_s": verify_s, "load_s (verify + load)": load_s, "bytes": _sizes(step_dir)}
+        return {
+            "model": model,
+            "parameters": n_params,
+            "save_s": statistics.median(save_s),
+            "save_s_all": save_s,
+            "verify_sha256_s": verify_s,
+            "load_s (verify + load)": load_s,
+            "bytes": _sizes(step_dir),
+        }
     finally:
         trainer.shutdown()
 
@@ -110,13 +130,17 @@ def main() -> None:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
     mib = 1 << 20
-    print(f"{'model':<14} {'params':>11} {'save s':>7} {'verify s':>9} {'load s':>7} {'total MiB':>10} "
-          f"{'model':>7} {'optim':>7} {'hf':>7}")
+    print(
+        f"{'model':<14} {'params':>11} {'save s':>7} {'verify s':>9} {'load s':>7} {'total MiB':>10} "
+        f"{'model':>7} {'optim':>7} {'hf':>7}"
+    )
     for r in results:
         b = r["bytes"]
-        print(f"{r['model']:<14} {r['parameters']:>11,} {r['save_s']:>7.2f} {r['verify_sha256_s']:>9.2f} "
-              f"{r['load_s (verify + load)']:>7.2f} {b['total'] / mib:>10.1f} {b['model'] / mib:>7.1f} "
-              f"{b['optimizer'] / mib:>7.1f} {b['huggingface'] / mib:>7.1f}")
+        print(
+            f"{r['model']:<14} {r['parameters']:>11,} {r['save_s']:>7.2f} {r['verify_sha256_s']:>9.2f} "
+            f"{r['load_s (verify + load)']:>7.2f} {b['total'] / mib:>10.1f} {b['model'] / mib:>7.1f} "
+            f"{b['optimizer'] / mib:>7.1f} {b['huggingface'] / mib:>7.1f}"
+        )
     print(json.dumps(results))
 
 

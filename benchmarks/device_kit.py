@@ -16,6 +16,7 @@ The printed call installs the wheels into ``/tmp/site``, points ``TOOLRL_CACHE``
 ``bash benchmarks/gpu_suite.sh`` with its JSON and log under ``$OUT``; copy the JSON to
 ``benchmarks/results/gpu_<date>.json`` and commit it with a reading.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,16 +36,33 @@ if str(REPO_ROOT) not in sys.path:
 # version is not known), the main environment's versions; then TRL's GRPOTrainer and
 # what it needs beyond that image, with the oldest datasets TRL 1.16 takes (it asks least of the image's pyarrow,
 # >= 21, and fsspec)
-WHEELS = {"hydra-core": "1.3.8", "omegaconf": "2.3.1", "antlr4-python3-runtime": "4.9.3", "tensordict": "0.15.3",
-          "pyvers": "0.2.3", "pydantic": "2.14.4", "pydantic-core": "2.50.5", "annotated-types": "0.8.0",
-          "typing-inspection": "0.4.5", "typing-extensions": "4.16.0",  # pydantic 2.14 needs >= 4.16
-          "trl": "1.16.0", "datasets": "4.7.0", "dill": "0.4.0", "multiprocess": "0.70.18"}
+WHEELS = {
+    "hydra-core": "1.3.8",
+    "omegaconf": "2.3.1",
+    "antlr4-python3-runtime": "4.9.3",
+    "tensordict": "0.15.3",
+    "pyvers": "0.2.3",
+    "pydantic": "2.14.4",
+    "pydantic-core": "2.50.5",
+    "annotated-types": "0.8.0",
+    "typing-inspection": "0.4.5",
+    "typing-extensions": "4.16.0",  # pydantic 2.14 needs >= 4.16
+    "trl": "1.16.0",
+    "datasets": "4.7.0",
+    "dill": "0.4.0",
+    "multiprocess": "0.70.18",
+}
 SOURCE_ONLY = {"antlr4-python3-runtime"}  # no wheel on PyPI: built here (pure Python)
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",
-             "manylinux1_x86_64")
+PLATFORMS = (
+    "manylinux_2_28_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux1_x86_64",
+)
 CARRY_LIMIT = 64 * 2**20
 WHEEL_DIR, CACHE_DIR, DATA_DIR = REPO_ROOT / ".whl", REPO_ROOT / ".devcache", REPO_ROOT / "dataset" / "rlla_4k"
-SUITE = ("bash benchmarks/gpu_suite.sh --train-model random:smollm2-135m --output $OUT/gpu_suite.json")
+SUITE = "bash benchmarks/gpu_suite.sh --train-model random:smollm2-135m --output $OUT/gpu_suite.json"
 
 
 def have_wheel(name: str, version: str) -> bool:
@@ -62,8 +80,19 @@ def build_wheels() -> None:
         if name in SOURCE_ONLY:
             cmd = ["wheel", "--no-deps", "-w", str(WHEEL_DIR), f"{name}=={version}"]
         else:
-            cmd = ["download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12", "--implementation",
-                   "cp", *(f"--platform={p}" for p in PLATFORMS), "-d", str(WHEEL_DIR), f"{name}=={version}"]
+            cmd = [
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--python-version",
+                "3.12",
+                "--implementation",
+                "cp",
+                *(f"--platform={p}" for p in PLATFORMS),
+                "-d",
+                str(WHEEL_DIR),
+                f"{name}=={version}",
+            ]
         subprocess.run([sys.executable, "-m", "pip", "-q", *cmd], check=True)
 
 
@@ -90,18 +119,25 @@ def size(path: Path) -> int:
 
 def tree_size() -> int:
     """Bytes of what travels without ``carry``: tracked files and untracked ones git does not ignore."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
-                            capture_output=True, check=True).stdout.split(b"\0")
-    return sum((REPO_ROOT / name.decode()).stat().st_size for name in listed if name and
-               (REPO_ROOT / name.decode()).is_file())
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.split(b"\0")
+    return sum(
+        (REPO_ROOT / name.decode()).stat().st_size for name in listed if name and (REPO_ROOT / name.decode()).is_file()
+    )
 
 
 def device_call(tree: str) -> dict:
     """The arguments of the device tool's ``run`` for the suite on this tree (``tree``: its commit)."""
-    command = ("python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
-               "/tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; "
-               f"export TOOLRL_CACHE=$PWD/.devcache TOOLRL_OFFLINE=1 PYTHONUNBUFFERED=1 GPU_SUITE_TREE={tree}; "
-               f"set -o pipefail; {SUITE} 2>&1 | tee $OUT/gpu_suite.log")
+    command = (
+        "python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "
+        "/tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site || exit; "
+        f"export TOOLRL_CACHE=$PWD/.devcache TOOLRL_OFFLINE=1 PYTHONUNBUFFERED=1 GPU_SUITE_TREE={tree}; "
+        f"set -o pipefail; {SUITE} 2>&1 | tee $OUT/gpu_suite.log"
+    )
     return {"command": command, "carry": [".whl", ".devcache", "dataset/rlla_4k"], "timeout_s": 600}
 
 
@@ -116,11 +152,18 @@ def main(argv=None) -> int:
     missing = [f".whl/{n}=={v}" for n, v in WHEELS.items() if not have_wheel(n, v)]
     missing += [] if (CACHE_DIR / "tokenizers").is_dir() else [".devcache/tokenizers"]
     missing += [] if (DATA_DIR / "train.parquet").is_file() else ["dataset/rlla_4k"]
-    sizes = {"tree": tree_size(), ".whl": size(WHEEL_DIR), ".devcache": size(CACHE_DIR),
-             "dataset/rlla_4k": size(DATA_DIR)}
+    sizes = {
+        "tree": tree_size(),
+        ".whl": size(WHEEL_DIR),
+        ".devcache": size(CACHE_DIR),
+        "dataset/rlla_4k": size(DATA_DIR),
+    }
     total = sum(sizes.values())
-    print("sizes (MiB): " + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sizes.items()) +
-          f"; total {total / 2**20:.1f} of {CARRY_LIMIT / 2**20:.0f}")
+    print(
+        "sizes (MiB): "
+        + ", ".join(f"{k} {v / 2**20:.1f}" for k, v in sizes.items())
+        + f"; total {total / 2**20:.1f} of {CARRY_LIMIT / 2**20:.0f}"
+    )
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True)
     print("device run call:\n" + json.dumps(device_call(head.stdout.strip() or "unknown"), indent=1))
     if missing:

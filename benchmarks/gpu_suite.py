@@ -42,6 +42,7 @@ fails, raises or runs out of time is recorded with its reason and the suite goes
 steps on CPU at toy sizes (2-layer models in float32, the ``tiny`` preset, 1 training step) so that CI checks the
 suite itself; its numbers mean nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -86,8 +87,9 @@ def run_step(name: str, cmd: list[str], timeout_s: float, env: dict | None = Non
         print(f"[gpu_suite] {name}: not run ({timeout_s:.0f} s left)", flush=True)
         return {"ok": False, "not_run": f"no time left ({timeout_s:.0f} s)"}
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout_s)
         ok, code, text = proc.returncode == 0, proc.returncode, _text(out)
@@ -119,16 +121,39 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
     if args.cpu_smoke:
         configs = {"qwen2-0.5b": ["--model-shape", "qwen2-0.5b"]}
         # --cpu-smoke computes in float32, as the workers do on CPU (bench_gpu_mfu.py's --mixed-precision default)
-        sizes = ["--cpu-smoke", "--prompts", "2", "--n", "2", "--response-length", "16", "--micro-batch", "2",
-                 "--steps", "1", "--warmup", "0", "--rollout-micro-batch", "2"]
+        sizes = [
+            "--cpu-smoke",
+            "--prompts",
+            "2",
+            "--n",
+            "2",
+            "--response-length",
+            "16",
+            "--micro-batch",
+            "2",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--rollout-micro-batch",
+            "2",
+        ]
     else:
         qwen, no_rollout = ["--model-shape", "qwen2-0.5b"], ["--rollouts", ""]
-        configs = {"qwen2-0.5b": [*qwen, "--rollouts", "plain,wrapped,static", "--rollout-steps", "1"],
-                   "qwen2-0.5b_flex": [*qwen, "--attn-implementation", "flex_attention", "--layouts", "packed,shared",
-                                       *no_rollout],
-                   "qwen2-0.5b_compiled": [*qwen, "--compile-layers", *no_rollout],
-                   "qwen2-0.5b_gc": [*qwen, "--gradient-checkpointing", *no_rollout],
-                   "smollm2-135m": ["--model-shape", "smollm2-135m", "--rollouts", "plain,static"]}
+        configs = {
+            "qwen2-0.5b": [*qwen, "--rollouts", "plain,wrapped,static", "--rollout-steps", "1"],
+            "qwen2-0.5b_flex": [
+                *qwen,
+                "--attn-implementation",
+                "flex_attention",
+                "--layouts",
+                "packed,shared",
+                *no_rollout,
+            ],
+            "qwen2-0.5b_compiled": [*qwen, "--compile-layers", *no_rollout],
+            "qwen2-0.5b_gc": [*qwen, "--gradient-checkpointing", *no_rollout],
+            "smollm2-135m": ["--model-shape", "smollm2-135m", "--rollouts", "plain,static"],
+        }
         sizes = ["--prompts", "8", "--n", "4", "--response-length", "512", "--micro-batch", "8"]
     out = dict(done or {})
     todo = [name for name in configs if not measured(out.get(name, {}))]
@@ -136,14 +161,22 @@ def mfu_runs(args, tmp: Path, deadline: float, done: dict | None = None) -> dict
     for i, name in enumerate(todo):
         path = tmp / f"mfu_{name}.json"
         timeout = deadline - time.time() - reserve * (len(todo) - 1 - i)
-        step = run_step(f"update_mfu/{name}", [sys.executable, "benchmarks/bench_gpu_mfu.py", *sizes, *configs[name],
-                                               "--json", str(path)], timeout)
+        step = run_step(
+            f"update_mfu/{name}",
+            [sys.executable, "benchmarks/bench_gpu_mfu.py", *sizes, *configs[name], "--json", str(path)],
+            timeout,
+        )
         if path.is_file():  # written after every measurement: a model stopped by its time limit keeps those
             result = json.loads(path.read_text())
-            step.update(update={k: {"mfu": v["mfu"], "median_s": v["median_s"], "max_mem_gib": v["max_mem_gib"]}
-                                for k, v in result["update"].items()},
-                        rollout_tokens_per_s={k: v["tokens_per_s"] for k, v in result.get("rollout", {}).items()},
-                        device=result["gpu"], params=result["params"])
+            step.update(
+                update={
+                    k: {"mfu": v["mfu"], "median_s": v["median_s"], "max_mem_gib": v["max_mem_gib"]}
+                    for k, v in result["update"].items()
+                },
+                rollout_tokens_per_s={k: v["tokens_per_s"] for k, v in result.get("rollout", {}).items()},
+                device=result["gpu"],
+                params=result["params"],
+            )
             timed_out = "returncode" in step and step["returncode"] is None
             if timed_out and (step["update"] or step["rollout_tokens_per_s"]):
                 step["partial"] = True  # stopped by its time limit, not a crash: what it measured counts
@@ -156,9 +189,21 @@ def exactness_run(args, tmp: Path, deadline: float, done: dict | None = None) ->
     gradients and whole updates against the padded sdpa path, and the bf16 policy on CUDA. On CPU (``--cpu-smoke``)
     the same files run their CPU tests and skip those."""
     only_cuda = [] if args.cpu_smoke else ["-k", "flex_gradients or flex_update or cuda"]  # CI runs the CPU ones
-    return run_step("exactness", [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *only_cuda,
-                                  "tests/workers/test_flex_attention_on_cpu.py",
-                                  "tests/workers/test_mixed_precision_on_cpu.py"], deadline - time.time())
+    return run_step(
+        "exactness",
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *only_cuda,
+            "tests/workers/test_flex_attention_on_cpu.py",
+            "tests/workers/test_mixed_precision_on_cpu.py",
+        ],
+        deadline - time.time(),
+    )
 
 
 def random_model(shape: str, tmp: Path) -> str:
@@ -187,7 +232,7 @@ def train_model(args, tmp: Path) -> str:
     if args.cpu_smoke:
         return "tiny"
     if args.train_model.startswith("random:"):
-        shape = args.train_model[len("random:"):]
+        shape = args.train_model[len("random:") :]
         built = tmp / f"random_{shape}"
         return str(built) if built.is_dir() else random_model(shape, tmp)
     return args.train_model
@@ -200,8 +245,17 @@ def main_job_run(args, tmp: Path, deadline: float, done: dict | None = None) -> 
         return {"ok": False, "not_run": f"no time left ({deadline - time.time():.0f} s)"}
     path = tmp / "resume_check.json"
     model = train_model(args, tmp)
-    cmd = [sys.executable, "benchmarks/resume_check.py", "--model", model, "--json", str(path),
-           "--deadline-at", f"{deadline - 20:.0f}", *(["--cpu-smoke"] if args.cpu_smoke else [])]
+    cmd = [
+        sys.executable,
+        "benchmarks/resume_check.py",
+        "--model",
+        model,
+        "--json",
+        str(path),
+        "--deadline-at",
+        f"{deadline - 20:.0f}",
+        *(["--cpu-smoke"] if args.cpu_smoke else []),
+    ]
     step = run_step("main_job (SIGTERM and resume, bitwise)", cmd, deadline - time.time())
     if path.is_file():
         result = json.loads(path.read_text())
@@ -221,21 +275,76 @@ def trl_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
     """Step 3 (module docstring): the bench's JSON is written after each system, so a TRL half cut short keeps ours.
     Without TRL (the CPU smoke in CI), our half alone runs and TRL's is recorded as skipped."""
     path = tmp / "trl.json"
-    sizes = (["--prompts", "2", "--n", "2", "--max-new-tokens", "8", "--micro-batch", "4", "--steps", "1",
-              "--warmup", "0", "--single-process"] if args.cpu_smoke else
-             ["--device", "cuda", "--prompts", "8", "--n", "4", "--max-new-tokens", "128", "--micro-batch", "8",
-              "--steps", "2", "--warmup", "1"])
+    sizes = (
+        [
+            "--prompts",
+            "2",
+            "--n",
+            "2",
+            "--max-new-tokens",
+            "8",
+            "--micro-batch",
+            "4",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--single-process",
+        ]
+        if args.cpu_smoke
+        else [
+            "--device",
+            "cuda",
+            "--prompts",
+            "8",
+            "--n",
+            "4",
+            "--max-new-tokens",
+            "128",
+            "--micro-batch",
+            "8",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+        ]
+    )
     only = [] if trl_importable() else ["--only", "ours"]
-    step = run_step("trl (GRPO step vs TRL)", [sys.executable, "benchmarks/bench_grpo_vs_trl.py", *sizes, *only,
-                                              "--model", train_model(args, tmp), "--json", str(path)],
-                    deadline - time.time())
+    step = run_step(
+        "trl (GRPO step vs TRL)",
+        [
+            sys.executable,
+            "benchmarks/bench_grpo_vs_trl.py",
+            *sizes,
+            *only,
+            "--model",
+            train_model(args, tmp),
+            "--json",
+            str(path),
+        ],
+        deadline - time.time(),
+    )
     if only:
         step["trl_skipped"] = "trl is not importable on this machine"
     if path.is_file():
         by = {r["system"]: r for r in json.loads(path.read_text())["results"]}
-        step.update({name: {k: r.get(k) for k in ("step_median_s", "gen_median_s", "gen_tokens_per_s",
-                                                   "mean_response_tokens", "phases_s", "gpu_peak_gb", "peak_rss_gb")}
-                     for name, r in by.items()})
+        step.update(
+            {
+                name: {
+                    k: r.get(k)
+                    for k in (
+                        "step_median_s",
+                        "gen_median_s",
+                        "gen_tokens_per_s",
+                        "mean_response_tokens",
+                        "phases_s",
+                        "gpu_peak_gb",
+                        "peak_rss_gb",
+                    )
+                }
+                for name, r in by.items()
+            }
+        )
         if "ours" in by and "trl" in by:
             step["ours_over_trl_step"] = by["ours"]["step_median_s"] / by["trl"]["step_median_s"]
         elif "ours" in by and not step["ok"] and step.get("returncode") is None:
@@ -246,10 +355,24 @@ def trl_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
 # train_grpo's batch on a GPU (ToolRL's GPU defaults, 512 prompts x 4 x 1,024 tokens, take minutes per step); each
 # can be changed through the environment variable of the same name. Random weights rarely emit EOS: every response
 # runs to MAX_RESPONSE_LENGTH.
-TRAIN_SIZES = {"TRAIN_BATCH_SIZE": "8", "PPO_MINI_BATCH_SIZE": "8", "ROLLOUT_N": "4", "MAX_PROMPT_LENGTH": "1024",
-               "MAX_RESPONSE_LENGTH": "128", "FILTER_OVERLONG": "True", "TOTAL_STEPS": "6"}
-SMOKE_TRAIN_SIZES = {"N_GPUS": "0", "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZE": "2", "MICRO_BATCH_PER_GPU": "2",
-                     "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "8", "TOTAL_STEPS": "1"}
+TRAIN_SIZES = {
+    "TRAIN_BATCH_SIZE": "8",
+    "PPO_MINI_BATCH_SIZE": "8",
+    "ROLLOUT_N": "4",
+    "MAX_PROMPT_LENGTH": "1024",
+    "MAX_RESPONSE_LENGTH": "128",
+    "FILTER_OVERLONG": "True",
+    "TOTAL_STEPS": "6",
+}
+SMOKE_TRAIN_SIZES = {
+    "N_GPUS": "0",
+    "TRAIN_BATCH_SIZE": "2",
+    "PPO_MINI_BATCH_SIZE": "2",
+    "MICRO_BATCH_PER_GPU": "2",
+    "ROLLOUT_N": "2",
+    "MAX_RESPONSE_LENGTH": "8",
+    "TOTAL_STEPS": "1",
+}
 
 
 def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dict:
@@ -257,14 +380,31 @@ def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
     before its time ran out count too (``metrics.jsonl`` is written per step)."""
     run_dir = tmp / "train_grpo"
     sizes = SMOKE_TRAIN_SIZES if args.cpu_smoke else {k: os.environ.get(k, v) for k, v in TRAIN_SIZES.items()}
-    env = {**os.environ, "RUN_DIR": str(run_dir), "EXPERIMENT_NAME": "gpu_suite", "SINGLE_PROCESS": "True",
-           "SAVE_FREQ": "-1", "TEST_FREQ": "-1", "PYTHON": sys.executable, **sizes}
+    env = {
+        **os.environ,
+        "RUN_DIR": str(run_dir),
+        "EXPERIMENT_NAME": "gpu_suite",
+        "SINGLE_PROCESS": "True",
+        "SAVE_FREQ": "-1",
+        "TEST_FREQ": "-1",
+        "PYTHON": sys.executable,
+        **sizes,
+    }
     if deadline - time.time() < MIN_LAUNCH_S:
         return run_step(f"train_grpo ({args.train_model})", [], deadline - time.time())  # recorded as not run
     env["BASE_MODEL"] = train_model(args, tmp)
-    step = run_step(f"train_grpo ({args.train_model})", ["bash", "train_grpo.sh", f"trainer.default_local_dir={tmp}/ckpt",
-                                   "trainer.val_before_train=False", "trainer.single_process=true"],
-                    deadline - time.time(), env=env)
+    step = run_step(
+        f"train_grpo ({args.train_model})",
+        [
+            "bash",
+            "train_grpo.sh",
+            f"trainer.default_local_dir={tmp}/ckpt",
+            "trainer.val_before_train=False",
+            "trainer.single_process=true",
+        ],
+        deadline - time.time(),
+        env=env,
+    )
     step["sizes"] = sizes
     from kill_campaign import read_metrics  # this script's folder is on sys.path; a torn last line is skipped
 
@@ -273,9 +413,17 @@ def train_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
         step["partial"] = not step["ok"]  # stopped by its time limit: the steps it finished still count
         later = records[1:] or records  # the first step includes compilation / warm-up
         step_s = sum(r["timing_s/step"] for r in later) / len(later)
-        phases = {k[len("timing_s/"):]: sum(r.get(k, 0.0) for r in later) / len(later) / step_s
-                  for k in later[0] if k.startswith("timing_s/") and k != "timing_s/step"}
-        step.update(model=args.train_model, steps=len(records), step_s=step_s, phase_share={k: round(v, 3) for k, v in phases.items()})
+        phases = {
+            k[len("timing_s/") :]: sum(r.get(k, 0.0) for r in later) / len(later) / step_s
+            for k in later[0]
+            if k.startswith("timing_s/") and k != "timing_s/step"
+        }
+        step.update(
+            model=args.train_model,
+            steps=len(records),
+            step_s=step_s,
+            phase_share={k: round(v, 3) for k, v in phases.items()},
+        )
     return step
 
 
@@ -289,27 +437,45 @@ def async_run(args, tmp: Path, deadline: float, done: dict | None = None) -> dic
     if not ray_importable():
         return {"ok": False, "skipped": "Ray is not importable on this machine"}
     path = tmp / "async.json"
-    sizes = (["--rows", "8", "--prompts", "2", "--n", "2", "--max-new-tokens", "8", "--steps", "1"] if args.cpu_smoke
-             else ["--model", "smollm2-135m", "--steps", "6"])
-    step = run_step("async", [sys.executable, "benchmarks/bench_async_vs_sync.py", "--only", "async", *sizes,
-                              "--json", str(path)], deadline - time.time())
+    sizes = (
+        ["--rows", "8", "--prompts", "2", "--n", "2", "--max-new-tokens", "8", "--steps", "1"]
+        if args.cpu_smoke
+        else ["--model", "smollm2-135m", "--steps", "6"]
+    )
+    step = run_step(
+        "async",
+        [sys.executable, "benchmarks/bench_async_vs_sync.py", "--only", "async", *sizes, "--json", str(path)],
+        deadline - time.time(),
+    )
     if step["ok"] and path.is_file():
         summary = next((r for r in json.loads(path.read_text()) if r.get("mode") == "async"), {})
-        step["result"] = {k: summary[k] for k in ("rollouts_trained_per_s", "rollouts_generated_per_s",
-                                                  "learner_step_s_median", "frac_on_policy") if k in summary}
+        step["result"] = {
+            k: summary[k]
+            for k in ("rollouts_trained_per_s", "rollouts_generated_per_s", "learner_step_s_median", "frac_on_policy")
+            if k in summary
+        }
     return step
 
 
-STEPS = {"main_job": main_job_run, "train_grpo": train_run, "trl": trl_run, "update_mfu": mfu_runs,
-         "exactness": exactness_run, "async": async_run}
+STEPS = {
+    "main_job": main_job_run,
+    "train_grpo": train_run,
+    "trl": trl_run,
+    "update_mfu": mfu_runs,
+    "exactness": exactness_run,
+    "async": async_run,
+}
 
 
 def flatten(results: dict) -> dict:
     """Numeric leaves of ``results`` as ``{"a/b/c": value}`` (for the comparison and the table)."""
     from verl.utils.checkpoint_manifest import flatten as flatten_keys
 
-    return {name: float(value) for name, value in flatten_keys(results, sep="/").items()
-            if isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return {
+        name: float(value)
+        for name, value in flatten_keys(results, sep="/").items()
+        if isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def compare(figures: dict, previous: Path | None) -> dict:
@@ -326,8 +492,9 @@ def previous_result(device: str, exclude: tuple[Path, ...] = ()) -> Path | None:
     by git; outside a git checkout every such file counts."""
     results = REPO_ROOT / "benchmarks" / "results"
     try:
-        listed = subprocess.run(["git", "ls-files", "benchmarks/results/"], cwd=REPO_ROOT, capture_output=True,
-                                text=True, check=True).stdout.split()
+        listed = subprocess.run(
+            ["git", "ls-files", "benchmarks/results/"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
         paths = [REPO_ROOT / p for p in listed]
     except (OSError, subprocess.CalledProcessError):
         paths = list(results.glob("*"))
@@ -344,10 +511,16 @@ def git_commit() -> str | None:
     if os.environ.get("GPU_SUITE_TREE"):
         return os.environ["GPU_SUITE_TREE"]
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return None
     return head + ("-dirty" if dirty else "")
@@ -360,8 +533,10 @@ def load_resume(path: str, device: str, cpu_smoke: bool) -> dict:
     if not isinstance(record.get("steps"), dict):
         raise ValueError(f"--resume {path}: not a gpu_suite JSON (no 'steps' object)")
     if (record.get("device"), bool(record.get("cpu_smoke"))) != (device, cpu_smoke):
-        raise ValueError(f"--resume {path}: measured on {record.get('device')!r} (cpu_smoke={record.get('cpu_smoke')}),"
-                         f" this run is on {device!r} (cpu_smoke={cpu_smoke}); start a new JSON instead")
+        raise ValueError(
+            f"--resume {path}: measured on {record.get('device')!r} (cpu_smoke={record.get('cpu_smoke')}),"
+            f" this run is on {device!r} (cpu_smoke={cpu_smoke}); start a new JSON instead"
+        )
     return record["steps"]
 
 
@@ -373,17 +548,28 @@ def summary(steps: dict, device: str, stamp: str, cpu_smoke: bool, previous: Pat
         "rollout_tokens_per_s": {name: s.get("rollout_tokens_per_s", {}) for name, s in mfu_steps.items()},
         "main_job_step_s": steps.get("main_job", {}).get("step_s"),
         "train_grpo_step_s": steps.get("train_grpo", {}).get("step_s"),
-        "trl": {k: v for k, v in {"ours_step_s": steps.get("trl", {}).get("ours", {}).get("step_median_s"),
-                                  "trl_step_s": steps.get("trl", {}).get("trl", {}).get("step_median_s"),
-                                  "ours_over_trl_step": steps.get("trl", {}).get("ours_over_trl_step")}.items()
-                if v is not None},
+        "trl": {
+            k: v
+            for k, v in {
+                "ours_step_s": steps.get("trl", {}).get("ours", {}).get("step_median_s"),
+                "trl_step_s": steps.get("trl", {}).get("trl", {}).get("step_median_s"),
+                "ours_over_trl_step": steps.get("trl", {}).get("ours_over_trl_step"),
+            }.items()
+            if v is not None
+        },
         "async": steps.get("async", {}).get("result") or {},
     }
     figures = {k: v for k, v in figures.items() if v not in (None, {})}
-    return {"date": stamp, "cpu_smoke": cpu_smoke, "device": device, "tree": git_commit(),
-            "steps": {name: steps[name] for name in STEPS if name in steps}, "figures": figures,
-            "compared_with": str(previous.relative_to(REPO_ROOT)) if previous else None,
-            "ratio_vs_previous": compare(flatten(figures), previous)}
+    return {
+        "date": stamp,
+        "cpu_smoke": cpu_smoke,
+        "device": device,
+        "tree": git_commit(),
+        "steps": {name: steps[name] for name in STEPS if name in steps},
+        "figures": figures,
+        "compared_with": str(previous.relative_to(REPO_ROOT)) if previous else None,
+        "ratio_vs_previous": compare(flatten(figures), previous),
+    }
 
 
 def failures(steps: dict) -> list[str]:
@@ -396,15 +582,25 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-smoke", action="store_true", help="toy sizes on CPU: checks the suite, not the GPU")
     parser.add_argument("--output", default=None, help="JSON (default benchmarks/results/gpu_<date>.json)")
-    parser.add_argument("--budget-s", type=float, default=None,
-                        help=f"the whole suite's time limit (s; default {DEFAULT_BUDGET_S:.0f}, with --cpu-smoke "
-                             f"{SMOKE_BUDGET_S:.0f})")
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help=f"the whole suite's time limit (s; default {DEFAULT_BUDGET_S:.0f}, with --cpu-smoke {SMOKE_BUDGET_S:.0f})",
+    )
     parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps to run, of {', '.join(STEPS)}")
-    parser.add_argument("--resume", default=None, help="a JSON an earlier (partial) run on the same GPU wrote: what it "
-                                                       "measured is kept, the rest of --only runs (again)")
-    parser.add_argument("--train-model", default="smollm2-135m",
-                        help="train_grpo.sh's BASE_MODEL; random:<shape> (e.g. random:smollm2-135m) builds that "
-                             "architecture with seeded random weights where the pretrained ones are not available")
+    parser.add_argument(
+        "--resume",
+        default=None,
+        help="a JSON an earlier (partial) run on the same GPU wrote: what it "
+        "measured is kept, the rest of --only runs (again)",
+    )
+    parser.add_argument(
+        "--train-model",
+        default="smollm2-135m",
+        help="train_grpo.sh's BASE_MODEL; random:<shape> (e.g. random:smollm2-135m) builds that "
+        "architecture with seeded random weights where the pretrained ones are not available",
+    )
     args = parser.parse_args(argv)
     if args.budget_s is None:
         args.budget_s = SMOKE_BUDGET_S if args.cpu_smoke else DEFAULT_BUDGET_S
@@ -414,8 +610,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not args.cpu_smoke and not torch.cuda.is_available():
-        print("gpu_suite: no CUDA GPU here (torch.cuda.is_available() is False); use --cpu-smoke to check the suite",
-              file=sys.stderr)
+        print(
+            "gpu_suite: no CUDA GPU here (torch.cuda.is_available() is False); use --cpu-smoke to check the suite",
+            file=sys.stderr,
+        )
         return 2
     deadline = time.time() + args.budget_s
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M")
@@ -429,12 +627,17 @@ def main(argv: list[str] | None = None) -> int:
     previous = None if args.cpu_smoke else previous_result(device, exclude)
     ray_missing = not ray_importable()  # the async step is then skipped at once: no time kept for it
     # update_mfu always runs: it keeps the models already measured and runs the others
-    pending = [name for name in STEPS if name in args.only.split(",") and
-               (name == "update_mfu" or not measured(steps.get(name, {})))]
+    pending = [
+        name
+        for name in STEPS
+        if name in args.only.split(",") and (name == "update_mfu" or not measured(steps.get(name, {})))
+    ]
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gpu_suite_", ignore_cleanup_errors=True) as tmp:
         for i, name in enumerate(pending):
-            kept = sum(RESERVE.get(n, 0.0) for n in pending[i + 1:] if not (n == "async" and ray_missing)) * args.budget_s
+            kept = (
+                sum(RESERVE.get(n, 0.0) for n in pending[i + 1 :] if not (n == "async" and ray_missing)) * args.budget_s
+            )
             try:
                 steps[name] = STEPS[name](args, Path(tmp), deadline - kept, steps.get(name))
             except Exception as err:  # noqa: BLE001 - recorded, and the suite goes on

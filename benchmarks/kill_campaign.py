@@ -19,6 +19,7 @@ max_memory_allocated_gb/* (CUDA)}``; counts such as
 ``perf/total_num_tokens`` and ``perf/model_tflops_*`` stay compared). Exit status 0 only when every planned kill
 happened, every start resumed where it should and nothing mismatched.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,11 +46,24 @@ from verl.utils import checkpoint_manifest as cm  # noqa: E402
 
 RUNNER = REPO_ROOT / "tests" / "trainer" / "run_in_process.py"
 FAULT_PHASES = ("gen", "reward", "old_log_prob", "update_actor", "save_checkpoint", "save_partial", "save_published")
-VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/time_per_step", "perf/throughput", "perf/mfu_",
-            "perf/peak_tflops_per_worker", "perf/peak_rss_gb/", "perf/max_memory_allocated_gb/", "perf/gen_tokens_per_s",
-            "perf/actor_tokens_per_s")
-REQUIRED_FILES = ("actor/model_world_size_1_rank_0.pt", "actor/optim_world_size_1_rank_0.pt",
-                  "actor/router_world_size_1_rank_0.pt", "data.pt")
+VOLATILE = (
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/time_per_step",
+    "perf/throughput",
+    "perf/mfu_",
+    "perf/peak_tflops_per_worker",
+    "perf/peak_rss_gb/",
+    "perf/max_memory_allocated_gb/",
+    "perf/gen_tokens_per_s",
+    "perf/actor_tokens_per_s",
+)
+REQUIRED_FILES = (
+    "actor/model_world_size_1_rank_0.pt",
+    "actor/optim_world_size_1_rank_0.pt",
+    "actor/router_world_size_1_rank_0.pt",
+    "data.pt",
+)
 REWARD = '''
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     """Deterministic, varies with the text: gives GRPO groups a non-zero reward spread."""
@@ -75,8 +89,13 @@ def prepare_data(out_dir: Path, n_train: int = 4, n_val: int = 2, chars: int = 1
     out_dir.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", n_train), ("test", n_val)):
         df = pd.read_parquet(source / f"{split}.parquet")
-        lengths = df["prompt"].map(lambda m: len(tokenizer(tokenizer.apply_chat_template(
-            list(m), tokenize=False, add_generation_prompt=True))["input_ids"]))
+        lengths = df["prompt"].map(
+            lambda m: len(
+                tokenizer(tokenizer.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True))[
+                    "input_ids"
+                ]
+            )
+        )
         df = df.loc[lengths.sort_values(kind="stable").index[:n]].copy()
         df["prompt"] = df["prompt"].map(lambda msgs: [dict(m, content=m["content"][:chars]) for m in msgs])
         df.to_parquet(out_dir / f"{split}.parquet")
@@ -90,25 +109,52 @@ def job_overrides(run_root: Path, data_dir: Path, steps: int) -> list[str]:
     ``steps`` steps, a checkpoint every step (``run_root/ckpt``), metrics in ``run_root/run``, no validation."""
     a, t = "actor_rollout_ref", "trainer"
     return [
-        f"data.train_files={data_dir}/train_router.parquet", f"data.val_files={data_dir}/test_router.parquet",
-        "data.train_batch_size=2", "data.max_prompt_length=1024", "data.max_response_length=8",
-        "data.filter_overlong_prompts=True", f"{a}.model.path=tiny", f"{a}.actor.optim.lr=1e-2",
-        f"{a}.actor.ppo_mini_batch_size=2", f"{a}.actor.ppo_micro_batch_size_per_gpu=2", f"{a}.rollout.n=2",
-        f"{a}.rollout.micro_batch_size=8", f"{a}.ref.log_prob_micro_batch_size_per_gpu=4",
-        f"{a}.rollout.log_prob_micro_batch_size_per_gpu=4", "critic.ppo_micro_batch_size_per_gpu=2",
-        f"{t}.n_gpus_per_node=0", f"{t}.cpus_per_worker=0.5", f"{t}.logger=[console]", f"{t}.project_name=kill",
-        f"{t}.default_local_dir={run_root}/ckpt", f"{t}.run_dir={run_root}/run", f"{t}.experiment_name=campaign",
-        f"{t}.log_val_generations=0", "algorithm.adv_estimator=grpo", "router.enable=true", "router.dual_lr=0.5",
-        f"{t}.test_freq=-1", f"{t}.val_before_train=False", f"{t}.save_freq=1", f"{t}.total_training_steps={steps}",
-        f"custom_reward_function.path={data_dir}/reward.py"]
+        f"data.train_files={data_dir}/train_router.parquet",
+        f"data.val_files={data_dir}/test_router.parquet",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=1024",
+        "data.max_response_length=8",
+        "data.filter_overlong_prompts=True",
+        f"{a}.model.path=tiny",
+        f"{a}.actor.optim.lr=1e-2",
+        f"{a}.actor.ppo_mini_batch_size=2",
+        f"{a}.actor.ppo_micro_batch_size_per_gpu=2",
+        f"{a}.rollout.n=2",
+        f"{a}.rollout.micro_batch_size=8",
+        f"{a}.ref.log_prob_micro_batch_size_per_gpu=4",
+        f"{a}.rollout.log_prob_micro_batch_size_per_gpu=4",
+        "critic.ppo_micro_batch_size_per_gpu=2",
+        f"{t}.n_gpus_per_node=0",
+        f"{t}.cpus_per_worker=0.5",
+        f"{t}.logger=[console]",
+        f"{t}.project_name=kill",
+        f"{t}.default_local_dir={run_root}/ckpt",
+        f"{t}.run_dir={run_root}/run",
+        f"{t}.experiment_name=campaign",
+        f"{t}.log_val_generations=0",
+        "algorithm.adv_estimator=grpo",
+        "router.enable=true",
+        "router.dual_lr=0.5",
+        f"{t}.test_freq=-1",
+        f"{t}.val_before_train=False",
+        f"{t}.save_freq=1",
+        f"{t}.total_training_steps={steps}",
+        f"custom_reward_function.path={data_dir}/reward.py",
+    ]
 
 
 def start_job(run_root: Path, data_dir: Path, steps: int, log: Path, fault: str = "") -> subprocess.Popen:
     """Start the job in its own session (a kill then takes all it started), stdout and stderr into ``log``."""
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1", VERL_TEST_FAULT=fault)
     with open(log, "w") as out:
-        return subprocess.Popen([sys.executable, str(RUNNER), *job_overrides(run_root, data_dir, steps)],
-                                cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, str(RUNNER), *job_overrides(run_root, data_dir, steps)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def has_exited(pid: int, timeout: float) -> bool:
@@ -144,7 +190,7 @@ def resumed_from(log_text: str) -> int | None:
 
 def checkpoint_step(ckpt_root: Path) -> int:
     """Step of the newest valid checkpoint under ``ckpt_root`` (hashes checked), 0 when there is none."""
-    return int(last.name[len(cm.STEP_PREFIX):]) if (last := cm.latest_valid_checkpoint(ckpt_root)) else 0
+    return int(last.name[len(cm.STEP_PREFIX) :]) if (last := cm.latest_valid_checkpoint(ckpt_root)) else 0
 
 
 def read_metrics(run_dir: Path) -> tuple[dict[int, dict], list[int], int]:
@@ -170,17 +216,30 @@ def run_reference(root: Path, data_dir: Path, steps: int, timeout: float = 1800)
     wall, text = time.monotonic() - t0, log.read_text(errors="replace")
     if rc != 0:
         raise RuntimeError(f"reference run failed (exit {rc}):\n{text[-3000:]}")
-    per_step = {s: m.get("timing_s/step", 0.0) + m.get("timing_s/save_checkpoint", 0.0)
-                for s, m in read_metrics(root / "run")[0].items()}
+    per_step = {
+        s: m.get("timing_s/step", 0.0) + m.get("timing_s/save_checkpoint", 0.0)
+        for s, m in read_metrics(root / "run")[0].items()
+    }
     step_s = sum(per_step.values()) / max(len(per_step), 1)
     saved = next(line for line in text.splitlines() if "saved checkpoint" in line)  # logging's asctime: local time
     first_saved = time.mktime(time.strptime(saved[:19], "%Y-%m-%d %H:%M:%S")) + int(saved[20:23]) / 1000
-    return {"wall_s": round(wall, 2), "step_s": round(step_s, 2),
-            "startup_s": round(max(first_saved - spawned - per_step.get(1, step_s), 1.0), 2)}
+    return {
+        "wall_s": round(wall, 2),
+        "step_s": round(step_s, 2),
+        "startup_s": round(max(first_saved - spawned - per_step.get(1, step_s), 1.0), 2),
+    }
 
 
-def run_campaign(root: Path, data_dir: Path, steps: int, plan: list[dict], timing: dict, rng: random.Random,
-                 timeout: float = 900, echo=print) -> dict:
+def run_campaign(
+    root: Path,
+    data_dir: Path,
+    steps: int,
+    plan: list[dict],
+    timing: dict,
+    rng: random.Random,
+    timeout: float = 900,
+    echo=print,
+) -> dict:
     """Start the job in ``root`` again and again, killing each start as ``plan`` says, then once to the end. Kill
     specs: ``{"kind": "fault", "phase": P[, "step": S]}`` (S drawn so that the kills spread over the steps left) or
     ``{"kind": "external"[, "delay": s]}`` (drawn from 0.6 x startup to startup + 2 steps of ``timing``,
@@ -206,8 +265,10 @@ def run_campaign(root: Path, data_dir: Path, steps: int, plan: list[dict], timin
                 phase = "save_partial"  # after the last step's checkpoint is published nothing is left to redo
             last = steps - 1 if phase == "save_published" else steps
             share = max(steps - 1 - before, 0) / len(pending)  # the checkpoint advances by ~share steps per kill
-            entry.update(phase=phase, step=spec.get("step") or min(last, before + 1 + int(share) + (
-                rng.random() < share - int(share))))
+            entry.update(
+                phase=phase,
+                step=spec.get("step") or min(last, before + 1 + int(share) + (rng.random() < share - int(share))),
+            )
             fault = f"KILL@{entry['phase']}:{entry['step']}"
         elif spec["kind"] == "external":
             fault = f"KILL@save_partial:{steps}"  # backstop: an overlong delay must not let the run finish
@@ -218,8 +279,13 @@ def run_campaign(root: Path, data_dir: Path, steps: int, plan: list[dict], timin
         proc = start_job(root, data_dir, steps, log, fault)
         rc, sent = wait_job(proc, timeout, kill_after)
         text = log.read_text(errors="replace")
-        entry.update(rc=rc, killed=rc == -signal.SIGKILL, wall_s=round(time.monotonic() - t0, 1),
-                     resumed_from=resumed_from(text), checkpoint_after=checkpoint_step(ckpt))
+        entry.update(
+            rc=rc,
+            killed=rc == -signal.SIGKILL,
+            wall_s=round(time.monotonic() - t0, 1),
+            resumed_from=resumed_from(text),
+            checkpoint_after=checkpoint_step(ckpt),
+        )
         fired = "KILL at phase" in text
         if spec["kind"] == "external" and entry["killed"]:
             if fired and not sent:
@@ -227,8 +293,13 @@ def run_campaign(root: Path, data_dir: Path, steps: int, plan: list[dict], timin
             else:  # where it landed: a save (this start's temporary directory left), a step, or before any
                 partial = sorted(ckpt.glob(f"{cm.TMP_PREFIX}*.{proc.pid}"))
                 began = "resumed from" in text if before else "ActorRolloutRefWorker rank" in text
-                entry["landed"] = ("save " + partial[0].name[len(cm.TMP_PREFIX):].split(".")[0] if partial else
-                                   f"step {entry['checkpoint_after'] + 1}" if began else "startup")
+                entry["landed"] = (
+                    "save " + partial[0].name[len(cm.TMP_PREFIX) :].split(".")[0]
+                    if partial
+                    else f"step {entry['checkpoint_after'] + 1}"
+                    if began
+                    else "startup"
+                )
         if entry["resumed_from"] != entry["expected_resume"] and entry.get("landed") != "startup":
             problems.append(f"start {index}: resumed from {entry['resumed_from']}, expected {entry['expected_resume']}")
         if spec["kind"] == "fault" and not (entry["killed"] and fired):
@@ -237,18 +308,27 @@ def run_campaign(root: Path, data_dir: Path, steps: int, plan: list[dict], timin
         if logged < entry["checkpoint_after"] > before:  # published by this start, killed before its log line:
             entry["unlogged_checkpoint"] = True  # the next start restores the record from data.pt (compared below)
         where = "" if spec["kind"] == "finish" else entry.get("landed") or f"{entry['phase']}:{entry['step']}"
-        echo(f"start {index:2d} {entry['kind']:8s} {where:17s} resumed from {entry['resumed_from'] or '-':>2} -> "
-             f"checkpoint {entry['checkpoint_after']:2d}  exit {rc:3d}  {entry['wall_s']:5.1f} s")
+        echo(
+            f"start {index:2d} {entry['kind']:8s} {where:17s} resumed from {entry['resumed_from'] or '-':>2} -> "
+            f"checkpoint {entry['checkpoint_after']:2d}  exit {rc:3d}  {entry['wall_s']:5.1f} s"
+        )
         starts.append(entry)
         if entry["killed"] and spec["kind"] != "finish":
             pending.pop(0)
             continue
         if spec["kind"] != "finish" or rc != 0:
-            problems.append(f"start {index}: exit {rc}, " + (f"{len(pending)} kills left" if spec["kind"] != "finish"
-                                                           else "the final start failed") + f"; see {log}")
+            problems.append(
+                f"start {index}: exit {rc}, "
+                + (f"{len(pending)} kills left" if spec["kind"] != "finish" else "the final start failed")
+                + f"; see {log}"
+            )
         break
-    return {"starts": starts, "kills": sum(s["killed"] for s in starts), "problems": problems,
-            "resumes": sum(s["resumed_from"] is not None for s in starts)}
+    return {
+        "starts": starts,
+        "kills": sum(s["killed"] for s in starts),
+        "problems": problems,
+        "resumes": sum(s["resumed_from"] is not None for s in starts),
+    }
 
 
 def compare_values(a, b, where: str, out: list[str], limit: int = 5) -> None:
@@ -256,6 +336,7 @@ def compare_values(a, b, where: str, out: list[str], limit: int = 5) -> None:
     tensors and arrays bitwise (and dtype and shape), floats bitwise, dicts by keys, sequences by length."""
     import numpy as np
     import torch
+
     start = len(out)
 
     def walk(x, y, path: str) -> None:
@@ -264,8 +345,12 @@ def compare_values(a, b, where: str, out: list[str], limit: int = 5) -> None:
         if isinstance(x, (torch.Tensor, np.ndarray)) and type(x) is type(y):
             if x.dtype != y.dtype or x.shape != y.shape:
                 out.append(f"{path}: {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
-            elif isinstance(x, np.ndarray) and x.tobytes() != y.tobytes() or isinstance(x, torch.Tensor) and not (
-                    torch.equal(*(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for t in (x, y)))):
+            elif (
+                isinstance(x, np.ndarray)
+                and x.tobytes() != y.tobytes()
+                or isinstance(x, torch.Tensor)
+                and not (torch.equal(*(t.detach().cpu().contiguous().reshape(-1).view(torch.uint8) for t in (x, y))))
+            ):
                 out.append(f"{path}: values differ")
         elif isinstance(x, dict) and isinstance(y, dict):
             if set(x) != set(y):
@@ -288,8 +373,12 @@ def _load(path: Path):
     step's metrics record kept in ``data.pt`` loses its :data:`VOLATILE` keys (timings differ between runs)."""
     import torch
     from safetensors.torch import load_file
-    readers = {".pt": lambda: torch.load(path, weights_only=False, map_location="cpu"),
-               ".safetensors": lambda: load_file(str(path)), ".json": lambda: json.loads(path.read_text())}
+
+    readers = {
+        ".pt": lambda: torch.load(path, weights_only=False, map_location="cpu"),
+        ".safetensors": lambda: load_file(str(path)),
+        ".json": lambda: json.loads(path.read_text()),
+    }
     content = readers.get(path.suffix, path.read_bytes)()
     if path.name == "data.pt" and isinstance(content, dict) and isinstance(content.get("metrics"), dict):
         content["metrics"] = {k: v for k, v in content["metrics"].items() if not k.startswith(VOLATILE)}
@@ -304,8 +393,11 @@ def compare_checkpoint(ref_dir: Path, run_dir: Path) -> list[str]:
         ref_manifest, run_manifest = (json.loads((d / cm.MANIFEST).read_text()) for d in (ref_dir, run_dir))
     except (OSError, json.JSONDecodeError) as err:
         return [f"{run_dir.name}: no readable manifest ({err})"]
-    out = [f"{run_dir.name}/{cm.MANIFEST}: {key} {ref_manifest.get(key)} vs {run_manifest.get(key)}"
-           for key in ("step", "epoch", "world_size", "resume_keys") if ref_manifest.get(key) != run_manifest.get(key)]
+    out = [
+        f"{run_dir.name}/{cm.MANIFEST}: {key} {ref_manifest.get(key)} vs {run_manifest.get(key)}"
+        for key in ("step", "epoch", "world_size", "resume_keys")
+        if ref_manifest.get(key) != run_manifest.get(key)
+    ]
     listed, others = ({e["path"] for e in m["files"]} - {"config.yaml"} for m in (ref_manifest, run_manifest))
     if listed != others:
         out.append(f"{run_dir.name}: files differ {sorted(listed ^ others)}")
@@ -377,29 +469,67 @@ def main(argv: list[str] | None = None) -> int:
     timing = run_reference(work / "reference", prepare_data(work / "data"), steps, 2 * args.timeout)
     print(f"reference: {timing['wall_s']} s ({timing['startup_s']} s startup, {timing['step_s']} s/step)", flush=True)
     n_ext, phases = round(args.kills * args.external_share), rng.sample(FAULT_PHASES, len(FAULT_PHASES))
-    plan = [{"kind": "external"}] * n_ext + [{"kind": "fault", "phase": phases[i % len(phases)]}
-                                             for i in range(args.kills - n_ext)]  # each phase equally often (±1)
+    plan = [{"kind": "external"}] * n_ext + [
+        {"kind": "fault", "phase": phases[i % len(phases)]} for i in range(args.kills - n_ext)
+    ]  # each phase equally often (±1)
     rng.shuffle(plan)
-    campaign = run_campaign(work / "campaign", work / "data", steps, plan, timing, rng, args.timeout,
-                            echo=lambda line: print(line, flush=True))
+    campaign = run_campaign(
+        work / "campaign",
+        work / "data",
+        steps,
+        plan,
+        timing,
+        rng,
+        args.timeout,
+        echo=lambda line: print(line, flush=True),
+    )
     mismatches = compare_runs(work / "reference", work / "campaign", steps)
     wall, ok = time.monotonic() - t0, not mismatches and not campaign["problems"] and campaign["kills"] == args.kills
-    by = collections.Counter(f"external {st['landed']}" if st["kind"] == "external" else f"{st['kind']} {st['phase']}"
-                             for st in campaign["starts"] if st["killed"])
-    print("\n".join([f"kills: {campaign['kills']} of {args.kills} planned "
-                     f"({', '.join(f'{k}: {v}' for k, v in sorted(by.items()))})",
-                     f"starts: {len(campaign['starts'])}, resumes (from a checkpoint): {campaign['resumes']}",
-                     f"problems: {len(campaign['problems'])}", *(f"  - {p}" for p in campaign["problems"]),
-                     f"mismatches: {len(mismatches)}", *(f"  - {m}" for m in mismatches[:50]),
-                     f"wall time: {wall:.0f} s", "OK: bitwise equal to the uninterrupted run" if ok else "FAILED"]),
-          flush=True)
+    by = collections.Counter(
+        f"external {st['landed']}" if st["kind"] == "external" else f"{st['kind']} {st['phase']}"
+        for st in campaign["starts"]
+        if st["killed"]
+    )
+    print(
+        "\n".join(
+            [
+                f"kills: {campaign['kills']} of {args.kills} planned "
+                f"({', '.join(f'{k}: {v}' for k, v in sorted(by.items()))})",
+                f"starts: {len(campaign['starts'])}, resumes (from a checkpoint): {campaign['resumes']}",
+                f"problems: {len(campaign['problems'])}",
+                *(f"  - {p}" for p in campaign["problems"]),
+                f"mismatches: {len(mismatches)}",
+                *(f"  - {m}" for m in mismatches[:50]),
+                f"wall time: {wall:.0f} s",
+                "OK: bitwise equal to the uninterrupted run" if ok else "FAILED",
+            ]
+        ),
+        flush=True,
+    )
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps({
-            "command": " ".join(["python benchmarks/kill_campaign.py", *(sys.argv[1:] if argv is None else argv)]),
-            "kills_planned": args.kills, "kills": campaign["kills"], "steps": steps, "seed": args.seed,
-            "resumes": campaign["resumes"], "mismatches": mismatches, "problems": campaign["problems"],
-            "reference": timing, "wall_s": round(wall, 1), "ok": ok, "starts": campaign["starts"]}, indent=1) + "\n")
+        args.output.write_text(
+            json.dumps(
+                {
+                    "command": " ".join(
+                        ["python benchmarks/kill_campaign.py", *(sys.argv[1:] if argv is None else argv)]
+                    ),
+                    "kills_planned": args.kills,
+                    "kills": campaign["kills"],
+                    "steps": steps,
+                    "seed": args.seed,
+                    "resumes": campaign["resumes"],
+                    "mismatches": mismatches,
+                    "problems": campaign["problems"],
+                    "reference": timing,
+                    "wall_s": round(wall, 1),
+                    "ok": ok,
+                    "starts": campaign["starts"],
+                },
+                indent=1,
+            )
+            + "\n"
+        )
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0 if ok else 1

@@ -6,6 +6,7 @@
 The trainer measures the same number once at start-up with its CPU workers' thread count
 (``verl.trainer.ppo.metric_utils.MfuMeter``); ``trainer.peak_flops_per_s`` overrides it.
 """
+
 from __future__ import annotations
 
 import argparse

@@ -27,6 +27,7 @@ The JSON (``--json``) is written after every run, so a call cut short keeps what
 code, wall seconds, mean step seconds and the deterministic settings the worker logged; ``resumed_from``;
 ``mismatches`` (at most 20); ``ok``. Exit status 0 only when the resumed run equals the reference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,15 +49,35 @@ if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
 from kill_campaign import (  # noqa: E402
-    checkpoint_step, compare_checkpoint, compare_metrics, has_exited, read_metrics, resumed_from, wait_job)
+    checkpoint_step,
+    compare_checkpoint,
+    compare_metrics,
+    has_exited,
+    read_metrics,
+    resumed_from,
+    wait_job,
+)
 from verl.utils.checkpoint_manifest import STEP_PREFIX  # noqa: E402
 
 # launch variables of run_router_training.sh (verl/trainer/launch.py): on a GPU, 8 prompts x 4 routes-and-samples x 64
 # new tokens (random weights rarely emit EOS: every response runs to its length), prompts over 1,024 tokens dropped
-SIZES = {"TRAIN_BATCH_SIZE": "8", "PPO_MINI_BATCH_SIZE": "8", "MICRO_BATCH_PER_GPU": "8", "ROLLOUT_N": "4",
-         "MAX_PROMPT_LENGTH": "1024", "MAX_RESPONSE_LENGTH": "64", "FILTER_OVERLONG": "True"}
-SMOKE_SIZES = {"N_GPUS": "0", "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZE": "2", "MICRO_BATCH_PER_GPU": "2",
-               "ROLLOUT_N": "2", "MAX_RESPONSE_LENGTH": "8"}
+SIZES = {
+    "TRAIN_BATCH_SIZE": "8",
+    "PPO_MINI_BATCH_SIZE": "8",
+    "MICRO_BATCH_PER_GPU": "8",
+    "ROLLOUT_N": "4",
+    "MAX_PROMPT_LENGTH": "1024",
+    "MAX_RESPONSE_LENGTH": "64",
+    "FILTER_OVERLONG": "True",
+}
+SMOKE_SIZES = {
+    "N_GPUS": "0",
+    "TRAIN_BATCH_SIZE": "2",
+    "PPO_MINI_BATCH_SIZE": "2",
+    "MICRO_BATCH_PER_GPU": "2",
+    "ROLLOUT_N": "2",
+    "MAX_RESPONSE_LENGTH": "8",
+}
 DETERMINISTIC_LOG = re.compile(r"deterministic kernels: (\{.*\})")  # the worker's log line (trainer.deterministic)
 NO_DETERMINISTIC = "does not have a deterministic implementation"  # PyTorch's error for such an op
 
@@ -68,11 +89,19 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=3, help="training steps of each run (at least 2)")
     parser.add_argument("--workdir", default=None, help="where the runs write (default: a temporary folder, removed)")
     parser.add_argument("--deadline-s", type=float, default=600.0, help="time for the three runs together (s)")
-    parser.add_argument("--deadline-at", type=float, default=None,
-                        help="the same as an absolute time (seconds since the epoch; wins over --deadline-s): what "
-                             "gpu_suite.py passes, so that start-up does not eat its margin")
-    parser.add_argument("--deterministic", action=argparse.BooleanOptionalAction, default=True,
-                        help="trainer.deterministic for the runs (default on)")
+    parser.add_argument(
+        "--deadline-at",
+        type=float,
+        default=None,
+        help="the same as an absolute time (seconds since the epoch; wins over --deadline-s): what "
+        "gpu_suite.py passes, so that start-up does not eat its margin",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="trainer.deterministic for the runs (default on)",
+    )
     parser.add_argument("--json", default=None, help="write the result here (after every run)")
     args = parser.parse_args(argv)
     if args.steps < 2:
@@ -82,16 +111,31 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def command(root: Path, deterministic: bool) -> list[str]:
     """The user's command with this check's paths: checkpoints in ``root/ckpt``, metrics in ``root/run``."""
-    return ["bash", "run_router_training.sh", f"trainer.default_local_dir={root}/ckpt", f"trainer.run_dir={root}/run",
-            "trainer.val_before_train=False", f"trainer.deterministic={str(deterministic).lower()}"]
+    return [
+        "bash",
+        "run_router_training.sh",
+        f"trainer.default_local_dir={root}/ckpt",
+        f"trainer.run_dir={root}/run",
+        "trainer.val_before_train=False",
+        f"trainer.deterministic={str(deterministic).lower()}",
+    ]
 
 
 def environment(args) -> dict:
     sizes = SMOKE_SIZES if args.cpu_smoke else SIZES
     model = args.model or ("tiny" if args.cpu_smoke else "smollm2-135m")
-    return {**os.environ, **sizes, "BASE_MODEL": model, "ROUTER_RECIPE": "option_a", "TOTAL_STEPS": str(args.steps),
-            "SAVE_FREQ": str(args.steps), "TEST_FREQ": "-1", "EXPERIMENT_NAME": "resume_check", "PYTHON": sys.executable,
-            "PYTHONUNBUFFERED": "1"}
+    return {
+        **os.environ,
+        **sizes,
+        "BASE_MODEL": model,
+        "ROUTER_RECIPE": "option_a",
+        "TOTAL_STEPS": str(args.steps),
+        "SAVE_FREQ": str(args.steps),
+        "TEST_FREQ": "-1",
+        "EXPERIMENT_NAME": "resume_check",
+        "PYTHON": sys.executable,
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 RUNNING: list[subprocess.Popen] = []  # the run in flight, killed with its session on SIGTERM
@@ -109,8 +153,14 @@ def start(root: Path, log: Path, env: dict, deterministic: bool) -> subprocess.P
     """The command in its own session (a timeout then kills all it started), stdout and stderr into ``log``."""
     root.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
-        proc = subprocess.Popen(command(root, deterministic), cwd=REPO_ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            command(root, deterministic),
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     RUNNING[:] = [proc]
     return proc
 
@@ -122,9 +172,13 @@ def summarize(root: Path, log: Path, rc: int, seconds: float) -> dict:
     records = read_metrics(root / "run")[0]
     steps = [r["timing_s/step"] for r in records.values() if "timing_s/step" in r]
     found = DETERMINISTIC_LOG.findall(text)
-    record = {"returncode": rc, "wall_s": round(seconds, 1), "steps_logged": sorted(records),
-              "step_s_mean": round(sum(steps) / len(steps), 3) if steps else None,
-              "deterministic": json.loads(found[-1]) if found else None}
+    record = {
+        "returncode": rc,
+        "wall_s": round(seconds, 1),
+        "steps_logged": sorted(records),
+        "step_s_mean": round(sum(steps) / len(steps), 3) if steps else None,
+        "deterministic": json.loads(found[-1]) if found else None,
+    }
     if rc not in (0, 128 + signal.SIGTERM):
         record["tail"] = text[-2000:]
     return record
@@ -165,18 +219,34 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, _stop)
     work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="resume_check_"))
     env = environment(args)
-    result: dict = {"command": " ".join(command(Path("<root>"), args.deterministic)), "steps": args.steps,
-                    "launch_variables": {k: env[k] for k in (*(SMOKE_SIZES if args.cpu_smoke else SIZES), "BASE_MODEL",
-                                                             "ROUTER_RECIPE", "TOTAL_STEPS", "SAVE_FREQ", "TEST_FREQ")},
-                    "deterministic_requested": args.deterministic, "ok": False}
+    result: dict = {
+        "command": " ".join(command(Path("<root>"), args.deterministic)),
+        "steps": args.steps,
+        "launch_variables": {
+            k: env[k]
+            for k in (
+                *(SMOKE_SIZES if args.cpu_smoke else SIZES),
+                "BASE_MODEL",
+                "ROUTER_RECIPE",
+                "TOTAL_STEPS",
+                "SAVE_FREQ",
+                "TEST_FREQ",
+            )
+        },
+        "deterministic_requested": args.deterministic,
+        "ok": False,
+    }
 
     def write(phase: str | None = None) -> None:
         if args.json:
             Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
         if phase:
             run = result[phase]
-            print(f"[resume_check] {phase}: exit {run['returncode']} in {run['wall_s']} s, steps {run['steps_logged']}, "
-                  f"deterministic {run['deterministic'] is not None}", flush=True)
+            print(
+                f"[resume_check] {phase}: exit {run['returncode']} in {run['wall_s']} s, steps {run['steps_logged']}, "
+                f"deterministic {run['deterministic'] is not None}",
+                flush=True,
+            )
 
     try:
         deterministic = args.deterministic
@@ -194,9 +264,11 @@ def main(argv=None) -> int:
         write("interrupted")
         saved = result["interrupted"]["saved_step"]
         if result["interrupted"]["returncode"] != 128 + signal.SIGTERM or not 1 <= saved < args.steps:
-            result["error"] = (f"the SIGTERM'd run should exit with {128 + signal.SIGTERM} after saving a step before "
-                               f"{args.steps}; it exited with {result['interrupted']['returncode']}, newest "
-                               f"checkpoint step {saved}")
+            result["error"] = (
+                f"the SIGTERM'd run should exit with {128 + signal.SIGTERM} after saving a step before "
+                f"{args.steps}; it exited with {result['interrupted']['returncode']}, newest "
+                f"checkpoint step {saved}"
+            )
             return 1
         log = work / "resumed_again.log"
         result["resumed"] = run_to_end(work / "resumed", log, env, deterministic, deadline)
@@ -209,8 +281,11 @@ def main(argv=None) -> int:
         mismatches = compare_checkpoint(work / "reference" / "ckpt" / last, work / "resumed" / "ckpt" / last)
         mismatches += compare_metrics(work / "reference" / "run", work / "resumed" / "run", args.steps)
         result.update(mismatches=mismatches[:20], n_mismatches=len(mismatches), ok=not mismatches)
-        print(f"[resume_check] resumed run {'equals' if not mismatches else 'DIFFERS FROM'} the reference bit for bit"
-              + "".join(f"\n  {m}" for m in mismatches[:20]), flush=True)
+        print(
+            f"[resume_check] resumed run {'equals' if not mismatches else 'DIFFERS FROM'} the reference bit for bit"
+            + "".join(f"\n  {m}" for m in mismatches[:20]),
+            flush=True,
+        )
         return 0 if not mismatches else 1
     finally:
         write()

@@ -33,6 +33,7 @@ The estimator registers itself under ``rlvcr`` (:mod:`verl.trainer.ppo.registry`
 so that every estimator is there); group statistics reuse :func:`verl.trainer.ppo.group_stats.group_normalize`
 (unbiased std, order-invariant, a constant group gives exactly 0).
 """
+
 from __future__ import annotations
 
 import math
@@ -69,11 +70,12 @@ RLVCR_MODES = ("mean_norm", "mean_std_norm")
 
 # non_tensor_batch field -> estimator keyword argument (module docstring table)
 RLVCR_BATCH_FIELDS = {
-    "thinking_level": "chosen_level", "thinking_level_action_entropy": "action_entropy",
-    "thinking_level_think_cost": "think_cost", "thinking_evaluated": "evaluated", "traj_uid": "traj_index",
+    "thinking_level": "chosen_level",
+    "thinking_level_action_entropy": "action_entropy",
+    "thinking_level_think_cost": "think_cost",
+    "thinking_evaluated": "evaluated",
+    "traj_uid": "traj_index",
 }
-
-
 
 
 def _typed(key: str, value: Any, kind: type) -> Any:
@@ -81,8 +83,11 @@ def _typed(key: str, value: Any, kind: type) -> Any:
     another kind (a string, a fractional int, a number for a bool)."""
     if isinstance(value, np.generic):
         value = value.item()
-    ok = (isinstance(value, bool) if kind is bool else
-          isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or value == int(value)))
+    ok = (
+        isinstance(value, bool)
+        if kind is bool
+        else isinstance(value, (int, float)) and not isinstance(value, bool) and (kind is float or value == int(value))
+    )
     if not ok:
         raise ValueError(f"algorithm.rlvcr.{key} must be of type {kind.__name__}, got {value!r}")
     return kind(value)
@@ -152,7 +157,8 @@ def check_rlvcr_settings(section: Any) -> RLVCRSettings:
 def rlvcr_active(algo_config: Any) -> bool:
     """True when the rollout must run the RLVCR phase: ``adv_estimator == "rlvcr"`` and ``rlvcr.enable``."""
     return cfg_get(algo_config, "adv_estimator") == "rlvcr" and bool(
-        cfg_get(cfg_get(algo_config, "rlvcr"), "enable", True))
+        cfg_get(cfg_get(algo_config, "rlvcr"), "enable", True)
+    )
 
 
 # -------------------- per-step pieces --------------------------------------------------------------------------------
@@ -172,22 +178,26 @@ def compute_action_uncertainty(token_entropy: torch.Tensor, action_mask: torch.T
     Raises ValueError: shapes differ.
     """
     if token_entropy.shape != action_mask.shape:
-        raise ValueError(f"token_entropy {tuple(token_entropy.shape)} and action_mask {tuple(action_mask.shape)} "
-                         "must have the same shape")
+        raise ValueError(
+            f"token_entropy {tuple(token_entropy.shape)} and action_mask {tuple(action_mask.shape)} "
+            "must have the same shape"
+        )
     import verl.utils.torch_functional as verl_F
 
     mean = verl_F.masked_mean(token_entropy, action_mask, axis=-1)
     return torch.where(action_mask.sum(dim=-1) > 0, mean, torch.full_like(mean, float("nan")))
 
 
-def compute_level_scores(action_entropy: torch.Tensor, think_cost: torch.Tensor, thinking_cost_w: float = 0.1,
-                         cost_max: float = 256.0) -> torch.Tensor:
+def compute_level_scores(
+    action_entropy: torch.Tensor, think_cost: torch.Tensor, thinking_cost_w: float = 0.1, cost_max: float = 256.0
+) -> torch.Tensor:
     """``S_L = -U_L - kappa * C_L / cost_max`` (docs §Per-level scores). float ``[B, N]`` x2 -> float ``[B, N]``."""
     return -action_entropy - thinking_cost_w * think_cost / cost_max
 
 
-def compute_level_diversity(chosen_level: torch.Tensor, valid: torch.Tensor, num_levels: int,
-                            epsilon: float = 1e-6) -> torch.Tensor:
+def compute_level_diversity(
+    chosen_level: torch.Tensor, valid: torch.Tensor, num_levels: int, epsilon: float = 1e-6
+) -> torch.Tensor:
     """Diversity bonus ``D = -log(f_l + eps) + mean_rows log(f_{l_row} + eps)`` (docs §Diversity term).
 
     ``f_k`` = share of level k among the valid rows; the row mean is taken over valid rows and evaluated as
@@ -217,8 +227,15 @@ def _as_1d(values: Any, dtype: torch.dtype, device: torch.device) -> torch.Tenso
 
 
 def compute_thinking_advantage(
-    action_entropy: Any, think_cost: Any, chosen_level: Any, valid: Any, thinking_cost_w: float = 0.1,
-    cost_max: float = 256.0, mode: str = "mean_norm", thinking_diversity_w: float = 0.5, epsilon: float = 1e-6,
+    action_entropy: Any,
+    think_cost: Any,
+    chosen_level: Any,
+    valid: Any,
+    thinking_cost_w: float = 0.1,
+    cost_max: float = 256.0,
+    mode: str = "mean_norm",
+    thinking_diversity_w: float = 0.5,
+    epsilon: float = 1e-6,
     evaluated: Any = None,
 ) -> torch.Tensor:
     """Thinking advantage of each step's chosen level (docs §Per-level scores, §Thinking advantage, §Diversity term).
@@ -257,8 +274,10 @@ def compute_thinking_advantage(
         raise ValueError(f"chosen_level, valid and evaluated need {batch} entries (one per row of action_entropy)")
     bad = ok & ((level < 1) | (level > num_levels))
     if bad.any():
-        raise ValueError(f"valid rows need chosen_level in 1..{num_levels}; row {int(bad.nonzero()[0])} has "
-                         f"{int(level[bad][0])} (mark it invalid: spec 'Response format', unparseable)")
+        raise ValueError(
+            f"valid rows need chosen_level in 1..{num_levels}; row {int(bad.nonzero()[0])} has "
+            f"{int(level[bad][0])} (mark it invalid: spec 'Response format', unparseable)"
+        )
     u, c = torch.where(used[:, None], u, 0.0), torch.where(used[:, None], c, 0.0)
     if not (torch.isfinite(u).all() and torch.isfinite(c).all()) or (c < 0).any():
         raise ValueError("action_entropy / think_cost must be finite (and costs >= 0) on valid, evaluated rows")
@@ -267,8 +286,9 @@ def compute_thinking_advantage(
         rows = used.nonzero().squeeze(-1)
         scores = compute_level_scores(u[rows], c[rows], thinking_cost_w, cost_max)  # [R, N]
         group = torch.arange(rows.shape[0], device=device).repeat_interleave(num_levels)
-        normed = group_normalize(scores.reshape(-1), group, epsilon=epsilon,
-                                       norm_by_std=mode == "mean_std_norm", singleton_zero=True)
+        normed = group_normalize(
+            scores.reshape(-1), group, epsilon=epsilon, norm_by_std=mode == "mean_std_norm", singleton_zero=True
+        )
         adv[rows] = normed.view(-1, num_levels).gather(1, (level[rows] - 1).unsqueeze(-1)).squeeze(-1)
     if thinking_diversity_w:
         adv = adv + thinking_diversity_w * compute_level_diversity(level, ok, num_levels, epsilon)
@@ -276,8 +296,9 @@ def compute_thinking_advantage(
 
 
 # -------------------- trajectory term --------------------------------------------------------------------------------
-def compute_trajectory_advantage(row_returns: torch.Tensor, index: Any, traj_index: Any = None,
-                                 epsilon: float = 1e-6, norm_by_std: bool = True) -> torch.Tensor:
+def compute_trajectory_advantage(
+    row_returns: torch.Tensor, index: Any, traj_index: Any = None, epsilon: float = 1e-6, norm_by_std: bool = True
+) -> torch.Tensor:
     """A_traj of each row (docs §Final advantage; GiGPO's episode term, ``docs/gigpo.md``, section "Episode-level
     advantage A_E").
 
@@ -300,16 +321,22 @@ def compute_trajectory_advantage(row_returns: torch.Tensor, index: Any, traj_ind
     traj_uid = torch.zeros(n_traj, dtype=torch.long).scatter_(0, traj, uid)
     mixed = traj_uid[traj] != uid
     if mixed.any():
-        raise ValueError(f"RLVCR: trajectory {list(traj_index)[int(mixed.nonzero()[0])]!r} has rows in more than "
-                         "one uid group")
+        raise ValueError(
+            f"RLVCR: trajectory {list(traj_index)[int(mixed.nonzero()[0])]!r} has rows in more than one uid group"
+        )
     return group_normalize(traj_return, traj_uid, **norm)[traj]
 
 
 # -------------------- metrics, batch plumbing ------------------------------------------------------------------------
-def compute_rlvcr_metrics(thinking_adv: torch.Tensor, chosen_level: Optional[torch.Tensor] = None,
-                          valid: Optional[torch.Tensor] = None, action_entropy: Optional[torch.Tensor] = None,
-                          think_cost: Optional[torch.Tensor] = None, evaluated: Optional[torch.Tensor] = None,
-                          num_levels: int = 4) -> Dict[str, float]:
+def compute_rlvcr_metrics(
+    thinking_adv: torch.Tensor,
+    chosen_level: Optional[torch.Tensor] = None,
+    valid: Optional[torch.Tensor] = None,
+    action_entropy: Optional[torch.Tensor] = None,
+    think_cost: Optional[torch.Tensor] = None,
+    evaluated: Optional[torch.Tensor] = None,
+    num_levels: int = 4,
+) -> Dict[str, float]:
     """The ``rlvcr/*`` metrics of docs §Metrics (``rlvcr/timing_s`` is the rollout phase's).
 
     ``thinking_adv_mean`` / ``thinking_adv_abs_mean``: over all rows. With ``chosen_level`` and ``valid``:
@@ -321,8 +348,10 @@ def compute_rlvcr_metrics(thinking_adv: torch.Tensor, chosen_level: Optional[tor
     the sampled alternative thinks of the rows that chose another level.
     """
     adv = thinking_adv.detach().to(torch.float64)
-    out = {"rlvcr/thinking_adv_mean": adv.mean().item() if adv.numel() else 0.0,
-           "rlvcr/thinking_adv_abs_mean": adv.abs().mean().item() if adv.numel() else 0.0}
+    out = {
+        "rlvcr/thinking_adv_mean": adv.mean().item() if adv.numel() else 0.0,
+        "rlvcr/thinking_adv_abs_mean": adv.abs().mean().item() if adv.numel() else 0.0,
+    }
     if chosen_level is None or valid is None:
         return out
     ok = valid.bool()
@@ -367,13 +396,26 @@ def _level_matrix(values: Any, name: str, rows_used: torch.Tensor, num_levels: i
 
 
 def compute_rlvcr_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, traj_index: Any = None,
-    chosen_level: Any = None, action_entropy: Any = None, think_cost: Any = None, evaluated: Any = None,
-    thinking_level_entropies: Optional[torch.Tensor] = None, norm_adv_by_std_in_grpo: Optional[bool] = None,
-    step_advantage_w: Optional[float] = None, thinking_diversity_w: Optional[float] = None,
-    mode: Optional[str] = None, thinking_cost_w: Optional[float] = None, cost_max: Optional[float] = None,
-    epsilon: Optional[float] = None, config: Any = None, metrics: Optional[Dict[str, float]] = None,
-    row_outputs: Optional[Dict[str, torch.Tensor]] = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any = None,
+    traj_index: Any = None,
+    chosen_level: Any = None,
+    action_entropy: Any = None,
+    think_cost: Any = None,
+    evaluated: Any = None,
+    thinking_level_entropies: Optional[torch.Tensor] = None,
+    norm_adv_by_std_in_grpo: Optional[bool] = None,
+    step_advantage_w: Optional[float] = None,
+    thinking_diversity_w: Optional[float] = None,
+    mode: Optional[str] = None,
+    thinking_cost_w: Optional[float] = None,
+    cost_max: Optional[float] = None,
+    epsilon: Optional[float] = None,
+    config: Any = None,
+    metrics: Optional[Dict[str, float]] = None,
+    row_outputs: Optional[Dict[str, torch.Tensor]] = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """RLVCR advantage ``A(step) = A_traj + step_advantage_w * A_think``, broadcast over the step's response tokens
     (docs §Final advantage).
@@ -399,8 +441,14 @@ def compute_rlvcr_outcome_advantage(
         ``think_cost``) nor ``thinking_level_entropies`` given; bad settings or inputs (see the functions above).
     """
     settings = RLVCRSettings.from_config(
-        cfg_get(config, "rlvcr"), step_advantage_w=step_advantage_w, thinking_diversity_w=thinking_diversity_w,
-        mode=mode, thinking_cost_w=thinking_cost_w, cost_max=cost_max, epsilon=epsilon)
+        cfg_get(config, "rlvcr"),
+        step_advantage_w=step_advantage_w,
+        thinking_diversity_w=thinking_diversity_w,
+        mode=mode,
+        thinking_cost_w=thinking_cost_w,
+        cost_max=cost_max,
+        epsilon=epsilon,
+    )
     if index is None:
         raise ValueError("RLVCR needs `index` (non_tensor_batch['uid'])")
     mask = response_mask.to(torch.float64)
@@ -408,16 +456,22 @@ def compute_rlvcr_outcome_advantage(
     with torch.no_grad():
         row_returns = (token_level_rewards.detach().to(torch.float64) * mask).sum(dim=-1)
         traj_adv = compute_trajectory_advantage(
-            row_returns, index, traj_index, settings.epsilon,
-            bool(resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True)))
+            row_returns,
+            index,
+            traj_index,
+            settings.epsilon,
+            bool(resolve(norm_adv_by_std_in_grpo, config, "norm_adv_by_std_in_grpo", True)),
+        )
         found: Dict[str, float] = {}
         chosen_cost = torch.zeros(batch, dtype=torch.float64)
         if not settings.enable:
             think_adv = torch.zeros(batch, dtype=torch.float64)
         elif chosen_level is not None:
             if action_entropy is None or think_cost is None:
-                raise ValueError("RLVCR: thinking_level is given but thinking_level_action_entropy / "
-                                 "thinking_level_think_cost are missing (see rlvcr.core_rlvcr.RLVCR_BATCH_FIELDS)")
+                raise ValueError(
+                    "RLVCR: thinking_level is given but thinking_level_action_entropy / "
+                    "thinking_level_think_cost are missing (see rlvcr.core_rlvcr.RLVCR_BATCH_FIELDS)"
+                )
             n = settings.num_levels
             level = _as_1d(chosen_level, torch.long, torch.device("cpu"))
             ok = (level >= 1) & (level <= n)
@@ -425,19 +479,34 @@ def compute_rlvcr_outcome_advantage(
             u = _level_matrix(action_entropy, "action_entropy", done, n)
             c = _level_matrix(think_cost, "think_cost", done, n)
             think_adv = compute_thinking_advantage(
-                u, c, level, ok, settings.thinking_cost_w, settings.cost_max, settings.mode,
-                settings.thinking_diversity_w, settings.epsilon, evaluated=done)
+                u,
+                c,
+                level,
+                ok,
+                settings.thinking_cost_w,
+                settings.cost_max,
+                settings.mode,
+                settings.thinking_diversity_w,
+                settings.epsilon,
+                evaluated=done,
+            )
             found = compute_rlvcr_metrics(think_adv, level, ok, u, c, done, n)
-            chosen_cost = torch.where(done, c.gather(1, (level.clamp(1, n) - 1).unsqueeze(1)).squeeze(1).double(),
-                                      torch.zeros(batch, dtype=torch.float64))
+            chosen_cost = torch.where(
+                done,
+                c.gather(1, (level.clamp(1, n) - 1).unsqueeze(1)).squeeze(1).double(),
+                torch.zeros(batch, dtype=torch.float64),
+            )
         elif thinking_level_entropies is not None:
-            think_adv = (thinking_level_entropies.detach().to("cpu", torch.float64) * mask.cpu()).sum(-1) / \
-                mask.cpu().sum(-1).clamp(min=1.0)
+            think_adv = (thinking_level_entropies.detach().to("cpu", torch.float64) * mask.cpu()).sum(
+                -1
+            ) / mask.cpu().sum(-1).clamp(min=1.0)
             found = compute_rlvcr_metrics(think_adv)
         else:
-            raise ValueError("RLVCR (algorithm.rlvcr.enable=true) needs the rollout's thinking fields: "
-                             "non_tensor_batch thinking_level + thinking_level_action_entropy + "
-                             "thinking_level_think_cost, or batch thinking_level_entropies (rlvcr_batch_inputs)")
+            raise ValueError(
+                "RLVCR (algorithm.rlvcr.enable=true) needs the rollout's thinking fields: "
+                "non_tensor_batch thinking_level + thinking_level_action_entropy + "
+                "thinking_level_think_cost, or batch thinking_level_entropies (rlvcr_batch_inputs)"
+            )
         scores = traj_adv + settings.step_advantage_w * think_adv.to(torch.float64)
         out_dtype = token_level_rewards.dtype
         advantages = scores.to(mask.device).unsqueeze(-1) * mask
@@ -458,8 +527,9 @@ def rlvcr_batch_inputs(non_tensor_batch: Dict[str, Any], batch: Any = None) -> D
     return inputs
 
 
-def thinking_batch_fields(thinking_adv: torch.Tensor, chosen_cost: torch.Tensor,
-                          response_mask: torch.Tensor, rows: Any = None) -> Dict[str, torch.Tensor]:
+def thinking_batch_fields(
+    thinking_adv: torch.Tensor, chosen_cost: torch.Tensor, response_mask: torch.Tensor, rows: Any = None
+) -> Dict[str, torch.Tensor]:
     """Docs §Batch fields: ``thinking_level_entropies`` (A_think) and ``thinking_token_costs`` (C_l), both float
     ``[B, L_resp]``, each row's value broadcast over its response mask (0 elsewhere). Inputs ``[b]``, ``[b]``,
     0/1 ``[B, L_resp]``; ``rows`` (bool ``[B]``, e.g. ``reward_valid``) places the ``b`` values on those rows (the
@@ -470,8 +540,10 @@ def thinking_batch_fields(thinking_adv: torch.Tensor, chosen_cost: torch.Tensor,
         full_adv[keep], full_cost[keep] = thinking_adv.float().cpu(), chosen_cost.float().cpu()
         thinking_adv, chosen_cost = full_adv, full_cost
     mask = response_mask.to(torch.float32)
-    return {"thinking_level_entropies": thinking_adv.to(mask.device, torch.float32).unsqueeze(-1) * mask,
-            "thinking_token_costs": chosen_cost.to(mask.device, torch.float32).unsqueeze(-1) * mask}
+    return {
+        "thinking_level_entropies": thinking_adv.to(mask.device, torch.float32).unsqueeze(-1) * mask,
+        "thinking_token_costs": chosen_cost.to(mask.device, torch.float32).unsqueeze(-1) * mask,
+    }
 
 
 def _batch_inputs(data: Any, metrics: Optional[Dict[str, float]]) -> Dict[str, Any]:
@@ -484,8 +556,9 @@ def _batch_outputs(data: Any, inputs: Dict[str, Any], valid: Any) -> None:
     """The registry's ``batch_outputs``: docs §Batch fields ``thinking_level_entropies`` / ``thinking_token_costs``."""
     out = inputs.get("row_outputs")
     if out:
-        data.batch.update(thinking_batch_fields(out["thinking_adv"], out["think_cost"], data.batch["response_mask"],
-                                                rows=valid))
+        data.batch.update(
+            thinking_batch_fields(out["thinking_adv"], out["think_cost"], data.batch["response_mask"], rows=valid)
+        )
 
 
 def _check_config(algorithm_config: Any) -> None:
@@ -493,6 +566,13 @@ def _check_config(algorithm_config: Any) -> None:
     check_rlvcr_settings(cfg_get(algorithm_config, "rlvcr"))
 
 
-register_adv_est(AdvantageEstimator.RLVCR, EstimatorPlugin(
-    batch_inputs=_batch_inputs, batch_outputs=_batch_outputs, check_config=_check_config, grouped=True,
-    step_level=True))(compute_rlvcr_outcome_advantage)
+register_adv_est(
+    AdvantageEstimator.RLVCR,
+    EstimatorPlugin(
+        batch_inputs=_batch_inputs,
+        batch_outputs=_batch_outputs,
+        check_config=_check_config,
+        grouped=True,
+        step_level=True,
+    ),
+)(compute_rlvcr_outcome_advantage)

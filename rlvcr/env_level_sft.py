@@ -24,6 +24,7 @@ answers them with EOS at once (measured: empty alternative thinks); these rows t
 CLI: ``python -m rlvcr.env_level_sft --out PATH.parquet --tasks N [--first-seed S] [--seed 1] [--split train|test]
 [--alt-frac F] [--tokenizer tiny] [key=value trainer overrides, e.g. env.history_length=2]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -189,7 +190,7 @@ def level_think(grid: SokobanGrid, plan: Sequence[str], level: int, fmt: LevelFo
     if len(off) == 1 and len(free) == 1:
         where = f"The box is at {_at(off[0])} and the target at {_at(free[0])}."
     else:
-        where = (f"Boxes off target: {'; '.join(map(_at, off))}. Free targets: {'; '.join(map(_at, free))}.")
+        where = f"Boxes off target: {'; '.join(map(_at, off))}. Free targets: {'; '.join(map(_at, free))}."
     sentences = [f"I am at {_at(grid.player)}.", where]
     if level > 3:
         if len(off) == 1 and len(free) == 1:
@@ -206,8 +207,9 @@ def level_target(grid: SokobanGrid, plan: Sequence[str], level: int, fmt: LevelF
     return level_context(level, level_think(grid, plan, level, fmt), tag, fmt) + plan[0] + close_tag(tag)
 
 
-def alternative_level(seed: int, index: int, level: int, alt_frac: float, fmt: LevelFormat = AGENT_FORMAT
-                      ) -> Optional[int]:
+def alternative_level(
+    seed: int, index: int, level: int, alt_frac: float, fmt: LevelFormat = AGENT_FORMAT
+) -> Optional[int]:
     """The level of the alternative row of expert step ``index`` (chosen level ``level``), or None (no such row):
     with probability ``alt_frac`` a level drawn uniformly from ``2..num_levels`` minus ``level`` (the levels RLVCR
     samples alternative thinks for), from a NumPy generator seeded with ``(seed, index, 1)`` (independent of
@@ -221,9 +223,15 @@ def alternative_level(seed: int, index: int, level: int, alt_frac: float, fmt: L
     return others[int(rng.integers(len(others)))]
 
 
-def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, overrides: Sequence[str] = (),
-                        split: str = "train", start_index: int = 0, alt_frac: float = 0.0
-                        ) -> Tuple[List[dict], Dict[str, float]]:
+def collect_expert_rows(
+    tokenizer,
+    task_seeds: Sequence[int],
+    seed: int = 1,
+    overrides: Sequence[str] = (),
+    split: str = "train",
+    start_index: int = 0,
+    alt_frac: float = 0.0,
+) -> Tuple[List[dict], Dict[str, float]]:
     """Play one expert episode per task seed through the rollout loop of a trainer config and return its rows.
 
     The config is ``ppo_trainer.yaml`` + ``env.env_name=sokoban``, ``algorithm.adv_estimator=rlvcr``, in-process
@@ -245,11 +253,20 @@ def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, ove
     from verl.trainer.config_utils import load_default_config
     from verl.workers.rollout.base import assemble_rollout_output
 
-    config = load_default_config(["env.env_name=sokoban", "algorithm.adv_estimator=rlvcr", "env.val_tasks=1",
-                                  "env.use_ray_workers=false", "env.num_workers=1", "env.max_steps=100",
-                                  "data.max_prompt_length=1024",  # run_agent.sh's; 512 cuts history prompts
-                                  f"data.train_batch_size={len(task_seeds)}", "actor_rollout_ref.rollout.n=1",
-                                  *overrides])
+    config = load_default_config(
+        [
+            "env.env_name=sokoban",
+            "algorithm.adv_estimator=rlvcr",
+            "env.val_tasks=1",
+            "env.use_ray_workers=false",
+            "env.num_workers=1",
+            "env.max_steps=100",
+            "data.max_prompt_length=1024",  # run_agent.sh's; 512 cuts history prompts
+            f"data.train_batch_size={len(task_seeds)}",
+            "actor_rollout_ref.rollout.n=1",
+            *overrides,
+        ]
+    )
     rlvcr, suffix = agent_level_setup(config, tokenizer)
     agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix)
     envs, fmt = agent.train_envs, agent.collector.rlvcr.fmt
@@ -261,37 +278,59 @@ def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, ove
     def encode(row: dict, task_seed: int) -> List[int]:
         ids = tokenizer(row["level_target"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         if len(ids) > width:
-            raise RuntimeError(f"task seed {task_seed}: a {len(ids)}-token level-{row['level']} target exceeds "
-                               f"data.max_response_length={width}")
+            raise RuntimeError(
+                f"task seed {task_seed}: a {len(ids)}-token level-{row['level']} target exceeds "
+                f"data.max_response_length={width}"
+            )
         return ids
 
     def expert(gen: DataProto) -> DataProto:
         responses = []
         for i, ids, mask in zip(np.flatnonzero(envs.active), gen.batch["input_ids"], gen.batch["attention_mask"]):
             text = envs.prompt_text(int(i))
-            chat = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                                 add_generation_prompt=True)
+            chat = tokenizer.apply_chat_template(
+                [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+            )
             if tokenizer(chat, add_special_tokens=False)["input_ids"] != ids[mask.bool()].tolist():
-                raise RuntimeError(f"task seed {seed_of[i]}: the loop's prompt ids differ from the prompt text "
-                                   "(truncated? raise env.max_prompt_length)")
+                raise RuntimeError(
+                    f"task seed {seed_of[i]}: the loop's prompt ids differ from the prompt text "
+                    "(truncated? raise env.max_prompt_length)"
+                )
             grid = SokobanGrid.from_text(envs.last_text[int(i)])
             plan = solve(grid)
             index = start_index + len(rows)  # the expert step's position (alternative rows not counted)
             level = draw_level(seed, index, fmt.num_levels)
             target = level_target(grid, plan, level, fmt)
-            row = {"data_source": envs.env_name, "prompt": [{"content": text, "role": "user"}],
-                   "ability": "agent", "reward_model": {"ground_truth": plan[0], "style": "rule"},
-                   "extra_info": {"index": index, "input": envs.last_text[int(i)], "instruction": "",
-                                  "output": plan[0], "split": split},
-                   "level_target": target, "level": level, "task_seed": int(seed_of[i]),
-                   "turn": int(envs.step_count)}
+            row = {
+                "data_source": envs.env_name,
+                "prompt": [{"content": text, "role": "user"}],
+                "ability": "agent",
+                "reward_model": {"ground_truth": plan[0], "style": "rule"},
+                "extra_info": {
+                    "index": index,
+                    "input": envs.last_text[int(i)],
+                    "instruction": "",
+                    "output": plan[0],
+                    "split": split,
+                },
+                "level_target": target,
+                "level": level,
+                "task_seed": int(seed_of[i]),
+                "turn": int(envs.step_count),
+            }
             rows.append(row)
             alt = alternative_level(seed, index, level, alt_frac, fmt)
             if alt is not None:  # the prompt RLVCR samples T_alt from, answered at that level
                 suffix = alternative_suffix(alt, fmt)
-                alt_rows.append({**row, "prompt": [{"content": text + suffix, "role": "user"}],
-                                 "extra_info": {**row["extra_info"], "instruction": suffix},
-                                 "level_target": level_target(grid, plan, alt, fmt), "level": alt})
+                alt_rows.append(
+                    {
+                        **row,
+                        "prompt": [{"content": text + suffix, "role": "user"}],
+                        "extra_info": {**row["extra_info"], "instruction": suffix},
+                        "level_target": level_target(grid, plan, alt, fmt),
+                        "level": alt,
+                    }
+                )
                 encode(alt_rows[-1], seed_of[i])  # its length check
             responses.append(torch.tensor(encode(row, seed_of[i])))
         padded = torch.nn.utils.rnn.pad_sequence(responses, batch_first=True, padding_value=agent.pad_token_id)
@@ -301,23 +340,32 @@ def collect_expert_rows(tokenizer, task_seeds: Sequence[int], seed: int = 1, ove
         batch, metrics = agent.collector.vanilla_multi_turn_loop(envs, expert, [int(s) for s in task_seeds])
     finally:
         agent.close()
-    lost = sorted({int(seed_of[i]) for i, w in zip(batch.non_tensor_batch["instance"],
-                                                       batch.non_tensor_batch["won"]) if not w})
+    lost = sorted(
+        {int(seed_of[i]) for i, w in zip(batch.non_tensor_batch["instance"], batch.non_tensor_batch["won"]) if not w}
+    )
     if lost:
         raise RuntimeError(f"expert episodes not won for task seeds {lost[:10]} (env.max_steps too small?)")
     return rows + alt_rows, metrics
 
 
-def build_env_level_sft_file(out: str | os.PathLike, tokenizer, num_tasks: int, first_seed: int = 2_000_000,
-                             seed: int = 1, split: str = "train", overrides: Sequence[str] = (),
-                             alt_frac: float = 0.0) -> Tuple[Path, Counter, Dict[str, float]]:
+def build_env_level_sft_file(
+    out: str | os.PathLike,
+    tokenizer,
+    num_tasks: int,
+    first_seed: int = 2_000_000,
+    seed: int = 1,
+    split: str = "train",
+    overrides: Sequence[str] = (),
+    alt_frac: float = 0.0,
+) -> Tuple[Path, Counter, Dict[str, float]]:
     """Write the rows of ``num_tasks`` expert episodes (task seeds ``first_seed + i``) to ``out`` atomically, in
     :mod:`rlvcr.level_sft`'s schema plus ``task_seed``/``turn`` (int64). Returns ``(path, level counts, rollout
     metrics)``. Raises ValueError: ``num_tasks`` < 1; RuntimeError: as :func:`collect_expert_rows`."""
     if int(num_tasks) < 1:
         raise ValueError(f"num_tasks must be >= 1, got {num_tasks}")
-    rows, metrics = collect_expert_rows(tokenizer, [first_seed + i for i in range(int(num_tasks))], seed,
-                                        overrides, split, alt_frac=alt_frac)
+    rows, metrics = collect_expert_rows(
+        tokenizer, [first_seed + i for i in range(int(num_tasks))], seed, overrides, split, alt_frac=alt_frac
+    )
     schema = level_sft_schema().append(pa.field("task_seed", pa.int64())).append(pa.field("turn", pa.int64()))
     path = write_parquet_atomic(pa.Table.from_pylist(rows, schema=schema), out)
     return path, Counter(r["level"] for r in rows), metrics
@@ -331,8 +379,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--first-seed", type=int, default=2_000_000, help="room seed of the first task")
     parser.add_argument("--seed", type=int, default=1, help="level draw seed (default 1)")
     parser.add_argument("--split", default="train", help="extra_info.split of the rows")
-    parser.add_argument("--alt-frac", type=float, default=0.0,
-                        help="share of expert steps that also get an alternative-think row (default 0)")
+    parser.add_argument(
+        "--alt-frac",
+        type=float,
+        default=0.0,
+        help="share of expert steps that also get an alternative-think row (default 0)",
+    )
     parser.add_argument("--tokenizer", default="tiny", help="model preset or directory whose tokenizer to use")
     parser.add_argument("overrides", nargs="*", help="trainer config overrides (key=value), e.g. env.history_length=2")
     args = parser.parse_args(argv)
@@ -341,8 +393,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from verl.utils.model_presets import prepare_model
 
     tokenizer = AutoTokenizer.from_pretrained(prepare_model(args.tokenizer))
-    path, levels, metrics = build_env_level_sft_file(args.out, tokenizer, args.tasks, args.first_seed, args.seed,
-                                                     args.split, args.overrides, args.alt_frac)
+    path, levels, metrics = build_env_level_sft_file(
+        args.out, tokenizer, args.tasks, args.first_seed, args.seed, args.split, args.overrides, args.alt_frac
+    )
     print(f"wrote {sum(levels.values())} rows ({args.tasks} episodes, alternative rows included) to {path}")
     print("levels: " + ", ".join(f"{k}={levels.get(k, 0)}" for k in sorted(levels)))
     print("episodes: " + ", ".join(f"{k}={v:.3g}" for k, v in sorted(metrics.items()) if k.startswith("env/")))

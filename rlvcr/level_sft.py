@@ -17,6 +17,7 @@ tags over the whole answer, and the reward cannot parse such a ground truth: 17 
 
 CLI: ``python -m rlvcr.level_sft --out PATH.parquet [--seed S] [--split sft_full|test] [--max-top-sentences K]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -59,7 +60,7 @@ def sentence_ends(text: str) -> List[int]:
     ``U.S.``) or a common abbreviation (``etc.``, ``vs.``); a domain (``site.org.``) does end a sentence."""
     ends = []
     for match in _SENTENCE_END.finditer(text):
-        words = text[:match.start()].rsplit(None, 1)
+        words = text[: match.start()].rsplit(None, 1)
         word = words[-1].lstrip("\"'([") if words else ""
         if len(word) <= 1 or _INITIALS.fullmatch(word) or word.lower() in _NOT_AN_END:
             continue
@@ -71,12 +72,12 @@ def check_max_top_sentences(max_top_sentences: Optional[int]) -> None:
     """Raises ValueError: a level-4 cap (:func:`level_think`) not above the middle levels' sentence counts (None: no
     cap, fine)."""
     if max_top_sentences is not None and int(max_top_sentences) <= max(LEVEL_SENTENCES.values()):
-        raise ValueError(f"max_top_sentences={max_top_sentences} must exceed the middle levels' sentence counts "
-                         f"{LEVEL_SENTENCES}")
+        raise ValueError(
+            f"max_top_sentences={max_top_sentences} must exceed the middle levels' sentence counts {LEVEL_SENTENCES}"
+        )
 
 
-def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT,
-                max_top_sentences: Optional[int] = None) -> str:
+def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT, max_top_sentences: Optional[int] = None) -> str:
     """T_L of a full think T (str): ``""`` at level 1, the first ``LEVEL_SENTENCES[level]`` sentences at the middle
     levels (all of T when it has fewer), T itself at ``fmt.num_levels`` (or its first ``max_top_sentences``
     sentences when given). Cut thinks keep T's leading and trailing whitespace (``<think> … </think>`` in ToolRL's
@@ -100,9 +101,9 @@ def level_think(think: str, level: int, fmt: LevelFormat = RLLA_FORMAT,
     ends = sentence_ends(body)
     if len(ends) < count or ends[count - 1] >= len(body):
         return think
-    lead = think[:len(think) - len(think.lstrip())]
-    trail = think[len(think.rstrip()):]
-    return lead + body[:ends[count - 1]] + trail
+    lead = think[: len(think) - len(think.lstrip())]
+    trail = think[len(think.rstrip()) :]
+    return lead + body[: ends[count - 1]] + trail
 
 
 def draw_level(seed: int, index: int, num_levels: int = 4) -> int:
@@ -112,9 +113,13 @@ def draw_level(seed: int, index: int, num_levels: int = 4) -> int:
     return int(np.random.default_rng([int(seed), int(index)]).integers(1, num_levels + 1))
 
 
-def level_sft_row(messages: Sequence[Mapping[str, str]], ground_truth: str, level: int,
-                  fmt: LevelFormat = RLLA_FORMAT, max_top_sentences: Optional[int] = None
-                  ) -> Tuple[Optional[Tuple[List[Dict[str, str]], str]], str]:
+def level_sft_row(
+    messages: Sequence[Mapping[str, str]],
+    ground_truth: str,
+    level: int,
+    fmt: LevelFormat = RLLA_FORMAT,
+    max_top_sentences: Optional[int] = None,
+) -> Tuple[Optional[Tuple[List[Dict[str, str]], str]], str]:
     """One RLLA row at ``level``: ``((prompt messages, target), "")`` or ``(None, reason)`` for a skipped row.
 
     ``messages``: the row's chat prompt (list of ``{role, content}``); ``ground_truth``:
@@ -133,15 +138,19 @@ def level_sft_row(messages: Sequence[Mapping[str, str]], ground_truth: str, leve
         return None, f"unparseable ({parsed.reason})"
     if any(open_tag(t) in parsed.think or close_tag(t) in parsed.think for t in fmt.action_tags):
         return None, "think quotes an action tag"
-    if text[:parsed.action_start] != level_context(fmt.num_levels, parsed.think, parsed.action_tag, fmt):
+    if text[: parsed.action_start] != level_context(fmt.num_levels, parsed.think, parsed.action_tag, fmt):
         return None, "layout (text around the think block)"
     target = level_context(level, level_think(parsed.think, level, fmt, max_top_sentences), parsed.action_tag, fmt)
-    return (add_level_guide(list(messages), fmt), target + text[parsed.action_start:]), ""
+    return (add_level_guide(list(messages), fmt), target + text[parsed.action_start :]), ""
 
 
-def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelFormat = RLLA_FORMAT,
-                         exclude_prompts: Iterable = (), max_top_sentences: Optional[int] = None
-                         ) -> Tuple[List[dict], Counter]:
+def build_level_sft_rows(
+    rows: Iterable[Mapping],
+    seed: int = 1,
+    fmt: LevelFormat = RLLA_FORMAT,
+    exclude_prompts: Iterable = (),
+    max_top_sentences: Optional[int] = None,
+) -> Tuple[List[dict], Counter]:
     """Level SFT rows from RLLA rows (dicts in the RLLA schema): each kept row is the input row with ``prompt``
     replaced by the level prompt, plus ``level_target`` (str) and ``level`` (int, :func:`draw_level` of the row's
     position). ``exclude_prompts``: prompt signatures (``rlla_data.prompt_signature``) to drop, e.g. validation
@@ -157,8 +166,7 @@ def build_level_sft_rows(rows: Iterable[Mapping], seed: int = 1, fmt: LevelForma
             skipped["validation prompt"] += 1
             continue
         level = draw_level(seed, index, fmt.num_levels)
-        made, reason = level_sft_row(row["prompt"], row["reward_model"]["ground_truth"], level, fmt,
-                                     max_top_sentences)
+        made, reason = level_sft_row(row["prompt"], row["reward_model"]["ground_truth"], level, fmt, max_top_sentences)
         if made is None:
             skipped[reason] += 1
             continue
@@ -173,8 +181,9 @@ def level_sft_schema() -> pa.Schema:
     return RLLA_ARROW_SCHEMA.append(pa.field("level_target", pa.string())).append(pa.field("level", pa.int64()))
 
 
-def build_level_sft_file(out: str | os.PathLike, seed: int = 1, split: str = "sft_full",
-                         max_top_sentences: Optional[int] = None) -> Tuple[Path, Counter, Counter]:
+def build_level_sft_file(
+    out: str | os.PathLike, seed: int = 1, split: str = "sft_full", max_top_sentences: Optional[int] = None
+) -> Tuple[Path, Counter, Counter]:
     """Write the level SFT parquet of RLLA ``split`` (``sft_full`` or ``test``, found by ``resolve_rlla_file``) to
     ``out`` atomically: the RLLA schema + ``level_target`` + ``level``. ``sft_full`` rows whose prompt is a validation
     prompt are dropped (``rlla_data`` already drops them; checked again); ``max_top_sentences`` as
@@ -199,8 +208,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--out", required=True, help="output parquet path")
     parser.add_argument("--seed", type=int, default=1, help="level draw seed (default 1)")
     parser.add_argument("--split", default="sft_full", choices=("sft_full", "test"), help="RLLA split to convert")
-    parser.add_argument("--max-top-sentences", type=int, default=None,
-                        help="cap the top level's think at this many sentences (default: the whole think)")
+    parser.add_argument(
+        "--max-top-sentences",
+        type=int,
+        default=None,
+        help="cap the top level's think at this many sentences (default: the whole think)",
+    )
     args = parser.parse_args(argv)
     path, levels, skipped = build_level_sft_file(args.out, args.seed, args.split, args.max_top_sentences)
     print(f"wrote {sum(levels.values())} rows to {path}")

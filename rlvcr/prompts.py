@@ -15,6 +15,7 @@ parsing").
 Everything here is pure string processing; spans are found with ``verl.utils.reward_score.tool_parse``'s lenient
 ``first_span`` (the project's one tag parser).
 """
+
 from __future__ import annotations
 
 import re
@@ -22,7 +23,14 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from verl.utils.reward_score.tool_parse import (
-    RESPONSE, THINK, TOOL_CALL, WRAPPER_MARKERS, TagSpan, close_tag, first_span, open_tag,
+    RESPONSE,
+    THINK,
+    TOOL_CALL,
+    WRAPPER_MARKERS,
+    TagSpan,
+    close_tag,
+    first_span,
+    open_tag,
 )
 
 __all__ = [
@@ -108,16 +116,20 @@ def _describe(level: int) -> str:
 def _format_line(fmt: LevelFormat) -> str:
     tag = fmt.action_tags[0]
     if fmt.action_tags == (TOOL_CALL, RESPONSE):
-        return (f"<level>N</level><think> your reasoning </think>{fmt.think_action_sep}<tool_call>\n{{...}}\n"
-                f"</tool_call> and/or <response> ... </response>")
+        return (
+            f"<level>N</level><think> your reasoning </think>{fmt.think_action_sep}<tool_call>\n{{...}}\n"
+            f"</tool_call> and/or <response> ... </response>"
+        )
     return f"<level>N</level><think>your reasoning</think>{fmt.think_action_sep}<{tag}>your {tag}</{tag}>"
 
 
 def level_guide(fmt: LevelFormat = AGENT_FORMAT) -> str:
     """Instruction block describing the thinking levels and the response layout of ``fmt`` (appended to an env's or
     a dataset's prompt)."""
-    lines = [f"**Thinking Level**\nBefore every response choose how much to think, a level from 1 to "
-             f"{fmt.num_levels}, and write it first as <level>N</level>:"]
+    lines = [
+        f"**Thinking Level**\nBefore every response choose how much to think, a level from 1 to "
+        f"{fmt.num_levels}, and write it first as <level>N</level>:"
+    ]
     lines += [f"- Level {n}: {_describe(n)}." for n in range(1, fmt.num_levels + 1)]
     level1 = "write an empty think block, <think></think>" if fmt.level1_empty_think else "leave out the think block"
     lines.append(f"At level 1 {level1}. Thinking costs tokens: pick the lowest level that still lets you act well.")
@@ -183,8 +195,9 @@ def _span_after(text: str, tag: str, pos: int) -> Optional[TagSpan]:
     span = first_span(text[pos:], tag)
     if span is None:
         return None
-    return TagSpan(tag, span.content, span.start + pos, span.end + pos, span.content_start + pos,
-                   span.content_end + pos)
+    return TagSpan(
+        tag, span.content, span.start + pos, span.end + pos, span.content_start + pos, span.content_end + pos
+    )
 
 
 def _first_action(text: str, tags: Sequence[str], pos: int) -> Optional[TagSpan]:
@@ -232,8 +245,9 @@ def parse_level_response(text: str, action_tags: Sequence[str] = ("action",), nu
     fields = dict(level=level, think=think_text, has_think=think is not None)
     if action is None:
         return ParsedStep(False, f"no complete action span ({', '.join(tags)})", **fields)
-    fields.update(action_tag=action.tag, action=action.content, action_start=action.content_start,
-                  action_end=action.content_end)
+    fields.update(
+        action_tag=action.tag, action=action.content, action_start=action.content_start, action_end=action.content_end
+    )
     if not action.content.strip():
         return ParsedStep(False, "empty action", **fields)
     if level == 1 and think_text.strip():
@@ -259,7 +273,7 @@ def strip_level_tag(text: str) -> str:
     match = _LEADING_LEVEL.match(text, start)
     if match is None:
         return text
-    return text[:start] + match.group(1) + text[match.end():]
+    return text[:start] + match.group(1) + text[match.end() :]
 
 
 def level_scored_compute_score(compute_score):
@@ -267,8 +281,13 @@ def level_scored_compute_score(compute_score):
     ``verl.utils.reward_score.default_compute_score``) so that it scores :func:`strip_level_tag` of the solution."""
 
     def scored(data_source, solution_str, ground_truth, extra_info=None, **kwargs):
-        return compute_score(data_source=data_source, solution_str=strip_level_tag(solution_str),
-                             ground_truth=ground_truth, extra_info=extra_info, **kwargs)
+        return compute_score(
+            data_source=data_source,
+            solution_str=strip_level_tag(solution_str),
+            ground_truth=ground_truth,
+            extra_info=extra_info,
+            **kwargs,
+        )
 
     scored.__name__ = f"level_stripped_{getattr(compute_score, '__name__', 'compute_score')}"
     return scored

@@ -41,6 +41,7 @@ log-prob call). Alternatives are never trained on: the batch keeps its rows.
 rows, else the row's summed ``token_level_scores`` -- the single-turn phase runs after the reward for this reason);
 without either field every row is evaluated (logged once). Rows with ``reward_valid`` False are never evaluated.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -54,8 +55,15 @@ import torch
 
 from rlvcr.core_rlvcr import RLVCRSettings, compute_action_uncertainty, rlvcr_active
 from rlvcr.prompts import (
-    AGENT_FORMAT, RLLA_FORMAT, LevelFormat, alternative_instruction, cut_alternative_think, generation_prefix,
-    level_context, level_guide, parse_level_response,
+    AGENT_FORMAT,
+    RLLA_FORMAT,
+    LevelFormat,
+    alternative_instruction,
+    cut_alternative_think,
+    generation_prefix,
+    level_context,
+    level_guide,
+    parse_level_response,
 )
 from verl.protocol import DataProto
 from verl.utils.torch_functional import compute_position_id_with_mask
@@ -91,8 +99,11 @@ def make_rlvcr_phase(config, tokenizer, rlla: bool) -> Optional["RLVCRPhase"]:
         return None
     settings = RLVCRSettings.from_config(config.algorithm.rlvcr)
     if rlla and not {"tool_call", "response"} & set(settings.action_tags):
-        logger.warning("RLVCR on RLLA rows with algorithm.rlvcr.action_tags=%s: RLLA actions are <tool_call>/"
-                       "<response> (set action_tags=[tool_call,response])", list(settings.action_tags))
+        logger.warning(
+            "RLVCR on RLLA rows with algorithm.rlvcr.action_tags=%s: RLLA actions are <tool_call>/"
+            "<response> (set action_tags=[tool_call,response])",
+            list(settings.action_tags),
+        )
     return RLVCRPhase(tokenizer, settings, level_format(settings, rlla))
 
 
@@ -115,8 +126,9 @@ def rlla_level_setup(config, tokenizer) -> Tuple[Optional[Callable], Optional[Ca
     from verl.utils.reward_score import default_compute_score
 
     def chat_template(messages):
-        return tokenizer.apply_chat_template(add_level_guide(list(messages), phase.fmt), tokenize=False,
-                                             add_generation_prompt=True)
+        return tokenizer.apply_chat_template(
+            add_level_guide(list(messages), phase.fmt), tokenize=False, add_generation_prompt=True
+        )
 
     return chat_template, level_scored_compute_score(default_compute_score)
 
@@ -131,13 +143,14 @@ def _rfind(seq: Sequence[int], sub: Sequence[int], end: Optional[int] = None) ->
     """Start of the last occurrence of ``sub`` in ``seq[:end]``, -1 if none."""
     end = len(seq) if end is None else end
     for start in range(end - len(sub), -1, -1):
-        if list(seq[start:start + len(sub)]) == list(sub):
+        if list(seq[start : start + len(sub)]) == list(sub):
             return start
     return -1
 
 
-def insert_instruction(history: List[int], instruction: List[int], markers: Sequence[Tuple[List[int], List[int]]]
-                       ) -> List[int]:
+def insert_instruction(
+    history: List[int], instruction: List[int], markers: Sequence[Tuple[List[int], List[int]]]
+) -> List[int]:
     """``history`` with ``instruction`` ids inserted at the end of the last turn before the assistant header: the
     last ``end`` marker before the last ``start`` marker of ``markers`` (chat templates'
     ``(assistant header, end of turn)`` ids, ``tool_parse.WRAPPER_MARKERS``). Without a chat template (no marker
@@ -202,13 +215,18 @@ class RLVCRPhase:
             return None, 0
         k0 = self._tokens_within(response, parsed.action_start)
         before = self._decode(response[:k0])
-        tail = text[len(before):parsed.action_start]
+        tail = text[len(before) : parsed.action_start]
         k1 = self._tokens_within(response, parsed.action_end - 1) + 1
-        if not text.startswith(before) or not open_tag(parsed.action_tag).endswith(tail) or k1 <= k0 \
-                or len(self._decode(response[:k1])) < parsed.action_end:
+        if (
+            not text.startswith(before)
+            or not open_tag(parsed.action_tag).endswith(tail)
+            or k1 <= k0
+            or len(self._decode(response[:k1])) < parsed.action_end
+        ):
             return None, 0
-        return LevelStep(row, parsed.level, parsed.action_tag, history, response[:k0], response[k0:k1], tail,
-                         parsed.think), parsed.level
+        return LevelStep(
+            row, parsed.level, parsed.action_tag, history, response[:k0], response[k0:k1], tail, parsed.think
+        ), parsed.level
 
     def _eligible(self, batch: DataProto) -> np.ndarray:
         """bool ``[B]``: rows whose alternatives may be scored (``only_positive_episodes``, ``reward_valid``)."""
@@ -221,8 +239,10 @@ class RLVCRPhase:
                 ok &= (batch.batch["token_level_scores"].sum(-1) > 0).cpu().numpy()
             elif not self._warned:
                 self._warned = True
-                logger.warning("rlvcr.only_positive_episodes: the batch has no episode_return/token_level_scores; "
-                               "every row is evaluated")
+                logger.warning(
+                    "rlvcr.only_positive_episodes: the batch has no episode_return/token_level_scores; "
+                    "every row is evaluated"
+                )
         return ok
 
     # ------------------------------------------------------------------------------------------ 2. alternatives
@@ -239,8 +259,9 @@ class RLVCRPhase:
                     prompts.append(prompt + self._encode(generation_prefix(level, self.fmt)))
         return keys, prompts
 
-    def sample_thinks(self, steps: Sequence[LevelStep], generate_fn: GenerateFn
-                      ) -> Tuple[Dict[Tuple[int, int], str], Dict[str, float]]:
+    def sample_thinks(
+        self, steps: Sequence[LevelStep], generate_fn: GenerateFn
+    ) -> Tuple[Dict[Tuple[int, int], str], Dict[str, float]]:
         """``{(step index, L): T_L}`` for every alternative, from ONE ``generate_fn`` call; and its metrics."""
         from verl.utils.prompt_batch import left_pad_prompts
 
@@ -248,17 +269,26 @@ class RLVCRPhase:
         if not keys:
             return {}, {"rlvcr/alternatives": 0.0}
         s = self.settings
-        meta = {"temperature": s.alt_temperature, "top_p": s.alt_top_p, "max_new_tokens": s.alt_max_think_tokens,
-                "stop": [close_tag("think")]}
+        meta = {
+            "temperature": s.alt_temperature,
+            "top_p": s.alt_top_p,
+            "max_new_tokens": s.alt_max_think_tokens,
+            "stop": [close_tag("think")],
+        }
         out = generate_fn(DataProto.from_dict(left_pad_prompts(prompts, self.pad_id), meta_info=meta))
-        ids = [r[m.bool()][:s.alt_max_think_tokens].tolist()
-               for r, m in zip(out.batch["responses"], out.batch["response_mask"])]
+        ids = [
+            r[m.bool()][: s.alt_max_think_tokens].tolist()
+            for r, m in zip(out.batch["responses"], out.batch["response_mask"])
+        ]
         texts = self.tokenizer.batch_decode(ids, skip_special_tokens=True)
         unclosed = sum(close_tag("think") not in t for t in texts)  # cut by the budget (or ended without it)
         thinks = {key: cut_alternative_think(t) for key, t in zip(keys, texts)}
         empty = sum(not t.strip() for t in thinks.values())  # e.g. EOS at once: scored as an empty think
-        return thinks, {"rlvcr/alternatives": float(len(keys)), "rlvcr/alt_unclosed_frac": unclosed / len(keys),
-                        "rlvcr/alt_empty_frac": empty / len(keys)}
+        return thinks, {
+            "rlvcr/alternatives": float(len(keys)),
+            "rlvcr/alt_unclosed_frac": unclosed / len(keys),
+            "rlvcr/alt_empty_frac": empty / len(keys),
+        }
 
     # ------------------------------------------------------------------------------------------ 3. contexts
     def level_contexts(self, step: LevelStep, thinks: Dict[int, str]) -> Tuple[List[List[int]], List[float]]:
@@ -272,7 +302,7 @@ class RLVCRPhase:
             else:
                 think = "" if level == 1 else thinks[level]
                 text = level_context(level, think, step.action_tag, self.fmt)
-                contexts.append(step.history + self._encode(text[:len(text) - len(step.tag_tail)]))
+                contexts.append(step.history + self._encode(text[: len(text) - len(step.tag_tail)]))
             costs.append(float(len(self._encode(think))) if level > 1 and think else 0.0)
         return contexts, costs
 
@@ -288,13 +318,18 @@ class RLVCRPhase:
         responses = torch.full((len(actions), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(actions), width), dtype=torch.long)
         for k, a in enumerate(actions):
-            responses[k, :len(a)] = torch.tensor(a, dtype=torch.long)
-            mask[k, :len(a)] = 1
+            responses[k, : len(a)] = torch.tensor(a, dtype=torch.long)
+            mask[k, : len(a)] = 1
         attention = torch.cat([ctx["attention_mask"], mask], dim=1)
-        return DataProto.from_dict({"input_ids": torch.cat([ctx["input_ids"], responses], dim=1),
-                                    "attention_mask": attention,
-                                    "position_ids": compute_position_id_with_mask(attention),
-                                    "responses": responses, "response_mask": mask})
+        return DataProto.from_dict(
+            {
+                "input_ids": torch.cat([ctx["input_ids"], responses], dim=1),
+                "attention_mask": attention,
+                "position_ids": compute_position_id_with_mask(attention),
+                "responses": responses,
+                "response_mask": mask,
+            }
+        )
 
     # ------------------------------------------------------------------------------------------ the phase
     def __call__(self, batch: DataProto, generate_fn: GenerateFn, log_prob_fn: GenerateFn) -> Dict[str, float]:
@@ -332,8 +367,14 @@ class RLVCRPhase:
             entropy[[s.row for s in steps]] = u.view(len(steps), n_levels).double().numpy()
         evaluated = np.zeros(size, dtype=bool)
         evaluated[[s.row for s in steps]] = True
-        batch.non_tensor_batch.update({"thinking_level": levels, "thinking_level_action_entropy": entropy,
-                                       "thinking_level_think_cost": cost, "thinking_evaluated": evaluated})
+        batch.non_tensor_batch.update(
+            {
+                "thinking_level": levels,
+                "thinking_level_action_entropy": entropy,
+                "thinking_level_think_cost": cost,
+                "thinking_evaluated": evaluated,
+            }
+        )
         metrics["rlvcr/evaluated_frac"] = float(evaluated.mean()) if size else 0.0
         metrics["rlvcr/timing_s"] = time.perf_counter() - start
         return metrics

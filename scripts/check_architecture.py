@@ -44,6 +44,7 @@ Counts (``counts`` in the JSON, the keys of a ``--max-counts`` file): ``upward_e
 ``cycle_modules`` (modules inside those components), ``long_files``, ``outside_citations`` and
 ``internal_references`` (lines).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -186,8 +187,13 @@ class _ImportVisitor(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if (name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str) and not node.args[0].value.startswith(".")):
+        if (
+            name in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith(".")
+        ):
             self.found.append((node.args[0].value, node.lineno, self.depth > 0, True, ()))
         self.generic_visit(node)
 
@@ -218,7 +224,8 @@ def collect_imports(root: Path = ROOT, modules: dict[str, Path] | None = None) -
 def layer_violation(importer: str, imported: str) -> str | None:
     """The layer rule that ``importer -> imported`` breaks, or ``None`` when the edge is allowed."""
     if any(_in(importer, p) for p in BASE_LAYER) and not (
-            imported == "verl" or any(_in(imported, p) for p in BASE_LAYER)):
+        imported == "verl" or any(_in(imported, p) for p in BASE_LAYER)
+    ):
         return "verl.utils / verl.protocol may import only verl.utils, verl.protocol and verl"
     top_importer, top_imported = importer.split(".")[0], imported.split(".")[0]
     if top_importer == "verl" and top_imported in ("agent_system", "rlvcr") and not _in(importer, COMPOSITION_LAYER):
@@ -383,21 +390,34 @@ def find_outside_citations(modules: dict[str, Path], root: Path = ROOT) -> list[
                 if hits:
                     matched.append(label)
             if matched:
-                out.append({"path": path.relative_to(root).as_posix(), "line": number, "patterns": matched,
-                            "text": text.strip()})
+                out.append(
+                    {
+                        "path": path.relative_to(root).as_posix(),
+                        "line": number,
+                        "patterns": matched,
+                        "text": text.strip(),
+                    }
+                )
     return out
 
 
 def user_facing_files(root: Path = ROOT) -> list[Path]:
     """The files rule 5 reads: ``*.sh``, ``*.yaml``, every ``README.md`` and ``docs/*.md``, outside the research
     record and virtual environments."""
-    found = set(root.rglob("*.sh")) | set(root.rglob("*.yaml")) | set(root.rglob("README.md")) | \
-        set((root / "docs").glob("**/*.md"))
+    found = (
+        set(root.rglob("*.sh"))
+        | set(root.rglob("*.yaml"))
+        | set(root.rglob("README.md"))
+        | set((root / "docs").glob("**/*.md"))
+    )
     keep = []
     for path in found:
         rel = path.relative_to(root).as_posix()
-        if path.is_file() and not rel.startswith(RESEARCH_RECORD + RUN_FOLDERS) and not any(
-                part.startswith(".") for part in Path(rel).parts[:-1]):
+        if (
+            path.is_file()
+            and not rel.startswith(RESEARCH_RECORD + RUN_FOLDERS)
+            and not any(part.startswith(".") for part in Path(rel).parts[:-1])
+        ):
             keep.append(path)
     return sorted(keep)
 
@@ -411,8 +431,14 @@ def find_internal_references(root: Path = ROOT) -> list[dict]:
             if "§ (not a paper's)" in matched and "arxiv" in text.lower():
                 matched.remove("§ (not a paper's)")
             if matched:
-                out.append({"path": path.relative_to(root).as_posix(), "line": number, "patterns": matched,
-                            "text": text.strip()})
+                out.append(
+                    {
+                        "path": path.relative_to(root).as_posix(),
+                        "line": number,
+                        "patterns": matched,
+                        "text": text.strip(),
+                    }
+                )
     return out
 
 
@@ -421,17 +447,32 @@ def analyse(root: Path = ROOT, packages: tuple[str, ...] = PACKAGES, max_lines: 
     root = Path(root)
     modules = discover_modules(root, packages)
     edges = collect_imports(root, modules)
-    upward = [dict(asdict(edge), rule=rule, text=edge.describe())
-              for edge, rule in find_upward_edges(edges) + find_outside_imports(root, modules)]
+    upward = [
+        dict(asdict(edge), rule=rule, text=edge.describe())
+        for edge, rule in find_upward_edges(edges) + find_outside_imports(root, modules)
+    ]
     cycles = find_cycles(edges, modules)
     long_files = find_long_files(modules, root, max_lines)
     citations = find_outside_citations(modules, root)
     references = find_internal_references(root)
-    counts = {"upward_edges": len(upward), "cycles": len(cycles), "cycle_modules": sum(c["size"] for c in cycles),
-              "long_files": len(long_files), "outside_citations": len(citations),
-              "internal_references": len(references)}
-    return {"upward_edges": upward, "cycles": cycles, "long_files": long_files, "outside_citations": citations,
-            "internal_references": references, "counts": counts, "modules": len(modules), "imports": len(edges)}
+    counts = {
+        "upward_edges": len(upward),
+        "cycles": len(cycles),
+        "cycle_modules": sum(c["size"] for c in cycles),
+        "long_files": len(long_files),
+        "outside_citations": len(citations),
+        "internal_references": len(references),
+    }
+    return {
+        "upward_edges": upward,
+        "cycles": cycles,
+        "long_files": long_files,
+        "outside_citations": citations,
+        "internal_references": references,
+        "counts": counts,
+        "modules": len(modules),
+        "imports": len(edges),
+    }
 
 
 def format_report(summary: dict) -> str:
@@ -451,7 +492,10 @@ def format_report(summary: dict) -> str:
     lines += ["", f"(4) Lines citing paths outside the repository: {len(summary['outside_citations'])}"]
     for c in summary["outside_citations"]:
         lines.append(f"  {c['path']}:{c['line']} [{', '.join(c['patterns'])}] {c['text'][:140]}")
-    lines += ["", f"(5) Internal references in scripts, configs, READMEs and docs: {len(summary['internal_references'])}"]
+    lines += [
+        "",
+        f"(5) Internal references in scripts, configs, READMEs and docs: {len(summary['internal_references'])}",
+    ]
     for c in summary["internal_references"]:
         lines.append(f"  {c['path']}:{c['line']} [{', '.join(c['patterns'])}] {c['text'][:140]}")
     lines += ["", "Counts: " + ", ".join(f"{k}={v}" for k, v in summary["counts"].items())]

@@ -8,6 +8,7 @@ installed, and the ``toolrl-router`` distribution is installed from this checkou
 clone would run that clone's console scripts). ``scripts/ensure_env.sh`` uses it to decide whether to set up a
 virtual environment; ``--quiet`` prints nothing.
 """
+
 from __future__ import annotations
 
 import argparse

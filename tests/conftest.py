@@ -2,6 +2,7 @@
 
 Everything here is session-scoped so the suite prepares each expensive thing once.
 """
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,14 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(address="local", num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
-                 runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}})
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            ignore_reinit_error=True,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}},
+        )
     yield ray
     ray.shutdown()
 
@@ -66,8 +73,13 @@ def small_rlla(tmp_path_factory, tokenizer):
     out = tmp_path_factory.mktemp("rlla_small")
     for split, n in (("train", 8), ("test", 4)):
         df = pd.read_parquet(data_dir / f"{split}.parquet")
-        lengths = df["prompt"].map(lambda m: len(tokenizer(tokenizer.apply_chat_template(
-            list(m), tokenize=False, add_generation_prompt=True))["input_ids"]))
+        lengths = df["prompt"].map(
+            lambda m: len(
+                tokenizer(tokenizer.apply_chat_template(list(m), tokenize=False, add_generation_prompt=True))[
+                    "input_ids"
+                ]
+            )
+        )
         df.loc[lengths.sort_values(kind="stable").index[:n]].to_parquet(out / f"{split}.parquet")
     return out
 
@@ -75,19 +87,32 @@ def small_rlla(tmp_path_factory, tokenizer):
 def e2e_overrides(tmp_path, data_dir, train="train", val="test") -> list[str]:
     """Hydra overrides for a 2-step CPU run of the tiny model on ``small_rlla`` (GRPO-sized: 2 prompts x 2 copies)."""
     return [
-        f"data.train_files={data_dir}/{train}.parquet", f"data.val_files={data_dir}/{val}.parquet",
-        "data.train_batch_size=2", "data.max_prompt_length=1024", "data.max_response_length=12",
+        f"data.train_files={data_dir}/{train}.parquet",
+        f"data.val_files={data_dir}/{val}.parquet",
+        "data.train_batch_size=2",
+        "data.max_prompt_length=1024",
+        "data.max_response_length=12",
         "data.filter_overlong_prompts=True",
-        "actor_rollout_ref.model.path=tiny", "actor_rollout_ref.actor.optim.lr=1e-3",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-        "actor_rollout_ref.rollout.n=2", "actor_rollout_ref.rollout.micro_batch_size=8",
+        "actor_rollout_ref.model.path=tiny",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.rollout.micro_batch_size=8",
         "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
         "critic.ppo_micro_batch_size_per_gpu=2",
-        "trainer.n_gpus_per_node=0", "trainer.cpus_per_worker=0.5", "trainer.logger=[console]",
-        "trainer.total_training_steps=2", "trainer.test_freq=2", "trainer.save_freq=2",
-        f"trainer.default_local_dir={tmp_path}/ckpt", f"trainer.run_dir={tmp_path}/run",
-        "trainer.project_name=test", "trainer.experiment_name=e2e", "trainer.log_val_generations=2",
+        "trainer.n_gpus_per_node=0",
+        "trainer.cpus_per_worker=0.5",
+        "trainer.logger=[console]",
+        "trainer.total_training_steps=2",
+        "trainer.test_freq=2",
+        "trainer.save_freq=2",
+        f"trainer.default_local_dir={tmp_path}/ckpt",
+        f"trainer.run_dir={tmp_path}/run",
+        "trainer.project_name=test",
+        "trainer.experiment_name=e2e",
+        "trainer.log_val_generations=2",
     ]
 
 
@@ -105,8 +130,18 @@ def make_rollout():
 
     counter = itertools.count(1)
 
-    def factory(env="a", problem_id="p0", version=0, reward=0.0, prompt=3, gen=2, tool=0, uid=None,
-                truncated=False, rewards=None):
+    def factory(
+        env="a",
+        problem_id="p0",
+        version=0,
+        reward=0.0,
+        prompt=3,
+        gen=2,
+        tool=0,
+        uid=None,
+        truncated=False,
+        rewards=None,
+    ):
         n = next(counter)
         ids = iter(range(1000 * n, 1000 * n + 999))
         take = lambda k: tuple(next(ids) for _ in range(k))  # noqa: E731
@@ -150,36 +185,61 @@ def causal_lm(tiny_model_dir):
 # (in-process tests of one component). A file with any end-to-end test is e2e as a whole. ``bash run_tests.sh
 # --fast`` runs the unit tier.
 E2E_FILES = {
-    "test_benchmarks_smoke_on_cpu.py", "test_first_run_on_cpu.py", "test_gpu_suite_on_cpu.py", "test_launch_scripts_on_cpu.py", "test_protocol_on_cpu.py",
-    "agent_system/test_agent_training_e2e_on_cpu.py", "agent_system/test_textworld_env.py",
-    "async_rl/test_async_inference_server_on_cpu.py", "async_rl/test_async_orchestrator_on_cpu.py",
+    "test_benchmarks_smoke_on_cpu.py",
+    "test_first_run_on_cpu.py",
+    "test_gpu_suite_on_cpu.py",
+    "test_launch_scripts_on_cpu.py",
+    "test_protocol_on_cpu.py",
+    "agent_system/test_agent_training_e2e_on_cpu.py",
+    "agent_system/test_textworld_env.py",
+    "async_rl/test_async_inference_server_on_cpu.py",
+    "async_rl/test_async_orchestrator_on_cpu.py",
     "async_rl/test_async_validation_on_cpu.py",
     "data/test_bfcl_on_cpu.py",
     "reward/test_reward_dry_run.py",
     "rlvcr/test_rollout_phase_on_cpu.py",
-    "router/test_router_infer_on_cpu.py", "router/test_router_main_job_on_cpu.py",
+    "router/test_router_infer_on_cpu.py",
+    "router/test_router_main_job_on_cpu.py",
     "router/test_router_training_e2e_on_cpu.py",
     "sft/test_sft_trainer_on_cpu.py",
-    "single_controller/test_local_worker_group_on_cpu.py", "single_controller/test_multinode_on_cpu.py",
+    "single_controller/test_local_worker_group_on_cpu.py",
+    "single_controller/test_multinode_on_cpu.py",
     "single_controller/test_worker_group_on_cpu.py",
-    "trainer/ppo/test_dynamic_sampling_on_cpu.py", "trainer/ppo/test_rollout_corr_on_cpu.py", "trainer/test_config_on_cpu.py", "trainer/test_generation_on_cpu.py",
-    "trainer/test_init_ray_on_cpu.py", "trainer/test_kill_campaign_on_cpu.py", "trainer/test_kill_resume_on_cpu.py",
-    "trainer/test_ppo_trainer_e2e_on_cpu.py", "trainer/test_recipes_golden_on_cpu.py",
-    "trainer/test_recipes_gpu_branch_on_cpu.py", "trainer/test_resume_equivalence_on_cpu.py",
-    "trainer/test_run_errors_on_cpu.py", "trainer/test_single_process_without_ray_on_cpu.py",
-    "utils/test_determinism_on_cpu.py", "utils/test_model_presets_on_cpu.py",
-    "vllm/test_vllm_inference_server_on_cpu.py", "vllm/test_vllm_rollout_on_cpu.py", "vllm/test_vllm_worker_on_cpu.py",
-    "workers/test_decode_copy_on_cpu.py", "workers/test_fsdp_workers_ray_on_cpu.py",
-    "workers/test_fused_head_fsdp2_on_cpu.py", "workers/test_mixed_precision_on_cpu.py",
+    "trainer/ppo/test_dynamic_sampling_on_cpu.py",
+    "trainer/ppo/test_rollout_corr_on_cpu.py",
+    "trainer/test_config_on_cpu.py",
+    "trainer/test_generation_on_cpu.py",
+    "trainer/test_init_ray_on_cpu.py",
+    "trainer/test_kill_campaign_on_cpu.py",
+    "trainer/test_kill_resume_on_cpu.py",
+    "trainer/test_ppo_trainer_e2e_on_cpu.py",
+    "trainer/test_recipes_golden_on_cpu.py",
+    "trainer/test_recipes_gpu_branch_on_cpu.py",
+    "trainer/test_resume_equivalence_on_cpu.py",
+    "trainer/test_run_errors_on_cpu.py",
+    "trainer/test_single_process_without_ray_on_cpu.py",
+    "utils/test_determinism_on_cpu.py",
+    "utils/test_model_presets_on_cpu.py",
+    "vllm/test_vllm_inference_server_on_cpu.py",
+    "vllm/test_vllm_rollout_on_cpu.py",
+    "vllm/test_vllm_worker_on_cpu.py",
+    "workers/test_decode_copy_on_cpu.py",
+    "workers/test_fsdp_workers_ray_on_cpu.py",
+    "workers/test_fused_head_fsdp2_on_cpu.py",
+    "workers/test_mixed_precision_on_cpu.py",
 }
 EVIDENCE_FILES = {
-    "router/test_does_it_learn_summary_on_cpu.py", "router/test_router_frontier_on_cpu.py",
-    "router/test_router_ridge_refit_on_cpu.py", "trainer/test_calls_vs_ground_truth_on_cpu.py",
+    "router/test_does_it_learn_summary_on_cpu.py",
+    "router/test_router_frontier_on_cpu.py",
+    "router/test_router_ridge_refit_on_cpu.py",
+    "trainer/test_calls_vs_ground_truth_on_cpu.py",
     "test_experiments_index_on_cpu.py",
 }
-TIERS = {"unit": "in-process tests of one component (the fast lane: bash run_tests.sh --fast)",
-         "e2e": "whole runs: trainers, launch scripts, benchmarks' smoke sizes, processes, Ray",
-         "evidence": "the research record (experiments/): its study scripts and index of runs"}
+TIERS = {
+    "unit": "in-process tests of one component (the fast lane: bash run_tests.sh --fast)",
+    "e2e": "whole runs: trainers, launch scripts, benchmarks' smoke sizes, processes, Ray",
+    "evidence": "the research record (experiments/): its study scripts and index of runs",
+}
 
 
 def tier_of(path: Path) -> str:

@@ -4,6 +4,7 @@ this checkout may only go down; the detectors themselves are shown to work on a 
 
     python -m pytest tests/test_architecture_on_cpu.py -q
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,7 +45,7 @@ def test_repository_counts_do_not_grow():
     summary = arch.analyse(REPO_ROOT)
     assert set(summary["counts"]) == set(BASELINE)
     grown = arch.exceeded(summary["counts"], BASELINE)
-    assert not grown, ("architecture got worse (" + "; ".join(grown) + "):\n" + arch.format_report(summary))
+    assert not grown, "architecture got worse (" + "; ".join(grown) + "):\n" + arch.format_report(summary)
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -68,8 +69,11 @@ def synthetic(tmp_path: Path) -> Path:
     # cycle a <-> b, the way back only through a function-level relative import
     _write(tmp_path, "agent_system/a.py", "from agent_system import b\nfrom verl import protocol\n")
     _write(tmp_path, "agent_system/b.py", "import verl\n\n\ndef f():\n    from . import a\n    return a\n")
-    _write(tmp_path, "rlvcr/__init__.py",
-           '"""Spec: ``../shared/specs/x.md``.\n\nOur own notes: ``docs/specs/ok.md``."""\nimport agent_system\n')
+    _write(
+        tmp_path,
+        "rlvcr/__init__.py",
+        '"""Spec: ``../shared/specs/x.md``.\n\nOur own notes: ``docs/specs/ok.md``."""\nimport agent_system\n',
+    )
     _write(tmp_path, "rlvcr/big.py", "x = 1\n" * 601)
     _write(tmp_path, "rlvcr/fits.py", "x = 1\n" * 600)
     # not package code: never read
@@ -90,7 +94,8 @@ def test_collects_module_and_function_level_imports(synthetic):
 def test_detects_upward_edge(synthetic):
     summary = arch.analyse(synthetic)
     assert [e["text"] for e in summary["upward_edges"]] == [
-        "verl.utils.helpers -> agent_system.a (line 3, module-level)"]
+        "verl.utils.helpers -> agent_system.a (line 3, module-level)"
+    ]
     assert "verl.utils" in summary["upward_edges"][0]["rule"]
     assert arch.layer_violation("agent_system.x", "rlvcr.y") == "agent_system never imports rlvcr"
     assert arch.layer_violation("verl.workers.x", "agent_system.y")
@@ -128,8 +133,12 @@ def test_detects_outside_citation(synthetic):
 
 
 def test_seed_and_spec_patterns(tmp_path):
-    _write(tmp_path, "rlvcr/__init__.py", '"""seed ``001``.\nSeed 004 notes.\nspecs/router.md\ndocs/specs/a.md\n'
-                                         'shared/seeds/x.txt\nseeds 12 and seed 1234\n"""\n')
+    _write(
+        tmp_path,
+        "rlvcr/__init__.py",
+        '"""seed ``001``.\nSeed 004 notes.\nspecs/router.md\ndocs/specs/a.md\n'
+        'shared/seeds/x.txt\nseeds 12 and seed 1234\n"""\n',
+    )
     lines = [c["line"] for c in arch.analyse(tmp_path)["outside_citations"]]
     assert lines == [1, 2, 3, 5]
 
@@ -138,8 +147,14 @@ def test_command_line_exit_status(synthetic, tmp_path, capsys):
     out = tmp_path / "summary.json"
     assert arch.main(["--root", str(synthetic), "--json", str(out)]) == 0
     summary = json.loads(out.read_text())
-    assert summary["counts"] == {"upward_edges": 1, "cycles": 1, "cycle_modules": 2, "long_files": 1,
-                                 "outside_citations": 1, "internal_references": 0}
+    assert summary["counts"] == {
+        "upward_edges": 1,
+        "cycles": 1,
+        "cycle_modules": 2,
+        "long_files": 1,
+        "outside_citations": 1,
+        "internal_references": 0,
+    }
     assert set(summary) >= {"upward_edges", "cycles", "long_files", "outside_citations", "counts"}
     assert "Upward edges: 1" in capsys.readouterr().out
 

@@ -1,6 +1,7 @@
 """Every benchmark script at a toy size (the GPU suite's own steps run in ``test_gpu_suite_on_cpu.py``; the kill
 campaign in ``trainer/test_kill_campaign_on_cpu.py``): each must run to the end and write what it measures, so a
 benchmark cannot rot unnoticed between the days it is run for real. The numbers mean nothing at these sizes."""
+
 from __future__ import annotations
 
 import json
@@ -14,14 +15,30 @@ ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RAY_AUTH_MODE": "disabled"}
 
 
 def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *args], cwd=REPO_ROOT, env=ENV, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_bench_lora(tmp_path):
     out = tmp_path / "lora.json"
-    proc = _run("benchmarks/bench_lora.py", "--model", "tiny", "--rank", "4", "--batch", "2", "--prompt-length", "16",
-                "--response-length", "8", "--steps", "1", "--json", str(out))
+    proc = _run(
+        "benchmarks/bench_lora.py",
+        "--model",
+        "tiny",
+        "--rank",
+        "4",
+        "--batch",
+        "2",
+        "--prompt-length",
+        "16",
+        "--response-length",
+        "8",
+        "--steps",
+        "1",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     result = json.loads(out.read_text())
     assert {"full", "lora"} <= set(result["results"]) and result["ratios"]["optimizer_state"] < 1, result
@@ -29,15 +46,34 @@ def test_bench_lora(tmp_path):
 
 def test_bench_shared_prompt(tmp_path):
     out = tmp_path / "shared.json"
-    proc = _run("benchmarks/bench_shared_prompt.py", "--model", "tiny", "--prompts", "1", "--n", "2", "--buckets",
-                "short", "--response-length", "8", "--micro-batch", "2", "--json", str(out))
+    proc = _run(
+        "benchmarks/bench_shared_prompt.py",
+        "--model",
+        "tiny",
+        "--prompts",
+        "1",
+        "--n",
+        "2",
+        "--buckets",
+        "short",
+        "--response-length",
+        "8",
+        "--micro-batch",
+        "2",
+        "--json",
+        str(out),
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert json.loads(out.read_text())
 
 
 def test_rlvcr_phase_scripted(tmp_path):
-    proc = _run("experiments/scripts/rlvcr_phase_scripted.py", "line_world", str(tmp_path / "run"),
-                "trainer.total_training_steps=1")
+    proc = _run(
+        "experiments/scripts/rlvcr_phase_scripted.py",
+        "line_world",
+        str(tmp_path / "run"),
+        "trainer.total_training_steps=1",
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     records = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert records and any(k.startswith("rlvcr/") for k in records[-1]), proc.stdout[-2000:]

@@ -1,6 +1,7 @@
 """experiments/README.md's index of runs against the files present: one row per run folder and one folder per row,
 every file a row links and every script its command names exist, and each row's commit, date and verdict well formed.
 """
+
 import re
 import subprocess
 from pathlib import Path
@@ -24,7 +25,7 @@ def index_rows(text: str) -> list[dict]:
     header = _cells(lines[start + 1])
     assert header == COLUMNS, f"experiments/README.md: index columns {header}, expected {COLUMNS}"
     rows = []
-    for line in lines[start + 3:]:
+    for line in lines[start + 3 :]:
         if not line.startswith("|"):
             break
         cells = _cells(line)
@@ -61,11 +62,18 @@ def test_each_row_links_files_that_exist_and_is_well_formed(row):
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["id"] for r in ROWS])
 def test_every_script_a_command_names_exists(row):
-    scripts = re.findall(r"(?:experiments/scripts|scripts|examples/[\w/]+)/[\w.-]+\.(?:sh|py)|run_router_training\.sh",
-                         row["command"])
+    scripts = re.findall(
+        r"(?:experiments/scripts|scripts|examples/[\w/]+)/[\w.-]+\.(?:sh|py)|run_router_training\.sh", row["command"]
+    )
     named_module = re.findall(r"python -m ([\w.]+)", row["command"])
-    assert scripts or named_module or "progress.json" in row["command"] or "prereg.txt" in row["command"] \
-        or "probe.json" in row["command"] or "'s command" in row["command"], f"{row['id']}: no command"
+    assert (
+        scripts
+        or named_module
+        or "progress.json" in row["command"]
+        or "prereg.txt" in row["command"]
+        or "probe.json" in row["command"]
+        or "'s command" in row["command"]
+    ), f"{row['id']}: no command"
     for script in scripts:
         assert (REPO_ROOT / script).is_file(), f"{row['id']}: {script} does not exist"
     for module in named_module:
@@ -73,13 +81,15 @@ def test_every_script_a_command_names_exists(row):
 
 
 def test_each_commit_is_in_the_history_when_the_history_is_there():
-    probe = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO_ROOT, capture_output=True,
-                           text=True)
+    probe = subprocess.run(
+        ["git", "rev-parse", "--is-shallow-repository"], cwd=REPO_ROOT, capture_output=True, text=True
+    )
     if probe.returncode != 0 or probe.stdout.strip() != "false":
         pytest.skip("no full git history here (not a clone, or a shallow one)")
     for row in ROWS:
-        found = subprocess.run(["git", "cat-file", "-e", f"{row['commit']}^{{commit}}"], cwd=REPO_ROOT,
-                               capture_output=True)
+        found = subprocess.run(
+            ["git", "cat-file", "-e", f"{row['commit']}^{{commit}}"], cwd=REPO_ROOT, capture_output=True
+        )
         assert found.returncode == 0, f"{row['id']}: commit {row['commit']} is not in the history"
 
 
@@ -90,6 +100,11 @@ def test_the_product_never_names_a_moved_result_path():
     if listed.returncode != 0:
         pytest.skip("not a git checkout")
     kept = {Path(p).name for p in listed.stdout.split()}
-    assert kept <= {"README.md", "async_vs_sync_cpu.json", "kill_campaign.json", "lora_vs_full_smollm2_cpu.json",
-                    "h100_explore_20261125.json", "h100_profile_update_bf16_padded_20261125.txt"} | {
-        k for k in kept if re.fullmatch(r"gpu_\d{8}-\d{4}\.json", k)}, kept
+    assert kept <= {
+        "README.md",
+        "async_vs_sync_cpu.json",
+        "kill_campaign.json",
+        "lora_vs_full_smollm2_cpu.json",
+        "h100_explore_20261125.json",
+        "h100_profile_update_bf16_padded_20261125.txt",
+    } | {k for k in kept if re.fullmatch(r"gpu_\d{8}-\d{4}\.json", k)}, kept

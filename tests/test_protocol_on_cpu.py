@@ -1,4 +1,5 @@
 """Behaviour of ``verl.protocol.DataProto`` and its helpers (upstream verl semantics), CPU only."""
+
 from __future__ import annotations
 
 import pickle
@@ -263,8 +264,9 @@ def test_select_and_deepcopy_semantics():
 
 
 def test_pop():
-    data = DataProto.from_dict({"obs": torch.randn(5, 2), "act": torch.randn(5, 3)}, {"l": list("abcde")},
-                               meta_info={"2": 2, "1": 1})
+    data = DataProto.from_dict(
+        {"obs": torch.randn(5, 2), "act": torch.randn(5, 3)}, {"l": list("abcde")}, meta_info={"2": 2, "1": 1}
+    )
     popped = data.pop(batch_keys=["obs"], non_tensor_batch_keys=["l"], meta_info_keys=["2"])
     assert set(popped.batch.keys()) == {"obs"} and set(popped.non_tensor_batch) == {"l"}
     assert popped.meta_info == {"2": 2}
@@ -403,8 +405,12 @@ def test_unfold_column_chunks():
 
 def test_pad_unpad_including_pad_larger_than_len():
     data = make_data(3, {"info": "t"})
-    for divisor, pad, expected in [(2, 1, [0, 1, 2, 0]), (3, 0, [0, 1, 2]), (7, 4, [0, 1, 2, 0, 1, 2, 0]),
-                                   (8, 5, [0, 1, 2, 0, 1, 2, 0, 1])]:
+    for divisor, pad, expected in [
+        (2, 1, [0, 1, 2, 0]),
+        (3, 0, [0, 1, 2]),
+        (7, 4, [0, 1, 2, 0, 1, 2, 0]),
+        (8, 5, [0, 1, 2, 0, 1, 2, 0, 1]),
+    ]:
         padded, pad_size = pad_dataproto_to_divisor(data, size_divisor=divisor)
         assert pad_size == pad
         assert rows(padded) == expected
@@ -463,7 +469,7 @@ def test_make_iterator_epochs_and_determinism():
     assert first == second and first != other
     assert len(first) == 12
     for epoch in range(3):  # every epoch is a permutation of all rows
-        assert sorted(functools.reduce(operator.iadd, first[4 * epoch: 4 * epoch + 4], [])) == list(range(8))
+        assert sorted(functools.reduce(operator.iadd, first[4 * epoch : 4 * epoch + 4], [])) == list(range(8))
     assert first[:4] != first[4:8] or first[4:8] != first[8:]  # epochs are reshuffled
 
     with pytest.raises(ValueError, match="not divisible"):

@@ -1,5 +1,6 @@
 """The test tiers of tests/README.md (markers set in conftest.py from each file's path): every file the tier lists
 name exists, every test has exactly one tier, and ``run_tests.sh --fast`` selects the unit tier."""
+
 from __future__ import annotations
 
 import subprocess
@@ -29,10 +30,25 @@ def test_each_collected_test_has_one_tier(request):
 
 
 def test_the_fast_lane_is_the_unit_tier():
-    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "-m", "unit",
-                          "tests/trainer/test_kill_resume_on_cpu.py", "tests/utils/test_torch_functional.py"],
-                         cwd=REPO_ROOT, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--collect-only",
+            "-m",
+            "unit",
+            "tests/trainer/test_kill_resume_on_cpu.py",
+            "tests/utils/test_torch_functional.py",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+    )
     collected = [line for line in out.stdout.splitlines() if "::" in line]
     assert collected and all(line.startswith("tests/utils/test_torch_functional.py") for line in collected), out.stdout
     script = (REPO_ROOT / "run_tests.sh").read_text()
-    assert 'tier=(-m unit)' in script and '"--fast"' in script
+    assert "tier=(-m unit)" in script and '"--fast"' in script

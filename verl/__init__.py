@@ -1,4 +1,5 @@
 """verl-compatible PPO/GRPO trainer for tool-using LLMs (the ToolRL fork of verl, rebuilt)."""
+
 from verl.protocol import DataProto
 
 __all__ = ["DataProto"]

@@ -19,6 +19,7 @@ copy); ``select(deepcopy=False)`` and ``pop`` share the tensors and the non-tens
 The internals (field checks, concatenation, index normalisation, padding helpers, ``DataProtoFuture``) live in
 :mod:`verl.utils.dataproto_ops` and are re-exported here with upstream's names.
 """
+
 from __future__ import annotations
 
 import copy

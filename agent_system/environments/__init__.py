@@ -4,6 +4,7 @@ Importing the package registers the built-in environments: each module's ``@regi
 packages (gym-sokoban, textworld) are imported by an environment's constructor, so a missing extra fails only when
 that environment is built. ``base`` holds the registry and imports none of them (no import cycle).
 """
+
 import importlib
 
 from agent_system.environments import toy_envs  # noqa: F401  (line_world)

@@ -5,6 +5,7 @@ An environment here is one episode-playing instance that speaks text: ``reset(se
 ``agent_system.environments.manager``; the model-output parsing lives in :func:`project_action`. Environments are
 registered by name (``env.env_name``) with :func:`register_env` and built with :func:`make_env`.
 """
+
 from __future__ import annotations
 
 import re
@@ -27,8 +28,11 @@ def project_action(text: str, tag: str = "action") -> Optional[str]:
         The action string, or None when there is no complete non-empty tag pair — the caller then marks the step's
         action invalid (``is_action_valid=False``) and the environment state does not change.
     """
-    pattern = ACTION_RE if tag == "action" else re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>",
-                                                           re.DOTALL | re.IGNORECASE)
+    pattern = (
+        ACTION_RE
+        if tag == "action"
+        else re.compile(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", re.DOTALL | re.IGNORECASE)
+    )
     found = pattern.findall(text or "")
     if not found:
         return None

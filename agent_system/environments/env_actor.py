@@ -33,6 +33,7 @@ Rollout metadata: ``policy_version`` = the *oldest* server version among the epi
 staleness for multi-turn episodes that span a weight update), ``policy_versions`` (all of them), ``truncated`` (some
 completion hit ``max_tokens``), ``done`` (the env ended the episode), ``rewards`` (named components; ``rlla`` only).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -57,14 +58,15 @@ def observation_ids(tokenizer, messages: List[Dict[str, str]], generated_ids: Li
     the assistant turn (less the EOS the model already produced), the user turn with ``observation`` and the
     generation prompt. ``messages`` already ends with the assistant message (its text)."""
     before = tokenizer.apply_chat_template(messages, tokenize=False)
-    after = tokenizer.apply_chat_template(messages + [{"role": "user", "content": observation}], tokenize=False,
-                                          add_generation_prompt=True)
+    after = tokenizer.apply_chat_template(
+        messages + [{"role": "user", "content": observation}], tokenize=False, add_generation_prompt=True
+    )
     content = messages[-1]["content"]
-    closing = before[before.rindex(content) + len(content):] if content and content in before else ""
+    closing = before[before.rindex(content) + len(content) :] if content and content in before else ""
     eos_text = tokenizer.decode(generated_ids[-1:]) if generated_ids else ""
     if eos_text and closing.startswith(eos_text) and generated_ids[-1] == tokenizer.eos_token_id:
-        closing = closing[len(eos_text):]
-    return tokenizer.encode(closing + after[len(before):], add_special_tokens=False)
+        closing = closing[len(eos_text) :]
+    return tokenizer.encode(closing + after[len(before) :], add_special_tokens=False)
 
 
 class EnvActor:
@@ -85,9 +87,20 @@ class EnvActor:
     Raises ValueError: unknown ``kind``, a ``text_env`` spec without ``env``, ``seed_stride`` < 1.
     """
 
-    def __init__(self, env_name: str, spec: Mapping[str, Any], base_url: str, tokenizer_path: str,
-                 group_size: int = 2, max_tokens: int = 16, temperature: float = 1.0, max_turns: int = 2,
-                 seed: int = 0, seed_stride: int = 1, timeout_s: float = 120.0):
+    def __init__(
+        self,
+        env_name: str,
+        spec: Mapping[str, Any],
+        base_url: str,
+        tokenizer_path: str,
+        group_size: int = 2,
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        max_turns: int = 2,
+        seed: int = 0,
+        seed_stride: int = 1,
+        timeout_s: float = 120.0,
+    ):
         from transformers import AutoTokenizer
 
         from verl.utils.model_presets import prepare_model
@@ -129,8 +142,13 @@ class EnvActor:
             frame = frame.iloc[: int(self.spec["max_rows"])]
         rows = []
         for i, row in enumerate(frame.itertuples(index=False)):
-            rows.append({"index": i, "messages": [dict(m) for m in row.prompt],
-                         "ground_truth": row.reward_model["ground_truth"]})
+            rows.append(
+                {
+                    "index": i,
+                    "messages": [dict(m) for m in row.prompt],
+                    "ground_truth": row.reward_model["ground_truth"],
+                }
+            )
         if not rows:
             raise ValueError(f"env {self.env_name!r}: no RLLA rows in {path}")
         return rows
@@ -169,13 +187,28 @@ class EnvActor:
             text = self.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
             score, fmt, correct, _ = compute_score(text, row["ground_truth"], step=0, wrapper="none")
             now = time.time()
-            turns = [Turn("<prompt>", "user", prompt_ids, timestamp=now),
-                     Turn(text, "assistant", choice["token_ids"], choice["logprobs"]["token_logprobs"],
-                          reward=score, inference_metadata={"finish_reason": choice["finish_reason"]},
-                          timestamp=now)]
-            rollouts.append(self._rollout(f"rlla-{row['index']}-{seed}", turns, [version],
-                                          choice["finish_reason"] == "length", done=True,
-                                          rewards={"format": fmt, "correctness": correct}))
+            turns = [
+                Turn("<prompt>", "user", prompt_ids, timestamp=now),
+                Turn(
+                    text,
+                    "assistant",
+                    choice["token_ids"],
+                    choice["logprobs"]["token_logprobs"],
+                    reward=score,
+                    inference_metadata={"finish_reason": choice["finish_reason"]},
+                    timestamp=now,
+                ),
+            ]
+            rollouts.append(
+                self._rollout(
+                    f"rlla-{row['index']}-{seed}",
+                    turns,
+                    [version],
+                    choice["finish_reason"] == "length",
+                    done=True,
+                    rewards={"format": fmt, "correctness": correct},
+                )
+            )
         return rollouts
 
     def _episode(self, seed: int) -> Rollout:
@@ -195,10 +228,20 @@ class EnvActor:
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
                 result = env.step(project_action(text, getattr(env, "action_tag", "action")))
                 done = bool(result.done)
-                turns.append(Turn(text, "assistant", ids, choice["logprobs"]["token_logprobs"],
-                                  reward=float(result.reward), timestamp=time.time(),
-                                  inference_metadata={"finish_reason": choice["finish_reason"],
-                                                      "valid_action": bool(result.info.get("is_action_valid", True))}))
+                turns.append(
+                    Turn(
+                        text,
+                        "assistant",
+                        ids,
+                        choice["logprobs"]["token_logprobs"],
+                        reward=float(result.reward),
+                        timestamp=time.time(),
+                        inference_metadata={
+                            "finish_reason": choice["finish_reason"],
+                            "valid_action": bool(result.info.get("is_action_valid", True)),
+                        },
+                    )
+                )
                 if done or turn_index == self.max_turns - 1:
                     break
                 messages.append({"role": "assistant", "content": text})

@@ -11,6 +11,7 @@ and its episode ends with ``info['env_error']`` set and ``info['traj_valid']=Fal
 restarted and all its episodes are ended the same way. Nothing is dropped: the caller keeps the rows of such
 trajectories and excludes them from the advantage estimate (``reward_valid=False``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,8 +53,13 @@ class EnvWorker:
             try:
                 out.append(split_step(self.envs[i].reset(int(seed))))
             except Exception as exc:  # noqa: BLE001 - one bad instance must not kill the batch
-                logger.error("%s instance %d: reset(seed=%s) failed: %r; rebuilt, episode marked invalid",
-                             self.env_name, i, seed, exc)
+                logger.error(
+                    "%s instance %d: reset(seed=%s) failed: %r; rebuilt, episode marked invalid",
+                    self.env_name,
+                    i,
+                    seed,
+                    exc,
+                )
                 self._rebuild(i)
                 out.append(_failed_step(f"reset failed: {exc!r}"))
         return out
@@ -68,8 +74,13 @@ class EnvWorker:
             try:
                 out.append(split_step(self.envs[i].step(action)))
             except Exception as exc:  # noqa: BLE001 - restart the instance, end its episode as invalid
-                logger.error("%s instance %d: step(%r) failed: %r; rebuilt, episode marked invalid",
-                             self.env_name, i, action, exc)
+                logger.error(
+                    "%s instance %d: step(%r) failed: %r; rebuilt, episode marked invalid",
+                    self.env_name,
+                    i,
+                    action,
+                    exc,
+                )
                 self._rebuild(i)
                 out.append(_failed_step(f"step failed: {exc!r}"))
         return out
@@ -80,8 +91,15 @@ class EnvWorker:
 
 
 def _failed_step(reason: str) -> Tuple:
-    return split_step(StepResult(f"[environment error: {reason}]", None, 0.0, True,
-                                 {"env_error": reason, "traj_valid": False, "is_action_valid": False}))
+    return split_step(
+        StepResult(
+            f"[environment error: {reason}]",
+            None,
+            0.0,
+            True,
+            {"env_error": reason, "traj_valid": False, "is_action_valid": False},
+        )
+    )
 
 
 class EnvironmentManager:
@@ -99,11 +117,24 @@ class EnvironmentManager:
         ValueError: ``num_tasks``/``group_n``/``num_workers`` < 1 or ``history_length`` < 0.
     """
 
-    def __init__(self, env_name: str, env_kwargs: Optional[Dict[str, Any]] = None, num_tasks: int = 1,
-                 group_n: int = 1, history_length: int = 2, num_workers: int = 1, use_ray: bool = True,
-                 action_tag: str = "action", prompt_suffix: str = ""):
-        for key, value, low in (("num_tasks", num_tasks, 1), ("group_n (env.rollout.n)", group_n, 1),
-                                ("num_workers", num_workers, 1), ("history_length", history_length, 0)):
+    def __init__(
+        self,
+        env_name: str,
+        env_kwargs: Optional[Dict[str, Any]] = None,
+        num_tasks: int = 1,
+        group_n: int = 1,
+        history_length: int = 2,
+        num_workers: int = 1,
+        use_ray: bool = True,
+        action_tag: str = "action",
+        prompt_suffix: str = "",
+    ):
+        for key, value, low in (
+            ("num_tasks", num_tasks, 1),
+            ("group_n (env.rollout.n)", group_n, 1),
+            ("num_workers", num_workers, 1),
+            ("history_length", history_length, 0),
+        ):
             if int(value) < low:
                 raise ValueError(f"env manager: {key} must be >= {low}, got {value}")
         self.env_name, self.env_kwargs = env_name, dict(env_kwargs or {})
@@ -149,12 +180,21 @@ class EnvironmentManager:
             try:
                 results.append(ray.get(ref))
             except ray.exceptions.RayActorError as exc:  # the worker process died: restart it
-                logger.error("env worker %d died during %s: %s; restarted, its %d episodes marked invalid",
-                             k, method, exc, self.slices[k].stop - self.slices[k].start)
+                logger.error(
+                    "env worker %d died during %s: %s; restarted, its %d episodes marked invalid",
+                    k,
+                    method,
+                    exc,
+                    self.slices[k].stop - self.slices[k].start,
+                )
                 self.restarts += 1
                 self.workers[k] = self._start_worker(self.slices[k].stop - self.slices[k].start)
-                results.append([_failed_step(f"env worker died: {type(exc).__name__}")
-                                for _ in range(self.slices[k].stop - self.slices[k].start)])
+                results.append(
+                    [
+                        _failed_step(f"env worker died: {type(exc).__name__}")
+                        for _ in range(self.slices[k].stop - self.slices[k].start)
+                    ]
+                )
         return results
 
     def _gather(self, per_worker: List[List]) -> List:
@@ -201,8 +241,10 @@ class EnvironmentManager:
         """
         if len(text_actions) != self.n:
             raise ValueError(f"step got {len(text_actions)} actions for {self.n} environment instances")
-        actions = [None if not on or t is None else t if self.raw_text_actions else project_action(t, self.action_tag)
-                   for t, on in zip(text_actions, self.active)]
+        actions = [
+            None if not on or t is None else t if self.raw_text_actions else project_action(t, self.action_tag)
+            for t, on in zip(text_actions, self.active)
+        ]
         active = self.active.copy()
         results = self._gather(self._call("step", [(actions[s], active[s].tolist()) for s in self.slices]))
         rewards, dones, infos = np.zeros(self.n), ~active, []
@@ -217,7 +259,8 @@ class EnvironmentManager:
             rewards[i], dones[i] = reward, done
             if self.history_length:
                 self.history[i] = (self.history[i] + [(actions[i] or "(no valid action)", self.last_text[i])])[
-                    -self.history_length:]
+                    -self.history_length :
+                ]
             self.last_text[i] = text
             infos.append(info)
         self.active = active & ~dones
@@ -238,8 +281,11 @@ class EnvironmentManager:
         if self.history[i]:
             lines = [f"Observation: {obs}\nYour action: {act}" for act, obs in self.history[i]]
             parts.append(f"Your last {len(lines)} turn(s):\n" + "\n".join(lines))
-        answer = "" if self.raw_text_actions else \
-            f"\nAnswer with your next action inside <{self.action_tag}></{self.action_tag}>."
+        answer = (
+            ""
+            if self.raw_text_actions
+            else f"\nAnswer with your next action inside <{self.action_tag}></{self.action_tag}>."
+        )
         parts.append(f"Current observation (turn {self.step_count + 1}):\n{self.last_text[i]}{answer}")
         if self.prompt_suffix:
             parts.append(self.prompt_suffix)

@@ -13,6 +13,7 @@ and/or ``<response>…</response>``); the whole output is the action (no ``<acti
   first ``<response>`` (``won`` = turn 0's correctness component is at its maximum) or at ``env.max_steps``.
 - The anchor is ``"<row index>|<turn>|<last observation>"``, so GiGPO groups the copies of a task turn by turn.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,8 +37,9 @@ def _rows(split: str, data_dir: Optional[str]) -> Tuple[dict, ...]:
         messages = [dict(m) for m in row["prompt"]]
         system = next((m["content"] for m in messages if m["role"] == "system"), "")
         user = next((m["content"] for m in messages if m["role"] == "user"), "")
-        rows.append({"index": int(i), "system": system, "user": user,
-                     "ground_truth": str(row["reward_model"]["ground_truth"])})
+        rows.append(
+            {"index": int(i), "system": system, "user": user, "ground_truth": str(row["reward_model"]["ground_truth"])}
+        )
     if not rows:
         raise ValueError(f"rlla_multiturn: the RLLA {split} split is empty")
     return tuple(rows)
@@ -77,9 +79,9 @@ class RLLAMultiTurnEnv(TextEnv):
     Raises ValueError: unknown split; FileNotFoundError (from discovery): no RLLA data found.
     """
 
-    instruction = ""          # per task: the row's system prompt, passed as info['instruction']
-    raw_text_actions = True   # the action is the whole model output
-    has_splits = True         # validation environments are built with split='test'
+    instruction = ""  # per task: the row's system prompt, passed as info['instruction']
+    raw_text_actions = True  # the action is the whole model output
+    has_splits = True  # validation environments are built with split='test'
 
     def __init__(self, split: str = "train", data_dir: Optional[str] = None):
         if split not in SPLITS:
@@ -96,8 +98,11 @@ class RLLAMultiTurnEnv(TextEnv):
         self.turn = 0
         self.first_turn_won = False
         self.observations = recorded_observations(self.row["user"])
-        return StepResult(self.row["user"], self._anchor(self.row["user"]),
-                          info={"instruction": self.row["system"], "row_index": self.row["index"]})
+        return StepResult(
+            self.row["user"],
+            self._anchor(self.row["user"]),
+            info={"instruction": self.row["system"], "row_index": self.row["index"]},
+        )
 
     def _anchor(self, text: str) -> str:
         return f"{self.row['index']}|{self.turn}|{text}"
@@ -122,14 +127,18 @@ class RLLAMultiTurnEnv(TextEnv):
         valid = bool(tags.get("response") or calls)
         self.turn += 1
         if tags.get("response") or not calls:
-            return StepResult("", self._anchor(""), reward, True,
-                              {**info, "won": self.first_turn_won, "is_action_valid": valid})
+            return StepResult(
+                "", self._anchor(""), reward, True, {**info, "won": self.first_turn_won, "is_action_valid": valid}
+            )
         observations: List[str] = []
         for call in calls:
             obs = self.observations.get(_call_key(call))
-            observations.append(obs if obs is not None else
-                                f'[{{"name": {json.dumps(call.get("name"))}, "results": "tool unavailable in this '
-                                f'environment"}}]')
+            observations.append(
+                obs
+                if obs is not None
+                else f'[{{"name": {json.dumps(call.get("name"))}, "results": "tool unavailable in this environment"}}]'
+            )
         obs_text = "<obs> " + " ".join(observations) + " </obs>"
-        return StepResult(obs_text, self._anchor(obs_text), reward, False,
-                          {**info, "won": won, "is_action_valid": valid})
+        return StepResult(
+            obs_text, self._anchor(obs_text), reward, False, {**info, "won": won, "is_action_valid": valid}
+        )

@@ -25,6 +25,7 @@ Compatibility notes (checked with gym 0.26.2, gym-sokoban 0.0.6, numpy 2.4, setu
 * The rendering asked for by ``SokobanEnv.step``/``reset`` uses the ``tiny_rgb_array`` mode (a few numpy writes)
   instead of the default ``rgb_array``, which reads seven PNG files from disk on every call.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -42,8 +43,15 @@ from agent_system.environments.base import StepResult, TextEnv, register_env
 
 # gym-sokoban 0.0.6 cell codes (room_utils.TYPE_LOOKUP): in ``room_state`` 0 wall, 1 floor, 2 empty target,
 # 3 box on target, 4 box off target, 5 player; ``room_fixed`` holds only 0/1/2 (walls, floor, targets).
-SYMBOLS = {"wall": "#", "floor": "_", "target": "O", "box": "X", "box_on_target": "*", "player": "P",
-           "player_on_target": "S"}
+SYMBOLS = {
+    "wall": "#",
+    "floor": "_",
+    "target": "O",
+    "box": "X",
+    "box_on_target": "*",
+    "player": "P",
+    "player_on_target": "S",
+}
 SOKOBAN_ACTIONS = ("up", "down", "left", "right")
 # gym-sokoban 0.0.6 ACTION_LOOKUP: 1-4 = push up/down/left/right (a push moves the player when there is no box to
 # push), 5-8 = move without pushing. The text actions use the push ids.
@@ -112,8 +120,13 @@ class SokobanTextEnv(TextEnv):
         "inside tags: <action>up</action>, <action>down</action>, <action>left</action> or <action>right</action>."
     )
 
-    def __init__(self, dim_room: Sequence[int] = (6, 6), num_boxes: int = 1, max_steps: int = 100,
-                 num_gen_steps: Optional[int] = None):
+    def __init__(
+        self,
+        dim_room: Sequence[int] = (6, 6),
+        num_boxes: int = 1,
+        max_steps: int = 100,
+        num_gen_steps: Optional[int] = None,
+    ):
         dims = tuple(int(d) for d in dim_room)
         if len(dims) != 2 or min(dims) < 3:
             raise ValueError(f"env.sokoban.dim_room must be two ints >= 3, got {dim_room!r}")
@@ -123,8 +136,9 @@ class SokobanTextEnv(TextEnv):
         self.dim_room = dims
         self.num_boxes = int(num_boxes)
         self.max_steps = int(max_steps)
-        self._gym = sokoban_cls(dim_room=dims, num_boxes=self.num_boxes, max_steps=self.max_steps,
-                                num_gen_steps=num_gen_steps, reset=False)
+        self._gym = sokoban_cls(
+            dim_room=dims, num_boxes=self.num_boxes, max_steps=self.max_steps, num_gen_steps=num_gen_steps, reset=False
+        )
         self._done = False
 
     # ------------------------------------------------------------------ state helpers
@@ -155,10 +169,19 @@ class SokobanTextEnv(TextEnv):
         return bool(self._gym._check_if_all_boxes_on_target())
 
     def _result(self, reward: float, valid: bool, moved_player: bool = False, moved_box: bool = False) -> StepResult:
-        return StepResult(self.render(), self.anchor(), reward=float(reward), done=self._done,
-                          info={"won": self.won(), "is_action_valid": valid,
-                                "admissible_actions": list(SOKOBAN_ACTIONS),
-                                "moved_player": bool(moved_player), "moved_box": bool(moved_box)})
+        return StepResult(
+            self.render(),
+            self.anchor(),
+            reward=float(reward),
+            done=self._done,
+            info={
+                "won": self.won(),
+                "is_action_valid": valid,
+                "admissible_actions": list(SOKOBAN_ACTIONS),
+                "moved_player": bool(moved_player),
+                "moved_box": bool(moved_box),
+            },
+        )
 
     # ------------------------------------------------------------------ TextEnv API
     def reset(self, seed: int) -> StepResult:
@@ -172,8 +195,10 @@ class SokobanTextEnv(TextEnv):
             with contextlib.redirect_stdout(io.StringIO()):
                 self._gym.reset(render_mode=_GYM_RENDER_MODE)
         except RecursionError as exc:
-            raise ValueError(f"gym-sokoban could not generate a {self.dim_room} room with {self.num_boxes} boxes "
-                             "(too many boxes for the room size?)") from exc
+            raise ValueError(
+                f"gym-sokoban could not generate a {self.dim_room} room with {self.num_boxes} boxes "
+                "(too many boxes for the room size?)"
+            ) from exc
         finally:
             random.setstate(py_state)
             np.random.set_state(np_state)

@@ -11,6 +11,7 @@ process compiles into its own temporary folder inside the cache directory and th
 ``.z8`` into place (``os.replace`` is atomic on one file system); a game counts as cached once its ``.z8`` exists.
 The file names include the textworld version, so a different generator never reuses stale games.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -28,8 +29,17 @@ CHALLENGE_DEFAULTS: Dict[str, Dict[str, Any]] = {
     "tw-coin_collector": {"level": 5},  # level L in 1..100: L rooms on a chain, walk to the coin and take it
     "tw-treasure_hunter": {"level": 5},  # 1..30: 5/10/20 rooms, find and take the named object
     "tw-simple": {"rewards": "dense", "goal": "detailed", "test": False},
-    "tw-cooking": {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False, "cut": False, "drop": False,
-                   "recipe_seed": 0, "split": ""},
+    "tw-cooking": {
+        "recipe": 1,
+        "take": 1,
+        "go": 1,
+        "open": False,
+        "cook": False,
+        "cut": False,
+        "drop": False,
+        "recipe_seed": 0,
+        "split": "",
+    },
 }
 # Leading lines made only of these characters form TextWorld's ASCII-art banner (and blank lines around it).
 _BANNER_LINE = re.compile(r"^[\s_|\\/$<>()]*$")
@@ -100,16 +110,23 @@ class TextWorldEnv(TextEnv):
         "are accepted. Answer with exactly one command inside tags, e.g. <action>go north</action>."
     )
 
-    def __init__(self, challenge: str = "tw-coin_collector", level: Optional[int] = None,
-                 settings: Optional[Mapping[str, Any]] = None, games_dir: Optional[str] = None, max_steps: int = 50):
+    def __init__(
+        self,
+        challenge: str = "tw-coin_collector",
+        level: Optional[int] = None,
+        settings: Optional[Mapping[str, Any]] = None,
+        games_dir: Optional[str] = None,
+        max_steps: int = 50,
+    ):
         if challenge not in CHALLENGE_DEFAULTS:
             raise ValueError(f"env.textworld.challenge={challenge!r}; expected one of {sorted(CHALLENGE_DEFAULTS)}")
         try:
             import textworld
             import textworld.challenges  # noqa: F401  (registers the challenges)
         except ImportError as exc:
-            raise ImportError("env.env_name=textworld needs the textworld package: "
-                              "pip install -e .[textworld]") from exc
+            raise ImportError(
+                "env.env_name=textworld needs the textworld package: pip install -e .[textworld]"
+            ) from exc
         self._tw = textworld
         self.challenge = challenge
         self.settings = dict(CHALLENGE_DEFAULTS[challenge])
@@ -120,8 +137,9 @@ class TextWorldEnv(TextEnv):
             self.settings["level"] = int(level)
         self.games_dir = os.path.abspath(os.path.expanduser(games_dir or default_games_dir()))
         self.max_steps = int(max_steps)
-        self._infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True, max_score=True,
-                                         facts=True, policy_commands=True)
+        self._infos = textworld.EnvInfos(
+            admissible_commands=True, won=True, lost=True, score=True, max_score=True, facts=True, policy_commands=True
+        )
         self._env = None
         self._game_file: Optional[str] = None
         self._state = None
@@ -166,9 +184,15 @@ class TextWorldEnv(TextEnv):
         admissible = sorted(st["admissible_commands"] or [])
         text = f"{text}\n\nAdmissible actions: {', '.join(admissible)}" if admissible else text
         anchor = "\n".join(sorted(str(fact) for fact in (st["facts"] or [])))
-        info = {"won": bool(st["won"]), "lost": bool(st["lost"]), "is_action_valid": valid,
-                "admissible_actions": admissible, "score": st["score"], "max_score": st["max_score"],
-                "policy_commands": list(st["policy_commands"] or [])}
+        info = {
+            "won": bool(st["won"]),
+            "lost": bool(st["lost"]),
+            "is_action_valid": valid,
+            "admissible_actions": admissible,
+            "score": st["score"],
+            "max_score": st["max_score"],
+            "policy_commands": list(st["policy_commands"] or []),
+        }
         return StepResult(text, anchor, reward=float(reward), done=self._done, info=info)
 
     def reset(self, seed: int) -> StepResult:

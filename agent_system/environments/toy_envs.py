@@ -5,6 +5,7 @@ moving ``left`` or ``right``. The start and goal cells are drawn from ``seed`` (
 step that reaches the goal (the episode ends, ``won=True``), else 0.0. Any other action is invalid and changes
 nothing. ``crash_at_step`` (tests only) raises on that step number to exercise the worker's restart path.
 """
+
 from __future__ import annotations
 
 import random
@@ -19,8 +20,10 @@ LINE_WORLD_ACTIONS = ("left", "right")
 class LineWorldEnv(TextEnv):
     """Corridor of ``length`` >= 2 cells; see the module docstring."""
 
-    instruction = ("You are in a corridor. Reach the goal cell G from your cell A. Each turn answer with exactly one "
-                   "move inside tags: <action>left</action> or <action>right</action>.")
+    instruction = (
+        "You are in a corridor. Reach the goal cell G from your cell A. Each turn answer with exactly one "
+        "move inside tags: <action>left</action> or <action>right</action>."
+    )
 
     def __init__(self, length: int = 5, crash_at_step: Optional[int] = None):
         if length < 2:
@@ -49,5 +52,10 @@ class LineWorldEnv(TextEnv):
         if valid:
             self.pos = min(max(self.pos + (1 if move == "right" else -1), 0), self.length - 1)
         won = self.pos == self.goal
-        return StepResult(self._render(), (self.pos, self.goal), reward=1.0 if won else 0.0, done=won,
-                          info={"won": won, "is_action_valid": valid, "admissible_actions": list(LINE_WORLD_ACTIONS)})
+        return StepResult(
+            self._render(),
+            (self.pos, self.goal),
+            reward=1.0 if won else 0.0,
+            done=won,
+            info={"won": won, "is_action_valid": valid, "admissible_actions": list(LINE_WORLD_ACTIONS)},
+        )

@@ -10,6 +10,7 @@
   episodes lasted. An inert row adds nothing to any loss, gradient or group statistic.
 Everything else (workers, old/ref log-probs, KL, estimators, checkpoints, logging) is the single-turn trainer's.
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,9 +64,11 @@ def pad_rows_to_multiple(batch: DataProto, multiple: int, pad_token_id: int) -> 
     if missing == 0:
         return batch
     pad = batch[[0] * missing]
-    pad = DataProto.from_dict({k: pad.batch[k].clone() for k in pad.batch.keys()},
-                              non_tensors={k: v.copy() for k, v in pad.non_tensor_batch.items()},
-                              meta_info=dict(batch.meta_info))
+    pad = DataProto.from_dict(
+        {k: pad.batch[k].clone() for k in pad.batch.keys()},
+        non_tensors={k: v.copy() for k, v in pad.non_tensor_batch.items()},
+        meta_info=dict(batch.meta_info),
+    )
     R = pad.batch["responses"].shape[1]
     pad.batch["responses"].fill_(pad_token_id)
     pad.batch["input_ids"][:, -R:] = pad_token_id
@@ -104,11 +107,18 @@ class AgentRollout:
         name = env.env_name
         kwargs = OmegaConf.to_container(env.get(name), resolve=True) if env.get(name) is not None else {}
         self.env_name = name
-        common = dict(env_name=name, env_kwargs=kwargs, history_length=int(env.history_length),
-                      num_workers=int(env.num_workers), use_ray=bool(env.use_ray_workers),
-                      action_tag=str(env.action_tag), prompt_suffix=prompt_suffix)
-        self.train_envs = EnvironmentManager(num_tasks=int(config.data.train_batch_size),
-                                             group_n=int(env.rollout.n), **common)
+        common = dict(
+            env_name=name,
+            env_kwargs=kwargs,
+            history_length=int(env.history_length),
+            num_workers=int(env.num_workers),
+            use_ray=bool(env.use_ray_workers),
+            action_tag=str(env.action_tag),
+            prompt_suffix=prompt_suffix,
+        )
+        self.train_envs = EnvironmentManager(
+            num_tasks=int(config.data.train_batch_size), group_n=int(env.rollout.n), **common
+        )
         self.val_batch = int(env.val_tasks)
         from agent_system.environments.base import env_class
 
@@ -121,30 +131,50 @@ class AgentRollout:
         if reward_runner is not None:
             from agent_system.reward.trajectory import TrajectoryRewardScorer
 
-            scorer = TrajectoryRewardScorer(reward_runner, tokenizer, reward_mode=mode,
-                                            default_step_reward=float(config.algorithm.gigpo.default_step_reward))
+            scorer = TrajectoryRewardScorer(
+                reward_runner,
+                tokenizer,
+                reward_mode=mode,
+                default_step_reward=float(config.algorithm.gigpo.default_step_reward),
+            )
             logger.info("agent mode: rewards from %s (custom_reward_function), not the environments", scorer.name)
-        self.collector = TrajectoryCollector(tokenizer, max_steps=int(env.max_steps),
-                                             max_prompt_length=int(env.max_prompt_length), reward_mode=mode,
-                                             rlvcr=rlvcr, reward_scorer=scorer)
+        self.collector = TrajectoryCollector(
+            tokenizer,
+            max_steps=int(env.max_steps),
+            max_prompt_length=int(env.max_prompt_length),
+            reward_mode=mode,
+            rlvcr=rlvcr,
+            reward_scorer=scorer,
+        )
         self.pad_token_id = self.collector.pad_token_id
-        logger.info("agent mode: env %s, %d tasks x %d copies per step, max %d turns, reward_mode=%s", name,
-                    self.train_envs.num_tasks, self.train_envs.group_n, self.collector.max_steps, mode)
+        logger.info(
+            "agent mode: env %s, %d tasks x %d copies per step, max %d turns, reward_mode=%s",
+            name,
+            self.train_envs.num_tasks,
+            self.train_envs.group_n,
+            self.collector.max_steps,
+            mode,
+        )
 
-    def collect(self, task_seeds, generate_fn: Callable[[DataProto], DataProto],
-                log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None, step: int = 0
-                ) -> Tuple[DataProto, Dict]:
+    def collect(
+        self,
+        task_seeds,
+        generate_fn: Callable[[DataProto], DataProto],
+        log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None,
+        step: int = 0,
+    ) -> Tuple[DataProto, Dict]:
         """Play one training batch (sampling); returns the step rows and ``env/*`` metrics (``reward/*`` too with a
         reward runner, which receives ``step``). With RLVCR (``adv_estimator=rlvcr``) and a ``log_prob_fn`` the rows
         also get the RLVCR phase's fields."""
-        return self.collector.multi_turn_loop(self.train_envs, generate_fn, [int(s) for s in task_seeds],
-                                              log_prob_fn=log_prob_fn, step=step)
+        return self.collector.multi_turn_loop(
+            self.train_envs, generate_fn, [int(s) for s in task_seeds], log_prob_fn=log_prob_fn, step=step
+        )
 
     def validate(self, task_seeds, generate_fn: Callable[[DataProto], DataProto], step: int = 0) -> Dict[str, float]:
         """Play the validation tasks (greedy, ``val_kwargs``) in chunks of ``env.val_tasks``; ``val/env/*`` (and
         ``val/reward/*`` with a reward runner)."""
         seeds = [int(s) for s in task_seeds]
-        chunks = [seeds[i:i + self.val_batch] for i in range(0, len(seeds), self.val_batch)]
+        chunks = [seeds[i : i + self.val_batch] for i in range(0, len(seeds), self.val_batch)]
         totals: Dict[str, float] = {}
         weights = 0
         for chunk in chunks:

@@ -15,6 +15,7 @@ raw observation the action was taken in), ``step_reward``, ``is_action_valid``, 
 (the episode's outcome), ``reward_valid`` (False for trajectories ended by an environment error) and
 ``data_source`` (the environment name). These are the fields ``verl.trainer.ppo.gigpo`` reads (GiGPO, arXiv 2505.10978).
 """
+
 from __future__ import annotations
 
 import logging
@@ -35,8 +36,9 @@ REWARD_MODES = ("step", "episode")
 
 def _chat_ids(tokenizer, text: str, use_chat_template: bool) -> List[int]:
     if use_chat_template and getattr(tokenizer, "chat_template", None):
-        text = tokenizer.apply_chat_template([{"role": "user", "content": text}], tokenize=False,
-                                             add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
@@ -61,10 +63,20 @@ class TrajectoryCollector:
         ValueError: ``max_steps`` < 1, ``max_prompt_length`` < 1 or an unknown ``reward_mode``.
     """
 
-    def __init__(self, tokenizer, max_steps: int, max_prompt_length: int, reward_mode: str = "step",
-                 use_chat_template: bool = True, rlvcr=None, reward_scorer=None):
+    def __init__(
+        self,
+        tokenizer,
+        max_steps: int,
+        max_prompt_length: int,
+        reward_mode: str = "step",
+        use_chat_template: bool = True,
+        rlvcr=None,
+        reward_scorer=None,
+    ):
         if int(max_steps) < 1 or int(max_prompt_length) < 1:
-            raise ValueError(f"env.max_steps ({max_steps}) and env.max_prompt_length ({max_prompt_length}) must be >= 1")
+            raise ValueError(
+                f"env.max_steps ({max_steps}) and env.max_prompt_length ({max_prompt_length}) must be >= 1"
+            )
         if reward_mode not in REWARD_MODES:
             raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {reward_mode!r}")
         self.tokenizer, self.max_steps, self.max_prompt_length = tokenizer, int(max_steps), int(max_prompt_length)
@@ -72,20 +84,30 @@ class TrajectoryCollector:
         self.reward_scorer = reward_scorer
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
 
-    def multi_turn_loop(self, envs, generate_fn: Callable[[DataProto], DataProto], task_seeds: Sequence[int],
-                        meta_info: Optional[Dict[str, Any]] = None,
-                        log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None, step: int = 0
-                        ) -> Tuple[DataProto, Dict[str, float]]:
+    def multi_turn_loop(
+        self,
+        envs,
+        generate_fn: Callable[[DataProto], DataProto],
+        task_seeds: Sequence[int],
+        meta_info: Optional[Dict[str, Any]] = None,
+        log_prob_fn: Optional[Callable[[DataProto], DataProto]] = None,
+        step: int = 0,
+    ) -> Tuple[DataProto, Dict[str, float]]:
         """Entry point (verl-agent's name): :meth:`rlvcr_multi_turn_loop` with an RLVCR phase and a ``log_prob_fn``,
         else :meth:`vanilla_multi_turn_loop`. ``step``: the trainer's global step (for the reward scorer)."""
         if self.rlvcr is not None and log_prob_fn is not None:
             return self.rlvcr_multi_turn_loop(envs, generate_fn, task_seeds, log_prob_fn, meta_info, step=step)
         return self.vanilla_multi_turn_loop(envs, generate_fn, task_seeds, meta_info, step=step)
 
-    def rlvcr_multi_turn_loop(self, envs, generate_fn: Callable[[DataProto], DataProto], task_seeds: Sequence[int],
-                              log_prob_fn: Callable[[DataProto], DataProto],
-                              meta_info: Optional[Dict[str, Any]] = None, step: int = 0
-                              ) -> Tuple[DataProto, Dict[str, float]]:
+    def rlvcr_multi_turn_loop(
+        self,
+        envs,
+        generate_fn: Callable[[DataProto], DataProto],
+        task_seeds: Sequence[int],
+        log_prob_fn: Callable[[DataProto], DataProto],
+        meta_info: Optional[Dict[str, Any]] = None,
+        step: int = 0,
+    ) -> Tuple[DataProto, Dict[str, float]]:
         """:meth:`vanilla_multi_turn_loop`, then the RLVCR phase on its step rows (``rlvcr.rollout_phase``; spec
         ``rlvcr.md`` §Where it runs): per step, alternative thinks for the other levels from ``generate_fn`` (one
         batched call for the whole batch, after the episodes) and the original action's entropy under each level's
@@ -98,9 +120,14 @@ class TrajectoryCollector:
         metrics["timing_s/rlvcr"] = time.perf_counter() - start
         return batch, metrics
 
-    def vanilla_multi_turn_loop(self, envs, generate_fn: Callable[[DataProto], DataProto],
-                                task_seeds: Sequence[int], meta_info: Optional[Dict[str, Any]] = None,
-                                step: int = 0) -> Tuple[DataProto, Dict[str, float]]:
+    def vanilla_multi_turn_loop(
+        self,
+        envs,
+        generate_fn: Callable[[DataProto], DataProto],
+        task_seeds: Sequence[int],
+        meta_info: Optional[Dict[str, Any]] = None,
+        step: int = 0,
+    ) -> Tuple[DataProto, Dict[str, float]]:
         """Reset ``envs`` with ``task_seeds`` and step every active instance until done or ``max_steps`` turns.
 
         Args:
@@ -123,8 +150,10 @@ class TrajectoryCollector:
         for i, info in enumerate(infos):
             traj_valid[i] = info.get("traj_valid", True)
         if not envs.active.any():
-            raise RuntimeError(f"{envs.env_name}: no environment instance is active after reset "
-                               f"(errors: {[info.get('env_error') for info in infos][:3]})")
+            raise RuntimeError(
+                f"{envs.env_name}: no environment instance is active after reset "
+                f"(errors: {[info.get('env_error') for info in infos][:3]})"
+            )
         step_batches: List[DataProto] = []
         row_instance: List[np.ndarray] = []
         truncated = total_prompts = invalid = tool_calls = tool_turns = 0
@@ -137,15 +166,15 @@ class TrajectoryCollector:
             for i in active:
                 row = _chat_ids(self.tokenizer, obs["text"][i], self.use_chat_template)
                 if len(row) > self.max_prompt_length:
-                    row, truncated = row[-self.max_prompt_length:], truncated + 1
+                    row, truncated = row[-self.max_prompt_length :], truncated + 1
                 ids.append(row)
             total_prompts += len(ids)
             gen_in = DataProto.from_dict(left_pad_prompts(ids, self.pad_token_id), meta_info=dict(meta_info or {}))
             out = generate_fn(gen_in)
             responses = out.batch["responses"]
             texts = self.tokenizer.batch_decode(
-                [r[m.bool()].tolist() for r, m in zip(responses, out.batch["response_mask"])],
-                skip_special_tokens=True)
+                [r[m.bool()].tolist() for r, m in zip(responses, out.batch["response_mask"])], skip_special_tokens=True
+            )
             usages = [format_tool_usage(text) for text in texts]  # ToolRL's <tool_call> blocks, as the reward reads
             tool_calls += sum(u.num_calls for u in usages)
             tool_turns += sum(u.num_calls > 0 for u in usages)
@@ -164,14 +193,17 @@ class TrajectoryCollector:
                 won[i] |= bool(step_infos[i].get("won", False))
                 if step_infos[i].get("traj_valid") is False:
                     traj_valid[i] = False
-            out.non_tensor_batch.update({
-                "uid": envs.uid[active], "traj_uid": envs.traj_uid[active],
-                "step_index": np.full(active.size, turn, dtype=np.int64),
-                "anchor_obs": _object_array(anchors),
-                "step_reward": rewards[active].astype(np.float64),
-                "is_action_valid": valid_action,
-                "data_source": np.array([envs.env_name] * active.size, dtype=object),
-            })
+            out.non_tensor_batch.update(
+                {
+                    "uid": envs.uid[active],
+                    "traj_uid": envs.traj_uid[active],
+                    "step_index": np.full(active.size, turn, dtype=np.int64),
+                    "anchor_obs": _object_array(anchors),
+                    "step_reward": rewards[active].astype(np.float64),
+                    "is_action_valid": valid_action,
+                    "data_source": np.array([envs.env_name] * active.size, dtype=object),
+                }
+            )
             step_batches.append(out)
             row_instance.append(active)
         batch = concat_prompt_batches(step_batches, self.pad_token_id)
@@ -181,10 +213,10 @@ class TrajectoryCollector:
         batch.non_tensor_batch["reward_valid"] = traj_valid[rows]
         batch.non_tensor_batch["instance"] = rows.astype(np.int64)
         reward = batch.non_tensor_batch["step_reward"] if self.reward_mode == "step" else episode_return[rows]
-        batch.batch["token_level_scores"] = place_on_last_token(torch.as_tensor(np.asarray(reward, np.float64)),
-                                                                batch.batch["response_mask"])
-        metrics = episode_metrics(envs.env_name, episode_return, won, lengths, traj_valid, invalid,
-                                  int(rows.size))
+        batch.batch["token_level_scores"] = place_on_last_token(
+            torch.as_tensor(np.asarray(reward, np.float64)), batch.batch["response_mask"]
+        )
+        metrics = episode_metrics(envs.env_name, episode_return, won, lengths, traj_valid, invalid, int(rows.size))
         metrics[f"env/{envs.env_name}/prompt_truncated_frac"] = truncated / max(total_prompts, 1)
         # tool calls per played turn, and the share of turns with at least one (total_prompts = turns played)
         metrics[f"env/{envs.env_name}/tool_calls_per_turn"] = tool_calls / max(total_prompts, 1)
@@ -213,8 +245,15 @@ def place_on_last_token(values: torch.Tensor, response_mask: torch.Tensor) -> to
     return scores
 
 
-def episode_metrics(env_name: str, episode_return: np.ndarray, won: np.ndarray, lengths: np.ndarray,
-                    traj_valid: np.ndarray, invalid_actions: int, rows: int) -> Dict[str, float]:
+def episode_metrics(
+    env_name: str,
+    episode_return: np.ndarray,
+    won: np.ndarray,
+    lengths: np.ndarray,
+    traj_valid: np.ndarray,
+    invalid_actions: int,
+    rows: int,
+) -> Dict[str, float]:
     """Per-environment episode statistics: success rate, return, length (turns), invalid-action rate (over all
     played steps), invalid (errored) trajectories, rows produced."""
     prefix = f"env/{env_name}"
@@ -228,4 +267,3 @@ def episode_metrics(env_name: str, episode_return: np.ndarray, won: np.ndarray, 
         f"{prefix}/invalid_trajectories": float((~traj_valid).sum()),
         f"{prefix}/rows": float(rows),
     }
-

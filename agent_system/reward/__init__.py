@@ -15,6 +15,7 @@ that the reward, the router's cost and the evaluation share.
 
 Importing this package does not import torch or the trainer, so sandbox workers start quickly.
 """
+
 from agent_system.reward.aligner import AlignedRollout, Alignment, align
 from agent_system.reward.decorator import (
     RewardFunction,

@@ -6,6 +6,7 @@ answers each ``RewardCall`` JSON line on stdin with one ``WorkerReply`` line (``
 closes. The protocol uses a private copy of the original stdout; file descriptor 1 is pointed at stderr, so whatever
 the reward prints cannot corrupt the replies.
 """
+
 from __future__ import annotations
 
 import os
@@ -67,8 +68,10 @@ def main(argv: list[str]) -> int:
             results = execute_call(fn, RewardCall.model_validate_json(line))
             reply = WorkerReply(results=results)
         except MemoryError as err:
-            reply = WorkerReply(error=f"{format_error(err)} the reward exceeded the sandbox memory limit "
-                                      f"({argv[1]} MiB above the worker's size at start; reward.memory_mb)")
+            reply = WorkerReply(
+                error=f"{format_error(err)} the reward exceeded the sandbox memory limit "
+                f"({argv[1]} MiB above the worker's size at start; reward.memory_mb)"
+            )
         except (Exception, SystemExit) as err:  # noqa: BLE001 - every failure is an invalid result, not a crash
             reply = WorkerReply(error=format_error(err))
         _reply(protocol, reply)

@@ -8,6 +8,7 @@ matching output keep ``base_reward=None``; estimators use ``algorithm.gigpo.defa
 (:meth:`AlignedRollout.step_rewards`). An invalid result (``is_score_valid=False``) aligns nothing: its rollout has no
 final score and no step rewards, and is excluded downstream.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,13 +49,18 @@ class Alignment(BaseModel):
 
     def metrics(self) -> dict[str, float]:
         """``reward/align_unmatched``, ``reward/align_duplicates``, ``reward/align_steps_without_reward``."""
-        return {"reward/align_unmatched": float(self.unmatched_step_outputs),
-                "reward/align_duplicates": float(self.duplicate_step_outputs),
-                "reward/align_steps_without_reward": float(self.steps_without_reward)}
+        return {
+            "reward/align_unmatched": float(self.unmatched_step_outputs),
+            "reward/align_duplicates": float(self.duplicate_step_outputs),
+            "reward/align_steps_without_reward": float(self.steps_without_reward),
+        }
 
 
-def align(eval_results: EvaluateResult | Sequence[EvaluateResult], step_data_by_rollout: Mapping[str, list[StepData]],
-          rollout_ids: str | Sequence[str]) -> Alignment:
+def align(
+    eval_results: EvaluateResult | Sequence[EvaluateResult],
+    step_data_by_rollout: Mapping[str, list[StepData]],
+    rollout_ids: str | Sequence[str],
+) -> Alignment:
     """Align reward results with the rollouts' steps.
 
     Args:
@@ -81,9 +87,15 @@ def align(eval_results: EvaluateResult | Sequence[EvaluateResult], step_data_by_
         if result.is_score_valid:
             _apply_step_outputs(rollout_id, result, steps, out)
         out.steps_without_reward += sum(s.base_reward is None for s in steps)
-        out.rollouts.append(AlignedRollout(rollout_id=rollout_id, steps=steps,
-                                           final_score=result.score if result.is_score_valid else None,
-                                           is_score_valid=result.is_score_valid, reason=result.reason))
+        out.rollouts.append(
+            AlignedRollout(
+                rollout_id=rollout_id,
+                steps=steps,
+                final_score=result.score if result.is_score_valid else None,
+                is_score_valid=result.is_score_valid,
+                reason=result.reason,
+            )
+        )
     return out
 
 
@@ -95,14 +107,22 @@ def _apply_step_outputs(rollout_id: str, result: EvaluateResult, steps: list[Ste
     for output in result.step_outputs or []:
         if output.step_index in seen:
             out.duplicate_step_outputs += 1
-            logger.warning("align: rollout %s: duplicate step_index %r ignored (first occurrence kept)",
-                           rollout_id, output.step_index)
+            logger.warning(
+                "align: rollout %s: duplicate step_index %r ignored (first occurrence kept)",
+                rollout_id,
+                output.step_index,
+            )
             continue
         seen.add(output.step_index)
         step = by_turn.get(output.step_index)
         if step is None:
             out.unmatched_step_outputs += 1
-            logger.warning("align: rollout %s: step_index %r matches no step (%s values: %s)", rollout_id,
-                           output.step_index, TURN_INDEX_KEY, [k for k in by_turn if k is not None])
+            logger.warning(
+                "align: rollout %s: step_index %r matches no step (%s values: %s)",
+                rollout_id,
+                output.step_index,
+                TURN_INDEX_KEY,
+                [k for k in by_turn if k is not None],
+            )
             continue
         step.base_reward = output.base_reward

@@ -5,6 +5,7 @@ itself registered through this API.
 ``@reward_function``; ``get_reward_function("rlla")`` returns it. It scores exactly what the reward manager's default
 path scores (same ``default_compute_score``), so a run with ``custom_reward_function.name=rlla`` gets the same numbers.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,6 +42,7 @@ def rlla_reward(messages: list[Message], ground_truth: Any, **kwargs: Any) -> Ev
     switches = kwargs.get("reward_switches")
     if switches is not None:
         info["reward_switches"] = RewardSwitches(**switches) if isinstance(switches, dict) else switches
-    values = default_compute_score(kwargs.get("data_source") or "rlla", solution_text(messages, kwargs), ground_truth,
-                                   info)
+    values = default_compute_score(
+        kwargs.get("data_source") or "rlla", solution_text(messages, kwargs), ground_truth, info
+    )
     return EvaluateResult(score=values["score"], metrics={name: values[name] for name in COMPONENTS})

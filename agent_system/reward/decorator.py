@@ -13,6 +13,7 @@ The API (docs/reward_api.md, "Quick start"):
 undecorated upstream-style ``compute_score(data_source, solution_str, ground_truth, extra_info)`` is adapted
 (:func:`adapt_compute_score`). The built-in RLLA reward is registered under ``"rlla"`` (:func:`get_reward_function`).
 """
+
 from __future__ import annotations
 
 import functools
@@ -80,8 +81,14 @@ class RewardFunction:
         TypeError: ``fn`` is not callable, lacks ``**kwargs``, or cannot take the two positional arguments.
     """
 
-    def __init__(self, fn: Callable, mode: str = "pointwise", timeout_s: float | None = None,
-                 name: str | None = None, source: RewardSource | None = None) -> None:
+    def __init__(
+        self,
+        fn: Callable,
+        mode: str = "pointwise",
+        timeout_s: float | None = None,
+        name: str | None = None,
+        source: RewardSource | None = None,
+    ) -> None:
         if not callable(fn):
             raise TypeError(f"@reward_function needs a callable, got {type(fn).__name__}")
         if mode not in MODES:
@@ -91,15 +98,19 @@ class RewardFunction:
         label = name or getattr(fn, "__name__", type(fn).__name__)
         signature = inspect.signature(fn)
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values()):
-            raise TypeError(f"reward function {label!r} must accept **kwargs (the trainer passes extra keywords "
-                            "such as data_source, extra_info, step); add **kwargs to its signature")
+            raise TypeError(
+                f"reward function {label!r} must accept **kwargs (the trainer passes extra keywords "
+                "such as data_source, extra_info, step); add **kwargs to its signature"
+            )
         try:
             signature.bind(None, None)
         except TypeError:
             first = "messages" if mode == "pointwise" else "rollouts_messages"
             second = "ground_truth" if mode == "pointwise" else "ground_truths"
-            raise TypeError(f"reward function {label!r} ({mode}) must accept ({first}, {second}, **kwargs); "
-                            f"its signature is {signature}") from None
+            raise TypeError(
+                f"reward function {label!r} ({mode}) must accept ({first}, {second}, **kwargs); "
+                f"its signature is {signature}"
+            ) from None
         functools.update_wrapper(self, fn)
         self.fn = fn
         self.mode = mode
@@ -126,15 +137,20 @@ class RewardFunction:
         rollouts = [_to_messages(rollout) for rollout in messages]
         ground_truths = list(ground_truth)
         if len(ground_truths) != len(rollouts):
-            raise ValueError(f"batch reward {self.name!r}: {len(rollouts)} rollouts but {len(ground_truths)} "
-                             "ground truths")
+            raise ValueError(
+                f"batch reward {self.name!r}: {len(rollouts)} rollouts but {len(ground_truths)} ground truths"
+            )
         results = self.fn(rollouts, ground_truths, **kwargs)
         if not isinstance(results, (list, tuple)):
-            raise TypeError(f"batch reward {self.name!r} returned {type(results).__name__}; expected a list with one "
-                            "EvaluateResult per rollout")
+            raise TypeError(
+                f"batch reward {self.name!r} returned {type(results).__name__}; expected a list with one "
+                "EvaluateResult per rollout"
+            )
         if len(results) != len(rollouts):
-            raise ValueError(f"batch reward {self.name!r} returned {len(results)} results for {len(rollouts)} "
-                             "rollouts; it must return exactly one EvaluateResult per rollout, in input order")
+            raise ValueError(
+                f"batch reward {self.name!r} returned {len(results)} results for {len(rollouts)} "
+                "rollouts; it must return exactly one EvaluateResult per rollout, in input order"
+            )
         return [coerce_result(r) for r in results]
 
 
@@ -153,8 +169,9 @@ def _default_source(fn: Callable) -> RewardSource | None:
     return RewardSource(module=module, name=qualname)
 
 
-def reward_function(fn: Callable | None = None, *, mode: str = "pointwise", timeout_s: float | None = None,
-                    name: str | None = None) -> RewardFunction | Callable[[Callable], RewardFunction]:
+def reward_function(
+    fn: Callable | None = None, *, mode: str = "pointwise", timeout_s: float | None = None, name: str | None = None
+) -> RewardFunction | Callable[[Callable], RewardFunction]:
     """Declare a reward function: bare ``@reward_function`` or ``@reward_function(mode=..., timeout_s=..., name=...)``.
 
     Returns a :class:`RewardFunction` (bare form) or a decorator producing one. Raises as :class:`RewardFunction`.
@@ -178,8 +195,12 @@ def adapt_compute_score(fn: Callable, name: str | None = None, source: RewardSou
     reward: ``solution_str`` is :func:`solution_text`; ``data_source`` and ``extra_info`` come from the keywords."""
 
     def pointwise(messages: list[Message], ground_truth: Any, **kwargs: Any) -> Any:
-        return fn(data_source=kwargs.get("data_source"), solution_str=solution_text(messages, kwargs),
-                  ground_truth=ground_truth, extra_info=kwargs.get("extra_info"))
+        return fn(
+            data_source=kwargs.get("data_source"),
+            solution_str=solution_text(messages, kwargs),
+            ground_truth=ground_truth,
+            extra_info=kwargs.get("extra_info"),
+        )
 
     label = name or getattr(fn, "__name__", "compute_score")
     pointwise.__name__ = pointwise.__qualname__ = label

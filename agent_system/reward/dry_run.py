@@ -19,6 +19,7 @@ its timeout is killed (its row reported as ``timed out after Ns``), one that all
 fails (exit status 2, one line on stderr naming the file and line) on unreadable input or a reward that cannot be
 loaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,8 +75,13 @@ class DryRunReport:
             n = len(values)
             mean = sum(values) / n if n else math.nan
             std = math.sqrt(sum((v - mean) ** 2 for v in values) / n) if n else math.nan
-            out[key] = {"count": n, "mean": mean, "std": std, "min": min(values) if n else math.nan,
-                        "max": max(values) if n else math.nan}
+            out[key] = {
+                "count": n,
+                "mean": mean,
+                "std": std,
+                "min": min(values) if n else math.nan,
+                "max": max(values) if n else math.nan,
+            }
         return out
 
 
@@ -97,8 +103,14 @@ def load_parquet_samples(path: str) -> list[DryRunSample]:
     for i, row in enumerate(frame.to_dict("records")):
         reward_model = row["reward_model"]
         gt = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
-        samples.append(DryRunSample(row=i, response=gt if isinstance(gt, str) else "", ground_truth=gt,
-                                    data_source=str(row.get("data_source", "rlla"))))
+        samples.append(
+            DryRunSample(
+                row=i,
+                response=gt if isinstance(gt, str) else "",
+                ground_truth=gt,
+                data_source=str(row.get("data_source", "rlla")),
+            )
+        )
     return samples
 
 
@@ -123,18 +135,27 @@ def load_jsonl_samples(path: str) -> list[DryRunSample]:
     samples = []
     for lineno, obj in iter_json_objects(path):
         if not isinstance(obj.get("response"), str) or not isinstance(obj.get("ground_truth"), str):
-            raise ValueError(f"{path}:{lineno}: expected an object with string 'response' and 'ground_truth', "
-                             f"got keys {sorted(obj)}")
+            raise ValueError(
+                f"{path}:{lineno}: expected an object with string 'response' and 'ground_truth', got keys {sorted(obj)}"
+            )
         step = obj.get("step")
         if step is not None and not isinstance(step, int):
             raise ValueError(f"{path}:{lineno}: 'step' must be an integer, got {step!r}")
-        samples.append(DryRunSample(row=lineno - 1, response=obj["response"], ground_truth=obj["ground_truth"],
-                                    data_source=str(obj.get("data_source", "rlla")), step=step))
+        samples.append(
+            DryRunSample(
+                row=lineno - 1,
+                response=obj["response"],
+                ground_truth=obj["ground_truth"],
+                data_source=str(obj.get("data_source", "rlla")),
+                step=step,
+            )
+        )
     return samples
 
 
-def score_samples(samples: Iterable[DryRunSample], step: int = 0, wrapper: str | None = "qwen",
-                  switches: RewardSwitches | None = None) -> DryRunReport:
+def score_samples(
+    samples: Iterable[DryRunSample], step: int = 0, wrapper: str | None = "qwen", switches: RewardSwitches | None = None
+) -> DryRunReport:
     """Score every sample with ``default_compute_score``; a sample's own ``step`` overrides ``step``.
 
     ``wrapper=None`` chooses the wrapper from ``switches.experiment_name`` like ToolRL. Exceptions per sample are
@@ -167,10 +188,17 @@ def default_sandbox(fn: Any) -> str:
     return "process" if source is not None and source.path is not None else "none"
 
 
-def score_with_reward_function(samples: Iterable[DryRunSample], fn: Any, step: int = 0,
-                               wrapper: str | None = "qwen", switches: RewardSwitches | None = None,
-                               sandbox: str | None = None, timeout_s: float | None = None,
-                               memory_mb: float | None = None, num_workers: int = 2) -> DryRunReport:
+def score_with_reward_function(
+    samples: Iterable[DryRunSample],
+    fn: Any,
+    step: int = 0,
+    wrapper: str | None = "qwen",
+    switches: RewardSwitches | None = None,
+    sandbox: str | None = None,
+    timeout_s: float | None = None,
+    memory_mb: float | None = None,
+    num_workers: int = 2,
+) -> DryRunReport:
     """Score every sample with the reward-API function ``fn`` through ``agent_system.reward.make_runner``, as the
     trainer does: each response is one assistant message (and ``solution_str``), with ``data_source`` and
     ``extra_info`` (``step``, ``wrapper``) as keywords; a result's ``score`` and ``metrics`` are the sample's
@@ -201,12 +229,25 @@ def score_with_reward_function(samples: Iterable[DryRunSample], fn: Any, step: i
 
     sw = RewardSwitches.from_env() if switches is None else switches
     samples = list(samples)
-    requests = [RewardRequest(messages=[{"role": "assistant", "content": s.response}], ground_truth=s.ground_truth,
-                              kwargs={"data_source": s.data_source, "solution_str": s.response,
-                                      "extra_info": {"step": step if s.step is None else s.step, "wrapper": wrapper}})
-                for s in samples]
-    with make_runner(fn, sandbox=sandbox or default_sandbox(fn), num_workers=num_workers, timeout_s=timeout_s,
-                     memory_mb=DEFAULT_MEMORY_MB if memory_mb is None else memory_mb) as runner:
+    requests = [
+        RewardRequest(
+            messages=[{"role": "assistant", "content": s.response}],
+            ground_truth=s.ground_truth,
+            kwargs={
+                "data_source": s.data_source,
+                "solution_str": s.response,
+                "extra_info": {"step": step if s.step is None else s.step, "wrapper": wrapper},
+            },
+        )
+        for s in samples
+    ]
+    with make_runner(
+        fn,
+        sandbox=sandbox or default_sandbox(fn),
+        num_workers=num_workers,
+        timeout_s=timeout_s,
+        memory_mb=DEFAULT_MEMORY_MB if memory_mb is None else memory_mb,
+    ) as runner:
         run = runner.run(requests, {"step": step, "reward_switches": dataclasses.asdict(sw)})
     report = DryRunReport(timeouts=run.timeouts, crashes=run.crashes, sandbox=_describe_runner(runner))
     for sample, result in zip(samples, run.results):
@@ -231,8 +272,9 @@ def format_report(report: DryRunReport, max_reasons: int = 5) -> str:
     (when any) and the first ``max_reasons`` reasons (``invalid row N: reason``)."""
     lines = [f"{'component':<12} {'count':>6} {'mean':>10} {'std':>10} {'min':>10} {'max':>10}"]
     for key, s in report.stats().items():
-        lines.append(f"{key:<12} {s['count']:>6d} {s['mean']:>10.4f} {s['std']:>10.4f} {s['min']:>10.4f} "
-                     f"{s['max']:>10.4f}")
+        lines.append(
+            f"{key:<12} {s['count']:>6d} {s['mean']:>10.4f} {s['std']:>10.4f} {s['min']:>10.4f} {s['max']:>10.4f}"
+        )
     total = len(report.results) + len(report.invalid)
     lines.append(f"samples: {total}, valid: {len(report.results)}, invalid: {len(report.invalid)}")
     if report.timeouts or report.crashes:
@@ -273,6 +315,7 @@ def _number(kind: type, ok: Any, expected: str) -> Any:
         if not ok(value):
             raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
         return value
+
     return parse
 
 
@@ -294,26 +337,47 @@ def build_parser() -> argparse.ArgumentParser:
     source.add_argument("--parquet", help="RLHF parquet; each row's ground truth is scored against itself")
     source.add_argument("--jsonl", help="JSON lines with 'response', 'ground_truth' and optional 'step'")
     parser.add_argument("--step", type=int, default=0, help="trainer step for the schedules (default 0)")
-    parser.add_argument("--wrapper", choices=WRAPPERS + ("env",), default="qwen",
-                        help="chat wrapper to strip; 'env' chooses from EXPERIMENT_NAME like ToolRL (default qwen)")
-    parser.add_argument("--set", action="append", default=[], metavar="VAR=VALUE",
-                        help="override a reward switch or EXPERIMENT_NAME for this run (repeatable)")
+    parser.add_argument(
+        "--wrapper",
+        choices=WRAPPERS + ("env",),
+        default="qwen",
+        help="chat wrapper to strip; 'env' chooses from EXPERIMENT_NAME like ToolRL (default qwen)",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="VAR=VALUE",
+        help="override a reward switch or EXPERIMENT_NAME for this run (repeatable)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="score only the first N samples")
     parser.add_argument("--show-invalid", type=int, default=5, help="how many invalid reasons to print (default 5)")
     parser.add_argument("--json", action="store_true", help="print the statistics as one JSON object instead")
     parser.add_argument("--reward-path", help="score with this file's reward function (reward API) instead")
-    parser.add_argument("--reward-name", help="function in --reward-path (default compute_score), or without it a "
-                                              "registered reward (e.g. rlla)")
+    parser.add_argument(
+        "--reward-name",
+        help="function in --reward-path (default compute_score), or without it a registered reward (e.g. rlla)",
+    )
     sandbox = parser.add_argument_group("reward sandbox (with --reward-path / --reward-name; the trainer's reward.*)")
-    sandbox.add_argument("--sandbox", choices=("process", "none"), default=None,
-                         help="where the reward runs (default: process for --reward-path, none for a registered "
-                              "reward)")
-    sandbox.add_argument("--timeout-s", type=_positive_float, default=None,
-                         help="per-call limit in the process sandbox (default: the reward's own timeout_s, else 30)")
-    sandbox.add_argument("--memory-mb", type=_non_negative_float, default=None,
-                         help="memory a sandbox worker may add after loading the reward, MiB (default 2048; 0: none)")
-    sandbox.add_argument("--num-workers", type=_positive_int, default=None,
-                         help="sandbox worker processes (default 2)")
+    sandbox.add_argument(
+        "--sandbox",
+        choices=("process", "none"),
+        default=None,
+        help="where the reward runs (default: process for --reward-path, none for a registered reward)",
+    )
+    sandbox.add_argument(
+        "--timeout-s",
+        type=_positive_float,
+        default=None,
+        help="per-call limit in the process sandbox (default: the reward's own timeout_s, else 30)",
+    )
+    sandbox.add_argument(
+        "--memory-mb",
+        type=_non_negative_float,
+        default=None,
+        help="memory a sandbox worker may add after loading the reward, MiB (default 2048; 0: none)",
+    )
+    sandbox.add_argument("--num-workers", type=_positive_int, default=None, help="sandbox worker processes (default 2)")
     return parser
 
 
@@ -347,8 +411,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         return fail(err)
     given = [f"--{k.replace('_', '-')}" for k in SANDBOX_OPTIONS if getattr(args, k) is not None]
     if given and not (args.reward_path or args.reward_name):
-        return fail(f"{', '.join(given)}: only with --reward-path or --reward-name (the built-in "
-                    "default_compute_score runs in this process)")
+        return fail(
+            f"{', '.join(given)}: only with --reward-path or --reward-name (the built-in "
+            "default_compute_score runs in this process)"
+        )
     try:
         samples = load_parquet_samples(args.parquet) if args.parquet else load_jsonl_samples(args.jsonl)
         reward_fn = _load_reward(args.reward_path, args.reward_name)
@@ -357,8 +423,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     if reward_fn is not None and (args.sandbox or default_sandbox(reward_fn)) == "none":
         limits = [f"--{k.replace('_', '-')}" for k in SANDBOX_OPTIONS[1:] if getattr(args, k) is not None]
         if limits:
-            return fail(f"{', '.join(limits)}: only with the process sandbox (add --sandbox process; the reward "
-                        f"{reward_fn.name!r} runs in this process by default)")
+            return fail(
+                f"{', '.join(limits)}: only with the process sandbox (add --sandbox process; the reward "
+                f"{reward_fn.name!r} runs in this process by default)"
+            )
     if args.limit is not None:
         samples = samples[: args.limit]
     switches = RewardSwitches.from_env({**os.environ, **overlay})
@@ -369,21 +437,35 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
         from agent_system.reward import RewardSandboxError
 
         try:
-            report = score_with_reward_function(samples, reward_fn, step=args.step, wrapper=wrapper,
-                                                switches=switches, sandbox=args.sandbox, timeout_s=args.timeout_s,
-                                                memory_mb=args.memory_mb, num_workers=args.num_workers or 2)
+            report = score_with_reward_function(
+                samples,
+                reward_fn,
+                step=args.step,
+                wrapper=wrapper,
+                switches=switches,
+                sandbox=args.sandbox,
+                timeout_s=args.timeout_s,
+                memory_mb=args.memory_mb,
+                num_workers=args.num_workers or 2,
+            )
         except (ValueError, RewardSandboxError) as err:
             return fail(err)
     if args.json:
-        payload = {"stats": report.stats(), "valid": len(report.results), "invalid": len(report.invalid),
-                   "invalid_reasons": [{"row": r, "reason": m} for r, m in report.invalid[: args.show_invalid]],
-                   "switches": switches.active(), "step": args.step, "sandbox": report.sandbox,
-                   "timeouts": report.timeouts, "crashes": report.crashes}
+        payload = {
+            "stats": report.stats(),
+            "valid": len(report.results),
+            "invalid": len(report.invalid),
+            "invalid_reasons": [{"row": r, "reason": m} for r, m in report.invalid[: args.show_invalid]],
+            "switches": switches.active(),
+            "step": args.step,
+            "sandbox": report.sandbox,
+            "timeouts": report.timeouts,
+            "crashes": report.crashes,
+        }
         stream.write(json.dumps(payload, allow_nan=True) + "\n")
     else:
         sandbox = f"; sandbox {report.sandbox}" if report.sandbox else ""
-        stream.write(f"switches on: {switches.active() or 'none'}; step {args.step}; wrapper {args.wrapper}"
-                     f"{sandbox}\n")
+        stream.write(f"switches on: {switches.active() or 'none'}; step {args.step}; wrapper {args.wrapper}{sandbox}\n")
         stream.write(format_report(report, args.show_invalid) + "\n")
     return 0
 

@@ -23,6 +23,7 @@ An invalid result (the reward raised, timed out, ran out of memory, crashed, ret
 score nor a step output for turn 0) scores 0 with ``reward_valid=False`` and its reason in ``reward_error``;
 ``reward_metrics`` adds ``reward/timeouts``, ``reward/crashes`` and ``reward/align_unmatched``.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,13 +64,28 @@ class RewardAPIManager(RLLARewardManager):
         TypeError: ``runner`` is not a ``RewardRunner``. ValueError: as :class:`RLLARewardManager`.
     """
 
-    def __init__(self, tokenizer: Any, runner: RewardRunner, num_examine: int = 0, decode: str = "response",
-                 wrapper: str = "auto", reward_fn_key: str = "data_source",
-                 switches: RewardSwitches | None = None, tool_format: str = "toolrl") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        runner: RewardRunner,
+        num_examine: int = 0,
+        decode: str = "response",
+        wrapper: str = "auto",
+        reward_fn_key: str = "data_source",
+        switches: RewardSwitches | None = None,
+        tool_format: str = "toolrl",
+    ) -> None:
         if not isinstance(runner, RewardRunner):
             raise TypeError(f"RewardAPIManager needs a RewardRunner, got {type(runner).__name__}")
-        super().__init__(tokenizer, num_examine=num_examine, decode=decode, wrapper=wrapper,
-                         reward_fn_key=reward_fn_key, switches=switches, tool_format=tool_format)
+        super().__init__(
+            tokenizer,
+            num_examine=num_examine,
+            decode=decode,
+            wrapper=wrapper,
+            reward_fn_key=reward_fn_key,
+            switches=switches,
+            tool_format=tool_format,
+        )
         self.runner = runner
 
     @property
@@ -81,22 +97,31 @@ class RewardAPIManager(RLLARewardManager):
         """Stop the runner's worker processes."""
         self.runner.close()
 
-    def _score_rows(self, data: DataProto, rows: list[ScoreRow], step: int,
-                    switches: RewardSwitches) -> tuple[list[tuple[float, dict, str]], dict[str, float]]:
+    def _score_rows(
+        self, data: DataProto, rows: list[ScoreRow], step: int, switches: RewardSwitches
+    ) -> tuple[list[tuple[float, dict, str]], dict[str, float]]:
         """One request per row, one ``runner.run`` for the batch (see the module docstring)."""
         raw_prompts = data.non_tensor_batch.get("raw_prompt")
         responses, prompts = data.batch["responses"], data.batch["prompts"]
         outcomes: list[tuple[float, dict, str] | None] = [None] * len(rows)
         requests, requested = [], []
         for k, row in enumerate(rows):
-            response = row.text if self.decode == "response" else self._decode_row(
-                prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response")
+            response = (
+                row.text
+                if self.decode == "response"
+                else self._decode_row(
+                    prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response"
+                )
+            )
             prompt = list(raw_prompts[row.index]) if raw_prompts is not None else []
             try:
-                requests.append(RewardRequest(
-                    messages=[*prompt, {"role": "assistant", "content": response}],
-                    ground_truth=ground_truth_of(row.reward_model),
-                    kwargs={"data_source": row.data_source, "extra_info": row.extra_info, "solution_str": row.text}))
+                requests.append(
+                    RewardRequest(
+                        messages=[*prompt, {"role": "assistant", "content": response}],
+                        ground_truth=ground_truth_of(row.reward_model),
+                        kwargs={"data_source": row.data_source, "extra_info": row.extra_info, "solution_str": row.text},
+                    )
+                )
                 requested.append(k)
             except (KeyError, ValueError) as err:
                 outcomes[k] = (0.0, {}, format_error(err)[:_MAX_REASON_CHARS])
@@ -105,5 +130,7 @@ class RewardAPIManager(RLLARewardManager):
         for k, result in zip(requested, report.results):
             outcomes[k] = _outcome(result, unmatched)
         metrics = report.metrics()
-        return outcomes, {**{key: metrics[key] for key in ("reward/timeouts", "reward/crashes")},
-                          "reward/align_unmatched": float(unmatched[0])}
+        return outcomes, {
+            **{key: metrics[key] for key in ("reward/timeouts", "reward/crashes")},
+            "reward/align_unmatched": float(unmatched[0]),
+        }

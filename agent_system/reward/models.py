@@ -8,6 +8,7 @@ Backward compatibility (``docs/reward_api.md`` "Backward compatibility"): :func:
 reward functions return -- a number, or upstream verl's ``{"score": ..., <extra numeric keys>}`` dict -- into an
 :class:`EvaluateResult`.
 """
+
 from __future__ import annotations
 
 import json
@@ -216,11 +217,15 @@ def coerce_result(value: Any) -> EvaluateResult:
         extras = {k: v for k, v in value.items() if k != "score"}
         for key, extra in extras.items():
             if not isinstance(extra, (int, float)):
-                raise TypeError(f"reward returned a dict whose extra key {key!r} is a {type(extra).__name__}; "
-                                "extra keys must be numbers (they become EvaluateResult.metrics)")
+                raise TypeError(
+                    f"reward returned a dict whose extra key {key!r} is a {type(extra).__name__}; "
+                    "extra keys must be numbers (they become EvaluateResult.metrics)"
+                )
         return EvaluateResult(score=value["score"], metrics={k: float(v) for k, v in extras.items()})
-    raise TypeError(f"reward returned {type(value).__name__} {str(value)[:80]!r}; expected EvaluateResult, a number "
-                    "or a dict with 'score'")
+    raise TypeError(
+        f"reward returned {type(value).__name__} {str(value)[:80]!r}; expected EvaluateResult, a number "
+        "or a dict with 'score'"
+    )
 
 
 def format_error(err: BaseException) -> str:
@@ -234,4 +239,3 @@ def format_error(err: BaseException) -> str:
 def invalid_result(reason: str) -> EvaluateResult:
     """An invalid result (no score, ``is_score_valid=False``) carrying ``reason``."""
     return EvaluateResult(score=None, is_score_valid=False, reason=reason[:MAX_REASON_CHARS])
-

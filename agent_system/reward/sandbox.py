@@ -20,6 +20,7 @@ Pointwise rewards are called once per rollout, the calls spread over the workers
 all rollouts and its timeout covers that call. Per-rollout keywords reach a batch reward as lists aligned with the
 rollouts.
 """
+
 from __future__ import annotations
 
 import json
@@ -106,9 +107,12 @@ class RunReport:
     def metrics(self) -> dict[str, float]:
         """``reward/invalid_count``, ``reward/invalid_frac``, ``reward/timeouts``, ``reward/crashes``."""
         n = len(self.results)
-        return {"reward/invalid_count": float(self.invalid_count),
-                "reward/invalid_frac": self.invalid_count / n if n else 0.0,
-                "reward/timeouts": float(self.timeouts), "reward/crashes": float(self.crashes)}
+        return {
+            "reward/invalid_count": float(self.invalid_count),
+            "reward/invalid_frac": self.invalid_count / n if n else 0.0,
+            "reward/timeouts": float(self.timeouts),
+            "reward/crashes": float(self.crashes),
+        }
 
 
 def execute_call(fn: RewardFunction, call: RewardCall) -> list[EvaluateResult]:
@@ -144,12 +148,25 @@ class RewardRunner:
         if not requests:
             return []
         if self.fn.mode == "pointwise":
-            return [RewardCall(mode="pointwise", rollouts=[r.messages], ground_truths=[r.ground_truth],
-                               kwargs={**shared_kwargs, **r.kwargs}) for r in requests]
+            return [
+                RewardCall(
+                    mode="pointwise",
+                    rollouts=[r.messages],
+                    ground_truths=[r.ground_truth],
+                    kwargs={**shared_kwargs, **r.kwargs},
+                )
+                for r in requests
+            ]
         keys = dict.fromkeys(k for r in requests for k in r.kwargs)
         per_rollout = {k: [r.kwargs.get(k) for r in requests] for k in keys}
-        return [RewardCall(mode="batch", rollouts=[r.messages for r in requests],
-                           ground_truths=[r.ground_truth for r in requests], kwargs={**shared_kwargs, **per_rollout})]
+        return [
+            RewardCall(
+                mode="batch",
+                rollouts=[r.messages for r in requests],
+                ground_truths=[r.ground_truth for r in requests],
+                kwargs={**shared_kwargs, **per_rollout},
+            )
+        ]
 
     def run(self, requests: list[RewardRequest], shared_kwargs: dict[str, Any] | None = None) -> RunReport:
         """Score ``requests``; never raises for a failing reward (failures are invalid results with the reason)."""
@@ -192,8 +209,9 @@ class _Worker:
     """One sandbox process; talks JSON lines over its stdin/stdout (its own prints go to stderr)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], startup_timeout_s: float) -> None:
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                                     start_new_session=True, close_fds=True)
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True, close_fds=True
+        )
         self._fd = self.proc.stdout.fileno()
         self._buffer = b""
         deadline = time.monotonic() + startup_timeout_s
@@ -206,8 +224,9 @@ class _Worker:
                     raise RewardSandboxError(f"reward worker did not start within {startup_timeout_s:.0f}s")
             reply = WorkerReply.model_validate_json(line)
         except _WorkerDied:
-            raise RewardSandboxError(f"reward worker exited during start ({self.exit_description()}); see its "
-                                     "stderr above") from None
+            raise RewardSandboxError(
+                f"reward worker exited during start ({self.exit_description()}); see its stderr above"
+            ) from None
         except BaseException:
             self.kill()
             raise
@@ -290,13 +309,21 @@ class ProcessSandbox(RewardRunner):
         ValueError: ``fn`` has no source (defined in ``__main__`` or inside a function), or ``num_workers < 1``.
     """
 
-    def __init__(self, fn: RewardFunction, num_workers: int = 2, timeout_s: float | None = None,
-                 memory_mb: float | None = DEFAULT_MEMORY_MB, startup_timeout_s: float = 120.0) -> None:
+    def __init__(
+        self,
+        fn: RewardFunction,
+        num_workers: int = 2,
+        timeout_s: float | None = None,
+        memory_mb: float | None = DEFAULT_MEMORY_MB,
+        startup_timeout_s: float = 120.0,
+    ) -> None:
         super().__init__(fn)
         if fn.source is None:
-            raise ValueError(f"reward {fn.name!r} cannot run in the process sandbox: it is not defined in a file or an "
-                             "importable module (put it in a .py file and use custom_reward_function.path/name, or "
-                             "set reward.sandbox=none)")
+            raise ValueError(
+                f"reward {fn.name!r} cannot run in the process sandbox: it is not defined in a file or an "
+                "importable module (put it in a .py file and use custom_reward_function.path/name, or "
+                "set reward.sandbox=none)"
+            )
         if int(num_workers) < 1:
             raise ValueError(f"reward sandbox: num_workers must be >= 1, got {num_workers}")
         self.num_workers = int(num_workers)
@@ -307,8 +334,13 @@ class ProcessSandbox(RewardRunner):
         self._finalizer = weakref.finalize(self, _close_workers, self._workers)
 
     def _spawn(self) -> _Worker:
-        argv = [sys.executable, "-m", "agent_system.reward._worker", self.fn.source.model_dump_json(),
-                str(self.memory_mb)]
+        argv = [
+            sys.executable,
+            "-m",
+            "agent_system.reward._worker",
+            self.fn.source.model_dump_json(),
+            str(self.memory_mb),
+        ]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
         return _Worker(argv, env, self.startup_timeout_s)
@@ -336,7 +368,8 @@ class ProcessSandbox(RewardRunner):
                 payloads[i] = (json.dumps(call.model_dump(mode="python"), default=_json_default) + "\n").encode()
             except (TypeError, ValueError) as err:
                 outcomes[i] = [invalid_result(f"inputs cannot be sent to the sandbox: {format_error(err)}")] * len(
-                    call.rollouts)
+                    call.rollouts
+                )
         if payloads:
             self.start()
         queue, idle, busy = deque(payloads), list(self._workers), {}
@@ -359,8 +392,12 @@ class ProcessSandbox(RewardRunner):
                     line = worker.poll_line()
                 except _WorkerDied:
                     report.crashes += 1
-                    outcomes[i] = [invalid_result(f"reward worker crashed ({worker.exit_description()}) during the "
-                                                  "call; the worker was replaced")] * n
+                    outcomes[i] = [
+                        invalid_result(
+                            f"reward worker crashed ({worker.exit_description()}) during the "
+                            "call; the worker was replaced"
+                        )
+                    ] * n
                     del busy[worker]
                     idle.append(self._replace(worker))
                     continue
@@ -373,8 +410,12 @@ class ProcessSandbox(RewardRunner):
             for worker in [w for w, (_, deadline) in busy.items() if now >= deadline]:
                 i, _ = busy.pop(worker)
                 report.timeouts += 1
-                outcomes[i] = [invalid_result(f"reward {self.fn.name!r} timed out after {self.timeout_s:g}s; the "
-                                              "worker was killed and replaced")] * len(calls[i].rollouts)
+                outcomes[i] = [
+                    invalid_result(
+                        f"reward {self.fn.name!r} timed out after {self.timeout_s:g}s; the "
+                        "worker was killed and replaced"
+                    )
+                ] * len(calls[i].rollouts)
                 idle.append(self._replace(worker))
         return outcomes
 
@@ -391,8 +432,13 @@ class ProcessSandbox(RewardRunner):
         return reply.results
 
 
-def make_runner(fn: RewardFunction, sandbox: str = "process", num_workers: int = 2, timeout_s: float | None = None,
-                memory_mb: float | None = DEFAULT_MEMORY_MB) -> RewardRunner:
+def make_runner(
+    fn: RewardFunction,
+    sandbox: str = "process",
+    num_workers: int = 2,
+    timeout_s: float | None = None,
+    memory_mb: float | None = DEFAULT_MEMORY_MB,
+) -> RewardRunner:
     """The runner for ``reward.sandbox`` (``"none"`` or ``"process"``).
 
     Raises: ValueError: unknown ``sandbox``; see :class:`ProcessSandbox`.

@@ -28,6 +28,7 @@ The rows then carry ``step_reward`` = r_t and ``episode_return`` = the return, a
 (``env.reward_mode=step``: GiGPO, RLVCR) or the return (``episode``) on the last response token. The environment's own
 values stay beside them as ``env_step_reward`` / ``env_episode_return``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,17 @@ __all__ = ["TrajectoryRewardScorer"]
 
 logger = logging.getLogger(__name__)
 
-REQUIRED_FIELDS = ("traj_uid", "uid", "step_index", "anchor_obs", "step_reward", "episode_return", "won",
-                   "reward_valid", "data_source")
+REQUIRED_FIELDS = (
+    "traj_uid",
+    "uid",
+    "step_index",
+    "anchor_obs",
+    "step_reward",
+    "episode_return",
+    "won",
+    "reward_valid",
+    "data_source",
+)
 
 
 class TrajectoryRewardScorer:
@@ -64,8 +74,9 @@ class TrajectoryRewardScorer:
         TypeError: ``runner`` is not a ``RewardRunner``. ValueError: unknown ``reward_mode``.
     """
 
-    def __init__(self, runner: RewardRunner, tokenizer: Any, reward_mode: str = "step",
-                 default_step_reward: float = 0.0) -> None:
+    def __init__(
+        self, runner: RewardRunner, tokenizer: Any, reward_mode: str = "step", default_step_reward: float = 0.0
+    ) -> None:
         if not isinstance(runner, RewardRunner):
             raise TypeError(f"TrajectoryRewardScorer needs a RewardRunner, got {type(runner).__name__}")
         if reward_mode not in ("step", "episode"):
@@ -104,7 +115,8 @@ class TrajectoryRewardScorer:
             raise KeyError(f"TrajectoryRewardScorer: the batch lacks {missing} (rows of the multi-turn rollout)")
         texts = self.tokenizer.batch_decode(
             [r[m.bool()].tolist() for r, m in zip(batch.batch["responses"], batch.batch["response_mask"])],
-            skip_special_tokens=True)
+            skip_special_tokens=True,
+        )
         rows_of: dict[str, list[int]] = defaultdict(list)
         for i, traj in enumerate(nt["traj_uid"]):
             rows_of[str(traj)].append(i)
@@ -113,9 +125,17 @@ class TrajectoryRewardScorer:
             rows_of[traj].sort(key=lambda i: int(nt["step_index"][i]))
         requests = [self._request(nt, texts, rows_of[traj]) for traj in traj_ids]
         report = self.runner.run(requests, {"step": int(step)})
-        steps = {traj: [StepData(system_step_index=int(nt["step_index"][i]), raw_policy_output=texts[i],
-                                 step_info={TURN_INDEX_KEY: int(nt["step_index"][i])}) for i in rows_of[traj]]
-                 for traj in traj_ids}
+        steps = {
+            traj: [
+                StepData(
+                    system_step_index=int(nt["step_index"][i]),
+                    raw_policy_output=texts[i],
+                    step_info={TURN_INDEX_KEY: int(nt["step_index"][i])},
+                )
+                for i in rows_of[traj]
+            ]
+            for traj in traj_ids
+        }
         alignment = align(report.results, steps, traj_ids)
         step_reward = np.zeros(len(batch), dtype=np.float64)
         episode = np.zeros(len(batch), dtype=np.float64)
@@ -128,8 +148,9 @@ class TrajectoryRewardScorer:
                 invalid += 1
                 valid[rows] = False
                 reason = aligned.reason or "the reward returned neither a score nor a step output"
-                logger.warning("agent reward: trajectory %s: invalid result (%s): its rows get no advantage",
-                               traj, reason[:200])
+                logger.warning(
+                    "agent reward: trajectory %s: invalid result (%s): its rows get no advantage", traj, reason[:200]
+                )
                 continue
             rewards = aligned.step_rewards(self.default_step_reward)
             if not matched:  # an outcome reward: the score on the last turn
@@ -142,9 +163,13 @@ class TrajectoryRewardScorer:
         values = step_reward if self.reward_mode == "step" else episode
         batch.batch["token_level_scores"] = place_on_last_token(torch.as_tensor(values), batch.batch["response_mask"])
         n = len(traj_ids)
-        metrics = {"reward/invalid_count": float(invalid), "reward/invalid_frac": invalid / n if n else 0.0,
-                   "reward/timeouts": float(report.timeouts), "reward/crashes": float(report.crashes),
-                   **alignment.metrics()}
+        metrics = {
+            "reward/invalid_count": float(invalid),
+            "reward/invalid_frac": invalid / n if n else 0.0,
+            "reward/timeouts": float(report.timeouts),
+            "reward/crashes": float(report.crashes),
+            **alignment.metrics(),
+        }
         if returns:
             metrics["reward/score/mean"] = float(np.mean(returns))
         return metrics
@@ -153,14 +178,23 @@ class TrajectoryRewardScorer:
     def _request(nt: dict, texts: list[str], rows: list[int]) -> RewardRequest:
         messages = []
         for i in rows:
-            messages += [{"role": "user", "content": str(nt["anchor_obs"][i])},
-                         {"role": "assistant", "content": texts[i]}]
+            messages += [
+                {"role": "user", "content": str(nt["anchor_obs"][i])},
+                {"role": "assistant", "content": texts[i]},
+            ]
         first = rows[0]
-        extra = {"env_step_rewards": [float(nt["step_reward"][i]) for i in rows],
-                 "env_return": float(nt["episode_return"][first]), "won": bool(nt["won"][first]),
-                 "traj_uid": str(nt["traj_uid"][first]), "uid": str(nt["uid"][first])}
+        extra = {
+            "env_step_rewards": [float(nt["step_reward"][i]) for i in rows],
+            "env_return": float(nt["episode_return"][first]),
+            "won": bool(nt["won"][first]),
+            "traj_uid": str(nt["traj_uid"][first]),
+            "uid": str(nt["uid"][first]),
+        }
         try:
-            return RewardRequest(messages=messages, ground_truth=None,
-                                 kwargs={"data_source": str(nt["data_source"][first]), "extra_info": extra})
+            return RewardRequest(
+                messages=messages,
+                ground_truth=None,
+                kwargs={"data_source": str(nt["data_source"][first]), "extra_info": extra},
+            )
         except ValueError as err:  # pydantic: a message that cannot be built (should not happen for text)
             raise ValueError(f"agent reward: trajectory {extra['traj_uid']}: {format_error(err)}") from err

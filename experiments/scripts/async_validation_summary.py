@@ -16,6 +16,7 @@ Usage::
 
 Adds ``validation_paired`` to the JSON file ``--result`` (created when missing) and prints it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,8 +44,10 @@ def paired(base: dict, other: dict) -> dict:
     from verl.trainer.eval_compare import paired_stats
 
     rows = sorted(set(base) & set(other))
-    return {"rows": len(rows), **{part: paired_stats([base[r][part] for r in rows], [other[r][part] for r in rows])
-                                  for part in PARTS}}
+    return {
+        "rows": len(rows),
+        **{part: paired_stats([base[r][part] for r in rows], [other[r][part] for r in rows]) for part in PARTS},
+    }
 
 
 def summarise(runs: dict[str, Path], pairs: list[tuple[str, str]]) -> dict:
@@ -61,11 +64,9 @@ def summarise(runs: dict[str, Path], pairs: list[tuple[str, str]]) -> dict:
         if not dumps or dumps[-1].stem == "0":
             raise FileNotFoundError(f"{folder}: no validation after training")
         final[name] = per_row(dumps[-1])
-    out: dict = {"version0": {**{p: statistics.fmean(r[p] for r in base.values()) for p in PARTS},
-                              "rows": len(base)}}
+    out: dict = {"version0": {**{p: statistics.fmean(r[p] for r in base.values()) for p in PARTS}, "rows": len(base)}}
     for name, rows in final.items():
-        out[f"{name}_final"] = {**{p: statistics.fmean(r[p] for r in rows.values()) for p in PARTS},
-                                "rows": len(rows)}
+        out[f"{name}_final"] = {**{p: statistics.fmean(r[p] for r in rows.values()) for p in PARTS}, "rows": len(rows)}
         out[f"{name}_vs_version0"] = paired(base, rows)
     for a, b in pairs:
         out[f"{b}_minus_{a}"] = paired(final[a], final[b])

@@ -13,6 +13,7 @@ all 0) gives every sample an advantage of 0 and teaches nothing (Shao et al. 202
 ``--output`` also writes the splits and those counts, keyed by file, with the command, to a JSON file. Raises
 ``FileNotFoundError`` for a missing file and ``ValueError`` naming the line that is not JSON (``read_generations``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ from verl.utils.reward_score.rlla import RewardSwitches
 
 
 def _split(row: dict) -> str:
-    """"fewer", "same" or "more": the row's parsed tool calls against its ground truth's."""
+    """ "fewer", "same" or "more": the row's parsed tool calls against its ground truth's."""
     predicted, truth = len(row.get("tool_calls") or []), len(row.get("ground_truth_tool_calls") or [])
     return "more" if predicted > truth else "fewer" if predicted < truth else "same"
 
@@ -37,8 +38,10 @@ def split_by_call_count(path: str) -> dict[str, dict[str, float]]:
     switches = RewardSwitches()
     for row in read_generations(path):
         groups[_split(row)].append(row_metrics(row, switches)["correctness"])
-    return {key: {"samples": len(values), "correctness": round(statistics.fmean(values), 3)}
-            for key, values in sorted(groups.items())}
+    return {
+        key: {"samples": len(values), "correctness": round(statistics.fmean(values), 3)}
+        for key, values in sorted(groups.items())
+    }
 
 
 def prompts_whose_scores_differ(path: str, switches: RewardSwitches | None = None) -> dict[str, int]:
@@ -55,8 +58,9 @@ def prompts_whose_scores_differ(path: str, switches: RewardSwitches | None = Non
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("generations", nargs="+", help="main_generation JSONL files")
-    parser.add_argument("--output", default=None,
-                        help="also write the splits, the prompt counts and the command to this JSON file")
+    parser.add_argument(
+        "--output", default=None, help="also write the splits, the prompt counts and the command to this JSON file"
+    )
     args = parser.parse_args(argv)
     splits, prompts = {}, {}
     for generations in args.generations:

@@ -23,6 +23,7 @@ What it reads and reports:
 
 A file in the lists that is missing or lacks a named point is an error that names the file and the key.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,98 +48,192 @@ KINDS = ("rlla63", "rlla33", "rlla_irrel", "bfcl", "api_bank")
 # (item of experiments/notebook.md, label, actor, (progress file, budget phase),
 #  [(sample, kind, frontier file, point), ...])
 HEADS = [
-    ("4", "SGD value head, B=0.3", "sft", ("router-04/smollm2_sft_b0.3_progress.json", 0),
-     [("RLLA val (33, <=768 tok)", "rlla33", "router-04/b0.3_step36_frontier.json", "learned_expected")]),
-    ("6", "ridge head, B=0.3", "sft", ("router-06/smollm2_sft_b0.3_progress.json", 0),
-     [("RLLA val (item 10's rerun)", "rlla63", "router-10/step41_frontier.json", "learned_expected"),
-      ("BFCL rows 1-12 (item 10)", "bfcl", "router-10/step41_bfcl_frontier.json", "learned_expected"),
-      ("BFCL rows 1-12 (item 10), re-priced", "bfcl", "router-10/step41_bfcl_frontier.json",
-       "learned_calibrated_expected"),
-      ("BFCL rows 13-30 (item 10)", "bfcl", "router-10/step41_bfcl_rows13to30_frontier.json",
-       "learned_expected")]),
-    ("7", "ridge head, B=0.5 (item 6's run resumed)", "sft", ("router-06/smollm2_sft_b0.3_progress.json", 1),
-     [("RLLA val", "rlla63", "router-07/b0.5_step56_frontier.json", "learned_expected")]),
-    ("8", "ridge head on the GRPO actor, B=0.3", "grpo", ("router-08/progress.json", 0),
-     [("RLLA val", "rlla63", "router-08/step41_frontier.json", "learned_expected"),
-      ("BFCL rows 1-12 (item 9)", "bfcl", "router-09/step41_bfcl_frontier.json", "learned_expected"),
-      ("BFCL rows 1-12 (item 9), re-priced", "bfcl", "router-09/step41_bfcl_frontier.json",
-       "learned_calibrated_expected")]),
-    ("11", "ridge head + irrelevance rows, B=0.3", "sft", ("router-11/progress.json", 0),
-     [("RLLA val", "rlla63", "router-11/step41_frontier.json", "learned_expected"),
-      ("BFCL rows 1-12", "bfcl", "router-11/step41_bfcl_frontier.json", "learned_expected"),
-      ("BFCL rows 1-12, re-priced", "bfcl", "router-11/step41_bfcl_frontier.json",
-       "learned_calibrated_expected"),
-      ("BFCL rows 13-30", "bfcl", "router-11/step41_bfcl_rows13to30_frontier.json", "learned_expected"),
-      ("BFCL rows 13-30, re-priced", "bfcl", "router-11/step41_bfcl_rows13to30_frontier.json",
-       "learned_calibrated_expected")]),
-    ("12", "the main job's default (smollm2), B=0.3", "sft", ("router-12/progress.json", 0),
-     [("RLLA val", "rlla63", "router-12/rlla_frontier.json", "learned_expected"),
-      ("RLLA val, re-priced to 0.3", "rlla63", "router-12/rlla_frontier.json",
-       "learned_calibrated_expected"),
-      ("RLLA val + its irrelevance rows", "rlla_irrel", "router-12/rlla_irrel_frontier.json",
-       "learned_expected"),
-      ("RLLA val + its irrelevance rows, re-priced", "rlla_irrel",
-       "router-12/rlla_irrel_frontier.json", "learned_calibrated_expected"),
-      ("BFCL rows 31-60", "bfcl", "router-12/bfcl_rows31to60_frontier.json", "learned_expected"),
-      ("BFCL rows 31-60, re-priced", "bfcl", "router-12/bfcl_rows31to60_frontier.json",
-       "learned_calibrated_expected"),
-      ("API-Bank L1 (26)", "api_bank", "router-12/api_bank_l1_first40_frontier.json",
-       "learned_expected"),
-      ("API-Bank L1 (26), re-priced", "api_bank", "router-12/api_bank_l1_first40_frontier.json",
-       "learned_calibrated_expected")]),
+    (
+        "4",
+        "SGD value head, B=0.3",
+        "sft",
+        ("router-04/smollm2_sft_b0.3_progress.json", 0),
+        [("RLLA val (33, <=768 tok)", "rlla33", "router-04/b0.3_step36_frontier.json", "learned_expected")],
+    ),
+    (
+        "6",
+        "ridge head, B=0.3",
+        "sft",
+        ("router-06/smollm2_sft_b0.3_progress.json", 0),
+        [
+            ("RLLA val (item 10's rerun)", "rlla63", "router-10/step41_frontier.json", "learned_expected"),
+            ("BFCL rows 1-12 (item 10)", "bfcl", "router-10/step41_bfcl_frontier.json", "learned_expected"),
+            (
+                "BFCL rows 1-12 (item 10), re-priced",
+                "bfcl",
+                "router-10/step41_bfcl_frontier.json",
+                "learned_calibrated_expected",
+            ),
+            ("BFCL rows 13-30 (item 10)", "bfcl", "router-10/step41_bfcl_rows13to30_frontier.json", "learned_expected"),
+        ],
+    ),
+    (
+        "7",
+        "ridge head, B=0.5 (item 6's run resumed)",
+        "sft",
+        ("router-06/smollm2_sft_b0.3_progress.json", 1),
+        [("RLLA val", "rlla63", "router-07/b0.5_step56_frontier.json", "learned_expected")],
+    ),
+    (
+        "8",
+        "ridge head on the GRPO actor, B=0.3",
+        "grpo",
+        ("router-08/progress.json", 0),
+        [
+            ("RLLA val", "rlla63", "router-08/step41_frontier.json", "learned_expected"),
+            ("BFCL rows 1-12 (item 9)", "bfcl", "router-09/step41_bfcl_frontier.json", "learned_expected"),
+            (
+                "BFCL rows 1-12 (item 9), re-priced",
+                "bfcl",
+                "router-09/step41_bfcl_frontier.json",
+                "learned_calibrated_expected",
+            ),
+        ],
+    ),
+    (
+        "11",
+        "ridge head + irrelevance rows, B=0.3",
+        "sft",
+        ("router-11/progress.json", 0),
+        [
+            ("RLLA val", "rlla63", "router-11/step41_frontier.json", "learned_expected"),
+            ("BFCL rows 1-12", "bfcl", "router-11/step41_bfcl_frontier.json", "learned_expected"),
+            ("BFCL rows 1-12, re-priced", "bfcl", "router-11/step41_bfcl_frontier.json", "learned_calibrated_expected"),
+            ("BFCL rows 13-30", "bfcl", "router-11/step41_bfcl_rows13to30_frontier.json", "learned_expected"),
+            (
+                "BFCL rows 13-30, re-priced",
+                "bfcl",
+                "router-11/step41_bfcl_rows13to30_frontier.json",
+                "learned_calibrated_expected",
+            ),
+        ],
+    ),
+    (
+        "12",
+        "the main job's default (smollm2), B=0.3",
+        "sft",
+        ("router-12/progress.json", 0),
+        [
+            ("RLLA val", "rlla63", "router-12/rlla_frontier.json", "learned_expected"),
+            ("RLLA val, re-priced to 0.3", "rlla63", "router-12/rlla_frontier.json", "learned_calibrated_expected"),
+            ("RLLA val + its irrelevance rows", "rlla_irrel", "router-12/rlla_irrel_frontier.json", "learned_expected"),
+            (
+                "RLLA val + its irrelevance rows, re-priced",
+                "rlla_irrel",
+                "router-12/rlla_irrel_frontier.json",
+                "learned_calibrated_expected",
+            ),
+            ("BFCL rows 31-60", "bfcl", "router-12/bfcl_rows31to60_frontier.json", "learned_expected"),
+            (
+                "BFCL rows 31-60, re-priced",
+                "bfcl",
+                "router-12/bfcl_rows31to60_frontier.json",
+                "learned_calibrated_expected",
+            ),
+            ("API-Bank L1 (26)", "api_bank", "router-12/api_bank_l1_first40_frontier.json", "learned_expected"),
+            (
+                "API-Bank L1 (26), re-priced",
+                "api_bank",
+                "router-12/api_bank_l1_first40_frontier.json",
+                "learned_calibrated_expected",
+            ),
+        ],
+    ),
 ]
 # fixed-price (fixed-penalty) points of a head, drawn in panel (a): (item, frontier file, point)
-FIXED_PRICE = [("6", "router-10/step41_frontier.json", "lambda_2_expected"),
-               ("6", "router-10/step41_frontier.json", "lambda_6_expected"),
-               ("8", "router-08/step41_frontier.json", "lambda_2_expected"),
-               ("8", "router-08/step41_frontier.json", "lambda_6_expected")]
+FIXED_PRICE = [
+    ("6", "router-10/step41_frontier.json", "lambda_2_expected"),
+    ("6", "router-10/step41_frontier.json", "lambda_6_expected"),
+    ("8", "router-08/step41_frontier.json", "lambda_2_expected"),
+    ("8", "router-08/step41_frontier.json", "lambda_6_expected"),
+]
 # the fixed policies of each actor on RLLA's 63 validation prompts: a frontier file that holds them
-ACTOR_BASELINES = {"sft": "router-12/rlla_frontier.json",
-                   "grpo": "router-08/step41_frontier.json"}
+ACTOR_BASELINES = {"sft": "router-12/rlla_frontier.json", "grpo": "router-08/step41_frontier.json"}
 _SAMPLED = "sampled at 0.5"
 # the progress file of each GRPO run (its training cost: steps and median seconds per step), by the run's label
-GRPO_RUNS = {"8x4, 128 tok, step 40": "grpo-02/training.json",
-             "8x4, 256 tok, step 40": "grpo-03/training.json",
-             "8x4 at T=0.5, step 20": "grpo-05/progress.json",
-             "8x4 refined+KL loss": "grpo-06/progress.json",
-             "16x4 seed 1": "grpo-07/progress.json",
-             "16x4 seed 2": "grpo-08/progress.json",
-             "16x4 + irrelevance rows": "grpo-09/progress.json"}
+GRPO_RUNS = {
+    "8x4, 128 tok, step 40": "grpo-02/training.json",
+    "8x4, 256 tok, step 40": "grpo-03/training.json",
+    "8x4 at T=0.5, step 20": "grpo-05/progress.json",
+    "8x4 refined+KL loss": "grpo-06/progress.json",
+    "16x4 seed 1": "grpo-07/progress.json",
+    "16x4 seed 2": "grpo-08/progress.json",
+    "16x4 + irrelevance rows": "grpo-09/progress.json",
+}
 # (label, paired file, decoding, metric, note): paired against the start per prompt (RLLA: the validation prompts
 # <= 1,024 tokens, ``prompt<=1024`` of paired_by_prompt_length.py; BFCL: main_eval --baseline, per BFCL row)
 GRPO = [
-    ("8x4, 128 tok, step 40", "grpo-02/paired_r128.json", "greedy, 128 tok", "correctness",
-     "all of it on the 20 prompts whose start did not fit 128 tokens"),
+    (
+        "8x4, 128 tok, step 40",
+        "grpo-02/paired_r128.json",
+        "greedy, 128 tok",
+        "correctness",
+        "all of it on the 20 prompts whose start did not fit 128 tokens",
+    ),
     ("8x4, 256 tok, step 40", "grpo-03/paired.json", "greedy", "correctness", ""),
-    ("8x4, 256 tok, step 40", "grpo-03/sampled_paired.json", "sampled at 1 (both)",
-     "correctness", "sharpening: the start at 0.5 beats it (next row)"),
-    ("8x4, 256 tok, step 40", "grpo-03/sampled_vs_sft_t0.5_paired.json",
-     "trained at 1 vs start at 0.5", "correctness", "the control"),
+    (
+        "8x4, 256 tok, step 40",
+        "grpo-03/sampled_paired.json",
+        "sampled at 1 (both)",
+        "correctness",
+        "sharpening: the start at 0.5 beats it (next row)",
+    ),
+    (
+        "8x4, 256 tok, step 40",
+        "grpo-03/sampled_vs_sft_t0.5_paired.json",
+        "trained at 1 vs start at 0.5",
+        "correctness",
+        "the control",
+    ),
     ("8x4, 256 tok, step 40", "grpo-03/sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
-    ("8x4 at T=0.5, step 20", "grpo-05/step20_sampled_t0.5_paired.json",
-     _SAMPLED, "correctness", ""),
-    ("8x4 refined+KL loss, step 24",
-     "grpo-06/step24_sampled_t0.5_paired.json", _SAMPLED,
-     "correctness", ""),
-    ("8x4 refined+KL loss, step 31",
-     "grpo-06/step31_sampled_t0.5_paired.json", _SAMPLED,
-     "correctness", ""),
+    ("8x4 at T=0.5, step 20", "grpo-05/step20_sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
+    ("8x4 refined+KL loss, step 24", "grpo-06/step24_sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
+    ("8x4 refined+KL loss, step 31", "grpo-06/step31_sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
     ("16x4 seed 1, step 15", "grpo-07/step15_sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
-    ("16x4 seed 1, step 20", "grpo-07/step20_sampled_t0.5_paired.json", _SAMPLED, "correctness",
-     "the best of the four seed-1 checkpoints evaluated"),
+    (
+        "16x4 seed 1, step 20",
+        "grpo-07/step20_sampled_t0.5_paired.json",
+        _SAMPLED,
+        "correctness",
+        "the best of the four seed-1 checkpoints evaluated",
+    ),
     ("16x4 seed 1, step 25", "grpo-07/step25_sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
     ("16x4 seed 1, step 30", "grpo-07/step30_sampled_t0.5_paired.json", _SAMPLED, "correctness", ""),
-    ("16x4 seed 2, step 20", "grpo-08/step20_sampled_t0.5_paired.json", _SAMPLED, "correctness",
-     "fixed in advance; the same start samples as seed 1"),
+    (
+        "16x4 seed 2, step 20",
+        "grpo-08/step20_sampled_t0.5_paired.json",
+        _SAMPLED,
+        "correctness",
+        "fixed in advance; the same start samples as seed 1",
+    ),
     ("16x4 seed 2, step 20", "grpo-08/step20_greedy_paired.json", "greedy", "correctness", ""),
-    ("16x4 seed 2, step 20", "grpo-08/step20_bfcl20_paired.json", "greedy", "bfcl_accuracy",
-     "BFCL, 20 rows a category"),
-    ("16x4 + irrelevance rows, step 25", "grpo-09/step25_sampled_t0.5_paired.json", _SAMPLED,
-     "correctness", "fixed in advance (test 1)"),
-    ("16x4 + irrelevance rows, step 25", "grpo-09/step25_greedy_paired.json", "greedy",
-     "correctness", ""),
-    ("16x4 + irrelevance rows, step 25", "grpo-09/step25_bfcl20_paired.json", "greedy",
-     "bfcl_accuracy", "fixed in advance (test 2); BFCL, 20 rows a category"),
+    (
+        "16x4 seed 2, step 20",
+        "grpo-08/step20_bfcl20_paired.json",
+        "greedy",
+        "bfcl_accuracy",
+        "BFCL, 20 rows a category",
+    ),
+    (
+        "16x4 + irrelevance rows, step 25",
+        "grpo-09/step25_sampled_t0.5_paired.json",
+        _SAMPLED,
+        "correctness",
+        "fixed in advance (test 1)",
+    ),
+    ("16x4 + irrelevance rows, step 25", "grpo-09/step25_greedy_paired.json", "greedy", "correctness", ""),
+    (
+        "16x4 + irrelevance rows, step 25",
+        "grpo-09/step25_bfcl20_paired.json",
+        "greedy",
+        "bfcl_accuracy",
+        "fixed in advance (test 2); BFCL, 20 rows a category",
+    ),
 ]
 
 
@@ -160,8 +255,12 @@ def _tool_groups(point: dict) -> tuple[int, float, int, float]:
     """``(n1, f1, n0, f0)``: prompts whose ground truth calls a tool and the policy's tool-route share on them, then
     the same for the prompts whose ground truth calls none (a missing group counts 0 prompts)."""
     call, no_call = point.get("ground_truth_calls_a_tool") or {}, point.get("ground_truth_calls_no_tool") or {}
-    return (call.get("rows", 0), call.get("tool_route_frac") or 0.0,
-            no_call.get("rows", 0), no_call.get("tool_route_frac") or 0.0)
+    return (
+        call.get("rows", 0),
+        call.get("tool_route_frac") or 0.0,
+        no_call.get("rows", 0),
+        no_call.get("tool_route_frac") or 0.0,
+    )
 
 
 def expected_decision_f1(point: dict) -> tuple[float | None, float | None]:
@@ -217,9 +316,15 @@ def last_third(progress: dict, phase: int = 0, where: str = "progress file") -> 
     if not lam:
         raise KeyError(f"does_it_learn_summary: {where} logs no router/lambda at step {end}")
     seconds = sorted(s["timing_s/step"] for s in steps if "timing_s/step" in s)
-    return {"budget": budget, "policy_cost_last_third": cost, "last_step": end, "final_lambda": lam[0],
-            "steps": end - first + 1, "median_step_s": statistics.median(seconds) if seconds else None,
-            "step_hours": sum(seconds) / 3600 if seconds else None}
+    return {
+        "budget": budget,
+        "policy_cost_last_third": cost,
+        "last_step": end,
+        "final_lambda": lam[0],
+        "steps": end - first + 1,
+        "median_step_s": statistics.median(seconds) if seconds else None,
+        "step_hours": sum(seconds) / 3600 if seconds else None,
+    }
 
 
 def summarise(results: Path = RESULTS) -> dict:
@@ -228,8 +333,13 @@ def summarise(results: Path = RESULTS) -> dict:
     load = functools.cache(lambda name: _load(name, results))  # a file serves several rows: read it once
     heads = []
     for item, label, actor, (progress, phase), samples in HEADS:
-        entry = {"item": item, "label": label, "actor": actor,
-                 "training": last_third(load(progress), phase, progress), "samples": []}
+        entry = {
+            "item": item,
+            "label": label,
+            "actor": actor,
+            "training": last_third(load(progress), phase, progress),
+            "samples": [],
+        }
         for sample, kind, name, key in samples:
             if kind not in KINDS:
                 raise ValueError(f"does_it_learn_summary: item {item}, '{sample}': kind {kind!r} is not one of {KINDS}")
@@ -238,14 +348,24 @@ def summarise(results: Path = RESULTS) -> dict:
             point = _need(_need(frontier, "points", name), key, name)
             n1, f1, n0, f0 = _tool_groups(point)
             f1_policy, f1_random = expected_decision_f1(point)
-            entry["samples"].append({
-                "sample": sample, "kind": kind, "file": name, "point": key,
-                "benchmark": frontier.get("benchmark", "rlla"), "budget": _need(frontier, "budget", name),
-                "rows": _need(point, "rows", where), "cost": _need(point, "mean_cost", where),
-                "score": _need(point, "score", where), "gain_vs_random_same_cost": head_gain(point, where),
-                "ground_truth_call": {"rows": n1, "tool_route_frac": f1},
-                "ground_truth_no_call": {"rows": n0, "tool_route_frac": f0},
-                "decision_f1": f1_policy, "decision_f1_random_same_rate": f1_random})
+            entry["samples"].append(
+                {
+                    "sample": sample,
+                    "kind": kind,
+                    "file": name,
+                    "point": key,
+                    "benchmark": frontier.get("benchmark", "rlla"),
+                    "budget": _need(frontier, "budget", name),
+                    "rows": _need(point, "rows", where),
+                    "cost": _need(point, "mean_cost", where),
+                    "score": _need(point, "score", where),
+                    "gain_vs_random_same_cost": head_gain(point, where),
+                    "ground_truth_call": {"rows": n1, "tool_route_frac": f1},
+                    "ground_truth_no_call": {"rows": n0, "tool_route_frac": f0},
+                    "decision_f1": f1_policy,
+                    "decision_f1_random_same_rate": f1_random,
+                }
+            )
         heads.append(entry)
     grpo = []
     for label, name, decoding, metric, note in GRPO:
@@ -256,19 +376,43 @@ def summarise(results: Path = RESULTS) -> dict:
         paired = load(name)
         block = _need(paired, "paired" if metric == "bfcl_accuracy" else "prompt<=1024", name)
         m = _need(_need(block, "metrics", name), metric, name)
-        grpo.append({"run": label, "decoding": decoding, "metric": metric, "note": note, "file": name,
-                     "prompts": m["n"], "before": m["before"], "after": m["after"], "gain": m["gain"],
-                     "se": m["se"], "t": m["t"], "run_progress": run, "run_steps": cost["steps_timed"],
-                     "run_median_step_s": cost["median_step_s"]})
+        grpo.append(
+            {
+                "run": label,
+                "decoding": decoding,
+                "metric": metric,
+                "note": note,
+                "file": name,
+                "prompts": m["n"],
+                "before": m["before"],
+                "after": m["after"],
+                "gain": m["gain"],
+                "se": m["se"],
+                "t": m["t"],
+                "run_progress": run,
+                "run_steps": cost["steps_timed"],
+                "run_median_step_s": cost["median_step_s"],
+            }
+        )
     baselines = {}
     for actor, name in ACTOR_BASELINES.items():
         points = _need(load(name), "points", name)
-        baselines[actor] = {k: {"cost": _need(points, k, name)["mean_cost"], "score": points[k]["score"]["mean"]}
-                            for k in ("answer", "search", "calculate")}
-    fixed = [{"item": item, "point": key, "cost": p["mean_cost"], "score": p["score"]["mean"]}
-             for item, name, key in FIXED_PRICE for p in [_need(load(name)["points"], key, name)]]
-    return {"issue": "19: the router heads and GRPO runs of README 'Does it learn?' at a glance",
-            "heads": heads, "fixed_price": fixed, "actor_baselines_rlla_val": baselines, "grpo": grpo}
+        baselines[actor] = {
+            k: {"cost": _need(points, k, name)["mean_cost"], "score": points[k]["score"]["mean"]}
+            for k in ("answer", "search", "calculate")
+        }
+    fixed = [
+        {"item": item, "point": key, "cost": p["mean_cost"], "score": p["score"]["mean"]}
+        for item, name, key in FIXED_PRICE
+        for p in [_need(load(name)["points"], key, name)]
+    ]
+    return {
+        "issue": "19: the router heads and GRPO runs of README 'Does it learn?' at a glance",
+        "heads": heads,
+        "fixed_price": fixed,
+        "actor_baselines_rlla_val": baselines,
+        "grpo": grpo,
+    }
 
 
 def _t(value) -> str:
@@ -282,15 +426,19 @@ def _f(value, digits: int = 2) -> str:
 def markdown(summary: dict) -> str:
     """Two markdown tables: router heads (one row per sample) and GRPO comparisons. Bold: a gain above zero by more
     than two standard errors; †: against random routing with SEARCH as its only tool route (``head_gain``)."""
-    lines = ["| item | head | trained: policy cost in the last third / B, final λ; steps × median s | sample | prompts | "
-             "cost | score | "
-             "gain over random at the same cost (t) | P(tool route): ground truth calls / does not (prompts) | "
-             "decision F1 (random at the same rate) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| item | head | trained: policy cost in the last third / B, final λ; steps × median s | sample | prompts | "
+        "cost | score | "
+        "gain over random at the same cost (t) | P(tool route): ground truth calls / does not (prompts) | "
+        "decision F1 (random at the same rate) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for head in summary["heads"]:
         tr = head["training"]
-        trained = (f"{tr['policy_cost_last_third']:.3f} / {tr['budget']}, λ {tr['final_lambda']:.2f}; "
-                   f"{tr['steps']} × {_f(tr['median_step_s'], 0)} s")
+        trained = (
+            f"{tr['policy_cost_last_third']:.3f} / {tr['budget']}, λ {tr['final_lambda']:.2f}; "
+            f"{tr['steps']} × {_f(tr['median_step_s'], 0)} s"
+        )
         for i, s in enumerate(head["samples"]):
             g = s["gain_vs_random_same_cost"]
             bold = "**" if g["t"] is not None and g["t"] > 2 else ""
@@ -302,20 +450,28 @@ def markdown(summary: dict) -> str:
                 f"{s['score']['mean']:.3f} | {bold}{g['mean']:+.3f} ± {g['se']:.3f} ({_t(g['t'])}){bold}{dagger} | "
                 f"{s['ground_truth_call']['tool_route_frac']:.2f} / "
                 f"{_f(no_call['tool_route_frac']) if no_call['rows'] else '–'} ({no_call['rows']}) | "
-                f"{_f(s['decision_f1'])} ({_f(s['decision_f1_random_same_rate'])}) |")
-    lines += ["", "| GRPO run (from smollm2-135m-sft) | its training: steps × median s | decoding | metric | prompts | "
-              "before → after | paired gain ± se (t) | note |", "|---|---|---|---|---|---|---|---|"]
+                f"{_f(s['decision_f1'])} ({_f(s['decision_f1_random_same_rate'])}) |"
+            )
+    lines += [
+        "",
+        "| GRPO run (from smollm2-135m-sft) | its training: steps × median s | decoding | metric | prompts | "
+        "before → after | paired gain ± se (t) | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in summary["grpo"]:
         bold = "**" if r["t"] is not None and r["t"] > 2 else ""
-        lines.append(f"| {r['run']} | {r['run_steps']} × {r['run_median_step_s']:.0f} s | {r['decoding']} | "
-                     f"{r['metric']} | {r['prompts']} | {r['before']:.3f} → "
-                     f"{r['after']:.3f} | {bold}{r['gain']:+.3f} ± {r['se']:.3f} ({_f(r['t'])}){bold} | {r['note']} |")
+        lines.append(
+            f"| {r['run']} | {r['run_steps']} × {r['run_median_step_s']:.0f} s | {r['decoding']} | "
+            f"{r['metric']} | {r['prompts']} | {r['before']:.3f} → "
+            f"{r['after']:.3f} | {bold}{r['gain']:+.3f} ± {r['se']:.3f} ({_f(r['t'])}){bold} | {r['note']} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def plot(summary: dict, path: str) -> None:
     """The three panels described in the module docstring."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -326,55 +482,100 @@ def plot(summary: dict, path: str) -> None:
     for actor, base in summary["actor_baselines_rlla_val"].items():
         c = colours[actor]
         tool = (base["search"]["score"] + base["calculate"]["score"]) / 2
-        ax.plot([0, 1], [base["answer"]["score"], tool], ls="--", color=c, alpha=0.5,
-                label=f"{names[actor]}: random routing at any cost (even SEARCH : CALCULATE split)")
-        ax.scatter([0, 1, 1], [base["answer"]["score"], base["search"]["score"], base["calculate"]["score"]],
-                   marker="s", color=c, alpha=0.6)
-    palette = dict(zip([h["item"] for h in summary["heads"]],  # the actors' blue and red are left out
-                       ["tab:olive", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:gray", "tab:cyan"]))
+        ax.plot(
+            [0, 1],
+            [base["answer"]["score"], tool],
+            ls="--",
+            color=c,
+            alpha=0.5,
+            label=f"{names[actor]}: random routing at any cost (even SEARCH : CALCULATE split)",
+        )
+        ax.scatter(
+            [0, 1, 1],
+            [base["answer"]["score"], base["search"]["score"], base["calculate"]["score"]],
+            marker="s",
+            color=c,
+            alpha=0.6,
+        )
+    palette = dict(
+        zip(
+            [h["item"] for h in summary["heads"]],  # the actors' blue and red are left out
+            ["tab:olive", "tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:gray", "tab:cyan"],
+        )
+    )
     for head in summary["heads"]:
         for s in head["samples"]:
             if s["kind"] == "rlla63":
                 repriced = s["point"] == "learned_calibrated_expected"
-                ax.errorbar(s["cost"], s["score"]["mean"], yerr=s["score"]["se"], capsize=3,
-                            fmt="D" if head["actor"] == "grpo" else "o", color=palette[head["item"]],
-                            mfc="white" if repriced else None,
-                            label=f"{head['item']}: {head['label']}{', re-priced to 0.3' if repriced else ''}")
+                ax.errorbar(
+                    s["cost"],
+                    s["score"]["mean"],
+                    yerr=s["score"]["se"],
+                    capsize=3,
+                    fmt="D" if head["actor"] == "grpo" else "o",
+                    color=palette[head["item"]],
+                    mfc="white" if repriced else None,
+                    label=f"{head['item']}: {head['label']}{', re-priced to 0.3' if repriced else ''}",
+                )
     for f in summary["fixed_price"]:
         lam = f["point"].split("_")[1]
-        ax.scatter(f["cost"], f["score"], marker="^" if float(lam) < 4 else "v", color=palette[f["item"]],
-                   label=f"{f['item']} at the fixed price λ = {lam}")
+        ax.scatter(
+            f["cost"],
+            f["score"],
+            marker="^" if float(lam) < 4 else "v",
+            color=palette[f["item"]],
+            label=f"{f['item']} at the fixed price λ = {lam}",
+        )
     ax.axvline(0.3, color="grey", lw=0.8)
     ax.set_xlabel("mean route cost (tool routes cost ~1)")
     ax.set_ylabel("RLLA score, 63 validation prompts ≤ 1,024 tokens")
-    ax.set_title("(a) routing policies on RLLA validation (±1 se)\n■ never / always a tool; ● on the SFT actor, "
-                 "◆ on the GRPO actor", fontsize=10)
+    ax.set_title(
+        "(a) routing policies on RLLA validation (±1 se)\n■ never / always a tool; ● on the SFT actor, "
+        "◆ on the GRPO actor",
+        fontsize=10,
+    )
     ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=1)
 
     ax = axes[1]
-    rows = [(f"{h['item']}: {s['sample']} (cost {s['cost']:.2f})", s["gain_vs_random_same_cost"], s["kind"])
-            for h in summary["heads"] for s in h["samples"]]
-    kind_colour = {"rlla63": "tab:blue", "rlla33": "tab:cyan", "rlla_irrel": "tab:orange", "bfcl": "tab:green",
-                   "api_bank": "tab:purple"}
+    rows = [
+        (f"{h['item']}: {s['sample']} (cost {s['cost']:.2f})", s["gain_vs_random_same_cost"], s["kind"])
+        for h in summary["heads"]
+        for s in h["samples"]
+    ]
+    kind_colour = {
+        "rlla63": "tab:blue",
+        "rlla33": "tab:cyan",
+        "rlla_irrel": "tab:orange",
+        "bfcl": "tab:green",
+        "api_bank": "tab:purple",
+    }
     for y, (label, g, kind) in enumerate(reversed(rows)):
         t = g["t"] if g["t"] is not None else 0.0
-        ax.scatter(t, y, marker="s" if g["versus"] == SEARCH_ONLY else "o", color=kind_colour[kind],
-                   facecolors=kind_colour[kind] if t > 2 else "white")
+        ax.scatter(
+            t,
+            y,
+            marker="s" if g["versus"] == SEARCH_ONLY else "o",
+            color=kind_colour[kind],
+            facecolors=kind_colour[kind] if t > 2 else "white",
+        )
     ax.set_yticks(range(len(rows)), [r[0] for r in reversed(rows)], fontsize=7)
     ax.axvline(0, color="black", lw=0.8)
     ax.axvline(2, color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("paired t of the gain over random routing at the same cost (gain / se; filled: t > 2)\n"
-                  "blue: RLLA validation, cyan: its 33 prompts ≤ 768 tokens, orange: with its irrelevance rows,\n"
-                  "green: BFCL accuracy, purple: API-Bank;\n"
-                  "■: against random with SEARCH only, ●: with the head's own SEARCH : CALCULATE split")
+    ax.set_xlabel(
+        "paired t of the gain over random routing at the same cost (gain / se; filled: t > 2)\n"
+        "blue: RLLA validation, cyan: its 33 prompts ≤ 768 tokens, orange: with its irrelevance rows,\n"
+        "green: BFCL accuracy, purple: API-Bank;\n"
+        "■: against random with SEARCH only, ●: with the head's own SEARCH : CALCULATE split"
+    )
     ax.set_title("(b) does the router pay for itself?", fontsize=10)
 
     ax = axes[2]
     grpo = [r for r in summary["grpo"] if r["metric"] == "correctness"]
     for y, r in enumerate(reversed(grpo)):
         passed = r["t"] is not None and abs(r["t"]) > 2
-        ax.errorbar(r["gain"], y, xerr=2 * r["se"], fmt="o", capsize=3, color="tab:orange",
-                    mfc=None if passed else "white")
+        ax.errorbar(
+            r["gain"], y, xerr=2 * r["se"], fmt="o", capsize=3, color="tab:orange", mfc=None if passed else "white"
+        )
     ax.set_yticks(range(len(grpo)), [f"{r['run']}: {r['decoding']}" for r in reversed(grpo)], fontsize=7)
     ax.axvline(0, color="black", lw=0.8)
     ax.set_xlabel("RLLA validation correctness: paired gain\nover the start, ±2 se (filled: |t| > 2)")
@@ -392,8 +593,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--markdown", help="the two tables as markdown (printed too)")
     args = parser.parse_args(argv)
     summary = summarise(Path(args.results))
-    given = ([f"--results {args.results}"] if args.results != str(RESULTS) else []) + [f"--output {args.output}"] \
+    given = (
+        ([f"--results {args.results}"] if args.results != str(RESULTS) else [])
+        + [f"--output {args.output}"]
         + [f"--{k} {getattr(args, k)}" for k in ("plot", "markdown") if getattr(args, k)]
+    )
     summary["command"] = " ".join(["python experiments/scripts/does_it_learn_summary.py", *given])
     Path(args.output).write_text(json.dumps(summary, indent=1) + "\n")
     table = markdown(summary)

@@ -15,6 +15,7 @@ policy's average response with the starting policy's well-formed (or malformed) 
 ToolRL's switches from the environment as training does (``REFINEDREWARD=1 python ...`` scores by the refined
 reward); the output names those that were on (``reward_switches_on``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,21 +42,35 @@ def main() -> None:
     args = parser.parse_args()
     tok = AutoTokenizer.from_pretrained(args.tokenizer)
     frame = pd.read_parquet(os.environ.get("RLLA_TEST_FILE") or resolve_rlla_file("test"))
-    lengths = [len(tok(tok.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False),
-                       add_special_tokens=False)["input_ids"]) for p in frame["prompt"]]
+    lengths = [
+        len(
+            tok(tok.apply_chat_template(list(p), add_generation_prompt=True, tokenize=False), add_special_tokens=False)[
+                "input_ids"
+            ]
+        )
+        for p in frame["prompt"]
+    ]
     before, after = read_generations(args.before), read_generations(args.after)
     switches = RewardSwitches.from_env()
     metric = lambda row: row_metrics(row, switches)  # noqa: E731
     cut = args.max_prompt_tokens
-    out = {"before": args.before, "after": args.after, "max_prompt_tokens": cut,
-           "reward_switches_on": switches.active()}  # ToolRL's switches the scores were computed under
+    out = {
+        "before": args.before,
+        "after": args.after,
+        "max_prompt_tokens": cut,
+        "reward_switches_on": switches.active(),
+    }  # ToolRL's switches the scores were computed under
     # the split by the starting response's format tells a gain from finishing inside the length limit (a response
     # cut off scores format < 1) from one in the calls themselves
     well_formed = {(r.get("data_source"), r["row"], r.get("sample", 0)) for r in before if metric(r)["format"] >= 1}
     formed = lambda r: (r.get("data_source"), r["row"], r.get("sample", 0)) in well_formed  # noqa: E731
-    for name, keep in (("all", lambda r: True), (f"prompt<={cut}", lambda r: lengths[r["row"]] <= cut),
-                       (f"prompt>{cut}", lambda r: lengths[r["row"]] > cut),
-                       ("before_format=1", formed), ("before_format<1", lambda r: not formed(r))):
+    for name, keep in (
+        ("all", lambda r: True),
+        (f"prompt<={cut}", lambda r: lengths[r["row"]] <= cut),
+        (f"prompt>{cut}", lambda r: lengths[r["row"]] > cut),
+        ("before_format=1", formed),
+        ("before_format<1", lambda r: not formed(r)),
+    ):
         kept_before, kept_after = [r for r in before if keep(r)], [r for r in after if keep(r)]
         if not kept_before and not kept_after:  # e.g. files generated with the same prompt limit: nothing longer
             out[name] = {"rows": 0, "note": "no generation in this split"}

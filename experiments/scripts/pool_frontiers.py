@@ -13,6 +13,7 @@ For each point (a stochastic policy scored in expectation by ``router_frontier.p
   from each sample's ``n``, ``mean`` and sample variance, and Welch's standard error is computed on the pooled groups
   (``router_frontier.gap``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,14 +63,24 @@ def pool_point(points: list[dict]) -> dict:
     gains = [p[GAIN]["score"] for p in points]
     for i, g in enumerate(gains):
         if g.get("se") is None:
-            raise ValueError(f"sample {i} ({n[i]} prompt(s)): its {GAIN}.score has no standard error; pooling "
-                             "needs one for every sample")
-    out = {"rows": total, "mean_cost": sum(k * p["mean_cost"] for k, p in zip(n, points)) / total,
-           GAIN: {"score": {"mean": sum(k * g["mean"] for k, g in zip(n, gains)) / total,
-                            "se": math.sqrt(sum((k * g["se"]) ** 2 for k, g in zip(n, gains))) / total}}}
+            raise ValueError(
+                f"sample {i} ({n[i]} prompt(s)): its {GAIN}.score has no standard error; pooling "
+                "needs one for every sample"
+            )
+    out = {
+        "rows": total,
+        "mean_cost": sum(k * p["mean_cost"] for k, p in zip(n, points)) / total,
+        GAIN: {
+            "score": {
+                "mean": sum(k * g["mean"] for k, g in zip(n, gains)) / total,
+                "se": math.sqrt(sum((k * g["se"]) ** 2 for k, g in zip(n, gains))) / total,
+            }
+        },
+    }
     gaps = [p["tool_route_frac_gap"] for p in points]
-    out["tool_route_frac_gap"] = frontier.gap(pool_groups([g["no_call"] for g in gaps]),
-                                              pool_groups([g["call"] for g in gaps]))
+    out["tool_route_frac_gap"] = frontier.gap(
+        pool_groups([g["no_call"] for g in gaps]), pool_groups([g["call"] for g in gaps])
+    )
     return out
 
 
@@ -91,9 +102,11 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"point {label!r} of {list(loaded)} (samples 0-based in this order): {err}") from err
         g, d = pooled[label][GAIN]["score"], pooled[label]["tool_route_frac_gap"]
         fmt = lambda x, spec: "n/a" if x is None else format(x, spec)  # noqa: E731
-        print(f"{label}: {pooled[label]['rows']} prompts, cost {pooled[label]['mean_cost']:.3f}, gain over random at "
-              f"the same cost and split {g['mean']:+.4f} ± {g['se']:.4f}; P(tool route) no-call minus call "
-              f"{fmt(d['no_call_minus_call'], '+.3f')} ± {fmt(d['se'], '.3f')}")
+        print(
+            f"{label}: {pooled[label]['rows']} prompts, cost {pooled[label]['mean_cost']:.3f}, gain over random at "
+            f"the same cost and split {g['mean']:+.4f} ± {g['se']:.4f}; P(tool route) no-call minus call "
+            f"{fmt(d['no_call_minus_call'], '+.3f')} ± {fmt(d['se'], '.3f')}"
+        )
     Path(args.output).write_text(json.dumps({"frontiers": args.frontiers, "points": pooled}, indent=2) + "\n")
     return 0
 

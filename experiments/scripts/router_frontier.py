@@ -25,6 +25,7 @@ The plot puts every policy at (mean tool cost, mean score) with ±1 standard err
 the segment from ``answer`` to ``search`` (where random routing at any rate lies in expectation: the fixed policies'
 frontier a learned router has to beat).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,8 +68,11 @@ def gap(no_call: dict, call: dict) -> dict:
     var_b/n_b)`` (None with fewer than two values in a group): how much less often a policy takes a tool route on the
     prompts whose ground truth calls no tool than on those that call one. The groups are kept in the result."""
     diff = no_call["mean"] - call["mean"] if no_call["n"] and call["n"] else None
-    se = (math.sqrt(no_call["var"] / no_call["n"] + call["var"] / call["n"])
-          if no_call["var"] is not None and call["var"] is not None else None)
+    se = (
+        math.sqrt(no_call["var"] / no_call["n"] + call["var"] / call["n"])
+        if no_call["var"] is not None and call["var"] is not None
+        else None
+    )
     return {"no_call_minus_call": diff, "se": se, "no_call": no_call, "call": call}
 
 
@@ -99,13 +103,20 @@ def policy_point(rows: list[dict], values: dict[tuple, dict], metrics: tuple = M
         picked = [t for t, n in zip(tool_route, needs) if n == flag]
         return {"rows": len(picked), "tool_route_frac": sum(picked) / len(picked) if picked else None}
 
-    return {"rows": len(rows), "mean_cost": sum(v["cost"] for v in per_row) / len(per_row),
-            "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
-            **{m: _mean_se([v[m] for v in per_row]) for m in metrics},
-            "ground_truth_calls_a_tool": share(True), "ground_truth_calls_no_tool": share(False),
-            "tool_cost": tool_cost_metrics([v["num_calls"] for v in per_row], needs,
-                                           [v[correct] > 0 for v in per_row],
-                                           made_call=[v["made_call"] for v in per_row])}
+    return {
+        "rows": len(rows),
+        "mean_cost": sum(v["cost"] for v in per_row) / len(per_row),
+        "routes": {name: sum(r["route"] == name for r in rows) for name in ("ANSWER", "SEARCH", "CALCULATE")},
+        **{m: _mean_se([v[m] for v in per_row]) for m in metrics},
+        "ground_truth_calls_a_tool": share(True),
+        "ground_truth_calls_no_tool": share(False),
+        "tool_cost": tool_cost_metrics(
+            [v["num_calls"] for v in per_row],
+            needs,
+            [v[correct] > 0 for v in per_row],
+            made_call=[v["made_call"] for v in per_row],
+        ),
+    }
 
 
 def per_row_values(rows: list[dict], switches: RewardSwitches, benchmark: str = "rlla") -> dict[tuple, dict]:
@@ -124,9 +135,12 @@ def per_row_values(rows: list[dict], switches: RewardSwitches, benchmark: str = 
         raise ValueError(f"benchmark {benchmark!r}: expected 'rlla' or 'bfcl'")
     usage = batch_tool_usage([r["response"] for r in rows], [{} for _ in rows])
     cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"])
-    return {row_key(r): {"cost": float(c), "num_calls": int(n), "made_call": bool(m), **v}
-            for r, v, c, n, m in zip(rows, scored, cost.tolist(), usage["num_calls"].tolist(),
-                                     usage["used_any_tool"].tolist())}
+    return {
+        row_key(r): {"cost": float(c), "num_calls": int(n), "made_call": bool(m), **v}
+        for r, v, c, n, m in zip(
+            rows, scored, cost.tolist(), usage["num_calls"].tolist(), usage["used_any_tool"].tolist()
+        )
+    }
 
 
 def _tool_route_prob(pi: dict) -> float:
@@ -134,8 +148,13 @@ def _tool_route_prob(pi: dict) -> float:
     return pi.get("SEARCH", 0.0) + pi.get("CALCULATE", 0.0)
 
 
-def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple, dict]],
-                   needs_tool: dict[tuple, bool], metrics: tuple = METRICS, groups: dict | None = None) -> dict:
+def expected_point(
+    probs: dict[tuple, dict],
+    route_values: dict[str, dict[tuple, dict]],
+    needs_tool: dict[tuple, bool],
+    metrics: tuple = METRICS,
+    groups: dict | None = None,
+) -> dict:
     """A stochastic routing policy scored exactly in expectation over its routes: decoding is greedy, so a prompt's
     response under each route is fixed (the ``answer`` / ``search`` / ``calculate`` generations), and per prompt
     ``E[x] = Σ_a π(a)·x(a)`` for the cost and every metric; means and standard errors are over prompts.
@@ -161,8 +180,11 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
     pays_share = {True: [], False: []}
     for key in keys:
         pi = probs[key]
-        routed = [(pi[a], {**route_values[a][key], "correct": route_values[a][key][correct] > 0})
-                  for a in ROUTES if pi.get(a, 0.0)]
+        routed = [
+            (pi[a], {**route_values[a][key], "correct": route_values[a][key][correct] > 0})
+            for a in ROUTES
+            if pi.get(a, 0.0)
+        ]
         for name, column in expected.items():
             column.append(sum(p * float(v[name]) for p, v in routed))
         tool_p = _tool_route_prob(pi)
@@ -177,17 +199,22 @@ def expected_point(probs: dict[tuple, dict], route_values: dict[str, dict[tuple,
     for key in keys if groups else ():
         by_group.setdefault(groups[key], []).append(_tool_route_prob(probs[key]))
     per_prompt = {m: expected[m] for m in ("cost", *metrics)}
-    return {"rows": len(keys), "mean_cost": sum(per_prompt["cost"]) / len(keys),
-            **({"tool_route_frac_by_group": {g: sum(v) / len(v) for g, v in by_group.items()}} if groups else {}),
-            "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
-            **{m: _mean_se(per_prompt[m]) for m in metrics},
-            "ground_truth_calls_a_tool": share(tool_share[True]),
-            "ground_truth_calls_no_tool": share(tool_share[False]),
-            "tool_route_frac_gap": gap(group_stats(tool_share[False]), group_stats(tool_share[True])),
-            "tool_pays": share(pays_share[True]), "tool_does_not_pay": share(pays_share[False]),
-            "tool_cost": expected_tool_cost_metrics(expected["num_calls"], [needs_tool[k] for k in keys],
-                                                    expected["correct"], expected["made_call"]),
-            "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()}}
+    return {
+        "rows": len(keys),
+        "mean_cost": sum(per_prompt["cost"]) / len(keys),
+        **({"tool_route_frac_by_group": {g: sum(v) / len(v) for g, v in by_group.items()}} if groups else {}),
+        "routes": {a: sum(probs[k].get(a, 0.0) for k in keys) for a in ROUTES},
+        **{m: _mean_se(per_prompt[m]) for m in metrics},
+        "ground_truth_calls_a_tool": share(tool_share[True]),
+        "ground_truth_calls_no_tool": share(tool_share[False]),
+        "tool_route_frac_gap": gap(group_stats(tool_share[False]), group_stats(tool_share[True])),
+        "tool_pays": share(pays_share[True]),
+        "tool_does_not_pay": share(pays_share[False]),
+        "tool_cost": expected_tool_cost_metrics(
+            expected["num_calls"], [needs_tool[k] for k in keys], expected["correct"], expected["made_call"]
+        ),
+        "per_prompt": {m: dict(zip(map(str, keys), v)) for m, v in per_prompt.items()},
+    }
 
 
 def paired_expected(base: dict, other: dict, metrics: tuple = METRICS) -> dict:
@@ -199,8 +226,9 @@ def paired_expected(base: dict, other: dict, metrics: tuple = METRICS) -> dict:
     return out
 
 
-def calibrated_probs(checkpoint: str, table: list[dict], calibrate_on: list[dict], budget: float
-                     ) -> tuple[dict[tuple, dict], dict]:
+def calibrated_probs(
+    checkpoint: str, table: list[dict], calibrate_on: list[dict], budget: float
+) -> tuple[dict[tuple, dict], dict]:
     """A ``router.loss_mode=value`` head re-priced for these prompts: λ set, from the routing probabilities of the
     ``calibrate_on`` rows alone (no label, no generation), so that the head's stochastic policy spends ``budget`` in
     mean route cost ``c̄`` over them (``verl.router.value.lambda_for_cost``), then ``table``'s probabilities moved to
@@ -244,14 +272,23 @@ def calibrated_probs(checkpoint: str, table: list[dict], calibrate_on: list[dict
     probs_on, lam_on = recorded(calibrate_on)
     probs, lam_table = recorded(table)
     if unpriced:
-        print(f"router_frontier: {unpriced} rows record no router_lambda (written before it existed): read at the "
-              f"checkpoint's λ = {checkpoint_lambda:.4f}", file=sys.stderr)
+        print(
+            f"router_frontier: {unpriced} rows record no router_lambda (written before it existed): read at the "
+            f"checkpoint's λ = {checkpoint_lambda:.4f}",
+            file=sys.stderr,
+        )
     lam = lambda_for_cost(probs_on, cost, lam_on, temperature, budget)
     repriced = reprice_probs(probs, cost, lam_table, lam, temperature)
-    info = {"lambda": lam, "checkpoint_lambda": checkpoint_lambda, "route_cost": cost.tolist(),
-            "temperature": temperature, "route_cost_spent": mean_route_cost(probs, cost, lam_table, lam, temperature),
-            "route_cost_spent_on_calibration_rows": mean_route_cost(probs_on, cost, lam_on, lam, temperature),
-            "calibration_rows": len(calibrate_on), "rows_without_router_lambda": unpriced}
+    info = {
+        "lambda": lam,
+        "checkpoint_lambda": checkpoint_lambda,
+        "route_cost": cost.tolist(),
+        "temperature": temperature,
+        "route_cost_spent": mean_route_cost(probs, cost, lam_table, lam, temperature),
+        "route_cost_spent_on_calibration_rows": mean_route_cost(probs_on, cost, lam_on, lam, temperature),
+        "calibration_rows": len(calibrate_on),
+        "rows_without_router_lambda": unpriced,
+    }
     return {row_key(r): dict(zip(ROUTES, p.tolist())) for r, p in zip(table, repriced)}, info
 
 
@@ -263,9 +300,15 @@ def _restrict(point: dict, keys: list[tuple]) -> dict:
     return {"per_prompt": {m: {str(k): v[str(k)] for k in keys} for m, v in point["per_prompt"].items()}}
 
 
-def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, random_b: dict,
-                         metrics: tuple = METRICS, groups: dict | None = None,
-                         split_at_row: int | None = None) -> tuple[dict, dict]:
+def score_in_expectation(
+    probs: dict[tuple, dict],
+    values: dict,
+    needs: dict,
+    random_b: dict,
+    metrics: tuple = METRICS,
+    groups: dict | None = None,
+    split_at_row: int | None = None,
+) -> tuple[dict, dict]:
     """A stochastic routing policy (``probs``) in expectation (:func:`expected_point`), paired against random routing
     at the budget's rate (``random_b``) and at the policy's own expected cost — with the SEARCH route for every tool
     call, and with the policy's own SEARCH : CALCULATE split (``search_share``), which leaves only the choice of
@@ -287,28 +330,46 @@ def score_in_expectation(probs: dict[tuple, dict], values: dict, needs: dict, ra
     # the actor better than the other's, choosing it is not choosing *whether* to call): the decision alone
     tool_mass = {a: sum(probs[k].get(a, 0.0) for k in needs) for a in ("SEARCH", "CALCULATE")}
     split = tool_mass["SEARCH"] / (tool_mass["SEARCH"] + tool_mass["CALCULATE"]) if sum(tool_mass.values()) else 1.0
-    mixed_cost = sum(split * values["SEARCH"][k]["cost"] + (1 - split) * values["CALCULATE"][k]["cost"]
-                     for k in needs) / len(needs)
+    mixed_cost = sum(
+        split * values["SEARCH"][k]["cost"] + (1 - split) * values["CALCULATE"][k]["cost"] for k in needs
+    ) / len(needs)
     rate_split = min(1.0, learned["mean_cost"] / mixed_cost) if mixed_cost else 0.0
-    same_split = expected_point({k: {"ANSWER": 1 - rate_split, "SEARCH": rate_split * split,
-                                     "CALCULATE": rate_split * (1 - split)} for k in needs}, values, needs, metrics)
+    same_split = expected_point(
+        {
+            k: {"ANSWER": 1 - rate_split, "SEARCH": rate_split * split, "CALCULATE": rate_split * (1 - split)}
+            for k in needs
+        },
+        values,
+        needs,
+        metrics,
+    )
     learned["paired_vs_random_same_cost_same_split_expected"] = {
-        "search_share": split, "rate": rate_split, **paired_expected(same_split, learned, metrics)}
+        "search_share": split,
+        "rate": rate_split,
+        **paired_expected(same_split, learned, metrics),
+    }
     if split_at_row is not None:
-        parts = {f"rows < {split_at_row}": [k for k in sorted(needs) if k[1] < split_at_row],
-                 f"rows >= {split_at_row}": [k for k in sorted(needs) if k[1] >= split_at_row]}
+        parts = {
+            f"rows < {split_at_row}": [k for k in sorted(needs) if k[1] < split_at_row],
+            f"rows >= {split_at_row}": [k for k in sorted(needs) if k[1] >= split_at_row],
+        }
         learned["paired_vs_random_same_cost_same_split_expected_by_rows"] = {
-            name: {"rows": len(keys),
-                   "tool_route_frac": sum(_tool_route_prob(probs[k]) for k in keys) / len(keys),
-                   **paired_expected(_restrict(same_split, keys), _restrict(learned, keys), metrics)}
-            for name, keys in parts.items() if keys}
+            name: {
+                "rows": len(keys),
+                "tool_route_frac": sum(_tool_route_prob(probs[k]) for k in keys) / len(keys),
+                **paired_expected(_restrict(same_split, keys), _restrict(learned, keys), metrics),
+            }
+            for name, keys in parts.items()
+            if keys
+        }
     learned.pop("per_prompt")
     matched.pop("per_prompt")
     return learned, {"rate": rate, **matched}
 
 
-def label_offsets(places: dict, to_display, points_per_pixel: float, height: float = 10.0,
-                  char_width: float = 4.8) -> list[tuple[tuple, str, tuple[float, float]]]:
+def label_offsets(
+    places: dict, to_display, points_per_pixel: float, height: float = 10.0, char_width: float = 4.8
+) -> list[tuple[tuple, str, tuple[float, float]]]:
     """Where to put each point's label so that no two overlap: ``[((x, y), text, (dx, dy) in points)]``.
 
     Labels start 5 points right of their point and 5 above it; taken from left to right (then bottom to top), a
@@ -323,8 +384,10 @@ def label_offsets(places: dict, to_display, points_per_pixel: float, height: flo
         width = char_width * len(text)
         for step in range(2 * len(places) + 1):  # 5, 5 − h, 5 + h, 5 − 2h, ...: one of them is free
             dy = 5.0 + (-1) ** step * ((step + 1) // 2) * height
-            if not any(px + 5 < left + w and left < px + 5 + width and abs(py + dy - bottom) < height
-                       for left, bottom, w in placed):
+            if not any(
+                px + 5 < left + w and left < px + 5 + width and abs(py + dy - bottom) < height
+                for left, bottom, w in placed
+            ):
                 break
         placed.append((px + 5, py + dy, width))
         out.append(((x, y), text, (5.0, dy)))
@@ -338,10 +401,18 @@ def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4.2))
-    sweep = sorted((p["mean_cost"], p["score"]["mean"]) for label, p in points.items() if label.startswith(SWEEP_PREFIX))
+    sweep = sorted(
+        (p["mean_cost"], p["score"]["mean"]) for label, p in points.items() if label.startswith(SWEEP_PREFIX)
+    )
     if sweep:  # one value head at several fixed prices (--policy lambda_L=...): its own cost–reward curve
-        ax.plot([c for c, _ in sweep], [v for _, v in sweep], "x-", color="tab:green", linewidth=1,
-                label="the learned head at fixed λ (expected)")
+        ax.plot(
+            [c for c, _ in sweep],
+            [v for _, v in sweep],
+            "x-",
+            color="tab:green",
+            linewidth=1,
+            label="the learned head at fixed λ (expected)",
+        )
     places: dict = {}  # policies at the same point share one marker and one label ("learned = search")
     for label, point in points.items():
         if label.startswith(SWEEP_PREFIX):
@@ -349,12 +420,18 @@ def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA
         places.setdefault((round(point["mean_cost"], 4), round(point["score"]["mean"], 4)), []).append(label)
     colors = {}
     for (x, y), labels in places.items():
-        colors[(x, y)] = ax.errorbar(x, y, yerr=points[labels[0]]["score"]["se"] or 0, fmt="o",
-                                     capsize=3).lines[0].get_color()
+        colors[(x, y)] = (
+            ax.errorbar(x, y, yerr=points[labels[0]]["score"]["se"] or 0, fmt="o", capsize=3).lines[0].get_color()
+        )
     if "answer" in points and "search" in points:  # random routing at every rate p mixes the two: this segment
         ends = [points["answer"], points["search"]]
-        ax.plot([e["mean_cost"] for e in ends], [e["score"]["mean"] for e in ends], color="lightgrey", zorder=0,
-                label="random routes at any rate (expected)")
+        ax.plot(
+            [e["mean_cost"] for e in ends],
+            [e["score"]["mean"] for e in ends],
+            color="lightgrey",
+            zorder=0,
+            label="random routes at any rate (expected)",
+        )
     if sweep or ("answer" in points and "search" in points):
         ax.legend(loc="best", fontsize=8)
     ax.set_xlim(-0.05, 1.3)  # room for the labels right of the points
@@ -366,9 +443,16 @@ def plot(points: dict, budget: float, path: str, title: str, ylabel: str = "RLLA
     fig.tight_layout()
     fig.canvas.draw()  # the final axes, so that labels are placed apart in the saved figure's coordinates
     for (x, y), text, offset in label_offsets(places, ax.transData.transform, 72.0 / fig.dpi):
-        ax.annotate(text, (x, y), textcoords="offset points", xytext=offset, fontsize=8, color=colors[(x, y)],
-                    va="center", arrowprops=None if offset[1] == 5.0 else {"arrowstyle": "-", "color": colors[(x, y)],
-                                                                          "linewidth": 0.5})
+        ax.annotate(
+            text,
+            (x, y),
+            textcoords="offset points",
+            xytext=offset,
+            fontsize=8,
+            color=colors[(x, y)],
+            va="center",
+            arrowprops=None if offset[1] == 5.0 else {"arrowstyle": "-", "color": colors[(x, y)], "linewidth": 0.5},
+        )
     fig.savefig(path, dpi=120)
 
 
@@ -381,28 +465,52 @@ def main() -> None:
     parser.add_argument("--plot", default=None)
     parser.add_argument("--title", default="routing policies on the same prompts")
     parser.add_argument("--command", default=None, help="the command that made the generations (recorded)")
-    parser.add_argument("--benchmark", choices=("rlla", "bfcl"), default="rlla",
-                        help="how a response is scored: the RLLA reward (default) or BFCL's checker (BFCL rows)")
-    parser.add_argument("--expected", default=None,
-                        help="label of the learned head's generations (or of a --policy): also score its stochastic "
-                             "policy exactly in expectation (needs the answer, search and calculate labels), as "
-                             "'LABEL_expected', paired against random routing at the budget's rate and at its own "
-                             "cost in expectation, the latter also written as 'random_same_cost_expected'")
-    parser.add_argument("--policy", action="append", default=[],
-                        help="LABEL=FILE: a routing policy known only by the router_probs of a router-infer output (e.g. "
-                             "a value head at a fixed price, --fixed_lambda, generated with --max_new_tokens 1), "
-                             "scored in expectation as 'LABEL_expected' (needs the answer, search, calculate labels)")
-    parser.add_argument("--calibrate", default=None, metavar="CHECKPOINT",
-                        help="with --expected, a router.loss_mode=value head (its checkpoint): also score it at the "
-                             "price that makes its mean route cost c̄ over the prompts of --calibrate_on equal "
-                             "--budget, set from the prompts alone (no label), as 'LABEL_calibrated_expected'")
-    parser.add_argument("--calibrate_on", default=None, metavar="FILE",
-                        help="a router-infer output of the same checkpoint whose router_probs set that price "
-                             "(default: the --expected label's own rows, i.e. these prompts)")
-    parser.add_argument("--split_at_row", type=int, default=None, metavar="N",
-                        help="also report each policy scored in expectation paired against random routing at its cost "
-                             "(own split) separately on the prompts at file rows < N and >= N (e.g. 80: RLLA's "
-                             "validation rows and the irrelevance rows appended after them)")
+    parser.add_argument(
+        "--benchmark",
+        choices=("rlla", "bfcl"),
+        default="rlla",
+        help="how a response is scored: the RLLA reward (default) or BFCL's checker (BFCL rows)",
+    )
+    parser.add_argument(
+        "--expected",
+        default=None,
+        help="label of the learned head's generations (or of a --policy): also score its stochastic "
+        "policy exactly in expectation (needs the answer, search and calculate labels), as "
+        "'LABEL_expected', paired against random routing at the budget's rate and at its own "
+        "cost in expectation, the latter also written as 'random_same_cost_expected'",
+    )
+    parser.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        help="LABEL=FILE: a routing policy known only by the router_probs of a router-infer output (e.g. "
+        "a value head at a fixed price, --fixed_lambda, generated with --max_new_tokens 1), "
+        "scored in expectation as 'LABEL_expected' (needs the answer, search, calculate labels)",
+    )
+    parser.add_argument(
+        "--calibrate",
+        default=None,
+        metavar="CHECKPOINT",
+        help="with --expected, a router.loss_mode=value head (its checkpoint): also score it at the "
+        "price that makes its mean route cost c̄ over the prompts of --calibrate_on equal "
+        "--budget, set from the prompts alone (no label), as 'LABEL_calibrated_expected'",
+    )
+    parser.add_argument(
+        "--calibrate_on",
+        default=None,
+        metavar="FILE",
+        help="a router-infer output of the same checkpoint whose router_probs set that price "
+        "(default: the --expected label's own rows, i.e. these prompts)",
+    )
+    parser.add_argument(
+        "--split_at_row",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also report each policy scored in expectation paired against random routing at its cost "
+        "(own split) separately on the prompts at file rows < N and >= N (e.g. 80: RLLA's "
+        "validation rows and the irrelevance rows appended after them)",
+    )
     args = parser.parse_args()
     if (args.calibrate or args.calibrate_on) and not (args.expected and args.calibrate):
         raise SystemExit("--calibrate / --calibrate_on need --expected LABEL and --calibrate CHECKPOINT")
@@ -410,8 +518,10 @@ def main() -> None:
     rows = {label: read_generations(path) for label, path in files.items()}
     switches = RewardSwitches.from_env()
     metrics = BFCL_METRICS if args.benchmark == "bfcl" else METRICS
-    values_of = {label: per_row_values(table, switches, args.benchmark)  # scored once per file
-                 for label, table in rows.items()}
+    values_of = {
+        label: per_row_values(table, switches, args.benchmark)  # scored once per file
+        for label, table in rows.items()
+    }
     points = {label: policy_point(rows[label], values_of[label], metrics) for label in rows}
     if args.reference:
         if args.reference not in rows:
@@ -421,13 +531,17 @@ def main() -> None:
             if label == args.reference:
                 continue
             if args.benchmark == "bfcl":  # BFCL's verdicts, paired over the same BFCL ids (and per category)
-                scored = {name: [{**r, "_bfcl_score": values_of[name][row_key(r)]["score"]} for r in rows[name]]
-                          for name in (args.reference, label)}
+                scored = {
+                    name: [{**r, "_bfcl_score": values_of[name][row_key(r)]["score"]} for r in rows[name]]
+                    for name in (args.reference, label)
+                }
                 points[label][f"paired_vs_{args.reference}"] = paired_comparison(
-                    scored[args.reference], scored[label], lambda row: {"score": row["_bfcl_score"]}, bfcl=True)
+                    scored[args.reference], scored[label], lambda row: {"score": row["_bfcl_score"]}, bfcl=True
+                )
             else:
-                points[label][f"paired_vs_{args.reference}"] = paired_comparison(rows[args.reference], rows[label],
-                                                                                 metric)
+                points[label][f"paired_vs_{args.reference}"] = paired_comparison(
+                    rows[args.reference], rows[label], metric
+                )
     policies = dict(spec.split("=", 1) for spec in args.policy)
     if args.expected or policies:
         head = (args.expected,) if args.expected not in (None, *policies) else ()  # its generations are a point
@@ -446,11 +560,20 @@ def main() -> None:
         for label, table in probs_of.items():
             keys = {row_key(r) for r in table}
             if keys != needs.keys():
-                raise SystemExit(f"{label}: its {len(keys)} rows are not the prompts of the route generations "
-                                 f"({len(needs)} rows; {len(keys - needs.keys())} of its keys are not among them): "
-                                 "were they made from the same prompts file and prompt-length filter?")
-            learned, matched = score_in_expectation({row_key(r): r["router_probs"] for r in table}, values, needs,
-                                                    random_b, metrics, groups, args.split_at_row)
+                raise SystemExit(
+                    f"{label}: its {len(keys)} rows are not the prompts of the route generations "
+                    f"({len(needs)} rows; {len(keys - needs.keys())} of its keys are not among them): "
+                    "were they made from the same prompts file and prompt-length filter?"
+                )
+            learned, matched = score_in_expectation(
+                {row_key(r): r["router_probs"] for r in table},
+                values,
+                needs,
+                random_b,
+                metrics,
+                groups,
+                args.split_at_row,
+            )
             points[f"{label}_expected"] = learned
             if label == args.expected:
                 points["random_same_cost_expected"] = matched
@@ -460,24 +583,40 @@ def main() -> None:
             probs, info = calibrated_probs(args.calibrate, table, calibrate_on, b)
             learned, matched = score_in_expectation(probs, values, needs, random_b, metrics, groups, args.split_at_row)
             points[f"{args.expected}_calibrated_expected"] = {
-                "calibration": {**info, "calibrated_on": args.calibrate_on or "these prompts"}, **learned}
+                "calibration": {**info, "calibrated_on": args.calibrate_on or "these prompts"},
+                **learned,
+            }
             points["random_same_cost_as_calibrated_expected"] = matched
         random_b.pop("per_prompt")
         points[f"random_{b}_expected"] = random_b
-    out = {"budget": args.budget, "benchmark": args.benchmark, "generations": files, "command": args.command,
-           "points": points}
+    out = {
+        "budget": args.budget,
+        "benchmark": args.benchmark,
+        "generations": files,
+        "command": args.command,
+        "points": points,
+    }
     Path(args.output).write_text(json.dumps(out, indent=2) + "\n")
     if args.plot:
         plot(points, args.budget, args.plot, args.title, "BFCL accuracy" if args.benchmark == "bfcl" else "RLLA score")
     for label, p in points.items():
-        extra = (f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}"
-                 if "correctness" in p else "")
-        print(f"{label:12s} cost {p['mean_cost']:.2f}  score {p['score']['mean']:+.2f} ± {p['score']['se'] or 0:.2f}"
-              f"{extra}  tool routes "
-              f"{p['ground_truth_calls_a_tool']['tool_route_frac']} (gt calls) / "
-              f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)"
-              + (f" / {p['tool_pays']['tool_route_frac']} where a tool pays ({p['tool_pays']['rows']} prompts), "
-                 f"{p['tool_does_not_pay']['tool_route_frac']} where not" if "tool_pays" in p else ""))
+        extra = (
+            f"  correctness {p['correctness']['mean']:+.2f}  exact {p['exact_match']['mean']:.2f}"
+            if "correctness" in p
+            else ""
+        )
+        print(
+            f"{label:12s} cost {p['mean_cost']:.2f}  score {p['score']['mean']:+.2f} ± {p['score']['se'] or 0:.2f}"
+            f"{extra}  tool routes "
+            f"{p['ground_truth_calls_a_tool']['tool_route_frac']} (gt calls) / "
+            f"{p['ground_truth_calls_no_tool']['tool_route_frac']} (gt no call)"
+            + (
+                f" / {p['tool_pays']['tool_route_frac']} where a tool pays ({p['tool_pays']['rows']} prompts), "
+                f"{p['tool_does_not_pay']['tool_route_frac']} where not"
+                if "tool_pays" in p
+                else ""
+            )
+        )
 
 
 if __name__ == "__main__":

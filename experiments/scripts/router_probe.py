@@ -22,6 +22,7 @@ rows' own rewards and compared with random routing at the same rate (its expecta
 choice. Also reported: the rank correlation of predicted and realised gains, and the ground-truth split of the chosen
 prompts. No part of this is used by the trainer; it tells which input the head can learn from before a run is spent.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,20 +41,28 @@ from verl.utils.reward_score.rlla import RewardSwitches
 
 
 def prompt_lengths(tokenizer, frame: pd.DataFrame) -> list[int]:
-    return [len(tokenizer(tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True,
-                                                        tokenize=False), add_special_tokens=False)["input_ids"])
-            for p in frame["prompt"]]
+    return [
+        len(
+            tokenizer(
+                tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True, tokenize=False),
+                add_special_tokens=False,
+            )["input_ids"]
+        )
+        for p in frame["prompt"]
+    ]
 
 
 @torch.no_grad()
-def features(model, tokenizer, frame: pd.DataFrame, rows: list[int], layers: list[int],
-             poolings: list[str]) -> dict[str, np.ndarray]:
+def features(
+    model, tokenizer, frame: pd.DataFrame, rows: list[int], layers: list[int], poolings: list[str]
+) -> dict[str, np.ndarray]:
     """``{"<pooling>_L<layer>": [N, H]}``: hidden states after decoder layer ``layer`` (the last one: after the final
     norm, what the router head reads), pooled over each original prompt."""
     out: dict[str, list] = {}
     for r in rows:
-        text = tokenizer.apply_chat_template([dict(m) for m in frame["prompt"].iloc[r]], add_generation_prompt=True,
-                                             tokenize=False)
+        text = tokenizer.apply_chat_template(
+            [dict(m) for m in frame["prompt"].iloc[r]], add_generation_prompt=True, tokenize=False
+        )
         ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
         mask = torch.ones_like(ids)
         hidden = model(input_ids=ids, attention_mask=mask, output_hidden_states=True, logits_to_keep=1).hidden_states
@@ -69,8 +78,9 @@ def features(model, tokenizer, frame: pd.DataFrame, rows: list[int], layers: lis
     return {k: np.stack(v) for k, v in out.items()}
 
 
-def rewards(gen_path: str, frame: pd.DataFrame, switches: RewardSwitches, keep: set[int]
-            ) -> dict[int, tuple[float, bool]]:
+def rewards(
+    gen_path: str, frame: pd.DataFrame, switches: RewardSwitches, keep: set[int]
+) -> dict[int, tuple[float, bool]]:
     """``{file row: (r_tool, ground truth calls a tool)}`` for the generation rows whose prompt is in ``keep``. Rows
     are matched to the file by ``extra_info.index`` (unique in the RLLA splits), whatever filtering made the file."""
     position = {int(e["index"]): i for i, e in enumerate(frame["extra_info"])}
@@ -92,7 +102,7 @@ def ridge_loo(x: np.ndarray, y: np.ndarray, penalties: list[float]) -> tuple[flo
     for lam in penalties:
         h = xc @ np.linalg.solve(xc.T @ xc + lam * np.eye(x.shape[1]), xc.T)
         resid = (yc - h @ yc) / (1.0 - np.diag(h) - 1.0 / n)
-        loo = float(np.mean(resid ** 2))
+        loo = float(np.mean(resid**2))
         if best is None or loo < best[0]:
             best = (loo, lam)
     lam = best[1]
@@ -133,19 +143,34 @@ def main() -> None:
         r_tool = np.array([rew[r][0] for r in rows])
         needs = np.array([rew[r][1] for r in rows])
         r_answer = np.where(needs, -3.0, 1.0)
-        data[split] = dict(frame=frame, rows=rows, r_tool=r_tool, needs=needs, gain=r_tool - r_answer,
-                           r_answer=r_answer, length=np.array([lengths[r] for r in rows], dtype=float))
+        data[split] = dict(
+            frame=frame,
+            rows=rows,
+            r_tool=r_tool,
+            needs=needs,
+            gain=r_tool - r_answer,
+            r_answer=r_answer,
+            length=np.array([lengths[r] for r in rows], dtype=float),
+        )
     val = data["val"]
     n_val = len(val["rows"])
     k = round(args.budget * n_val)
     random_score = float(np.mean(val["r_answer"]) + args.budget * np.mean(val["gain"]))
     best = np.argsort(-val["gain"])[:k]
     hindsight = float((val["r_answer"].sum() + val["gain"][best].sum()) / n_val)
-    report = {"model": args.model, "budget": args.budget, "max_prompt_tokens": args.max_prompt_tokens,
-              "train_prompts": len(data["train"]["rows"]), "val_prompts": n_val, "val_tool_prompts": k,
-              "random_at_budget": random_score, "hindsight_best": hindsight,
-              "val_gain_mean": float(np.mean(val["gain"])), "train_gain_mean": float(np.mean(data["train"]["gain"])),
-              "probes": {}}
+    report = {
+        "model": args.model,
+        "budget": args.budget,
+        "max_prompt_tokens": args.max_prompt_tokens,
+        "train_prompts": len(data["train"]["rows"]),
+        "val_prompts": n_val,
+        "val_tool_prompts": k,
+        "random_at_budget": random_score,
+        "hindsight_best": hindsight,
+        "val_gain_mean": float(np.mean(val["gain"])),
+        "train_gain_mean": float(np.mean(data["train"]["gain"])),
+        "probes": {},
+    }
 
     def score_choice(pred: np.ndarray, name: str, lam=None, loo=None) -> None:
         chosen = np.argsort(-pred)[:k]
@@ -155,11 +180,15 @@ def main() -> None:
         # paired against random routing at the same rate, in expectation: per prompt, chosen·g − rate·g
         diff = (mask.astype(float) - args.budget) * val["gain"]
         report["probes"][name] = {
-            "ridge_penalty": lam, "loo_mse": loo, "val_score": score,
-            "gain_over_random": float(diff.mean()), "gain_over_random_se": float(diff.std(ddof=1) / math.sqrt(n_val)),
+            "ridge_penalty": lam,
+            "loo_mse": loo,
+            "val_score": score,
+            "gain_over_random": float(diff.mean()),
+            "gain_over_random_se": float(diff.std(ddof=1) / math.sqrt(n_val)),
             "spearman_pred_vs_gain": spearman(pred, val["gain"]),
             "tool_frac_needs_tool": float(mask[val["needs"]].mean()),
-            "tool_frac_no_tool": float(mask[~val["needs"]].mean()) if (~val["needs"]).any() else None}
+            "tool_frac_no_tool": float(mask[~val["needs"]].mean()) if (~val["needs"]).any() else None,
+        }
 
     layers = [int(v) for v in args.layers.split(",")]
     layers = [model.config.num_hidden_layers if v < 0 else v for v in layers]
@@ -167,21 +196,23 @@ def main() -> None:
     cache = Path(args.cache) if args.cache else None
     if cache is not None and cache.is_file():
         stored = np.load(cache)
-        feats = {s: {k.split("/", 1)[1]: stored[k] for k in stored.files if k.startswith(s + "/")}
-                 for s in ("train", "val")}
+        feats = {
+            s: {k.split("/", 1)[1]: stored[k] for k in stored.files if k.startswith(s + "/")} for s in ("train", "val")
+        }
     else:
-        feats = {s: features(model, tok, data[s]["frame"], data[s]["rows"], layers, poolings)
-                 for s in ("train", "val")}
+        feats = {s: features(model, tok, data[s]["frame"], data[s]["rows"], layers, poolings) for s in ("train", "val")}
         if cache is not None:
             np.savez(cache, **{f"{s}/{k}": v for s in feats for k, v in feats[s].items()})
     for key in feats["train"]:
         mu = feats["train"][key].mean(0)
         # per-feature standardisation, or the head's router.input_norm=running (centred, one RMS for all features)
-        for norm, sd in (("std", feats["train"][key].std(0) + 1e-6),
-                         ("rms", np.sqrt(((feats["train"][key] - mu) ** 2).mean()) + 1e-6)):
+        for norm, sd in (
+            ("std", feats["train"][key].std(0) + 1e-6),
+            ("rms", np.sqrt(((feats["train"][key] - mu) ** 2).mean()) + 1e-6),
+        ):
             xtr, xva = (feats["train"][key] - mu) / sd, (feats["val"][key] - mu) / sd
             y = data["train"]["gain"]
-            lam, w, loo = ridge_loo(xtr, y, [10.0 ** e for e in range(-2, 6)])
+            lam, w, loo = ridge_loo(xtr, y, [10.0**e for e in range(-2, 6)])
             pred = (xva - xtr.mean(0)) @ w + y.mean()
             score_choice(pred, f"ridge_{key}_{norm}", lam, loo)
             report["probes"][f"ridge_{key}_{norm}"]["loo_r2"] = 1.0 - loo / float(np.var(y))

@@ -6,21 +6,43 @@
 Keeps the validation records (``val/*``) and, per training step, the router's metrics, the task reward's parts and the
 step time; adds the mean tool cost over the last third of the logged steps against the budget.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
 
-TRAIN_KEYS = ("router/lambda", "router/mean_cost", "router/budget", "router/frac_answer", "router/frac_search",
-              "router/frac_calculate", "router/tool_use_rate_when_answer", "router/mixed_cost_groups_frac",
-              "router/mean_task_reward",
-              "router/mean_router_reward", "router/route_entropy", "router/route_acc_vs_weak_label",
-              "critic/score/mean", "critic/format_score/mean", "critic/correctness_score/mean",
-              "response/tool_call_rate", "timing_s/step", "router/policy_cost", "router/policy_task_reward",
-              "router/policy_prob_answer", "router/policy_prob_search", "router/policy_prob_calculate",
-              "router/value_loss", "router/value_explained_var", "router/value_gap_std", "router/value_baseline_answer",
-              "router/value_baseline_search", "router/value_baseline_calculate")
+TRAIN_KEYS = (
+    "router/lambda",
+    "router/mean_cost",
+    "router/budget",
+    "router/frac_answer",
+    "router/frac_search",
+    "router/frac_calculate",
+    "router/tool_use_rate_when_answer",
+    "router/mixed_cost_groups_frac",
+    "router/mean_task_reward",
+    "router/mean_router_reward",
+    "router/route_entropy",
+    "router/route_acc_vs_weak_label",
+    "critic/score/mean",
+    "critic/format_score/mean",
+    "critic/correctness_score/mean",
+    "response/tool_call_rate",
+    "timing_s/step",
+    "router/policy_cost",
+    "router/policy_task_reward",
+    "router/policy_prob_answer",
+    "router/policy_prob_search",
+    "router/policy_prob_calculate",
+    "router/value_loss",
+    "router/value_explained_var",
+    "router/value_gap_std",
+    "router/value_baseline_answer",
+    "router/value_baseline_search",
+    "router/value_baseline_calculate",
+)
 
 
 def summarise(metrics_file: Path) -> dict:
@@ -34,22 +56,32 @@ def summarise(metrics_file: Path) -> dict:
         if val:
             validation.append({"step": record.get("step"), **val})
         if "router/lambda" in record:
-            train.append({"step": record.get("step"),
-                          **{k: round(record[k], 4) for k in TRAIN_KEYS if isinstance(record.get(k), (int, float))}})
-    tail = train[len(train) - max(1, len(train) // 3):] if train else []
+            train.append(
+                {
+                    "step": record.get("step"),
+                    **{k: round(record[k], 4) for k in TRAIN_KEYS if isinstance(record.get(k), (int, float))},
+                }
+            )
+    tail = train[len(train) - max(1, len(train) // 3) :] if train else []
     last_third = {}
     if tail:
         costs = [r["router/mean_cost"] for r in tail if "router/mean_cost" in r]
         # what the router's policy spends (= the batch mean when routes were sampled from it; the expectation under
         # the policy with router.route_sampling=stratified, whose batches are routed uniformly)
         policy = [r["router/policy_cost"] for r in tail if "router/policy_cost" in r]
-        last_third = {"steps": [tail[0]["step"], tail[-1]["step"]],
-                      "mean_cost": round(sum(costs) / len(costs), 4) if costs else None,
-                      "budget": tail[-1].get("router/budget")}
+        last_third = {
+            "steps": [tail[0]["step"], tail[-1]["step"]],
+            "mean_cost": round(sum(costs) / len(costs), 4) if costs else None,
+            "budget": tail[-1].get("router/budget"),
+        }
         if policy:
             last_third["policy_cost"] = round(sum(policy) / len(policy), 4)
-    return {"validation": validation, "train_steps": train, "last_third": last_third,
-            "budget_phases": budget_phases(train)}
+    return {
+        "validation": validation,
+        "train_steps": train,
+        "last_third": last_third,
+        "budget_phases": budget_phases(train),
+    }
 
 
 def budget_phases(train: list[dict]) -> list[dict]:
@@ -63,13 +95,19 @@ def budget_phases(train: list[dict]) -> list[dict]:
             phases.append([record])
     out = []
     for records in phases:
-        tail = records[len(records) - max(1, len(records) // 3):]
+        tail = records[len(records) - max(1, len(records) // 3) :]
         key = "router/policy_cost" if all("router/policy_cost" in r for r in tail) else "router/mean_cost"
         cost = sum(r[key] for r in tail) / len(tail)
         budget = records[0].get("router/budget")
-        out.append({"budget": budget, "steps": [records[0]["step"], records[-1]["step"]],
-                    "last_third_steps": [tail[0]["step"], tail[-1]["step"]], "last_third_cost": round(cost, 4),
-                    "last_third_cost_minus_budget": round(cost - budget, 4) if budget is not None else None})
+        out.append(
+            {
+                "budget": budget,
+                "steps": [records[0]["step"], records[-1]["step"]],
+                "last_third_steps": [tail[0]["step"], tail[-1]["step"]],
+                "last_third_cost": round(cost, 4),
+                "last_third_cost_minus_budget": round(cost - budget, 4) if budget is not None else None,
+            }
+        )
     return out
 
 
@@ -88,8 +126,9 @@ def plot(summary: dict, path: str, title: str, phases: list[tuple[int, str]]) ->
     ax_cost.plot(x, [r[cost_key] for r in steps], label=cost_key.split("/")[-1].replace("_", " "))
     if all("router/policy_prob_answer" in r for r in steps):
         ax_cost.plot(x, [r["router/policy_prob_answer"] for r in steps], label="P(ANSWER)", linestyle=":")
-    ax_cost.step(x, [r["router/budget"] for r in steps], where="mid", color="grey", linestyle="--", linewidth=1,
-                 label="B")
+    ax_cost.step(
+        x, [r["router/budget"] for r in steps], where="mid", color="grey", linestyle="--", linewidth=1, label="B"
+    )
     ax_cost.set_ylabel("cost / probability")
     ax_cost.legend(fontsize=8, loc="upper left")
     ax_lam.plot(x, [r["router/lambda"] for r in steps], color="tab:red")

@@ -30,6 +30,7 @@ otherwise). The summary JSON records the rows added and their mean reward per ro
 each ``--route`` set the head's predicted route values and tool margin (``max(Q(SEARCH), Q(CALCULATE)) −
 Q(ANSWER)``) before and after the refit, and the command.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,12 +48,23 @@ from verl.router.value import RidgeRouteValues, value_policy_logits
 from verl.trainer.main_eval import read_generations
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from router_value_shift import (load_ridge, named_paths, prompt_features, reward_settings,  # noqa: E402
-                                route_scores, tool_margin)
+from router_value_shift import (
+    load_ridge,
+    named_paths,
+    prompt_features,
+    reward_settings,  # noqa: E402
+    route_scores,
+    tool_margin,
+)
 
 
-def refit(head, ridge: RidgeRouteValues, features: torch.Tensor, positions: list[int],
-          rewards: dict[RouterAction, dict[int, float]]) -> dict:
+def refit(
+    head,
+    ridge: RidgeRouteValues,
+    features: torch.Tensor,
+    positions: list[int],
+    rewards: dict[RouterAction, dict[int, float]],
+) -> dict:
     """Fold one observation per route and prompt into ``ridge`` and make ``head`` the fit of the new sums
     (:meth:`RidgeRouteValues.set_head`, as the trainer does); both are modified in place.
 
@@ -85,17 +97,21 @@ def checked_position(row: dict, prompts: dict, prompts_file: str) -> int:
     position = int(row["row"])
     prompt = prompts.get(position)
     if prompt is None or int(row.get("index", prompt.index)) != prompt.index:
-        raise SystemExit(f"{row.get('_where')}: row {position} index {row.get('index')} is not a prompt of "
-                         f"{prompts_file} (there: {None if prompt is None else prompt.index}): the generations were "
-                         "made from another prompts file")
+        raise SystemExit(
+            f"{row.get('_where')}: row {position} index {row.get('index')} is not a prompt of "
+            f"{prompts_file} (there: {None if prompt is None else prompt.index}): the generations were "
+            "made from another prompts file"
+        )
     return position
 
 
 def value_summary(values: torch.Tensor) -> dict:
     """Mean predicted value per route and mean tool margin of head outputs ``[N, 3]``."""
     values = values.numpy()
-    return {**{a.name: float(values[:, int(a)].mean()) for a in RouterAction},
-            "tool_margin": float(tool_margin(values).mean())}
+    return {
+        **{a.name: float(values[:, int(a)].mean()) for a in RouterAction},
+        "tool_margin": float(tool_margin(values).mean()),
+    }
 
 
 def main(argv=None) -> int:
@@ -124,11 +140,15 @@ def main(argv=None) -> int:
     check = copy.deepcopy(infer.head)
     ridge.set_head(check)
     with torch.no_grad():
-        reproduced = max(float((check.net.weight - infer.head.net.weight).abs().max()),
-                         float((check.net.bias - infer.head.net.bias).abs().max()))
+        reproduced = max(
+            float((check.net.weight - infer.head.net.weight).abs().max()),
+            float((check.net.bias - infer.head.net.bias).abs().max()),
+        )
     if reproduced > 1e-4:
-        raise SystemExit(f"{infer.files.router_file}: the head is not the ridge fit of its sums (max difference "
-                         f"{reproduced:.3g}): the refit would not be the trainer's")
+        raise SystemExit(
+            f"{infer.files.router_file}: the head is not the ridge fit of its sums (max difference "
+            f"{reproduced:.3g}): the refit would not be the trainer's"
+        )
     wrapper, tool_format = reward_settings(infer)
 
     # the sets to route, read before the refit so that their values can be compared
@@ -137,8 +157,12 @@ def main(argv=None) -> int:
         by_position = {r.position: r for r in load_prompt_rows(prompts)}
         table = read_generations(str(Path(frontier) / "answer.jsonl"))
         positions = [checked_position(r, by_position, prompts) for r in table]
-        features = torch.cat([infer.prompt_features([by_position[p].messages for p in positions[i:i + 4]])
-                              for i in range(0, len(positions), 4)])
+        features = torch.cat(
+            [
+                infer.prompt_features([by_position[p].messages for p in positions[i : i + 4]])
+                for i in range(0, len(positions), 4)
+            ]
+        )
         with torch.no_grad():
             sets[name] = (table, features, infer.head.head_of_pooled(features).double())
 
@@ -146,8 +170,13 @@ def main(argv=None) -> int:
     x, keep = prompt_features(infer, rows)
     by_position = {rows[i].position: rows[i] for i in keep}
     # every row must answer a prompt of the file, with its index
-    scores = route_scores(args.add_routes, "row", wrapper, tool_format,
-                          check=lambda row: checked_position(row, by_position, args.add_prompts))
+    scores = route_scores(
+        args.add_routes,
+        "row",
+        wrapper,
+        tool_format,
+        check=lambda row: checked_position(row, by_position, args.add_prompts),
+    )
     added = refit(infer.head, ridge, torch.from_numpy(x), [rows[i].position for i in keep], scores)
 
     out_dir = Path(args.out_dir)
@@ -160,23 +189,33 @@ def main(argv=None) -> int:
         with open(out_dir / f"{name}.jsonl", "w") as fh:
             for r, p in zip(table, probs.tolist()):
                 kept = {k: v for k, v in r.items() if not k.startswith("_") and k not in ("response", "tool_calls")}
-                kept.update(route=RouterAction(max(range(len(p)), key=p.__getitem__)).name,
-                            router_probs={a.name: p[int(a)] for a in RouterAction},
-                            router_lambda=infer.value_policy[2])
+                kept.update(
+                    route=RouterAction(max(range(len(p)), key=p.__getitem__)).name,
+                    router_probs={a.name: p[int(a)] for a in RouterAction},
+                    router_lambda=infer.value_policy[2],
+                )
                 fh.write(json.dumps(kept) + "\n")
-        written[name] = {"file": str(out_dir / f"{name}.jsonl"), "rows": len(table),
-                         "greedy_tool_share": float((probs.argmax(-1) != int(RouterAction.ANSWER)).double().mean()),
-                         "predicted_before": value_summary(values_before),
-                         "predicted_after": value_summary(values_after)}
-    summary = {"checkpoint": str(args.checkpoint), "lambda": infer.value_policy[2],
-               "reward_wrapper": wrapper, "tool_format": tool_format,
-               "ridge_observations_before": before, "checkpoint_head_reproduced_max_abs_diff": reproduced,
-               "ridge_observations_after": [float(c) for c in ridge.count],
-               "added": {"prompts_file": args.add_prompts, "prompts_fit": len(keep), "rows": len(rows),
-                         "per_route": added},
-               "routed": written, "seconds": round(time.time() - started, 1),
-               "command": "python experiments/scripts/router_ridge_refit.py " + " ".join(
-                   argv if argv is not None else sys.argv[1:])}
+        written[name] = {
+            "file": str(out_dir / f"{name}.jsonl"),
+            "rows": len(table),
+            "greedy_tool_share": float((probs.argmax(-1) != int(RouterAction.ANSWER)).double().mean()),
+            "predicted_before": value_summary(values_before),
+            "predicted_after": value_summary(values_after),
+        }
+    summary = {
+        "checkpoint": str(args.checkpoint),
+        "lambda": infer.value_policy[2],
+        "reward_wrapper": wrapper,
+        "tool_format": tool_format,
+        "ridge_observations_before": before,
+        "checkpoint_head_reproduced_max_abs_diff": reproduced,
+        "ridge_observations_after": [float(c) for c in ridge.count],
+        "added": {"prompts_file": args.add_prompts, "prompts_fit": len(keep), "rows": len(rows), "per_route": added},
+        "routed": written,
+        "seconds": round(time.time() - started, 1),
+        "command": "python experiments/scripts/router_ridge_refit.py "
+        + " ".join(argv if argv is not None else sys.argv[1:]),
+    }
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(summary, indent=1) + "\n")
     print(json.dumps(written, indent=1))

@@ -45,6 +45,7 @@ is the head's input (:func:`verl.router.head.compute_router_features`). Per set 
 prompts file: path, size and modification time) and reads them back on a later call with the same tag. Progress goes
 to stderr every 50 prompts. No part of this is used by the trainer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,7 +91,7 @@ def prompt_features(infer: RouterInference, rows, batch_size: int = 4) -> tuple[
     for start in range(0, len(keep), batch_size):
         if start and start % 50 < batch_size:
             print(f"  {start}/{len(keep)} prompts, {time.time() - started:.0f} s", file=sys.stderr, flush=True)
-        out.append(infer.prompt_features([rows[i].messages for i in keep[start:start + batch_size]]).double().numpy())
+        out.append(infer.prompt_features([rows[i].messages for i in keep[start : start + batch_size]]).double().numpy())
     return (np.concatenate(out) if out else np.zeros((0, int(infer.model.config.hidden_size)))), keep
 
 
@@ -144,7 +145,7 @@ def ridge_widths(ridge: RidgeRouteValues, norm_mean: torch.Tensor, norm_scale: f
             raise ValueError(f"ridge sums: route {RouterAction(a).name} has no observation")
         n, xbar, _, scatter, _ = ridge.centred(a)
         eye = torch.eye(scatter.shape[0], dtype=torch.float64)
-        solved.append((n, (xbar - norm_mean) / norm_scale, torch.linalg.inv(scatter / norm_scale ** 2 + alpha * eye)))
+        solved.append((n, (xbar - norm_mean) / norm_scale, torch.linalg.inv(scatter / norm_scale**2 + alpha * eye)))
 
     def widths(x: np.ndarray, route: int) -> np.ndarray:
         n, zbar, a_inv = solved[route]
@@ -162,8 +163,13 @@ def reward_settings(infer: RouterInference) -> tuple[str, str]:
     return (infer_wrapper(infer.tokenizer) if wrapper == "auto" else wrapper), tool_format
 
 
-def route_scores(gen_dir: str, key: str = "index", wrapper: str = "qwen", tool_format: str = "toolrl",
-                 check: Optional[Callable[[dict], Any]] = None) -> dict[RouterAction, dict[int, float]]:
+def route_scores(
+    gen_dir: str,
+    key: str = "index",
+    wrapper: str = "qwen",
+    tool_format: str = "toolrl",
+    check: Optional[Callable[[dict], Any]] = None,
+) -> dict[RouterAction, dict[int, float]]:
     """``{route: {row[key]: RLLA score}}`` of a folder of fixed-route generations (``DIR/{answer,search,
     calculate}.jsonl``, ``router.infer`` output), scored as ``router_frontier.py`` scores them
     (``main_eval.row_metrics`` with ``wrapper`` and ``tool_format``, reward switches from the environment). A row
@@ -190,9 +196,13 @@ def realized(gen_dir: str, wrapper: str, tool_format: str) -> dict[int, dict[str
     all three route files score (:func:`route_scores`)."""
     scores = route_scores(gen_dir, "index", wrapper, tool_format)
     common = set.intersection(*(set(s) for s in scores.values()))
-    return {i: {**{a.name: scores[a][i] for a in RouterAction},
-                "margin": max(scores[a][i] for a in TOOL_ROUTES) - scores[RouterAction.ANSWER][i]}
-            for i in sorted(common)}
+    return {
+        i: {
+            **{a.name: scores[a][i] for a in RouterAction},
+            "margin": max(scores[a][i] for a in TOOL_ROUTES) - scores[RouterAction.ANSWER][i],
+        }
+        for i in sorted(common)
+    }
 
 
 def summary(values: np.ndarray) -> dict:
@@ -200,8 +210,12 @@ def summary(values: np.ndarray) -> dict:
     n = len(values)
     if n == 0:
         return {"n": 0}
-    return {"n": n, "mean": float(values.mean()), "se": float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
-            "quartiles": [float(q) for q in np.quantile(values, [0.25, 0.5, 0.75])]}
+    return {
+        "n": n,
+        "mean": float(values.mean()),
+        "se": float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
+        "quartiles": [float(q) for q in np.quantile(values, [0.25, 0.5, 0.75])],
+    }
 
 
 def main(argv=None) -> int:
@@ -239,9 +253,16 @@ def main(argv=None) -> int:
         net = v - priced_cost
         return net[:, [int(a) for a in TOOL_ROUTES]].max(1) > net[:, int(RouterAction.ANSWER)]
 
-    result = {"checkpoint": str(args.checkpoint), "lambda": lam, "route_cost": [float(c) for c in route_cost],
-              "tool_price": price, "reward_wrapper": wrapper, "tool_format": tool_format,
-              "ridge_observations": [float(c) for c in ridge.count], "sets": {}}
+    result = {
+        "checkpoint": str(args.checkpoint),
+        "lambda": lam,
+        "route_cost": [float(c) for c in route_cost],
+        "tool_price": price,
+        "reward_wrapper": wrapper,
+        "tool_format": tool_format,
+        "ridge_observations": [float(c) for c in ridge.count],
+        "sets": {},
+    }
     feats, index_of, irrelevant = {}, {}, {}
     for name, path in sets.items():
         rows = load_prompt_rows(path)
@@ -253,10 +274,16 @@ def main(argv=None) -> int:
         q = values(x)
         margin = tool_margin(q)
         width = {a.name: widths(x, int(a)) for a in RouterAction}
-        entry = {"file": path, "rows": len(rows), "rows_fit": len(keep),
-                 "predicted_value": {a.name: summary(q[:, int(a)]) for a in RouterAction},
-                 "predicted_tool_margin": summary(margin), "greedy_tool_share": float(greedy_tool(q).mean()),
-                 "ridge_width": {k: summary(v) for k, v in width.items()}, "seconds": round(time.time() - t0, 1)}
+        entry = {
+            "file": path,
+            "rows": len(rows),
+            "rows_fit": len(keep),
+            "predicted_value": {a.name: summary(q[:, int(a)]) for a in RouterAction},
+            "predicted_tool_margin": summary(margin),
+            "greedy_tool_share": float(greedy_tool(q).mean()),
+            "ridge_width": {k: summary(v) for k, v in width.items()},
+            "seconds": round(time.time() - t0, 1),
+        }
         if name in realized_dirs:
             real = realized(realized_dirs[name], wrapper, tool_format)
             pairs = [(m, real[i]) for m, i in zip(margin, index_of[name]) if i in real]
@@ -264,17 +291,23 @@ def main(argv=None) -> int:
             entry["realized_value"] = {a.name: summary(np.array([r[a.name] for _, r in pairs])) for a in RouterAction}
             entry["predicted_value_same_prompts"] = {
                 a.name: summary(np.array([q[k, int(a)] for k, i in enumerate(index_of[name]) if i in real]))
-                for a in RouterAction}
+                for a in RouterAction
+            }
             entry["realized_tool_margin"] = summary(rm)
             entry["predicted_tool_margin_same_prompts"] = summary(pm)
             entry["pearson_predicted_realized"] = float(np.corrcoef(pm, rm)[0, 1])
             rv = np.array([[r[a.name] for a in RouterAction] for _, r in pairs])
             entry["realized_margin_of_better_route_on_average"] = float(
-                rv[:, [int(a) for a in TOOL_ROUTES]].mean(0).max() - rv[:, int(RouterAction.ANSWER)].mean())
+                rv[:, [int(a) for a in TOOL_ROUTES]].mean(0).max() - rv[:, int(RouterAction.ANSWER)].mean()
+            )
             entry["greedy_tool_share_if_values_were_realized"] = float(greedy_tool(rv).mean())
         result["sets"][name] = entry
-        print(f"{name}: {len(keep)}/{len(rows)} prompts, margin {margin.mean():+.2f} (price {price:.2f}), "
-              f"ridge width {width['ANSWER'].mean():.3f}, {entry['seconds']} s", file=sys.stderr, flush=True)
+        print(
+            f"{name}: {len(keep)}/{len(rows)} prompts, margin {margin.mean():+.2f} (price {price:.2f}), "
+            f"ridge width {width['ANSWER'].mean():.3f}, {entry['seconds']} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
     if args.split:
         irr = irrelevant[args.split]
@@ -294,14 +327,19 @@ def main(argv=None) -> int:
             along = float(delta @ u) * u
             norm = float(np.linalg.norm(delta))
             result["offset_from_call_rows"][name] = {
-                "rows": len(zz), "norm": norm,
+                "rows": len(zz),
+                "norm": norm,
                 "norm_if_same_distribution": math.sqrt(call_trace * (1 / len(zz) + 1 / len(calls))),
                 "cos_with_irrelevance_direction": float(delta @ u / norm) if norm else None,
-                "value_gap_shift": {k: {"total": float(w @ delta), "along_irrelevance_direction": float(w @ along)}
-                                    for k, w in w_margin.items()}}
+                "value_gap_shift": {
+                    k: {"total": float(w @ delta), "along_irrelevance_direction": float(w @ along)}
+                    for k, w in w_margin.items()
+                },
+            }
     result["seconds"] = round(time.time() - started, 1)
     result["command"] = "python experiments/scripts/router_value_shift.py " + " ".join(
-        a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:]))
+        a if " " not in a else repr(a) for a in (argv if argv is not None else sys.argv[1:])
+    )
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(result, indent=1) + "\n")
     return 0

@@ -1,4 +1,5 @@
 """``rlla_multiturn`` on real RLLA rows: turn 0 is ToolRL's reward, recorded observations answer repeated calls."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ A scripted ``generate_fn`` (no model) answers with known token ids, so every row
 rows only for active steps, the exact sampled ids (token-in/token-out), anchors taken before the action, rewards,
 returns, groups, crash handling, and the inert padding rows used before the update.
 """
+
 from __future__ import annotations
 
 import time
@@ -22,12 +23,19 @@ from verl.workers.rollout.base import assemble_rollout_output
 R = 16  # response length of the scripted rollout
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("<action>left</action>", "left"),
-    ("I think <action> right </action>", "right"),
-    ("<action>left</action> no wait <ACTION>right</ACTION>", "right"),  # the last pair counts
-    ("<action></action>", None), ("<action>left", None), ("go left", None), ("", None), (None, None),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("<action>left</action>", "left"),
+        ("I think <action> right </action>", "right"),
+        ("<action>left</action> no wait <ACTION>right</ACTION>", "right"),  # the last pair counts
+        ("<action></action>", None),
+        ("<action>left", None),
+        ("go left", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_project_action(text, expected):
     assert project_action(text) == expected
 
@@ -113,14 +121,15 @@ def test_rollout_rows_are_active_steps_with_exact_tokens(tokenizer):
     assert metrics["env/line_world/episode_length/mean"] == pytest.approx(np.mean(list(lengths.values())))
     assert metrics["env/line_world/tool_calls_per_turn"] == metrics["env/line_world/tool_call_turn_rate"] == 0.0
     # token-in/token-out: the row's response ids are exactly what the rollout produced, in order of the turns
-    expected = torch.cat([torch.nn.functional.pad(p, (0, R - p.shape[1]), value=tokenizer.pad_token_id)
-                          for p in produced])
+    expected = torch.cat(
+        [torch.nn.functional.pad(p, (0, R - p.shape[1]), value=tokenizer.pad_token_id) for p in produced]
+    )
     assert torch.equal(batch.batch["responses"], expected)
     # prompts were left-padded to the widest turn without changing any row's tokens or the loss mask
     for k in range(len(batch)):
         mask = batch.batch["attention_mask"][k]
-        prompt = batch.batch["input_ids"][k][: -R][mask[: -R].bool()].tolist()
-        assert prompt == batch.batch["prompts"][k][mask[: -R].bool()].tolist()
+        prompt = batch.batch["input_ids"][k][:-R][mask[:-R].bool()].tolist()
+        assert prompt == batch.batch["prompts"][k][mask[:-R].bool()].tolist()
         assert torch.equal(batch.batch["response_mask"][k], mask[-R:])
         assert batch.batch["position_ids"][k][mask.bool()].tolist() == list(range(int(mask.sum())))
     # the step reward sits on the last response token; the anchor is the state the action was taken in
@@ -143,7 +152,7 @@ def test_tool_calls_per_turn(tokenizer):
     """Turns whose response holds ToolRL tool calls are counted: a policy that calls two tools (one block) the first
     time it meets a state. One instance meets a new state every turn (2 calls per turn, every turn); two copies of a
     task move in lockstep, so in each turn only the first copy calls (1 call per turn, half the turns)."""
-    calls = ('<tool_call>\n{"name": "look", "parameters": {}}\n{"name": "map", "parameters": {}}\n</tool_call>')
+    calls = '<tool_call>\n{"name": "look", "parameters": {}}\n{"name": "map", "parameters": {}}\n</tool_call>'
     seen = set()
 
     def calling(pos, goal):
@@ -193,8 +202,7 @@ def test_long_prompts_keep_their_last_tokens(tokenizer):
 
 
 def test_crashing_instance_is_rebuilt_and_its_trajectory_marked_invalid(tokenizer):
-    envs = EnvironmentManager("line_world", {"length": 9, "crash_at_step": 2}, num_tasks=1, group_n=2,
-                              use_ray=False)
+    envs = EnvironmentManager("line_world", {"length": 9, "crash_at_step": 2}, num_tasks=1, group_n=2, use_ray=False)
     collector = TrajectoryCollector(tokenizer, max_steps=6, max_prompt_length=2048)
     stay = lambda pos, goal: "<action>stay</action>"  # noqa: E731 - invalid move: nobody wins, both crash at turn 2
     generate, _ = _scripted_generate(tokenizer, stay)

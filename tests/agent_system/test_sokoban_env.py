@@ -1,4 +1,5 @@
 """SokobanTextEnv (gym-sokoban backend): determinism, rendering, validity, moves, a hand-built one-push win."""
+
 import random
 
 import numpy as np
@@ -109,14 +110,8 @@ def test_walking_into_wall_is_valid_but_static(env):
 
 
 def _one_push_room(env):
-    fixed = [[0, 0, 0, 0, 0],
-             [0, 1, 1, 2, 0],
-             [0, 1, 1, 1, 0],
-             [0, 0, 0, 0, 0]]
-    state = [[0, 0, 0, 0, 0],
-             [0, 5, 4, 2, 0],
-             [0, 1, 1, 1, 0],
-             [0, 0, 0, 0, 0]]
+    fixed = [[0, 0, 0, 0, 0], [0, 1, 1, 2, 0], [0, 1, 1, 1, 0], [0, 0, 0, 0, 0]]
+    state = [[0, 0, 0, 0, 0], [0, 5, 4, 2, 0], [0, 1, 1, 1, 0], [0, 0, 0, 0, 0]]
     return env.load_room(fixed, state)
 
 

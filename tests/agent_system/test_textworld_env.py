@@ -1,4 +1,5 @@
 """TextWorldEnv: game generation and caching, determinism, admissible/invalid actions, winning walkthroughs."""
+
 import os
 
 import pytest
@@ -120,8 +121,9 @@ def test_max_steps_ends_episode(games_dir):
     e.close()
 
 
-@pytest.mark.parametrize("challenge,kwargs", [("tw-treasure_hunter", {"level": 1}),
-                                              ("tw-simple", {"settings": {"goal": "brief"}})])
+@pytest.mark.parametrize(
+    "challenge,kwargs", [("tw-treasure_hunter", {"level": 1}), ("tw-simple", {"settings": {"goal": "brief"}})]
+)
 def test_other_challenges_walkthrough(games_dir, challenge, kwargs):
     e = TextWorldEnv(challenge=challenge, games_dir=games_dir, **kwargs)
     res = e.reset(3)

@@ -4,6 +4,7 @@
 The scripted ``line_world`` rollout of test_rollout_loop_on_cpu.py makes every trajectory known by hand: an optimal
 policy walks |goal - start| turns and wins on the last one.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -25,8 +26,11 @@ def per_turn(messages, ground_truth, **kwargs):
     SEEN.append((messages, ground_truth, kwargs))
     turns = len(messages) // 2
     won = kwargs["extra_info"]["won"]
-    return EvaluateResult(step_outputs=[StepOutput(step_index=t, base_reward=1.0 if (won and t == turns - 1) else -0.1)
-                                        for t in range(turns)])
+    return EvaluateResult(
+        step_outputs=[
+            StepOutput(step_index=t, base_reward=1.0 if (won and t == turns - 1) else -0.1) for t in range(turns)
+        ]
+    )
 
 
 @reward_function
@@ -46,10 +50,12 @@ def flaky(messages, ground_truth, **kwargs):
 
 def _play(tokenizer, fn, reward_mode="step", default_step_reward=0.0, seeds=(3, 4)):
     envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=len(seeds), group_n=2, use_ray=False)
-    scorer = TrajectoryRewardScorer(make_runner(fn, sandbox="none"), tokenizer, reward_mode=reward_mode,
-                                    default_step_reward=default_step_reward)
-    collector = TrajectoryCollector(tokenizer, max_steps=6, max_prompt_length=2048, reward_mode=reward_mode,
-                                    reward_scorer=scorer)
+    scorer = TrajectoryRewardScorer(
+        make_runner(fn, sandbox="none"), tokenizer, reward_mode=reward_mode, default_step_reward=default_step_reward
+    )
+    collector = TrajectoryCollector(
+        tokenizer, max_steps=6, max_prompt_length=2048, reward_mode=reward_mode, reward_scorer=scorer
+    )
     generate, _ = _scripted_generate(tokenizer, _towards)
     return collector.multi_turn_loop(envs, generate, list(seeds), step=7)
 
@@ -81,8 +87,9 @@ def test_step_outputs_become_the_rows_step_rewards(tokenizer):
     assert [m.role for m in messages[:2]] == ["user", "assistant"] and messages[1].content == _towards(0, 1)
     assert kwargs["extra_info"]["won"] is True and kwargs["extra_info"]["env_return"] == 1.0
     assert metrics["reward/invalid_count"] == 0.0 and metrics["reward/align_unmatched"] == 0.0
-    assert metrics["reward/score/mean"] == pytest.approx(np.mean(
-        [nt["episode_return"][np.flatnonzero(nt["traj_uid"] == t)[0]] for t in set(nt["traj_uid"])]))
+    assert metrics["reward/score/mean"] == pytest.approx(
+        np.mean([nt["episode_return"][np.flatnonzero(nt["traj_uid"] == t)[0]] for t in set(nt["traj_uid"])])
+    )
 
 
 def test_an_outcome_reward_lands_on_the_last_turn(tokenizer):
@@ -127,9 +134,12 @@ def test_scorer_arguments_are_checked(tokenizer):
 @reward_function(mode="batch")
 def first_rollout_pays(rollouts_messages, ground_truths, **kwargs):
     """Batch mode: the first trajectory of the batch gets r_t = 1 on every turn, the others 0 (no score: return = sum)."""
-    return [EvaluateResult(step_outputs=[StepOutput(step_index=t, base_reward=1.0 if k == 0 else 0.0)
-                                         for t in range(len(m) // 2)])
-            for k, m in enumerate(rollouts_messages)]
+    return [
+        EvaluateResult(
+            step_outputs=[StepOutput(step_index=t, base_reward=1.0 if k == 0 else 0.0) for t in range(len(m) // 2)]
+        )
+        for k, m in enumerate(rollouts_messages)
+    ]
 
 
 def test_step_rewards_change_gigpo_advantages_as_a_hand_computation_says(tokenizer):
@@ -141,25 +151,32 @@ def test_step_rewards_change_gigpo_advantages_as_a_hand_computation_says(tokeniz
     from verl.trainer.ppo.gigpo import gigpo_batch_inputs
 
     seed = next(s for s in range(100) if _distance(tokenizer, s) == 2)
-    config = {"gamma": 1.0, "gigpo": {"step_advantage_w": 1.0, "mode": "mean_std_norm", "epsilon": 1e-9,
-                                      "invalid_action_penalty": 0.0}}
+    config = {
+        "gamma": 1.0,
+        "gigpo": {"step_advantage_w": 1.0, "mode": "mean_std_norm", "epsilon": 1e-9, "invalid_action_penalty": 0.0},
+    }
 
     def advantages(batch):
         nt = batch.non_tensor_batch
-        adv, _ = get_adv_estimator_fn("gigpo")(token_level_rewards=batch.batch["token_level_scores"],
-                                               response_mask=batch.batch["response_mask"], index=nt["uid"],
-                                               config=config, **gigpo_batch_inputs(nt))
+        adv, _ = get_adv_estimator_fn("gigpo")(
+            token_level_rewards=batch.batch["token_level_scores"],
+            response_mask=batch.batch["response_mask"],
+            index=nt["uid"],
+            config=config,
+            **gigpo_batch_inputs(nt),
+        )
         return (adv * batch.batch["response_mask"]).sum(-1) / batch.batch["response_mask"].sum(-1)
 
     envs = EnvironmentManager("line_world", {"length": 5}, num_tasks=1, group_n=2, use_ray=False)
     generate, _ = _scripted_generate(tokenizer, _towards)
-    plain, _ = TrajectoryCollector(tokenizer, max_steps=6, max_prompt_length=2048).multi_turn_loop(envs, generate,
-                                                                                                  [seed])
+    plain, _ = TrajectoryCollector(tokenizer, max_steps=6, max_prompt_length=2048).multi_turn_loop(
+        envs, generate, [seed]
+    )
     assert torch.equal(advantages(plain), torch.zeros(4, dtype=advantages(plain).dtype))
     batch, _ = _play(tokenizer, first_rollout_pays, seeds=(seed,))
     nt = batch.non_tensor_batch
     first = nt["traj_uid"] == min(set(nt["traj_uid"]), key=list(nt["traj_uid"]).index)
-    expected = torch.tensor([2 ** 0.5 if f else -(2 ** 0.5) for f in first], dtype=torch.float64)
+    expected = torch.tensor([2**0.5 if f else -(2**0.5) for f in first], dtype=torch.float64)
     torch.testing.assert_close(advantages(batch).to(torch.float64), expected, rtol=1e-6, atol=1e-6)
 
 

@@ -1,4 +1,5 @@
 """Async-RL Batcher v0: deficit round-robin, blocking / fill spillover, packing into RlExample (specs/async_rl.md)."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,8 +14,12 @@ def _groups(make_rollout, env, n_groups, tokens_per_group):
     """Ready groups (newest first) of two rollouts each, ``tokens_per_group`` tokens in all."""
     half = tokens_per_group // 2
     return [
-        Group(env, f"{env}{i}", 0, tuple(make_rollout(env=env, problem_id=f"{env}{i}", prompt=half - 2, gen=2)
-                                         for _ in range(2)))
+        Group(
+            env,
+            f"{env}{i}",
+            0,
+            tuple(make_rollout(env=env, problem_id=f"{env}{i}", prompt=half - 2, gen=2) for _ in range(2)),
+        )
         for i in range(n_groups)
     ]
 
@@ -45,6 +50,7 @@ def test_order_decides_which_version_a_full_batch_leaves_behind(tmp_path, make_r
     """Two groups of 10 tokens each at versions 0 and 1 and a budget that takes one: ``newest_first`` (v0) trains the
     version-1 group and leaves the version-0 one to go stale at the next version; ``oldest_first`` trains the
     version-0 group, and the version-1 group is still within ``max_age`` at the next batch."""
+
     def buffer(name):
         buf = ReplayBuffer("a", tmp_path / name, max_age=1, version=1)
         for version in (0, 0, 1, 1):
@@ -67,6 +73,7 @@ def test_order_decides_which_version_a_full_batch_leaves_behind(tmp_path, make_r
 def test_max_groups_sizes_a_batch_in_groups(make_rollout):
     """``max_groups``: per-env group quotas by largest remainder, the token shares still a ceiling, short = dry below
     the quota (hand-worked on the groups of ``test_deficit_round_robin_hand_worked``)."""
+
     def ready(n_a, n_b, a_tokens=200, b_tokens=100):
         return {"a": _groups(make_rollout, "a", n_a, a_tokens), "b": _groups(make_rollout, "b", n_b, b_tokens)}
 
@@ -148,8 +155,9 @@ def _check_packing(batch, max_seq_len):
         assert ex.loss_mask[row, idx].tolist() == gen
         expected_adv = torch.tensor([advantage if g else 0.0 for g in gen], dtype=torch.float32)
         assert torch.equal(ex.advantages[row, idx], expected_adv)  # advantages only on generated tokens
-        logp = [lp if turn.is_generated else 0.0 for turn in rollout
-                for lp in (turn.logprobs or [0.0] * len(turn.tokens))]
+        logp = [
+            lp if turn.is_generated else 0.0 for turn in rollout for lp in (turn.logprobs or [0.0] * len(turn.tokens))
+        ]
         assert torch.allclose(ex.policy_logprobs[row, idx], torch.tensor(logp))
         seen.add(uid)
     assert seen == set(by_uid) - set(batch.overlong)

@@ -1,4 +1,5 @@
 """Async-RL core: Turn / Rollout / RlExample types and the group advantage functions (specs/async_rl.md)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -33,8 +34,11 @@ def test_rollout_helpers(make_rollout):
     assert r.num_tokens == 4 + 3 + 5 + 3 and r.num_generated_tokens == 6
     assert r.policy_version == 7 and r.truncated and r.rewards == {"format": 0.5}
     # reward = sum of the non-None turn rewards
-    turns = (Turn("q", "user", (1,), reward=None), Turn("a", "assistant", (2,), (-0.1,), reward=1.0),
-             Turn("t", "tool", (3,), reward=-0.25))
+    turns = (
+        Turn("q", "user", (1,), reward=None),
+        Turn("a", "assistant", (2,), (-0.1,), reward=1.0),
+        Turn("t", "tool", (3,), reward=-0.25),
+    )
     assert Rollout("e", "p", "u", turns, {"policy_version": 0}).reward == pytest.approx(0.75)
     assert Rollout("e", "p", "u", turns[:1], {"policy_version": 0}).reward == 0.0
     for bad in ({}, {"policy_version": "3"}, {"policy_version": True}):
@@ -54,9 +58,12 @@ def test_rollout_json_round_trip(make_rollout):
 
 def _example(b=2, length=4, **override):
     fields = dict(
-        input_ids=torch.zeros(b, length, dtype=torch.int32), loss_mask=torch.zeros(b, length, dtype=torch.bool),
-        segment_ids=torch.ones(b, length, dtype=torch.int32), position_ids=torch.zeros(b, length, dtype=torch.int32),
-        advantages=torch.zeros(b, length), policy_logprobs=torch.zeros(b, length),
+        input_ids=torch.zeros(b, length, dtype=torch.int32),
+        loss_mask=torch.zeros(b, length, dtype=torch.bool),
+        segment_ids=torch.ones(b, length, dtype=torch.int32),
+        position_ids=torch.zeros(b, length, dtype=torch.int32),
+        advantages=torch.zeros(b, length),
+        policy_logprobs=torch.zeros(b, length),
     )
     fields.update(override)
     return RlExample(**fields)

@@ -1,4 +1,5 @@
 """Inference server of the async mode (verl/async_rl/inference_server.py): log-probs, versions, HTTP, Ray actor."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,8 +19,8 @@ def _assert_forward_logprobs(engine, prompt, choice, temperature):
     """A choice's recorded log-probs are those of one forward pass over prompt + its tokens at ``temperature``."""
     ids = torch.tensor([prompt + choice["token_ids"]])
     with torch.no_grad():
-        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1:-1].float() / temperature
-    ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt):, None]).squeeze(-1)
+        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float() / temperature
+    ref = torch.log_softmax(logits, -1).gather(-1, ids[0, len(prompt) :, None]).squeeze(-1)
     assert torch.allclose(ref, torch.tensor(choice["logprobs"]), atol=1e-4)
 
 
@@ -55,15 +56,22 @@ def test_n_copies_share_one_prefill_and_sample_what_independent_rows_would(serve
         del engine.model.forward
     assert calls[0] == len(prompt) - 1  # one prefill of the prompt, not three
     torch.manual_seed(11)
-    config = GenerationConfig(do_sample=True, temperature=0.7, top_k=0, top_p=1.0, max_new_tokens=6,
-                              num_return_sequences=3, eos_token_id=sorted(engine.eos_token_ids),
-                              pad_token_id=engine.pad_token_id)
+    config = GenerationConfig(
+        do_sample=True,
+        temperature=0.7,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=6,
+        num_return_sequences=3,
+        eos_token_id=sorted(engine.eos_token_ids),
+        pad_token_id=engine.pad_token_id,
+    )
     ids = torch.tensor([prompt])
     with torch.no_grad():
         plain = engine.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
     for row, choice in enumerate(shared["choices"]):
-        expected = plain[row, len(prompt):].tolist()
-        assert choice["token_ids"] == expected[:len(choice["token_ids"])]
+        expected = plain[row, len(prompt) :].tolist()
+        assert choice["token_ids"] == expected[: len(choice["token_ids"])]
 
 
 def test_update_weights_is_monotonic(server):
@@ -128,8 +136,13 @@ def test_concurrent_requests_are_served_in_one_batch(server):
 
     engine.model.generate = counting
     try:
-        _queue_while_busy(engine, [lambda i=i: results.__setitem__(
-            i, engine.generate(prompts[i], max_tokens=5, temperature=0.7, n=2)) for i in range(3)])
+        _queue_while_busy(
+            engine,
+            [
+                lambda i=i: results.__setitem__(i, engine.generate(prompts[i], max_tokens=5, temperature=0.7, n=2))
+                for i in range(3)
+            ],
+        )
     finally:
         del engine.model.generate
     assert calls == [6]  # one batch: 3 requests x n = 2 rows
@@ -142,8 +155,13 @@ def test_concurrent_requests_are_served_in_one_batch(server):
     errors = []
     engine.model.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("out of memory"))
     try:
-        _queue_while_busy(engine, [lambda: errors.append(
-            pytest.raises(RuntimeError, engine.generate, [5, 6], max_tokens=3)) for _ in range(2)])
+        _queue_while_busy(
+            engine,
+            [
+                lambda: errors.append(pytest.raises(RuntimeError, engine.generate, [5, 6], max_tokens=3))
+                for _ in range(2)
+            ],
+        )
     finally:
         del engine.model.generate
     assert len(errors) == 2 and all("out of memory" in str(e.value) for e in errors)

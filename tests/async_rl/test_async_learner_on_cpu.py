@@ -1,4 +1,5 @@
 """Async learner (verl/async_rl/learner.py): packed forward, PPO step with the core_algos loss, checkpoints."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,15 @@ from verl.async_rl.inference_server import PolicyEngine
 from verl.async_rl.learner import Learner, packed_logprobs
 from verl.async_rl.types import Group, Rollout, Turn
 
-ACTOR = default_section("actor_rollout_ref.actor", optim={"lr": 1e-2, "weight_decay": 0.0}, clip_ratio=0.2,
-                        loss_agg_mode="token-mean", grad_clip=1.0, ppo_micro_batch_size_per_gpu=1, entropy_coeff=0.0)
+ACTOR = default_section(
+    "actor_rollout_ref.actor",
+    optim={"lr": 1e-2, "weight_decay": 0.0},
+    clip_ratio=0.2,
+    loss_agg_mode="token-mean",
+    grad_clip=1.0,
+    ppo_micro_batch_size_per_gpu=1,
+    entropy_coeff=0.0,
+)
 
 
 def _group(engine, problem, prompt, advantages):
@@ -86,9 +94,16 @@ def test_rollout_correction_decouples_the_ratio_and_weights_stale_tokens(tiny_mo
         Learner(tiny_model_dir, ACTOR, rollout_correction={"rollout_rs": "token"})
 
 
-@pytest.mark.parametrize("layout", [{}, {"use_shared_prompt": True}, {"use_remove_padding": True},
-                                    {"use_shared_prompt": True, "use_fused_kernels": True}],
-                         ids=["padded", "shared", "packed", "shared_fused"])
+@pytest.mark.parametrize(
+    "layout",
+    [
+        {},
+        {"use_shared_prompt": True},
+        {"use_remove_padding": True},
+        {"use_shared_prompt": True, "use_fused_kernels": True},
+    ],
+    ids=["padded", "shared", "packed", "shared_fused"],
+)
 def test_single_turn_segments_go_through_the_sync_actor_forward(tiny_model_dir, layout):
     """Single-turn segments (prompt, then the generated tokens) are unpacked into verl's actor rows and go through
     DataParallelPPOActor's forward with the model's layout switches: the same log-probs and entropies at the same
@@ -110,8 +125,9 @@ def test_single_turn_segments_go_through_the_sync_actor_forward(tiny_model_dir, 
     torch.testing.assert_close(ent[mask], packed_entropy[mask], atol=5e-5, rtol=0)
     assert bool((lp[~mask] == 0).all())
     reference = Learner(tiny_model_dir, ACTOR)
-    reference._log_probs = lambda part, needed: packed_logprobs(reference.model, part, reference.temperature,
-                                                                calculate_entropy=True, needed=needed)
+    reference._log_probs = lambda part, needed: packed_logprobs(
+        reference.model, part, reference.temperature, calculate_entropy=True, needed=needed
+    )
     ours, theirs = learner.step(example), reference.step(example)
     for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "learner/logprob_abs_gap"):
         assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key

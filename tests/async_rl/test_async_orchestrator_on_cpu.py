@@ -1,6 +1,7 @@
 """Async mode end to end on CPU (verl/async_rl/orchestrator.py): two env types, one inference server, the learner;
 restarts of a killed env actor / inference server / learner; resume reloads the replay logs without loss or
 duplication."""
+
 from __future__ import annotations
 
 import json
@@ -19,7 +20,8 @@ def short_rlla(tmp_path_factory, tokenizer):
 
     frame = pd.read_parquet(resolve_rlla_data_dir() / "train.parquet")
     lengths = frame["prompt"].map(
-        lambda m: len(tokenizer.apply_chat_template(list(m), add_generation_prompt=True, tokenize=True)["input_ids"]))
+        lambda m: len(tokenizer.apply_chat_template(list(m), add_generation_prompt=True, tokenize=True)["input_ids"])
+    )
     out = tmp_path_factory.mktemp("rlla_short")
     frame.loc[lengths.sort_values(kind="stable").index[:4]].to_parquet(out / "train.parquet")
     return out
@@ -33,16 +35,21 @@ def async_config(tmp_path, data_dir=None, extra=()):
 
     config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
     overrides = [
-        "actor_rollout_ref.model.path=tiny", "actor_rollout_ref.actor.optim.lr=1e-3",
+        "actor_rollout_ref.model.path=tiny",
+        "actor_rollout_ref.actor.optim.lr=1e-3",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
-        f"trainer.default_local_dir={tmp_path}/ckpt", "trainer.save_freq=1", "trainer.total_training_steps=2",
-        "async.inference.max_tokens=6", "async.learner_threads=1",
+        f"trainer.default_local_dir={tmp_path}/ckpt",
+        "trainer.save_freq=1",
+        "trainer.total_training_steps=2",
+        "async.inference.max_tokens=6",
+        "async.learner_threads=1",
     ]
     if data_dir is None:
         overrides += ["async.batcher.total_token_budget=480", "async.batcher.max_seq_len=256"]
     else:
         overrides += [
-            "async.batcher.total_token_budget=1600", "async.batcher.max_seq_len=1024",
+            "async.batcher.total_token_budget=1600",
+            "async.batcher.max_seq_len=1024",
             "async.envs.line_world.fraction=0.3",
             f"+async.envs.rlla={{kind: rlla, data_file: {data_dir}/train.parquet, replicas: 1, fraction: 0.7, "
             "group_size: 2}",
@@ -167,11 +174,19 @@ def test_main_async_entry_runs_validates_and_resumes(ray_session, tmp_path, smal
     # save_freq 5 > the steps run: the learner's checkpoint after the last step is what the second launch resumes;
     # validation (greedy, 4 RLLA rows): before training at version 0 and after each launch's last step (test_freq 5);
     # async.batcher.max_groups=1: every batch is one group (line_world's group_size 2) although more would fit
-    extra = ["trainer.total_training_steps=1", "async.batcher.max_groups=1", "trainer.logger=[console]",
-             f"trainer.run_dir={tmp_path}/run",
-             "async.max_buffer_rollouts=4", "trainer.save_freq=5", "trainer.val_before_train=true",
-             "trainer.test_freq=5", f"data.val_files={small_rlla}/test.parquet", "data.max_response_length=6",
-             f"trainer.validation_data_dir={tmp_path}/val"]
+    extra = [
+        "trainer.total_training_steps=1",
+        "async.batcher.max_groups=1",
+        "trainer.logger=[console]",
+        f"trainer.run_dir={tmp_path}/run",
+        "async.max_buffer_rollouts=4",
+        "trainer.save_freq=5",
+        "trainer.val_before_train=true",
+        "trainer.test_freq=5",
+        f"data.val_files={small_rlla}/test.parquet",
+        "data.max_response_length=6",
+        f"trainer.validation_data_dir={tmp_path}/val",
+    ]
     records = run_async(async_config(tmp_path, extra=extra))
     assert [r["policy_version"] for r in records] == [1.0]
     # a second launch with a higher step target resumes from global_step_1 and trains one more step (no validation

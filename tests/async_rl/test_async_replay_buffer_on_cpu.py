@@ -1,4 +1,5 @@
 """Async-RL ReplayBuffer: versions, groups, the crash-safe log and its reload, metrics (specs/async_rl.md)."""
+
 from __future__ import annotations
 
 import json
@@ -82,8 +83,13 @@ def test_duplicates_and_contract_violations(tmp_path, make_rollout):
     with pytest.raises(ValueError, match="env"):
         buf.add(make_rollout(env="b"))
     bad = make_rollout()
-    no_logprobs = type(bad)(bad.environment, bad.problem_id, "nolp",
-                            [bad.turns[0], type(bad.turns[1])("a", "assistant", (1, 2))], bad.metadata)
+    no_logprobs = type(bad)(
+        bad.environment,
+        bad.problem_id,
+        "nolp",
+        [bad.turns[0], type(bad.turns[1])("a", "assistant", (1, 2))],
+        bad.metadata,
+    )
     with pytest.raises(ValueError, match="logprobs"):
         buf.add_many([make_rollout(), no_logprobs])  # validated before anything is logged
     assert len(_log_records(buf)) == 2 and len(buf) == 2
@@ -176,7 +182,7 @@ def test_metrics_names_and_values(tmp_path, make_rollout):
     assert m[p + "rollouts_in_buffer"] == 4 and m[p + "new_rollouts"] == 4
     assert m[p + "new_tokens"] == 5 + 11 + 5 + 5 and m[p + "new_generated_tokens"] == 2 + 4 + 2 + 2
     assert m[p + "tokens_in_buffer"] == 26 and m[p + "frac_on_policy"] == 0.5
-    assert m[p + "reward/mean"] == pytest.approx(0.5) and m[p + "reward/std"] == pytest.approx(0.5 ** 0.5 / 2)
+    assert m[p + "reward/mean"] == pytest.approx(0.5) and m[p + "reward/std"] == pytest.approx(0.5**0.5 / 2)
     assert m[p + "frac_truncated"] == 0.25
     assert m[p + "rewards/acc/mean"] == 0.5 and m[p + "rewards/acc/std"] == 0.5
     assert m[p + "version_lag/0"] == 2 and m[p + "version_lag/1"] == 2 and m[p + "rejected/future_version"] == 1

@@ -2,6 +2,7 @@
 which env actors get a generation request under ``async.max_buffer_rollouts``, and the order of the learner calls
 around a finished step (weights and checkpoint of the finished version first, then the next step, before the
 broadcast). The end-to-end behaviour with real actors is in test_async_orchestrator_on_cpu.py."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -58,9 +59,15 @@ def _bare(**attrs) -> Orchestrator:
 def test_generation_requests_under_the_buffer_limit(buffered, coming, learner_busy, expected):
     log = []
     inflight = {f"ref{i}": ("rlla", 3 - i, 0) for i in range(coming)}
-    orch = _bare(env_actors={("rlla", i): _EnvActor(log, f"rlla/{i}") for i in range(4)}, _inflight=dict(inflight),
-                 envs={"rlla": {"group_size": 4}}, a=SimpleNamespace(max_buffer_rollouts=16),
-                 buffers={"rlla": [None] * buffered}, _learner_ref=object() if learner_busy else None, _epoch=0)
+    orch = _bare(
+        env_actors={("rlla", i): _EnvActor(log, f"rlla/{i}") for i in range(4)},
+        _inflight=dict(inflight),
+        envs={"rlla": {"group_size": 4}},
+        a=SimpleNamespace(max_buffer_rollouts=16),
+        buffers={"rlla": [None] * buffered},
+        _learner_ref=object() if learner_busy else None,
+        _epoch=0,
+    )
     orch._submit_envs()
     assert log == expected
     assert len(orch._inflight) == coming + len(expected)
@@ -72,20 +79,30 @@ def test_generation_requests_under_the_buffer_limit(buffered, coming, learner_bu
 def test_the_limit_is_per_env():
     """Two envs: ``a`` is at its limit, ``b`` is not; only ``b``'s idle actor is asked."""
     log = []
-    orch = _bare(env_actors={(env, i): _EnvActor(log, f"{env}/{i}") for env in "ab" for i in range(2)},
-                 _inflight={"ref": ("b", 0, 0)}, envs={"a": {"group_size": 2}, "b": {"group_size": 2}},
-                 a=SimpleNamespace(max_buffer_rollouts=4), buffers={"a": [None] * 4, "b": [None] * 0},
-                 _learner_ref=object(), _epoch=0)
+    orch = _bare(
+        env_actors={(env, i): _EnvActor(log, f"{env}/{i}") for env in "ab" for i in range(2)},
+        _inflight={"ref": ("b", 0, 0)},
+        envs={"a": {"group_size": 2}, "b": {"group_size": 2}},
+        a=SimpleNamespace(max_buffer_rollouts=4),
+        buffers={"a": [None] * 4, "b": [None] * 0},
+        _learner_ref=object(),
+        _epoch=0,
+    )
     orch._submit_envs()
     assert log == ["b/1"]
 
 
 def test_no_limit_asks_every_idle_actor():
     log = []
-    orch = _bare(env_actors={("rlla", i): _EnvActor(log, f"rlla/{i}") for i in range(3)},
-                 _inflight={"ref": ("rlla", 1, 0)}, envs={"rlla": {"group_size": 4}},
-                 a=SimpleNamespace(max_buffer_rollouts=None), buffers={"rlla": [None] * 100}, _learner_ref=object(),
-                 _epoch=0)
+    orch = _bare(
+        env_actors={("rlla", i): _EnvActor(log, f"rlla/{i}") for i in range(3)},
+        _inflight={"ref": ("rlla", 1, 0)},
+        envs={"rlla": {"group_size": 4}},
+        a=SimpleNamespace(max_buffer_rollouts=None),
+        buffers={"rlla": [None] * 100},
+        _learner_ref=object(),
+        _epoch=0,
+    )
     orch._submit_envs()
     assert log == ["rlla/0", "rlla/2"]
 
@@ -105,9 +122,11 @@ def _finished_step(monkeypatch, version, save_freq=-1, test_freq=-1, total_steps
 
     monkeypatch.setattr(ray, "get", lambda ref, timeout=None: ref.value)
     log = []
-    learner = SimpleNamespace(weights=_Method(log, "weights", {"w": version}),
-                              save_checkpoint=_Method(log, "save_checkpoint", "ckpt"),
-                              step=_Method(log, "step", {"learner/policy_version": float(version + 1)}))
+    learner = SimpleNamespace(
+        weights=_Method(log, "weights", {"w": version}),
+        save_checkpoint=_Method(log, "save_checkpoint", "ckpt"),
+        step=_Method(log, "step", {"learner/policy_version": float(version + 1)}),
+    )
     batch = SimpleNamespace(metrics={"batches/tokens": 7.0}, layout=[1, 2, 3], example="example")
     sent = []
 
@@ -120,13 +139,23 @@ def _finished_step(monkeypatch, version, save_freq=-1, test_freq=-1, total_steps
         log.append("validate")
         return {"val/test_score/rlla": 1.0}
 
-    orch = _bare(_learner_ref=_Ref({"learner/policy_version": float(version)}),
-                 _pending_batch={"batches/tokens": 5.0, "batches/rollouts": 2.0}, learner=learner,
-                 buffers={"rlla": _Buffer()}, version=version - 1, save_freq=save_freq, test_freq=test_freq,
-                 total_steps=total_steps, config=OmegaConf.create({}),
-                 batcher=SimpleNamespace(make_batch=lambda buffers: batch),
-                 broadcaster=SimpleNamespace(broadcast=broadcast), servers={0: "server"}, restarts=Counter(),
-                 counts=Counter(), _validation_s=0.0)
+    orch = _bare(
+        _learner_ref=_Ref({"learner/policy_version": float(version)}),
+        _pending_batch={"batches/tokens": 5.0, "batches/rollouts": 2.0},
+        learner=learner,
+        buffers={"rlla": _Buffer()},
+        version=version - 1,
+        save_freq=save_freq,
+        test_freq=test_freq,
+        total_steps=total_steps,
+        config=OmegaConf.create({}),
+        batcher=SimpleNamespace(make_batch=lambda buffers: batch),
+        broadcaster=SimpleNamespace(broadcast=broadcast),
+        servers={0: "server"},
+        restarts=Counter(),
+        counts=Counter(),
+        _validation_s=0.0,
+    )
     orch._validate = validate
     return orch, log, sent
 
@@ -179,13 +208,25 @@ def test_run_leaves_no_step_in_flight_and_restarts_servers_with_the_finished_wei
         log.append("broadcast")
         sent.append((ray.get(weights), version))
         return {"metrics": {}, "failed": [0] if version == 2 else []}
+
     orch.broadcaster = SimpleNamespace(broadcast=broadcast)
     monkeypatch.setattr(ray, "wait", lambda refs, num_returns, timeout: (refs[-1:], refs[:-1]))
     records = orch.run(3)
     assert [r["policy_version"] for r in records] == [1.0, 2.0, 3.0]
     assert [r["orchestrator/next_step_overlapped"] for r in records] == [1.0, 1.0, 0.0]
-    assert log == ["step", "weights", "step", "broadcast", "weights", "step", "broadcast", "url", "update_weights",
-                   "weights", "broadcast"]
+    assert log == [
+        "step",
+        "weights",
+        "step",
+        "broadcast",
+        "weights",
+        "step",
+        "broadcast",
+        "url",
+        "update_weights",
+        "weights",
+        "broadcast",
+    ]
     assert sent == [({"w": 1}, 1), ({"w": 2}, 2), ({"w": 3}, 3)] and restarted == [({"w": 2}, 2)]
     assert orch.restarts["inference_server"] == 1 and orch.urls[0] == "http://new"
     assert orch._learner_ref is None
@@ -213,10 +254,15 @@ def test_replicas_draw_interleaved_problems(monkeypatch):
 
     monkeypatch.setattr(ray, "kill", lambda *args, **kwargs: None)
     calls = []
-    orch = _bare(envs={"rlla": {"seed": 0, "replicas": 4, "group_size": 4, "max_turns": 1}}, env_actors={},
-                 restarts=Counter(), urls={0: "http://server"}, model_path="tiny",
-                 a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8, temperature=1.0)),
-                 make_env_actor=lambda *args, **kwargs: calls.append(kwargs) or object())
+    orch = _bare(
+        envs={"rlla": {"seed": 0, "replicas": 4, "group_size": 4, "max_turns": 1}},
+        env_actors={},
+        restarts=Counter(),
+        urls={0: "http://server"},
+        model_path="tiny",
+        a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8, temperature=1.0)),
+        make_env_actor=lambda *args, **kwargs: calls.append(kwargs) or object(),
+    )
     for replica in range(4):
         orch._start_env_actor("rlla", replica)
     assert [(c["seed"], c["seed_stride"]) for c in calls] == [(0, 4), (1, 4), (2, 4), (3, 4)]

@@ -1,6 +1,7 @@
 """Validation of the async mode (verl/async_rl/validation.py): sampling from ``val_kwargs``, the per-source means of
 the RLLA reward over canned server answers (hand-computed), unscorable samples, the version check, rows spread over
 the servers, the dump, and the rows read as the synchronous trainer reads them."""
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,9 @@ def test_validation_sampling():
     base = {"do_sample": False, "temperature": 0.7, "top_k": 50, "top_p": 0.9, "n": 1}
     assert validation_sampling(base) == {"temperature": 0.0, "n": 1}  # greedy: the cut does not matter
     assert validation_sampling({**base, "do_sample": True, "top_k": -1, "top_p": 1.0, "n": 3}) == {
-        "temperature": 0.7, "n": 3}
+        "temperature": 0.7,
+        "n": 3,
+    }
     with pytest.raises(ValueError, match="val_kwargs.top_k=50"):
         validation_sampling({**base, "do_sample": True, "top_p": 1.0})
     with pytest.raises(ValueError, match="val_kwargs.top_p=0.9"):
@@ -35,16 +38,24 @@ class _Validator:
     def __new__(cls, tokenizer, texts, version_of=lambda url: 3, dump_dir=None):
         from verl.async_rl.validation import AsyncValidator
 
-        rows = [{"index": i, "data_source": "rlla" if i < 2 else "rlla_other", "prompt_ids": [1, 2, 3],
-                 "ground_truth": GT if i != 3 else "<tool_call>\n{not json\n</tool_call>"} for i in range(len(texts))]
+        rows = [
+            {
+                "index": i,
+                "data_source": "rlla" if i < 2 else "rlla_other",
+                "prompt_ids": [1, 2, 3],
+                "ground_truth": GT if i != 3 else "<tool_call>\n{not json\n</tool_call>",
+            }
+            for i in range(len(texts))
+        ]
         validator = AsyncValidator(rows, tokenizer, max_tokens=8, n=len(texts[0]), dump_dir=dump_dir)
         validator.calls = []
 
         def answer(url, row):
             validator.calls.append((url, row["index"]))
-            return {"policy_version": version_of(url),
-                    "choices": [{"token_ids": tokenizer.encode(t, add_special_tokens=False)}
-                                for t in texts[row["index"]]]}
+            return {
+                "policy_version": version_of(url),
+                "choices": [{"token_ids": tokenizer.encode(t, add_special_tokens=False)} for t in texts[row["index"]]],
+            }
 
         validator._answer = answer
         return validator
@@ -64,7 +75,8 @@ def test_means_per_source_hand_computed(tokenizer, tmp_path):
     assert right["correctness"] > wrong["correctness"] and right["format"] > none["format"]  # the cases differ
     for name in ("score", "format", "correctness", "length"):
         assert metrics[f"val/test_{name}/rlla"] == pytest.approx(
-            (right[name] + wrong[name] + none[name] + right[name]) / 4)
+            (right[name] + wrong[name] + none[name] + right[name]) / 4
+        )
         assert metrics[f"val/test_{name}/rlla_other"] == pytest.approx(wrong[name])
     lengths = [len(tokenizer.encode(t, add_special_tokens=False)) for pair in texts for t in pair]
     assert metrics["val/response_length/mean"] == pytest.approx(sum(lengths) / 6)
@@ -96,14 +108,21 @@ def _compose(overrides):
     import verl.trainer
     from verl.async_rl.config import typed_async_config
 
-    with initialize_config_dir(config_dir=os.path.join(os.path.dirname(verl.trainer.__file__), "config"),
-                               version_base=None):
+    with initialize_config_dir(
+        config_dir=os.path.join(os.path.dirname(verl.trainer.__file__), "config"), version_base=None
+    ):
         return typed_async_config(compose(config_name="async_trainer", overrides=list(overrides)))
 
 
 def _config(files, **data):
-    return _compose([f"data.val_files={files}", "data.max_prompt_length=1024", "trainer.val_before_train=true",
-                     *[f"data.{k}={v}" for k, v in data.items()]])
+    return _compose(
+        [
+            f"data.val_files={files}",
+            "data.max_prompt_length=1024",
+            "trainer.val_before_train=true",
+            *[f"data.{k}={v}" for k, v in data.items()],
+        ]
+    )
 
 
 def test_rows_read_as_the_synchronous_trainer(tokenizer, small_rlla, tmp_path):
@@ -119,8 +138,11 @@ def test_rows_read_as_the_synchronous_trainer(tokenizer, small_rlla, tmp_path):
     validator = AsyncValidator.from_config(config, tokenizer)
     assert [r["index"] for r in validator.rows] == [0, 1, 2, 3]  # the 1,200-word prompt filtered, file rows kept
     assert validator.max_tokens == 7 and validator.temperature == 0.0 and validator.n == 1
-    dataset = RLHFDataset(data_files=str(small_rlla / "test.parquet"), tokenizer=tokenizer, config={
-        "max_prompt_length": 1024, "truncation": "left"})
+    dataset = RLHFDataset(
+        data_files=str(small_rlla / "test.parquet"),
+        tokenizer=tokenizer,
+        config={"max_prompt_length": 1024, "truncation": "left"},
+    )
     item = dataset[2]
     assert validator.rows[2]["prompt_ids"] == item["input_ids"][item["attention_mask"].bool()].tolist()
     assert validator.rows[2]["ground_truth"] == frame.iloc[2]["reward_model"]["ground_truth"]
@@ -136,28 +158,44 @@ def test_async_config_refuses_what_validation_cannot_do():
 
     assert _compose(["trainer.test_freq=2"]).trainer.test_freq == 2  # greedy validation: accepted
     with pytest.raises(ConfigError, match="val_kwargs.top_k=50"):
-        _compose(["trainer.test_freq=2", "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
-                  "actor_rollout_ref.rollout.val_kwargs.top_k=50"])
+        _compose(
+            [
+                "trainer.test_freq=2",
+                "actor_rollout_ref.rollout.val_kwargs.do_sample=true",
+                "actor_rollout_ref.rollout.val_kwargs.top_k=50",
+            ]
+        )
     with pytest.raises(ConfigError, match="trainer.val_only=true: not in the async mode"):
         _compose(["trainer.val_only=true"])
 
 
-@pytest.mark.parametrize("override, why", [
-    ("optim.warmup_style=cosine", "the learning rate is constant"),
-    ("ppo_epochs=2", "one optimizer step per packed batch"),
-    ("ppo_mini_batch_size=4", "one optimizer step per packed batch"),
-    ("fsdp_config.param_offload=true", "one plain float32 process"),
-    ("fsdp_config.mixed_precision.param_dtype=bf16", "one plain float32 process"),
-    ("strategy=megatron", "Megatron is not implemented"),  # the trainer's refusals hold in the async mode too
-    ("ulysses_sequence_parallel_size=2", "sequence parallelism is not implemented"),
-])
+@pytest.mark.parametrize(
+    "override, why",
+    [
+        ("optim.warmup_style=cosine", "the learning rate is constant"),
+        ("ppo_epochs=2", "one optimizer step per packed batch"),
+        ("ppo_mini_batch_size=4", "one optimizer step per packed batch"),
+        ("fsdp_config.param_offload=true", "one plain float32 process"),
+        ("fsdp_config.mixed_precision.param_dtype=bf16", "one plain float32 process"),
+        ("strategy=megatron", "Megatron is not implemented"),  # the trainer's refusals hold in the async mode too
+        ("ulysses_sequence_parallel_size=2", "sequence parallelism is not implemented"),
+    ],
+)
 def test_async_config_refuses_actor_keys_the_learner_does_not_read(override, why):
     """The async learner reads part of actor_rollout_ref.actor (optimizer, PPO loss, micro batch): a schedule, epochs
     or offload it would ignore are refused at load; the keys it reads are accepted."""
     from verl.trainer.config_utils import ConfigError
 
-    assert _compose(["actor_rollout_ref.actor.optim.lr=1e-4", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                     "actor_rollout_ref.actor.clip_ratio=0.3"]).actor_rollout_ref.actor.clip_ratio == 0.3
+    assert (
+        _compose(
+            [
+                "actor_rollout_ref.actor.optim.lr=1e-4",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+                "actor_rollout_ref.actor.clip_ratio=0.3",
+            ]
+        ).actor_rollout_ref.actor.clip_ratio
+        == 0.3
+    )
     with pytest.raises(ConfigError, match=f"actor_rollout_ref.actor.{override.split('=')[0]}=.*{why}"):
         _compose([f"actor_rollout_ref.actor.{override}"])
 
@@ -192,10 +230,15 @@ def test_async_validation_equals_the_synchronous_trainers(ray_session, tmp_path,
     from verl.trainer.main_ppo import build_local_trainer
     from verl.utils.model_presets import prepare_model
 
-    data = [f"data.val_files={small_rlla}/test.parquet", "data.max_prompt_length=1024", "data.max_response_length=6",
-            "data.filter_overlong_prompts=True"]
-    trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + data
-                                  + [f"trainer.validation_data_dir={tmp_path}/sync"])
+    data = [
+        f"data.val_files={small_rlla}/test.parquet",
+        "data.max_prompt_length=1024",
+        "data.max_response_length=6",
+        "data.filter_overlong_prompts=True",
+    ]
+    trainer = build_local_trainer(
+        e2e_overrides(tmp_path, small_rlla) + data + [f"trainer.validation_data_dir={tmp_path}/sync"]
+    )
     try:
         sync_metrics = trainer._validate()
     finally:

@@ -1,5 +1,6 @@
 """BFCL and API-Bank evaluation: the RLLA prompt format, the conversion both ways, BFCL's own checker through our
 parser, the oracles (100% by construction), BFCL's aggregate figures and the tool-cost metrics."""
+
 from __future__ import annotations
 
 import json
@@ -39,13 +40,18 @@ def test_rlla_system_prompt_rerenders_every_shared_row(shared_dir):
 
 
 def test_render_history_and_system_extra():
-    text = render_history([{"role": "user", "content": " hi "}, {"role": "assistant", "content": "yes"},
-                           {"role": "tool", "content": "42"}])
+    text = render_history(
+        [
+            {"role": "user", "content": " hi "},
+            {"role": "assistant", "content": "yes"},
+            {"role": "tool", "content": "42"},
+        ]
+    )
     assert text == "**Dialogue Records History**\n<user> hi </user>\n\n<response> yes </response>\n\n<obs> 42 </obs>"
     with pytest.raises(ValueError, match="message 0: role 'system'"):
         render_history([{"role": "system", "content": "x"}])
     system = render_system([("f", "does f", {"a": {"type": "integer"}})], extra="Be brief.")
-    assert "\n1. Name: f\nDescription: does f\nParameters: {\"a\": {\"type\": \"integer\"}}\n\n**Steps" in system
+    assert '\n1. Name: f\nDescription: does f\nParameters: {"a": {"type": "integer"}}\n\n**Steps' in system
     assert system.endswith("(if exists).\n\nBe brief.")
 
 
@@ -53,16 +59,28 @@ def test_render_history_and_system_extra():
 # Conversion both ways (hand-made entries: no package needed)
 # ---------------------------------------------------------------------------------------------------------------------
 ENTRY = {
-    "id": "simple_python_x", "category": "simple_python",
+    "id": "simple_python_x",
+    "category": "simple_python",
     "question": [[{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Area of 3x4?"}]],
-    "prompt_function": [{"name": "geo.area", "description": "Area. Note that the provided function is in Python 3 "
-                         "syntax.", "parameters": {"type": "dict", "required": ["w", "h"], "properties": {
-                             "w": {"type": "integer", "description": "width"},
-                             "h": {"type": "integer", "description": "height"},
-                             "unit": {"type": "string", "description": "unit", "default": "cm"},
-                             "opts": {"type": "dict", "description": "options"}}}}],
-    "ground_truth": [{"geo.area": {"w": [3], "h": [4, 4.0], "unit": ["", "cm"],
-                                   "opts": [{"round": [True], "mode": ["", "fast"]}]}}],
+    "prompt_function": [
+        {
+            "name": "geo.area",
+            "description": "Area. Note that the provided function is in Python 3 syntax.",
+            "parameters": {
+                "type": "dict",
+                "required": ["w", "h"],
+                "properties": {
+                    "w": {"type": "integer", "description": "width"},
+                    "h": {"type": "integer", "description": "height"},
+                    "unit": {"type": "string", "description": "unit", "default": "cm"},
+                    "opts": {"type": "dict", "description": "options"},
+                },
+            },
+        }
+    ],
+    "ground_truth": [
+        {"geo.area": {"w": [3], "h": [4, 4.0], "unit": ["", "cm"], "opts": [{"round": [True], "mode": ["", "fast"]}]}}
+    ],
 }
 ENTRY["function"] = ENTRY["prompt_function"]
 
@@ -81,31 +99,40 @@ def test_bfcl_messages_render_the_rlla_format():
 
 def test_oracle_calls_take_first_acceptable_values_and_omit_optional_ones():
     assert bfcl.oracle_calls(ENTRY["ground_truth"], ENTRY["function"]) == [
-        {"name": "geo.area", "parameters": {"w": 3, "h": 4, "opts": {"round": True, "mode": "fast"}}}]
+        {"name": "geo.area", "parameters": {"w": 3, "h": 4, "opts": {"round": True, "mode": "fast"}}}
+    ]
     # "" acceptable but the document says required: the value is given
-    required = [{**ENTRY["function"][0], "parameters": {**ENTRY["function"][0]["parameters"],
-                                                        "required": ["w", "h", "unit"]}}]
+    required = [
+        {**ENTRY["function"][0], "parameters": {**ENTRY["function"][0]["parameters"], "required": ["w", "h", "unit"]}}
+    ]
     assert bfcl.oracle_calls(ENTRY["ground_truth"], required)[0]["parameters"]["unit"] == "cm"
     # lists of dicts are possibilities too
     gt = [{"q": {"conds": [[{"f": ["age"], "op": ["", ">"]}]]}}]
     assert bfcl.oracle_calls(gt) == [{"name": "q", "parameters": {"conds": [{"f": "age", "op": ">"}]}}]
     response = bfcl.oracle_response(ENTRY)
-    assert response.endswith('<tool_call>\n{"name": "geo.area", "parameters": {"w": 3, "h": 4, "opts": '
-                             '{"round": true, "mode": "fast"}}}\n</tool_call>')
+    assert response.endswith(
+        '<tool_call>\n{"name": "geo.area", "parameters": {"w": 3, "h": 4, "opts": '
+        '{"round": true, "mode": "fast"}}}\n</tool_call>'
+    )
     assert bfcl.oracle_response({**ENTRY, "ground_truth": None}) == bfcl.NO_CALL_RESPONSE
-    assert bfcl.calls_to_bfcl([{"name": "a.b", "parameters": {"x": 1}}, {"name": "c"}]) == [{"a.b": {"x": 1}},
-                                                                                           {"c": {}}]
+    assert bfcl.calls_to_bfcl([{"name": "a.b", "parameters": {"x": 1}}, {"name": "c"}]) == [
+        {"a.b": {"x": 1}},
+        {"c": {}},
+    ]
 
 
 def test_unsatisfiable_answers_are_recognised():
     assert bfcl.unsatisfiable_reason(ENTRY) is None
     doc = ENTRY["function"]
-    assert "no acceptable value" in bfcl.unsatisfiable_reason({"function": doc, "ground_truth": [{"geo.area": {
-        "w": []}}]})
-    assert "only acceptable value is omission" in bfcl.unsatisfiable_reason({"function": doc, "ground_truth": [
-        {"geo.area": {"w": [""]}}]})
-    assert "not a parameter of geo.area" in bfcl.unsatisfiable_reason({"function": doc, "ground_truth": [
-        {"geo.area": {"depth": [2]}}]})
+    assert "no acceptable value" in bfcl.unsatisfiable_reason(
+        {"function": doc, "ground_truth": [{"geo.area": {"w": []}}]}
+    )
+    assert "only acceptable value is omission" in bfcl.unsatisfiable_reason(
+        {"function": doc, "ground_truth": [{"geo.area": {"w": [""]}}]}
+    )
+    assert "not a parameter of geo.area" in bfcl.unsatisfiable_reason(
+        {"function": doc, "ground_truth": [{"geo.area": {"depth": [2]}}]}
+    )
     assert bfcl.unsatisfiable_reason({"function": doc, "ground_truth": [{"geo.area": {"depth": ["", 2]}}]}) is None
 
 
@@ -134,8 +161,9 @@ def test_bfcl_checker_verdicts(bfcl_entries):
     verdict = check_bfcl_response(entry, response)
     assert not verdict["valid"] and verdict["error_type"].startswith(("value_error", "type_error"))
     assert check_bfcl_response(entry, bfcl.NO_CALL_RESPONSE)["error_type"] == "ast_decoder:no_tool_call"
-    assert check_bfcl_response(entry, "<tool_call>\n{broken\n</tool_call>")["error_type"] == \
-        "ast_decoder:decoder_failed"
+    assert (
+        check_bfcl_response(entry, "<tool_call>\n{broken\n</tool_call>")["error_type"] == "ast_decoder:decoder_failed"
+    )
     irrelevant = bfcl_entries["irrelevance"][0]
     assert check_bfcl_response(irrelevant, bfcl.NO_CALL_RESPONSE)["valid"]
     assert not check_bfcl_response(irrelevant, response)["valid"]  # any call is wrong there
@@ -202,9 +230,23 @@ def test_baseline_pairs_two_bfcl_files_on_bfcls_verdicts(tmp_path, capsys):
 
     def write(name, responses):
         path = tmp_path / f"{name}.jsonl"
-        path.write_text("".join(json.dumps({**row, "row": i, "sample": 0, "data_source": "bfcl", "prompt": f"p{i}",
-                                            "response": text, "ground_truth": "<response> x </response>"}) + "\n"
-                                for i, (row, text) in enumerate(zip(oracle, responses))))
+        path.write_text(
+            "".join(
+                json.dumps(
+                    {
+                        **row,
+                        "row": i,
+                        "sample": 0,
+                        "data_source": "bfcl",
+                        "prompt": f"p{i}",
+                        "response": text,
+                        "ground_truth": "<response> x </response>",
+                    }
+                )
+                + "\n"
+                for i, (row, text) in enumerate(zip(oracle, responses))
+            )
+        )
         return str(path)
 
     simple = [r["response"] for r in oracle[:2]]
@@ -223,8 +265,19 @@ def test_baseline_pairs_two_bfcl_files_on_bfcls_verdicts(tmp_path, capsys):
     assert list(paired["metrics"]) == ["bfcl_accuracy"]  # no RLLA metric on BFCL rows
     # a BFCL file against an RLLA one: nothing to pair, a named error
     rlla = tmp_path / "rlla.jsonl"
-    rlla.write_text(json.dumps({"row": 0, "sample": 0, "data_source": "rlla", "prompt": "p", "response": "x",
-                                "ground_truth": "<response> y </response>"}) + "\n")
+    rlla.write_text(
+        json.dumps(
+            {
+                "row": 0,
+                "sample": 0,
+                "data_source": "rlla",
+                "prompt": "p",
+                "response": "x",
+                "ground_truth": "<response> y </response>",
+            }
+        )
+        + "\n"
+    )
     assert eval_main(["--generations", after, "--baseline", str(rlla)]) == 2
     assert "hold different rows" in capsys.readouterr().err
     # the same positions holding other BFCL entries: refused, naming both ids
@@ -237,13 +290,16 @@ def test_baseline_pairs_two_bfcl_files_on_bfcls_verdicts(tmp_path, capsys):
     assert "not of the same BFCL rows" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--generations", "g.jsonl", "--categories", "simple_python"], "--categories: only with --oracle"),
-    (["--generations", "g.jsonl", "--max-rows", "3"], "--max-rows: only with --oracle"),
-    (["--oracle", "--output", "s.json"], "--oracle needs --dataset"),
-    (["--oracle", "--dataset", "api_bank", "--categories", "x", "--output", "s.json"], "only with --dataset bfcl"),
-    (["--oracle", "--dataset", "bfcl", "--data-path", "f.json", "--output", "s.json"], "bfcl-eval package"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--generations", "g.jsonl", "--categories", "simple_python"], "--categories: only with --oracle"),
+        (["--generations", "g.jsonl", "--max-rows", "3"], "--max-rows: only with --oracle"),
+        (["--oracle", "--output", "s.json"], "--oracle needs --dataset"),
+        (["--oracle", "--dataset", "api_bank", "--categories", "x", "--output", "s.json"], "only with --dataset bfcl"),
+        (["--oracle", "--dataset", "bfcl", "--data-path", "f.json", "--output", "s.json"], "bfcl-eval package"),
+    ],
+)
 def test_eval_cli_refuses_options_it_would_ignore(argv, message, capsys):
     with pytest.raises(SystemExit) as exc:
         eval_main(argv)
@@ -251,12 +307,23 @@ def test_eval_cli_refuses_options_it_would_ignore(argv, message, capsys):
 
 
 def test_bfcl_summary_uses_bfcl_weighting():
-    rows = [{"bfcl_category": c} for c in ["live_simple"] * 3 + ["live_multiple", "live_parallel",
-            "live_parallel_multiple"] + ["simple_python"] * 2 + ["multiple", "parallel", "parallel_multiple",
-                                                                 "irrelevance"]]
+    rows = [
+        {"bfcl_category": c}
+        for c in ["live_simple"] * 3
+        + ["live_multiple", "live_parallel", "live_parallel_multiple"]
+        + ["simple_python"] * 2
+        + ["multiple", "parallel", "parallel_multiple", "irrelevance"]
+    ]
     valid = [True, True, False, False, True, True, True, False, True, True, False, True]
-    results = [{"valid": v, "error_type": None if v else "x", "num_calls": 1 if c["bfcl_category"] != "irrelevance"
-                else 0, "made_call": c["bfcl_category"] != "irrelevance"} for c, v in zip(rows, valid)]
+    results = [
+        {
+            "valid": v,
+            "error_type": None if v else "x",
+            "num_calls": 1 if c["bfcl_category"] != "irrelevance" else 0,
+            "made_call": c["bfcl_category"] != "irrelevance",
+        }
+        for c, v in zip(rows, valid)
+    ]
     summary = summarize_bfcl(rows, results)
     assert summary["bfcl"]["live_ast"] == pytest.approx(4 / 6)  # row-weighted: (2 + 0 + 1 + 1) / (3 + 1 + 1 + 1)
     assert summary["bfcl"]["non_live_ast_python"] == pytest.approx((0.5 + 1 + 1 + 0) / 4)  # unweighted
@@ -264,8 +331,7 @@ def test_bfcl_summary_uses_bfcl_weighting():
     assert summary["bfcl"]["non_live_ast"] is None  # a category of the figure (Java/JS) was not evaluated: N/A
     partial = summarize_bfcl(rows[:3], results[:3])["bfcl"]
     assert partial["live_ast"] is None and partial["non_live_ast_python"] is None
-    assert summary["categories"]["live_simple"] == {"accuracy": 2 / 3, "rows": 3, "correct": 2,
-                                                    "error_types": {"x": 1}}
+    assert summary["categories"]["live_simple"] == {"accuracy": 2 / 3, "rows": 3, "correct": 2, "error_types": {"x": 1}}
 
 
 def test_generation_refuses_a_path_with_bfcl(tmp_path):
@@ -319,26 +385,42 @@ def test_tool_cost_metrics_hand_worked():
 def test_expected_tool_cost_metrics_are_ratios_of_expected_counts():
     # the rows above, each response now made with probability 1/2 (else no call, wrong): TP 0.5 (row 0), FN 1.5,
     # FP 0.5 (row 2), TN 1.5; expected calls 1 + 0 + 0.5 + 0; P(correct) 0.5, 0, 0, 1 (row 3 is right without a call)
-    m = expected_tool_cost_metrics([1.0, 0.0, 0.5, 0.0], [True, True, False, False], [0.5, 0.0, 0.0, 1.0],
-                                   [0.5, 0.0, 0.5, 0.0])
+    m = expected_tool_cost_metrics(
+        [1.0, 0.0, 0.5, 0.0], [True, True, False, False], [0.5, 0.0, 0.0, 1.0], [0.5, 0.0, 0.5, 0.0]
+    )
     assert m["calls_per_prompt"] == pytest.approx(0.375) and m["tool_use_rate"] == pytest.approx(0.25)
     assert m["decision_accuracy"] == pytest.approx(0.5) and m["decision_precision"] == pytest.approx(0.5)
     assert m["decision_recall"] == pytest.approx(0.25) and m["decision_f1"] == pytest.approx(1 / 3)
     assert m["tool_productivity"] == pytest.approx(1.5 / 1.5)
     # 0/1 inputs: exactly tool_cost_metrics
-    assert expected_tool_cost_metrics([2.0, 0.0, 1.0, 0.0], [True, True, False, False], [1.0, 0.0, 0.0, 1.0],
-                                      [1.0, 0.0, 1.0, 0.0]) == tool_cost_metrics(
-        [2, 0, 1, 0], [True, True, False, False], [True, False, False, True])
+    assert expected_tool_cost_metrics(
+        [2.0, 0.0, 1.0, 0.0], [True, True, False, False], [1.0, 0.0, 0.0, 1.0], [1.0, 0.0, 1.0, 0.0]
+    ) == tool_cost_metrics([2, 0, 1, 0], [True, True, False, False], [True, False, False, True])
     with pytest.raises(ValueError, match=r"made_call\[1\] = 1.5: expected a probability in \[0, 1\]"):
         expected_tool_cost_metrics([0.0, 0.0], [True, False], [0.0, 0.0], [0.0, 1.5])
 
 
 def test_eval_cli_as_a_reviewer_runs_it(tmp_path):
     out = tmp_path / "s.json"
-    cmd = [sys.executable, "-m", "verl.trainer.main_eval", "--dataset", "bfcl", "--categories",
-           "simple_python,irrelevance,live_simple", "--oracle", "--max-rows", "3", "--output", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.trainer.main_eval",
+        "--dataset",
+        "bfcl",
+        "--categories",
+        "simple_python,irrelevance,live_simple",
+        "--oracle",
+        "--max-rows",
+        "3",
+        "--output",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     categories = json.loads(out.read_text())["categories"]
     assert {k: (v["accuracy"], v["rows"]) for k, v in categories.items()} == {
-        "simple_python": (1.0, 3), "irrelevance": (1.0, 3), "live_simple": (1.0, 3)}
+        "simple_python": (1.0, 3),
+        "irrelevance": (1.0, 3),
+        "live_simple": (1.0, 3),
+    }

@@ -1,4 +1,5 @@
 """RLHFDataset (both constructor styles, padding, truncation, filtering, malformed rows) and collate_fn."""
+
 import logging
 from pathlib import Path
 
@@ -19,8 +20,12 @@ MAX_LEN = 48
 
 def _rows(user_texts, indices=None):
     indices = indices or list(range(len(user_texts)))
-    return [make_rlla_row({"instruction": "You call tools.", "input": text, "output": f"<response> {i} </response>"},
-                          idx, "train") for i, (text, idx) in enumerate(zip(user_texts, indices))]
+    return [
+        make_rlla_row(
+            {"instruction": "You call tools.", "input": text, "output": f"<response> {i} </response>"}, idx, "train"
+        )
+        for i, (text, idx) in enumerate(zip(user_texts, indices))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +46,10 @@ def test_item_left_padding_position_ids_index_raw_prompt(parquet, tokenizer):
     ds = RLHFDataset(parquet, tokenizer, max_prompt_length=MAX_LEN, return_raw_chat=True, truncation="error")
     assert len(ds) == 3
     item = ds[1]
-    messages = [{"role": "system", "content": "You call tools."},
-                {"role": "user", "content": "What is the weather in Paris today?"}]
+    messages = [
+        {"role": "system", "content": "You call tools."},
+        {"role": "user", "content": "What is the weather in Paris today?"},
+    ]
     ids = _ids(tokenizer, messages)
     n, pad = len(ids), MAX_LEN - len(ids)
     assert 0 < n < MAX_LEN
@@ -60,8 +67,10 @@ def test_item_left_padding_position_ids_index_raw_prompt(parquet, tokenizer):
 
 
 def test_truncation_modes(parquet, tokenizer):
-    messages = [{"role": "system", "content": "You call tools."},
-                {"role": "user", "content": " ".join(["token"] * 200)}]
+    messages = [
+        {"role": "system", "content": "You call tools."},
+        {"role": "user", "content": " ".join(["token"] * 200)},
+    ]
     full = _ids(tokenizer, messages)
     assert len(full) > MAX_LEN
     with pytest.raises(PromptTooLongError) as info:
@@ -87,16 +96,27 @@ def test_filter_overlong_prompts(parquet, tokenizer, caplog):
 
 
 def test_upstream_constructor_with_config(parquet, tokenizer):
-    config = OmegaConf.create({"prompt_key": "prompt", "max_prompt_length": MAX_LEN, "truncation": "left",
-                               "filter_overlong_prompts": False, "return_raw_chat": True, "train_batch_size": 4,
-                               "max_samples": -1})
+    config = OmegaConf.create(
+        {
+            "prompt_key": "prompt",
+            "max_prompt_length": MAX_LEN,
+            "truncation": "left",
+            "filter_overlong_prompts": False,
+            "return_raw_chat": True,
+            "train_batch_size": 4,
+            "max_samples": -1,
+        }
+    )
     ds = RLHFDataset(data_files=[parquet], tokenizer=tokenizer, config=config)
     assert len(ds) == 3 and ds[2]["input_ids"].shape == (MAX_LEN,) and "raw_prompt" in ds[0]
     positional = RLHFDataset([parquet], tokenizer, {"max_prompt_length": MAX_LEN}, None, 2)
     assert len(positional) == 2 and positional[1]["index"] == 42  # max_samples keeps the first rows
     assert positional.filter_overlong_prompts and positional.truncation == "error"  # upstream's defaults
-    from_cfg = RLHFDataset([parquet, parquet], tokenizer, {"max_prompt_length": MAX_LEN, "max_samples": 4,
-                                                           "filter_overlong_prompts": False})
+    from_cfg = RLHFDataset(
+        [parquet, parquet],
+        tokenizer,
+        {"max_prompt_length": MAX_LEN, "max_samples": 4, "filter_overlong_prompts": False},
+    )
     assert len(from_cfg) == 4 and from_cfg[3]["index"] == 7  # second file, row 0
     toolrl = RLHFDataset(parquet, tokenizer, "prompt", MAX_LEN, True, True, "~/.cache/verl/rlhf", None, True, "right")
     assert toolrl.truncation == "right" and toolrl.return_raw_chat and len(toolrl) == 3
@@ -109,8 +129,9 @@ def test_no_chat_template_joins_contents(parquet, tokenizer):
     item = RLHFDataset(parquet, tokenizer, max_prompt_length=MAX_LEN, use_chat_template=False)[0]
     ids = item["input_ids"][item["attention_mask"].bool()]
     assert tokenizer.decode(ids) == "You call tools.\nHi"
-    custom = RLHFDataset(parquet, tokenizer, max_prompt_length=MAX_LEN,
-                         chat_template_func=lambda msgs: "|".join(m["role"] for m in msgs))[0]
+    custom = RLHFDataset(
+        parquet, tokenizer, max_prompt_length=MAX_LEN, chat_template_func=lambda msgs: "|".join(m["role"] for m in msgs)
+    )[0]
     assert tokenizer.decode(custom["input_ids"][custom["attention_mask"].bool()]) == "system|user"
 
 
@@ -122,14 +143,17 @@ def _write_raw(path: Path, rows) -> str:
 GOOD = {"data_source": "rlla", "prompt": [{"role": "user", "content": "hi"}], "extra_info": {"index": 0}}
 
 
-@pytest.mark.parametrize("bad, key, problem, type_change", [
-    ({"prompt": []}, "prompt", "empty message list", False),
-    ({"prompt": [{"role": "user", "content": ""}]}, r"prompt\[0\]\.content", "non-empty string", False),
-    ({"prompt": [{"role": "user"}]}, r"prompt\[0\]\.content", "non-empty string", False),
-    ({"prompt": "just text"}, "prompt", "expected a non-empty list", True),
-    ({"extra_info": {"index": "3"}}, r"extra_info\.index", "expected an int", True),
-    ({"extra_info": "x"}, "extra_info", "expected an object", True),
-])
+@pytest.mark.parametrize(
+    "bad, key, problem, type_change",
+    [
+        ({"prompt": []}, "prompt", "empty message list", False),
+        ({"prompt": [{"role": "user", "content": ""}]}, r"prompt\[0\]\.content", "non-empty string", False),
+        ({"prompt": [{"role": "user"}]}, r"prompt\[0\]\.content", "non-empty string", False),
+        ({"prompt": "just text"}, "prompt", "expected a non-empty list", True),
+        ({"extra_info": {"index": "3"}}, r"extra_info\.index", "expected an int", True),
+        ({"extra_info": "x"}, "extra_info", "expected an object", True),
+    ],
+)
 def test_malformed_rows_name_file_row_and_key(tmp_path, tokenizer, bad, key, problem, type_change):
     # a value of another type cannot share a parquet column with good rows: then every row is bad and row 0 is named
     rows = [{**GOOD, **bad}] * 3 if type_change else [dict(GOOD), dict(GOOD), {**GOOD, **bad}]
@@ -148,8 +172,10 @@ def test_missing_prompt_column_and_missing_file(tmp_path, tokenizer):
 
 
 def test_collate_fn_object_arrays_of_shape_b():
-    rows = [{"ids": torch.arange(3) + i, "tags": ["a", "b"], "meta": {"k": i}, "text": f"s{i}", "index": i}
-            for i in range(4)]
+    rows = [
+        {"ids": torch.arange(3) + i, "tags": ["a", "b"], "meta": {"k": i}, "text": f"s{i}", "index": i}
+        for i in range(4)
+    ]
     batch = collate_fn(rows)
     assert batch["ids"].shape == (4, 3) and batch["ids"][2].tolist() == [2, 3, 4]
     for key in ("tags", "meta", "text", "index"):
@@ -176,12 +202,19 @@ def test_dataloader_to_dataproto(parquet, tokenizer):
 
 
 # ------------------------------------------------------------------- a `tools` column, rendered by the chat template
-TOOLS_TEMPLATE = ("{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}:{{ t.function.description }};"
-                  "{% endfor %}</tools>{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
-                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather of a city.",
-                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                                                           "required": ["city"]}}}
+TOOLS_TEMPLATE = (
+    "{% if tools %}<tools>{% for t in tools %}{{ t.function.name }}:{{ t.function.description }};"
+    "{% endfor %}</tools>{% endif %}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Weather of a city.",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
 
 
 def _tools_parquet(path, tools_cells):
@@ -220,6 +253,6 @@ def test_tools_the_template_would_drop_or_cannot_read_are_refused(tmp_path, toke
         RLHFDataset(path, plain, max_prompt_length=96)
     tok = copy.deepcopy(tokenizer)
     tok.chat_template = TOOLS_TEMPLATE
-    bad = _tools_parquet(tmp_path / "bad.parquet", ["[{\"name\": ", None])
+    bad = _tools_parquet(tmp_path / "bad.parquet", ['[{"name": ', None])
     with pytest.raises(ValueError, match=r"bad\.parquet:0: tools: not JSON"):
         RLHFDataset(bad, tok, max_prompt_length=96)

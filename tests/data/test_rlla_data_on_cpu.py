@@ -1,4 +1,5 @@
 """RLLA preprocessing, default splits and data discovery (no network: the download step is injected or disabled)."""
+
 import hashlib
 import importlib.util
 import json
@@ -125,14 +126,18 @@ def test_malformed_raw_record_names_file_row_and_key(tmp_path):
 def test_placeholder_sentences_are_the_shared_ground_truths(shared_dir):
     truths = pq.read_table(shared_dir / "data" / "rlla_4k" / "test.parquet").column("reward_model").to_pylist()
     thinks = {r["ground_truth"].split("</think>")[0] + "</think>" for r in truths}
-    assert thinks == {f"<think> {TOOL_CALL_THINK_PLACEHOLDER} </think>",
-                      f"<think> {RESPONSE_THINK_PLACEHOLDER} </think>"}
+    assert thinks == {
+        f"<think> {TOOL_CALL_THINK_PLACEHOLDER} </think>",
+        f"<think> {RESPONSE_THINK_PLACEHOLDER} </think>",
+    }
 
 
 def test_placeholder_think_both_kinds_and_tool_call_mentioned_in_think():
     tool = '<think> long reasoning\nmore </think>\n<tool_call>\n{"name": "f", "parameters": {}}\n</tool_call>'
-    assert placeholder_think(tool) == (f"<think> {TOOL_CALL_THINK_PLACEHOLDER} </think>\n<tool_call>\n"
-                                       '{"name": "f", "parameters": {}}\n</tool_call>')
+    assert placeholder_think(tool) == (
+        f"<think> {TOOL_CALL_THINK_PLACEHOLDER} </think>\n<tool_call>\n"
+        '{"name": "f", "parameters": {}}\n</tool_call>'
+    )
     resp = "<think> no tool is needed </think>\n<response> Hello </response>"
     assert placeholder_think(resp) == f"<think> {RESPONSE_THINK_PLACEHOLDER} </think>\n<response> Hello </response>"
     # the think quotes <tool_call>, but the answer is a direct response: the response sentence applies
@@ -176,16 +181,22 @@ def test_dedup_against_validation(built, shared_dir, tmp_path, caplog):
     # a synthetic shared folder: two raw rows repeat validation prompts
     shared = tmp_path / "shared_data"
     (shared / "rlla_4k_raw").mkdir(parents=True)
-    raw = [{"instruction": f"sys {i}", "input": f"user {i}", "output": "<think> t </think>\n<response> r </response>"}
-           for i in range(5)]
+    raw = [
+        {"instruction": f"sys {i}", "input": f"user {i}", "output": "<think> t </think>\n<response> r </response>"}
+        for i in range(5)
+    ]
     (shared / "rlla_4k_raw" / "rlla_sft.json").write_text(json.dumps(raw))
-    write_rlla_parquet([rlla_data.make_rlla_row(raw[i], j, "test") for j, i in enumerate((1, 3))],
-                       shared / "rlla_4k" / "test.parquet")
+    write_rlla_parquet(
+        [rlla_data.make_rlla_row(raw[i], j, "test") for j, i in enumerate((1, 3))], shared / "rlla_4k" / "test.parquet"
+    )
     with caplog.at_level(logging.INFO, logger="verl.utils.dataset.rlla_data"):
         out = build_default_rlla_splits(shared, tmp_path / "out")
     assert "dropped 2 of 5" in caplog.text
-    assert [r["input"] for r in pq.read_table(out["train"]).column("extra_info").to_pylist()] == \
-        ["user 0", "user 2", "user 4"]
+    assert [r["input"] for r in pq.read_table(out["train"]).column("extra_info").to_pylist()] == [
+        "user 0",
+        "user 2",
+        "user 4",
+    ]
 
 
 def test_default_splits_are_deterministic(built, shared_dir, tmp_path):
@@ -257,8 +268,7 @@ def test_discovery_downloads_when_nothing_local(tmp_path, clean_env, monkeypatch
         dest.write_bytes((source / Path(url).name).read_bytes())
 
     monkeypatch.setitem(rlla_data.TOOLRL_SHA256, "train.parquet", _sha(source / "train.parquet"))
-    found = resolve_rlla_data_dir(root=root, shared_dir=tmp_path / "no_shared", download=True,
-                                  downloader=fake_download)
+    found = resolve_rlla_data_dir(root=root, shared_dir=tmp_path / "no_shared", download=True, downloader=fake_download)
     assert found == root / "dataset" / "rlla_4k"
     assert urls == [f"{rlla_data.TOOLRL_BASE_URL}/train.parquet", f"{rlla_data.TOOLRL_BASE_URL}/test.parquet"]
     assert urls[0].startswith("https://raw.githubusercontent.com/qiancheng0/ToolRL/")
@@ -288,8 +298,11 @@ def test_discovery_error_lists_every_place(tmp_path, clean_env, monkeypatch):
     with pytest.raises(FileNotFoundError) as info:
         resolve_rlla_data_dir(None, root=root, shared_dir=tmp_path / "no_shared")
     msg = str(info.value)
-    for expected in (f"repository dataset/rlla_4k {root / 'dataset' / 'rlla_4k'}", str(tmp_path / "no_shared"),
-                     "download from ToolRL: disabled"):
+    for expected in (
+        f"repository dataset/rlla_4k {root / 'dataset' / 'rlla_4k'}",
+        str(tmp_path / "no_shared"),
+        "download from ToolRL: disabled",
+    ):
         assert expected in msg, (expected, msg)
 
     def offline(url, dest):

@@ -1,4 +1,5 @@
 """validate-data: the shared test split is valid; a corrupted copy fails with file:row: key: problem lines."""
+
 import pyarrow.parquet as pq
 import pytest
 
@@ -47,10 +48,20 @@ def test_unreadable_file_and_missing_columns(tmp_path, capsys):
     assert main([str(bad), "--tokenizer", "none"]) == 1
     assert f"{bad}: not a readable parquet file" in capsys.readouterr().err
     assert row_problems({"prompt": [{"role": "user", "content": "x"}]}) == [
-        ("data_source", "missing"), ("ability", "missing"), ("reward_model", "missing"), ("extra_info", "missing")]
+        ("data_source", "missing"),
+        ("ability", "missing"),
+        ("reward_model", "missing"),
+        ("extra_info", "missing"),
+    ]
     assert ("reward_model.ground_truth", "missing") in row_problems(
-        {"data_source": "d", "prompt": [{"role": "u", "content": "x"}], "ability": "a", "reward_model": {},
-         "extra_info": {"index": 1}})
+        {
+            "data_source": "d",
+            "prompt": [{"role": "u", "content": "x"}],
+            "ability": "a",
+            "reward_model": {},
+            "extra_info": {"index": 1},
+        }
+    )
 
 
 def test_length_stats():

@@ -6,6 +6,7 @@ worker: each row invalid with its reason, the other rows and the next call fine)
 registered RLLA reward gives the default manager's numbers), ``main_ppo``'s wiring, invalid rows left out of the GRPO
 group statistics, and the aligner.
 """
+
 from __future__ import annotations
 
 import io
@@ -89,19 +90,31 @@ def reward_file(tmp_path_factory):
 
 
 def requests(*actions: str) -> list[RewardRequest]:
-    return [RewardRequest(messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": a}],
-                          ground_truth="gt") for a in actions]
+    return [
+        RewardRequest(
+            messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": a}], ground_truth="gt"
+        )
+        for a in actions
+    ]
 
 
 # -------------------- types ------------------------------------------------------------------------------------------
 def test_models_validate_and_round_trip_json():
-    msg = Message.model_validate({"role": "assistant", "content": None, "extra": 1,
-                                  "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"x": 1}}}]})
+    msg = Message.model_validate(
+        {
+            "role": "assistant",
+            "content": None,
+            "extra": 1,
+            "tool_calls": [{"id": "c1", "function": {"name": "f", "arguments": {"x": 1}}}],
+        }
+    )
     assert msg.tool_calls[0].function.arguments == '{"x": 1}' and msg.tool_calls[0].type == "function"
     assert msg.text() == "" and Message(role="user", content=[{"type": "text", "text": "hi"}]).text() == "hi"
-    result = EvaluateResult(score=1.5, metrics={"format": 1, "acc": MetricResult(score=0.5, reason="half")},
-                            step_outputs=[StepOutput(step_index=0, base_reward=0.25),
-                                          StepOutput(step_index="s", base_reward=1)])
+    result = EvaluateResult(
+        score=1.5,
+        metrics={"format": 1, "acc": MetricResult(score=0.5, reason="half")},
+        step_outputs=[StepOutput(step_index=0, base_reward=0.25), StepOutput(step_index="s", base_reward=1)],
+    )
     again = EvaluateResult.model_validate_json(result.model_dump_json())
     assert again == result and again.metric_values() == {"format": 1.0, "acc": 0.5}
     assert again.step_outputs[1].step_index == "s"
@@ -110,8 +123,11 @@ def test_models_validate_and_round_trip_json():
             EvaluateResult(**bad)
     with pytest.raises(ValueError, match="finite"):
         StepOutput(step_index=0, base_reward=float("nan"))
-    step = StepData(system_step_index=0, resulting_messages_history=[{"role": "user", "content": "x"}],
-                    step_info={"assistant_turn_index": 0})
+    step = StepData(
+        system_step_index=0,
+        resulting_messages_history=[{"role": "user", "content": "x"}],
+        step_info={"assistant_turn_index": 0},
+    )
     assert isinstance(step.resulting_messages_history[0], Message) and step.base_reward is None
 
 
@@ -290,10 +306,15 @@ def test_registered_rlla_reward_matches_the_default_manager(tokenizer, rows, dec
     batch = build_batch(tokenizer, rows, ground_truths=gts)
     switches = RewardSwitches(schedulereward=True)
     default = RLLARewardManager(tokenizer, decode=decode, switches=switches)(batch, step=75, return_dict=True)
-    api = RewardAPIManager(tokenizer, InProcessRunner(get_reward_function("rlla")), decode=decode,
-                           switches=switches)(batch, step=75, return_dict=True)
-    for key in ("reward_tensor", "token_level_scores_format", "token_level_scores_correctness",
-                "token_level_scores_length"):
+    api = RewardAPIManager(tokenizer, InProcessRunner(get_reward_function("rlla")), decode=decode, switches=switches)(
+        batch, step=75, return_dict=True
+    )
+    for key in (
+        "reward_tensor",
+        "token_level_scores_format",
+        "token_level_scores_correctness",
+        "token_level_scores_length",
+    ):
         assert torch.equal(api[key], default[key]), key
     assert api["reward_extra_info"]["reward_valid"] == default["reward_extra_info"]["reward_valid"]
     assert api["reward_extra_info"]["reward_valid"][1] is False
@@ -331,8 +352,14 @@ def test_main_ppo_builds_managers_from_custom_reward_function(tokenizer, reward_
 
     train, val = build()
     assert type(train) is RLLARewardManager and val.num_examine == 1
-    train, val = build(**{"custom_reward_function.path": reward_file, "custom_reward_function.name": "misbehave",
-                          "reward.timeout_s": 2.5, "reward.num_workers": 1})
+    train, val = build(
+        **{
+            "custom_reward_function.path": reward_file,
+            "custom_reward_function.name": "misbehave",
+            "reward.timeout_s": 2.5,
+            "reward.num_workers": 1,
+        }
+    )
     assert isinstance(train, RewardAPIManager) and train.runner is val.runner
     assert isinstance(train.runner, ProcessSandbox) and train.runner.timeout_s == 2.5 and train.runner.num_workers == 1
     assert train.runner._workers == []  # workers start on the first call
@@ -351,17 +378,21 @@ def test_reward_dry_run_with_any_reward_function(shared_dir, reward_file, tmp_pa
         return json.loads(out.getvalue())
 
     parquet = str(shared_dir / "data" / "rlla_4k" / "test.parquet")
-    default, via_api = run("--parquet", parquet, "--limit", "12"), run("--parquet", parquet, "--limit", "12",
-                                                                       "--reward-name", "rlla")
+    default, via_api = (
+        run("--parquet", parquet, "--limit", "12"),
+        run("--parquet", parquet, "--limit", "12", "--reward-name", "rlla"),
+    )
     assert via_api["stats"] == default["stats"] and via_api["valid"] == 12
     lines = tmp_path / "rollouts.jsonl"
-    lines.write_text("".join(json.dumps({"response": r, "ground_truth": "gt"}) + "\n" for r in ("ok", "raise",
-                                                                                                "garbage", "ok")))
+    lines.write_text(
+        "".join(json.dumps({"response": r, "ground_truth": "gt"}) + "\n" for r in ("ok", "raise", "garbage", "ok"))
+    )
     custom = run("--jsonl", str(lines), "--reward-path", reward_file, "--reward-name", "misbehave")
     assert custom["valid"] == 2 and custom["invalid"] == 2
     assert [r["reason"] for r in custom["invalid_reasons"]] == [
-        "RuntimeError: reward bug", "TypeError: reward returned str 'not a score'; expected EvaluateResult, a number "
-        "or a dict with 'score'"]
+        "RuntimeError: reward bug",
+        "TypeError: reward returned str 'not a score'; expected EvaluateResult, a number or a dict with 'score'",
+    ]
     assert custom["stats"]["score"]["mean"] == 1.0 and custom["stats"]["n_user"]["count"] == 2  # one message each
     assert dry_run.main(["--jsonl", str(lines), "--reward-name", "nope"], out=io.StringIO()) == 2
 
@@ -376,44 +407,61 @@ def test_invalid_rows_are_excluded_from_grpo_group_statistics():
     uid = np.array(["a", "a", "a", "b", "b", "b"], dtype=object)
     valid = np.array([True, True, False, True, True, False])
     grpo = core_algos.get_adv_estimator_fn("grpo")
-    adv, ret = core_algos.compute_advantage_on_valid_rows(grpo, valid, token_level_rewards=rewards,
-                                                          response_mask=mask, index=uid)
+    adv, ret = core_algos.compute_advantage_on_valid_rows(
+        grpo, valid, token_level_rewards=rewards, response_mask=mask, index=uid
+    )
     expected, _ = grpo(token_level_rewards=rewards[valid], response_mask=mask[valid], index=uid[valid])
     assert torch.allclose(adv[valid], expected) and torch.equal(adv[~valid], torch.zeros(2, 3))
-    assert adv[0, 0] == pytest.approx(0.5 / (0.5 ** 0.5 + 1e-6))  # group a without row 2: mean 0.5, std 0.707
-    all_valid = core_algos.compute_advantage_on_valid_rows(grpo, np.ones(6, bool), token_level_rewards=rewards,
-                                                           response_mask=mask, index=uid)
+    assert adv[0, 0] == pytest.approx(0.5 / (0.5**0.5 + 1e-6))  # group a without row 2: mean 0.5, std 0.707
+    all_valid = core_algos.compute_advantage_on_valid_rows(
+        grpo, np.ones(6, bool), token_level_rewards=rewards, response_mask=mask, index=uid
+    )
     assert torch.equal(all_valid[0], grpo(token_level_rewards=rewards, response_mask=mask, index=uid)[0])
-    none_valid = core_algos.compute_advantage_on_valid_rows(grpo, np.zeros(6, bool), token_level_rewards=rewards,
-                                                            response_mask=mask, index=uid)
+    none_valid = core_algos.compute_advantage_on_valid_rows(
+        grpo, np.zeros(6, bool), token_level_rewards=rewards, response_mask=mask, index=uid
+    )
     assert not none_valid[0].any()
     with pytest.raises(ValueError, match="5 entries for a batch of 6"):
-        core_algos.compute_advantage_on_valid_rows(grpo, valid[:5], token_level_rewards=rewards, response_mask=mask,
-                                                   index=uid)
+        core_algos.compute_advantage_on_valid_rows(
+            grpo, valid[:5], token_level_rewards=rewards, response_mask=mask, index=uid
+        )
     # GAE: an invalid row's return is its value, so it adds no value loss either
     values = torch.full((6, 3), 0.5)
-    _, gae_ret = core_algos.compute_advantage_on_valid_rows(core_algos.get_adv_estimator_fn("gae"), valid,
-                                                            token_level_rewards=rewards, response_mask=mask,
-                                                            values=values, gamma=1.0, lam=1.0)
+    _, gae_ret = core_algos.compute_advantage_on_valid_rows(
+        core_algos.get_adv_estimator_fn("gae"),
+        valid,
+        token_level_rewards=rewards,
+        response_mask=mask,
+        values=values,
+        gamma=1.0,
+        lam=1.0,
+    )
     assert torch.equal(gae_ret[2], values[2])
     # the trainer's compute_advantage reads reward_valid from the batch
-    data = DataProto.from_dict(tensors={"token_level_rewards": rewards, "response_mask": mask},
-                               non_tensors={"uid": uid, "reward_valid": valid})
+    data = DataProto.from_dict(
+        tensors={"token_level_rewards": rewards, "response_mask": mask}, non_tensors={"uid": uid, "reward_valid": valid}
+    )
     out = compute_advantage(data, "grpo", default_section("algorithm", gamma=1.0, lam=1.0))
     assert torch.equal(out.batch["advantages"], adv)
 
 
 # -------------------- aligner ----------------------------------------------------------------------------------------
 def steps(*turns) -> list[StepData]:
-    return [StepData(system_step_index=i, step_info={} if t is None else {"assistant_turn_index": t})
-            for i, t in enumerate(turns)]
+    return [
+        StepData(system_step_index=i, step_info={} if t is None else {"assistant_turn_index": t})
+        for i, t in enumerate(turns)
+    ]
 
 
 def test_aligner_copies_step_rewards_by_assistant_turn_index():
     data = {"r0": steps(0, None, 1, 2), "r1": steps(0, 1)}
-    results = [EvaluateResult(score=3.0, step_outputs=[StepOutput(step_index=2, base_reward=-1.0),
-                                                       StepOutput(step_index=0, base_reward=0.5)]),
-               EvaluateResult(score=1.0)]
+    results = [
+        EvaluateResult(
+            score=3.0,
+            step_outputs=[StepOutput(step_index=2, base_reward=-1.0), StepOutput(step_index=0, base_reward=0.5)],
+        ),
+        EvaluateResult(score=1.0),
+    ]
     out = align(results, data, ["r0", "r1"])
     r0, r1 = out.rollouts
     assert [s.base_reward for s in r0.steps] == [0.5, None, None, -1.0]
@@ -427,10 +475,15 @@ def test_aligner_copies_step_rewards_by_assistant_turn_index():
 
 def test_aligner_warns_on_unmatched_and_duplicate_indices(caplog):
     data = {"ep-7": steps(0, 1)}
-    result = EvaluateResult(score=1.0, step_outputs=[StepOutput(step_index=0, base_reward=1.0),
-                                                     StepOutput(step_index=0, base_reward=9.0),
-                                                     StepOutput(step_index=5, base_reward=2.0),
-                                                     StepOutput(step_index="1", base_reward=3.0)])
+    result = EvaluateResult(
+        score=1.0,
+        step_outputs=[
+            StepOutput(step_index=0, base_reward=1.0),
+            StepOutput(step_index=0, base_reward=9.0),
+            StepOutput(step_index=5, base_reward=2.0),
+            StepOutput(step_index="1", base_reward=3.0),
+        ],
+    )
     with caplog.at_level(logging.WARNING, logger="agent_system.reward.aligner"):
         out = align([result], data, ["ep-7"])
     assert [s.base_reward for s in out.rollouts[0].steps] == [1.0, None]  # first duplicate wins; "1" is not 1
@@ -438,8 +491,18 @@ def test_aligner_warns_on_unmatched_and_duplicate_indices(caplog):
     assert out.metrics()["reward/align_unmatched"] == 2.0
     messages = [rec.getMessage() for rec in caplog.records]
     assert len(messages) == 3 and all("ep-7" in m for m in messages)
-    invalid = align([EvaluateResult(score=None, is_score_valid=False, reason="timeout",
-                                    step_outputs=[StepOutput(step_index=0, base_reward=1.0)])], data, ["ep-7"])
+    invalid = align(
+        [
+            EvaluateResult(
+                score=None,
+                is_score_valid=False,
+                reason="timeout",
+                step_outputs=[StepOutput(step_index=0, base_reward=1.0)],
+            )
+        ],
+        data,
+        ["ep-7"],
+    )
     assert invalid.rollouts[0].final_score is None and invalid.rollouts[0].step_rewards() == [0.0, 0.0]
     assert not invalid.rollouts[0].is_score_valid and invalid.rollouts[0].reason == "timeout"
     with pytest.raises(ValueError, match="1 results for 2 rollout ids"):

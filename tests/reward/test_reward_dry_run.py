@@ -1,4 +1,5 @@
 """reward-dry-run on the real RLLA test split and on hand-made JSONL files (also: the sandbox, undecodable input)."""
+
 from __future__ import annotations
 
 import io
@@ -19,8 +20,16 @@ def run(argv):
 
 
 def test_parquet_ground_truths_score_perfectly(shared_dir, monkeypatch):
-    for var in ("WITHLENGTH", "SCHEDULEREWARD", "CORRECTMAX1", "MAX1STEP30MAX3", "COARSEREWARD", "REFINEDREWARD",
-                "INTERMEDIATEREWARD", "SCHEDULELENGTH"):
+    for var in (
+        "WITHLENGTH",
+        "SCHEDULEREWARD",
+        "CORRECTMAX1",
+        "MAX1STEP30MAX3",
+        "COARSEREWARD",
+        "REFINEDREWARD",
+        "INTERMEDIATEREWARD",
+        "SCHEDULELENGTH",
+    ):
         monkeypatch.delenv(var, raising=False)
     path = shared_dir / "data" / "rlla_4k" / "test.parquet"
     frame = pd.read_parquet(path)
@@ -40,10 +49,10 @@ def test_parquet_ground_truths_score_perfectly(shared_dir, monkeypatch):
 
 
 def test_jsonl_with_invalid_rows(tmp_path):
-    gt = "<think>t</think>\n<tool_call>\n{\"name\": \"f\", \"parameters\": {\"a\": 1}}\n</tool_call>"
+    gt = '<think>t</think>\n<tool_call>\n{"name": "f", "parameters": {"a": 1}}\n</tool_call>'
     lines = [
         {"response": gt, "ground_truth": gt},
-        {"response": gt.replace("\"a\": 1", "\"a\": 2"), "ground_truth": gt, "step": 0},
+        {"response": gt.replace('"a": 1', '"a": 2'), "ground_truth": gt, "step": 0},
         {"response": gt, "ground_truth": "<think>x</think>\n<tool_call>\n{bad}\n</tool_call>"},
     ]
     path = tmp_path / "r.jsonl"
@@ -69,13 +78,16 @@ def test_bad_inputs_fail_cleanly(tmp_path, capsys):
 
 def test_score_samples_per_sample_step():
     gt = "<think>t</think>\n<response>r</response>"
-    report = score_samples([DryRunSample(0, gt, gt, step=0), DryRunSample(1, gt, gt, step=150)],
-                           step=999, switches=RewardSwitches(schedulereward=True))
+    report = score_samples(
+        [DryRunSample(0, gt, gt, step=0), DryRunSample(1, gt, gt, step=150)],
+        step=999,
+        switches=RewardSwitches(schedulereward=True),
+    )
     assert [r["format"] for r in report.results] == [2.0, 1.0]
 
 
 # -------------------- the sandbox: a user's reward runs with its timeout and memory limit (issue 22) -----------------
-REWARD_FILE = '''
+REWARD_FILE = """
 import time
 from agent_system.reward import reward_function
 
@@ -94,7 +106,7 @@ def greedy(messages, ground_truth, **kwargs):
         block = bytearray(1024 * 1024 * 1024)  # 1 GiB, past --memory-mb 128
         return float(len(block))
     return 1.0
-'''
+"""
 
 
 def _rollouts(tmp_path, responses):
@@ -124,8 +136,20 @@ def test_hanging_reward_times_out_with_its_own_timeout(tmp_path, reward_path):
     (reason,) = payload["invalid_reasons"]
     assert reason["row"] == 1 and "timed out after 2s" in reason["reason"]
 
-    rc, text = run(["--jsonl", lines, "--reward-path", reward_path, "--reward-name", "hangs_on_one",
-                    "--timeout-s", "1", "--num-workers", "1"])  # the CLI's timeout wins; text report
+    rc, text = run(
+        [
+            "--jsonl",
+            lines,
+            "--reward-path",
+            reward_path,
+            "--reward-name",
+            "hangs_on_one",
+            "--timeout-s",
+            "1",
+            "--num-workers",
+            "1",
+        ]
+    )  # the CLI's timeout wins; text report
     assert rc == 0
     assert "invalid row 1: reward 'hangs_on_one' timed out after 1s" in text
     assert "sandbox: 1 call(s) timed out, 0 crashed" in text and "samples: 3, valid: 2, invalid: 1" in text
@@ -134,8 +158,9 @@ def test_hanging_reward_times_out_with_its_own_timeout(tmp_path, reward_path):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the sandbox's memory limit is RLIMIT_AS (Linux)")
 def test_reward_over_its_memory_limit_is_reported(tmp_path, reward_path):
     lines = _rollouts(tmp_path, ["ok", "allocate", "ok"])
-    rc, text = run(["--jsonl", lines, "--reward-path", reward_path, "--reward-name", "greedy", "--memory-mb", "128",
-                    "--json"])
+    rc, text = run(
+        ["--jsonl", lines, "--reward-path", reward_path, "--reward-name", "greedy", "--memory-mb", "128", "--json"]
+    )
     payload = json.loads(text)
     assert rc == 0 and payload["valid"] == 2 and payload["invalid"] == 1
     (reason,) = payload["invalid_reasons"]
@@ -150,8 +175,9 @@ def test_sandbox_options_need_the_process_sandbox(tmp_path, reward_path, capsys)
     assert main(["--jsonl", lines, "--reward-name", "rlla", "--memory-mb", "64"]) == 2
     assert "--memory-mb: only with the process sandbox" in capsys.readouterr().err
     # in-process on request: the same scores, no sandbox
-    rc, text = run(["--jsonl", lines, "--reward-path", reward_path, "--reward-name", "greedy", "--sandbox", "none",
-                    "--json"])
+    rc, text = run(
+        ["--jsonl", lines, "--reward-path", reward_path, "--reward-name", "greedy", "--sandbox", "none", "--json"]
+    )
     payload = json.loads(text)
     assert rc == 0 and payload["valid"] == 1 and payload["sandbox"].startswith("none")
 
@@ -160,10 +186,13 @@ def test_sandbox_options_need_the_process_sandbox(tmp_path, reward_path, capsys)
 GOOD_LINE = b'{"response": "<think>t</think>\\n<response>r</response>", "ground_truth": "<response>r</response>"}\n'
 
 
-@pytest.mark.parametrize("bad_line, expected", [
-    (b'{"response": "caf\xff", "ground_truth": "x"}\n', "line 3: not valid UTF-8 (byte 0xff at column 18)"),
-    (b'{"response": "x", "ground_truth": }\n', "line 3: not valid JSON: Expecting value (column 35)"),
-])
+@pytest.mark.parametrize(
+    "bad_line, expected",
+    [
+        (b'{"response": "caf\xff", "ground_truth": "x"}\n', "line 3: not valid UTF-8 (byte 0xff at column 18)"),
+        (b'{"response": "x", "ground_truth": }\n', "line 3: not valid JSON: Expecting value (column 35)"),
+    ],
+)
 @pytest.mark.parametrize("cli", ["reward-dry-run", "main_eval"])
 def test_clis_name_file_and_line_of_undecodable_input(tmp_path, bad_line, expected, cli):
     import subprocess
@@ -172,8 +201,7 @@ def test_clis_name_file_and_line_of_undecodable_input(tmp_path, bad_line, expect
     path.write_bytes(GOOD_LINE + b"\n" + bad_line + GOOD_LINE)  # line 2 blank: still counted
     module = "agent_system.reward.dry_run" if cli == "reward-dry-run" else "verl.trainer.main_eval"
     flag = "--jsonl" if cli == "reward-dry-run" else "--generations"
-    proc = subprocess.run([sys.executable, "-m", module, flag, str(path)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run([sys.executable, "-m", module, flag, str(path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     (message,) = proc.stderr.strip().splitlines()

@@ -1,4 +1,5 @@
 """RLLARewardManager on a DataProto built from real RLLA rows tokenized with the tiny (SmolLM2) tokenizer."""
+
 from __future__ import annotations
 
 import logging
@@ -33,11 +34,18 @@ def rows(shared_dir):
 def build_batch(tokenizer, rows, ground_truths=None) -> DataProto:
     """prompts left-padded [B, P], responses = GT + <|im_end|> right-padded [B, R], masks as the rollout makes them."""
     ground_truths = ground_truths or [r["reward_model"]["ground_truth"] for r in rows]
-    prompt_ids = [tokenizer.encode(tokenizer.apply_chat_template(list(r["prompt"]), add_generation_prompt=True,
-                                                                 tokenize=False), add_special_tokens=False)
-                  for r in rows]
-    response_ids = [tokenizer.encode(r["reward_model"]["ground_truth"], add_special_tokens=False)
-                    + [tokenizer.convert_tokens_to_ids("<|im_end|>")] for r in rows]
+    prompt_ids = [
+        tokenizer.encode(
+            tokenizer.apply_chat_template(list(r["prompt"]), add_generation_prompt=True, tokenize=False),
+            add_special_tokens=False,
+        )
+        for r in rows
+    ]
+    response_ids = [
+        tokenizer.encode(r["reward_model"]["ground_truth"], add_special_tokens=False)
+        + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+        for r in rows
+    ]
     pad = tokenizer.pad_token_id
     p_len = max(map(len, prompt_ids))
     r_len = max(map(len, response_ids)) + 3  # some right padding on every row
@@ -45,16 +53,23 @@ def build_batch(tokenizer, rows, ground_truths=None) -> DataProto:
     responses = torch.full((len(rows), r_len), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), p_len + r_len), dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
-        prompts[i, p_len - len(p):] = torch.tensor(p)
-        responses[i, :len(r)] = torch.tensor(r)
-        mask[i, p_len - len(p):p_len + len(r)] = 1
+        prompts[i, p_len - len(p) :] = torch.tensor(p)
+        responses[i, : len(r)] = torch.tensor(r)
+        mask[i, p_len - len(p) : p_len + len(r)] = 1
     return DataProto.from_dict(
-        tensors={"prompts": prompts, "responses": responses, "attention_mask": mask,
-                 "input_ids": torch.cat([prompts, responses], dim=1)},
-        non_tensors={"data_source": [r["data_source"] for r in rows],
-                     "reward_model": [{"style": "rule", "ground_truth": gt} for gt in ground_truths],
-                     "extra_info": [dict(r["extra_info"]) for r in rows]},
-        meta_info={})
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "attention_mask": mask,
+            "input_ids": torch.cat([prompts, responses], dim=1),
+        },
+        non_tensors={
+            "data_source": [r["data_source"] for r in rows],
+            "reward_model": [{"style": "rule", "ground_truth": gt} for gt in ground_truths],
+            "extra_info": [dict(r["extra_info"]) for r in rows],
+        },
+        meta_info={},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -158,8 +173,10 @@ def test_num_examine_logs_per_data_source(tokenizer, batch, caplog):
 
 
 def test_missing_keys_are_named(tokenizer, batch):
-    data = DataProto.from_dict(tensors={k: batch.batch[k] for k in ("prompts", "responses", "attention_mask")},
-                               non_tensors={"data_source": batch.non_tensor_batch["data_source"]})
+    data = DataProto.from_dict(
+        tensors={k: batch.batch[k] for k in ("prompts", "responses", "attention_mask")},
+        non_tensors={"data_source": batch.non_tensor_batch["data_source"]},
+    )
     with pytest.raises(KeyError, match="reward_model"):
         RLLARewardManager(tokenizer)(data)
 
@@ -205,8 +222,11 @@ def test_run_record_names_the_switches_that_are_on(tmp_path):
 
     config = OmegaConf.create({"trainer": {"total_training_steps": 3}})
     record = run_record(config, {"REFINEDREWARD": "1", "COARSEREWARD": "0", "WITHLENGTH": "true"})
-    assert record == {"trainer": {"total_training_steps": 3}, "reward_switches_on": ["REFINEDREWARD"],
-                      "launch": {"recipe": None, "hardware": None}}  # outside a Hydra app: no recipe composed
+    assert record == {
+        "trainer": {"total_training_steps": 3},
+        "reward_switches_on": ["REFINEDREWARD"],
+        "launch": {"recipe": None, "hardware": None},
+    }  # outside a Hydra app: no recipe composed
     assert run_record(config, {})["reward_switches_on"] == []
     # written to the (new) run directory as it is returned
     written = write_run_record(config, str(tmp_path / "run"), {"REFINEDREWARD": "1"})

@@ -1,5 +1,6 @@
 """Hand-worked RLLA reward values from ../shared/specs/rlla_reward.md (§1 worked values, greedy matching, rounding,
 switch schedules)."""
+
 from __future__ import annotations
 
 import json
@@ -31,18 +32,21 @@ def correctness(gt_calls, pd_calls, switches=DEFAULT):
 GT_ONE = {"name": "get_weather", "parameters": {"city": "Paris", "days": 3}}
 
 
-@pytest.mark.parametrize("pred, expected", [
-    # M = 1 + (1 + 2) = 4; correctness = 6·S/4 − 3
-    ([{"name": "get_weather", "parameters": {"city": "Paris", "days": 4}}], 1.5),  # S = 1 + 1 + 1
-    ([{"name": "get_weather", "parameters": {"city": "Paris"}}], 0.75),  # S = 1 + 1/2 + 1
-    ([{"name": "get_weather", "parameters": {"city": "Paris", "days": 3, "unit": "C"}}], 2.5),  # S = 1 + 2/3 + 2
-    ([GT_ONE, {"name": "get_time", "parameters": {}}], 2.25),  # S = 1/2 + 1 + 2
-    ([{"name": "get_forecast", "parameters": {"city": "Paris", "days": 3}}], -3.0),  # S = 0
-    ([GT_ONE], 3.0),
-    ([{"name": "get_weather", "parameters": {"days": 3, "city": "Paris"}}], 3.0),  # key order is irrelevant
-    ([{"name": "get_weather", "parameters": {"city": "Paris", "days": 3.0}}], 3.0),  # 3 == 3.0
-    ([{"name": "get_weather", "parameters": {"city": "Paris", "days": "3"}}], 1.5),  # "3" != 3
-])
+@pytest.mark.parametrize(
+    "pred, expected",
+    [
+        # M = 1 + (1 + 2) = 4; correctness = 6·S/4 − 3
+        ([{"name": "get_weather", "parameters": {"city": "Paris", "days": 4}}], 1.5),  # S = 1 + 1 + 1
+        ([{"name": "get_weather", "parameters": {"city": "Paris"}}], 0.75),  # S = 1 + 1/2 + 1
+        ([{"name": "get_weather", "parameters": {"city": "Paris", "days": 3, "unit": "C"}}], 2.5),  # S = 1 + 2/3 + 2
+        ([GT_ONE, {"name": "get_time", "parameters": {}}], 2.25),  # S = 1/2 + 1 + 2
+        ([{"name": "get_forecast", "parameters": {"city": "Paris", "days": 3}}], -3.0),  # S = 0
+        ([GT_ONE], 3.0),
+        ([{"name": "get_weather", "parameters": {"days": 3, "city": "Paris"}}], 3.0),  # key order is irrelevant
+        ([{"name": "get_weather", "parameters": {"city": "Paris", "days": 3.0}}], 3.0),  # 3 == 3.0
+        ([{"name": "get_weather", "parameters": {"city": "Paris", "days": "3"}}], 1.5),  # "3" != 3
+    ],
+)
 def test_worked_values_one_tool_two_parameters(pred, expected):
     assert correctness([GT_ONE], pred) == pytest.approx(expected, abs=1e-12)
     score, fmt, corr, length = compute_score(tool_answer(*pred), tool_answer(GT_ONE), 0, "none", switches=DEFAULT)
@@ -102,8 +106,9 @@ def test_length_rounding_uses_exact_binary_value():
     sched = RewardSwitches(withlength=True, schedulelength=True)
     assert length_reward(pred(448), 105, sched) == 0.7  # L = 384 + 256 = 640
     assert length_reward(pred(448), 210, sched) == 0.5  # L = 896, uncapped
-    score = compute_score(pred(64), "<think>x</think>\n<response>y</response>", 0, "none",
-                          switches=RewardSwitches(withlength=True))
+    score = compute_score(
+        pred(64), "<think>x</think>\n<response>y</response>", 0, "none", switches=RewardSwitches(withlength=True)
+    )
     assert score == (1.0 + 0.0 + 0.12, 1.0, 0.0, 0.12)
 
 
@@ -135,7 +140,7 @@ def test_format_and_prediction_extraction_quirks():
     assert score(good + "\n<response>hi</response>")[1] == 0.0  # call + response when GT has only a call
     assert score("<think>a</think><think>b</think>\n" + good.split("\n", 1)[1])[1] == 1.0  # think not counted
     # only the first block is parsed; a second block makes the format fail but not the correctness
-    two = good + "\n<tool_call>\n{\"name\": \"x\", \"parameters\": {}}\n</tool_call>"
+    two = good + '\n<tool_call>\n{"name": "x", "parameters": {}}\n</tool_call>'
     assert score(two)[1:3] == (0.0, 3.0)
     # pretty-printed JSON → minimum correctness
     pretty = "<think>r</think>\n<tool_call>\n" + json.dumps(GT_ONE, indent=2) + "\n</tool_call>"

@@ -1,4 +1,5 @@
 """Every line of ../shared/golden/rlla_reward_public.jsonl: scores to 1e-9, typed errors where the reference raised."""
+
 from __future__ import annotations
 
 import json
@@ -94,8 +95,10 @@ def test_explicit_wrapper_overrides_experiment_name(golden):
     assert len(cases) > 200
     unset = RewardSwitches()  # EXPERIMENT_NAME unset: wrapper=None would raise
     for case in cases:
-        _check(case, compute_score(case["solution_str"], case["ground_truth"], case["step"], wrapper="qwen",
-                                   switches=unset))
+        _check(
+            case,
+            compute_score(case["solution_str"], case["ground_truth"], case["step"], wrapper="qwen", switches=unset),
+        )
 
 
 def test_default_compute_score_dispatch(golden):
@@ -112,4 +115,5 @@ def test_default_compute_score_dispatch(golden):
     assert default_compute_score("rlla", case["solution_str"], case["ground_truth"], sched)["score"] == 4.0
     sched["step"] = 75
     assert default_compute_score("rlla", case["solution_str"], case["ground_truth"], sched) == pytest.approx(
-        {"score": 1.5 + 2.5, "format": 1.5, "correctness": 2.5, "length": 0.0})
+        {"score": 1.5 + 2.5, "format": 1.5, "correctness": 2.5, "length": 0.0}
+    )

@@ -1,24 +1,38 @@
 """Tool-call formats (verl/utils/reward_score/tool_formats.py) on strings shaped as each model family emits them,
 malformed ones included: a clear per-sample failure, never an exception."""
+
 from __future__ import annotations
 
 import pytest
 
-from verl.utils.reward_score.tool_formats import (TOOL_FORMATS, detect_tool_format, parse_calls, render_calls,
-                                                   tool_schema)
+from verl.utils.reward_score.tool_formats import (
+    TOOL_FORMATS,
+    detect_tool_format,
+    parse_calls,
+    render_calls,
+    tool_schema,
+)
 
 WEATHER = {"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}
 TIME = {"name": "get_time", "parameters": {"tz": "CET"}}
 
 REAL = {
-    "toolrl": ('<think> I need the weather. </think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": '
-               '"Paris", "unit": "celsius"}}\n{"name": "get_time", "parameters": {"tz": "CET"}}\n</tool_call>'),
-    "hermes": ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
-               '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call><|im_end|>'),
-    "llama3": ('<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}; '
-               '{"name": "get_time", "parameters": {"tz": "CET"}}<|eom_id|>'),
-    "mistral": ('[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}, '
-                '{"name": "get_time", "arguments": {"tz": "CET"}}]</s>'),
+    "toolrl": (
+        '<think> I need the weather. </think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": '
+        '"Paris", "unit": "celsius"}}\n{"name": "get_time", "parameters": {"tz": "CET"}}\n</tool_call>'
+    ),
+    "hermes": (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>\n'
+        '<tool_call>\n{"name": "get_time", "arguments": {"tz": "CET"}}\n</tool_call><|im_end|>'
+    ),
+    "llama3": (
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": "Paris", "unit": "celsius"}}; '
+        '{"name": "get_time", "parameters": {"tz": "CET"}}<|eom_id|>'
+    ),
+    "mistral": (
+        '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}, '
+        '{"name": "get_time", "arguments": {"tz": "CET"}}]</s>'
+    ),
 }
 
 
@@ -32,21 +46,27 @@ def test_real_strings_parse_and_render_round_trip(fmt):
 
 def test_other_shapes_of_the_same_formats():
     assert parse_calls('{"name": "get_time", "parameters": {"tz": "CET"}}', "llama3").calls == (TIME,)
-    assert parse_calls('[TOOL_CALLS]get_time[ARGS]{"tz": "CET"}[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", '
-                       '"unit": "celsius"}</s>', "mistral").calls == (TIME, WEATHER)
+    assert parse_calls(
+        '[TOOL_CALLS]get_time[ARGS]{"tz": "CET"}[TOOL_CALLS]get_weather[ARGS]{"city": "Paris", "unit": "celsius"}</s>',
+        "mistral",
+    ).calls == (TIME, WEATHER)
     # OpenAI-style JSON-encoded arguments
-    assert parse_calls('<tool_call>\n{"name": "get_time", "arguments": "{\\"tz\\": \\"CET\\"}"}\n</tool_call>',
-                       "hermes").calls == (TIME,)
+    assert parse_calls(
+        '<tool_call>\n{"name": "get_time", "arguments": "{\\"tz\\": \\"CET\\"}"}\n</tool_call>', "hermes"
+    ).calls == (TIME,)
 
 
-@pytest.mark.parametrize("fmt,text,reason", [
-    ("toolrl", '<tool_call>\n{"name": "get_time", "parameters": {"tz": \n</tool_call>', "not JSON"),
-    ("toolrl", '<tool_call>\n{"name": "get_time", "parameters": {"tz": "CET"}}', "not closed"),
-    ("hermes", '<tool_call>\n{"arguments": {"tz": "CET"}}\n</tool_call>', "not a {name, parameters|arguments}"),
-    ("llama3", '<|python_tag|>{"name": "get_time", "parameters": {"tz": ', "not JSON"),
-    ("mistral", '[TOOL_CALLS] [{"name": "get_time", "arguments": {"tz": "CET"}', "not JSON"),
-    ("mistral", '[TOOL_CALLS]get_time[ARGS]{"tz": CET}', "arguments are not JSON"),
-])
+@pytest.mark.parametrize(
+    "fmt,text,reason",
+    [
+        ("toolrl", '<tool_call>\n{"name": "get_time", "parameters": {"tz": \n</tool_call>', "not JSON"),
+        ("toolrl", '<tool_call>\n{"name": "get_time", "parameters": {"tz": "CET"}}', "not closed"),
+        ("hermes", '<tool_call>\n{"arguments": {"tz": "CET"}}\n</tool_call>', "not a {name, parameters|arguments}"),
+        ("llama3", '<|python_tag|>{"name": "get_time", "parameters": {"tz": ', "not JSON"),
+        ("mistral", '[TOOL_CALLS] [{"name": "get_time", "arguments": {"tz": "CET"}', "not JSON"),
+        ("mistral", '[TOOL_CALLS]get_time[ARGS]{"tz": CET}', "arguments are not JSON"),
+    ],
+)
 def test_malformed_calls_fail_per_sample_with_a_reason(fmt, text, reason):
     parsed = parse_calls(text, fmt)
     assert parsed.attempted and parsed.parse_failed
@@ -100,21 +120,31 @@ def test_main_eval_scores_other_formats(tmp_path):
     from verl.trainer import main_eval
 
     gt = '<think> t </think>\n<tool_call>\n{"name": "get_time", "parameters": {"tz": "CET"}}\n</tool_call>'
-    rows = [{"row": 0, "data_source": "rlla", "response": '[TOOL_CALLS] [{"name": "get_time", "arguments": '
-             '{"tz": "CET"}}]', "ground_truth": gt},
-            {"row": 1, "data_source": "rlla", "response": '[TOOL_CALLS] [{"name": "get_time"', "ground_truth": gt}]
+    rows = [
+        {
+            "row": 0,
+            "data_source": "rlla",
+            "response": '[TOOL_CALLS] [{"name": "get_time", "arguments": {"tz": "CET"}}]',
+            "ground_truth": gt,
+        },
+        {"row": 1, "data_source": "rlla", "response": '[TOOL_CALLS] [{"name": "get_time"', "ground_truth": gt},
+    ]
     path = tmp_path / "g.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    assert main_eval.main(["--generations", str(path), "--tool-format", "mistral", "--output",
-                           str(tmp_path / "s.json")]) == 0
+    assert (
+        main_eval.main(["--generations", str(path), "--tool-format", "mistral", "--output", str(tmp_path / "s.json")])
+        == 0
+    )
     summary = json.loads((tmp_path / "s.json").read_text())
     assert summary["tool_format"] == "mistral" and summary["exact_match"] == 0.5
     assert summary["parse_failure_count"] == 1 and summary["no_tool_call_rate"] == 0.0
 
 
 # ---------------------------------------------------------------- data.tool_format: the reward, the cost, the metrics
-GT_CALLS = ('<think> weather and time </think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", '
-            '"unit": "celsius"}}\n{"name": "get_time", "parameters": {"tz": "CET"}}\n</tool_call>')
+GT_CALLS = (
+    '<think> weather and time </think>\n<tool_call>\n{"name": "get_weather", "parameters": {"city": "Paris", '
+    '"unit": "celsius"}}\n{"name": "get_time", "parameters": {"tz": "CET"}}\n</tool_call>'
+)
 GT_ANSWER = "<think> no tool </think>\n<response> Hello. </response>"
 
 
@@ -128,10 +158,12 @@ def test_the_rlla_reward_reads_each_format_like_toolrl_reads_its_own(fmt):
     expected = compute_score(REAL["toolrl"], GT_CALLS, wrapper="none", switches=sw)
     assert expected == (4.0, 1.0, 3.0, 0.0)
     assert compute_score(REAL[fmt], GT_CALLS, wrapper="none", switches=sw, tool_format=fmt) == expected
-    broken = {"toolrl": REAL["toolrl"].replace('"tz": "CET"}}', '"tz": "CET"}'),
-              "hermes": REAL["hermes"].replace('"tz": "CET"}}', '"tz": "CET"}'),
-              "llama3": REAL["llama3"].replace('"tz": "CET"}}', '"tz": "CET"}'),
-              "mistral": REAL["mistral"].replace('"tz": "CET"}}]', '"tz": "CET"}]')}[fmt]
+    broken = {
+        "toolrl": REAL["toolrl"].replace('"tz": "CET"}}', '"tz": "CET"}'),
+        "hermes": REAL["hermes"].replace('"tz": "CET"}}', '"tz": "CET"}'),
+        "llama3": REAL["llama3"].replace('"tz": "CET"}}', '"tz": "CET"}'),
+        "mistral": REAL["mistral"].replace('"tz": "CET"}}]', '"tz": "CET"}]'),
+    }[fmt]
     # ToolRL's format term checks the tag layout only, so its broken call keeps format 1 (the reward as released)
     minima = (-2.0, 1.0, -3.0, 0.0) if fmt == "toolrl" else (-3.0, 0.0, -3.0, 0.0)
     assert compute_score(broken, GT_CALLS, wrapper="none", switches=sw, tool_format=fmt) == minima

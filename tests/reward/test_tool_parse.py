@@ -1,4 +1,5 @@
 """The shared <think>/<tool_call>/<response> parser: strict (reward) and lenient (router/RLVCR) behaviour."""
+
 from __future__ import annotations
 
 import json
@@ -47,13 +48,16 @@ def test_strict_parse_reads_only_the_first_block():
     assert strict_tool_calls("<tool_call>\n" + json.dumps(CALL_A), require_close=False) == [CALL_A]
 
 
-@pytest.mark.parametrize("text, error", [
-    ("<think>t</think>", ToolCallParseError),  # no tag
-    ("<tool_call>\n" + json.dumps(CALL_A), ToolCallParseError),  # no closing tag (prediction)
-    (block(CALL_A, CALL_B, sep="\n\n"), ToolCallJSONError),  # blank line
-    ("<tool_call>\n" + json.dumps(CALL_A, indent=2) + "\n</tool_call>", ToolCallJSONError),  # pretty-printed
-    ("<tool_call>\n{\"name\": \"a\"\n</tool_call>", ToolCallJSONError),  # truncated
-])
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ("<think>t</think>", ToolCallParseError),  # no tag
+        ("<tool_call>\n" + json.dumps(CALL_A), ToolCallParseError),  # no closing tag (prediction)
+        (block(CALL_A, CALL_B, sep="\n\n"), ToolCallJSONError),  # blank line
+        ("<tool_call>\n" + json.dumps(CALL_A, indent=2) + "\n</tool_call>", ToolCallJSONError),  # pretty-printed
+        ('<tool_call>\n{"name": "a"\n</tool_call>', ToolCallJSONError),  # truncated
+    ],
+)
 def test_strict_parse_errors(text, error):
     with pytest.raises(error):
         strict_tool_calls(text)
@@ -67,11 +71,18 @@ def test_strict_json_error_names_the_line():
 
 
 def test_lenient_parse_counts_every_call():
-    text = ("<think>plan</think>\n" + block(CALL_A, CALL_B) + "\nobs\n"
-            + "<tool_call>\n" + json.dumps(CALL_A, indent=2) + "\n</tool_call>\n"
-            + "<tool_call>\n" + json.dumps([CALL_B, {"name": "calc", "arguments": "{\"expr\": \"2\"}"}])
-            + "\n</tool_call>"
-            + "<tool_call>\nnot json\n</tool_call>\n<response>done</response>")
+    text = (
+        "<think>plan</think>\n"
+        + block(CALL_A, CALL_B)
+        + "\nobs\n"
+        + "<tool_call>\n"
+        + json.dumps(CALL_A, indent=2)
+        + "\n</tool_call>\n"
+        + "<tool_call>\n"
+        + json.dumps([CALL_B, {"name": "calc", "arguments": '{"expr": "2"}'}])
+        + "\n</tool_call>"
+        + "<tool_call>\nnot json\n</tool_call>\n<response>done</response>"
+    )
     calls = parse_tool_calls(text)
     assert [c["name"] for c in calls] == ["search", "calc", "search", "calc", "calc"]
     assert calls[4] == {"name": "calc", "parameters": {"expr": "2"}}  # OpenAI-style string arguments decoded
@@ -93,9 +104,11 @@ def test_spans_and_tags():
     text = "<think> one </think>x<think>two</think>\n<response>r</response><think>unclosed"
     assert extract_tags(text) == {"think": ["one", "two"], "tool_call": [], "response": ["r"]}
     spans = find_spans(text, "think")
-    assert [text[s.start:s.end] for s in spans] == ["<think> one </think>", "<think>two</think>"]
-    assert text[spans[0].content_start:spans[0].content_end] == " one "
+    assert [text[s.start : s.end] for s in spans] == ["<think> one </think>", "<think>two</think>"]
+    assert text[spans[0].content_start : spans[0].content_end] == " one "
     assert first_span(text, "response").content == "r"
     assert first_span(text, "tool_call") is None
-    assert extract_tags("<level>2</level><action>go</action>", ("level", "action")) == {"level": ["2"],
-                                                                                      "action": ["go"]}
+    assert extract_tags("<level>2</level><action>go</action>", ("level", "action")) == {
+        "level": ["2"],
+        "action": ["go"],
+    }

@@ -2,6 +2,7 @@
 (unparseable steps, level 1 without think, equal scores, one-level batches, mean_std_norm with zero spread, the
 diversity term, steps not evaluated), the trajectory term (single- and multi-turn, against GiGPO's episode term), the
 registered estimator through the trainer's calling convention, and the algorithm.rlvcr config keys."""
+
 import math
 
 import numpy as np
@@ -9,9 +10,19 @@ import pytest
 import torch
 
 from rlvcr.core_rlvcr import (
-    RLVCRSettings, check_rlvcr_settings, compute_action_uncertainty, compute_level_diversity, compute_level_scores,
-    compute_rlvcr_outcome_advantage, compute_thinking_advantage, compute_trajectory_advantage, parse_level_response,
-    parsed_levels, rlvcr_active, rlvcr_batch_inputs, thinking_batch_fields,
+    RLVCRSettings,
+    check_rlvcr_settings,
+    compute_action_uncertainty,
+    compute_level_diversity,
+    compute_level_scores,
+    compute_rlvcr_outcome_advantage,
+    compute_thinking_advantage,
+    compute_trajectory_advantage,
+    parse_level_response,
+    parsed_levels,
+    rlvcr_active,
+    rlvcr_batch_inputs,
+    thinking_batch_fields,
 )
 from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config
 from verl.trainer.ppo import core_algos as ca
@@ -55,15 +66,17 @@ def test_spec_worked_example_scores_and_mean_norm():
     scores = compute_level_scores(torch.tensor([U_SPEC], dtype=F64), torch.tensor([C_SPEC], dtype=F64), 0.1, 100.0)
     torch.testing.assert_close(scores, torch.tensor([S_SPEC], dtype=F64))
     assert sum(S_SPEC) / 4 == pytest.approx(-1.4625)
-    adv = _think([U_SPEC], [C_SPEC], [3], thinking_cost_w=0.1, cost_max=100.0, mode="mean_norm",
-                 thinking_diversity_w=0.0)
+    adv = _think(
+        [U_SPEC], [C_SPEC], [3], thinking_cost_w=0.1, cost_max=100.0, mode="mean_norm", thinking_diversity_w=0.0
+    )
     assert adv.dtype == F64 and adv.shape == (1,)
     assert adv.item() == pytest.approx(0.4225, abs=1e-12)  # spec: -1.04 + 1.4625
 
 
 def test_spec_worked_example_mean_std_norm():
-    adv = _think([U_SPEC], [C_SPEC], [3], thinking_cost_w=0.1, cost_max=100.0, mode="mean_std_norm",
-                 thinking_diversity_w=0.0)
+    adv = _think(
+        [U_SPEC], [C_SPEC], [3], thinking_cost_w=0.1, cost_max=100.0, mode="mean_std_norm", thinking_diversity_w=0.0
+    )
     assert adv.item() == pytest.approx(0.4225 / (STD_SPEC + EPS), abs=1e-12)  # 1.03899...
     assert adv.item() == pytest.approx(1.038993, abs=1e-6)
 
@@ -91,8 +104,7 @@ def test_equal_scores_give_exactly_zero(mode):
     adv = _think([[0.7] * 4, [1.3] * 4], [[5.0] * 4, [0.0] * 4], [2, 4], mode=mode, thinking_diversity_w=0.0)
     assert adv.tolist() == [0.0, 0.0]
     # kappa = 0: costs do not matter, equal entropies are equal scores
-    adv = _think([[0.9] * 4], [[0.0, 3.0, 30.0, 300.0]], [4], mode=mode, thinking_cost_w=0.0,
-                 thinking_diversity_w=0.0)
+    adv = _think([[0.9] * 4], [[0.0, 3.0, 30.0, 300.0]], [4], mode=mode, thinking_cost_w=0.0, thinking_diversity_w=0.0)
     assert adv.tolist() == [0.0]
 
 
@@ -132,32 +144,44 @@ def test_steps_not_evaluated_keep_only_the_diversity_term():
     # only_positive_episodes: row 1 was not scored (NaN U); it still counts in f and gets its D, but no score part
     u = torch.tensor([U_SPEC, [float("nan")] * 4], dtype=F64)
     c = torch.tensor([C_SPEC, [float("nan")] * 4], dtype=F64)
-    adv = compute_thinking_advantage(u, c, torch.tensor([3, 1]), torch.tensor([True, True]), cost_max=100.0,
-                                     thinking_diversity_w=0.5, evaluated=torch.tensor([True, False]))
+    adv = compute_thinking_advantage(
+        u,
+        c,
+        torch.tensor([3, 1]),
+        torch.tensor([True, True]),
+        cost_max=100.0,
+        thinking_diversity_w=0.5,
+        evaluated=torch.tensor([True, False]),
+    )
     d = _div(3, 1)  # f = 1/2 each: D = 0
     torch.testing.assert_close(adv, torch.tensor([0.4225 + 0.5 * d[0], 0.5 * d[1]], dtype=F64))
 
 
 def test_dtype_and_input_kinds():
-    adv = compute_thinking_advantage(np.array([U_SPEC], dtype=np.float32), [C_SPEC], _obj(3), [True],
-                                     cost_max=100.0, thinking_diversity_w=0.0)
+    adv = compute_thinking_advantage(
+        np.array([U_SPEC], dtype=np.float32), [C_SPEC], _obj(3), [True], cost_max=100.0, thinking_diversity_w=0.0
+    )
     assert adv.dtype == torch.float32 and adv.item() == pytest.approx(0.4225, abs=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(mode="std"), "mode"),
-    (dict(cost_max=0.0), "cost_max"),
-    (dict(level=[5]), "chosen_level in 1..4"),
-    (dict(u=[[1.0, float("nan"), 1.0, 1.0]]), "finite"),
-    (dict(c=[[0.0, -1.0, 0.0, 0.0]]), "finite"),
-    (dict(u=[[1.0, 1.0, 1.0]]), r"\[B, N\]"),
-    (dict(level=[1, 2]), "entries"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(mode="std"), "mode"),
+        (dict(cost_max=0.0), "cost_max"),
+        (dict(level=[5]), "chosen_level in 1..4"),
+        (dict(u=[[1.0, float("nan"), 1.0, 1.0]]), "finite"),
+        (dict(c=[[0.0, -1.0, 0.0, 0.0]]), "finite"),
+        (dict(u=[[1.0, 1.0, 1.0]]), r"\[B, N\]"),
+        (dict(level=[1, 2]), "entries"),
+    ],
+)
 def test_thinking_advantage_errors(kwargs, match):
     u, c, level = kwargs.pop("u", [U_SPEC]), kwargs.pop("c", [C_SPEC]), kwargs.pop("level", [3])
     with pytest.raises(ValueError, match=match):
-        compute_thinking_advantage(torch.tensor(u), torch.tensor(c), torch.tensor(level),
-                                   torch.ones(len(level), dtype=torch.bool), **kwargs)
+        compute_thinking_advantage(
+            torch.tensor(u), torch.tensor(c), torch.tensor(level), torch.ones(len(level), dtype=torch.bool), **kwargs
+        )
 
 
 def test_action_uncertainty_is_the_masked_token_mean():
@@ -170,8 +194,10 @@ def test_action_uncertainty_is_the_masked_token_mean():
 
 
 def test_parsed_levels():
-    steps = [parse_level_response(t) for t in ("<level>2</level><think>x</think><action>a</action>",
-                                               "no tags", "<level>1</level><action>b</action>")]
+    steps = [
+        parse_level_response(t)
+        for t in ("<level>2</level><think>x</think><action>a</action>", "no tags", "<level>1</level><action>b</action>")
+    ]
     level, valid = parsed_levels(steps)
     assert level.tolist() == [2, 0, 1] and valid.tolist() == [True, False, True]
 
@@ -232,14 +258,17 @@ def test_estimator_hand_case_with_metrics():
     rewards, mask, uids, fields = _batch()
     metrics = {}
     cfg = {"rlvcr": {"cost_max": 100, "thinking_diversity_w": 0.5}}
-    adv, ret = compute_rlvcr_outcome_advantage(rewards, mask, uids, config=cfg, metrics=metrics,
-                                               **rlvcr_batch_inputs(fields))
+    adv, ret = compute_rlvcr_outcome_advantage(
+        rewards, mask, uids, config=cfg, metrics=metrics, **rlvcr_batch_inputs(fields)
+    )
     assert adv is ret and adv.dtype == torch.float32 and adv.shape == (4, 3)
     total, think = _expected_batch()
     torch.testing.assert_close(adv[:, 0], torch.tensor(total, dtype=torch.float32))
     assert torch.all(adv[3, 1:] == 0) and torch.all(adv[:3] == adv[:3, :1])  # broadcast over the mask only
     assert metrics["rlvcr/unparseable_frac"] == 0.25
-    assert metrics["rlvcr/level_frac_1"] == pytest.approx(1 / 3) and metrics["rlvcr/level_frac_3"] == pytest.approx(2 / 3)
+    assert metrics["rlvcr/level_frac_1"] == pytest.approx(1 / 3) and metrics["rlvcr/level_frac_3"] == pytest.approx(
+        2 / 3
+    )
     assert metrics["rlvcr/level_frac_2"] == metrics["rlvcr/level_frac_4"] == 0.0
     assert metrics["rlvcr/action_entropy_level_1"] == pytest.approx((2.0 + 0.5 + 1.0) / 3)
     assert metrics["rlvcr/think_tokens_level_2"] == pytest.approx((10 + 20 + 0) / 3)
@@ -250,8 +279,9 @@ def test_estimator_hand_case_with_metrics():
     assert metrics["rlvcr/thinking_adv_mean"] == pytest.approx(sum(think) / 4)
     assert metrics["rlvcr/thinking_adv_abs_mean"] == pytest.approx(sum(map(abs, think)) / 4)
     # explicit arguments win over the config; step_advantage_w scales only A_think
-    adv, _ = compute_rlvcr_outcome_advantage(rewards, mask, uids, config=cfg, step_advantage_w=2.0,
-                                             thinking_diversity_w=0.0, **rlvcr_batch_inputs(fields))
+    adv, _ = compute_rlvcr_outcome_advantage(
+        rewards, mask, uids, config=cfg, step_advantage_w=2.0, thinking_diversity_w=0.0, **rlvcr_batch_inputs(fields)
+    )
     torch.testing.assert_close(adv[:, 0], torch.tensor(_expected_batch(0.0, 2.0)[0], dtype=torch.float32))
 
 
@@ -260,8 +290,16 @@ def test_estimator_through_registry_trainer_inputs_and_invalid_rows():
     from omegaconf import OmegaConf
 
     algo = load_default_config(["algorithm.adv_estimator=rlvcr", "algorithm.rlvcr.cost_max=100"]).algorithm
-    inputs = dict(token_level_rewards=rewards, response_mask=mask, index=uids, gamma=1.0, lam=1.0,
-                  norm_adv_by_std_in_grpo=True, config=algo, values=torch.randn(4, 3))
+    inputs = dict(
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=uids,
+        gamma=1.0,
+        lam=1.0,
+        norm_adv_by_std_in_grpo=True,
+        config=algo,
+        values=torch.randn(4, 3),
+    )
     inputs.update(rlvcr_batch_inputs(fields, batch={"unrelated": torch.zeros(4)}))
     fn = ca.get_adv_estimator_fn("rlvcr")
     assert fn is compute_rlvcr_outcome_advantage and rlvcr_active(algo)
@@ -271,8 +309,9 @@ def test_estimator_through_registry_trainer_inputs_and_invalid_rows():
     adv, _ = ca.compute_advantage_on_valid_rows(fn, np.array([True, True, False, True]), **inputs)
     half = 0.5 / (math.sqrt(0.5) + EPS)
     d3, d1 = _div(3, 1)  # f = 1/2 each: D = 0
-    torch.testing.assert_close(adv[:, 0], torch.tensor([half + 0.4225 + 0.5 * d3, -half + 0.4175 + 0.5 * d1, 0, 0],
-                                                       dtype=torch.float32))
+    torch.testing.assert_close(
+        adv[:, 0], torch.tensor([half + 0.4225 + 0.5 * d3, -half + 0.4175 + 0.5 * d1, 0, 0], dtype=torch.float32)
+    )
     assert not rlvcr_active(OmegaConf.create({"adv_estimator": "grpo", "rlvcr": {"enable": True}}))
 
 
@@ -280,8 +319,14 @@ def test_estimator_multi_turn_rows():
     # trajectory a (2 steps, rewards 0 then 1) and b (1 step, 0) of uid u; all levels 2 with equal scores: A = A_traj
     rewards = torch.tensor([[0.0], [1.0], [0.0]])
     out, _ = compute_rlvcr_outcome_advantage(
-        rewards, torch.ones(3, 1), _obj("u", "u", "u"), traj_index=_obj("a", "a", "b"), chosen_level=[2, 2, 2],
-        action_entropy=np.ones((3, 4)), think_cost=np.zeros((3, 4)))
+        rewards,
+        torch.ones(3, 1),
+        _obj("u", "u", "u"),
+        traj_index=_obj("a", "a", "b"),
+        chosen_level=[2, 2, 2],
+        action_entropy=np.ones((3, 4)),
+        think_cost=np.zeros((3, 4)),
+    )
     half = 0.5 / (math.sqrt(0.5) + EPS)
     torch.testing.assert_close(out[:, 0], torch.tensor([half, half, -half]))
 
@@ -305,8 +350,14 @@ def test_estimator_reads_precomputed_thinking_advantage_and_disable():
     with pytest.raises(ValueError, match="missing"):
         compute_rlvcr_outcome_advantage(rewards, mask, _obj("u", "u"), chosen_level=[1, 2])
     with pytest.raises(ValueError, match="row 1 has 3 values"):
-        compute_rlvcr_outcome_advantage(rewards, mask, _obj("u", "u"), chosen_level=[1, 2],
-                                        action_entropy=_obj([1.0] * 4, [1.0] * 3), think_cost=np.zeros((2, 4)))
+        compute_rlvcr_outcome_advantage(
+            rewards,
+            mask,
+            _obj("u", "u"),
+            chosen_level=[1, 2],
+            action_entropy=_obj([1.0] * 4, [1.0] * 3),
+            think_cost=np.zeros((2, 4)),
+        )
 
 
 # =====================================================================================================================
@@ -315,24 +366,28 @@ def test_estimator_reads_precomputed_thinking_advantage_and_disable():
 def test_yaml_defaults_match_the_settings_and_validate():
     config = load_default_config(["algorithm.adv_estimator=rlvcr", "actor_rollout_ref.rollout.n=2"])
     assert check_rlvcr_settings(config.algorithm.rlvcr) == RLVCRSettings()
-    assert RLVCRSettings() == RLVCRSettings(True, 1.0, 0.5, "mean_norm", 0.1, 256.0, 4, ("action",), 0.7, 0.9, 256,
-                                            False, 1e-6)
+    assert RLVCRSettings() == RLVCRSettings(
+        True, 1.0, 0.5, "mean_norm", 0.1, 256.0, 4, ("action",), 0.7, 0.9, 256, False, 1e-6
+    )
     validate_config(normalize_config(config), check_files=False)
     tools = load_default_config(["algorithm.adv_estimator=rlvcr", "algorithm.rlvcr.action_tags=[tool_call,response]"])
     assert check_rlvcr_settings(tools.algorithm.rlvcr).action_tags == ("tool_call", "response")
 
 
-@pytest.mark.parametrize("override, match", [
-    ("algorithm.rlvcr.mode=std_norm", "algorithm.rlvcr.mode"),
-    ("algorithm.rlvcr.cost_max=0", "algorithm.rlvcr.cost_max"),
-    ("algorithm.rlvcr.num_levels=1", "algorithm.rlvcr.num_levels"),
-    ("algorithm.rlvcr.alt_top_p=1.5", "algorithm.rlvcr.alt_top_p"),
-    ("algorithm.rlvcr.thinking_diversity_w=-0.1", "algorithm.rlvcr.thinking_diversity_w"),
-    ("algorithm.rlvcr.action_tags=[think]", "algorithm.rlvcr.action_tags"),
-    ("algorithm.rlvcr.action_tags=[]", "algorithm.rlvcr.action_tags"),
-    ("algorithm.rlvcr.num_levels=2.5", "algorithm.rlvcr.num_levels must be of type int"),
-    ("algorithm.rlvcr.enable=maybe", "algorithm.rlvcr.enable must be of type bool"),
-])
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("algorithm.rlvcr.mode=std_norm", "algorithm.rlvcr.mode"),
+        ("algorithm.rlvcr.cost_max=0", "algorithm.rlvcr.cost_max"),
+        ("algorithm.rlvcr.num_levels=1", "algorithm.rlvcr.num_levels"),
+        ("algorithm.rlvcr.alt_top_p=1.5", "algorithm.rlvcr.alt_top_p"),
+        ("algorithm.rlvcr.thinking_diversity_w=-0.1", "algorithm.rlvcr.thinking_diversity_w"),
+        ("algorithm.rlvcr.action_tags=[think]", "algorithm.rlvcr.action_tags"),
+        ("algorithm.rlvcr.action_tags=[]", "algorithm.rlvcr.action_tags"),
+        ("algorithm.rlvcr.num_levels=2.5", "algorithm.rlvcr.num_levels must be of type int"),
+        ("algorithm.rlvcr.enable=maybe", "algorithm.rlvcr.enable must be of type bool"),
+    ],
+)
 def test_validate_config_rejects_bad_rlvcr_settings(override, match):
     with pytest.raises(ConfigError, match=match):  # a value of the wrong type already fails at load (typed config)
         config = normalize_config(load_default_config(["algorithm.adv_estimator=rlvcr", override]))
@@ -356,8 +411,9 @@ def test_trainer_compute_advantage_reads_the_rlvcr_fields():
     torch.testing.assert_close(advantages[:, 0], torch.tensor(_expected_batch()[0], dtype=torch.float32))
     # the spec's batch tensors: A_think and the chosen level's think cost, broadcast over each response mask
     out = data.batch
-    torch.testing.assert_close(out["thinking_level_entropies"][:, 0],
-                               torch.tensor(_expected_batch()[1], dtype=torch.float32))
+    torch.testing.assert_close(
+        out["thinking_level_entropies"][:, 0], torch.tensor(_expected_batch()[1], dtype=torch.float32)
+    )
     torch.testing.assert_close(out["thinking_token_costs"][:, 0], torch.tensor([40.0, 0.0, 0.0, 0.0]))
     assert torch.all(out["thinking_level_entropies"][3, 1:] == 0) and out["thinking_token_costs"].shape == (4, 3)
 
@@ -373,7 +429,8 @@ def test_thinking_batch_tensors_leave_invalid_rows_at_zero():
     for key, value in fields.items():
         non_tensors[key] = np.empty(len(uids), dtype=object)
         non_tensors[key][:] = list(value)
-    out = compute_advantage(DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask}, non_tensors),
-                            "rlvcr", algo).batch
+    out = compute_advantage(
+        DataProto.from_dict({"token_level_rewards": rewards, "response_mask": mask}, non_tensors), "rlvcr", algo
+    ).batch
     assert torch.all(out["thinking_level_entropies"][2] == 0) and torch.all(out["advantages"][2] == 0)
     assert out["thinking_token_costs"][0, 0] == 40.0 and out["thinking_level_entropies"][0, 0] != 0

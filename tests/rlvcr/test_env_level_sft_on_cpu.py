@@ -2,6 +2,7 @@
 "Response format"): the grid model follows the real env's moves, the BFS plans are shortest and win when replayed,
 the SFT prompt is token for token the prompt the RLVCR rollout loop builds, every target parses to its drawn level
 and the expert move, and thinks state facts of the grid and grow with the level."""
+
 import itertools
 
 import numpy as np
@@ -97,11 +98,14 @@ def test_thinks_state_the_grid_and_grow_with_the_level(env):
     thinks = [level_think(grid, plan, level) for level in range(1, 5)]
     assert thinks[0] == ""
     assert thinks[1] == "Push the box up."
-    assert thinks[2] == ("I am at row 4, column 4. The box is at row 3, column 4 and the target at row 2, column 2. "
-                         "Push the box up.")
-    assert thinks[3] == ("I am at row 4, column 4. The box is at row 3, column 4 and the target at row 2, column 2. "
-                         "The box must go 1 row up and 2 columns left to reach it. Plan: up, right, up; 5 moves left. "
-                         "Push the box up.")
+    assert thinks[2] == (
+        "I am at row 4, column 4. The box is at row 3, column 4 and the target at row 2, column 2. Push the box up."
+    )
+    assert thinks[3] == (
+        "I am at row 4, column 4. The box is at row 3, column 4 and the target at row 2, column 2. "
+        "The box must go 1 row up and 2 columns left to reach it. Plan: up, right, up; 5 moves left. "
+        "Push the box up."
+    )
     walk = SokobanGrid.from_text(_replay(env, plan[:1]).text)
     assert level_think(walk, plan[1:], 2) == "Walk right on the shortest way to the next push."
     last = SokobanGrid.from_text(_replay(env, plan[:4]).text)
@@ -114,8 +118,9 @@ def test_thinks_state_the_grid_and_grow_with_the_level(env):
 
 @pytest.fixture(scope="module")
 def expert_rows(tokenizer):
-    rows, metrics = collect_expert_rows(tokenizer, [100, 101, 102, 103, 104, 105], seed=3, overrides=OVERRIDES,
-                                        alt_frac=0.5)
+    rows, metrics = collect_expert_rows(
+        tokenizer, [100, 101, 102, 103, 104, 105], seed=3, overrides=OVERRIDES, alt_frac=0.5
+    )
     main = [r for r in rows if not r["extra_info"]["instruction"]]
     return main, [r for r in rows if r["extra_info"]["instruction"]], metrics
 
@@ -151,8 +156,9 @@ def test_rows_parse_to_the_drawn_level_and_the_expert_move(expert_rows):
     for alt in alts:
         main = by_index[alt["extra_info"]["index"]]
         assert alt["level"] == alternative_level(3, alt["extra_info"]["index"], main["level"], 0.5)
-        assert alt["prompt"][0]["content"] == main["prompt"][0]["content"] + alternative_suffix(alt["level"],
-                                                                                                AGENT_FORMAT)
+        assert alt["prompt"][0]["content"] == main["prompt"][0]["content"] + alternative_suffix(
+            alt["level"], AGENT_FORMAT
+        )
         step = parse_level_response(alt["level_target"], AGENT_FORMAT.action_tags)
         assert step.parseable and step.level == alt["level"] and step.action == main["reward_model"]["ground_truth"]
 
@@ -169,9 +175,18 @@ def test_sft_prompt_ids_are_the_rollout_loop_prompt_ids(expert_rows, tokenizer, 
     from verl.workers.rollout.base import assemble_rollout_output
 
     rows, alts, _ = expert_rows
-    config = load_default_config(["env.env_name=sokoban", "algorithm.adv_estimator=rlvcr", "env.use_ray_workers=false",
-                                  "data.train_batch_size=6", "actor_rollout_ref.rollout.n=1", "env.val_tasks=1",
-                                  "env.max_steps=20", *OVERRIDES])
+    config = load_default_config(
+        [
+            "env.env_name=sokoban",
+            "algorithm.adv_estimator=rlvcr",
+            "env.use_ray_workers=false",
+            "data.train_batch_size=6",
+            "actor_rollout_ref.rollout.n=1",
+            "env.val_tasks=1",
+            "env.max_steps=20",
+            *OVERRIDES,
+        ]
+    )
     from rlvcr.rollout_phase import agent_level_setup
 
     rlvcr, suffix = agent_level_setup(config, tokenizer)  # as RayPPOTrainer hands it to the rollout
@@ -194,8 +209,9 @@ def test_sft_prompt_ids_are_the_rollout_loop_prompt_ids(expert_rows, tokenizer, 
         agent.close()
     assert metrics["env/sokoban/success_rate"] == 1.0 and len(seen) == len(rows)
     path = tmp_path / "rows.parquet"
-    pq.write_table(pa.Table.from_pylist([{"prompt": r["prompt"], "level_target": r["level_target"]} for r in rows]),
-                   path)
+    pq.write_table(
+        pa.Table.from_pylist([{"prompt": r["prompt"], "level_target": r["level_target"]} for r in rows]), path
+    )
     data = SFTDataset(str(path), tokenizer, {"response_key": "level_target", "max_length": 1024})
     for k, ids in enumerate(seen):
         item = data[k]
@@ -204,8 +220,9 @@ def test_sft_prompt_ids_are_the_rollout_loop_prompt_ids(expert_rows, tokenizer, 
         assert tokenizer.decode(item["input_ids"][item["loss_mask"] == 1]) == rows[k]["level_target"] + "<|im_end|>"
     # alternative rows: their SFT prompt + the forced prefix is the prompt the RLVCR phase samples T_L from
     phase = agent.collector.rlvcr
-    pq.write_table(pa.Table.from_pylist([{"prompt": r["prompt"], "level_target": r["level_target"]} for r in alts]),
-                   path)
+    pq.write_table(
+        pa.Table.from_pylist([{"prompt": r["prompt"], "level_target": r["level_target"]} for r in alts]), path
+    )
     alt_data = SFTDataset(str(path), tokenizer, {"response_key": "level_target", "max_length": 1024})
     for k, alt in enumerate(alts):
         index = alt["extra_info"]["index"]
@@ -213,5 +230,7 @@ def test_sft_prompt_ids_are_the_rollout_loop_prompt_ids(expert_rows, tokenizer, 
         keys, prompts = phase.alternative_prompts([step])
         item = alt_data[k]
         sft_prompt = item["input_ids"][item["loss_mask"] == 0].tolist()
-        assert sft_prompt + tokenizer.encode(generation_prefix(alt["level"]), add_special_tokens=False) == \
-            prompts[keys.index((0, alt["level"]))]
+        assert (
+            sft_prompt + tokenizer.encode(generation_prefix(alt["level"]), add_special_tokens=False)
+            == prompts[keys.index((0, alt["level"]))]
+        )

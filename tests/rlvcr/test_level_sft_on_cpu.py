@@ -1,14 +1,21 @@
 """Level-format SFT rows (rlvcr/level_sft.py; seed 001, ../shared/specs/rlvcr.md "Response format") on real RLLA
 rows: every target parses at its level, ToolRL's reward scores the stripped target as the ground truth, the think
 lengths per level, seeded uniform levels, and the prompt the RL rollout sees."""
+
 from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
 from omegaconf import OmegaConf
 
-from rlvcr.level_sft import build_level_sft_file, build_level_sft_rows, draw_level, level_sft_row, level_think, \
-    sentence_ends
+from rlvcr.level_sft import (
+    build_level_sft_file,
+    build_level_sft_rows,
+    draw_level,
+    level_sft_row,
+    level_think,
+    sentence_ends,
+)
 from rlvcr.prompts import RLLA_FORMAT, add_level_guide, parse_level_response, strip_level_tag
 from verl.utils.dataset.rlla_data import RLLA_ARROW_SCHEMA, resolve_rlla_file
 from verl.utils.reward_score.rlla import RewardSwitches, compute_score
@@ -69,7 +76,6 @@ def test_think_lengths_per_level(rlla_rows):
             assert len(thinks[2]) < len(thinks[3]) < len(thinks[4])
 
 
-
 def test_capped_top_level(rlla_rows):
     """``max_top_sentences``: the level-4 think is its first K sentences (the whole think when shorter), still longer
     than level 3's; levels 1-3 unchanged; a cap not above level 3's count is rejected."""
@@ -82,7 +88,7 @@ def test_capped_top_level(rlla_rows):
         think, full = parse_level_response(made[1], TAGS).think, _think(truth)
         body = full.strip()
         ends = sentence_ends(body)
-        expected = full if len(ends) <= 5 or ends[4] >= len(body) else body[:ends[4]]
+        expected = full if len(ends) <= 5 or ends[4] >= len(body) else body[: ends[4]]
         assert think.strip() == expected.strip()
         assert think.strip().startswith(level_think(full, 3).strip())
         assert level_sft_row(row["prompt"], truth, 3, max_top_sentences=5) == level_sft_row(row["prompt"], truth, 3)
@@ -91,11 +97,14 @@ def test_capped_top_level(rlla_rows):
     with pytest.raises(ValueError, match="must exceed"):
         level_think("One. Two. Three. Four.", 4, max_top_sentences=3)
 
+
 def test_sentences():
-    text = "Use e.g. the tool. The domain is site.org. Then U.S. law applies! 1. Check it? Done \"here.\""
+    text = 'Use e.g. the tool. The domain is site.org. Then U.S. law applies! 1. Check it? Done "here."'
     assert [text[:i] for i in sentence_ends(text)][:3] == [
-        "Use e.g. the tool.", "Use e.g. the tool. The domain is site.org.",
-        "Use e.g. the tool. The domain is site.org. Then U.S. law applies!"]
+        "Use e.g. the tool.",
+        "Use e.g. the tool. The domain is site.org.",
+        "Use e.g. the tool. The domain is site.org. Then U.S. law applies!",
+    ]
     assert sentence_ends(text)[-2:] == [text.index("?") + 1, len(text)]
     assert level_think(" Ab cd. Ef gh ", 2) == " Ab cd. " and level_think(" Ab cd. Ef gh ", 3) == " Ab cd. Ef gh "
     assert level_think(" Ab cd. ", 2) == level_think(" Ab cd. ", 4) == " Ab cd. " and level_think("Ab.", 1) == ""
@@ -105,9 +114,13 @@ def test_sentences():
 
 def test_skipped_rows():
     call = '<tool_call>\n{"name": "f", "parameters": {}}\n</tool_call>'
-    cases = {"<think></think>\n" + call: "unparseable", "<think> x </think>": "unparseable",
-             "<think> use <tool_call> tags </think>\n" + call: "think quotes an action tag",
-             "<think> x </think>\n\n" + call: "layout", "Sure. <think> x </think>\n" + call: "layout"}
+    cases = {
+        "<think></think>\n" + call: "unparseable",
+        "<think> x </think>": "unparseable",
+        "<think> use <tool_call> tags </think>\n" + call: "think quotes an action tag",
+        "<think> x </think>\n\n" + call: "layout",
+        "Sure. <think> x </think>\n" + call: "layout",
+    }
     rows = [{"prompt": [{"role": "user", "content": "q"}], "reward_model": {"ground_truth": gt}} for gt in cases]
     kept, skipped = build_level_sft_rows(rows)
     assert kept == [] and sum(skipped.values()) == len(cases)
@@ -153,4 +166,5 @@ def test_file_and_prompt_as_the_rollout_sees_it(tmp_path, tokenizer):
         start = mask.index(1)
         assert ids[:start] == tokenizer(template(originals[i]["prompt"]), add_special_tokens=False)["input_ids"]
         assert ids[start:] == tokenizer(rows[i]["level_target"], add_special_tokens=False)["input_ids"] + [
-            tokenizer.eos_token_id]
+            tokenizer.eos_token_id
+        ]

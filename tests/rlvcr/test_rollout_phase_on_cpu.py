@@ -4,6 +4,7 @@ Original responses are scripted (the untrained tiny model never writes the level
 RLLA prompts from the dataset, the actor worker's ``compute_log_prob`` and, inside ``fit()``, the rollout worker's
 generation of the alternative thinks.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,18 +21,27 @@ from verl.protocol import DataProto
 from verl.workers.rollout.base import assemble_rollout_output
 
 RLLA_TAGS = "algorithm.rlvcr.action_tags=[tool_call,response]"
-ONE_STEP = ["trainer.val_before_train=False", "trainer.total_training_steps=1", "trainer.test_freq=-1",
-            "trainer.save_freq=-1", "data.max_response_length=48", "algorithm.adv_estimator=rlvcr",
-            "algorithm.rlvcr.alt_max_think_tokens=6"]
+ONE_STEP = [
+    "trainer.val_before_train=False",
+    "trainer.total_training_steps=1",
+    "trainer.test_freq=-1",
+    "trainer.save_freq=-1",
+    "data.max_response_length=48",
+    "algorithm.adv_estimator=rlvcr",
+    "algorithm.rlvcr.alt_max_think_tokens=6",
+]
 RLLA_TEXTS = [
     '<level>2</level><think>Look it up.</think>\n<tool_call>\n{"name": "a", "parameters": {}}\n</tool_call>',
     "no level here",
-    '<level>1</level><think></think>\n<response>Done.</response>',
-    '<level>4</level><think>Plan: goal, state, moves.</think>\n<response>Ok</response>',
+    "<level>1</level><think></think>\n<response>Done.</response>",
+    "<level>4</level><think>Plan: goal, state, moves.</think>\n<response>Ok</response>",
 ]
-AGENT_TEXTS = ["<level>2</level><think>go right</think><action>right</action>", "right",
-               "<level>1</level><action>left</action>", "<level>3</level><think>the goal is left</think><action>left"
-                                                        "</action>"]
+AGENT_TEXTS = [
+    "<level>2</level><think>go right</think><action>right</action>",
+    "right",
+    "<level>1</level><action>left</action>",
+    "<level>3</level><think>the goal is left</think><action>left</action>",
+]
 N_ALTERNATIVES = {1: 3, 2: 2, 3: 2, 4: 2}  # levels L != l with L > 1
 
 
@@ -45,15 +55,16 @@ def _responses(tokenizer, texts, width):
     out = torch.full((len(texts), width), tokenizer.pad_token_id, dtype=torch.long)
     for i, text in enumerate(texts):
         ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
-        out[i, :len(ids)] = torch.tensor(ids)
+        out[i, : len(ids)] = torch.tensor(ids)
     return out
 
 
 def _generated(prompts: DataProto, tokenizer, texts, width=48) -> DataProto:
     """What the rollout returns for ``prompts`` had it sampled ``texts`` (cycled over the rows)."""
     rows = [texts[i % len(texts)] for i in range(len(prompts))]
-    return assemble_rollout_output(prompts, _responses(tokenizer, rows, width), width, tokenizer.eos_token_id,
-                                   tokenizer.pad_token_id)
+    return assemble_rollout_output(
+        prompts, _responses(tokenizer, rows, width), width, tokenizer.eos_token_id, tokenizer.pad_token_id
+    )
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +130,7 @@ def test_contexts_from_a_real_batch_score_the_same_action_ids(rlla_trainer, rlla
             history, response_side = context.rsplit("<|im_start|>assistant\n", 1)
             think = "" if level == 1 else "Check it."  # the stub's alternative think
             if level == int(text[7]):  # the original context: exactly what was sampled
-                want = text[:text.index(f"<{tag}>") + len(tag) + 2]
+                want = text[: text.index(f"<{tag}>") + len(tag) + 2]
             else:
                 want = f"<level>{level}</level><think>{think}</think>\n<{tag}>"
             assert response_side == want + tok.decode(expected)
@@ -131,8 +142,10 @@ def test_level_entropy_matches_the_model_logits(rlla_trainer, rlla_batch):
     phase = _rlla_phase(tok)
     batch = DataProto.from_dict({k: v.clone() for k, v in rlla_batch.batch.items()})
     phase(batch, _think_generator(tok), rlla_trainer.actor_rollout_wg.compute_log_prob)
-    entropy, cost = batch.non_tensor_batch["thinking_level_action_entropy"], batch.non_tensor_batch[
-        "thinking_level_think_cost"]
+    entropy, cost = (
+        batch.non_tensor_batch["thinking_level_action_entropy"],
+        batch.non_tensor_batch["thinking_level_think_cost"],
+    )
     model = rlla_trainer.actor_rollout_wg.worker.actor_module
     prompt_len = batch.batch["prompts"].shape[1]
     checked = 0
@@ -146,7 +159,7 @@ def test_level_entropy_matches_the_model_logits(rlla_trainer, rlla_batch):
         for L, context in enumerate(contexts):
             ids = torch.tensor([context + step.action])
             with torch.no_grad():
-                logits = model(input_ids=ids).logits[0, len(context) - 1:-1].double()  # predict the action tokens
+                logits = model(input_ids=ids).logits[0, len(context) - 1 : -1].double()  # predict the action tokens
             direct = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1).mean().item()
             assert entropy[i, L] == pytest.approx(direct, abs=1e-4)
             checked += 1
@@ -191,7 +204,7 @@ def test_only_positive_episodes_and_token_alignment(tokenizer):
     settings = RLVCRSettings.from_config({"only_positive_episodes": True})
     phase = RLVCRPhase(tokenizer, settings, level_format(settings, rlla=False))
     # a token carrying the end of the opening tag and the start of the action: '>"'
-    head = tokenizer.encode('<level>2</level><think>go</think><action', add_special_tokens=False)
+    head = tokenizer.encode("<level>2</level><think>go</think><action", add_special_tokens=False)
     action = [tokenizer.convert_tokens_to_ids('>"')] + tokenizer.encode('left"', add_special_tokens=False)
     response = head + action + tokenizer.encode("</action>", add_special_tokens=False)
     step, level = phase.parse_row([1, 2], response)
@@ -201,9 +214,13 @@ def test_only_positive_episodes_and_token_alignment(tokenizer):
         assert tokenizer.decode(context[2:] + step.action).endswith('<action>"left"')
     assert insert_instruction([5, 6], [9], phase.markers) == [5, 6, 9]  # no chat template: appended
 
-    prompts = DataProto.from_dict({"input_ids": torch.ones(2, 3, dtype=torch.long),
-                                   "attention_mask": torch.ones(2, 3, dtype=torch.long),
-                                   "position_ids": torch.arange(3).repeat(2, 1)})
+    prompts = DataProto.from_dict(
+        {
+            "input_ids": torch.ones(2, 3, dtype=torch.long),
+            "attention_mask": torch.ones(2, 3, dtype=torch.long),
+            "position_ids": torch.arange(3).repeat(2, 1),
+        }
+    )
     batch = _generated(prompts, tokenizer, AGENT_TEXTS[:1], width=24)
     batch.non_tensor_batch["episode_return"] = np.array([1.0, 0.0])
     scores = lambda d: DataProto.from_dict({"entropys": torch.ones(d.batch["responses"].shape)})  # noqa: E731
@@ -231,9 +248,18 @@ def _script_rollout(trainer, texts):
 
 def _check_step_metrics(run_dir, rows_expected=None):
     (record,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    keys = [f"rlvcr/{name}_{k}" for name in ("level_frac", "action_entropy_level", "think_tokens_level")
-            for k in range(1, 5)] + ["rlvcr/unparseable_frac", "rlvcr/thinking_adv_abs_mean", "rlvcr/alternatives",
-                                     "timing_s/rlvcr", "timing_s/step", "actor/pg_loss"]
+    keys = [
+        f"rlvcr/{name}_{k}"
+        for name in ("level_frac", "action_entropy_level", "think_tokens_level")
+        for k in range(1, 5)
+    ] + [
+        "rlvcr/unparseable_frac",
+        "rlvcr/thinking_adv_abs_mean",
+        "rlvcr/alternatives",
+        "timing_s/rlvcr",
+        "timing_s/step",
+        "actor/pg_loss",
+    ]
     for key in keys:
         assert key in record and math.isfinite(record[key]), key
     assert 0 < record["rlvcr/unparseable_frac"] < 1 and record["rlvcr/alternatives"] > 0
@@ -260,9 +286,18 @@ def test_rlvcr_step_inside_fit_on_rlla_rows(tmp_path, small_rlla):
 def test_rlvcr_step_inside_fit_on_line_world(tmp_path):
     from verl.trainer.main_ppo import build_local_trainer
 
-    agent = ["data.train_files=null", "data.val_files=null", "data.max_prompt_length=512", "env.env_name=line_world",
-             "env.max_steps=2", "env.train_tasks=8", "env.val_tasks=2", "env.num_workers=1",
-             "env.use_ray_workers=false", "env.line_world.length=4"]
+    agent = [
+        "data.train_files=null",
+        "data.val_files=null",
+        "data.max_prompt_length=512",
+        "env.env_name=line_world",
+        "env.max_steps=2",
+        "env.train_tasks=8",
+        "env.val_tasks=2",
+        "env.num_workers=1",
+        "env.use_ray_workers=false",
+        "env.line_world.length=4",
+    ]
     trainer = build_local_trainer(e2e_overrides(tmp_path, "unused") + agent + ONE_STEP)
     calls = _script_rollout(trainer, AGENT_TEXTS)
     trainer.fit()

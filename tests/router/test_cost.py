@@ -1,4 +1,5 @@
 """Tool usage and cost of hand-written responses."""
+
 import pytest
 import torch
 
@@ -9,19 +10,26 @@ FAMILIES = {"GetNews": ToolFamily.SEARCH, "add": ToolFamily.CALCULATE, "sendSMS"
 THINK = "<think> reasoning </think>\n"
 NO_CALL = THINK + "<response> Paris. </response>"
 ONE_SEARCH = THINK + '<tool_call>\n{"name": "GetNews", "parameters": {"page": 1}}\n</tool_call>'
-TWO_MIXED = THINK + ('<tool_call>\n{"name": "GetNews", "parameters": {}}\n'
-                     '{"name": "add", "parameters": {"a": 1, "b": 2}}\n</tool_call>')
+TWO_MIXED = THINK + (
+    '<tool_call>\n{"name": "GetNews", "parameters": {}}\n{"name": "add", "parameters": {"a": 1, "b": 2}}\n</tool_call>'
+)
 MALFORMED = THINK + '<tool_call>\n{"name": "GetNews", "parameters": {"page": 1}\n</tool_call>'
-CALL_IN_THINK = "<think> maybe <tool_call> {\"name\": \"add\", \"parameters\": {}} </tool_call> no </think>\n" \
-    "<response> 3 </response>"
+CALL_IN_THINK = (
+    '<think> maybe <tool_call> {"name": "add", "parameters": {}} </tool_call> no </think>\n<response> 3 </response>'
+)
 
 
 def test_usage_zero_one_two_calls():
     u = response_tool_usage(NO_CALL, FAMILIES)
     assert (u.used_any_tool, u.used_search, u.used_calculate, u.num_calls) == (False, False, False, 0)
     u = response_tool_usage(ONE_SEARCH, FAMILIES)
-    assert (u.used_any_tool, u.used_search, u.used_calculate, u.num_calls, u.num_search_calls) == \
-        (True, True, False, 1, 1)
+    assert (u.used_any_tool, u.used_search, u.used_calculate, u.num_calls, u.num_search_calls) == (
+        True,
+        True,
+        False,
+        1,
+        1,
+    )
     u = response_tool_usage(TWO_MIXED + "<|im_end|>", FAMILIES)
     assert (u.used_any_tool, u.used_search, u.used_calculate, u.num_calls) == (True, True, True, 2)
     assert (u.num_search_calls, u.num_calculate_calls) == (1, 1)
@@ -41,8 +49,10 @@ def test_call_inside_think_is_not_a_call():
 
 
 def test_other_and_unknown_tools_follow_other_as():
-    text = THINK + '<tool_call>\n{"name": "sendSMS", "parameters": {}}\n{"name": "compute_tax", "parameters": {}}' \
+    text = (
+        THINK + '<tool_call>\n{"name": "sendSMS", "parameters": {}}\n{"name": "compute_tax", "parameters": {}}'
         "\n</tool_call>"
+    )
     u = response_tool_usage(text, FAMILIES)  # OTHER -> search; unlisted compute_tax -> CALCULATE by its name
     assert (u.num_search_calls, u.num_calculate_calls) == (1, 1)
     u = response_tool_usage(text, FAMILIES, other_as=RouterAction.CALCULATE)
@@ -59,8 +69,9 @@ def test_costs_with_weights():
     w = CostWeights(any_tool=0.5, search=1.0, calculate=2.0, per_call=0.25)
     cost, _ = compute_costs(responses, [FAMILIES] * 4, w)
     assert cost.tolist() == [0.0, 0.5 + 1.0 + 0.25, 0.5 + 1.0 + 2.0 + 0.5, 0.5]
-    direct = trajectory_cost(torch.tensor([1, 0]), torch.tensor([1, 0]), torch.tensor([0, 0]), torch.tensor([3, 0]),
-                             1.0, 0.0, 0.0, 0.1)
+    direct = trajectory_cost(
+        torch.tensor([1, 0]), torch.tensor([1, 0]), torch.tensor([0, 0]), torch.tensor([3, 0]), 1.0, 0.0, 0.0, 0.1
+    )
     torch.testing.assert_close(direct, torch.tensor([1.3, 0.0]))
 
 

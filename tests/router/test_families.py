@@ -1,4 +1,5 @@
 """Tool families: block parser and heuristic on real RLLA rows, sidecar override, per-row resolution."""
+
 import json
 import re
 
@@ -6,8 +7,16 @@ import pandas as pd
 import pytest
 
 from verl.router import RouterAction, ToolFamily, parse_other_as
-from verl.router.families import (block_families, call_route, classify_tool, effective_route, load_tool_family_file,
-                                  parse_tools_block, row_tool_families, system_text_of)
+from verl.router.families import (
+    block_families,
+    call_route,
+    classify_tool,
+    effective_route,
+    load_tool_family_file,
+    parse_tools_block,
+    row_tool_families,
+    system_text_of,
+)
 
 S, C, O = ToolFamily.SEARCH, ToolFamily.CALCULATE, ToolFamily.OTHER
 
@@ -30,8 +39,8 @@ def test_block_parser_on_every_real_row(test_rows, sft_rows):
         assert block is not None and len(block.tools) == len(numbered) > 0
         assert [t.number for t in block.tools] == [int(n) for n, _ in numbered]
         assert block.names == [name for _, name in numbered]
-        assert text[block.start:].startswith("**Available Tools**")
-        assert text[block.end:].startswith("\n\n**Steps for Each Turn**")
+        assert text[block.start :].startswith("**Available Tools**")
+        assert text[block.end :].startswith("\n\n**Steps for Each Turn**")
         assert block.intro == "In your response, you can use the following tools:"
         for tool in block.tools:
             assert tool.description and tool.parameters.startswith("{")
@@ -50,23 +59,33 @@ def test_no_block():
     assert system_text_of([{"role": "user", "content": "hi"}]) == ""
 
 
-@pytest.mark.parametrize("name,description,family", [
-    # real RLLA tools
-    ("GetNews", "Retrieve Azure news articles", S),
-    ("Domain WHOIS Lookup API", "Retrieves WHOIS information for a given domain name.", S),
-    ("Get Team Form", "Retrieve the pre-game team form for a specific event.", S),
-    ("/SearchPlayer", "Search for player data by player name or ID.", S),
-    ("calculate_investment_return", "Calculates the return on investment based on the initial deposit amount, annual "
-     "interest rate, and investment period.", C),
-    ("x1RmY9Hmol6nj", "Computes the least common multiple (LCM) of two positive integers.", C),
-    ("matrix_multiply", "Multiplies two matrices.", C),
-    ("rgb_to_hsv", "Converts RGB color code to HSV color code", C),
-    ("Body Mass Index Calculator", "Calculates the Body Mass Index (BMI) of a person based on their height and "
-     "weight.", C),
-    ("sendSMS", "Send a text message to a specified phone number", O),
-    ("animation_create_project", "Create a new animation project in Toon Boom Harmony.", O),
-    ("zzz", "", O),
-])
+@pytest.mark.parametrize(
+    "name,description,family",
+    [
+        # real RLLA tools
+        ("GetNews", "Retrieve Azure news articles", S),
+        ("Domain WHOIS Lookup API", "Retrieves WHOIS information for a given domain name.", S),
+        ("Get Team Form", "Retrieve the pre-game team form for a specific event.", S),
+        ("/SearchPlayer", "Search for player data by player name or ID.", S),
+        (
+            "calculate_investment_return",
+            "Calculates the return on investment based on the initial deposit amount, annual "
+            "interest rate, and investment period.",
+            C,
+        ),
+        ("x1RmY9Hmol6nj", "Computes the least common multiple (LCM) of two positive integers.", C),
+        ("matrix_multiply", "Multiplies two matrices.", C),
+        ("rgb_to_hsv", "Converts RGB color code to HSV color code", C),
+        (
+            "Body Mass Index Calculator",
+            "Calculates the Body Mass Index (BMI) of a person based on their height and weight.",
+            C,
+        ),
+        ("sendSMS", "Send a text message to a specified phone number", O),
+        ("animation_create_project", "Create a new animation project in Toon Boom Harmony.", O),
+        ("zzz", "", O),
+    ],
+)
 def test_heuristic_on_real_tools(name, description, family):
     assert classify_tool(name, description) == family
 

@@ -1,11 +1,18 @@
 """Router head: pooling under left padding, detach, sampling, hidden states of the tiny Llama."""
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from verl.router import NUM_ROUTER_ACTIONS, RouterAction
-from verl.router.head import (RouterHead, compute_router_logits, last_valid_index, pool_hidden, prompt_hidden_states,
-                              sample_actions)
+from verl.router.head import (
+    RouterHead,
+    compute_router_logits,
+    last_valid_index,
+    pool_hidden,
+    prompt_hidden_states,
+    sample_actions,
+)
 from verl.utils.torch_functional import compute_position_id_with_mask
 
 

@@ -1,4 +1,5 @@
 """Irrelevance rows for router training (verl.router.irrelevance; docs/router.md "Irrelevance rows")."""
+
 import json
 
 import pyarrow as pa
@@ -6,28 +7,44 @@ import pyarrow.parquet as pq
 import pytest
 
 from verl.router.families import TOOL_FAMILIES_KEY, parse_tools_block, system_text_of
-from verl.router.irrelevance import (NO_CALL_GROUND_TRUTH, SOURCE_KEY, add_irrelevance_rows, called_tool_names,
-                                     irrelevant_prompt, main)
+from verl.router.irrelevance import (
+    NO_CALL_GROUND_TRUTH,
+    SOURCE_KEY,
+    add_irrelevance_rows,
+    called_tool_names,
+    irrelevant_prompt,
+    main,
+)
 from verl.router.preprocess import LABEL_COLUMN
 from verl.utils.dataset.rlla_prompt import render_system
 from verl.utils.reward_score.rlla import RewardSwitches, compute_score
 
 THINK = "<think> I should use the appropriate tool with proper parameters to respond to the user's need. </think>\n"
-TOOLS = {name: (name, f"Get the {name} of a city", {"city": {"description": "the city", "type": "string"}})
-         for name in ("weather", "population", "area", "mayor")}
+TOOLS = {
+    name: (name, f"Get the {name} of a city", {"city": {"description": "the city", "type": "string"}})
+    for name in ("weather", "population", "area", "mayor")
+}
 
 
 def _gt(*calls):
-    return THINK + "<tool_call>\n" + "\n".join(json.dumps({"name": n, "parameters": {"city": "Oslo"}})
-                                               for n in calls) + "\n</tool_call>"
+    return (
+        THINK
+        + "<tool_call>\n"
+        + "\n".join(json.dumps({"name": n, "parameters": {"city": "Oslo"}}) for n in calls)
+        + "\n</tool_call>"
+    )
 
 
 def _row(index, tools, gt, question="What about Oslo?"):
-    return {"data_source": "rlla",
-            "prompt": [{"role": "system", "content": render_system([TOOLS[t] for t in tools])},
-                       {"role": "user", "content": f"**Dialogue Records History**\n<user> {question} </user>"}],
-            "reward_model": {"ground_truth": gt, "style": "rule"},
-            "extra_info": {"index": index, "split": "train", "instruction": "the system message", "output": gt}}
+    return {
+        "data_source": "rlla",
+        "prompt": [
+            {"role": "system", "content": render_system([TOOLS[t] for t in tools])},
+            {"role": "user", "content": f"**Dialogue Records History**\n<user> {question} </user>"},
+        ],
+        "reward_model": {"ground_truth": gt, "style": "rule"},
+        "extra_info": {"index": index, "split": "train", "instruction": "the system message", "output": gt},
+    }
 
 
 def _table(rows):
@@ -57,8 +74,10 @@ def test_removes_the_called_tools_and_renumbers():
 
 def test_donor_tools_when_none_is_left():
     row = _row(0, ["weather"], _gt("weather"))
-    donors = [_row(1, ["weather", "area"], _gt("area"))["prompt"],  # lists the called tool: skipped
-              _row(2, ["mayor", "population"], _gt("mayor"))["prompt"]]
+    donors = [
+        _row(1, ["weather", "area"], _gt("area"))["prompt"],  # lists the called tool: skipped
+        _row(2, ["mayor", "population"], _gt("mayor"))["prompt"],
+    ]
     prompt = irrelevant_prompt(row["prompt"], {"weather"}, donors)
     assert prompt[0]["content"] == render_system([TOOLS["mayor"], TOOLS["population"]])
     assert prompt[1]["content"].endswith("<user> What about Oslo? </user>")  # the source's question
@@ -67,11 +86,13 @@ def test_donor_tools_when_none_is_left():
 
 
 def test_table_rows_labels_and_indices():
-    rows = [_row(10, ["weather", "area"], _gt("weather")),
-            _row(11, ["population"], "<think> x </think>\n<response> Which city? </response>"),
-            _row(12, ["mayor", "area"], _gt("mayor", "area")),
-            _row(13, ["area", "population"], _gt("population")),
-            _row(14, ["weather", "population"], _gt("weather"))]
+    rows = [
+        _row(10, ["weather", "area"], _gt("weather")),
+        _row(11, ["population"], "<think> x </think>\n<response> Which city? </response>"),
+        _row(12, ["mayor", "area"], _gt("mayor", "area")),
+        _row(13, ["area", "population"], _gt("population")),
+        _row(14, ["weather", "population"], _gt("weather")),
+    ]
     out = add_irrelevance_rows(_table(rows), fraction=1.0, seed=0).to_pylist()
     assert len(out) == 9  # the 4 rows with a call each give one, after the 5 originals
     for original, kept in zip(rows, out[:5]):
@@ -82,7 +103,11 @@ def test_table_rows_labels_and_indices():
     by_source = {r["extra_info"][SOURCE_KEY]: r for r in new}
     # 12 calls both its tools: it borrows the list of the only row holding neither mayor nor area (14's)
     assert {s: _tools_of(r) for s, r in by_source.items()} == {
-        10: ["area"], 12: ["weather", "population"], 13: ["area"], 14: ["population"]}
+        10: ["area"],
+        12: ["weather", "population"],
+        13: ["area"],
+        14: ["population"],
+    }
     by_index = {r["extra_info"]["index"]: r for r in rows}
     for source, r in by_source.items():
         assert r["reward_model"]["ground_truth"] == NO_CALL_GROUND_TRUTH
@@ -116,8 +141,12 @@ def test_toolrl_reward_on_a_new_row():
     """ToolRL's reward of the no-call ground truth: the format term for think + response without a call, 0
     correctness whatever is said; a tool call loses the format term (docs/router.md "Irrelevance rows")."""
     sw = RewardSwitches()
-    answer = compute_score("<think> none fits </think>\n<response> I cannot look that up. </response>",
-                           NO_CALL_GROUND_TRUTH, wrapper="none", switches=sw)
+    answer = compute_score(
+        "<think> none fits </think>\n<response> I cannot look that up. </response>",
+        NO_CALL_GROUND_TRUTH,
+        wrapper="none",
+        switches=sw,
+    )
     call = compute_score(_gt("population"), NO_CALL_GROUND_TRUTH, wrapper="none", switches=sw)
     assert answer[1:3] == (1.0, 0.0)
     assert call[1:3] == (0.0, 0.0)
@@ -130,7 +159,7 @@ def test_cli_on_the_real_test_split(shared_dir, tmp_path):
     table, original = pq.read_table(out), pq.read_table(src)
     with_call = sum("<tool_call>" in r["ground_truth"] for r in original.column("reward_model").to_pylist())
     assert table.num_rows == original.num_rows + round(0.25 * with_call)
-    new = table.to_pylist()[original.num_rows:]
+    new = table.to_pylist()[original.num_rows :]
     assert all(r[LABEL_COLUMN] == "ANSWER" and r["extra_info"][SOURCE_KEY] >= 0 for r in new)
 
 
@@ -139,8 +168,7 @@ def test_prepare_train_file_builds_once_and_again_only_when_its_input_changes(tm
     add_irrelevance_rows of it; kept when up to date, rebuilt when the input changed; its path on stdout."""
     from verl.router import irrelevance
 
-    rows = [_row(i, ["weather", "population", "area"], _gt(["weather", "population", "area"][i % 3]))
-            for i in range(8)]
+    rows = [_row(i, ["weather", "population", "area"], _gt(["weather", "population", "area"][i % 3])) for i in range(8)]
     pq.write_table(_table(rows), tmp_path / "train_router.parquet")
     out = irrelevance.prepare_train_file(tmp_path, 0.5, seed=3)
     assert out == tmp_path / "train_router_irrelevance_f0.5_s3.parquet"

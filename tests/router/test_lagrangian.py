@@ -1,4 +1,5 @@
 """Dual ascent on lambda: hand-worked sequence, clipping, update_freq, exact resume."""
+
 import json
 
 import pytest
@@ -69,8 +70,9 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="router.budget_B must be of type float"):  # refused when loaded
         LagrangeMultiplier.from_config(default_section("router", budget_B=None))
     with pytest.raises(ValueError, match="missing key 'window_steps'"):
-        LagrangeMultiplier(budget=0.3).load_state_dict({"lambda": 0.1, "last_update_step": 1, "running_cost": None,
-                                                        "running_reward": None, "window_cost_sum": 0.0})
+        LagrangeMultiplier(budget=0.3).load_state_dict(
+            {"lambda": 0.1, "last_update_step": 1, "running_cost": None, "running_reward": None, "window_cost_sum": 0.0}
+        )
     lm = LagrangeMultiplier.from_config(default_section("router", budget_B=0.3, dual_update_freq=3, lambda_init=0.5))
     assert (lm.budget, lm.update_freq, lm.value, lm.dual_lr, lm.lambda_max) == (0.3, 3, 0.5, 0.05, 10.0)
 
@@ -83,8 +85,7 @@ def test_pi_lagrangian_hand_worked_and_resumed():
     # step 2: I = 2.2 + 0.5·(−0.2) = 2.1, λ = 2.1 + 4·(−0.2) = 1.3
     # step 3: I = 2.1 − 0.15 = 1.95, λ = 1.95 − 1.2 = 0.75
     # step 4: I = 1.95 − 0.15 = 1.8, λ = 1.8 − 1.2 = 0.6 (cost 0, far below the budget)
-    for step, cost, integral, lam in [(1, 0.7, 2.2, 3.8), (2, 0.1, 2.1, 1.3), (3, 0.0, 1.95, 0.75),
-                                      (4, 0.0, 1.8, 0.6)]:
+    for step, cost, integral, lam in [(1, 0.7, 2.2, 3.8), (2, 0.1, 2.1, 1.3), (3, 0.0, 1.95, 0.75), (4, 0.0, 1.8, 0.6)]:
         metrics = lm.update(cost, step)
         assert metrics["router/lambda"] == pytest.approx(lam) and lm.value == pytest.approx(lam)
         assert metrics["router/lambda_integral"] == pytest.approx(integral)

@@ -1,4 +1,5 @@
 """Router rewards, token-level placement, GRPO advantages, loss value/gradients, metrics."""
+
 import math
 
 import numpy as np
@@ -6,8 +7,13 @@ import pytest
 import torch
 
 from verl.router import RouterAction, target_action_ids
-from verl.router.loss import (compute_router_advantages, compute_router_loss, compute_router_rewards,
-                              router_batch_metrics, router_token_level_rewards)
+from verl.router.loss import (
+    compute_router_advantages,
+    compute_router_loss,
+    compute_router_rewards,
+    router_batch_metrics,
+    router_token_level_rewards,
+)
 
 LOG3 = math.log(3.0)
 
@@ -103,10 +109,21 @@ def test_supervised_term_pulls_towards_label_and_skips_mixed():
 
 def test_batch_metrics():
     actions = torch.tensor([RouterAction.ANSWER, RouterAction.ANSWER, RouterAction.SEARCH, RouterAction.CALCULATE])
-    m = router_batch_metrics(actions, torch.tensor([1.0, 0.0, 1.0, 2.0]), torch.tensor([1.0, 2.0, 3.0, 4.0]),
-                             torch.tensor([0.5, 2.0, 2.5, 3.0]), torch.tensor([1.0, 0.0, 1.0, 1.0]))
-    assert m == {"router/frac_answer": 0.5, "router/frac_search": 0.25, "router/frac_calculate": 0.25,
-                 "router/mean_cost": 1.0, "router/mean_task_reward": 2.5, "router/mean_router_reward": 2.0,
-                 "router/tool_use_rate_when_answer": 0.5}
+    m = router_batch_metrics(
+        actions,
+        torch.tensor([1.0, 0.0, 1.0, 2.0]),
+        torch.tensor([1.0, 2.0, 3.0, 4.0]),
+        torch.tensor([0.5, 2.0, 2.5, 3.0]),
+        torch.tensor([1.0, 0.0, 1.0, 1.0]),
+    )
+    assert m == {
+        "router/frac_answer": 0.5,
+        "router/frac_search": 0.25,
+        "router/frac_calculate": 0.25,
+        "router/mean_cost": 1.0,
+        "router/mean_task_reward": 2.5,
+        "router/mean_router_reward": 2.0,
+        "router/tool_use_rate_when_answer": 0.5,
+    }
     m = router_batch_metrics(torch.tensor([1]), torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.zeros(1))
     assert "router/tool_use_rate_when_answer" not in m

@@ -1,4 +1,5 @@
 """Weak labels and the *_router.parquet files on the real RLLA test split."""
+
 import json
 import shutil
 
@@ -14,8 +15,9 @@ THINK = "<think> I should use the appropriate tool with proper parameters to res
 
 
 def _gt(*calls):
-    return THINK + "<tool_call>\n" + "\n".join(json.dumps({"name": n, "parameters": {}}) for n in calls) + \
-        "\n</tool_call>"
+    return (
+        THINK + "<tool_call>\n" + "\n".join(json.dumps({"name": n, "parameters": {}}) for n in calls) + "\n</tool_call>"
+    )
 
 
 def test_weak_label_rules():
@@ -98,8 +100,13 @@ def test_router_parquet_feeds_the_dataset(labelled, tokenizer):
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
     data_dir, _ = labelled
-    dataset = RLHFDataset([str(data_dir / "test_router.parquet")], tokenizer, max_prompt_length=2048,
-                          truncation="left", return_raw_chat=True)
+    dataset = RLHFDataset(
+        [str(data_dir / "test_router.parquet")],
+        tokenizer,
+        max_prompt_length=2048,
+        truncation="left",
+        return_raw_chat=True,
+    )
     batch = collate_fn([dataset[i] for i in range(4)])
     assert target_action_ids(batch[LABEL_COLUMN]).tolist() == [1, 0, 1, 2]  # row 1 is response-only
     families = row_tool_families(batch["raw_prompt"][0], batch["extra_info"][0])

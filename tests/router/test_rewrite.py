@@ -1,4 +1,5 @@
 """Route-conditioned prompt rewrite on real RLLA rows, and re-tokenisation identical to the dataset's."""
+
 import copy
 
 import pandas as pd
@@ -7,8 +8,14 @@ import torch
 
 from verl.router import RouterAction, ToolFamily
 from verl.router.families import block_families, effective_route, parse_tools_block
-from verl.router.rewrite import (ANSWER_INSTRUCTION, ROUTING_HEADER, rewrite_batch, rewrite_messages,
-                                 rewrite_system_text, tokenize_prompts)
+from verl.router.rewrite import (
+    ANSWER_INSTRUCTION,
+    ROUTING_HEADER,
+    rewrite_batch,
+    rewrite_messages,
+    rewrite_system_text,
+    tokenize_prompts,
+)
 from verl.utils.dataset.rl_dataset import PromptTooLongError, RLHFDataset
 
 A = RouterAction
@@ -38,8 +45,10 @@ def test_answer_route_removes_tools_block_on_every_row(rows):
         assert system.endswith(ANSWER_INSTRUCTION)
         block = parse_tools_block(original)
         # exactly the block is removed; the rest of the original text is kept in order
-        assert system == (original[:block.start] + original[block.end:].lstrip("\n")).rstrip() + "\n\n" + \
-            ANSWER_INSTRUCTION
+        assert (
+            system
+            == (original[: block.start] + original[block.end :].lstrip("\n")).rstrip() + "\n\n" + ANSWER_INSTRUCTION
+        )
         assert out[1] == dict(prompt[1])
 
 
@@ -67,8 +76,12 @@ def test_no_filter_keeps_all_tools_family_first(rows):
     prompt = _prompt(rows, 6)  # reverse_words, find_max_subarray_sum, find_files, fibonacci
     block = parse_tools_block(prompt[0]["content"])
     fam = block_families(block)
-    assert [fam[n] for n in block.names] == [ToolFamily.CALCULATE, ToolFamily.CALCULATE, ToolFamily.OTHER,
-                                              ToolFamily.CALCULATE]
+    assert [fam[n] for n in block.names] == [
+        ToolFamily.CALCULATE,
+        ToolFamily.CALCULATE,
+        ToolFamily.OTHER,
+        ToolFamily.CALCULATE,
+    ]
     system = rewrite_messages(prompt, A.SEARCH, filter_tools=False)[0]["content"]
     assert parse_tools_block(system).names == ["find_files", "reverse_words", "find_max_subarray_sum", "fibonacci"]
     assert "Prefer the search and retrieval tools (find_files)" in system
@@ -84,7 +97,7 @@ def test_single_family_row_keeps_block_text_identical(rows):
     for filter_tools in (False, True):
         system = rewrite_messages(prompt, A.SEARCH, filter_tools=filter_tools)[0]["content"]
         assert system.startswith(original.rstrip())
-        assert system[len(original.rstrip()):].startswith("\n\n" + ROUTING_HEADER)
+        assert system[len(original.rstrip()) :].startswith("\n\n" + ROUTING_HEADER)
 
 
 def test_family_overrides_and_empty_family_without_filter(rows):

@@ -1,6 +1,7 @@
 """router.value_fit=ridge: each route's task reward fitted in closed form by ridge regression on the pooled prompt
 features (verl/router/value.py RidgeRouteValues; docs/router.md, "Ridge fit"). Hand-worked values, a float64
 reference, invariances, the component's update and resume, the controller's baseline and the load-time checks."""
+
 from __future__ import annotations
 
 import copy
@@ -21,8 +22,11 @@ def test_hand_worked_one_feature():
     # route 0 sees (x, y) = (0, 0), (1, 1), (2, 2); α = 1, no normalisation:
     # x̄ = ȳ = 1, C = Σ(x − x̄)² = 2, c = Σ(x − x̄)(y − ȳ) = 2, w = 2 / (2 + 1) = 2/3, c0 = 1 − (2/3)·1 = 1/3
     ridge = RidgeRouteValues(hidden_size=1, alpha=1.0)
-    ridge.add(RidgeRouteValues.increments(torch.tensor([[0.0], [1.0], [2.0], [5.0]]), torch.tensor([0, 0, 0, 1]),
-                                          torch.tensor([0.0, 1.0, 2.0, 7.0])))
+    ridge.add(
+        RidgeRouteValues.increments(
+            torch.tensor([[0.0], [1.0], [2.0], [5.0]]), torch.tensor([0, 0, 0, 1]), torch.tensor([0.0, 1.0, 2.0, 7.0])
+        )
+    )
     weight, bias = ridge.solve()
     assert weight[0, 0].item() == pytest.approx(2 / 3) and bias[0].item() == pytest.approx(1 / 3)
     # route 1 has one point: no spread, w = 0 and the intercept is its reward; route 2 was never observed
@@ -104,16 +108,33 @@ class _Backbone(torch.nn.Module):
 
 
 def _ridge_component(alpha: float = 0.5) -> RouterComponent:
-    cfg = default_section("router", enable=True, loss_mode="value", route_sampling="stratified", entropy_coeff=0.0,
-                          sup_coeff=0.0, value_fit="ridge", value_ridge_alpha=alpha, input_norm="running")
+    cfg = default_section(
+        "router",
+        enable=True,
+        loss_mode="value",
+        route_sampling="stratified",
+        entropy_coeff=0.0,
+        sup_coeff=0.0,
+        value_fit="ridge",
+        value_ridge_alpha=alpha,
+        input_norm="running",
+    )
     return RouterComponent(cfg, hidden_size=6, device="cpu")
 
 
 def _batch(tokens: list[int], actions: list[int], targets: list[float]) -> TensorDict:
     ids = torch.tensor(tokens).unsqueeze(-1)
-    return TensorDict({"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.zeros_like(ids),
-                       "router_action": torch.tensor(actions), "router_advantages": torch.zeros(len(tokens)),
-                       "router_value_target": torch.tensor(targets)}, batch_size=[len(tokens)])
+    return TensorDict(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.zeros_like(ids),
+            "router_action": torch.tensor(actions),
+            "router_advantages": torch.zeros(len(tokens)),
+            "router_value_target": torch.tensor(targets),
+        },
+        batch_size=[len(tokens)],
+    )
 
 
 def test_component_update_sets_the_head_to_the_ridge_fit_and_resumes_exactly():
@@ -129,7 +150,9 @@ def test_component_update_sets_the_head_to_the_ridge_fit_and_resumes_exactly():
     # the step's value metrics are those of the head that routed the batch (the step-1 fit), before its refit
     with torch.no_grad():
         routed = component.logits(backbone, second)
-    step_loss = 0.5 * (routed.gather(1, second["router_action"][:, None]).squeeze(1) - second["router_value_target"]) ** 2
+    step_loss = (
+        0.5 * (routed.gather(1, second["router_action"][:, None]).squeeze(1) - second["router_value_target"]) ** 2
+    )
     assert component.update(backbone, second)["router/value_loss"] == pytest.approx(float(step_loss.mean()), rel=1e-5)
     # the head equals the float64 ridge fit of all 14 scored copies on the features normalised by the mean and RMS
     # of those same 14 copies' features (the NaN-target copy is not an observation)
@@ -167,8 +190,15 @@ def test_component_update_sets_the_head_to_the_ridge_fit_and_resumes_exactly():
 def test_controller_ridge_adds_no_running_baseline(tokenizer):
     from verl.router.controller import RouterController
 
-    cfg = default_section("router", enable=True, loss_mode="value", route_sampling="stratified", entropy_coeff=0.0,
-                          sup_coeff=0.0, value_fit="ridge")
+    cfg = default_section(
+        "router",
+        enable=True,
+        loss_mode="value",
+        route_sampling="stratified",
+        entropy_coeff=0.0,
+        sup_coeff=0.0,
+        value_fit="ridge",
+    )
     ctrl = RouterController(cfg, default_section("data", max_prompt_length=64), tokenizer)
     ctrl.route_values.reward = torch.tensor([-3.0, 1.0, 0.5], dtype=torch.float64)
     ctrl.route_values.cost = torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64)
@@ -179,18 +209,35 @@ def test_controller_ridge_adds_no_running_baseline(tokenizer):
     assert torch.equal(ctrl.value_baseline(), torch.zeros(3, dtype=torch.float64))
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["router.value_fit=ridge"], "needs router.loss_mode=value"),
-    (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=running", "router.head=mlp"],
-     "router.head=linear"),
-    (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=none"], "router.input_norm=running"),
-    (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=running", "router.value_ridge_alpha=0"],
-     "value_ridge_alpha"),
-    (["router.loss_mode=value", "router.value_fit=lstsq"], "router.value_fit must be one of"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["router.value_fit=ridge"], "needs router.loss_mode=value"),
+        (
+            ["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=running", "router.head=mlp"],
+            "router.head=linear",
+        ),
+        (["router.loss_mode=value", "router.value_fit=ridge", "router.input_norm=none"], "router.input_norm=running"),
+        (
+            [
+                "router.loss_mode=value",
+                "router.value_fit=ridge",
+                "router.input_norm=running",
+                "router.value_ridge_alpha=0",
+            ],
+            "value_ridge_alpha",
+        ),
+        (["router.loss_mode=value", "router.value_fit=lstsq"], "router.value_fit must be one of"),
+    ],
+)
 def test_ridge_config_checks_name_the_key(overrides, message):
-    base = ["router.enable=true", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
-            "router.entropy_coeff=0", "router.sup_coeff=0"]
+    base = [
+        "router.enable=true",
+        "router.route_sampling=stratified",
+        "actor_rollout_ref.rollout.n=3",
+        "router.entropy_coeff=0",
+        "router.sup_coeff=0",
+    ]
     config = load_default_config(base + overrides)
     with pytest.raises(ConfigError, match=message):
         validate_router_settings(config)

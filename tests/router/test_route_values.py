@@ -1,5 +1,6 @@
 """router.loss_mode=value: the head regresses each route's task reward, the price λ·cost is applied when routing
 (verl/router/value.py; docs/router.md, "Route values"). Hand-worked values."""
+
 from __future__ import annotations
 
 import math
@@ -30,8 +31,10 @@ def test_policy_logits_price_the_routes_at_decision_time():
     assert int(value_policy_logits(h, baseline, cost, 2.49, 1.0).argmax()) == 1
     assert int(value_policy_logits(h, baseline, cost, 2.51, 1.0).argmax()) == 0
     # the policy's expected cost falls monotonically as λ rises, whatever the head learned
-    costs = [float((torch.softmax(value_policy_logits(h, baseline, cost, lam, 1.0), -1) * cost).sum())
-             for lam in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0)]
+    costs = [
+        float((torch.softmax(value_policy_logits(h, baseline, cost, lam, 1.0), -1) * cost).sum())
+        for lam in (0.0, 1.0, 2.0, 3.0, 4.0, 6.0)
+    ]
     assert all(a > b for a, b in itertools.pairwise(costs))
     with pytest.raises(ValueError, match="temperature > 0"):
         value_policy_logits(h, baseline, cost, 1.0, 0.0)
@@ -82,8 +85,9 @@ def test_lambda_for_cost_hand_worked():
     with pytest.raises(ValueError, match="finite number"):
         lambda_for_cost(probs, cost, 0.0, 1.0, float("nan"))
     # recorded above the bracket's first end (λ = 5): the same λ
-    assert lambda_for_cost(reprice_probs(mixed, cost, 0.0, 5.0, 1.0), cost, 5.0, 1.0, 0.375) == \
-        pytest.approx(math.log(3), abs=1e-5)
+    assert lambda_for_cost(reprice_probs(mixed, cost, 0.0, 5.0, 1.0), cost, 5.0, 1.0, 0.375) == pytest.approx(
+        math.log(3), abs=1e-5
+    )
     # a prompt that never takes the cheapest route: no price brings its cost down
     with pytest.raises(ValueError, match="no price up to 1e12"):
         lambda_for_cost(torch.tensor([[0.0, 1.0, 0.0]]), cost, 0.0, 1.0, 0.5)
@@ -120,8 +124,12 @@ def test_value_loss_hand_computed_and_unscored_rows_change_nothing():
     assert metrics["router/value_explained_var"] == pytest.approx(1 - 0.125 / 6.125)
     # an unscored row (NaN target) adds nothing to the loss or the gradient
     more = torch.cat([values, torch.tensor([[9.0, 9.0, 9.0]])]).detach().requires_grad_()
-    nan_targets = value_targets(torch.cat([task, torch.tensor([7.0])]), torch.tensor([2, 1, 0]), baseline,
-                                valid=torch.tensor([True, True, False]))
+    nan_targets = value_targets(
+        torch.cat([task, torch.tensor([7.0])]),
+        torch.tensor([2, 1, 0]),
+        baseline,
+        valid=torch.tensor([True, True, False]),
+    )
     assert math.isnan(float(nan_targets[2]))
     loss2, _ = compute_router_value_loss(more, torch.tensor([2, 1, 0]), nan_targets)
     assert loss2.item() == pytest.approx(0.8125)

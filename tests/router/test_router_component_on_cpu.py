@@ -1,5 +1,6 @@
 """RouterComponent's state on resume: head weights and AdamW moments come back from the checkpoint, the learning rate
 from the config (a changed ``router.optim.lr`` is applied, not silently replaced by the saved one)."""
+
 from __future__ import annotations
 
 import torch
@@ -55,11 +56,17 @@ def test_copies_of_a_prompt_share_one_backbone_pass_and_the_same_update():
     torch.manual_seed(0)
     prompts = torch.randint(1, 20, (3, 5))
     ids = prompts.repeat_interleave(3, dim=0)  # 3 prompts x 3 copies, as the trainer lays them out
-    batch = TensorDict({"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                        "position_ids": torch.arange(5).repeat(9, 1),
-                        "router_action": torch.tensor([0, 1, 2] * 3),
-                        "router_advantages": torch.randn(9),
-                        "router_route_advantages": torch.randn(3, 3).repeat_interleave(3, dim=0)}, batch_size=[9])
+    batch = TensorDict(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(5).repeat(9, 1),
+            "router_action": torch.tensor([0, 1, 2] * 3),
+            "router_advantages": torch.randn(9),
+            "router_route_advantages": torch.randn(3, 3).repeat_interleave(3, dim=0),
+        },
+        batch_size=[9],
+    )
     backbone = Backbone()
     shared = _component(1e-2)
     shared.head.net.weight.data.normal_()
@@ -67,15 +74,20 @@ def test_copies_of_a_prompt_share_one_backbone_pass_and_the_same_update():
     assert backbone.rows_seen == 3
     per_row = _component(1e-2)
     per_row.head.load_state_dict(shared.head.state_dict())
-    one_by_one = torch.cat([per_row.logits(backbone, batch[i:i + 1]) for i in range(9)])
+    one_by_one = torch.cat([per_row.logits(backbone, batch[i : i + 1]) for i in range(9)])
     torch.testing.assert_close(logits, one_by_one)
     # the update from the shared pass equals the one whose loss is built from nine separate passes
     shared.update(backbone, batch)
     per_row.optimizer.zero_grad()
-    separate = torch.cat([per_row.logits(backbone, batch[i:i + 1], grad=True) for i in range(9)])
-    loss, _ = compute_router_loss(separate, batch["router_action"], batch["router_advantages"],
-                                  entropy_coeff=per_row.cfg.entropy_coeff, sup_coeff=per_row.cfg.sup_coeff,
-                                  route_advantages=batch["router_route_advantages"])
+    separate = torch.cat([per_row.logits(backbone, batch[i : i + 1], grad=True) for i in range(9)])
+    loss, _ = compute_router_loss(
+        separate,
+        batch["router_action"],
+        batch["router_advantages"],
+        entropy_coeff=per_row.cfg.entropy_coeff,
+        sup_coeff=per_row.cfg.sup_coeff,
+        route_advantages=batch["router_route_advantages"],
+    )
     loss.backward()
     torch.nn.utils.clip_grad_norm_(list(per_row.head.parameters()), per_row.cfg.grad_clip)
     per_row.optimizer.step()
@@ -93,15 +105,30 @@ def test_value_mode_update_regresses_each_copys_route_value():
         def forward(self, input_ids, attention_mask=None, position_ids=None, **_):
             return type("Out", (), {"hidden_states": (torch.nn.functional.one_hot(input_ids, 8).float(),)})()
 
-    cfg = default_section("router", enable=True, loss_mode="value", route_sampling="stratified", entropy_coeff=0.0,
-                          sup_coeff=0.0, grad_clip=100.0)
+    cfg = default_section(
+        "router",
+        enable=True,
+        loss_mode="value",
+        route_sampling="stratified",
+        entropy_coeff=0.0,
+        sup_coeff=0.0,
+        grad_clip=100.0,
+    )
     cfg.optim.lr = 0.05
     component = RouterComponent(cfg, hidden_size=8, device="cpu")
     ids = torch.tensor([[1], [1], [1], [2], [2], [2]])  # 2 prompts x 3 copies, one per route
     target = torch.tensor([-1.0, 2.0, 0.5, 1.0, float("nan"), -2.0])
-    batch = TensorDict({"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.zeros_like(ids),
-                        "router_action": torch.tensor([0, 1, 2, 0, 1, 2]), "router_advantages": torch.zeros(6),
-                        "router_value_target": target}, batch_size=[6])
+    batch = TensorDict(
+        {
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.zeros_like(ids),
+            "router_action": torch.tensor([0, 1, 2, 0, 1, 2]),
+            "router_advantages": torch.zeros(6),
+            "router_value_target": target,
+        },
+        batch_size=[6],
+    )
     for _ in range(300):
         metrics = component.update(Backbone(), batch)
     values = component.logits(Backbone(), batch)

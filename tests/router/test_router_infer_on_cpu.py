@@ -1,5 +1,6 @@
 """Router inference (`python -m verl.router.infer`) on a fake checkpoint built from the tiny preset: the greedy route
 follows the head's bias, the JSONL rows are complete, and the prompt used for generation is the training rewrite."""
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,25 @@ def make_checkpoint(root: Path, tiny_dir: str, preferred: RouterAction, override
 def test_cli_answer_route_writes_rows(tmp_path, tiny_dir, prompts_parquet, capsys):
     step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
     out = tmp_path / "out" / "routed.jsonl"
-    assert main(["--checkpoint", str(step), "--prompts", str(prompts_parquet), "--output", str(out),
-                 "--max_new_tokens", "8", "--batch_size", "2", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "--checkpoint",
+                str(step),
+                "--prompts",
+                str(prompts_parquet),
+                "--output",
+                str(out),
+                "--max_new_tokens",
+                "8",
+                "--batch_size",
+                "2",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(rows) == N_ROWS
     expected_index = [int(e["index"]) for e in pd.read_parquet(prompts_parquet)["extra_info"]]
@@ -100,8 +118,9 @@ def test_generation_prompt_is_the_training_rewrite(tmp_path, tiny_dir, prompts_p
     assert torch.allclose(routed.probs.sum(-1), torch.ones(N_ROWS))
     for row, messages in zip(rows, routed.messages):
         families = row_tool_families(row.messages, row.extra_info)
-        assert messages == rewrite_messages(row.messages, preferred, families, filter_tools=False,
-                                            other_as=RouterAction.SEARCH)
+        assert messages == rewrite_messages(
+            row.messages, preferred, families, filter_tools=False, other_as=RouterAction.SEARCH
+        )
         system = system_text_of(messages)
         if preferred == RouterAction.ANSWER:
             assert TOOLS_HEADER not in system and system.endswith(ANSWER_INSTRUCTION)
@@ -124,8 +143,23 @@ def test_search_route_from_jsonl_with_filter_tools(tmp_path, tiny_dir, prompts_p
     jsonl = tmp_path / "prompts.jsonl"  # no extra_info: index falls back to the row position
     jsonl.write_text("".join(json.dumps({"prompt": [dict(m) for m in p]}) + "\n" for p in src["prompt"]))
     out = tmp_path / "routed.jsonl"
-    assert main(["--checkpoint", str(step), "--prompts", str(jsonl), "--output", str(out),
-                 "--max_new_tokens", "8", "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "--checkpoint",
+                str(step),
+                "--prompts",
+                str(jsonl),
+                "--output",
+                str(out),
+                "--max_new_tokens",
+                "8",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["route"] for r in rows] == ["SEARCH"] * N_ROWS
     assert [r["index"] for r in rows] == list(range(N_ROWS))
@@ -160,8 +194,25 @@ def test_fixed_routing_baselines_override_the_head(tmp_path, tiny_dir, prompts_p
 
     step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER)
     out = tmp_path / "always.jsonl"
-    assert main(["--checkpoint", str(step), "--prompts", str(prompts_parquet), "--output", str(out),
-                 "--max_new_tokens", "4", "--device", "cpu", "--routes", "search"]) == 0
+    assert (
+        main(
+            [
+                "--checkpoint",
+                str(step),
+                "--prompts",
+                str(prompts_parquet),
+                "--output",
+                str(out),
+                "--max_new_tokens",
+                "4",
+                "--device",
+                "cpu",
+                "--routes",
+                "search",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["route"] for r in rows] == ["SEARCH"] * N_ROWS
     truths = [rm["ground_truth"] for rm in pd.read_parquet(prompts_parquet)["reward_model"]]
@@ -188,12 +239,15 @@ def test_answer_routes_cannot_call_tools_when_the_checkpoint_says_so(tmp_path, t
     rows = load_prompt_rows(prompts_parquet)
     for forbid in (True, False):
         root = tmp_path / str(forbid)
-        step = make_checkpoint(root, tiny_dir, RouterAction.ANSWER,
-                               overrides=(f"router.answer_forbids_tool_calls={str(forbid).lower()}",))
+        step = make_checkpoint(
+            root, tiny_dir, RouterAction.ANSWER, overrides=(f"router.answer_forbids_tool_calls={str(forbid).lower()}",)
+        )
         engine = RouterInference(step, max_new_tokens=4, device="cpu", routes="random:0.5", seed=1)
         seen = []
         original = engine.rollout.generate_sequences
-        engine.rollout.generate_sequences = lambda data: seen.append(data.batch.get(FORBID_TOOL_CALLS)) or original(data)
+        engine.rollout.generate_sequences = lambda data: (
+            seen.append(data.batch.get(FORBID_TOOL_CALLS)) or original(data)
+        )
         out = engine.run(rows, batch_size=N_ROWS)
         routes = [r["route"] for r in out]
         assert len(set(routes)) == 2  # both routes drawn at rate 0.5 with this seed
@@ -209,8 +263,9 @@ def test_filter_overlong_prompts_drops_and_counts_them(tmp_path, tiny_dir, promp
     from verl.router.infer import run_inference
     from verl.utils.dataset.rl_dataset import PromptTooLongError
 
-    probe = RouterInference(make_checkpoint(tmp_path / "probe", tiny_dir, RouterAction.ANSWER), max_new_tokens=4,
-                            device="cpu")
+    probe = RouterInference(
+        make_checkpoint(tmp_path / "probe", tiny_dir, RouterAction.ANSWER), max_new_tokens=4, device="cpu"
+    )
     lengths = [probe.prompt_length(r.messages) for r in load_prompt_rows(prompts_parquet)]
     limit = sorted(lengths)[1]  # keeps the rows at most as long as the second shortest
     assert len(set(lengths)) == N_ROWS  # (the three rows differ in length)
@@ -223,8 +278,9 @@ def test_filter_overlong_prompts_drops_and_counts_them(tmp_path, tiny_dir, promp
     assert [lengths[r] <= limit for r in range(N_ROWS)].count(True) == 2 and all(lengths[r] <= limit for r in kept)
     truncated = run_inference(step, prompts_parquet, tmp_path / "all.jsonl", max_new_tokens=4, device="cpu")
     assert truncated["prompts"] == N_ROWS and truncated["filtered_overlong"] == 0  # data.truncation applies
-    strict = make_checkpoint(tmp_path / "strict", tiny_dir, RouterAction.ANSWER,
-                             (f"data.max_prompt_length={limit}", "data.truncation=error"))
+    strict = make_checkpoint(
+        tmp_path / "strict", tiny_dir, RouterAction.ANSWER, (f"data.max_prompt_length={limit}", "data.truncation=error")
+    )
     with pytest.raises(PromptTooLongError, match=r"rows 0\.\.2"):
         run_inference(strict, prompts_parquet, tmp_path / "strict.jsonl", max_new_tokens=4, device="cpu")
 
@@ -253,15 +309,23 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     from verl.router.value import reprice_probs
     from verl.trainer.config_utils import default_section
 
-    overrides = ("router.loss_mode=value", "router.route_sampling=stratified", "router.entropy_coeff=0",
-                 "router.sup_coeff=0", "router.value_temperature=2.0")
+    overrides = (
+        "router.loss_mode=value",
+        "router.route_sampling=stratified",
+        "router.entropy_coeff=0",
+        "router.sup_coeff=0",
+        "router.value_temperature=2.0",
+    )
     step = make_checkpoint(tmp_path, tiny_dir, RouterAction.SEARCH, overrides=overrides)
     with pytest.raises(FileNotFoundError, match="data.pt"):
         RouterInference(step, max_new_tokens=4, device="cpu")
     rows = load_prompt_rows(prompts_parquet)
     for lam, expected in ((20.0, "ANSWER"), (5.0, "SEARCH")):
-        controller = Controller(default_section("router", loss_mode="value", route_sampling="stratified",
-                                                lambda_init=lam, lambda_max=30.0), default_section("data"), None)
+        controller = Controller(
+            default_section("router", loss_mode="value", route_sampling="stratified", lambda_init=lam, lambda_max=30.0),
+            default_section("data"),
+            None,
+        )
         controller.route_values.cost[:] = torch.tensor([0.0, 1.0, 1.0], dtype=torch.float64)
         torch.save({"router": controller.state_dict()}, step / "data.pt")
         engine = RouterInference(step, max_new_tokens=4, device="cpu")
@@ -281,13 +345,15 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     assert [r["router_lambda"] for r in out] == [5.0, 5.0]
     recorded = torch.tensor([[r["router_probs"][a] for a in ROUTE_NAMES] for r in out])
     at_20 = reprice_probs(recorded, torch.tensor([0.0, 1.0, 1.0]), 5.0, 20.0, 2.0)
-    torch.testing.assert_close(at_20[0], torch.softmax(torch.tensor([0.0, -8.0, -20.0], dtype=torch.float64) / 2, -1),
-                               atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        at_20[0], torch.softmax(torch.tensor([0.0, -8.0, -20.0], dtype=torch.float64) / 2, -1), atol=1e-6, rtol=0
+    )
     # --target_cost: the smallest price at which the greedy routes spend at most the budget on these prompts. The
     # head's values are (0, 12, 0) on every prompt, c̄ = (0, 1, 1): SEARCH (cost 1) is the argmax below λ = 12 and
     # ANSWER (cost 0) from the tie at 12 on, so any budget below 1 needs λ = 12, whatever τ is
-    summary = run_inference(step, prompts_parquet, tmp_path / "priced.jsonl", max_new_tokens=2, device="cpu",
-                            target_cost=0.5)
+    summary = run_inference(
+        step, prompts_parquet, tmp_path / "priced.jsonl", max_new_tokens=2, device="cpu", target_cost=0.5
+    )
     assert summary["router_lambda"] == pytest.approx(12.0, rel=1e-5) and summary["router_lambda"] >= 12.0 - 1e-5
     assert summary["routes"] == {"ANSWER": N_ROWS, "SEARCH": 0, "CALCULATE": 0}
     priced = [json.loads(line) for line in (tmp_path / "priced.jsonl").read_text().splitlines()]
@@ -296,8 +362,12 @@ def test_value_mode_checkpoint_routes_with_the_runs_price(tmp_path, tiny_dir, pr
     lam = summary["router_lambda"]
     want = torch.softmax(torch.tensor([0.0, 12.0 - lam, -lam], dtype=torch.float64) / 2.0, -1)
     assert [priced[0]["router_probs"][a] for a in ROUTE_NAMES] == pytest.approx(want.tolist(), abs=1e-5)
-    assert run_inference(step, prompts_parquet, tmp_path / "slack.jsonl", max_new_tokens=2, device="cpu",
-                         target_cost=1.0)["router_lambda"] == 0.0  # spends at most 1 unpriced: λ = 0
+    assert (
+        run_inference(step, prompts_parquet, tmp_path / "slack.jsonl", max_new_tokens=2, device="cpu", target_cost=1.0)[
+            "router_lambda"
+        ]
+        == 0.0
+    )  # spends at most 1 unpriced: λ = 0
     with pytest.raises(ValueError, match="both set the price"):
         run_inference(step, prompts_parquet, tmp_path / "x.jsonl", fixed_lambda=1.0, target_cost=0.5)
     with pytest.raises(ValueError, match="finite number >= 0"):
@@ -317,8 +387,25 @@ def test_bfcl_rows_keep_their_ids_for_bfcls_checker(tmp_path, tiny_dir):
     prompts = write_bfcl_parquet(tmp_path / "bfcl.parquet", "simple_python,irrelevance", max_rows=1)
     step = make_checkpoint(tmp_path, tiny_dir, RouterAction.ANSWER, ("router.answer_forbids_tool_calls=true",))
     out = tmp_path / "answer.jsonl"
-    assert main(["--checkpoint", str(step), "--prompts", str(prompts), "--output", str(out),
-                 "--max_new_tokens", "4", "--device", "cpu", "--routes", "answer"]) == 0
+    assert (
+        main(
+            [
+                "--checkpoint",
+                str(step),
+                "--prompts",
+                str(prompts),
+                "--output",
+                str(out),
+                "--max_new_tokens",
+                "4",
+                "--device",
+                "cpu",
+                "--routes",
+                "answer",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     ids = [load_category(c, max_rows=1)[0]["id"] for c in ("simple_python", "irrelevance")]
     assert [(r["bfcl_id"], r["bfcl_category"]) for r in rows] == list(zip(ids, ("simple_python", "irrelevance")))

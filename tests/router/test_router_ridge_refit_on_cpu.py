@@ -1,5 +1,6 @@
 """experiments/scripts/router_ridge_refit.py and router_value_shift.py: the offline refit of a ridge router head
 equals the trainer's own update on the same observations, and the ridge's confidence width, by hand."""
+
 from __future__ import annotations
 
 import copy
@@ -31,14 +32,18 @@ def test_offline_refit_equals_the_trainers_next_ridge_update():
     torch.manual_seed(0)
     backbone = _Backbone()
     trainer = _ridge_component()
-    trainer.update(backbone, _batch([1, 1, 1, 2, 2, 2, 3, 3, 3], [0, 1, 2] * 3,
-                                    [-3.0, 1.0, 0.5, -3.0, 4.0, 2.0, 1.0, 0.0, 0.0]))
+    trainer.update(
+        backbone, _batch([1, 1, 1, 2, 2, 2, 3, 3, 3], [0, 1, 2] * 3, [-3.0, 1.0, 0.5, -3.0, 4.0, 2.0, 1.0, 0.0, 0.0])
+    )
     offline = copy.deepcopy(trainer.head)
     ridge = copy.deepcopy(trainer.ridge)
     # two new prompts (tokens 4 and 5, file positions 7 and 9), one observation per route; CALCULATE of token 5 could
     # not be scored: the refit leaves it out, as the trainer leaves out a NaN target
-    rewards = {RouterAction.ANSWER: {7: -3.0, 9: 1.0}, RouterAction.SEARCH: {7: 2.5, 9: -1.0},
-               RouterAction.CALCULATE: {7: 0.5}}
+    rewards = {
+        RouterAction.ANSWER: {7: -3.0, 9: 1.0},
+        RouterAction.SEARCH: {7: 2.5, 9: -1.0},
+        RouterAction.CALCULATE: {7: 0.5},
+    }
     features = backbone.embed(torch.tensor([4, 5])).detach().double()
     added = refit_script.refit(offline, ridge, features, [7, 9], rewards)
     assert {k: v["rows"] for k, v in added.items()} == {"ANSWER": 2, "SEARCH": 2, "CALCULATE": 1}
@@ -54,12 +59,18 @@ def test_ridge_width_by_hand():
     # At x = 1 (z = 0): sqrt(0 + 1/2); at x = 4 (z = 3): sqrt(9/3 + 1/2) = sqrt(3.5)
     ridge = RidgeRouteValues(hidden_size=1, alpha=1.0)
     empty = RidgeRouteValues(hidden_size=1, alpha=1.0)
-    empty.add(RidgeRouteValues.increments(torch.tensor([[0.0], [2.0], [5.0]]), torch.tensor([0, 0, 1]),
-                                          torch.tensor([0.0, 1.0, 3.0])))
+    empty.add(
+        RidgeRouteValues.increments(
+            torch.tensor([[0.0], [2.0], [5.0]]), torch.tensor([0, 0, 1]), torch.tensor([0.0, 1.0, 3.0])
+        )
+    )
     with pytest.raises(ValueError, match="route CALCULATE has no observation"):
         shift_script.ridge_widths(empty, torch.tensor([1.0], dtype=torch.float64), 1.0, 1.0)
-    ridge.add(RidgeRouteValues.increments(torch.tensor([[0.0], [2.0], [5.0], [1.0]]), torch.tensor([0, 0, 1, 2]),
-                                          torch.tensor([0.0, 1.0, 3.0, 0.0])))
+    ridge.add(
+        RidgeRouteValues.increments(
+            torch.tensor([[0.0], [2.0], [5.0], [1.0]]), torch.tensor([0, 0, 1, 2]), torch.tensor([0.0, 1.0, 3.0, 0.0])
+        )
+    )
     widths = shift_script.ridge_widths(ridge, torch.tensor([1.0], dtype=torch.float64), 1.0, 1.0)
     got = widths(torch.tensor([[1.0], [4.0]], dtype=torch.float64).numpy(), 0)
     assert got.tolist() == pytest.approx([math.sqrt(0.5), math.sqrt(3.5)])

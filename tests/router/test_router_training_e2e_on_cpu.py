@@ -5,6 +5,7 @@ the rewritten prompts really reach generation (ANSWER rows lose the tools block 
 ``router.answer_forbids_tool_calls``, cannot open a tool call); the router head is trained and
 saved with its optimizer, and λ is saved in data.pt.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,21 @@ import torch
 from conftest import e2e_overrides
 from verl.trainer.config_utils import load_default_config
 
-ROUTER_KEYS = ("router/lambda", "router/mean_cost", "router/budget", "router/mean_task_reward",
-               "router/mean_router_reward", "router/frac_answer", "router/frac_search", "router/frac_calculate",
-               "router/entropy", "router/pg_loss", "router/sup_loss", "timing_s/router", "timing_s/update_router")
+ROUTER_KEYS = (
+    "router/lambda",
+    "router/mean_cost",
+    "router/budget",
+    "router/mean_task_reward",
+    "router/mean_router_reward",
+    "router/frac_answer",
+    "router/frac_search",
+    "router/frac_calculate",
+    "router/entropy",
+    "router/pg_loss",
+    "router/sup_loss",
+    "timing_s/router",
+    "timing_s/update_router",
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,10 +46,19 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     from verl.trainer.main_ppo import run_ppo
 
     budget, dual_lr = 0.3, 0.5
-    config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + [
-        "algorithm.adv_estimator=grpo", "router.enable=true", f"router.budget_B={budget}",
-        f"router.dual_lr={dual_lr}", "router.cost_weights.any_tool=1.0", "router.sup_coeff=1.0",
-        "router.optim.lr=0.05", "router.answer_forbids_tool_calls=true"])
+    config = load_default_config(
+        e2e_overrides(tmp_path, router_data, "train_router", "test_router")
+        + [
+            "algorithm.adv_estimator=grpo",
+            "router.enable=true",
+            f"router.budget_B={budget}",
+            f"router.dual_lr={dual_lr}",
+            "router.cost_weights.any_tool=1.0",
+            "router.sup_coeff=1.0",
+            "router.optim.lr=0.05",
+            "router.answer_forbids_tool_calls=true",
+        ]
+    )
     trainer = run_ppo(config)
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in records if "text" not in r and r["step"] > 0]
@@ -59,8 +81,9 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
     tok = trainer.tokenizer
     for i in range(len(last_batch)):
         prompt = tok.decode(last_batch.batch["prompts"][i][last_batch.batch["attention_mask"][i, :prompt_len].bool()])
-        original = tok.decode(last_batch.batch["router_input_ids"][i][
-            last_batch.batch["router_attention_mask"][i].bool()])
+        original = tok.decode(
+            last_batch.batch["router_input_ids"][i][last_batch.batch["router_attention_mask"][i].bool()]
+        )
         assert "Available Tools" in original
         if int(actions[i]) == 0:  # ANSWER: the tools block is gone from what the LM saw, and it could not call one
             assert "Available Tools" not in prompt
@@ -79,8 +102,9 @@ def test_router_grpo_two_steps(tmp_path, router_data, ray_session):
 
 
 @pytest.mark.parametrize("loss_mode", ["pg", "value", "ridge"])
-def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, router_data, ray_session, caplog,
-                                                                    loss_mode):
+def test_stratified_routes_through_the_trainer_with_a_frozen_actor(
+    tmp_path, router_data, ray_session, caplog, loss_mode
+):
     """router.route_sampling=stratified, 3 copies per prompt, trainer.critic_warmup beyond the run (verl's switch: the
     actor is not updated, so its old log-probs are not computed): every prompt's copies take the three routes, λ steps
     on the policy's expected cost, the head moves, the actor does not. With router.loss_mode=value the head regresses
@@ -91,13 +115,28 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
     value = ["router.loss_mode=value", "router.entropy_coeff=0"] if loss_mode in ("value", "ridge") else []
     if loss_mode == "ridge":  # the head is the closed-form ridge fit, on running-normalised features
         value += ["router.value_fit=ridge", "router.input_norm=running"]
-    config = load_default_config(e2e_overrides(tmp_path, router_data, "train_router", "test_router") + value + [
-        "algorithm.adv_estimator=grpo", "router.enable=true", f"router.budget_B={budget}",
-        f"router.dual_lr={dual_lr}", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "router.optim.lr=0.05", "router.sup_coeff=0",
-        "router.answer_forbids_tool_calls=true", "trainer.critic_warmup=100", "trainer.total_training_steps=1",
-        "algorithm.use_kl_in_reward=False", "actor_rollout_ref.actor.use_kl_loss=False",
-        "trainer.test_freq=1", "trainer.save_freq=1"])
+    config = load_default_config(
+        e2e_overrides(tmp_path, router_data, "train_router", "test_router")
+        + value
+        + [
+            "algorithm.adv_estimator=grpo",
+            "router.enable=true",
+            f"router.budget_B={budget}",
+            f"router.dual_lr={dual_lr}",
+            "router.route_sampling=stratified",
+            "actor_rollout_ref.rollout.n=3",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "router.optim.lr=0.05",
+            "router.sup_coeff=0",
+            "router.answer_forbids_tool_calls=true",
+            "trainer.critic_warmup=100",
+            "trainer.total_training_steps=1",
+            "algorithm.use_kl_in_reward=False",
+            "actor_rollout_ref.actor.use_kl_loss=False",
+            "trainer.test_freq=1",
+            "trainer.save_freq=1",
+        ]
+    )
     with caplog.at_level(logging.INFO, logger="verl.trainer.ppo.validation"):
         trainer = run_ppo(config)
     # validation is one long generate call: it says when it starts and how long it took
@@ -111,8 +150,9 @@ def test_stratified_routes_through_the_trainer_with_a_frozen_actor(tmp_path, rou
     actions = batch.batch["router_action"].reshape(-1, 3)
     assert all(sorted(row.tolist()) == [0, 1, 2] for row in actions)
     assert batch.batch["router_route_advantages"].shape == (len(batch), 3)
-    state = torch.load(tmp_path / "ckpt" / "global_step_1" / "actor" / "router_world_size_1_rank_0.pt",
-                       weights_only=False)
+    state = torch.load(
+        tmp_path / "ckpt" / "global_step_1" / "actor" / "router_world_size_1_rank_0.pt", weights_only=False
+    )
     moved = bool(state["head"]["net.weight"].abs().sum() > 0)  # the zero-initialised output layer
     if loss_mode == "pg":
         assert moved

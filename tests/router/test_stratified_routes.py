@@ -1,5 +1,6 @@
 """router.route_sampling=stratified: every route for every prompt, the head trained on the expectation over routes,
 λ stepped on the policy's expected cost (docs/router.md, "Router policy update")."""
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,9 @@ def test_route_advantages_hand_computed():
     batch_std = float(r.std(unbiased=True))
     adv = compute_route_advantages(r, actions, uid)
     torch.testing.assert_close(adv[0], torch.tensor([1 - 7 / 3, 3 - 7 / 3, 3 - 7 / 3]) / (batch_std + 1e-6))
-    torch.testing.assert_close(compute_route_advantages(r, actions, uid, norm="none")[1],
-                               torch.tensor([1 - 7 / 3, 3 - 7 / 3, 3 - 7 / 3]))
+    torch.testing.assert_close(
+        compute_route_advantages(r, actions, uid, norm="none")[1], torch.tensor([1 - 7 / 3, 3 - 7 / 3, 3 - 7 / 3])
+    )
     with pytest.raises(ValueError, match="norm must be one of"):
         compute_route_advantages(r, actions, uid, norm="std")
     means, present = group_route_means(r, actions, uid, valid)
@@ -80,29 +82,38 @@ def test_expected_route_loss_is_the_exact_policy_gradient():
         sampled += probs[a] * torch.autograd.grad(l_a, logits)[0]
     torch.testing.assert_close(grad, sampled)
     with pytest.raises(ValueError, match="route_advantages"):
-        compute_router_loss(logits, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred,
-                            old_log_probs=torch.zeros(1))
+        compute_router_loss(
+            logits,
+            torch.zeros(1, dtype=torch.long),
+            torch.zeros(1),
+            route_advantages=centred,
+            old_log_probs=torch.zeros(1),
+        )
 
 
 def test_natural_route_gradient_does_not_vanish_when_the_policy_saturates():
     """route_pg=natural: the logits' gradient is −A(a)/B whatever π; the exact one shrinks with π(tool routes)."""
     centred = torch.tensor([[-1.0, 0.5, 0.5]])  # the tool routes are better by 1.5
     saturated = torch.tensor([[6.0, 0.0, 0.0]], requires_grad=True)  # π(ANSWER) ≈ 0.995
-    exact, _ = compute_router_loss(saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1),
-                                   route_advantages=centred)
+    exact, _ = compute_router_loss(
+        saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred
+    )
     (g_exact,) = torch.autograd.grad(exact, saturated)
-    natural, _ = compute_router_loss(saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1),
-                                     route_advantages=centred, route_pg="natural")
+    natural, _ = compute_router_loss(
+        saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred, route_pg="natural"
+    )
     (g_natural,) = torch.autograd.grad(natural, saturated)
     torch.testing.assert_close(g_natural, -centred)
     assert g_exact.abs().max() < 0.02 * g_natural.abs().max()
     # shifting every logit by a constant changes neither the loss nor its gradient (Σ_a A(a) = 0)
-    shifted, _ = compute_router_loss(saturated + 3.0, torch.zeros(1, dtype=torch.long), torch.zeros(1),
-                                     route_advantages=centred, route_pg="natural")
+    shifted, _ = compute_router_loss(
+        saturated + 3.0, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred, route_pg="natural"
+    )
     assert float(shifted) == pytest.approx(float(natural))
     with pytest.raises(ValueError, match="route_pg must be one of"):
-        compute_router_loss(saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred,
-                            route_pg="npg")
+        compute_router_loss(
+            saturated, torch.zeros(1, dtype=torch.long), torch.zeros(1), route_advantages=centred, route_pg="npg"
+        )
 
 
 def test_policy_expected_value_weights_each_group_once():
@@ -120,8 +131,9 @@ def _scored_batch(tokenizer, logits):
     """Two prompts x 3 copies routed ANSWER, SEARCH, CALCULATE; the tool routes call a tool (cost 1) and score 3, the
     ANSWER copies score 1 (prompt a) or 2.5 (prompt b)."""
     plain = tokenizer("<think> t </think>\n<response> hi </response>", add_special_tokens=False)["input_ids"]
-    call = tokenizer('<think> t </think>\n<tool_call>\n{"name": "x", "parameters": {}}\n</tool_call>',
-                     add_special_tokens=False)["input_ids"]
+    call = tokenizer(
+        '<think> t </think>\n<tool_call>\n{"name": "x", "parameters": {}}\n</tool_call>', add_special_tokens=False
+    )["input_ids"]
     rows = [plain, call, call] * 2
     width = max(map(len, rows))
     responses = torch.tensor([r + [tokenizer.eos_token_id] * (width - len(r)) for r in rows])
@@ -131,9 +143,15 @@ def _scored_batch(tokenizer, logits):
     families = np.empty(6, dtype=object)
     families[:] = [{}] * 6
     return DataProto.from_dict(
-        {"responses": responses, "response_mask": mask, "token_level_scores": scores,
-         "router_action": torch.tensor([0, 1, 2, 0, 1, 2]), "router_logits": logits},
-        non_tensors={"uid": np.array(["a"] * 3 + ["b"] * 3, dtype=object), "tool_families": families})
+        {
+            "responses": responses,
+            "response_mask": mask,
+            "token_level_scores": scores,
+            "router_action": torch.tensor([0, 1, 2, 0, 1, 2]),
+            "router_logits": logits,
+        },
+        non_tensors={"uid": np.array(["a"] * 3 + ["b"] * 3, dtype=object), "tool_families": families},
+    )
 
 
 def test_stratified_score_prices_routes_and_steps_lambda_on_the_policy_cost(tokenizer):
@@ -157,8 +175,9 @@ def test_stratified_score_prices_routes_and_steps_lambda_on_the_policy_cost(toke
     torch.testing.assert_close(adv[0], -2 * adv[3])
     # sampled routing (the default): λ steps on the batch's own mean cost and no route advantages are written
     batch = _scored_batch(tokenizer, logits)
-    metrics = RouterController(default_section("router", lambda_init=1.0, dual_lr=0.5, budget_B=0.3), data,
-                               tokenizer).score(batch, step=1)
+    metrics = RouterController(
+        default_section("router", lambda_init=1.0, dual_lr=0.5, budget_B=0.3), data, tokenizer
+    ).score(batch, step=1)
     assert metrics["router/policy_cost"] == pytest.approx(2 / 3)
     assert metrics["router/lambda"] == pytest.approx(1.0 + 0.5 * (2 / 3 - 0.3))
     assert "router_route_advantages" not in batch.batch.keys()
@@ -166,8 +185,9 @@ def test_stratified_score_prices_routes_and_steps_lambda_on_the_policy_cost(toke
 
 def test_stratified_expand_routes_every_prompt_to_every_route_but_validation_stays_greedy(tokenizer):
     raw = np.empty(2, dtype=object)
-    raw[:] = [[{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"q{i}"}]
-              for i in range(2)]
+    raw[:] = [
+        [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"q{i}"}] for i in range(2)
+    ]
     ids = torch.ones(2, 4, dtype=torch.long)
 
     class FakeWorkers:
@@ -175,11 +195,14 @@ def test_stratified_expand_routes_every_prompt_to_every_route_but_validation_sta
             return DataProto.from_dict({"router_logits": torch.tensor([[5.0, 0.0, 0.0]] * len(prompts))})
 
     def batch():
-        return DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                    "position_ids": torch.arange(4).repeat(2, 1)}, non_tensors={"raw_prompt": raw})
+        return DataProto.from_dict(
+            {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(2, 1)},
+            non_tensors={"raw_prompt": raw},
+        )
 
-    controller = RouterController(default_section("router", route_sampling="stratified"),
-                                  default_section("data", max_prompt_length=64), tokenizer)
+    controller = RouterController(
+        default_section("router", route_sampling="stratified"), default_section("data", max_prompt_length=64), tokenizer
+    )
     out = controller.expand(batch(), 3, validate=False, worker_group=FakeWorkers())
     actions = out.batch["router_action"].reshape(2, 3)
     assert all(sorted(row.tolist()) == [0, 1, 2] for row in actions)  # although the policy is almost all ANSWER
@@ -193,8 +216,16 @@ def test_value_mode_learns_route_values_and_prices_them_when_routing(tokenizer):
     """router.loss_mode=value (docs/router.md "Route values"): the running route means come first, the head's targets
     are each copy's task reward minus its route's mean, and λ turns the head's values into the routing policy."""
     data = default_section("data", max_prompt_length=64)
-    cfg = default_section("router", route_sampling="stratified", loss_mode="value", lambda_init=1.0, dual_lr=0.0,
-                          value_temperature=1.0, entropy_coeff=0.0, sup_coeff=0.0)
+    cfg = default_section(
+        "router",
+        route_sampling="stratified",
+        loss_mode="value",
+        lambda_init=1.0,
+        dual_lr=0.0,
+        value_temperature=1.0,
+        entropy_coeff=0.0,
+        sup_coeff=0.0,
+    )
     controller = RouterController(cfg, data, tokenizer)
     # before any batch: b = c̄ = 0, so a zero head is the uniform policy
     torch.testing.assert_close(controller.policy_logits(torch.zeros(1, 3)), torch.zeros(1, 3))
@@ -205,8 +236,13 @@ def test_value_mode_learns_route_values_and_prices_them_when_routing(tokenizer):
     assert metrics["router/value_cost_calculate"] == pytest.approx(1.0)
     torch.testing.assert_close(batch.batch["router_value_target"], torch.tensor([-0.75, 0, 0, 0.75, 0, 0]))
     # the head's targets do not depend on λ: a run at another price (or budget) trains the same head
-    other = RouterController(default_section("router", route_sampling="stratified", loss_mode="value", lambda_init=4.0,
-                                              entropy_coeff=0.0, sup_coeff=0.0), data, tokenizer)
+    other = RouterController(
+        default_section(
+            "router", route_sampling="stratified", loss_mode="value", lambda_init=4.0, entropy_coeff=0.0, sup_coeff=0.0
+        ),
+        data,
+        tokenizer,
+    )
     priced = _scored_batch(tokenizer, torch.zeros(6, 3))
     other.score(priced, step=1)
     assert torch.equal(priced.batch["router_value_target"], batch.batch["router_value_target"])
@@ -220,14 +256,17 @@ def test_value_mode_learns_route_values_and_prices_them_when_routing(tokenizer):
 
     class FakeWorkers:
         def compute_router_logits(self, prompts):
-            return DataProto.from_dict({"router_logits": h[:len(prompts)]})
+            return DataProto.from_dict({"router_logits": h[: len(prompts)]})
 
     raw = np.empty(2, dtype=object)
-    raw[:] = [[{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"q{i}"}]
-              for i in range(2)]
+    raw[:] = [
+        [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": f"q{i}"}] for i in range(2)
+    ]
     ids = torch.ones(2, 4, dtype=torch.long)
-    prompts = DataProto.from_dict({"input_ids": ids, "attention_mask": torch.ones_like(ids),
-                                   "position_ids": torch.arange(4).repeat(2, 1)}, non_tensors={"raw_prompt": raw})
+    prompts = DataProto.from_dict(
+        {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(2, 1)},
+        non_tensors={"raw_prompt": raw},
+    )
     val = controller.expand(prompts, 1, validate=True, worker_group=FakeWorkers())
     assert val.batch["router_action"].tolist() == [0, 0]
     torch.testing.assert_close(val.batch["router_logits"], controller.policy_logits(h))
@@ -240,20 +279,35 @@ def test_value_mode_learns_route_values_and_prices_them_when_routing(tokenizer):
         resumed.load_state_dict({k: v for k, v in state.items() if k != "route_values"})
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["router.loss_mode=value", "actor_rollout_ref.rollout.n=3"], "set router.route_sampling=stratified"),
-    (["router.loss_mode=value", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3"],
-     "router.entropy_coeff=0.01: router.loss_mode=value"),
-    (["router.loss_mode=value", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3",
-      "router.entropy_coeff=0", "router.sup_coeff=0", "router.value_temperature=0"], "value_temperature must be > 0"),
-    (["router.loss_mode=q", "actor_rollout_ref.rollout.n=3"], "router.loss_mode must be one of"),
-    (["router.route_sampling=stratified", "actor_rollout_ref.rollout.n=2"], "rollout.n >= 3, got 2"),
-    (["router.route_sampling=uniform", "actor_rollout_ref.rollout.n=4"], "router.route_sampling must be"),
-    (["router.route_adv_norm=std", "actor_rollout_ref.rollout.n=4"], "router.route_adv_norm must be"),
-    (["router.route_pg=npg", "actor_rollout_ref.rollout.n=4"], "router.route_pg must be"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["router.loss_mode=value", "actor_rollout_ref.rollout.n=3"], "set router.route_sampling=stratified"),
+        (
+            ["router.loss_mode=value", "router.route_sampling=stratified", "actor_rollout_ref.rollout.n=3"],
+            "router.entropy_coeff=0.01: router.loss_mode=value",
+        ),
+        (
+            [
+                "router.loss_mode=value",
+                "router.route_sampling=stratified",
+                "actor_rollout_ref.rollout.n=3",
+                "router.entropy_coeff=0",
+                "router.sup_coeff=0",
+                "router.value_temperature=0",
+            ],
+            "value_temperature must be > 0",
+        ),
+        (["router.loss_mode=q", "actor_rollout_ref.rollout.n=3"], "router.loss_mode must be one of"),
+        (["router.route_sampling=stratified", "actor_rollout_ref.rollout.n=2"], "rollout.n >= 3, got 2"),
+        (["router.route_sampling=uniform", "actor_rollout_ref.rollout.n=4"], "router.route_sampling must be"),
+        (["router.route_adv_norm=std", "actor_rollout_ref.rollout.n=4"], "router.route_adv_norm must be"),
+        (["router.route_pg=npg", "actor_rollout_ref.rollout.n=4"], "router.route_pg must be"),
+    ],
+)
 def test_stratified_config_is_checked_at_load(overrides, message):
     from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config
+
     cfg = normalize_config(load_default_config(["trainer.device=cpu", "router.enable=true"] + overrides))
     with pytest.raises(ConfigError, match=message):
         validate_config(cfg, check_files=False)

@@ -1,4 +1,5 @@
 """SFTDataset, its collate function, the epoch planner and the LR schedule (tokenizer only, no model)."""
+
 from __future__ import annotations
 
 import math
@@ -52,7 +53,7 @@ def test_left_truncation_drops_the_start_of_the_prompt(tokenizer, test_parquet, 
         n_resp = len(response_ids) + 1
         assert len(item["input_ids"]) == 200
         assert item["input_ids"][-n_resp:].tolist() == response_ids + [tokenizer.eos_token_id]
-        assert item["input_ids"][:-n_resp].tolist() == prompt_ids[-(200 - n_resp):]
+        assert item["input_ids"][:-n_resp].tolist() == prompt_ids[-(200 - n_resp) :]
         assert int(item["loss_mask"].sum()) == n_resp
 
 
@@ -70,8 +71,9 @@ def test_string_prompt_and_bad_prompt(tokenizer, tmp_path):
     good = tmp_path / "good.parquet"
     pd.DataFrame({"question": ["What is 2+2?"], "answer": ["4"]}).to_parquet(good)
     ds = SFTDataset(str(good), tokenizer, {"prompt_key": "question", "response_key": "answer"})
-    assert tokenizer.decode(ds[0]["input_ids"]).endswith("<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
-                                                          "<|im_start|>assistant\n4<|im_end|>")
+    assert tokenizer.decode(ds[0]["input_ids"]).endswith(
+        "<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n4<|im_end|>"
+    )
     bad = tmp_path / "bad.parquet"
     pd.DataFrame({"question": [[{"text": "hi"}]], "answer": ["4"]}).to_parquet(bad)
     with pytest.raises(ValueError, match=r"bad\.parquet row 0: prompt message 0"):
@@ -80,10 +82,18 @@ def test_string_prompt_and_bad_prompt(tokenizer, tmp_path):
 
 def test_collate_left_pads():
     items = [
-        {"input_ids": torch.tensor([5, 6, 7]), "attention_mask": torch.ones(3, dtype=torch.long),
-         "position_ids": torch.arange(3), "loss_mask": torch.tensor([0, 1, 1])},
-        {"input_ids": torch.tensor([8]), "attention_mask": torch.ones(1, dtype=torch.long),
-         "position_ids": torch.arange(1), "loss_mask": torch.tensor([1])},
+        {
+            "input_ids": torch.tensor([5, 6, 7]),
+            "attention_mask": torch.ones(3, dtype=torch.long),
+            "position_ids": torch.arange(3),
+            "loss_mask": torch.tensor([0, 1, 1]),
+        },
+        {
+            "input_ids": torch.tensor([8]),
+            "attention_mask": torch.ones(1, dtype=torch.long),
+            "position_ids": torch.arange(1),
+            "loss_mask": torch.tensor([1]),
+        },
     ]
     out = sft_collate_fn(items, pad_token_id=2)
     assert out["input_ids"].tolist() == [[5, 6, 7], [2, 2, 8]]

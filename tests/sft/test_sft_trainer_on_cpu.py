@@ -1,4 +1,5 @@
 """FSDPSFTTrainer on the tiny preset with real RLLA rows: learning, loss normalisation, checkpoint round trip."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,22 @@ from verl.utils.dataset.sft_dataset import SFTDataset, sft_collate_fn
 
 
 def _config(test_parquet, out_dir, *extra):
-    return load_sft_config([
-        f"data.train_files={test_parquet}", f"data.val_files={test_parquet}", "data.max_length=256",
-        "data.max_samples=8", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2", "optim.lr=1e-3",
-        "optim.warmup_steps_ratio=0", "optim.lr_scheduler=constant", f"trainer.default_local_dir={out_dir}",
-        "trainer.total_training_steps=6", *extra,
-    ])
+    return load_sft_config(
+        [
+            f"data.train_files={test_parquet}",
+            f"data.val_files={test_parquet}",
+            "data.max_length=256",
+            "data.max_samples=8",
+            "data.train_batch_size=4",
+            "data.micro_batch_size_per_gpu=2",
+            "optim.lr=1e-3",
+            "optim.warmup_steps_ratio=0",
+            "optim.lr_scheduler=constant",
+            f"trainer.default_local_dir={out_dir}",
+            "trainer.total_training_steps=6",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture()
@@ -78,8 +89,11 @@ def test_saved_checkpoint_reloads_with_the_same_logits(setup, tokenizer):
     with torch.no_grad():
         expected, got = trainer.model(input_ids=ids).logits, reloaded(input_ids=ids).logits
     assert torch.allclose(expected, got, atol=1e-5)
-    assert not torch.allclose(expected, AutoModelForCausalLM.from_pretrained(
-        trainer.tokenizer.name_or_path, dtype=torch.float32)(input_ids=ids).logits, atol=1e-3)
+    assert not torch.allclose(
+        expected,
+        AutoModelForCausalLM.from_pretrained(trainer.tokenizer.name_or_path, dtype=torch.float32)(input_ids=ids).logits,
+        atol=1e-3,
+    )
     assert (tmp_path / "ckpt" / "tokenizer.json").is_file()
 
 
@@ -128,18 +142,29 @@ def test_run_sft_bf16_trains_through_the_fsdp2_policy(shared_dir, tiny_model_dir
     runs = {}
     for precision in ("bf16", "fp32"):
         out = tmp_path / precision
-        args = [f"data.train_files={test_parquet}", f"data.val_files={test_parquet}", "data.max_length=256",
-                "data.max_samples=8", "data.train_batch_size=4", "data.micro_batch_size_per_gpu=2", "optim.lr=1e-3",
-                "optim.warmup_steps_ratio=0", "optim.lr_scheduler=constant", f"trainer.default_local_dir={out}",
-                "trainer.total_training_steps=2", "trainer.logger=[]",
-                f"model.fsdp_config.mixed_precision={precision}"]
+        args = [
+            f"data.train_files={test_parquet}",
+            f"data.val_files={test_parquet}",
+            "data.max_length=256",
+            "data.max_samples=8",
+            "data.train_batch_size=4",
+            "data.micro_batch_size_per_gpu=2",
+            "optim.lr=1e-3",
+            "optim.warmup_steps_ratio=0",
+            "optim.lr_scheduler=constant",
+            f"trainer.default_local_dir={out}",
+            "trainer.total_training_steps=2",
+            "trainer.logger=[]",
+            f"model.fsdp_config.mixed_precision={precision}",
+        ]
         mp.spawn(_sft_bf16_rank, args=(args, str(tmp_path / f"{precision}.pt")), nprocs=1, join=True)
         records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
         runs[precision] = [r["val/loss"] for r in records if "val/loss" in r]
         model = AutoModelForCausalLM.from_pretrained(str(out))
         assert {p.dtype for p in model.parameters()} == {torch.float32}
-        assert torch.load(tmp_path / f"{precision}.pt")["wrapped"] == ([(1, torch.bfloat16)] if precision == "bf16"
-                                                                       else [])
+        assert torch.load(tmp_path / f"{precision}.pt")["wrapped"] == (
+            [(1, torch.bfloat16)] if precision == "bf16" else []
+        )
     assert runs["bf16"][1] < runs["bf16"][0]
     # bf16 compute: the same losses to bf16's precision (float32 runs no policy and no process group)
     assert runs["bf16"] == pytest.approx(runs["fp32"], rel=2e-2)

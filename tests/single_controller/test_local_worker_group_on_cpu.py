@@ -4,6 +4,7 @@ Covers every dispatch mode and the non-blocking calls on a toy worker, the error
 checks, ``LocalResourcePoolManager``, and ``RayPPOTrainer`` training one step in-process with the real
 ``ActorRolloutRefWorker`` (what ``tests/trainer/run_in_process.py`` and ``benchmarks/checkpoint_cost.py`` rely on).
 """
+
 from __future__ import annotations
 
 import functools
@@ -110,9 +111,17 @@ def test_local_resource_pool_manager():
 def test_ray_ppo_trainer_trains_one_step_in_process(tmp_path, small_rlla):
     from verl.trainer.main_ppo import build_local_trainer
 
-    trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + [
-        "algorithm.adv_estimator=grpo", "trainer.total_training_steps=1", "trainer.val_before_train=False",
-        "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[]"])
+    trainer = build_local_trainer(
+        e2e_overrides(tmp_path, small_rlla)
+        + [
+            "algorithm.adv_estimator=grpo",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=False",
+            "trainer.test_freq=-1",
+            "trainer.save_freq=-1",
+            "trainer.logger=[]",
+        ]
+    )
     try:
         assert isinstance(trainer.actor_rollout_wg, LocalWorkerGroup) and trainer.n_workers == 1
         module = trainer.actor_rollout_wg.worker.actor_module

@@ -3,6 +3,7 @@ on each node and a DP call works across them.
 
 The cluster runs in a subprocess (this file is also the script) so that it never meets the test session's Ray.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,8 +28,12 @@ def _run_cluster() -> dict:
 
     from verl.protocol import DataProto
     from verl.single_controller.base import Dispatch, Worker, register
-    from verl.single_controller.ray import InsufficientResourcesError, RayClassWithInitArgs, RayResourcePool, \
-        RayWorkerGroup
+    from verl.single_controller.ray import (
+        InsufficientResourcesError,
+        RayClassWithInitArgs,
+        RayResourcePool,
+        RayWorkerGroup,
+    )
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
@@ -63,8 +68,9 @@ def _run_cluster() -> dict:
         pool = RayResourcePool([1, 1], use_gpu=False, cpus_per_worker=1.0)
         wg = RayWorkerGroup(pool, RayClassWithInitArgs(NodeWorker))
         result["node_ids"] = wg.node_id()
-        out = wg.square(DataProto.from_dict({"x": torch.arange(5, dtype=torch.float32)},
-                                            {"u": np.arange(5).astype(object)}))
+        out = wg.square(
+            DataProto.from_dict({"x": torch.arange(5, dtype=torch.float32)}, {"u": np.arange(5).astype(object)})
+        )
         result["y"] = out.batch["y"].tolist()
         result["rank"] = out.batch["rank"].tolist()
         result["all_reduce"] = wg.all_reduce()
@@ -82,8 +88,15 @@ def test_workers_on_two_nodes():
     # /tmp/ray/ray_current_cluster behind for later ray.init() calls to join; a hung run is killed with its raylets
     ray_tmp = tempfile.mkdtemp(prefix="rmn", dir="/tmp")
     env["RAY_TMPDIR"] = ray_tmp
-    child = subprocess.Popen([sys.executable, __file__], cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, __file__],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         stdout, stderr = child.communicate(timeout=300)
     except subprocess.TimeoutExpired:
@@ -94,7 +107,7 @@ def test_workers_on_two_nodes():
     proc = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(RESULT_PREFIX)]
     assert proc.returncode == 0 and lines, f"subprocess failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
-    result = json.loads(lines[-1][len(RESULT_PREFIX):])
+    result = json.loads(lines[-1][len(RESULT_PREFIX) :])
     assert sorted(result["node_ids"]) == result["worker_node_ids"]  # one worker on each node
     assert result["y"] == [float(i * i) for i in range(5)]
     assert result["rank"] == [0, 0, 0, 1, 1]

@@ -1,4 +1,5 @@
 """Resource checks, ResourcePoolManager, Role and @register validation (no worker actors are started)."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,8 +12,14 @@ from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 
 def test_role_values_match_verl():
     assert [(r.name, r.value) for r in Role] == [
-        ("Actor", 0), ("Rollout", 1), ("ActorRollout", 2), ("Critic", 3), ("RefPolicy", 4), ("RewardModel", 5),
-        ("ActorRolloutRef", 6)]
+        ("Actor", 0),
+        ("Rollout", 1),
+        ("ActorRollout", 2),
+        ("Critic", 3),
+        ("RefPolicy", 4),
+        ("RewardModel", 5),
+        ("ActorRolloutRef", 6),
+    ]
 
 
 def test_register_validation_and_rank_note():
@@ -28,8 +35,11 @@ def test_register_validation_and_rank_note():
         def boom(self):
             raise KeyError("x")
 
-    assert get_dispatch_info(W.boom) == {"dispatch_mode": Dispatch.DP_COMPUTE_PROTO, "execute_mode": Execute.ALL,
-                                         "blocking": False}
+    assert get_dispatch_info(W.boom) == {
+        "dispatch_mode": Dispatch.DP_COMPUTE_PROTO,
+        "execute_mode": Execute.ALL,
+        "blocking": False,
+    }
     with pytest.raises(KeyError) as info:
         W().boom()
     assert any("rank 0 in" in note and "boom" in note for note in info.value.__notes__)
@@ -65,8 +75,12 @@ def test_insufficient_resources_name_what_is_missing(ray_session):
 
 
 def test_manager_creates_colocatable_pool(ray_session):
-    manager = ResourcePoolManager({"global_pool": [2]}, {Role.ActorRolloutRef: "global_pool", Role.Critic:
-                                                          "global_pool"}, use_gpu=False, cpus_per_worker=0.25)
+    manager = ResourcePoolManager(
+        {"global_pool": [2]},
+        {Role.ActorRolloutRef: "global_pool", Role.Critic: "global_pool"},
+        use_gpu=False,
+        cpus_per_worker=0.25,
+    )
     manager.create_resource_pool()
     try:
         pool = manager.get_resource_pool(Role.Critic)

@@ -1,4 +1,5 @@
 """RayWorkerGroup on a local 2-CPU Ray: dispatch modes, auto padding, errors, futures, gloo, colocation."""
+
 from __future__ import annotations
 
 import os
@@ -49,8 +50,13 @@ class ToyWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def env_info(self, tag: str) -> dict:
-        return {"tag": tag, "rank": self.rank, "world_size": self.world_size, "local_rank": self.local_rank,
-                "master": (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"])}
+        return {
+            "tag": tag,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "local_rank": self.local_rank,
+            "master": (os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"]),
+        }
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def fail_on(self, bad_rank: int) -> int:
@@ -77,14 +83,16 @@ class ToyWorker(Worker):
 
 
 def make_data(n: int) -> DataProto:
-    return DataProto.from_dict({"x": torch.arange(n, dtype=torch.float32)},
-                               {"uid": np.array([f"u{i}" for i in range(n)], dtype=object)})
+    return DataProto.from_dict(
+        {"x": torch.arange(n, dtype=torch.float32)}, {"uid": np.array([f"u{i}" for i in range(n)], dtype=object)}
+    )
 
 
 @pytest.fixture(scope="module")
 def pool(ray_session):
-    pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, max_colocate_count=2, cpus_per_worker=0.5,
-                           name_prefix="toy")
+    pool = RayResourcePool(
+        process_on_nodes=[2], use_gpu=False, max_colocate_count=2, cpus_per_worker=0.5, name_prefix="toy"
+    )
     yield pool
     pool.release()
 
@@ -109,8 +117,9 @@ def test_dp_compute_proto_matches_single_process_in_order(wg):
 
 def test_auto_padding_args_and_kwargs(wg):
     for size in (1, 2, 3, 5, 8, 10):
-        data = DataProto.from_dict({"a": torch.zeros(size)}, {"na": np.array([str(i) for i in range(size)],
-                                                                             dtype=object)})
+        data = DataProto.from_dict(
+            {"a": torch.zeros(size)}, {"na": np.array([str(i) for i in range(size)], dtype=object)}
+        )
         for out in (wg.add(data), wg.add(data=data)):
             assert len(out) == size
             half = (size + 1) // 2

@@ -6,6 +6,7 @@ and a start costs ~10 s less than starting a Ray cluster. Config handling, data,
 code are ``main_ppo.run_ppo``'s own; unlike ``python -m verl.trainer.main_ppo`` no Hydra output directory is made.
 Exit status: 0 when done, ``128 + signal`` after a ``trainer.save_on_exit`` stop, 1 on an error.
 """
+
 from __future__ import annotations
 
 import sys

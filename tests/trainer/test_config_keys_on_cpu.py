@@ -5,6 +5,7 @@ The check walks every leaf of ``ppo_trainer.yaml`` and requires one of: the key'
 ``unsupported_config_checks.UNSUPPORTED`` (values nothing implements are refused at load), or it is one of the few keys read by
 someone else, listed below with the reason. A name occurring in code is a necessary condition, not a proof of use:
 the test catches a key that nothing mentions at all, which is how a key added to the YAML and forgotten looks."""
+
 from __future__ import annotations
 
 import re
@@ -33,17 +34,24 @@ def _leaves(node: DictConfig, prefix: str = ""):
 
 
 def _package_source() -> str:
-    return "\n".join(path.read_text(encoding="utf-8") for package in ("verl", "agent_system", "rlvcr")
-                     for path in sorted((REPO_ROOT / package).rglob("*.py")))
+    return "\n".join(
+        path.read_text(encoding="utf-8")
+        for package in ("verl", "agent_system", "rlvcr")
+        for path in sorted((REPO_ROOT / package).rglob("*.py"))
+    )
 
 
 def test_every_yaml_key_is_read_or_refused():
     config = OmegaConf.load(REPO_ROOT / "verl" / "trainer" / "config" / "ppo_trainer.yaml")
     source = _package_source()
     refused = {key for key, _, _ in UNSUPPORTED}
-    orphans = [key for key in _leaves(config)
-               if key not in refused and key not in READ_ELSEWHERE
-               and not re.search(rf"\b{re.escape(key.split('.')[-1])}\b", source)]
+    orphans = [
+        key
+        for key in _leaves(config)
+        if key not in refused
+        and key not in READ_ELSEWHERE
+        and not re.search(rf"\b{re.escape(key.split('.')[-1])}\b", source)
+    ]
     assert orphans == [], f"keys that no code reads and no rule refuses: {orphans}"
 
 

@@ -5,6 +5,7 @@ sampler, ``data.pt`` and manifest, with the model step replaced by a recorder (n
 "skip ``consumed × batch`` rows" resume gets wrong at the boundary). Straight: 6 steps over 3 epochs. Interrupted:
 stop after step 2 (the end of epoch 0), resume to step 5 (mid-epoch 2), resume to 6. The (step, epoch, rows) sequence
 must be the same."""
+
 from __future__ import annotations
 
 import json
@@ -34,15 +35,30 @@ class _FakeActorGroup:
 
 
 def _run(ckpt: Path, steps: int | None, save_freq: int, states: list | None = None) -> list[tuple[int, int, list[int]]]:
-    config = load_default_config([
-        "data.train_batch_size=2", "data.seed=7", "trainer.total_epochs=3",
-        f"trainer.total_training_steps={steps or 'null'}",
-        f"trainer.save_freq={save_freq}", "trainer.test_freq=-1", "trainer.val_before_train=False",
-        "trainer.logger=[console]", f"trainer.default_local_dir={ckpt}", f"trainer.run_dir={ckpt}/run",
-        "trainer.n_gpus_per_node=0"])
-    trainer = RayPPOTrainer(config, tokenizer=None, role_worker_mapping={Role.ActorRolloutRef: object},
-                            resource_pool_manager=None, train_dataset=list(range(5)), val_dataset=[0],
-                            collate_fn=lambda rows: {"rows": list(rows)})
+    config = load_default_config(
+        [
+            "data.train_batch_size=2",
+            "data.seed=7",
+            "trainer.total_epochs=3",
+            f"trainer.total_training_steps={steps or 'null'}",
+            f"trainer.save_freq={save_freq}",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=False",
+            "trainer.logger=[console]",
+            f"trainer.default_local_dir={ckpt}",
+            f"trainer.run_dir={ckpt}/run",
+            "trainer.n_gpus_per_node=0",
+        ]
+    )
+    trainer = RayPPOTrainer(
+        config,
+        tokenizer=None,
+        role_worker_mapping={Role.ActorRolloutRef: object},
+        resource_pool_manager=None,
+        train_dataset=list(range(5)),
+        val_dataset=[0],
+        collate_fn=lambda rows: {"rows": list(rows)},
+    )
     trainer.actor_rollout_wg, trainer.n_workers = _FakeActorGroup(), 1
     seen = []
     trainer._train_step = lambda batch, n: seen.append((trainer.global_steps, trainer.epoch, batch["rows"])) or {}
@@ -106,5 +122,5 @@ def test_sampler_state_positions(consumed, epoch_after):
     resumed = EpochSeededSampler(5, seed=7, batch_size=2)
     resumed.load_state_dict(sampler.state_dict(consumed))
     rest = list(resumed)
-    assert rest == sampler.order(0)[consumed * 2:]
+    assert rest == sampler.order(0)[consumed * 2 :]
     assert (len(rest) // 2 == 0) == (epoch_after == 1)  # a full epoch consumed leaves no whole batch

@@ -1,4 +1,5 @@
 """Paired comparison of two generation files (main_eval --baseline): hand-worked statistics and pairing errors."""
+
 import json
 import math
 
@@ -7,9 +8,9 @@ import pytest
 from verl.trainer import main_eval
 from verl.trainer.eval_compare import paired_stats, sign_test_p
 
-GT = "<think> t </think>\n<tool_call>\n{\"name\": \"f\", \"parameters\": {\"x\": 1}}\n</tool_call>"
+GT = '<think> t </think>\n<tool_call>\n{"name": "f", "parameters": {"x": 1}}\n</tool_call>'
 RIGHT = GT
-WRONG = "<think> t </think>\n<tool_call>\n{\"name\": \"g\", \"parameters\": {\"x\": 1}}\n</tool_call>"
+WRONG = '<think> t </think>\n<tool_call>\n{"name": "g", "parameters": {"x": 1}}\n</tool_call>'
 
 
 def test_paired_stats_hand_worked():
@@ -24,7 +25,7 @@ def test_paired_stats_hand_worked():
 
 def test_sign_test_and_degenerate_cases():
     assert sign_test_p(0, 0) == 1.0
-    assert sign_test_p(10, 0) == pytest.approx(2 / 2 ** 10)
+    assert sign_test_p(10, 0) == pytest.approx(2 / 2**10)
     assert sign_test_p(5, 5) == 1.0  # capped
     same = paired_stats([0.5, 0.5], [0.5, 0.5])
     assert same["se"] == 0 and same["t"] is None and same["ties"] == 2
@@ -35,8 +36,20 @@ def test_sign_test_and_degenerate_cases():
 
 def _write(path, responses, prompts=None):
     with open(path, "w") as f:
-        f.writelines(json.dumps({"row": i, "sample": 0, "data_source": "rlla", "prompt": (prompts or {}).get(i, f"p{i}"),
-                                "response": resp, "ground_truth": GT}) + "\n" for i, resp in enumerate(responses))
+        f.writelines(
+            json.dumps(
+                {
+                    "row": i,
+                    "sample": 0,
+                    "data_source": "rlla",
+                    "prompt": (prompts or {}).get(i, f"p{i}"),
+                    "response": resp,
+                    "ground_truth": GT,
+                }
+            )
+            + "\n"
+            for i, resp in enumerate(responses)
+        )
     return path
 
 
@@ -60,13 +73,17 @@ def test_cli_baseline_pairs_rows_and_reports_gain(tmp_path):
 def test_cli_baseline_of_other_prompts_is_a_named_error(tmp_path, capsys):
     before = _write(tmp_path / "a.jsonl", [WRONG, WRONG])
     other = _write(tmp_path / "b.jsonl", [RIGHT, RIGHT], prompts={1: "another prompt"})
-    assert main_eval.main(["--generations", str(other), "--baseline", str(before),
-                           "--output", str(tmp_path / "s.json")]) == 2
+    assert (
+        main_eval.main(["--generations", str(other), "--baseline", str(before), "--output", str(tmp_path / "s.json")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "b.jsonl:2" in err and "prompt of ('rlla', 1, 0) differs" in err
     fewer = _write(tmp_path / "c.jsonl", [RIGHT])
-    assert main_eval.main(["--generations", str(fewer), "--baseline", str(before),
-                           "--output", str(tmp_path / "s.json")]) == 2
+    assert (
+        main_eval.main(["--generations", str(fewer), "--baseline", str(before), "--output", str(tmp_path / "s.json")])
+        == 2
+    )
     assert "1 only in the baseline" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main_eval.main(["--oracle", "--dataset", "rlla", "--baseline", str(before), "--output", "x.json"])
@@ -78,8 +95,11 @@ def test_samples_of_a_prompt_are_averaged_before_pairing():
     from verl.trainer.eval_compare import paired_comparison
 
     def rows(responses):  # responses[i][k]: prompt i, sample k
-        return [{"row": i, "sample": k, "data_source": "rlla", "prompt": f"p{i}", "response": r, "ground_truth": GT}
-                for i, group in enumerate(responses) for k, r in enumerate(group)]
+        return [
+            {"row": i, "sample": k, "data_source": "rlla", "prompt": f"p{i}", "response": r, "ground_truth": GT}
+            for i, group in enumerate(responses)
+            for k, r in enumerate(group)
+        ]
 
     before = rows([[WRONG, WRONG], [RIGHT, WRONG], [RIGHT, RIGHT]])
     after = rows([[RIGHT, WRONG], [WRONG, RIGHT], [RIGHT, RIGHT]])
@@ -100,9 +120,19 @@ def test_bfcl_rows_paired_per_category_over_prompt_means():
     from verl.trainer.eval_compare import paired_comparison
 
     def rows(values):  # values[i]: the verdicts of prompt i's two samples; prompts 0, 1 simple_python, 2 irrelevance
-        out = [{"row": i, "sample": k, "data_source": "bfcl", "bfcl_id": f"id{i}", "response": "",
-                "bfcl_category": "simple_python" if i < 2 else "irrelevance", "v": v}
-               for i, pair in enumerate(values) for k, v in enumerate(pair)]
+        out = [
+            {
+                "row": i,
+                "sample": k,
+                "data_source": "bfcl",
+                "bfcl_id": f"id{i}",
+                "response": "",
+                "bfcl_category": "simple_python" if i < 2 else "irrelevance",
+                "v": v,
+            }
+            for i, pair in enumerate(values)
+            for k, v in enumerate(pair)
+        ]
         return out + [{"row": 9, "sample": 0, "data_source": "rlla", "response": "", "v": 0.0}]
 
     before, after = rows([(0, 0), (1, 0), (1, 1)]), rows([(1, 0), (1, 1), (0, 1)])

@@ -1,4 +1,5 @@
 """main_generation / main_eval / the API-Bank loader: real data, hand-made scoring cases, a tiny-model end to end."""
+
 from __future__ import annotations
 
 import json
@@ -54,13 +55,16 @@ def test_api_bank_loader_real_file(api_bank_file, tokenizer):
     text = tokenizer.apply_chat_template(rows[0]["prompt"], tokenize=False, add_generation_prompt=True)
     assert text.endswith("<|im_start|>assistant\n") and "ModifyRegistration" in text
     # the ground truth is a perfect RLLA answer to itself: maximal format and correctness
-    assert compute_score(rows[0]["reward_model"]["ground_truth"], rows[0]["reward_model"]["ground_truth"],
-                         wrapper="qwen")[:3] == (4.0, 1.0, 3.0)
+    assert compute_score(
+        rows[0]["reward_model"]["ground_truth"], rows[0]["reward_model"]["ground_truth"], wrapper="qwen"
+    )[:3] == (4.0, 1.0, 3.0)
 
 
 def test_api_bank_loader_errors_name_row_and_key(tmp_path):
-    bad = [{"system": "s", "user": "u", "answer": [{"name": "A", "parameters": {}}]},
-           {"system": "s", "user": "u", "answer": [{"name": "B", "parameters": "x=1"}]}]
+    bad = [
+        {"system": "s", "user": "u", "answer": [{"name": "A", "parameters": {}}]},
+        {"system": "s", "user": "u", "answer": [{"name": "B", "parameters": "x=1"}]},
+    ]
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad))
     with pytest.raises(ValueError, match=r"bad\.json:1: answer\[0\]: parameters"):
@@ -87,31 +91,77 @@ def _response(*calls: str) -> str:
     return "<think> x </think>\n<tool_call>\n" + "\n".join(calls) + "\n</tool_call><|im_end|>"
 
 
-@pytest.mark.parametrize("response, exact, name, failure", [
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}'),
-     True, True, False),
-    (_response('{"name": "QueryStock", "parameters": {"date": "2023-03-01", "stock_code": "AAPL"}}'),  # key order
-     True, True, False),
-    (_response('{"name": "QueryStock", "arguments": {"date": "2023-03-01", "stock_code": "AAPL"}}'),  # alias
-     True, True, False),
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "MSFT", "date": "2023-03-01"}}'),  # value
-     False, True, False),
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL"}}'),  # missing parameter
-     False, True, False),
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}',
-               '{"name": "GetToday", "parameters": {}}'),  # extra call
-     False, False, False),
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}',
-               '{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}'),  # duplicate
-     False, False, False),
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}'),  # bad JSON
-     False, False, True),
-    (_response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}',
-               'not json'),  # one unreadable item spoils an otherwise right answer
-     False, False, True),
-    ("<think> x </think>\n<tool_call>\n{\"name\": \"QueryStock\"", False, False, True),  # unclosed block
-    ("<think> x </think>\n<response> hi </response>", False, False, False),  # no call at all
-])
+@pytest.mark.parametrize(
+    "response, exact, name, failure",
+    [
+        (
+            _response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}'),
+            True,
+            True,
+            False,
+        ),
+        (
+            _response(
+                '{"name": "QueryStock", "parameters": {"date": "2023-03-01", "stock_code": "AAPL"}}'
+            ),  # key order
+            True,
+            True,
+            False,
+        ),
+        (
+            _response('{"name": "QueryStock", "arguments": {"date": "2023-03-01", "stock_code": "AAPL"}}'),  # alias
+            True,
+            True,
+            False,
+        ),
+        (
+            _response('{"name": "QueryStock", "parameters": {"stock_code": "MSFT", "date": "2023-03-01"}}'),  # value
+            False,
+            True,
+            False,
+        ),
+        (
+            _response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL"}}'),  # missing parameter
+            False,
+            True,
+            False,
+        ),
+        (
+            _response(
+                '{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}',
+                '{"name": "GetToday", "parameters": {}}',
+            ),  # extra call
+            False,
+            False,
+            False,
+        ),
+        (
+            _response(
+                '{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}',
+                '{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}',
+            ),  # duplicate
+            False,
+            False,
+            False,
+        ),
+        (
+            _response('{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}'),  # bad JSON
+            False,
+            False,
+            True,
+        ),
+        (
+            _response(
+                '{"name": "QueryStock", "parameters": {"stock_code": "AAPL", "date": "2023-03-01"}}', "not json"
+            ),  # one unreadable item spoils an otherwise right answer
+            False,
+            False,
+            True,
+        ),
+        ('<think> x </think>\n<tool_call>\n{"name": "QueryStock"', False, False, True),  # unclosed block
+        ("<think> x </think>\n<response> hi </response>", False, False, False),  # no call at all
+    ],
+)
 def test_score_prediction_hand_cases(response, exact, name, failure):
     scored = score_prediction(response, GT)
     assert (scored["exact_match"], scored["name_match"], scored["parse_failure"]) == (exact, name, failure)
@@ -133,8 +183,12 @@ def test_evaluate_rows_counts():
     rows = [
         {"response": right, "ground_truth": gt_call, "data_source": "rlla", "finished": True},
         {"response": _response("oops"), "ground_truth": gt_call, "data_source": "rlla", "finished": False},
-        {"response": "<think> a </think>\n<response> Hello </response>", "ground_truth": gt_none,
-         "data_source": "rlla", "finished": True},
+        {
+            "response": "<think> a </think>\n<response> Hello </response>",
+            "ground_truth": gt_none,
+            "data_source": "rlla",
+            "finished": True,
+        },
         {"response": "", "ground_truth_tool_calls": GT, "data_source": API_BANK_DATA_SOURCE},
     ]
     s = evaluate_rows(rows, switches=None)
@@ -207,9 +261,19 @@ def _check_jsonl(path: Path, n: int) -> list[dict]:
 def test_generation_rlla_end_to_end(shared_dir, tiny_model_dir, tmp_path):
     parquet = shared_dir / "data" / "rlla_4k" / "test.parquet"
     out = tmp_path / "rlla.jsonl"
-    summary = run_generation(load_generation_config([
-        f"data.path={parquet}", f"model.path={tiny_model_dir}", f"data.output_path={out}", "data.max_samples=3",
-        "data.batch_size=2", "rollout.response_length=8", "trainer.device=cpu"]))
+    summary = run_generation(
+        load_generation_config(
+            [
+                f"data.path={parquet}",
+                f"model.path={tiny_model_dir}",
+                f"data.output_path={out}",
+                "data.max_samples=3",
+                "data.batch_size=2",
+                "rollout.response_length=8",
+                "trainer.device=cpu",
+            ]
+        )
+    )
     rows = _check_jsonl(out, 3)
     frame = pd.read_parquet(parquet).head(3)
     expected_gt = [rm["ground_truth"] for rm in frame["reward_model"]]
@@ -225,35 +289,66 @@ def test_generation_rlla_end_to_end(shared_dir, tiny_model_dir, tmp_path):
     assert not list(tmp_path.glob(".*tmp*"))  # atomic writes leave no temporary files
 
 
-
 def test_generation_row_is_the_file_position_after_filtering(shared_dir, tiny_model_dir, tokenizer, tmp_path):
     """With data.filter_overlong_prompts, "row" stays the prompt's position in the file (not among the kept rows), so
     generation files made with different prompt limits pair on the prompts they share."""
     parquet = shared_dir / "data" / "rlla_4k" / "test.parquet"
     frame = pd.read_parquet(parquet).head(8)
-    lengths = [len(tokenizer(tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True,
-                                                           tokenize=False), add_special_tokens=False)["input_ids"])
-               for p in frame["prompt"]]
+    lengths = [
+        len(
+            tokenizer(
+                tokenizer.apply_chat_template([dict(m) for m in p], add_generation_prompt=True, tokenize=False),
+                add_special_tokens=False,
+            )["input_ids"]
+        )
+        for p in frame["prompt"]
+    ]
     limit = sorted(lengths)[4]  # keeps 5 of the 8 (ties aside), and drops some before the last kept one
     kept = [i for i, n in enumerate(lengths) if n <= limit]
     assert kept != list(range(len(kept)))  # the test needs a dropped row before a kept one
     out = tmp_path / "filtered.jsonl"
-    run_generation(load_generation_config([
-        f"data.path={parquet}", f"model.path={tiny_model_dir}", f"data.output_path={out}", "data.max_samples=8",
-        "data.filter_overlong_prompts=true", f"rollout.prompt_length={limit}", "data.batch_size=4",
-        "rollout.response_length=2", "trainer.device=cpu", "eval.enable=false"]))
+    run_generation(
+        load_generation_config(
+            [
+                f"data.path={parquet}",
+                f"model.path={tiny_model_dir}",
+                f"data.output_path={out}",
+                "data.max_samples=8",
+                "data.filter_overlong_prompts=true",
+                f"rollout.prompt_length={limit}",
+                "data.batch_size=4",
+                "rollout.response_length=2",
+                "trainer.device=cpu",
+                "eval.enable=false",
+            ]
+        )
+    )
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["row"] for r in rows] == kept
     assert [r["index"] for r in rows] == [int(frame["extra_info"].iloc[i]["index"]) for i in kept]
+
 
 def test_generation_api_bank_cli_and_eval_cli(api_bank_file, tiny_model_dir, tmp_path, capsys):
     out = tmp_path / "api_bank.jsonl"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
     proc = subprocess.run(
-        [sys.executable, "-m", "verl.trainer.main_generation", f"data.path={api_bank_file}",
-         f"model.path={tiny_model_dir}", f"data.output_path={out}", "data.max_samples=3",
-         "rollout.response_length=8", "eval.enable=false"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600)
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_generation",
+            f"data.path={api_bank_file}",
+            f"model.path={tiny_model_dir}",
+            f"data.output_path={out}",
+            "data.max_samples=3",
+            "rollout.response_length=8",
+            "eval.enable=false",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "[heartbeat]" in proc.stdout + proc.stderr  # not a TTY: heartbeat lines
     rows = _check_jsonl(out, 3)

@@ -3,6 +3,7 @@
   default would try to join it and reject `num_cpus`;
 - `~/.ray/auth_token` exists and `RAY_AUTH_MODE` is unset: Ray would turn token auth on for the cluster while the
   workers ran without it, and every worker would fail to register."""
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,8 @@ def test_local_start_ignores_stale_cluster_file_and_auth_token():
             f.write("0" * 64)
         env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "RAY_AUTH_MODE")}
         env.update(RAY_TMPDIR=tmp, HOME=os.path.join(tmp, "home"))
-        proc = subprocess.run([sys.executable, "-c", SCRIPT], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                              timeout=240)
+        proc = subprocess.run(
+            [sys.executable, "-c", SCRIPT], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "CPUS 1.0" in proc.stdout and "TASK 42" in proc.stdout

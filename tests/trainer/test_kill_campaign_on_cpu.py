@@ -9,6 +9,7 @@ restores from the checkpoint). Killing in the middle of writing a checkpoint (``
 Every checkpoint and ``metrics.jsonl`` must equal the reference's bitwise (timing metrics excepted). The second test
 shows the comparison fails on a one-ulp change of an Adam moment, of λ, or of a logged loss, and on a lost record.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,8 +28,11 @@ kc = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kc)
 
 STEPS = 3
-PLAN = [{"kind": "fault", "phase": "gen", "step": 2}, {"kind": "fault", "phase": "update_actor", "step": 2},
-        {"kind": "fault", "phase": "save_published", "step": 2}]
+PLAN = [
+    {"kind": "fault", "phase": "gen", "step": 2},
+    {"kind": "fault", "phase": "update_actor", "step": 2},
+    {"kind": "fault", "phase": "save_published", "step": 2},
+]
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,10 @@ def test_three_kills_end_bitwise_equal(campaign):
     assert result["problems"] == [], result["problems"]
     assert result["kills"] == 3 and [s["killed"] for s in starts] == [True, True, True, False]
     assert [(s["kind"], s.get("phase"), s.get("step")) for s in starts[:3]] == [
-        ("fault", "gen", 2), ("fault", "update_actor", 2), ("fault", "save_published", 2)]
+        ("fault", "gen", 2),
+        ("fault", "update_actor", 2),
+        ("fault", "save_published", 2),
+    ]
     assert starts[2].get("unlogged_checkpoint")  # killed between the step-2 save and its log line
     # each start resumed from the newest valid checkpoint, and the checkpoints advanced
     assert [s["resumed_from"] for s in starts] == [None, 1, 1, 2]

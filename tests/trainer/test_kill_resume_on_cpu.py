@@ -19,6 +19,7 @@ logged metrics agree to 1e-5 relative (the resume test's tolerance, see there).
 
 Also here: the same command with ``trainer.single_process=true`` (worker in the driver process, no Ray) ends equal to
 its Ray run."""
+
 from __future__ import annotations
 
 import json
@@ -64,18 +65,32 @@ def short_prompt_data(small_rlla, tmp_path_factory):
 
 def _overrides(root: Path, data_dir: Path, extra: tuple = (), steps: int = 4) -> list[str]:
     return e2e_overrides(root, data_dir, "train_router", "test_router") + [
-        "algorithm.adv_estimator=grpo", "router.enable=true", "router.dual_lr=0.5", "trainer.test_freq=-1",
-        "trainer.val_before_train=False", "trainer.save_freq=1", f"trainer.total_training_steps={steps}",
-        "trainer.log_val_generations=0", "data.max_response_length=8", "actor_rollout_ref.actor.optim.lr=1e-2",
-        f"custom_reward_function.path={data_dir}/reward.py", *extra]
+        "algorithm.adv_estimator=grpo",
+        "router.enable=true",
+        "router.dual_lr=0.5",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=1",
+        f"trainer.total_training_steps={steps}",
+        "trainer.log_val_generations=0",
+        "data.max_response_length=8",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        f"custom_reward_function.path={data_dir}/reward.py",
+        *extra,
+    ]
 
 
 def _start(root: Path, data_dir: Path, log: Path, fault: str = "", extra: tuple = ()) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1", VERL_TEST_FAULT=fault)
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, str(REPO_ROOT / "tests/trainer/run_in_process.py"),
-                                 *_overrides(root, data_dir, extra)], cwd=REPO_ROOT, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO_ROOT / "tests/trainer/run_in_process.py"), *_overrides(root, data_dir, extra)],
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     proc.log_path = log
     return proc
 
@@ -101,8 +116,9 @@ def _state(step_dir: Path) -> dict:
     out = {}
     for name in ACTOR_FILES:
         obj = torch.load(step_dir / "actor" / name, weights_only=False)
-        flat = cm.flatten(obj if name != "optim_world_size_1_rank_0.pt" else {"state": {
-            str(k): v for k, v in obj["state"].items()}})
+        flat = cm.flatten(
+            obj if name != "optim_world_size_1_rank_0.pt" else {"state": {str(k): v for k, v in obj["state"].items()}}
+        )
         out.update({f"{name}/{k}": v for k, v in flat.items() if isinstance(v, torch.Tensor)})
     data = torch.load(step_dir / "data.pt", weights_only=False)
     out["sampler"] = data["sampler"]
@@ -153,8 +169,13 @@ def test_killed_runs_end_equal_to_uninterrupted(tmp_path, short_prompt_data):
     leftovers = list(ckpt.glob(cm.TMP_PREFIX + "2.*"))
     assert leftovers and (leftovers[0] / "actor" / "model_world_size_1_rank_0.pt").is_file()
     assert not (leftovers[0] / cm.MANIFEST).exists()
-    kills.append({"signal": "SIGKILL", "at": "save_partial step 2 (actor files written, no data.pt/manifest)",
-                  "resumed_from": _resumed_from(text)})
+    kills.append(
+        {
+            "signal": "SIGKILL",
+            "at": "save_partial step 2 (actor files written, no data.pt/manifest)",
+            "resumed_from": _resumed_from(text),
+        }
+    )
 
     # 2. SIGKILL in the middle of step 3
     rc, text = _wait(_start(run, data, tmp_path / "2.log", fault="KILL@update_actor:3"))
@@ -164,8 +185,15 @@ def test_killed_runs_end_equal_to_uninterrupted(tmp_path, short_prompt_data):
     kills.append({"signal": "SIGKILL", "at": "update_actor step 3", "resumed_from": 1})
 
     # 3. SIGTERM with save_on_exit, resuming at the epoch boundary
-    rc, text = _wait(_start(run, data, tmp_path / "3.log", fault="TERM@gen:3",
-                            extra=("trainer.save_on_exit=true", "trainer.save_freq=2")))
+    rc, text = _wait(
+        _start(
+            run,
+            data,
+            tmp_path / "3.log",
+            fault="TERM@gen:3",
+            extra=("trainer.save_on_exit=true", "trainer.save_freq=2"),
+        )
+    )
     assert rc == 128 + signal.SIGTERM, text[-3000:]
     assert _resumed_from(text) == 2 and "Run the same command again to resume" in text
     manifest = cm.verify_checkpoint(ckpt / "global_step_3")
@@ -182,9 +210,13 @@ def test_killed_runs_end_equal_to_uninterrupted(tmp_path, short_prompt_data):
     rc, text = _wait(proc)
     published = (ckpt / "global_step_4").is_dir()
     assert rc == -signal.SIGKILL and _resumed_from(text) == 3, text[-3000:]
-    kills.append({"signal": "SIGKILL", "at": "save of step 4 " + ("(after publish)" if published else
-                                                                   "(temporary directory being written)"),
-                  "resumed_from": 3})
+    kills.append(
+        {
+            "signal": "SIGKILL",
+            "at": "save of step 4 " + ("(after publish)" if published else "(temporary directory being written)"),
+            "resumed_from": 3,
+        }
+    )
 
     # 5. finish
     rc, text = _wait(_start(run, data, tmp_path / "5.log"))
@@ -200,8 +232,12 @@ def test_killed_runs_end_equal_to_uninterrupted(tmp_path, short_prompt_data):
     assert [resumed[s]["training/epoch"] for s in (1, 2, 3, 4)] == [0, 0, 1, 1]
     assert any(straight[s]["actor/grad_norm"] > 0 for s in straight)  # the actor really trained
     _assert_same_metrics(straight, resumed)
-    print("kill test:", json.dumps({"kills": kills, "max_abs_weight_diff_final": final_diff,
-                                    "max_abs_weight_diff_sigterm_ckpt": sigterm_diff}))
+    print(
+        "kill test:",
+        json.dumps(
+            {"kills": kills, "max_abs_weight_diff_final": final_diff, "max_abs_weight_diff_sigterm_ckpt": sigterm_diff}
+        ),
+    )
 
 
 def test_dead_ray_worker_names_worker_and_phase(tmp_path, short_prompt_data, ray_session, monkeypatch):
@@ -216,8 +252,12 @@ def test_dead_ray_worker_names_worker_and_phase(tmp_path, short_prompt_data, ray
         run_ppo(load_default_config(_overrides(tmp_path, short_prompt_data, steps=2)))
     message, ckpt = str(info.value), tmp_path / "ckpt"
     print("worker failure:", message[:400], "...", message.splitlines()[-1])
-    for part in ("step 2, phase 'update_actor'", "worker group 'actor_rollout': rank 0 of 1 failed in update_actor()",
-                 "ActorDiedError", f"{ckpt / 'global_step_1'}: run the same command again"):
+    for part in (
+        "step 2, phase 'update_actor'",
+        "worker group 'actor_rollout': rank 0 of 1 failed in update_actor()",
+        "ActorDiedError",
+        f"{ckpt / 'global_step_1'}: run the same command again",
+    ):
         assert part in message, (part, message[:2000])
     failure = info.value
     assert (failure.phase, failure.step, failure.checkpoint) == ("update_actor", 2, str(ckpt / "global_step_1"))
@@ -242,8 +282,7 @@ def test_single_process_run_equals_ray_run(tmp_path, short_prompt_data, ray_sess
         if name == "resumed":
             shutil.copytree(tmp_path / "ray" / "ckpt" / "global_step_1", tmp_path / name / "ckpt" / "global_step_1")
         _measured_cpu_peak.cache_clear()  # each run measures the CPU peak (in the single process: beside the worker)
-        overrides = _overrides(tmp_path / name, short_prompt_data, steps=2,
-                               extra=(f"trainer.single_process={single}",))
+        overrides = _overrides(tmp_path / name, short_prompt_data, steps=2, extra=(f"trainer.single_process={single}",))
         trainer = run_ppo(load_default_config(overrides))
         assert isinstance(trainer.actor_rollout_wg, LocalWorkerGroup if single else RayWorkerGroup)
     ray_state = _state(tmp_path / "ray" / "ckpt" / "global_step_2")

@@ -1,6 +1,7 @@
 """``verl.trainer.launch``: what a ``recipe=`` command line becomes, and the launch-path keys that are refused rather
 than ignored (hand-worked cases; the recipes' resolved values are checked against the old scripts in
 ``test_recipes_golden_on_cpu.py``)."""
+
 from __future__ import annotations
 
 import pytest
@@ -18,19 +19,36 @@ def test_no_recipe_passes_the_command_line_unchanged():
 
 def test_order_hardware_and_variables():
     assert launch_overrides(["recipe=grpo", "trainer.seed=3"], {"N_GPUS": "0", "LR": "2e-4"}) == [
-        "+recipe=grpo", "+hardware=cpu", "actor_rollout_ref.actor.optim.lr=2e-4", "trainer.seed=3"]
+        "+recipe=grpo",
+        "+hardware=cpu",
+        "actor_rollout_ref.actor.optim.lr=2e-4",
+        "trainer.seed=3",
+    ]
     # several GPUs: Ray drives one worker per GPU; the agent's environments step in Ray workers as before
     assert launch_overrides(["recipe=agent"], {"N_GPUS": "3"}) == [
-        "+recipe=agent", "+hardware=gpu", "trainer.n_gpus_per_node=3", "trainer.single_process=false",
-        "env.use_ray_workers=true"]
+        "+recipe=agent",
+        "+hardware=gpu",
+        "trainer.n_gpus_per_node=3",
+        "trainer.single_process=false",
+        "env.use_ray_workers=true",
+    ]
     assert launch_overrides(["recipe=router"], {"N_GPUS": "1"})[:2] == ["+recipe=router_option_a", "+hardware=gpu"]
-    assert launch_overrides(["recipe=router", "hardware=cpu"], {"ROUTER_RECIPE": "option_a"})[:2] == \
-        ["+recipe=router_option_a", "+hardware=cpu"]
+    assert launch_overrides(["recipe=router", "hardware=cpu"], {"ROUTER_RECIPE": "option_a"})[:2] == [
+        "+recipe=router_option_a",
+        "+hardware=cpu",
+    ]
 
 
 def test_each_family_reads_the_variables_its_script_read():
-    env = {"N_GPUS": "0", "PROJECT_NAME": "p", "ROLLOUT_TP_SIZE": "2", "BUDGET_B": "0.5", "MODEL": "m",
-           "BASE_MODEL": "b", "TASKS_PER_STEP": "5"}
+    env = {
+        "N_GPUS": "0",
+        "PROJECT_NAME": "p",
+        "ROLLOUT_TP_SIZE": "2",
+        "BUDGET_B": "0.5",
+        "MODEL": "m",
+        "BASE_MODEL": "b",
+        "TASKS_PER_STEP": "5",
+    }
     grpo = launch_overrides(["recipe=grpo"], env)  # train_grpo.sh fixed the project (TinyZero), read the TP size
     assert "actor_rollout_ref.rollout.tensor_model_parallel_size=2" in grpo
     assert not any(o.startswith(("trainer.project_name", "router.", "data.train_batch_size")) for o in grpo)
@@ -39,21 +57,38 @@ def test_each_family_reads_the_variables_its_script_read():
     assert not any(o.startswith("actor_rollout_ref.rollout.tensor_model_parallel_size") for o in router)
     assert "data.train_batch_size=5" in launch_overrides(["recipe=agent"], env)
     assert launch_overrides(["recipe=async_tiny"], env, app="main_async") == [
-        "+recipe=async_tiny", "actor_rollout_ref.model.path=m"]  # run_async.sh read MODEL, not BASE_MODEL
+        "+recipe=async_tiny",
+        "actor_rollout_ref.model.path=m",
+    ]  # run_async.sh read MODEL, not BASE_MODEL
 
 
-@pytest.mark.parametrize("args, env, app, message", [
-    (["recipe=nope"], {"N_GPUS": "0"}, "main_ppo", "recipe=nope: no verl/trainer/config/recipe/nope.yaml"),
-    (["recipe=grpo", "hardware=tpu"], {}, "main_ppo", "hardware=tpu: expected cpu or gpu"),
-    (["recipe=async_tiny", "hardware=gpu"], {}, "main_async", "the async recipes take no hardware group"),
-    (["recipe=async_tiny"], {}, "main_ppo", "recipe=async_tiny is a recipe for main_async, not main_ppo"),
-    (["recipe=grpo"], {"N_GPUS": "0", "TOTAL_STEPS": "2.5"}, "main_ppo",
-     "TOTAL_STEPS=2.5: expected a whole number, or null (it sets trainer.total_training_steps)"),
-    (["recipe=router"], {"N_GPUS": "0", "IRRELEVANCE_FRACTION": "1.5"}, "main_ppo",
-     "IRRELEVANCE_FRACTION=1.5: expected a number from 0 to 1 (it sets router.irrelevance_fraction)"),
-    (["recipe=router"], {"ROUTER_RECIPE": "ridge", "N_GPUS": "0"}, "main_ppo",
-     "ROUTER_RECIPE=ridge: expected option_a or value_ridge"),
-])
+@pytest.mark.parametrize(
+    "args, env, app, message",
+    [
+        (["recipe=nope"], {"N_GPUS": "0"}, "main_ppo", "recipe=nope: no verl/trainer/config/recipe/nope.yaml"),
+        (["recipe=grpo", "hardware=tpu"], {}, "main_ppo", "hardware=tpu: expected cpu or gpu"),
+        (["recipe=async_tiny", "hardware=gpu"], {}, "main_async", "the async recipes take no hardware group"),
+        (["recipe=async_tiny"], {}, "main_ppo", "recipe=async_tiny is a recipe for main_async, not main_ppo"),
+        (
+            ["recipe=grpo"],
+            {"N_GPUS": "0", "TOTAL_STEPS": "2.5"},
+            "main_ppo",
+            "TOTAL_STEPS=2.5: expected a whole number, or null (it sets trainer.total_training_steps)",
+        ),
+        (
+            ["recipe=router"],
+            {"N_GPUS": "0", "IRRELEVANCE_FRACTION": "1.5"},
+            "main_ppo",
+            "IRRELEVANCE_FRACTION=1.5: expected a number from 0 to 1 (it sets router.irrelevance_fraction)",
+        ),
+        (
+            ["recipe=router"],
+            {"ROUTER_RECIPE": "ridge", "N_GPUS": "0"},
+            "main_ppo",
+            "ROUTER_RECIPE=ridge: expected option_a or value_ridge",
+        ),
+    ],
+)
 def test_bad_launches_name_what_is_wrong(args, env, app, message):
     with pytest.raises(LaunchError) as err:
         launch_overrides(args, env, app=app)
@@ -67,13 +102,21 @@ def test_irrelevance_rows_need_the_router_and_the_discovered_file():
     with pytest.raises(ConfigError, match=r"router.irrelevance_fraction=0.5 .* needs router.enable=true"):
         resolve_data_files(load_default_config(["router.irrelevance_fraction=0.5"]))
     with pytest.raises(ConfigError, match="data.train_files=x.parquet is set"):
-        resolve_data_files(load_default_config(["router.enable=true", "router.irrelevance_fraction=0.5",
-                                                "data.train_files=x.parquet"]))
+        resolve_data_files(
+            load_default_config(["router.enable=true", "router.irrelevance_fraction=0.5", "data.train_files=x.parquet"])
+        )
 
 
-@pytest.mark.parametrize("override", ["trainer.build_sft_preset=true", "trainer.plot_on_finish=true",
-                                      "trainer.deterministic=true",
-                                      "reward_model.switches=[REFINEDREWARD]", "router.irrelevance_fraction=0.5"])
+@pytest.mark.parametrize(
+    "override",
+    [
+        "trainer.build_sft_preset=true",
+        "trainer.plot_on_finish=true",
+        "trainer.deterministic=true",
+        "reward_model.switches=[REFINEDREWARD]",
+        "router.irrelevance_fraction=0.5",
+    ],
+)
 def test_the_async_mode_refuses_the_launch_keys_it_does_not_run(override):
     from hydra import compose, initialize_config_dir
 

@@ -2,6 +2,7 @@
 ``trainer.max_invalid_frac`` is a bad step naming the reward and its first failure; after
 ``max_consecutive_bad_steps`` bad steps in a row the trainer saves and stops (``RunStopped``); a good step resets the
 count."""
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -17,16 +18,16 @@ def test_non_finite_rows_named_only_on_response_tokens():
     adv[1, 2] = float("nan")
     adv[2, 3] = float("inf")  # outside the response mask of row 2: ignored
     mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]])
-    batch = DataProto.from_dict(tensors={"advantages": adv, "response_mask": mask,
-                                         "old_log_probs": torch.zeros(3, 4)})
+    batch = DataProto.from_dict(tensors={"advantages": adv, "response_mask": mask, "old_log_probs": torch.zeros(3, 4)})
     assert non_finite_rows(batch) == {"advantages": [1]}
 
 
 def test_invalid_reward_share_is_a_bad_step_naming_reward_and_first_failure():
     assert invalid_reward_problem({"reward/invalid_frac": 0.5}, 0.5, "r", ["x"]) is None  # at the limit: fine
     assert invalid_reward_problem({}, 0.5, "r", []) is None  # nothing scored: nothing to judge
-    problem = invalid_reward_problem({"reward/invalid_frac": 1.0}, 0.5, "my_reward.score",
-                                     ["TypeError: bad ground truth", "later"])
+    problem = invalid_reward_problem(
+        {"reward/invalid_frac": 1.0}, 0.5, "my_reward.score", ["TypeError: bad ground truth", "later"]
+    )
     assert "100%" in problem and "my_reward.score" in problem and "TypeError: bad ground truth" in problem
     assert "later" not in problem
 

@@ -4,6 +4,7 @@ Checks the loop's contract rather than that it merely runs: validation before tr
 ``total_training_steps`` updates (no ToolRL off-by-one), every phase timed, the upstream checkpoint layout at the last
 step with the tracker file, and actor weights that really changed.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,8 +41,15 @@ def test_grpo_two_steps_with_kl_in_reward(tmp_path, small_rlla, ray_session, tin
     for record in metric_records[1:]:
         for phase in PHASES + ("ref",):
             assert f"timing_s/{phase}" in record, phase
-        for key in ("critic/score/mean", "critic/format_score/mean", "actor/pg_loss", "actor/entropy",
-                    "actor/reward_kl_penalty", "response_length/mean", "critic/zero_std_groups_frac"):
+        for key in (
+            "critic/score/mean",
+            "critic/format_score/mean",
+            "actor/pg_loss",
+            "actor/entropy",
+            "actor/reward_kl_penalty",
+            "response_length/mean",
+            "critic/zero_std_groups_frac",
+        ):
             assert key in record, key
         assert "response/tool_calls/mean" in record
         for phase in ("gen", "old_log_prob", "ref", "update_actor"):  # measured CPU peak; a real MFU is in (0, 1)
@@ -70,10 +78,19 @@ def test_ppo_gae_with_critic_one_step(tmp_path, small_rlla, ray_session, single_
     """Actor and critic workers through Ray, or both inside this process (``trainer.single_process``)."""
     from verl.trainer.main_ppo import run_ppo
 
-    config = _config(tmp_path, small_rlla, ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1",
-                                            "trainer.total_training_steps=1", "trainer.val_before_train=False",
-                                            "trainer.save_freq=-1", "trainer.test_freq=-1",
-                                            f"trainer.single_process={single_process}"])
+    config = _config(
+        tmp_path,
+        small_rlla,
+        [
+            "algorithm.adv_estimator=gae",
+            "actor_rollout_ref.rollout.n=1",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=False",
+            "trainer.save_freq=-1",
+            "trainer.test_freq=-1",
+            f"trainer.single_process={single_process}",
+        ],
+    )
     trainer = run_ppo(config)
     assert (type(trainer.critic_wg).__name__ == "LocalWorkerGroup") == single_process
     records = [r for r in _records(tmp_path / "run") if "text" not in r]

@@ -1,6 +1,7 @@
 """Checks before training (issue 22): data files and every row at load, over-long prompts at load, model paths
 without network retries, keys the config does not define, and a checkpoint manifest that disagrees with its files.
 Each was a probe that failed late, silently or with a traceback naming nothing."""
+
 from __future__ import annotations
 
 import logging
@@ -26,8 +27,9 @@ def _config(train, val, **data):
 def test_rows_checked_at_load_with_file_and_row(small_rlla, tmp_path):
     df = pd.read_parquet(small_rlla / "train.parquet")
     bad = df.copy()
-    bad["reward_model"] = [dict(rm, ground_truth=None if i == 3 else rm["ground_truth"])
-                           for i, rm in enumerate(bad["reward_model"])]
+    bad["reward_model"] = [
+        dict(rm, ground_truth=None if i == 3 else rm["ground_truth"]) for i, rm in enumerate(bad["reward_model"])
+    ]
     bad.to_parquet(tmp_path / "bad.parquet")
     with pytest.raises(DataCheckError) as info:
         check_data_files(_config(tmp_path / "bad.parquet", small_rlla / "test.parquet"))
@@ -35,7 +37,9 @@ def test_rows_checked_at_load_with_file_and_row(small_rlla, tmp_path):
     assert message.startswith("data.train_files: 1 problem(s)")
     assert f"{tmp_path / 'bad.parquet'}:3: reward_model.ground_truth" in message and "validate-data" in message
     assert check_data_files(_config(small_rlla / "train.parquet", small_rlla / "test.parquet")) == {
-        str(small_rlla / "train.parquet"): 8, str(small_rlla / "test.parquet"): 4}
+        str(small_rlla / "train.parquet"): 8,
+        str(small_rlla / "test.parquet"): 4,
+    }
 
 
 def test_missing_column_empty_and_cut_files_are_named(small_rlla, tmp_path):
@@ -56,8 +60,13 @@ def test_missing_column_empty_and_cut_files_are_named(small_rlla, tmp_path):
 def test_over_long_prompt_found_at_load_not_at_its_step(small_rlla, tokenizer):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
-    config = _config(small_rlla / "train.parquet", small_rlla / "test.parquet", truncation="error",
-                     filter_overlong_prompts=False, max_prompt_length=64)
+    config = _config(
+        small_rlla / "train.parquet",
+        small_rlla / "test.parquet",
+        truncation="error",
+        filter_overlong_prompts=False,
+        max_prompt_length=64,
+    )
     data = OmegaConf.to_container(config.data)
     train = RLHFDataset(data_files=str(small_rlla / "train.parquet"), tokenizer=tokenizer, config=data)
     longest = max(train.prompt_lengths())
@@ -78,8 +87,11 @@ def test_model_path_errors_name_key_presets_and_folder_without_retries(tmp_path,
         prepare_model("tiny_sft_typo", key="actor_rollout_ref.model.path")
     assert time.monotonic() - start < 5  # no hub retries
     message = str(info.value)
-    assert "actor_rollout_ref.model.path=tiny_sft_typo: not a preset (smollm2-135m, smollm2-135m-sft, tiny, " \
-           "tiny-sft)" in message and "model hub is not reachable" in message
+    assert (
+        "actor_rollout_ref.model.path=tiny_sft_typo: not a preset (smollm2-135m, smollm2-135m-sft, tiny, tiny-sft)"
+        in message
+        and "model hub is not reachable" in message
+    )
     with pytest.raises(ModelPathError, match="no folder /nonexistent exists"):
         prepare_model("/nonexistent")
     (tmp_path / "broken").mkdir()
@@ -92,17 +104,26 @@ def test_model_path_errors_name_key_presets_and_folder_without_retries(tmp_path,
 
 
 def test_plus_key_the_config_does_not_define_is_refused():
-    with pytest.raises(ConfigError, match=r"actor_rollout_ref.actor.optim.lrr \(did you mean "
-                                          r"actor_rollout_ref.actor.optim.lr\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"actor_rollout_ref.actor.optim.lrr \(did you mean "
+        r"actor_rollout_ref.actor.optim.lr\?\)",
+    ):
         check_known_keys(load_default_config(["+actor_rollout_ref.actor.optim.lrr=1e-5"]))
     with pytest.raises(ConfigError, match="trainer.not_a_key"):
         check_known_keys(load_default_config(["+trainer.not_a_key=1"]))
     with pytest.raises(ConfigError, match="env.settings"):  # the open section is textworld's, not env's
         check_known_keys(load_default_config(["+env.settings.rewards=sparse"]))
     # open sections, and ToolRL's own launch keys, are accepted
-    check_known_keys(load_default_config(["+actor_rollout_ref.model.override_config.attn_implementation=eager",
-                                          "+env.textworld.settings.rewards=sparse", "actor_rollout_ref.actor.fsdp_config."
-                                          "grad_offload=False"]))
+    check_known_keys(
+        load_default_config(
+            [
+                "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+                "+env.textworld.settings.rewards=sparse",
+                "actor_rollout_ref.actor.fsdp_config.grad_offload=False",
+            ]
+        )
+    )
 
 
 def _checkpoint(tmp_path, step=3, epoch=1):
@@ -114,8 +135,9 @@ def _checkpoint(tmp_path, step=3, epoch=1):
     step_dir.mkdir()
     (step_dir / "config.yaml").write_text(OmegaConf.to_yaml(config, resolve=True))
     state = {"global_step": step, "epoch": epoch}
-    manifest = cm.write_manifest(step_dir, step=step, epoch=epoch, config=OmegaConf.to_container(config),
-                                 world_size=1, version="t")
+    manifest = cm.write_manifest(
+        step_dir, step=step, epoch=epoch, config=OmegaConf.to_container(config), world_size=1, version="t"
+    )
     return step_dir, manifest, state, _check_manifest_against_files
 
 

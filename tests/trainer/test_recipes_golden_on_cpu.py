@@ -8,6 +8,7 @@ does (``verl.trainer.launch``), resolves the data files (discovery, router label
 every key after ``normalize_config`` on both sides. The only differences allowed are the ones the move made on
 purpose, listed in :data:`ON_PURPOSE` with the reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -26,42 +27,65 @@ GOLDEN = json.loads((Path(__file__).parent / "launch_golden" / "scripts_before_r
 CASES = GOLDEN["cases"]
 
 # keys the move added to the YAML: absent from the golden; their defaults keep a ToolRL line unchanged
-NEW_KEYS = {"router.irrelevance_fraction": 0.0, "router.irrelevance_seed": 1, "trainer.build_sft_preset": False,
-            "trainer.plot_on_finish": False, "reward_model.switches": [], "trainer.deterministic": False}
+NEW_KEYS = {
+    "router.irrelevance_fraction": 0.0,
+    "router.irrelevance_seed": 1,
+    "trainer.build_sft_preset": False,
+    "trainer.plot_on_finish": False,
+    "reward_model.switches": [],
+    "trainer.deterministic": False,
+}
 # what the scripts did outside the config and a recipe now says in it (the SFT preset on first use, the plots)
 SCRIPT_DID = {"trainer.build_sft_preset": True, "trainer.plot_on_finish": True}
 
 GPU_BATCH = {  # ToolRL's 512 / 128 do not fit the 399 rows the project finds: hardware/rlla/gpu.yaml
-    "data.train_batch_size": (512, 64), "actor_rollout_ref.actor.ppo_mini_batch_size": (128, 16),
-    "critic.ppo_mini_batch_size": (128, 16)}
+    "data.train_batch_size": (512, 64),
+    "actor_rollout_ref.actor.ppo_mini_batch_size": (128, 16),
+    "critic.ppo_mini_batch_size": (128, 16),
+}
 GPU_DEVICE = {  # hardware/gpu.yaml: one GPU runs the worker in the trainer's process, placed on CUDA (this machine
     # has none, so the old null resolved to cpu here)
-    "trainer.single_process": (False, True), "trainer.device": ("cpu", "cuda"),
-    "actor_rollout_ref.device": ("cpu", "cuda"), "critic.device": ("cpu", "cuda")}
+    "trainer.single_process": (False, True),
+    "trainer.device": ("cpu", "cuda"),
+    "actor_rollout_ref.device": ("cpu", "cuda"),
+    "critic.device": ("cpu", "cuda"),
+}
 AGENT_IN_PROCESS = {  # hardware/cpu.yaml and gpu.yaml: the worker in the trainer's process, so the environments too
-    "trainer.single_process": (False, True), "env.use_ray_workers": (True, False)}
+    "trainer.single_process": (False, True),
+    "env.use_ray_workers": (True, False),
+}
 VAL_BATCH = {"data.val_batch_size": (128, None)}  # deprecated and ignored (validation is one pass): dropped
 
 ON_PURPOSE: dict[str, dict] = {
-    "router_cpu": VAL_BATCH, "router_option_a_cpu": VAL_BATCH, "router_cpu_vars": VAL_BATCH,
+    "router_cpu": VAL_BATCH,
+    "router_option_a_cpu": VAL_BATCH,
+    "router_cpu_vars": VAL_BATCH,
     "router_option_a_cpu_no_irrelevance": VAL_BATCH,
     "router_gpu": {**VAL_BATCH, **GPU_BATCH, **GPU_DEVICE},
     "router_value_ridge_gpu": {**VAL_BATCH, **GPU_BATCH, **GPU_DEVICE},
-    "grpo_cpu": VAL_BATCH, "grpo_cpu_vars": VAL_BATCH, "ppo_cpu": VAL_BATCH, "grpo_smollm2_sft_cpu": VAL_BATCH,
-    "gspo_cpu": VAL_BATCH, "cispo_cpu": VAL_BATCH,
-    "grpo_gpu": {**VAL_BATCH, **GPU_BATCH, **GPU_DEVICE}, "ppo_gpu": {**VAL_BATCH, **GPU_BATCH, **GPU_DEVICE},
-    "agent_cpu": AGENT_IN_PROCESS, "agent_cpu_vars": AGENT_IN_PROCESS,
+    "grpo_cpu": VAL_BATCH,
+    "grpo_cpu_vars": VAL_BATCH,
+    "ppo_cpu": VAL_BATCH,
+    "grpo_smollm2_sft_cpu": VAL_BATCH,
+    "gspo_cpu": VAL_BATCH,
+    "cispo_cpu": VAL_BATCH,
+    "grpo_gpu": {**VAL_BATCH, **GPU_BATCH, **GPU_DEVICE},
+    "ppo_gpu": {**VAL_BATCH, **GPU_BATCH, **GPU_DEVICE},
+    "agent_cpu": AGENT_IN_PROCESS,
+    "agent_cpu_vars": AGENT_IN_PROCESS,
     "agent_gpu": {**AGENT_IN_PROCESS, **{k: v for k, v in GPU_DEVICE.items() if k != "trainer.single_process"}},
-    "async_cpu": {}, "toolrl_grpo_line": {}, "toolrl_ppo_line": {},
+    "async_cpu": {},
+    "toolrl_grpo_line": {},
+    "toolrl_ppo_line": {},
 }
 
-STUB = r'''#!/usr/bin/env bash
+STUB = r"""#!/usr/bin/env bash
 if [ "${1:-}" = "-m" ] && { [ "${2:-}" = verl.trainer.main_ppo ] || [ "${2:-}" = verl.trainer.main_async ]; }; then
   exec "$REAL_PYTHON" -c 'import json, sys; print(json.dumps({"module": sys.argv[1], "args": sys.argv[2:]}))' \
     "$2" "${@:3}" > "$CAPTURE"
 fi
 exec "$REAL_PYTHON" "$@"
-'''
+"""
 
 
 def _nested(flat: dict) -> dict:
@@ -97,8 +121,7 @@ def _launched(script: str, env_vars: dict, args: list, tmp_path: Path) -> dict:
     stub.chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in LAUNCH_VARS and not k.startswith("SFT_")}
     env.update(PYTHON=str(stub), REAL_PYTHON=sys.executable, CAPTURE=str(capture), **env_vars)
-    proc = subprocess.run(["bash", script, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
+    proc = subprocess.run(["bash", script, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and capture.is_file(), proc.stderr[-3000:]
     return json.loads(capture.read_text())
 
@@ -169,8 +192,9 @@ def test_recipe_resolves_as_its_script_did(name, tmp_path, monkeypatch):
         raise AssertionError(f"{key} is listed as changed on purpose but is in neither config")
     # the new keys: their defaults where nothing set them (a ToolRL line), what the script did where it did it
     if case["module"].endswith("main_ppo"):
-        assert {k: now[k] for k in ("trainer.build_sft_preset", "trainer.plot_on_finish")} == \
-            {k: expected_new[k] for k in ("trainer.build_sft_preset", "trainer.plot_on_finish")}
+        assert {k: now[k] for k in ("trainer.build_sft_preset", "trainer.plot_on_finish")} == {
+            k: expected_new[k] for k in ("trainer.build_sft_preset", "trainer.plot_on_finish")
+        }
     # ToolRL's reward switches: the ones on are the same (a script's `export REFINEDREWARD=1` is now the recipe's
     # reward_model.switches, a user's variable still wins)
     switches_before = {k for k, v in case["switches"].items() if v == "1"}

@@ -6,6 +6,7 @@ dataloaders: a batch larger than the data fails here). Placing the models is whe
 ``error:`` line, exit status 2, no word about resuming. The real SmolLM2-135M preset is built from its GGUF package
 once; its SFT preset is stood in for by the same folder (only its tokenizer is read before the models are placed).
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,16 @@ def gpu_model_cache(tmp_path_factory):
 
 
 def test_every_recipe_is_tested():
-    assert {"router_value_ridge", "router_option_a", "grpo", "ppo", "grpo_smollm2_sft_cpu", "gspo", "cispo",
-            "agent"} <= set(RECIPES)
+    assert {
+        "router_value_ridge",
+        "router_option_a",
+        "grpo",
+        "ppo",
+        "grpo_smollm2_sft_cpu",
+        "gspo",
+        "cispo",
+        "agent",
+    } <= set(RECIPES)
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -65,8 +74,14 @@ def test_gpu_branch_composes_and_builds_its_dataloaders(recipe, gpu_model_cache,
 def test_n_gpus_1_on_a_cpu_stops_with_one_error_line_where_the_device_is_placed(gpu_model_cache):
     env = {k: v for k, v in os.environ.items() if k not in ("DATA_DIR", "N_GPUS", "BASE_MODEL", "ROUTER_RECIPE")}
     env.update(N_GPUS="1", TOOLRL_CACHE=str(gpu_model_cache), PYTHON=sys.executable)
-    proc = subprocess.run(["bash", "run_router_training.sh", "trainer.val_before_train=false"], cwd=REPO_ROOT,
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        ["bash", "run_router_training.sh", "trainer.val_before_train=false"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "trainer.device=cuda" in errors[0], proc.stderr[-3000:]

@@ -4,6 +4,7 @@ and optimizer state at every saved step (sampling RNG, data order, optimizer, λ
 Logged metrics agree to 1e-5 relative: with identical states, a metric such as the mean entropy was seen to differ in
 the 6th digit between the two processes (float summation in the metric pass), so metrics are compared with that
 tolerance and the training state bit for bit."""
+
 from __future__ import annotations
 
 import json
@@ -15,17 +16,31 @@ import torch
 from conftest import e2e_overrides
 from verl.trainer.config_utils import load_default_config
 
-COMPARED = ("critic/score/mean", "actor/pg_loss", "actor/entropy", "actor/grad_norm", "router/lambda",
-            "router/mean_cost", "router/frac_answer", "response_length/mean")
+COMPARED = (
+    "critic/score/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/grad_norm",
+    "router/lambda",
+    "router/mean_cost",
+    "router/frac_answer",
+    "response_length/mean",
+)
 
 
 def _run(tmp_path, data_dir, name, steps):
     from verl.trainer.main_ppo import run_ppo
 
     overrides = e2e_overrides(tmp_path / name, data_dir, "train_router", "test_router") + [
-        "algorithm.adv_estimator=grpo", "router.enable=true", "router.dual_lr=0.5", "trainer.test_freq=-1",
-        "trainer.val_before_train=False", "trainer.save_freq=1", f"trainer.total_training_steps={steps}",
-        "actor_rollout_ref.actor.optim.lr=1e-2"]
+        "algorithm.adv_estimator=grpo",
+        "router.enable=true",
+        "router.dual_lr=0.5",
+        "trainer.test_freq=-1",
+        "trainer.val_before_train=False",
+        "trainer.save_freq=1",
+        f"trainer.total_training_steps={steps}",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+    ]
     run_ppo(load_default_config(overrides))
     lines = (tmp_path / name / "run" / "metrics.jsonl").read_text().splitlines()
     return {r["step"]: r for r in map(json.loads, lines) if "text" not in r}

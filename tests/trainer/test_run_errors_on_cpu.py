@@ -10,6 +10,7 @@
 - ``python -m verl.trainer.main_ppo`` prints a user's mistake (unknown ``+key``, bad model path) as one ``error:``
   line with exit status 2, no traceback.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,14 +25,14 @@ import torch
 from conftest import REPO_ROOT, e2e_overrides
 from verl.utils import checkpoint_manifest as cm
 
-ALWAYS_RAISES = '''
+ALWAYS_RAISES = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     raise ValueError("cannot parse ground truth " + repr(ground_truth)[:20])
-'''
-VARIES = '''
+"""
+VARIES = """
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     return (sum(map(ord, solution_str)) % 7) / 6.0
-'''
+"""
 
 
 def _run(tmp_path: Path, data_dir: Path, reward: str, *extra: str, steps: int = 4):
@@ -41,10 +42,19 @@ def _run(tmp_path: Path, data_dir: Path, reward: str, *extra: str, steps: int = 
     tmp_path.mkdir(parents=True, exist_ok=True)
     (tmp_path / "reward.py").write_text(reward)
     overrides = e2e_overrides(tmp_path, data_dir) + [
-        "trainer.single_process=true", "trainer.val_before_train=False", "trainer.test_freq=-1",
-        "trainer.save_freq=-1", f"trainer.total_training_steps={steps}", "trainer.log_val_generations=0",
-        "trainer.logger=[console,jsonl]", "data.max_response_length=8", "actor_rollout_ref.actor.optim.lr=1e-2",
-        f"custom_reward_function.path={tmp_path}/reward.py", "reward.sandbox=none", *extra]
+        "trainer.single_process=true",
+        "trainer.val_before_train=False",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        f"trainer.total_training_steps={steps}",
+        "trainer.log_val_generations=0",
+        "trainer.logger=[console,jsonl]",
+        "data.max_response_length=8",
+        "actor_rollout_ref.actor.optim.lr=1e-2",
+        f"custom_reward_function.path={tmp_path}/reward.py",
+        "reward.sandbox=none",
+        *extra,
+    ]
     return run_ppo(load_default_config(overrides))
 
 
@@ -68,8 +78,7 @@ def _assert_equal_states(a: dict, b: dict) -> None:
             assert a[key] == b[key], key
 
 
-def test_error_mid_step_saves_last_completed_step_and_resume_equals_uninterrupted(tmp_path, small_rlla,
-                                                                                 monkeypatch):
+def test_error_mid_step_saves_last_completed_step_and_resume_equals_uninterrupted(tmp_path, small_rlla, monkeypatch):
     from verl.trainer.ppo.run_guard import InjectedFault
 
     _run(tmp_path / "ref", small_rlla, VARIES, "trainer.save_freq=4")
@@ -114,20 +123,38 @@ def test_reward_failing_on_every_sample_stops_the_run(tmp_path, small_rlla):
 
 def _main(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_HUB_OFFLINE="1")
-    return subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", f"hydra.run.dir={tmp_path}/hydra",
-                           "trainer.n_gpus_per_node=0", *overrides], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_ppo",
+            f"hydra.run.dir={tmp_path}/hydra",
+            "trainer.n_gpus_per_node=0",
+            *overrides,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
-@pytest.mark.parametrize("override, expected", [
-    ("+actor_rollout_ref.actor.optim.lrr=1e-5", "actor_rollout_ref.actor.optim.lrr (did you mean "
-                                                 "actor_rollout_ref.actor.optim.lr?)"),
-    ("actor_rollout_ref.model.path=tiny_sft_typo", "actor_rollout_ref.model.path=tiny_sft_typo: not a preset"),
-    ("actor_rollout_ref.model.path=/nonexistent", "no folder /nonexistent exists"),
-])
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        (
+            "+actor_rollout_ref.actor.optim.lrr=1e-5",
+            "actor_rollout_ref.actor.optim.lrr (did you mean actor_rollout_ref.actor.optim.lr?)",
+        ),
+        ("actor_rollout_ref.model.path=tiny_sft_typo", "actor_rollout_ref.model.path=tiny_sft_typo: not a preset"),
+        ("actor_rollout_ref.model.path=/nonexistent", "no folder /nonexistent exists"),
+    ],
+)
 def test_main_prints_user_errors_in_one_line(tmp_path, small_rlla, override, expected):
-    out = _main(tmp_path, f"data.train_files={small_rlla}/train.parquet", f"data.val_files={small_rlla}/test.parquet",
-                override)
+    out = _main(
+        tmp_path, f"data.train_files={small_rlla}/train.parquet", f"data.val_files={small_rlla}/test.parquet", override
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "error: " in out.stderr and expected in out.stderr, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
@@ -137,8 +164,16 @@ def test_rollout_data_dir_dumps_every_step(tmp_path, small_rlla):
     """``trainer.rollout_data_dir`` (verl's key, issue 21): each training step's rollouts as <dir>/<step>.jsonl,
     one line per response (2 prompts x 2 samples), with the score the reward gave; ``trainer.validation_data_dir``
     the same for each validation (4 prompts, greedy, before training and at step 2), its mean the logged one."""
-    _run(tmp_path, small_rlla, VARIES, f"trainer.rollout_data_dir={tmp_path}/rollouts", "trainer.val_before_train=True",
-         "trainer.test_freq=2", f"trainer.validation_data_dir={tmp_path}/val", steps=2)
+    _run(
+        tmp_path,
+        small_rlla,
+        VARIES,
+        f"trainer.rollout_data_dir={tmp_path}/rollouts",
+        "trainer.val_before_train=True",
+        "trainer.test_freq=2",
+        f"trainer.validation_data_dir={tmp_path}/val",
+        steps=2,
+    )
     logged = {r["step"]: r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl").read_text().splitlines())}
     for step in (0, 2):
         records = [json.loads(line) for line in (tmp_path / "val" / f"{step}.jsonl").read_text().splitlines()]
@@ -150,6 +185,7 @@ def test_rollout_data_dir_dumps_every_step(tmp_path, small_rlla):
         assert len(records) == 4 and {r["step"] for r in records} == {step}
         for r in records:
             assert r["input"].startswith("<|im_start|>") and isinstance(r["output"], str)
-            assert r["score"] == pytest.approx((sum(map(ord, r["output"].replace("<|im_end|>", ""))) % 7) / 6.0) \
-                or r["score"] == pytest.approx((sum(map(ord, r["output"])) % 7) / 6.0)
+            assert r["score"] == pytest.approx((sum(map(ord, r["output"].replace("<|im_end|>", ""))) % 7) / 6.0) or r[
+                "score"
+            ] == pytest.approx((sum(map(ord, r["output"])) % 7) / 6.0)
             assert r["reward_valid"] is True

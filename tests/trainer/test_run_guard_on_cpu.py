@@ -1,5 +1,6 @@
 """run_guard: the fault-injection spec is parsed strictly, the phase an exception left is the innermost one, a TERM
 fault is recorded by ExitRequest (save_on_exit) instead of killing the process, and a WORKER fault calls the killer."""
+
 import signal
 
 import pytest

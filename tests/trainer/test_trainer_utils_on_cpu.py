@@ -1,4 +1,5 @@
 """Sampler resume, tracking backends, progress heartbeat, metric helpers and the plotting script."""
+
 import json
 import logging
 
@@ -138,12 +139,17 @@ def test_plot_metrics_writes_pngs(tmp_path):
     from verl.utils import plot_metrics
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text("\n".join(json.dumps(r) for r in [
-        {"step": 0, "val/test_score/rlla": 0.1},
-        {"step": 1, "critic/score/mean": 0.5, "timing_s/gen": 2.0, "actor/entropy": 1.0},
-        {"step": 1, "text": {"val/generations": "x"}},
-        {"step": 2, "critic/score/mean": 0.7, "timing_s/gen": 2.5, "actor/entropy": 0.9},
-    ]))
+    path.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"step": 0, "val/test_score/rlla": 0.1},
+                {"step": 1, "critic/score/mean": 0.5, "timing_s/gen": 2.0, "actor/entropy": 1.0},
+                {"step": 1, "text": {"val/generations": "x"}},
+                {"step": 2, "critic/score/mean": 0.7, "timing_s/gen": 2.5, "actor/entropy": 0.9},
+            ]
+        )
+    )
     written = plot_metrics.plot(path, tmp_path / "plots")
     names = sorted(p.name for p in written)
     assert names == ["entropy.png", "reward.png", "timing.png"]
@@ -156,16 +162,40 @@ def test_the_router_panel_draws_the_policys_cost_against_the_budget(tmp_path, mo
     from verl.utils import plot_metrics
 
     path = tmp_path / "metrics.jsonl"
-    path.write_text("\n".join(json.dumps({
-        "step": s, "router/lambda": 3.0 - s, "router/policy_cost": 0.3, "router/mean_cost": 0.67, "router/budget": 0.3,
-        "router/policy_prob_answer": 0.7, "router/policy_prob_search": 0.15, "router/policy_prob_calculate": 0.15,
-        "router/frac_answer": 0.33, "router/policy_task_reward": -2.0}) for s in (1, 2)))
+    path.write_text(
+        "\n".join(
+            json.dumps(
+                {
+                    "step": s,
+                    "router/lambda": 3.0 - s,
+                    "router/policy_cost": 0.3,
+                    "router/mean_cost": 0.67,
+                    "router/budget": 0.3,
+                    "router/policy_prob_answer": 0.7,
+                    "router/policy_prob_search": 0.15,
+                    "router/policy_prob_calculate": 0.15,
+                    "router/frac_answer": 0.33,
+                    "router/policy_task_reward": -2.0,
+                }
+            )
+            for s in (1, 2)
+        )
+    )
     drawn = {}
     original = plot_metrics._draw
-    monkeypatch.setattr(plot_metrics, "_draw", lambda ax, series, keys, title: (drawn.__setitem__(title, keys),
-                                                                                 original(ax, series, keys, title)))
+    monkeypatch.setattr(
+        plot_metrics,
+        "_draw",
+        lambda ax, series, keys, title: (drawn.__setitem__(title, keys), original(ax, series, keys, title)),
+    )
     assert [p.name for p in plot_metrics.plot(path, tmp_path / "plots")] == ["router.png"]
-    assert drawn == {"lambda": ["router/lambda"], "policy cost vs budget B": ["router/policy_cost", "router/budget"],
-                     "route probabilities": ["router/policy_prob_answer", "router/policy_prob_calculate",
-                                             "router/policy_prob_search"],
-                     "task reward": ["router/policy_task_reward"]}
+    assert drawn == {
+        "lambda": ["router/lambda"],
+        "policy cost vs budget B": ["router/policy_cost", "router/budget"],
+        "route probabilities": [
+            "router/policy_prob_answer",
+            "router/policy_prob_calculate",
+            "router/policy_prob_search",
+        ],
+        "task reward": ["router/policy_task_reward"],
+    }

@@ -1,6 +1,7 @@
 """The typed config (verl/trainer/config_schema.py, verl/workers/config.py): the YAML and the dataclasses hold the same
 keys, values are converted or refused with the key's full name at load and on assignment, workers keep their
 section's type, and derived fields are not user keys."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -63,13 +64,19 @@ def test_every_section_is_typed():
     walk(config, "")
 
 
-@pytest.mark.parametrize("override, message", [
-    ("trainer.save_freq=abc", "trainer.save_freq must be of type int: Value 'abc'"),
-    ("actor_rollout_ref.actor.optim.lr=fast", "actor_rollout_ref.actor.optim.lr must be of type float: Value 'fast'"),
-    ("router.greedy_eval=maybe", "router.greedy_eval must be of type bool: Value 'maybe' is not a valid bool"),
-    ("data.train_batch_size=1.5", "data.train_batch_size must be of type int: Value '1.5'"),
-    ("trainer.cpu_threads=x", "trainer.cpu_threads must be of type int or null: Value 'x'"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("trainer.save_freq=abc", "trainer.save_freq must be of type int: Value 'abc'"),
+        (
+            "actor_rollout_ref.actor.optim.lr=fast",
+            "actor_rollout_ref.actor.optim.lr must be of type float: Value 'fast'",
+        ),
+        ("router.greedy_eval=maybe", "router.greedy_eval must be of type bool: Value 'maybe' is not a valid bool"),
+        ("data.train_batch_size=1.5", "data.train_batch_size must be of type int: Value '1.5'"),
+        ("trainer.cpu_threads=x", "trainer.cpu_threads must be of type int or null: Value 'x'"),
+    ],
+)
 def test_a_value_of_the_wrong_type_is_refused_at_load_naming_the_key(override, message):
     with pytest.raises(ConfigError) as err:
         load_default_config([override])
@@ -137,14 +144,21 @@ def test_default_section_applies_overrides_and_refuses_unknown_keys():
         default_section("trainer.save_freq")
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"],
-     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null needs actor_rollout_ref.actor.use_dynamic_bsz=true"),
-    (["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
-     "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null needs "
-     "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true"),
-    (["env.env_name=line_world", "data.tool_format=hermes"], "data.tool_format='hermes' with env.env_name"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null"],
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=null needs actor_rollout_ref.actor.use_dynamic_bsz=true",
+        ),
+        (
+            ["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null"],
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=null needs "
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=true",
+        ),
+        (["env.env_name=line_world", "data.tool_format=hermes"], "data.tool_format='hermes' with env.env_name"),
+    ],
+)
 def test_null_micro_batches_need_a_token_budget_and_agent_mode_keeps_toolrl(overrides, message):
     base = ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
     with pytest.raises(ConfigError) as err:
@@ -153,22 +167,29 @@ def test_null_micro_batches_need_a_token_budget_and_agent_mode_keeps_toolrl(over
         validate_config(normalize_config(load_default_config(base + overrides)), check_files=False)
     assert message in str(err.value)
     # upstream's null with a token budget is accepted
-    config = normalize_config(load_default_config(base + [overrides[0], "actor_rollout_ref.actor.use_dynamic_bsz=true"]))
+    config = normalize_config(
+        load_default_config(base + [overrides[0], "actor_rollout_ref.actor.use_dynamic_bsz=true"])
+    )
     if not overrides[0].startswith("env"):
         from verl.trainer.config_utils import validate_config
 
         validate_config(config, check_files=False)
 
 
-@pytest.mark.parametrize("override, message", [
-    (None, None),
-    ("async.inference.num_servers=two", "async.inference.num_servers must be of type int"),
-    ("actor_rollout_ref.model.lora_rank=4", "the async learner trains the full model"),
-    ("data.tool_format=mistral", "the async mode's environments score ToolRL's format only"),
-    ("+actor_rollout_ref.model.override_config.attn_implementation=flex_attention",
-     "attn_implementation='flex_attention': the async learner and inference servers load the model with sdpa"),
-    ("actor_rollout_ref.rollout.cache_implementation=static", "the async inference servers decode with a dynamic"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        (None, None),
+        ("async.inference.num_servers=two", "async.inference.num_servers must be of type int"),
+        ("actor_rollout_ref.model.lora_rank=4", "the async learner trains the full model"),
+        ("data.tool_format=mistral", "the async mode's environments score ToolRL's format only"),
+        (
+            "+actor_rollout_ref.model.override_config.attn_implementation=flex_attention",
+            "attn_implementation='flex_attention': the async learner and inference servers load the model with sdpa",
+        ),
+        ("actor_rollout_ref.rollout.cache_implementation=static", "the async inference servers decode with a dynamic"),
+    ],
+)
 def test_the_async_config_is_typed_and_refuses_what_it_does_not_implement(override, message):
     from hydra import compose, initialize_config_dir
 

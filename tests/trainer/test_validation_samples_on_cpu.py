@@ -1,4 +1,5 @@
 """``rollout.val_kwargs.n``: validation samples n responses per prompt, as upstream verl does."""
+
 from __future__ import annotations
 
 import math
@@ -13,10 +14,14 @@ from conftest import e2e_overrides
 def test_validation_samples_val_kwargs_n_responses_per_prompt(tmp_path, small_rlla, val_n):
     from verl.trainer.main_ppo import build_local_trainer
 
-    sampled = ["actor_rollout_ref.rollout.val_kwargs.do_sample=True",
-               "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"] if val_n > 1 else []
-    trainer = build_local_trainer(e2e_overrides(tmp_path, small_rlla) + sampled
-                                  + [f"actor_rollout_ref.rollout.val_kwargs.n={val_n}"])
+    sampled = (
+        ["actor_rollout_ref.rollout.val_kwargs.do_sample=True", "actor_rollout_ref.rollout.val_kwargs.temperature=1.0"]
+        if val_n > 1
+        else []
+    )
+    trainer = build_local_trainer(
+        e2e_overrides(tmp_path, small_rlla) + sampled + [f"actor_rollout_ref.rollout.val_kwargs.n={val_n}"]
+    )
     seen = []
     generate = trainer._generate
 

@@ -1,5 +1,6 @@
 """Checkpoint manifests: a half-written or corrupted checkpoint never counts for resume, rotation never deletes the
 newest valid checkpoint, and a config change on a resume key is reported by name."""
+
 import logging
 
 import pytest
@@ -72,7 +73,9 @@ def test_router_mode_change_is_refused_on_resume():
     current = cm.flatten({"router": {"route_sampling": "stratified", "loss_mode": "value", "value_fit": "ridge"}})
     assert cm.config_differences(saved, current) == [
         "router.route_sampling: checkpoint 'policy' -> now 'stratified'",
-        "router.loss_mode: checkpoint 'pg' -> now 'value'", "router.value_fit: checkpoint 'sgd' -> now 'ridge'"]
+        "router.loss_mode: checkpoint 'pg' -> now 'value'",
+        "router.value_fit: checkpoint 'sgd' -> now 'ridge'",
+    ]
 
 
 def test_other_training_data_is_refused_on_resume():
@@ -81,7 +84,8 @@ def test_other_training_data_is_refused_on_resume():
     saved = cm.flatten({"data": {"train_files": "d/train_router.parquet"}})
     current = cm.flatten({"data": {"train_files": "d/train_router_irrelevance_f0.25_s1.parquet"}})
     assert cm.config_differences(saved, current) == [
-        "data.train_files: checkpoint 'd/train_router.parquet' -> now 'd/train_router_irrelevance_f0.25_s1.parquet'"]
+        "data.train_files: checkpoint 'd/train_router.parquet' -> now 'd/train_router_irrelevance_f0.25_s1.parquet'"
+    ]
     assert cm.config_differences(saved, current, allowed=["data.train_files"]) == []
     assert cm.config_differences({}, current) == []  # a checkpoint written before the key existed is not compared
 

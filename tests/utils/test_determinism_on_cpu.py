@@ -1,5 +1,6 @@
 """``trainer.deterministic`` (verl/utils/determinism.py): the switches it sets, in a fresh process each (they are
 process-wide); the run that reaches the worker is checked by ``benchmarks/resume_check.py`` in the GPU suite's smoke."""
+
 from __future__ import annotations
 
 import json
@@ -20,16 +21,26 @@ print(json.dumps({{"before": before, "state": state, "empty_is_nan": bool(torch.
 
 def _probe(enabled: bool, **env) -> dict:
     base = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
-    out = subprocess.run([sys.executable, "-c", PROBE.format(enabled=enabled)], cwd=REPO_ROOT, env={**base, **env},
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE.format(enabled=enabled)],
+        cwd=REPO_ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return json.loads(out.splitlines()[-1])
 
 
 def test_on_sets_every_switch_and_uninitialised_memory_shows():
     got = _probe(True)
     assert got["before"] is False
-    assert got["state"] == {"deterministic_algorithms": True, "cudnn_deterministic": True, "cudnn_benchmark": False,
-                            "cublas_workspace_config": ":4096:8"}
+    assert got["state"] == {
+        "deterministic_algorithms": True,
+        "cudnn_deterministic": True,
+        "cudnn_benchmark": False,
+        "cublas_workspace_config": ":4096:8",
+    }
     assert got["empty_is_nan"]  # PyTorch fills torch.empty with NaN under deterministic algorithms
 
 

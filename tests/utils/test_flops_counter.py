@@ -1,24 +1,37 @@
 """FLOP counter (verl/utils/flops_counter.py) against a hand count for one layer and against torch's own counter."""
+
 import pytest
 import torch
 
-from verl.utils.flops_counter import (forward_flops, gpu_bf16_peak_flops, layer_forward_flops, mfu,
-                                     shared_prompt_forward_flops, train_flops)
+from verl.utils.flops_counter import (
+    forward_flops,
+    gpu_bf16_peak_flops,
+    layer_forward_flops,
+    mfu,
+    shared_prompt_forward_flops,
+    train_flops,
+)
 
 # one small Llama/Qwen2-shaped layer: h=64, 4 query heads of 16, 2 kv heads, MLP width 160, vocab 100
-CFG = dict(num_hidden_layers=1, hidden_size=64, num_attention_heads=4, num_key_value_heads=2,
-           intermediate_size=160, vocab_size=100)
+CFG = dict(
+    num_hidden_layers=1,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    intermediate_size=160,
+    vocab_size=100,
+)
 
 
 def test_one_layer_hand_count():
     s = 10
-    q = 2 * s * 64 * 64          # 81_920
-    kv = 2 * (2 * s * 64 * 32)   # k and v: 2 heads x 16 = 32 wide -> 81_920
-    o = 2 * s * 64 * 64          # 81_920
-    mlp = 3 * 2 * s * 64 * 160   # 614_400
-    attn = 2 * 2 * 64 * 55       # causal triangle of 10 tokens has 55 (query, key) pairs -> 14_080
+    q = 2 * s * 64 * 64  # 81_920
+    kv = 2 * (2 * s * 64 * 32)  # k and v: 2 heads x 16 = 32 wide -> 81_920
+    o = 2 * s * 64 * 64  # 81_920
+    mlp = 3 * 2 * s * 64 * 160  # 614_400
+    attn = 2 * 2 * 64 * 55  # causal triangle of 10 tokens has 55 (query, key) pairs -> 14_080
     assert layer_forward_flops(CFG, s) == q + kv + o + mlp + attn == 874_240
-    head = 2 * 64 * 100 * 3      # logits at 3 positions
+    head = 2 * 64 * 100 * 3  # logits at 3 positions
     assert forward_flops(CFG, [s], logit_positions=3) == 874_240 + head
     assert train_flops(CFG, [s], 3) == 3 * (874_240 + head)
 

@@ -1,4 +1,5 @@
 """verl.utils.fs.atomic_path: the target changes only on a clean exit, and no temporary file is left either way."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,6 +1,7 @@
 """Fused chunked LM-head log-probs/entropy (verl/utils/fused_linear_logprob.py) against the materialised logits:
 values and gradients w.r.t. the hidden states and the head weight, at a temperature, chunk sizes that do and do not
 divide N, and log-prob-only losses."""
+
 import pytest
 import torch
 

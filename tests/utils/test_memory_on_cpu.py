@@ -1,4 +1,5 @@
 """``verl.utils.memory``: per-phase peak RSS (``perf/peak_rss_gb/{phase}``)."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """perf/mfu_* accounting: a hand-counted one-layer model, the config switches, and the measured CPU peak."""
+
 from __future__ import annotations
 
 import pytest
@@ -10,8 +11,14 @@ from verl.trainer.ppo.metric_utils import MfuMeter, compute_mfu_metrics
 from verl.utils.flops_counter import measure_matmul_peak
 
 # 1 layer, hidden 4, 2 heads of size 2 (2 kv heads), MLP width 8, vocabulary 10
-CONFIG = {"num_hidden_layers": 1, "hidden_size": 4, "num_attention_heads": 2, "num_key_value_heads": 2,
-          "intermediate_size": 8, "vocab_size": 10}
+CONFIG = {
+    "num_hidden_layers": 1,
+    "hidden_size": 4,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 2,
+    "intermediate_size": 8,
+    "vocab_size": 10,
+}
 
 
 def _batch():
@@ -40,22 +47,32 @@ def test_shared_prompt_counts_each_prompt_once():
 
     input_ids = torch.tensor([[0, 5, 6, 7, 0], [0, 5, 6, 8, 0], [0, 9, 6, 7, 0]])
     attention = torch.tensor([[0, 1, 1, 1, 0]] * 3)
-    batch = DataProto.from_single_dict({"input_ids": input_ids, "attention_mask": attention,
-                                        "response_mask": torch.tensor([[1, 0]] * 3)})
+    batch = DataProto.from_single_dict(
+        {"input_ids": input_ids, "attention_mask": attention, "response_mask": torch.tensor([[1, 0]] * 3)}
+    )
     timing = {"gen": 1.0}
     shared = compute_mfu_metrics(batch, timing, CONFIG, 1000.0, 1, shared_prompt=True)
     unshared = compute_mfu_metrics(batch, timing, CONFIG, 1000.0, 1)
     assert shared["perf/model_tflops_gen"] == pytest.approx(
-        shared_prompt_forward_flops(CONFIG, [(2, [1, 1]), (2, [1])], 3) * 1e-12)
+        shared_prompt_forward_flops(CONFIG, [(2, [1, 1]), (2, [1])], 3) * 1e-12
+    )
     assert unshared["perf/model_tflops_gen"] == pytest.approx(forward_flops(CONFIG, [3, 3, 3], 3) * 1e-12)
     assert shared["perf/model_tflops_gen"] < unshared["perf/model_tflops_gen"]
 
 
 def test_meter_switches(tmp_path):
-    (tmp_path / "config.json").write_text('{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4, '
-                                          '"num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}')
-    config = load_default_config([f"actor_rollout_ref.model.path={tmp_path}", "trainer.log_mfu=true",
-                                  "trainer.peak_flops_per_s=1000.0", "trainer.device=cpu"])
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "llama", "num_hidden_layers": 1, "hidden_size": 4, '
+        '"num_attention_heads": 2, "intermediate_size": 8, "vocab_size": 10}'
+    )
+    config = load_default_config(
+        [
+            f"actor_rollout_ref.model.path={tmp_path}",
+            "trainer.log_mfu=true",
+            "trainer.peak_flops_per_s=1000.0",
+            "trainer.device=cpu",
+        ]
+    )
     meter = MfuMeter.from_config(config)
     assert meter.peak_flops_per_s == 1000.0
     metrics = meter(_batch(), {"gen": 1.0}, n_workers=1)

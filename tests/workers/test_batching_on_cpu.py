@@ -1,4 +1,5 @@
 """seqlen_balancing (balanced partitions, token-budget micro-batches, order restoration) and packing helpers."""
+
 from __future__ import annotations
 
 import random
@@ -43,7 +44,7 @@ def test_karmarkar_karp_rejects_bad_arguments():
 def _batch(lengths, seqlen=12):
     mask = torch.zeros(len(lengths), seqlen, dtype=torch.long)
     for row, n in enumerate(lengths):
-        mask[row, seqlen - n:] = 1
+        mask[row, seqlen - n :] = 1
     return TensorDict({"attention_mask": mask, "row": torch.arange(len(lengths))}, batch_size=[len(lengths)])
 
 

@@ -2,6 +2,7 @@
 tokens and sampling log-probs as decoding through the FSDP2 wrapper, greedy and seeded sampling, shared prefill on and
 off, after the actor's weights change too; building it draws nothing from the RNGs. In a spawned process: the one-rank
 process group stays out of the test process."""
+
 from __future__ import annotations
 
 import sys
@@ -29,16 +30,28 @@ def _rank(rank, model_dir):
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     enc = tokenizer(["hello", "a longer prompt than the first one", "tool call?"], return_tensors="pt", padding=True)
-    tensors = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-               "position_ids": compute_position_id_with_mask(enc["attention_mask"])}
+    tensors = {
+        "input_ids": enc["input_ids"],
+        "attention_mask": enc["attention_mask"],
+        "position_ids": compute_position_id_with_mask(enc["attention_mask"]),
+    }
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     apply_fsdp2(model, "cpu", mp_policy=mixed_precision_policy({"param_dtype": "bf16"}, "cpu", "mixed_precision"))
     assert DecodeCopy.applicable(model, world_size=1) and not DecodeCopy.applicable(model, world_size=2)
 
     def generate(use_copy: bool, shared: bool, **meta):
-        config = default_section("actor_rollout_ref.rollout", response_length=8, temperature=1.0, top_k=-1,
-                                 top_p=1.0, do_sample=True, micro_batch_size=4, dtype="bfloat16",
-                                 shared_prefill=shared, calculate_log_probs=True)
+        config = default_section(
+            "actor_rollout_ref.rollout",
+            response_length=8,
+            temperature=1.0,
+            top_k=-1,
+            top_p=1.0,
+            do_sample=True,
+            micro_batch_size=4,
+            dtype="bfloat16",
+            shared_prefill=shared,
+            calculate_log_probs=True,
+        )
         rollout = HFRollout(model, config, tokenizer)
         if not use_copy:
             rollout.decode_copy = None  # today's path: decode through the FSDP2 wrapper

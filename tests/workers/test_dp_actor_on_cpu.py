@@ -1,5 +1,6 @@
 """DataParallelPPOActor on the tiny model: log-probs vs a direct forward, remove-padding and dynamic batch size
 equivalences (values and gradients), update semantics (zero advantages, KL sign, epochs/shuffle)."""
+
 from __future__ import annotations
 
 import copy
@@ -23,17 +24,31 @@ GRAD_REL_NORM = 1e-5
 
 def actor_config(**overrides):
     """The typed ``actor_rollout_ref.actor`` section of the YAML with this file's batch settings and ``overrides``."""
-    base = dict(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=6, use_dynamic_bsz=False,
-                ppo_max_token_len_per_gpu=40, grad_clip=1.0, clip_ratio=0.2, clip_ratio_c=3.0,
-                loss_agg_mode="token-mean", entropy_coeff=0.0, use_kl_loss=False, kl_loss_coef=0.0,
-                kl_loss_type="low_var_kl", ppo_epochs=1, shuffle=False, use_remove_padding=False)
+    base = dict(
+        ppo_mini_batch_size=6,
+        ppo_micro_batch_size_per_gpu=6,
+        use_dynamic_bsz=False,
+        ppo_max_token_len_per_gpu=40,
+        grad_clip=1.0,
+        clip_ratio=0.2,
+        clip_ratio_c=3.0,
+        loss_agg_mode="token-mean",
+        entropy_coeff=0.0,
+        use_kl_loss=False,
+        kl_loss_coef=0.0,
+        kl_loss_type="low_var_kl",
+        ppo_epochs=1,
+        shuffle=False,
+        use_remove_padding=False,
+    )
     base.update(overrides)
     return default_section("actor_rollout_ref.actor", **base)
 
 
 def log_prob_meta(batch, **meta):
-    batch.meta_info.update({"temperature": 0.7, "micro_batch_size": 4, "use_dynamic_bsz": False,
-                            "max_token_len": 24, **meta})
+    batch.meta_info.update(
+        {"temperature": 0.7, "micro_batch_size": 4, "use_dynamic_bsz": False, "max_token_len": 24, **meta}
+    )
     return batch
 
 
@@ -42,10 +57,13 @@ def test_compute_log_prob_matches_direct_forward(causal_lm, batch):
     log_probs, entropy = DataParallelPPOActor(actor_config(), causal_lm).compute_log_prob(data, calculate_entropy=True)
     tensors = data.batch
     with torch.no_grad():
-        logits = causal_lm(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"],
-                           position_ids=tensors["position_ids"]).logits
+        logits = causal_lm(
+            input_ids=tensors["input_ids"],
+            attention_mask=tensors["attention_mask"],
+            position_ids=tensors["position_ids"],
+        ).logits
     response_length = tensors["responses"].shape[1]
-    logits = logits[:, -response_length - 1:-1].float() / 0.7
+    logits = logits[:, -response_length - 1 : -1].float() / 0.7
     expected = torch.log_softmax(logits, -1).gather(-1, tensors["responses"].unsqueeze(-1)).squeeze(-1)
     expected_entropy = -(torch.softmax(logits, -1) * torch.log_softmax(logits, -1)).sum(-1)
     mask = tensors["response_mask"].bool()
@@ -53,8 +71,9 @@ def test_compute_log_prob_matches_direct_forward(causal_lm, batch):
     torch.testing.assert_close(log_probs[mask], expected[mask], atol=LP_ATOL, rtol=0)
     torch.testing.assert_close(entropy[mask], expected_entropy[mask], atol=LP_ATOL, rtol=0)
     # temperature matters: log-probs at temperature 1 differ
-    other, _ = DataParallelPPOActor(actor_config(), causal_lm).compute_log_prob(log_prob_meta(make_batch(),
-                                                                                               temperature=1.0))
+    other, _ = DataParallelPPOActor(actor_config(), causal_lm).compute_log_prob(
+        log_prob_meta(make_batch(), temperature=1.0)
+    )
     assert not torch.allclose(other[mask], log_probs[mask])
 
 
@@ -128,8 +147,15 @@ def test_update_changes_weights_and_reports_metrics(causal_lm):
     module, metrics, _ = _update(causal_lm, {"entropy_coeff": 0.01}, make_batch())
     changed = [n for (n, p), q in zip(module.named_parameters(), causal_lm.parameters()) if not torch.equal(p, q)]
     assert changed, "update_policy did not change any weight"
-    for key in ("actor/pg_loss", "actor/pg_clipfrac", "actor/pg_clipfrac_lower", "actor/ppo_kl", "actor/entropy",
-                "actor/grad_norm", "actor/lr"):
+    for key in (
+        "actor/pg_loss",
+        "actor/pg_clipfrac",
+        "actor/pg_clipfrac_lower",
+        "actor/ppo_kl",
+        "actor/entropy",
+        "actor/grad_norm",
+        "actor/lr",
+    ):
         assert key in metrics, key
     assert metrics["actor/grad_norm"] > 0 and metrics["actor/lr"] == pytest.approx(1e-2)
     assert metrics["actor/entropy"] > 0
@@ -148,9 +174,11 @@ def test_update_skips_the_entropy_when_its_coefficient_is_zero(causal_lm, monkey
     monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch", spy)
     module, metrics, _ = _update(causal_lm, {"entropy_coeff": 0.0}, make_batch())
     assert asked and not any(asked) and "actor/entropy" not in metrics
-    monkeypatch.setattr(DataParallelPPOActor, "_forward_micro_batch",
-                        lambda self, micro, temperature, calculate_entropy=False: original(self, micro, temperature,
-                                                                                          True))
+    monkeypatch.setattr(
+        DataParallelPPOActor,
+        "_forward_micro_batch",
+        lambda self, micro, temperature, calculate_entropy=False: original(self, micro, temperature, True),
+    )
     reference, _, _ = _update(causal_lm, {"entropy_coeff": 0.0}, make_batch())
     for (name, p), q in zip(module.named_parameters(), reference.parameters()):
         assert torch.equal(p, q), name
@@ -175,8 +203,12 @@ def test_fixed_and_dynamic_micro_batches_give_the_same_update(causal_lm):
     sgd = dict(lr=1.0, optimizer_cls=torch.optim.SGD)
     one, m_one, _ = _update(causal_lm, {"ppo_micro_batch_size_per_gpu": 6}, make_batch(), **sgd)
     many, m_many, _ = _update(causal_lm, {"ppo_micro_batch_size_per_gpu": 2}, make_batch(), **sgd)
-    dyn, m_dyn, _ = _update(causal_lm, {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 24,
-                                        "use_remove_padding": True}, make_batch(), **sgd)
+    dyn, m_dyn, _ = _update(
+        causal_lm,
+        {"use_dynamic_bsz": True, "ppo_max_token_len_per_gpu": 24, "use_remove_padding": True},
+        make_batch(),
+        **sgd,
+    )
     assert 1 < m_one["actor/grad_norm"]  # clipped at grad_clip=1: the step is lr·g/|g|, big enough to compare
     assert m_one["actor/grad_norm"] == pytest.approx(m_many["actor/grad_norm"], rel=1e-4)
     assert m_one["actor/grad_norm"] == pytest.approx(m_dyn["actor/grad_norm"], rel=1e-4)
@@ -197,8 +229,9 @@ def _mean_kl_to_ref(module, ref_log_prob):
 def test_kl_loss_pulls_the_policy_toward_the_reference(causal_lm):
     data = make_batch()
     data.batch["advantages"].zero_()
-    ref_lp, _ = DataParallelPPOActor(actor_config(), causal_lm).compute_log_prob(log_prob_meta(make_batch(),
-                                                                                            temperature=1.0))
+    ref_lp, _ = DataParallelPPOActor(actor_config(), causal_lm).compute_log_prob(
+        log_prob_meta(make_batch(), temperature=1.0)
+    )
     data.batch["ref_log_prob"] = ref_lp
     # a policy away from the reference: perturb the weights
     start = copy.deepcopy(causal_lm)
@@ -225,8 +258,12 @@ def make_batch_with(data):
 
 
 def test_epochs_and_mini_batches_set_the_number_of_optimizer_steps(causal_lm):
-    _, metrics, optimizer = _update(causal_lm, {"ppo_mini_batch_size": 3, "ppo_micro_batch_size_per_gpu": 3,
-                                                "ppo_epochs": 2, "shuffle": True}, make_batch(), lr=1e-4)
+    _, metrics, optimizer = _update(
+        causal_lm,
+        {"ppo_mini_batch_size": 3, "ppo_micro_batch_size_per_gpu": 3, "ppo_epochs": 2, "shuffle": True},
+        make_batch(),
+        lr=1e-4,
+    )
     steps = {int(state["step"]) for state in optimizer.state.values()}
     assert steps == {4}  # 2 epochs x 2 mini-batches
     assert metrics["actor/skipped_steps"] == 0.0

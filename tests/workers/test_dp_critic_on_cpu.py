@@ -1,5 +1,6 @@
 """DataParallelPPOCritic on the tiny model: value positions and masking, remove-padding equivalence, and that
 updates regress the values onto the returns."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,9 +14,18 @@ import itertools
 
 
 def critic_config(**overrides):
-    base = dict(ppo_mini_batch_size=6, ppo_micro_batch_size_per_gpu=3, use_dynamic_bsz=False,
-                ppo_max_token_len_per_gpu=24, ppo_epochs=1, shuffle=False, grad_clip=1.0, cliprange_value=0.5,
-                loss_agg_mode="token-mean", use_remove_padding=False)
+    base = dict(
+        ppo_mini_batch_size=6,
+        ppo_micro_batch_size_per_gpu=3,
+        use_dynamic_bsz=False,
+        ppo_max_token_len_per_gpu=24,
+        ppo_epochs=1,
+        shuffle=False,
+        grad_clip=1.0,
+        cliprange_value=0.5,
+        loss_agg_mode="token-mean",
+        use_remove_padding=False,
+    )
     base.update(overrides)
     return default_section("critic", **base)
 
@@ -40,10 +50,13 @@ def test_values_read_at_the_predicting_positions_and_masked(value_model):
     assert values.shape == mask.shape
     assert torch.all(values[mask == 0] == 0)  # response_mask, not ToolRL's shifted attention mask
     with torch.no_grad():
-        full = value_model(input_ids=tensors["input_ids"], attention_mask=tensors["attention_mask"],
-                           position_ids=tensors["position_ids"]).logits[..., 0]
+        full = value_model(
+            input_ids=tensors["input_ids"],
+            attention_mask=tensors["attention_mask"],
+            position_ids=tensors["position_ids"],
+        ).logits[..., 0]
     response_length = mask.shape[1]
-    expected = full[:, -response_length - 1:-1] * mask
+    expected = full[:, -response_length - 1 : -1] * mask
     torch.testing.assert_close(values, expected, atol=1e-5, rtol=0)
 
 
@@ -51,8 +64,9 @@ def test_values_read_at_the_predicting_positions_and_masked(value_model):
 def test_values_equal_across_batching_modes(value_model, variant):
     optimizer = torch.optim.AdamW(value_model.parameters())
     reference = DataParallelPPOCritic(critic_config(), value_model, optimizer).compute_values(with_meta(make_batch()))
-    critic = DataParallelPPOCritic(critic_config(use_remove_padding=variant.get("use_remove_padding", False)),
-                                   value_model, optimizer)
+    critic = DataParallelPPOCritic(
+        critic_config(use_remove_padding=variant.get("use_remove_padding", False)), value_model, optimizer
+    )
     got = critic.compute_values(with_meta(make_batch(), use_dynamic_bsz=variant.get("use_dynamic_bsz", False)))
     torch.testing.assert_close(got, reference, atol=1e-5, rtol=0)
 

@@ -4,6 +4,7 @@ log-probs, entropies, gradients and a whole update — and the block mask built 
 mask. Tolerances are those of the sdpa packing tests (``test_dp_actor_on_cpu.py``, ``test_shared_prompt_on_cpu.py``):
 float32, only the summation order inside attention differs.
 """
+
 from __future__ import annotations
 
 import copy
@@ -44,19 +45,25 @@ def test_block_mask_equals_the_dense_mask(causal_lm, tokenizer):
     from torch.nn.attention.flex_attention import flex_attention
 
     b = make_rlla_group_batch(tokenizer, 4, num_prompts=2).batch
-    shared = build_shared_prompt_batch(b["input_ids"], b["attention_mask"], b["position_ids"],
-                                       b["responses"].shape[1])
+    shared = build_shared_prompt_batch(b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[1])
     allowed = shared.attention_mask  # [G, 1, T, T]
     block_mask = block_mask_from_dense(allowed)
     model = copy.deepcopy(causal_lm)
     model.set_attn_implementation("flex_attention")
-    assert attention_mask_for(model, allowed) is not None and type(attention_mask_for(model, allowed)) is type(block_mask)
+    assert attention_mask_for(model, allowed) is not None and type(attention_mask_for(model, allowed)) is type(
+        block_mask
+    )
     groups, _, length, _ = allowed.shape
     assert block_mask.shape == (groups, 1, length, length)
     # the block mask's own dense form is the layout's mask
-    assert torch.equal(block_mask.to_dense().bool().repeat_interleave(block_mask.BLOCK_SIZE[0], 2)
-                       .repeat_interleave(block_mask.BLOCK_SIZE[1], 3)[..., :length, :length] | ~allowed,
-                       torch.ones_like(allowed))  # every allowed entry lies in a block the kernel visits
+    assert torch.equal(
+        block_mask.to_dense()
+        .bool()
+        .repeat_interleave(block_mask.BLOCK_SIZE[0], 2)
+        .repeat_interleave(block_mask.BLOCK_SIZE[1], 3)[..., :length, :length]
+        | ~allowed,
+        torch.ones_like(allowed),
+    )  # every allowed entry lies in a block the kernel visits
     q, k, v = (torch.randn(groups, 2, length, 16, generator=torch.Generator().manual_seed(i)) for i in range(3))
     flex = flex_attention(q, k, v, block_mask=block_mask)
     dense = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
@@ -118,8 +125,9 @@ def test_flex_update_equals_padded_sdpa_update(causal_lm, tokenizer, layout):
         model = copy.deepcopy(causal_lm).cuda()
         model.set_attn_implementation(implementation)
         cfg = actor_config(ppo_mini_batch_size=8, ppo_micro_batch_size_per_gpu=4, entropy_coeff=0.01, **variant)
-        results.append((model, DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=1e-2))
-                        .update_policy(data)))
+        results.append(
+            (model, DataParallelPPOActor(cfg, model, torch.optim.SGD(model.parameters(), lr=1e-2)).update_policy(data))
+        )
     (padded, padded_metrics), (flex, flex_metrics) = results
     for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm"):
         assert flex_metrics[key] == pytest.approx(padded_metrics[key], rel=1e-5, abs=1e-6), key
@@ -131,9 +139,18 @@ def test_attn_implementation_is_read_from_override_config(tiny_model_dir):
     from verl.trainer.config_utils import ConfigError, default_config, validate_config
     from verl.utils.model_utils import load_causal_lm
 
-    model_cfg = OmegaConf.create(dict(path=tiny_model_dir, override_config={"attn_implementation": "flex_attention"},
-                                      enable_gradient_checkpointing=False, trust_remote_code=False, external_lib=None,
-                                      lora_rank=0, lora_alpha=16, target_modules="all-linear"))
+    model_cfg = OmegaConf.create(
+        dict(
+            path=tiny_model_dir,
+            override_config={"attn_implementation": "flex_attention"},
+            enable_gradient_checkpointing=False,
+            trust_remote_code=False,
+            external_lib=None,
+            lora_rank=0,
+            lora_alpha=16,
+            target_modules="all-linear",
+        )
+    )
     assert load_causal_lm(model_cfg).config._attn_implementation == "flex_attention"
     config = default_config()
     config.actor_rollout_ref.model.override_config = {"attn_implementation": "flash_attn"}
@@ -160,11 +177,19 @@ def test_a_flex_model_decodes_with_sdpa(causal_lm, flex_lm, tokenizer):
 
     tokenizer.padding_side = "left"
     enc = tokenizer(["hello", "a longer prompt than the first"], return_tensors="pt", padding=True)
-    tensors = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                   position_ids=compute_position_id_with_mask(enc["attention_mask"]))
-    out = [HFRollout(model, rollout_config(), tokenizer).generate_sequences(
-        DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()}, meta_info={"do_sample": False}))
-        .batch["responses"] for model in (causal_lm, flex_lm)]
+    tensors = dict(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        position_ids=compute_position_id_with_mask(enc["attention_mask"]),
+    )
+    out = [
+        HFRollout(model, rollout_config(), tokenizer)
+        .generate_sequences(
+            DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()}, meta_info={"do_sample": False})
+        )
+        .batch["responses"]
+        for model in (causal_lm, flex_lm)
+    ]
     assert torch.equal(out[0], out[1])
     assert flex_lm.config._attn_implementation == "flex_attention"
 
@@ -173,11 +198,22 @@ def test_training_with_flex_on_cpu_is_refused(tiny_model_dir):
     from verl.workers.fsdp_workers import _ModelWorkerMixin
     from verl.utils.model_utils import load_causal_lm
 
-    model_cfg = OmegaConf.create(dict(path=tiny_model_dir, override_config={"attn_implementation": "flex_attention"},
-                                      enable_gradient_checkpointing=False, trust_remote_code=False, external_lib=None,
-                                      lora_rank=0, lora_alpha=16, target_modules="all-linear"))
+    model_cfg = OmegaConf.create(
+        dict(
+            path=tiny_model_dir,
+            override_config={"attn_implementation": "flex_attention"},
+            enable_gradient_checkpointing=False,
+            trust_remote_code=False,
+            external_lib=None,
+            lora_rank=0,
+            lora_alpha=16,
+            target_modules="all-linear",
+        )
+    )
     worker = _ModelWorkerMixin()
     worker.device, worker.world_size = "cpu", 1
     with pytest.raises(ValueError, match="flex_attention trains only on CUDA"):
         worker._place(load_causal_lm(model_cfg), None, "actor_rollout_ref.actor.fsdp_config")
-    assert worker._place(load_causal_lm(model_cfg, trainable=False), None, "actor_rollout_ref.ref.fsdp_config") is not None  # a frozen reference may
+    assert (
+        worker._place(load_causal_lm(model_cfg, trainable=False), None, "actor_rollout_ref.ref.fsdp_config") is not None
+    )  # a frozen reference may

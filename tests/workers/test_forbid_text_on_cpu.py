@@ -1,6 +1,7 @@
 """Constrained decoding (``verl/workers/rollout/forbid_text.py``): rows flagged ``forbid_tool_calls`` never generate
 ``"<tool"`` however the tokenizer splits it — by hand on a toy vocabulary, then against a scripted "model" that wants
 to write ``<tool_call>`` with the real SmolLM2 tokenizer, then through the HF rollout and the router."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,7 +19,12 @@ def test_banned_tokens_by_hand():
     # after "", only a token holding the whole text; after "<": "tool"; after "<t": none ("ool" absent);
     # after "<to": "ol"; after "<too": "l"
     assert [sorted(vocab[i] for i in b.tolist()) for b in banned] == [
-        ["<tool_call>"], ["<tool_call>", "tool"], ["<tool_call>"], ["<tool_call>", "ol"], ["<tool_call>", "l"]]
+        ["<tool_call>"],
+        ["<tool_call>", "tool"],
+        ["<tool_call>"],
+        ["<tool_call>", "ol"],
+        ["<tool_call>", "l"],
+    ]
     assert [_state(tail, "<tool") for tail in ("", "ab", "a<", "<t", "x<to", "<too", "<tool")] == [0, 0, 1, 2, 3, 4, 0]
     with pytest.raises(ValueError, match="must not be empty"):
         banned_tokens_by_state(vocab, "")
@@ -54,12 +60,16 @@ def test_the_hf_rollout_constrains_only_the_flagged_rows(causal_lm, tokenizer, m
     monkeypatch.setattr(hf_rollout, "ForbidText", Recording)
     tokenizer.padding_side = "left"
     enc = tokenizer(["hello", "a longer prompt", "tool?"], return_tensors="pt", padding=True)
-    tensors = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
-                   position_ids=(enc["attention_mask"].cumsum(-1) - 1).clamp(min=0))
+    tensors = dict(
+        input_ids=enc["input_ids"],
+        attention_mask=enc["attention_mask"],
+        position_ids=(enc["attention_mask"].cumsum(-1) - 1).clamp(min=0),
+    )
     rollout = hf_rollout.HFRollout(causal_lm, rollout_config(micro_batch_size=2), tokenizer)
     torch.manual_seed(3)
-    plain = rollout.generate_sequences(DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()},
-                                                           meta_info={"do_sample": True, "n": 2}))
+    plain = rollout.generate_sequences(
+        DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()}, meta_info={"do_sample": True, "n": 2})
+    )
     flagged = {**{k: v.clone() for k, v in tensors.items()}, FORBID_TOOL_CALLS: torch.tensor([True, False, False])}
     torch.manual_seed(3)
     out = rollout.generate_sequences(DataProto.from_dict(tensors=flagged, meta_info={"do_sample": True, "n": 2}))
@@ -84,8 +94,11 @@ def test_the_router_flags_answer_routed_copies(tokenizer):
         logits[row, int(action)] = 20.0
     for enabled in (False, True):
         batch = DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()}, non_tensors={"raw_prompt": raw})
-        controller = RouterController(default_section("router", answer_forbids_tool_calls=enabled),
-                                      default_section("data", max_prompt_length=64), tokenizer)
+        controller = RouterController(
+            default_section("router", answer_forbids_tool_calls=enabled),
+            default_section("data", max_prompt_length=64),
+            tokenizer,
+        )
         controller.route(batch, logits, validate=True)
         if enabled:
             assert batch.batch[FORBID_TOOL_CALLS].tolist() == [True, False, True]

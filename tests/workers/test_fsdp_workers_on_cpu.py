@@ -1,5 +1,6 @@
 """ActorRolloutRefWorker and CriticWorker as plain single-process objects, configured from the real
 ppo_trainer.yaml: batch-size normalisation, one PPO step's worker calls, checkpoint save → load round trips."""
+
 from __future__ import annotations
 
 import os
@@ -16,23 +17,32 @@ from workers_testlib import trainer_config
 def prompts(tokenizer, n: int) -> DataProto:
     tokenizer.padding_side = "left"
     enc = tokenizer(["hi", "call the weather tool"], return_tensors="pt", padding="max_length", max_length=8)
-    data = DataProto.from_dict(tensors={"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                                        "position_ids": compute_position_id_with_mask(enc["attention_mask"])})
+    data = DataProto.from_dict(
+        tensors={
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "position_ids": compute_position_id_with_mask(enc["attention_mask"]),
+        }
+    )
     return data.repeat(n, interleave=True)  # the trainer repeats before rollout (upstream order)
 
 
 @pytest.fixture(scope="module")
 def actor_worker(tiny_model_dir):
-    cfg = trainer_config(tiny_model_dir, **{"actor_rollout_ref.model.use_remove_padding": True,
-                                            "actor_rollout_ref.actor.use_kl_loss": True})
+    cfg = trainer_config(
+        tiny_model_dir,
+        **{"actor_rollout_ref.model.use_remove_padding": True, "actor_rollout_ref.actor.use_kl_loss": True},
+    )
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
     worker.init_model()
     return worker
 
 
 def test_batch_sizes_are_normalised(tiny_model_dir, monkeypatch):
-    cfg = trainer_config(tiny_model_dir, **{"actor_rollout_ref.actor.ppo_mini_batch_size": 4,
-                                            "actor_rollout_ref.actor.ppo_micro_batch_size": 4})
+    cfg = trainer_config(
+        tiny_model_dir,
+        **{"actor_rollout_ref.actor.ppo_mini_batch_size": 4, "actor_rollout_ref.actor.ppo_micro_batch_size": 4},
+    )
     monkeypatch.setenv("WORLD_SIZE", "2")
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
     assert worker.config.actor.ppo_mini_batch_size == 4 * 2 // 2  # prompts × n / world size
@@ -117,8 +127,13 @@ def test_save_contents_is_what_a_checkpoint_holds(actor_worker, tmp_path, caplog
     it says that the optimizer and the schedule start afresh; an entry no checkpointer writes is refused."""
     from verl.workers.fsdp_checkpoint import Checkpointer as _Checkpointer
 
-    parts = (actor_worker, actor_worker.actor_module, actor_worker.actor_optimizer, actor_worker.actor_lr_scheduler,
-             None)
+    parts = (
+        actor_worker,
+        actor_worker.actor_module,
+        actor_worker.actor_optimizer,
+        actor_worker.actor_lr_scheduler,
+        None,
+    )
     path = str(tmp_path / "model_only")
     _Checkpointer(*parts, ["model"]).save(path, global_step=2)
     assert sorted(os.listdir(path)) == ["model_world_size_1_rank_0.pt"]

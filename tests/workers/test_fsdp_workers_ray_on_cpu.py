@@ -11,6 +11,7 @@ weights to 2·lr + 1e-6 absolute everywhere, and to 1e-6 on at least 99.9 % of t
 Also exercises sharded greedy generation (equal to one process) and the sharded (DTensor) checkpoint path: save at
 world size 2 (per-rank shards + an HF export equal to the gathered weights), train on, load, compare.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,11 +30,16 @@ LR = 1e-4
 
 @pytest.fixture(scope="module")
 def config(tiny_model_dir):
-    return trainer_config(tiny_model_dir, **{"actor_rollout_ref.actor.ppo_mini_batch_size": 4,
-                                             "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
-                                             "actor_rollout_ref.actor.optim.lr": LR,
-                                             "actor_rollout_ref.actor.optim.weight_decay": 0.0,
-                                             "actor_rollout_ref.model.use_remove_padding": True})
+    return trainer_config(
+        tiny_model_dir,
+        **{
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+            "actor_rollout_ref.actor.optim.lr": LR,
+            "actor_rollout_ref.actor.optim.weight_decay": 0.0,
+            "actor_rollout_ref.model.use_remove_padding": True,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +54,11 @@ def group(ray_session, config):
     from verl.single_controller.ray import RayClassWithInitArgs, RayResourcePool, RayWorkerGroup
 
     pool = RayResourcePool(process_on_nodes=[2], use_gpu=False, cpus_per_worker=0.5, name_prefix="actor_dp2")
-    wg = RayWorkerGroup(pool, RayClassWithInitArgs(ActorRolloutRefWorker, config=config.actor_rollout_ref,
-                                                   role="actor_rollout"), name_prefix="actor_dp2_wg")
+    wg = RayWorkerGroup(
+        pool,
+        RayClassWithInitArgs(ActorRolloutRefWorker, config=config.actor_rollout_ref, role="actor_rollout"),
+        name_prefix="actor_dp2_wg",
+    )
     wg.init_model()
     yield wg
     wg.shutdown()
@@ -60,9 +69,14 @@ def test_sharded_greedy_generation_matches_one_process(single, group, tokenizer)
     """Each rank generates its half with an FSDP2-sharded module (synced_gpus keeps the collectives aligned)."""
     tokenizer.padding_side = "left"
     enc = tokenizer(["hi", "call the weather tool", "what is 2+2?", "bye"], return_tensors="pt", padding=True)
-    data = DataProto.from_dict(tensors={"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"],
-                                        "position_ids": compute_position_id_with_mask(enc["attention_mask"])},
-                               meta_info={"do_sample": False})
+    data = DataProto.from_dict(
+        tensors={
+            "input_ids": enc["input_ids"],
+            "attention_mask": enc["attention_mask"],
+            "position_ids": compute_position_id_with_mask(enc["attention_mask"]),
+        },
+        meta_info={"do_sample": False},
+    )
     expected = single.generate_sequences(data).batch
     got = group.generate_sequences(data).batch
     for key in ("responses", "attention_mask", "position_ids"):

@@ -5,6 +5,7 @@ the model's forward (``fused_linear_logprob.head_computes_logprobs``), where FSD
 ``[tokens, vocab]`` logits exist on any rank. Both ranks see the same micro-batch, so FSDP2's mean over ranks is the single-rank gradient.
 Tolerances: float32, as ``test_fused_kernels_on_cpu.py`` (the shards change only the summation order).
 """
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,9 @@ def _run_actor(model, layout, micro, weights, fused):
 
     actor = DataParallelPPOActor(actor_config(use_fused_kernels=fused, **LAYOUTS[layout]), model)
     assert actor.use_fused_kernels == fused
-    entropy, log_probs = actor._forward_micro_batch(TensorDict(dict(micro.items()), batch_size=micro.batch_size),
-                                                    0.7, calculate_entropy=True)
+    entropy, log_probs = actor._forward_micro_batch(
+        TensorDict(dict(micro.items()), batch_size=micro.batch_size), 0.7, calculate_entropy=True
+    )
     _loss(log_probs, entropy, micro["response_mask"], weights).backward()
     return log_probs.detach(), entropy.detach()
 
@@ -66,8 +68,9 @@ def _rank(rank, world, init_file, model_dir, out_dir):
         log_probs, entropy = _run_actor(model, layout, micro, weights, fused=True)
         grads = {name: p.grad.full_tensor() for name, p in model.named_parameters() if p.grad is not None}
         if rank == 0:
-            torch.save({"log_probs": log_probs, "entropy": entropy, "grads": grads},
-                       Path(out_dir) / f"{layout}_{tied}.pt")
+            torch.save(
+                {"log_probs": log_probs, "entropy": entropy, "grads": grads}, Path(out_dir) / f"{layout}_{tied}.pt"
+            )
     dist.barrier()  # both ranks past their last collective before either tears gloo down (an early teardown
     dist.destroy_process_group()  # once aborted the other rank: "terminate called without an active exception")
 

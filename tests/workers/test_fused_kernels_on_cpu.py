@@ -1,6 +1,7 @@
 """``model.use_fused_kernels`` in the actor (``verl/utils/fused_linear_logprob.py``): log-probs, entropies, gradients
 and a whole update equal the materialised-logits path on real RLLA prompts, with each layout (padded, remove-padding,
 shared-prompt); heads it cannot stand in for are refused with a reason. Tolerances as ``test_shared_prompt_on_cpu``."""
+
 from __future__ import annotations
 
 import copy

@@ -1,4 +1,5 @@
 """HFRollout on the tiny model: output layout, masks and EOS handling, greedy determinism, n > 1 interleaving."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -23,9 +24,16 @@ def prompts(tokenizer):
 
 
 def rollout_config(**overrides):
-    base = dict(response_length=RESPONSE_LENGTH, temperature=1.0, top_k=-1, top_p=1.0, do_sample=True,
-                micro_batch_size=2, dtype="bfloat16", val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1,
-                                                                      top_p=1.0, n=1))
+    base = dict(
+        response_length=RESPONSE_LENGTH,
+        temperature=1.0,
+        top_k=-1,
+        top_p=1.0,
+        do_sample=True,
+        micro_batch_size=2,
+        dtype="bfloat16",
+        val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1, top_p=1.0, n=1),
+    )
     base.update(overrides)
     return default_section("actor_rollout_ref.rollout", **base)
 
@@ -128,8 +136,9 @@ def test_shared_prefill_decodes_the_same_tokens(causal_lm, tokenizer, prompts, d
     repeated = {k: v.repeat_interleave(n, dim=0) for k, v in prompts.items()}
     outputs, prefills = [], []
     for shared, tensors, meta_n in ((False, repeated, 1), (True, repeated, 1), (True, prompts, n)):
-        data = DataProto.from_dict(tensors={k: v.clone() for k, v in tensors.items()},
-                                   meta_info={"do_sample": do_sample, "n": meta_n})
+        data = DataProto.from_dict(
+            tensors={k: v.clone() for k, v in tensors.items()}, meta_info={"do_sample": do_sample, "n": meta_n}
+        )
         torch.manual_seed(7)
         micro = 9 // meta_n  # the same 9 rows per generate call
         rollout = HFRollout(causal_lm, rollout_config(shared_prefill=shared, micro_batch_size=micro), tokenizer)
@@ -149,8 +158,9 @@ def test_shared_prefill_decodes_the_same_tokens(causal_lm, tokenizer, prompts, d
 def test_shared_prefill_computes_each_distinct_prompt_once(causal_lm, tokenizer, prompts):
     rollout = HFRollout(causal_lm, rollout_config(shared_prefill=True), tokenizer)
     calls = []
-    handle = causal_lm.register_forward_pre_hook(lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape),
-                                                 with_kwargs=True)
+    handle = causal_lm.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(kwargs["input_ids"].shape), with_kwargs=True
+    )
     try:
         ids = prompts["input_ids"].repeat_interleave(4, dim=0)
         mask = prompts["attention_mask"].repeat_interleave(4, dim=0)
@@ -171,8 +181,13 @@ def test_calculate_log_probs_is_the_sampling_distribution(causal_lm, tokenizer, 
     data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"n": 2})
     out = HFRollout(causal_lm, cfg, tokenizer).generate_sequences(data).batch
     with torch.no_grad():
-        logits = causal_lm(input_ids=out["input_ids"], attention_mask=out["attention_mask"],
-                           position_ids=out["position_ids"]).logits[:, -RESPONSE_LENGTH - 1:-1].float()
+        logits = (
+            causal_lm(
+                input_ids=out["input_ids"], attention_mask=out["attention_mask"], position_ids=out["position_ids"]
+            )
+            .logits[:, -RESPONSE_LENGTH - 1 : -1]
+            .float()
+        )
     logits = logits / sampling["temperature"]
     if "top_k" in sampling:
         kth = logits.topk(sampling["top_k"], dim=-1).values[..., -1:]
@@ -196,16 +211,21 @@ def test_static_cache_decodes_the_same_tokens(causal_lm, tokenizer, prompts, sha
     ``dynamic`` is generate's default (null): it keeps the shared prefill."""
     outputs = []
     for cache in (None, "static", "dynamic"):
-        data = DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()},
-                                   meta_info={"do_sample": True, "n": 2})
+        data = DataProto.from_dict(
+            tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"do_sample": True, "n": 2}
+        )
         torch.manual_seed(11)
-        rollout = HFRollout(causal_lm, rollout_config(cache_implementation=cache, shared_prefill=shared_prefill,
-                                                      micro_batch_size=3), tokenizer)
+        rollout = HFRollout(
+            causal_lm,
+            rollout_config(cache_implementation=cache, shared_prefill=shared_prefill, micro_batch_size=3),
+            tokenizer,
+        )
         if cache == "static":
             rollout._prefill_once = lambda *args: pytest.fail("a static cache must not be prefilled as a dynamic one")
         sampled = rollout.generate_sequences(data).batch
-        greedy = rollout.generate_sequences(DataProto.from_dict(
-            tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"do_sample": False})).batch
+        greedy = rollout.generate_sequences(
+            DataProto.from_dict(tensors={k: v.clone() for k, v in prompts.items()}, meta_info={"do_sample": False})
+        ).batch
         outputs.append((sampled, greedy))
     for other in outputs[1:]:
         for dynamic, static in zip(outputs[0], other):

@@ -2,6 +2,7 @@
 step of the actor equals a hand-built peft step; the reference policy is the base model with no second copy; the
 merged weights (vLLM sync, HF export) compute the LoRA model's function; checkpoints hold the adapters and resume
 bitwise."""
+
 from __future__ import annotations
 
 import copy
@@ -36,17 +37,19 @@ def lora_model(path: str, seed: int = 0) -> torch.nn.Module:
 
 def response_log_probs(model, batch) -> torch.Tensor:
     b = batch.batch
-    logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"],
-                   position_ids=b["position_ids"]).logits.float()
+    logits = model(
+        input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
+    ).logits.float()
     r = b["responses"].shape[1]
-    return torch.log_softmax(logits[:, -r - 1:-1], -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
+    return torch.log_softmax(logits[:, -r - 1 : -1], -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
 
 
 def test_only_the_adapters_train_and_step_zero_is_the_base_model(tiny_model_dir):
     base = load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir))
     torch.manual_seed(0)
-    model = load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir, lora_rank=RANK,
-                                           lora_alpha=ALPHA))
+    model = load_causal_lm(
+        default_section("actor_rollout_ref.model", path=tiny_model_dir, lora_rank=RANK, lora_alpha=ALPHA)
+    )
     assert is_lora(model) and lora_scaling(model) == ALPHA / RANK
     trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     assert trainable and all(".lora_A." in n or ".lora_B." in n for n in trainable)
@@ -70,7 +73,8 @@ def test_merged_state_dict_is_the_plain_model_computing_the_lora_function(tiny_m
     state = model.state_dict()
     src = f"base_model.model.{key}"
     expected = state[f"{src}.base_layer.weight"] + (ALPHA / RANK) * (
-        state[f"{src}.lora_B.default.weight"] @ state[f"{src}.lora_A.default.weight"])
+        state[f"{src}.lora_B.default.weight"] @ state[f"{src}.lora_A.default.weight"]
+    )
     torch.testing.assert_close(merged_state_dict(state, ALPHA / RANK)[f"{key}.weight"], expected, rtol=0, atol=0)
 
 
@@ -81,8 +85,10 @@ def test_a_lora_actor_step_equals_a_hand_built_peft_step(tiny_model_dir):
     from transformers import AutoModelForCausalLM
 
     model = lora_model(tiny_model_dir)
-    hand = get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32),
-                          LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear", lora_dropout=0.0))
+    hand = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32),
+        LoraConfig(r=RANK, lora_alpha=ALPHA, target_modules="all-linear", lora_dropout=0.0),
+    )
     hand.load_state_dict(model.state_dict())
     batch = make_batch()
     lr = 1.0
@@ -112,9 +118,14 @@ def test_a_lora_actor_step_equals_a_hand_built_peft_step(tiny_model_dir):
 
 def make_lora_worker(model_dir: str, seed: int) -> ActorRolloutRefWorker:
     """An actor/rollout/ref worker with LoRA adapters (rank RANK, alpha ALPHA) initialised from ``seed``."""
-    cfg = trainer_config(model_dir, **{"actor_rollout_ref.model.lora_rank": RANK,
-                                       "actor_rollout_ref.model.lora_alpha": ALPHA,
-                                       "actor_rollout_ref.actor.use_kl_loss": True})
+    cfg = trainer_config(
+        model_dir,
+        **{
+            "actor_rollout_ref.model.lora_rank": RANK,
+            "actor_rollout_ref.model.lora_alpha": ALPHA,
+            "actor_rollout_ref.actor.use_kl_loss": True,
+        },
+    )
     torch.manual_seed(seed)
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
     worker.init_model()
@@ -130,8 +141,9 @@ def test_the_reference_is_the_base_model_without_a_second_copy(lora_worker, toke
     assert lora_worker.ref_policy.actor_module is lora_worker.actor_module
     batch = one_step_batch(lora_worker, tokenizer)
     lora_worker.update_actor(batch)  # the adapters move away from the base
-    base = DataParallelPPOActor(actor_config(), load_causal_lm(default_section("actor_rollout_ref.model",
-                                                                               path=tiny_model_dir)))
+    base = DataParallelPPOActor(
+        actor_config(), load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir))
+    )
     ref = lora_worker.compute_ref_log_prob(batch).batch["ref_log_prob"]
     data = copy.deepcopy(batch)
     data.meta_info.update(temperature=1.0, micro_batch_size=3, use_dynamic_bsz=False, max_token_len=None)
@@ -149,8 +161,9 @@ def test_checkpoint_holds_the_adapters_and_resumes_bitwise(lora_worker, tokenize
     # the HF export is the merged plain model
     export = AutoModelForCausalLM.from_pretrained(tmp_path / "step" / "huggingface", dtype=torch.float32)
     batch = make_batch()
-    torch.testing.assert_close(response_log_probs(export, batch), response_log_probs(lora_worker.actor_module, batch),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        response_log_probs(export, batch), response_log_probs(lora_worker.actor_module, batch), rtol=0, atol=1e-5
+    )
     # resume: a fresh worker (other random adapters) loads the checkpoint, then both take the same step
     resumed = make_lora_worker(tiny_model_dir, seed=123)
     resumed.load_checkpoint(str(tmp_path / "step"))
@@ -164,11 +177,14 @@ def test_checkpoint_holds_the_adapters_and_resumes_bitwise(lora_worker, tokenize
     assert os.path.isfile(tmp_path / "step" / "optim_world_size_1_rank_0.pt")
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (["actor_rollout_ref.model.lora_rank=-1"], "lora_rank=-1"),
-    (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=0"], "lora_alpha=0"),
-    (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[]"], "target_modules"),
-])
+@pytest.mark.parametrize(
+    "overrides, match",
+    [
+        (["actor_rollout_ref.model.lora_rank=-1"], "lora_rank=-1"),
+        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.lora_alpha=0"], "lora_alpha=0"),
+        (["actor_rollout_ref.model.lora_rank=4", "actor_rollout_ref.model.target_modules=[]"], "target_modules"),
+    ],
+)
 def test_lora_settings_are_checked_at_load(overrides, match):
     from verl.trainer.config_utils import ConfigError, load_default_config, normalize_config, validate_config
 
@@ -179,8 +195,15 @@ def test_lora_settings_are_checked_at_load(overrides, match):
 def test_only_linear_targets_are_accepted(tiny_model_dir):
     """An embedding target would be merged and checkpointed wrongly: refused when the adapters are attached."""
     with pytest.raises(ValueError, match=r"target_modules: .*embed_tokens is a Embedding; LoRA RL supports nn.Linear"):
-        load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir, lora_rank=RANK,
-                                       lora_alpha=ALPHA, target_modules=["embed_tokens", "q_proj"]))
+        load_causal_lm(
+            default_section(
+                "actor_rollout_ref.model",
+                path=tiny_model_dir,
+                lora_rank=RANK,
+                lora_alpha=ALPHA,
+                target_modules=["embed_tokens", "q_proj"],
+            )
+        )
 
 
 def test_lora_settings_are_resume_keys():
@@ -188,5 +211,6 @@ def test_lora_settings_are_resume_keys():
 
     saved = {"actor_rollout_ref.model.lora_alpha": 16}
     assert config_differences(saved, {"actor_rollout_ref.model.lora_alpha": 32}) == [
-        "actor_rollout_ref.model.lora_alpha: checkpoint 16 -> now 32"]
+        "actor_rollout_ref.model.lora_alpha: checkpoint 16 -> now 32"
+    ]
     assert config_differences({}, {"actor_rollout_ref.model.lora_alpha": 32}) == []  # an older checkpoint's manifest

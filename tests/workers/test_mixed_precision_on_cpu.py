@@ -10,6 +10,7 @@
   SFT trainer's ``mixed_precision: bf16``.
 Each distributed case runs in spawned processes (the test process never creates a process group).
 """
+
 from __future__ import annotations
 
 import os
@@ -59,14 +60,17 @@ def test_one_float32_gpu_rank_is_sharded_when_it_offloads(monkeypatch):
     assert calls == [("cuda", None)]
 
 
-@pytest.mark.parametrize("value, match", [
-    ({"param_dtype": "bf16", "keep_fp32": True}, r"mixed_precision: unknown key\(s\) \['keep_fp32'\]"),
-    ({"param_dtype": "fp16"}, r"fp16 needs loss scaling"),
-    ({"param_dtype": "bf16", "buffer_dtype": "bf16"}, r"mixed_precision\.buffer_dtype='bf16'"),
-    ({"param_dtype": "half"}, r"mixed_precision\.param_dtype='half': expected one of"),
-    ({"param_dtype": "fp32", "reduce_dtype": "bf16"}, r"float32 parameters reduce in float32"),
-    (3, r"expected null, a dtype name or a mapping"),
-])
+@pytest.mark.parametrize(
+    "value, match",
+    [
+        ({"param_dtype": "bf16", "keep_fp32": True}, r"mixed_precision: unknown key\(s\) \['keep_fp32'\]"),
+        ({"param_dtype": "fp16"}, r"fp16 needs loss scaling"),
+        ({"param_dtype": "bf16", "buffer_dtype": "bf16"}, r"mixed_precision\.buffer_dtype='bf16'"),
+        ({"param_dtype": "half"}, r"mixed_precision\.param_dtype='half': expected one of"),
+        ({"param_dtype": "fp32", "reduce_dtype": "bf16"}, r"float32 parameters reduce in float32"),
+        (3, r"expected null, a dtype name or a mapping"),
+    ],
+)
 def test_bad_policies_are_refused_with_the_key(value, match):
     with pytest.raises(ValueError, match=match):
         mixed_precision_policy(value, "cpu", KEY)
@@ -89,8 +93,9 @@ def _forward_backward(model, layout, fused, micro, weights):
 
     overrides, _ = CASES[layout]
     actor = DataParallelPPOActor(actor_config(use_fused_kernels=fused, **overrides), model)
-    entropy, log_probs = actor._forward_micro_batch(TensorDict(dict(micro.items()), batch_size=micro.batch_size),
-                                                    0.7, calculate_entropy=True)
+    entropy, log_probs = actor._forward_micro_batch(
+        TensorDict(dict(micro.items()), batch_size=micro.batch_size), 0.7, calculate_entropy=True
+    )
     assert log_probs.dtype == torch.float32 and entropy.dtype == torch.float32
     ((log_probs * weights + 0.1 * entropy) * micro["response_mask"]).sum().backward()
     return log_probs.detach(), entropy.detach()
@@ -119,8 +124,9 @@ def _policy_rank(rank, world, init_file, model_dir, out_dir, device="cpu"):
 
     if device == "cuda":
         torch.cuda.set_device(rank)
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+    dist.init_process_group(
+        "nccl" if device == "cuda" else "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world
+    )
     torch.set_num_threads(1)
     micro, weights = _inputs(AutoTokenizer.from_pretrained(model_dir))
     micro, weights = micro.to(device), weights.to(device)
@@ -132,8 +138,10 @@ def _policy_rank(rank, world, init_file, model_dir, out_dir, device="cpu"):
         master = {name: p.dtype for name, p in model.named_parameters()}
         grads = {name: p.grad.full_tensor().cpu() for name, p in model.named_parameters() if p.grad is not None}
         if rank == 0:
-            torch.save({"log_probs": log_probs.cpu(), "entropy": entropy.cpu(), "grads": grads, "master": master},
-                       Path(out_dir) / f"{layout}.pt")
+            torch.save(
+                {"log_probs": log_probs.cpu(), "entropy": entropy.cpu(), "grads": grads, "master": master},
+                Path(out_dir) / f"{layout}.pt",
+            )
     dist.barrier()  # both ranks past their last collective before either tears gloo down (an early teardown
     dist.destroy_process_group()  # once aborted the other rank: "terminate called without an active exception")
 
@@ -146,8 +154,12 @@ def test_bf16_policy_equals_a_hand_built_bf16_computation(world, device, tiny_mo
     if device == "cuda" and not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    mp.spawn(_policy_rank, args=(world, str(tmp_path / "init"), tiny_model_dir, str(tmp_path), device),
-             nprocs=world, join=True)
+    mp.spawn(
+        _policy_rank,
+        args=(world, str(tmp_path / "init"), tiny_model_dir, str(tmp_path), device),
+        nprocs=world,
+        join=True,
+    )
     micro, weights = _inputs(tokenizer)
     mask = micro["response_mask"].bool()
     exact = device == "cpu"
@@ -197,30 +209,37 @@ def _workers_rank(rank, model_dir, out_dir, lora):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    cfg = trainer_config(model_dir, **{f"{KEY}.param_dtype": "bf16",
-                                       "critic.model.fsdp_config.mixed_precision.param_dtype": "bf16",
-                                       "actor_rollout_ref.actor.use_kl_loss": True,
-                                       "actor_rollout_ref.model.lora_rank": 4 if lora else 0})
+    cfg = trainer_config(
+        model_dir,
+        **{
+            f"{KEY}.param_dtype": "bf16",
+            "critic.model.fsdp_config.mixed_precision.param_dtype": "bf16",
+            "actor_rollout_ref.actor.use_kl_loss": True,
+            "actor_rollout_ref.model.lora_rank": 4 if lora else 0,
+        },
+    )
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
     worker.init_model()
-    result = {"actor_dtype": param_dtype_of(worker.actor_module),
-              "ref_dtype": param_dtype_of(worker.ref_policy.actor_module),
-              "rollout_dtype": worker.rollout.policy_dtype}
+    result = {
+        "actor_dtype": param_dtype_of(worker.actor_module),
+        "ref_dtype": param_dtype_of(worker.ref_policy.actor_module),
+        "rollout_dtype": worker.rollout.policy_dtype,
+    }
     batch = one_step_batch(worker, tokenizer)
     result["ref_equals_old"] = torch.equal(batch.batch["ref_log_prob"], batch.batch["old_log_probs"])
     before = {k: v.full_tensor().clone() for k, v in worker.actor_module.state_dict().items()}
     metrics = worker.update_actor(batch).meta_info["metrics"]
     after = {k: v.full_tensor().clone() for k, v in worker.actor_module.state_dict().items()}
     result["kl_loss"] = metrics["actor/kl_loss"]
-    result["master_float32"] = all(is_dtensor(p) and p.dtype == torch.float32
-                                   for p in worker.actor_module.parameters())
+    result["master_float32"] = all(is_dtensor(p) and p.dtype == torch.float32 for p in worker.actor_module.parameters())
     result["moved"] = any(not torch.equal(before[k], after[k]) for k in before)
     path = str(Path(out_dir) / "actor")
     worker.save_checkpoint(path, global_step=1)
     worker.update_actor(batch)
     worker.load_checkpoint(path)
-    result["restored"] = all(torch.equal(v.full_tensor(), after[k])
-                             for k, v in worker.actor_module.state_dict().items())
+    result["restored"] = all(
+        torch.equal(v.full_tensor(), after[k]) for k, v in worker.actor_module.state_dict().items()
+    )
     critic = CriticWorker(cfg.critic)
     critic.init_model()
     data = make_batch(batch_size=4)
@@ -254,8 +273,10 @@ def test_hf_rollout_refuses_a_dtype_other_than_the_policys(tiny_model_dir):
     config = default_section("actor_rollout_ref.rollout", response_length=4, dtype="float32")
     with pytest.raises(ValueError, match=r"rollout\.dtype='float32'.*mixed_precision\.param_dtype"):
         HFRollout(model, config)
-    assert HFRollout(model, default_section("actor_rollout_ref.rollout", response_length=4,
-                                            dtype="bfloat16")).policy_dtype == torch.bfloat16
+    assert (
+        HFRollout(model, default_section("actor_rollout_ref.rollout", response_length=4, dtype="bfloat16")).policy_dtype
+        == torch.bfloat16
+    )
 
 
 def test_the_config_is_checked_at_load():

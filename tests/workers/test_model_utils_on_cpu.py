@@ -1,4 +1,5 @@
 """model_utils: LR schedules and their config errors, optimizer config errors, gradient checkpointing equivalence."""
+
 from __future__ import annotations
 
 import math
@@ -30,20 +31,31 @@ def test_constant_and_cosine_schedules():
     assert _lrs({"lr": 1.0}, 3) == [1.0, 1.0, 1.0]
     warm = _lrs({"lr": 1.0, "lr_warmup_steps": 2}, 4)
     assert warm == [0.0, 0.5, 1.0, 1.0]
-    cosine = _lrs({"lr": 1.0, "warmup_style": "cosine", "total_training_steps": 10, "lr_warmup_steps_ratio": 0.2,
-                   "min_lr_ratio": 0.1}, 11)
+    cosine = _lrs(
+        {
+            "lr": 1.0,
+            "warmup_style": "cosine",
+            "total_training_steps": 10,
+            "lr_warmup_steps_ratio": 0.2,
+            "min_lr_ratio": 0.1,
+        },
+        11,
+    )
     assert cosine[2] == pytest.approx(1.0)  # end of the 2 warm-up steps
     assert cosine[6] == pytest.approx(0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * 4 / 8)))
     assert cosine[10] == pytest.approx(0.1)
     assert all(a >= b for a, b in itertools.pairwise(cosine))
 
 
-@pytest.mark.parametrize("optim, key", [
-    ({"lr": 1.0, "warmup_style": "cosine"}, "total_training_steps"),
-    ({"lr": 1.0, "lr_warmup_steps_ratio": 0.1}, "total_training_steps"),
-    ({"lr": 1.0, "warmup_style": "linear"}, "warmup_style"),
-    ({"lr": None}, "optim.lr"),
-])
+@pytest.mark.parametrize(
+    "optim, key",
+    [
+        ({"lr": 1.0, "warmup_style": "cosine"}, "total_training_steps"),
+        ({"lr": 1.0, "lr_warmup_steps_ratio": 0.1}, "total_training_steps"),
+        ({"lr": 1.0, "warmup_style": "linear"}, "warmup_style"),
+        ({"lr": None}, "optim.lr"),
+    ],
+)
 def test_bad_optim_config_names_the_key(optim, key):
     with pytest.raises(ValueError, match=key):
         _lrs(optim, 1)
@@ -53,8 +65,9 @@ def test_gradient_checkpointing_gives_the_same_gradients(tiny_model_dir):
     micro = make_batch().batch
     grads = []
     for checkpointing in (False, True):
-        module = load_causal_lm(default_section("actor_rollout_ref.model", path=tiny_model_dir,
-                                                enable_gradient_checkpointing=checkpointing))
+        module = load_causal_lm(
+            default_section("actor_rollout_ref.model", path=tiny_model_dir, enable_gradient_checkpointing=checkpointing)
+        )
         actor = DataParallelPPOActor(default_section("actor_rollout_ref.actor", use_remove_padding=True), module)
         _, log_probs = actor._forward_micro_batch(micro, temperature=1.0)
         (log_probs * micro["response_mask"]).sum().backward()

@@ -5,6 +5,7 @@ Tolerances (float32 on CPU; sharing changes only the summation order inside atte
 log-prob differences ~1e-6 absolute (|log-prob| ~ 11), entropy ~1e-5 (entropy ~ 10.8), so 1e-5 / 5e-5 absolute;
 gradients 1e-5 relative Frobenius error per parameter tensor, as for remove-padding in ``test_dp_actor_on_cpu.py``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -43,8 +44,10 @@ def test_layout_and_mask_by_hand():
     pad = int(input_ids[0, 0])
     assert shared.input_ids.tolist() == [[11, 12, 13, 31, 32, 41], [pad, 21, 22, 51, 52, pad]]
     assert shared.position_ids.tolist() == [[0, 1, 2, 3, 4, 3], [0, 0, 1, 2, 3, 0]]
-    visible = [{0: [0], 1: [0, 1], 2: [0, 1, 2], 3: [0, 1, 2, 3], 4: [0, 1, 2, 3, 4], 5: [0, 1, 2, 5]},
-               {0: [0], 1: [1], 2: [1, 2], 3: [1, 2, 3], 4: [1, 2, 3, 4], 5: [5]}]  # padding sees only itself
+    visible = [
+        {0: [0], 1: [0, 1], 2: [0, 1, 2], 3: [0, 1, 2, 3], 4: [0, 1, 2, 3, 4], 5: [0, 1, 2, 5]},
+        {0: [0], 1: [1], 2: [1, 2], 3: [1, 2, 3], 4: [1, 2, 3, 4], 5: [5]},
+    ]  # padding sees only itself
     for row, keys_of in enumerate(visible):
         expected = torch.zeros(6, 6, dtype=torch.bool)
         for query, keys in keys_of.items():
@@ -79,8 +82,7 @@ def test_shared_log_probs_equal_padded_on_rlla(causal_lm, tokenizer, n, dynamic)
     data = make_rlla_group_batch(tokenizer, n)
     data.meta_info.update(temperature=0.7, micro_batch_size=4, use_dynamic_bsz=dynamic, max_token_len=2400)
     reference, ref_entropy = DataParallelPPOActor(actor_config(), causal_lm).compute_log_prob(data, True)
-    shared, entropy = DataParallelPPOActor(actor_config(use_shared_prompt=True), causal_lm).compute_log_prob(data,
-                                                                                                           True)
+    shared, entropy = DataParallelPPOActor(actor_config(use_shared_prompt=True), causal_lm).compute_log_prob(data, True)
     mask = data.batch["response_mask"].bool()
     torch.testing.assert_close(shared[mask], reference[mask], atol=LP_ATOL, rtol=0)
     torch.testing.assert_close(entropy[mask], ref_entropy[mask], atol=ENTROPY_ATOL, rtol=0)
@@ -132,22 +134,22 @@ def assert_update_equals_padded(causal_lm, data, **overrides):
 def test_shared_update_equals_padded_update(causal_lm, tokenizer):
     data = make_rlla_group_batch(tokenizer, n=4, num_prompts=2)
     data.meta_info["temperature"] = 0.7
-    assert_update_equals_padded(causal_lm, data, use_shared_prompt=True, use_dynamic_bsz=True,
-                                ppo_max_token_len_per_gpu=4000)
-
+    assert_update_equals_padded(
+        causal_lm, data, use_shared_prompt=True, use_dynamic_bsz=True, ppo_max_token_len_per_gpu=4000
+    )
 
 
 def test_cpu_sdpa_gets_one_additive_mask_with_the_boolean_masks_scores(causal_lm, tokenizer):
     data = make_rlla_group_batch(tokenizer, 4, num_prompts=2)
     b = data.batch
-    shared = build_shared_prompt_batch(b["input_ids"], b["attention_mask"], b["position_ids"],
-                                       b["responses"].shape[1])
+    shared = build_shared_prompt_batch(b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[1])
     assert causal_lm.config._attn_implementation == "sdpa"
     mask = attention_mask_for(causal_lm, shared.attention_mask)
     assert mask.dtype == torch.float32 and mask.shape == shared.attention_mask.shape
     assert torch.equal(mask == 0, shared.attention_mask) and torch.isneginf(mask[~shared.attention_mask]).all()
     with torch.no_grad():
         additive = causal_lm(input_ids=shared.input_ids, position_ids=shared.position_ids, attention_mask=mask).logits
-        boolean = causal_lm(input_ids=shared.input_ids, position_ids=shared.position_ids,
-                            attention_mask=shared.attention_mask).logits
+        boolean = causal_lm(
+            input_ids=shared.input_ids, position_ids=shared.position_ids, attention_mask=shared.attention_mask
+        ).logits
     torch.testing.assert_close(additive, boolean, atol=1e-6, rtol=0)

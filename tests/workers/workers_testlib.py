@@ -1,4 +1,5 @@
 """Helpers for the worker tests: synthetic actor batches and worker configs from the real yaml."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -83,8 +84,9 @@ def trainer_config(model_dir: str, **overrides):
     return cfg
 
 
-def make_rlla_group_batch(tokenizer, n: int, num_prompts: int = 3, response_len: int = 12, seed: int = 0,
-                          max_prompt_tokens: int = 900) -> DataProto:
+def make_rlla_group_batch(
+    tokenizer, n: int, num_prompts: int = 3, response_len: int = 12, seed: int = 0, max_prompt_tokens: int = 900
+) -> DataProto:
     """An actor batch on real RLLA validation prompts: ``num_prompts`` chat-templated prompts of different lengths
     (left-padded to the longest), each repeated ``n`` times as a rollout would (consecutive rows), with seeded random
     responses of uneven lengths (EOS-terminated, right-padded) and the noise fields of ``make_batch``."""
@@ -93,8 +95,7 @@ def make_rlla_group_batch(tokenizer, n: int, num_prompts: int = 3, response_len:
     from verl.utils.dataset.rlla_data import resolve_rlla_file
 
     df = pd.read_parquet(resolve_rlla_file("test"))
-    prompts = [tokenizer.apply_chat_template(list(m), tokenize=True, add_generation_prompt=True)
-               for m in df["prompt"]]
+    prompts = [tokenizer.apply_chat_template(list(m), tokenize=True, add_generation_prompt=True) for m in df["prompt"]]
     prompts = [list(p["input_ids"] if isinstance(p, dict) or hasattr(p, "keys") else p) for p in prompts]
     prompts = sorted((p for p in prompts if len(p) <= max_prompt_tokens), key=len)
     picked = [prompts[(i * (len(prompts) - 1)) // max(num_prompts - 1, 1)] for i in range(num_prompts)]
@@ -105,8 +106,8 @@ def make_rlla_group_batch(tokenizer, n: int, num_prompts: int = 3, response_len:
     prompt_mask = torch.zeros(rows, prompt_len, dtype=torch.long)
     for g, p in enumerate(picked):
         for k in range(n):
-            prompt_ids[g * n + k, prompt_len - len(p):] = torch.tensor(p)
-            prompt_mask[g * n + k, prompt_len - len(p):] = 1
+            prompt_ids[g * n + k, prompt_len - len(p) :] = torch.tensor(p)
+            prompt_mask[g * n + k, prompt_len - len(p) :] = 1
     lengths = torch.randint(1, response_len + 1, (rows,), generator=gen)
     lengths[0] = response_len  # at least one full-length response
     response_mask = (torch.arange(response_len).unsqueeze(0) < lengths.unsqueeze(1)).long()

@@ -14,6 +14,7 @@ Components (Ray actors; imported from their modules, not here, so the pure core 
   :mod:`agent_system.environments.env_actor`; the entry point hands ``make_env_actor`` to the orchestrator.
 * :mod:`verl.async_rl.orchestrator` -- ``Orchestrator`` (starts, feeds and restarts the components).
 """
+
 from verl.async_rl.advantage import GRPOZScore, RLOO, AdvantageFunction, get_advantage_function
 from verl.async_rl.batcher import Batch, Batcher, BatchNotReady, segment_attention_mask
 from verl.async_rl.replay_buffer import AddResult, ReloadReport, ReplayBuffer

@@ -8,6 +8,7 @@ packer broadcasts it to the rollout's generated tokens (spec "Advantage (RLOO)")
 Rewards are :attr:`verl.async_rl.types.Rollout.reward` (the sum of the turns' rewards). Computation is in float64;
 the packer stores float32.
 """
+
 from __future__ import annotations
 
 import math
@@ -99,8 +100,7 @@ class GRPOZScore(AdvantageFunction):
 
     def __repr__(self) -> str:
         return (
-            f"GRPOZScore(epsilon={self.epsilon}, norm_by_std={self.norm_by_std}, "
-            f"singleton_zero={self.singleton_zero})"
+            f"GRPOZScore(epsilon={self.epsilon}, norm_by_std={self.norm_by_std}, singleton_zero={self.singleton_zero})"
         )
 
 

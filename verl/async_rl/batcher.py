@@ -33,6 +33,7 @@ when an env cannot meet its share; optionally at most ``max_groups`` groups a ba
   judged, would be cut), counted in ``batches/{env}/rollouts_overlong``; it still counts in its group's advantage
   baseline, and it is consumed (not offered again). Planning counts only packable tokens.
 """
+
 from __future__ import annotations
 
 import math
@@ -117,8 +118,14 @@ class Batcher:
     """
 
     def __init__(
-        self, total_token_budget: int, env_fractions: Mapping[str, float], max_seq_len: int, spillover: str = "block",
-        pad_rows_to_multiple: int = 1, order: str = "newest_first", max_groups: Optional[int] = None,
+        self,
+        total_token_budget: int,
+        env_fractions: Mapping[str, float],
+        max_seq_len: int,
+        spillover: str = "block",
+        pad_rows_to_multiple: int = 1,
+        order: str = "newest_first",
+        max_groups: Optional[int] = None,
     ):
         if int(total_token_budget) <= 0 or int(max_seq_len) <= 0 or int(pad_rows_to_multiple) <= 0:
             raise ValueError(
@@ -163,7 +170,7 @@ class Batcher:
         raw = {e: f * self.max_groups for e, f in self.env_fractions.items()}
         quota = {e: math.floor(r + 1e-9) for e, r in raw.items()}
         spare = round(sum(raw.values())) - sum(quota.values())
-        for env in sorted(raw, key=lambda e: -(raw[e] - quota[e]))[:max(spare, 0)]:
+        for env in sorted(raw, key=lambda e: -(raw[e] - quota[e]))[: max(spare, 0)]:
             quota[env] += 1
         return quota
 
@@ -215,8 +222,11 @@ class Batcher:
         total_left = lambda: budget - sum(used.values())  # noqa: E731
         below_quota = lambda env: quota is None or taken[env] < quota[env]  # noqa: E731
         # Phase 1: each env within its own share (share > used: positive deficit) and its group quota.
-        run(lambda env: min(target[env] - used[env], total_left())
-            if target[env] - used[env] > 0 and below_quota(env) else None)
+        run(
+            lambda env: (
+                min(target[env] - used[env], total_left()) if target[env] - used[env] > 0 and below_quota(env) else None
+            )
+        )
         short = {
             e: math.ceil(target[e] - used[e])
             for e in self.env_fractions
@@ -225,8 +235,9 @@ class Batcher:
         if short and self.spillover == "block":
             if quota is None:
                 raise BatchNotReady(short)
-            raise BatchNotReady(short, "batch not ready: " + ", ".join(
-                f"{e} has {taken[e]} of its {quota[e]} groups" for e in short))
+            raise BatchNotReady(
+                short, "batch not ready: " + ", ".join(f"{e} has {taken[e]} of its {quota[e]} groups" for e in short)
+            )
         if self.spillover == "fill":  # Phase 2: the rest of the budget to whoever still has groups.
             run(lambda env: total_left())
         if not picks:

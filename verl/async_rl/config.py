@@ -6,6 +6,7 @@ merged in. ``async.envs`` is the user's map of environments: each entry is an :c
 have their defaults here (an entry the YAML does not list cannot take them from it). ``async`` is a Python keyword,
 so the section is typed on its own and attached under that name (:func:`typed_async_config`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -40,16 +41,16 @@ class AsyncInferenceConfig:
 class AsyncEnvSpec:
     """One entry of ``async.envs`` (``agent_system.environments.env_actor``): ``fraction`` must be given."""
 
-    kind: str = "text_env"                 # text_env | rlla
-    env: Optional[str] = None              # the registered environment (text_env)
+    kind: str = "text_env"  # text_env | rlla
+    env: Optional[str] = None  # the registered environment (text_env)
     env_kwargs: Dict[str, Any] = field(default_factory=dict)
     replicas: int = 1
-    fraction: float = MISSING              # share of the batch token budget
+    fraction: float = MISSING  # share of the batch token budget
     group_size: int = 2
     max_turns: int = 2
     seed: int = 0
-    data_file: Optional[str] = None        # rlla: the parquet (null: RLLA discovery)
-    max_rows: Optional[int] = None         # rlla: the first rows only
+    data_file: Optional[str] = None  # rlla: the parquet (null: RLLA discovery)
+    max_rows: Optional[int] = None  # rlla: the first rows only
 
 
 @dataclass
@@ -119,13 +120,21 @@ def refuse_learner_ignored(actor: DictConfig, default_actor: DictConfig) -> None
     for key, instead in LEARNER_IGNORES.items():
         value, default = OmegaConf.select(actor, key), OmegaConf.select(default_actor, key)
         if value != default:
-            raise ConfigError(f"actor_rollout_ref.actor.{key}={value}: the async learner does not read it ({instead}); "
-                              f"leave it at {default} or train with python -m verl.trainer.main_ppo")
+            raise ConfigError(
+                f"actor_rollout_ref.actor.{key}={value}: the async learner does not read it ({instead}); "
+                f"leave it at {default} or train with python -m verl.trainer.main_ppo"
+            )
 
 
 # keys of main_ppo's launch path that the async mode has no step for: refused when set
-ASYNC_IGNORES = ("reward_model.switches", "trainer.build_sft_preset", "trainer.plot_on_finish", "trainer.deterministic",
-                 "router.irrelevance_fraction", "router.irrelevance_seed")
+ASYNC_IGNORES = (
+    "reward_model.switches",
+    "trainer.build_sft_preset",
+    "trainer.plot_on_finish",
+    "trainer.deterministic",
+    "router.irrelevance_fraction",
+    "router.irrelevance_seed",
+)
 
 
 def typed_async_config(config: DictConfig) -> DictConfig:
@@ -164,22 +173,31 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     refuse_learner_ignored(typed.actor_rollout_ref.actor, defaults.actor_rollout_ref.actor)
     for key in ASYNC_IGNORES:  # the synchronous trainer's launch keys (docs/recipes.md) that main_async does not run
         if OmegaConf.select(typed, key) != OmegaConf.select(defaults, key):
-            raise ConfigError(f"{key}={OmegaConf.select(typed, key)}: the async mode does not read it (its "
-                              f"environments score with their own reward, and it builds no SFT preset, irrelevance "
-                              f"rows, plots or deterministic kernels); leave it at {OmegaConf.select(defaults, key)}")
+            raise ConfigError(
+                f"{key}={OmegaConf.select(typed, key)}: the async mode does not read it (its "
+                f"environments score with their own reward, and it builds no SFT preset, irrelevance "
+                f"rows, plots or deterministic kernels); leave it at {OmegaConf.select(defaults, key)}"
+            )
     if typed.actor_rollout_ref.model.lora_rank:
-        raise ConfigError("actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
-                          "runs in the synchronous trainer (python -m verl.trainer.main_ppo)")
+        raise ConfigError(
+            "actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
+            "runs in the synchronous trainer (python -m verl.trainer.main_ppo)"
+        )
     if typed.data.tool_format != "toolrl":
-        raise ConfigError(f"data.tool_format={typed.data.tool_format!r}: the async mode's environments score ToolRL's "
-                          "format only")
+        raise ConfigError(
+            f"data.tool_format={typed.data.tool_format!r}: the async mode's environments score ToolRL's format only"
+        )
     attention = (typed.actor_rollout_ref.model.override_config or {}).get("attn_implementation")
     if attention not in (None, "sdpa"):
-        raise ConfigError(f"actor_rollout_ref.model.override_config.attn_implementation={attention!r}: the async "
-                          "learner and inference servers load the model with sdpa")
+        raise ConfigError(
+            f"actor_rollout_ref.model.override_config.attn_implementation={attention!r}: the async "
+            "learner and inference servers load the model with sdpa"
+        )
     if typed.trainer.val_only:
-        raise ConfigError("trainer.val_only=true: not in the async mode (it validates with trainer.test_freq and "
-                          "trainer.val_before_train); use python -m verl.trainer.main_ppo trainer.val_only=true")
+        raise ConfigError(
+            "trainer.val_only=true: not in the async mode (it validates with trainer.test_freq and "
+            "trainer.val_before_train); use python -m verl.trainer.main_ppo trainer.val_only=true"
+        )
     if typed.trainer.test_freq > 0 or typed.trainer.val_before_train:
         from verl.async_rl.validation import validation_sampling
 
@@ -188,9 +206,11 @@ def typed_async_config(config: DictConfig) -> DictConfig:
         except ValueError as err:
             raise ConfigError(str(err)) from None
     if typed.actor_rollout_ref.rollout.cache_implementation is not None:
-        raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation="
-                          f"{typed.actor_rollout_ref.rollout.cache_implementation!r}: the async inference servers "
-                          "decode with a dynamic cache (async.inference.*)")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.cache_implementation="
+            f"{typed.actor_rollout_ref.rollout.cache_implementation!r}: the async inference servers "
+            "decode with a dynamic cache (async.inference.*)"
+        )
     return typed
 
 

@@ -1,6 +1,7 @@
 """Helpers shared by the inference engines of the asynchronous mode (``inference_server.PolicyEngine`` and
 ``vllm_engine.VllmPolicyEngine``): weight loading, request checks, end-of-sequence ids, backend names and the
 policy-version rule."""
+
 from __future__ import annotations
 
 import os
@@ -64,6 +65,7 @@ def check_version(version: int, served: int) -> bool:
     """Whether weights of policy ``version`` should replace those of ``served``: True when newer, False when equal
     (nothing to do, e.g. a broadcast retried after a timeout). Raises StaleWeightsError: ``version`` is older."""
     if int(version) < int(served):
-        raise StaleWeightsError(f"weights of policy version {version} rejected: serving version {served} already "
-                                f"(versions never go back)")
+        raise StaleWeightsError(
+            f"weights of policy version {version} rejected: serving version {served} already (versions never go back)"
+        )
     return int(version) > int(served)

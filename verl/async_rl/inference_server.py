@@ -32,6 +32,7 @@ scaling as the learner's ``logits / temperature``, ``verl.workers.actor.dp_actor
 they are of ``softmax(logits)``. No top-k / top-p filtering is applied (it would change the distribution the learner
 corrects for).
 """
+
 from __future__ import annotations
 
 import json
@@ -111,8 +112,9 @@ class PolicyEngine:
         self._queue_lock = threading.Lock()  # guards the queue of requests waiting to be batched
         self._queue: List[_Request] = []
         self.eos_token_ids = eos_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(
-            self.eos_token_ids)
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+        )
 
     # ----------------------------------------------------------------------------------------------- weights
     def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
@@ -131,8 +133,14 @@ class PolicyEngine:
 
     # -------------------------------------------------------------------------------------------- generation
     @torch.no_grad()
-    def generate(self, prompt_ids: Sequence[int], max_tokens: int = 16, temperature: float = 1.0, n: int = 1,
-                 seed: Optional[int] = None) -> Dict[str, Any]:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        n: int = 1,
+        seed: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Sample ``n`` completions of one prompt.
 
         Concurrent calls (the env actors' requests, one HTTP thread each) are batched: whoever holds the engine
@@ -185,10 +193,17 @@ class PolicyEngine:
         config = GenerationConfig(
             # top-k / top-p explicitly off: left unset, generate would fill in the model's or its own defaults
             # (top_k=50) and sample from a truncated distribution the recorded log-probs do not describe
-            do_sample=not greedy, temperature=None if greedy else first.temperature, top_k=0, top_p=1.0,
+            do_sample=not greedy,
+            temperature=None if greedy else first.temperature,
+            top_k=0,
+            top_p=1.0,
             repetition_penalty=1.0,
-            max_new_tokens=first.max_tokens, num_return_sequences=1, eos_token_id=sorted(self.eos_token_ids),
-            pad_token_id=self.pad_token_id, output_logits=True, return_dict_in_generate=True,
+            max_new_tokens=first.max_tokens,
+            num_return_sequences=1,
+            eos_token_id=sorted(self.eos_token_ids),
+            pad_token_id=self.pad_token_id,
+            output_logits=True,
+            return_dict_in_generate=True,
         )
         # every request's n copies as rows, prompts left-padded; each distinct prompt is prefilled once and its KV
         # cache copied to its copies (the synchronous HF rollout's shared prefill): the tokens of independent rows
@@ -197,8 +212,12 @@ class PolicyEngine:
         width = input_ids.shape[1]
         version = self.version
         cache = prefill_once(self.model, input_ids, mask)
-        out = self.model.generate(input_ids=input_ids, attention_mask=mask, generation_config=config,
-                                  **({cache_keyword(self.model): cache} if cache is not None else {}))
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=mask,
+            generation_config=config,
+            **({cache_keyword(self.model): cache} if cache is not None else {}),
+        )
         new = out.sequences[:, width:]  # [rows, T]
         logits = torch.stack(out.logits, dim=1).float()  # [rows, T, V] raw logits
         scale = 1.0 if greedy else first.temperature
@@ -211,8 +230,9 @@ class PolicyEngine:
                 end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_token_ids), None)
                 finish = "stop" if end is not None else "length"
                 end = end if end is not None else len(ids)
-                choices.append({"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(),
-                                "finish_reason": finish})
+                choices.append(
+                    {"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(), "finish_reason": finish}
+                )
                 row += 1
             request.result = {"policy_version": version, "prompt_token_ids": request.prompt_ids, "choices": choices}
 
@@ -234,9 +254,12 @@ def template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_promp
 
 
 def _options(body: Mapping[str, Any]) -> Dict[str, Any]:
-    return {"max_tokens": int(body.get("max_tokens") or 16),
-            "temperature": float(1.0 if body.get("temperature") is None else body["temperature"]),
-            "n": int(body.get("n") or 1), "seed": body.get("seed")}
+    return {
+        "max_tokens": int(body.get("max_tokens") or 16),
+        "temperature": float(1.0 if body.get("temperature") is None else body["temperature"]),
+        "n": int(body.get("n") or 1),
+        "seed": body.get("seed"),
+    }
 
 
 def _completion_response(engine: PolicyEngine, body: Mapping[str, Any], chat: bool) -> Dict[str, Any]:
@@ -267,10 +290,16 @@ def _completion_response(engine: PolicyEngine, body: Mapping[str, Any], chat: bo
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
         "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()), "model": engine.model_name, "policy_version": result["policy_version"],
-        "prompt_token_ids": result["prompt_token_ids"], "choices": choices,
-        "usage": {"prompt_tokens": len(result["prompt_token_ids"]), "completion_tokens": n_gen,
-                  "total_tokens": len(result["prompt_token_ids"]) + n_gen},
+        "created": int(time.time()),
+        "model": engine.model_name,
+        "policy_version": result["policy_version"],
+        "prompt_token_ids": result["prompt_token_ids"],
+        "choices": choices,
+        "usage": {
+            "prompt_tokens": len(result["prompt_token_ids"]),
+            "completion_tokens": n_gen,
+            "total_tokens": len(result["prompt_token_ids"]) + n_gen,
+        },
     }
 
 
@@ -293,8 +322,13 @@ def _make_handler(engine: PolicyEngine):
             if self.path == "/health":
                 self._send(200, {"status": "ok", "policy_version": engine.version})
             elif self.path == "/v1/models":
-                self._send(200, {"object": "list", "data": [{"id": engine.model_name, "object": "model",
-                                                             "policy_version": engine.version}]})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": [{"id": engine.model_name, "object": "model", "policy_version": engine.version}],
+                    },
+                )
             else:
                 self._send(404, {"error": {"message": f"no route GET {self.path}", "type": "not_found"}})
 
@@ -315,8 +349,14 @@ def _make_handler(engine: PolicyEngine):
     return Handler
 
 
-def make_engine(backend: str, model_path: str, version: int = 0, dtype: Optional[str] = None,
-                num_threads: Optional[int] = None, **options):
+def make_engine(
+    backend: str,
+    model_path: str,
+    version: int = 0,
+    dtype: Optional[str] = None,
+    num_threads: Optional[int] = None,
+    **options,
+):
     """The generation engine of a server: ``"hf"`` (:class:`PolicyEngine`, float32 by default) or ``"vllm"``
     (``vllm_engine.VllmPolicyEngine``, bf16 on GPU by default; ``options``: ``max_model_len``, ``engine_kwargs``).
     Raises ValueError: unknown backend or options the HF engine does not take; ImportError: vLLM missing."""
@@ -326,8 +366,7 @@ def make_engine(backend: str, model_path: str, version: int = 0, dtype: Optional
         return PolicyEngine(model_path, version=version, dtype=dtype or "float32", num_threads=num_threads)
     from verl.async_rl.vllm_engine import VllmPolicyEngine
 
-    return VllmPolicyEngine(model_path, version=version, dtype=dtype or "bfloat16", num_threads=num_threads,
-                            **options)
+    return VllmPolicyEngine(model_path, version=version, dtype=dtype or "bfloat16", num_threads=num_threads, **options)
 
 
 class InferenceServer:
@@ -338,11 +377,20 @@ class InferenceServer:
     runs in a daemon thread from construction on.
     """
 
-    def __init__(self, model_path: str, version: int = 0, dtype: Optional[str] = None,
-                 num_threads: Optional[int] = None, host: str = "127.0.0.1", port: int = 0, backend: str = "hf",
-                 **engine_options):
-        self.engine = make_engine(backend, model_path, version=version, dtype=dtype, num_threads=num_threads,
-                                  **engine_options)
+    def __init__(
+        self,
+        model_path: str,
+        version: int = 0,
+        dtype: Optional[str] = None,
+        num_threads: Optional[int] = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        backend: str = "hf",
+        **engine_options,
+    ):
+        self.engine = make_engine(
+            backend, model_path, version=version, dtype=dtype, num_threads=num_threads, **engine_options
+        )
         self._httpd = ThreadingHTTPServer((host, int(port)), _make_handler(self.engine))
         self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="inference-http", daemon=True)
@@ -369,8 +417,14 @@ class InferenceServer:
         self._httpd.server_close()
 
 
-def start_inference_server(model_path: str, version: int = 0, num_threads: Optional[int] = 1, num_cpus: float = 0,
-                           num_gpus: float = 0, **options):
+def start_inference_server(
+    model_path: str,
+    version: int = 0,
+    num_threads: Optional[int] = 1,
+    num_cpus: float = 0,
+    num_gpus: float = 0,
+    **options,
+):
     """Start :class:`InferenceServer` as a Ray actor (``num_cpus`` reserved, 0 by default so a 2-CPU local cluster
     can host every component; ``num_gpus`` for a vLLM server on GPU) and return the actor handle;
     ``ray.get(handle.url.remote())`` is its base URL. ``options``: ``backend`` and the engine options."""
@@ -395,8 +449,9 @@ class OpenAIClient:
         self._session = requests.Session()
 
     def _post(self, route: str, body: Dict[str, Any]) -> Dict[str, Any]:
-        response = self._session.post(f"{self.base_url}{route}", json={"model": self.model, **body},
-                                      timeout=self.timeout)
+        response = self._session.post(
+            f"{self.base_url}{route}", json={"model": self.model, **body}, timeout=self.timeout
+        )
         if response.status_code != 200:
             raise RuntimeError(f"{self.base_url}{route} answered {response.status_code}: {response.text[:500]}")
         return response.json()
@@ -404,8 +459,9 @@ class OpenAIClient:
     def completions(self, prompt: Union[str, Sequence[int]], **options) -> Dict[str, Any]:
         """``POST /completions`` (options: ``max_tokens``, ``temperature``, ``n``, ``seed``, ``logprobs``).
         Raises RuntimeError on a non-200 answer (the message has the server's error)."""
-        return self._post("/completions", {"prompt": prompt if isinstance(prompt, str) else list(prompt),
-                                           "logprobs": 1, **options})
+        return self._post(
+            "/completions", {"prompt": prompt if isinstance(prompt, str) else list(prompt), "logprobs": 1, **options}
+        )
 
     def chat(self, messages: Sequence[Mapping[str, str]], **options) -> Dict[str, Any]:
         """``POST /chat/completions`` (same options and errors as :meth:`completions`)."""

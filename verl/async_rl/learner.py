@@ -21,6 +21,7 @@ position; the first token of a segment has none and is left out of the loss (it 
 Checkpoints (``{dir}/global_step_{version}``): ``learner.pt`` (model + optimizer state, policy version) published
 with the manifest utilities of ``verl.utils.checkpoint_manifest`` (atomic; a killed save is ignored on resume).
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,8 +56,13 @@ __all__ = [
 _CKPT_FILE = "learner.pt"
 
 
-def packed_logprobs(model: torch.nn.Module, example: RlExample, temperature: float = 1.0,
-                    calculate_entropy: bool = False, needed: Optional[torch.Tensor] = None):
+def packed_logprobs(
+    model: torch.nn.Module,
+    example: RlExample,
+    temperature: float = 1.0,
+    calculate_entropy: bool = False,
+    needed: Optional[torch.Tensor] = None,
+):
     """Per-token log-probs of packed rows, aligned like ``RlExample.policy_logprobs``.
 
     Args: ``model`` an HF causal LM; ``example`` (only ``input_ids``, ``segment_ids``, ``position_ids`` are read);
@@ -75,8 +81,13 @@ def packed_logprobs(model: torch.nn.Module, example: RlExample, temperature: flo
         keep = torch.arange(length - 1, device=input_ids.device)
     else:
         keep = torch.nonzero(needed[:, 1:].any(dim=0)).flatten()  # predictor positions t-1 of needed tokens t
-    output = model(input_ids=input_ids, attention_mask=mask, position_ids=example.position_ids.long(),
-                   use_cache=False, logits_to_keep=keep)
+    output = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=example.position_ids.long(),
+        use_cache=False,
+        logits_to_keep=keep,
+    )
     logits = output.logits.float() / float(temperature)  # [B, K, V]; position keep[k] predicts token keep[k] + 1
     log_probs = torch.zeros(batch, length, dtype=torch.float32, device=input_ids.device)
     log_probs = log_probs.index_copy(1, keep + 1, logprobs_from_logits(logits, input_ids[:, keep + 1]))
@@ -120,12 +131,16 @@ def single_turn_rows(example: RlExample):
     input_ids = torch.zeros(size, width_p + width_r, dtype=torch.long)
     attention_mask = torch.zeros_like(input_ids)
     for i, (prompt, response) in enumerate(zip(prompts, responses)):
-        input_ids[i, width_p - len(prompt):width_p] = prompt
-        input_ids[i, width_p:width_p + len(response)] = response
-        attention_mask[i, width_p - len(prompt):width_p + len(response)] = 1
+        input_ids[i, width_p - len(prompt) : width_p] = prompt
+        input_ids[i, width_p : width_p + len(response)] = response
+        attention_mask[i, width_p - len(prompt) : width_p + len(response)] = 1
     position_ids = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    rows = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                responses=input_ids[:, width_p:].clone())
+    rows = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        responses=input_ids[:, width_p:].clone(),
+    )
     return {k: v.to(example.input_ids.device) for k, v in rows.items()}, where
 
 
@@ -137,8 +152,9 @@ def scatter_response_values(values: torch.Tensor, where, shape) -> torch.Tensor:
     cols = torch.cat([torch.arange(first, first + n) for _, first, n in where])
     segs = torch.cat([torch.full((n,), s, dtype=torch.long) for s, (_, _, n) in enumerate(where)])
     index = torch.cat([torch.arange(n) for _, _, n in where])
-    return out.index_put((rows.to(out.device), cols.to(out.device)), values[segs.to(values.device),
-                                                                            index.to(values.device)])
+    return out.index_put(
+        (rows.to(out.device), cols.to(out.device)), values[segs.to(values.device), index.to(values.device)]
+    )
 
 
 def _loss_mask(example: RlExample) -> torch.Tensor:
@@ -169,9 +185,17 @@ class Learner:
     Raises ValueError: ``use_kl_loss`` is set.
     """
 
-    def __init__(self, model_path: str, actor_config: Mapping[str, Any] | DictConfig, temperature: float = 1.0,
-                 checkpoint_dir: Optional[str] = None, num_threads: Optional[int] = None, seed: int = 0,
-                 rollout_correction: Optional[Mapping[str, Any]] = None, layout: Optional[Mapping[str, Any]] = None):
+    def __init__(
+        self,
+        model_path: str,
+        actor_config: Mapping[str, Any] | DictConfig,
+        temperature: float = 1.0,
+        checkpoint_dir: Optional[str] = None,
+        num_threads: Optional[int] = None,
+        seed: int = 0,
+        rollout_correction: Optional[Mapping[str, Any]] = None,
+        layout: Optional[Mapping[str, Any]] = None,
+    ):
         from transformers import AutoModelForCausalLM
 
         from verl.utils.model_presets import prepare_model
@@ -179,8 +203,9 @@ class Learner:
         if num_threads:
             torch.set_num_threads(int(num_threads))
         torch.manual_seed(int(seed))
-        cfg = worker_section(actor_config if isinstance(actor_config, DictConfig) else OmegaConf.create(dict(actor_config)),
-                             ActorConfig)  # typed: a key the section leaves out is an error when read
+        cfg = worker_section(
+            actor_config if isinstance(actor_config, DictConfig) else OmegaConf.create(dict(actor_config)), ActorConfig
+        )  # typed: a key the section leaves out is an error when read
         if cfg.use_kl_loss:
             raise ValueError("actor.use_kl_loss=True is not supported by the async learner (no reference policy)")
         self.config = cfg
@@ -244,13 +269,15 @@ class Learner:
             weights, corr_metrics = None, {}
             if self.rollout_correction is not None:  # ratio against the learner's policy, IS weights for staleness
                 rollout_lp, old = old, log_prob.detach()
-                weights, keep, corr_metrics = compute_rollout_correction(old, rollout_lp, mask.to(old.dtype),
-                                                                         **self.rollout_correction)
+                weights, keep, corr_metrics = compute_rollout_correction(
+                    old, rollout_lp, mask.to(old.dtype), **self.rollout_correction
+                )
                 mask = keep.bool()
                 if not bool(mask.any()):
                     continue
-            pg_loss, pg_metrics = self.policy_loss_fn(old, log_prob, part.advantages, mask, loss_agg_mode, cfg,
-                                                      rollout_is_weights=weights)
+            pg_loss, pg_metrics = self.policy_loss_fn(
+                old, log_prob, part.advantages, mask, loss_agg_mode, cfg, rollout_is_weights=weights
+            )
             if entropy_coeff == 0:
                 entropy = entropy.detach()
             entropy_loss = core_algos.agg_loss(entropy, mask, loss_agg_mode)
@@ -260,17 +287,26 @@ class Learner:
             diff = (part.policy_logprobs - log_prob.detach())[mask]  # the server's vs the learner's, before the step
             gap += float(diff.sum())
             abs_gap += float(diff.abs().sum())
-            for key, value in {"actor/pg_loss": pg_loss.detach(), "actor/entropy": entropy_loss.detach(),
-                               **pg_metrics, **corr_metrics}.items():
+            for key, value in {
+                "actor/pg_loss": pg_loss.detach(),
+                "actor/entropy": entropy_loss.detach(),
+                **pg_metrics,
+                **corr_metrics,
+            }.items():
                 stats[key] = stats.get(key, 0.0) + float(value) * weight
         stats.update(clipped_optimizer_step(self.model, self.optimizer, cfg.grad_clip, "actor"))
         stats["actor/lr"] = float(self.optimizer.param_groups[0]["lr"])
         self.version += 1
-        stats.update({
-            "learner/logprob_gap": gap / n_loss, "learner/logprob_abs_gap": abs_gap / n_loss,
-            "learner/tokens": float(example.num_tokens), "learner/loss_tokens": float(n_loss),
-            "learner/step_time_s": time.perf_counter() - start, "learner/policy_version": float(self.version),
-        })
+        stats.update(
+            {
+                "learner/logprob_gap": gap / n_loss,
+                "learner/logprob_abs_gap": abs_gap / n_loss,
+                "learner/tokens": float(example.num_tokens),
+                "learner/loss_tokens": float(n_loss),
+                "learner/step_time_s": time.perf_counter() - start,
+                "learner/policy_version": float(self.version),
+            }
+        )
         return stats
 
     def _log_probs(self, part: RlExample, needed: torch.Tensor):
@@ -305,10 +341,13 @@ class Learner:
         if self.checkpoint_dir is None:
             raise ValueError("Learner.save_checkpoint needs checkpoint_dir (trainer.default_local_dir)")
         tmp = manifest.new_temp_dir(self.checkpoint_dir, self.version)
-        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-                    "version": self.version}, tmp / _CKPT_FILE)
-        manifest.write_manifest(tmp, step=self.version, epoch=0, config=dict(config or {}), world_size=1,
-                                version="async")
+        torch.save(
+            {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "version": self.version},
+            tmp / _CKPT_FILE,
+        )
+        manifest.write_manifest(
+            tmp, step=self.version, epoch=0, config=dict(config or {}), world_size=1, version="async"
+        )
         return str(manifest.publish_checkpoint(tmp, self.checkpoint_dir, self.version))
 
     def resume(self) -> int:
@@ -357,10 +396,14 @@ class WeightBroadcaster:
             except Exception as exc:  # noqa: BLE001 - a dead or stuck server is reported, the caller restarts it
                 logger.warning("weight broadcast to %s failed: %r", name, exc)
                 failed.append(name)
-        return {"metrics": {"weights/broadcast_latency_s": time.perf_counter() - start,
-                            "weights/servers_updated": float(len(calls) - len(failed)),
-                            "weights/policy_version": float(version)},
-                "failed": failed}
+        return {
+            "metrics": {
+                "weights/broadcast_latency_s": time.perf_counter() - start,
+                "weights/servers_updated": float(len(calls) - len(failed)),
+                "weights/policy_version": float(version),
+            },
+            "failed": failed,
+        }
 
 
 def make_learner_actor(*args, num_cpus: float = 0, **kwargs):

@@ -32,6 +32,7 @@ restarted with the checkpoint's weights, and groups still in flight from before 
 version numbers would clash with the versions the new learner reuses). Each kind of restart is counted in
 ``orchestrator/restarts/{env_actor,inference_server,learner}``; at most ``async.max_restarts`` in all.
 """
+
 from __future__ import annotations
 
 import logging
@@ -87,16 +88,26 @@ class Orchestrator:
         self.save_freq = int(config.trainer.save_freq or -1)
         self.envs = {str(name): OmegaConf.to_container(spec, resolve=True) for name, spec in a.envs.items()}
         fractions = {n: float(s["fraction"]) for n, s in self.envs.items()}
-        self.batcher = Batcher(int(a.batcher.total_token_budget), fractions, int(a.batcher.max_seq_len),
-                               str(a.batcher.spillover), order=str(a.batcher.order),
-                               max_groups=a.batcher.max_groups)
+        self.batcher = Batcher(
+            int(a.batcher.total_token_budget),
+            fractions,
+            int(a.batcher.max_seq_len),
+            str(a.batcher.spillover),
+            order=str(a.batcher.order),
+            max_groups=a.batcher.max_groups,
+        )
         for name, groups in (self.batcher.group_quotas() or {}).items():
             need = groups * int(self.envs[name]["group_size"])
             if a.max_buffer_rollouts is not None and need > int(a.max_buffer_rollouts):
                 logger.warning(
                     "async.max_buffer_rollouts (%d) is below the %d rollouts env %r brings to a batch under "
                     "async.batcher.max_groups (%d groups of %d): the last ones are generated one group at a time",
-                    int(a.max_buffer_rollouts), need, name, groups, int(self.envs[name]["group_size"]))
+                    int(a.max_buffer_rollouts),
+                    need,
+                    name,
+                    groups,
+                    int(self.envs[name]["group_size"]),
+                )
         self.broadcaster = WeightBroadcaster(float(a.broadcast_timeout_s))
         self.restarts: Counter = Counter()
         self.counts: Counter = Counter()
@@ -120,9 +131,14 @@ class Orchestrator:
         log_dir = Path(a.replay.log_dir or Path(self.ckpt_dir) / "replay")
         self.buffers: Dict[str, ReplayBuffer] = {}
         for name in self.envs:
-            buffer = ReplayBuffer(name, log_dir, int(a.replay.max_age), int(a.replay.min_group_size),
-                                  get_advantage_function(str(a.replay.advantage)),
-                                  version=self.version)
+            buffer = ReplayBuffer(
+                name,
+                log_dir,
+                int(a.replay.max_age),
+                int(a.replay.min_group_size),
+                get_advantage_function(str(a.replay.advantage)),
+                version=self.version,
+            )
             if buffer.log_path.stat().st_size > 0:
                 self.counts[f"reloaded/{name}"] = buffer.reload(self.version).restored
             self.buffers[name] = buffer
@@ -140,12 +156,19 @@ class Orchestrator:
         actor_cfg = OmegaConf.to_container(self.config.actor_rollout_ref.actor, resolve=True)
         from verl.trainer.ppo.rollout_corr import correction_settings
 
-        self.learner = make_learner_actor(self.model_path, actor_cfg, float(self.a.inference.temperature),
-                                          self.ckpt_dir, num_threads=self.a.learner_threads,
-                                          seed=int(self.config.trainer.seed),
-                                          rollout_correction=correction_settings(self.config.algorithm),
-                                          layout={key: bool(self.config.actor_rollout_ref.model[key]) for key in
-                                                  ("use_shared_prompt", "use_remove_padding", "use_fused_kernels")})
+        self.learner = make_learner_actor(
+            self.model_path,
+            actor_cfg,
+            float(self.a.inference.temperature),
+            self.ckpt_dir,
+            num_threads=self.a.learner_threads,
+            seed=int(self.config.trainer.seed),
+            rollout_correction=correction_settings(self.config.algorithm),
+            layout={
+                key: bool(self.config.actor_rollout_ref.model[key])
+                for key in ("use_shared_prompt", "use_remove_padding", "use_fused_kernels")
+            },
+        )
         import ray
 
         self.version = int(ray.get(self.learner.resume.remote()))
@@ -177,11 +200,15 @@ class Orchestrator:
             import torch
 
             if torch.cuda.is_available() and options["num_gpus"] == 0:
-                logger.warning("async.inference.backend=vllm with num_gpus=0 on a GPU machine: Ray hides the GPUs "
-                               "from the server actor, so vLLM would need its CPU build; set "
-                               "async.inference.num_gpus (a fraction shares a GPU with the learner)")
-            options.update(max_model_len=int(inf.vllm.max_model_len),
-                           engine_kwargs=OmegaConf.to_container(inf.vllm.engine_kwargs, resolve=True))
+                logger.warning(
+                    "async.inference.backend=vllm with num_gpus=0 on a GPU machine: Ray hides the GPUs "
+                    "from the server actor, so vLLM would need its CPU build; set "
+                    "async.inference.num_gpus (a fraction shares a GPU with the learner)"
+                )
+            options.update(
+                max_model_len=int(inf.vllm.max_model_len),
+                engine_kwargs=OmegaConf.to_container(inf.vllm.engine_kwargs, resolve=True),
+            )
         return options
 
     def _start_env_actor(self, name: str, replica: int) -> None:
@@ -197,16 +224,25 @@ class Orchestrator:
         replicas = int(spec["replicas"])
         seed = int(spec["seed"]) + replica + replicas * 10_000 * self.restarts[f"env/{name}/{replica}"]
         self.env_actors[(name, replica)] = self.make_env_actor(
-            name, spec, self.urls[replica % len(self.urls)], self.model_path, group_size=int(spec["group_size"]),
-            max_tokens=int(inf.max_tokens), temperature=float(inf.temperature), max_turns=int(spec["max_turns"]),
-            seed=seed, seed_stride=replicas)
+            name,
+            spec,
+            self.urls[replica % len(self.urls)],
+            self.model_path,
+            group_size=int(spec["group_size"]),
+            max_tokens=int(inf.max_tokens),
+            temperature=float(inf.temperature),
+            max_turns=int(spec["max_turns"]),
+            seed=seed,
+            seed_stride=replicas,
+        )
 
     def _restart(self, kind: str) -> None:
         self.restarts[kind] += 1
         total = sum(v for k, v in self.restarts.items() if "/" not in k)
         if total > int(self.a.max_restarts):
-            raise RuntimeError(f"async: more than async.max_restarts={self.a.max_restarts} restarts "
-                               f"({dict(self.restarts)})")
+            raise RuntimeError(
+                f"async: more than async.max_restarts={self.a.max_restarts} restarts ({dict(self.restarts)})"
+            )
 
     def _restart_server(self, index: int) -> None:
         logger.warning("restarting inference server %d", index)
@@ -322,8 +358,11 @@ class Orchestrator:
         for buffer in self.buffers.values():
             buffer.set_version(self.version)
         weights = self._weights_ref = self.learner.weights.remote()
-        save = (self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True))
-                if self.save_freq > 0 and self.version % self.save_freq == 0 else None)
+        save = (
+            self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True))
+            if self.save_freq > 0 and self.version % self.save_freq == 0
+            else None
+        )
         last = self.total_steps is not None and self.version == int(self.total_steps)
         validate = self.test_freq > 0 and (last or self.version % self.test_freq == 0)
         if start_next and not validate:
@@ -335,8 +374,14 @@ class Orchestrator:
             ray.get(save)
         val = self._validate() if validate else {}
         elapsed = time.perf_counter() - t0
-        metrics = {**batch_metrics, **stats, **sent["metrics"], **val, "policy_version": float(self.version),
-                   "orchestrator/next_step_overlapped": float(self._learner_ref is not None)}
+        metrics = {
+            **batch_metrics,
+            **stats,
+            **sent["metrics"],
+            **val,
+            "policy_version": float(self.version),
+            "orchestrator/next_step_overlapped": float(self._learner_ref is not None),
+        }
         metrics.update({f"orchestrator/restarts/{k}": float(v) for k, v in self.restarts.items() if "/" not in k})
         metrics.update({f"orchestrator/{k}": float(v) for k, v in self.counts.items()})
         metrics["orchestrator/elapsed_s"] = elapsed
@@ -393,7 +438,8 @@ class Orchestrator:
                     metrics = self._on_learner_result(t0, start_next=len(records) + 1 < int(num_steps))
                     if metrics is not None:
                         metrics["orchestrator/learner_steps_per_s"] = (len(records) + 1) / metrics[
-                            "orchestrator/elapsed_s"]
+                            "orchestrator/elapsed_s"
+                        ]
                         records.append(metrics)
                         if self.tracker is not None:
                             self.tracker.log(metrics, step=self.version)

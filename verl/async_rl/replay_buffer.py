@@ -29,6 +29,7 @@ Rules pinned here:
 * Metrics are reported when a batch is created: :meth:`metrics` returns them and, with ``reset=True``,
   starts a new period for the ``new_*``, reward, rejection and used-lag statistics. Stds are population (ddof 0).
 """
+
 from __future__ import annotations
 
 import logging
@@ -108,8 +109,15 @@ class ReplayBuffer:
     """
 
     def __init__(
-        self, env_name: str, log_dir: str | os.PathLike, max_age: int = 1, min_group_size: int = 2,
-        advantage_fn: Optional[AdvantageFunction] = None, *, fsync: bool = True, version: int = 0,
+        self,
+        env_name: str,
+        log_dir: str | os.PathLike,
+        max_age: int = 1,
+        min_group_size: int = 2,
+        advantage_fn: Optional[AdvantageFunction] = None,
+        *,
+        fsync: bool = True,
+        version: int = 0,
     ):
         if not _ENV_NAME.match(str(env_name)):
             raise ValueError(f"env_name {env_name!r} must match [A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -320,8 +328,11 @@ class ReplayBuffer:
             version = int(learner_version)
             scan = scan_replay_log(self._log.read(), version, version - self.max_age)
             report = ReloadReport(
-                stale=scan.stale, future_version=scan.future_version, lost_line=scan.lost_line,
-                duplicates=scan.duplicates, corrupt_lines=scan.corrupt + self._log.corrupt_lines,
+                stale=scan.stale,
+                future_version=scan.future_version,
+                lost_line=scan.lost_line,
+                duplicates=scan.duplicates,
+                corrupt_lines=scan.corrupt + self._log.corrupt_lines,
                 torn_bytes=torn_at_open + self._log.torn_bytes,
             )
             self._groups, self._uids, self._seq = {}, {}, 0

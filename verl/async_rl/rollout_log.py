@@ -10,6 +10,7 @@ last line, which was never acknowledged: :meth:`RolloutLog.repair` cuts it off (
 appended to again, so a new record never glues onto a torn one. A line that does not parse as a JSON object is
 skipped with a warning by :meth:`RolloutLog.read`; nothing here raises on bad content.
 """
+
 from __future__ import annotations
 
 import json

@@ -15,6 +15,7 @@ Conventions fixed here:
   ``docs/async.md``, section "Data types"), ``truncated`` (optional ``bool``, default False) and
   ``rewards`` (optional ``dict[str, float]`` of named reward components, used only for metrics).
 """
+
 from __future__ import annotations
 
 import json

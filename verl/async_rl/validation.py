@@ -11,6 +11,7 @@ the response alone, as the env actors score it), and the means per data source u
 (``val/test_score/<source>``, ``val/test_format/<source>``, ...; ``verl/trainer/ppo/validation.py``). A sample the
 reward cannot score is left out of the means and counted in ``val/reward_invalid_count``, as there.
 """
+
 from __future__ import annotations
 
 import logging
@@ -42,11 +43,15 @@ def validation_sampling(val_kwargs: Mapping[str, Any]) -> Dict[str, Any]:
     if not bool(val_kwargs["do_sample"]):
         return {"temperature": 0.0, "n": n}
     if int(val_kwargs["top_k"]) not in (0, -1):
-        raise ValueError(f"actor_rollout_ref.rollout.val_kwargs.top_k={val_kwargs['top_k']}: the async inference "
-                         "servers sample from the full softmax (use 0 or -1)")
+        raise ValueError(
+            f"actor_rollout_ref.rollout.val_kwargs.top_k={val_kwargs['top_k']}: the async inference "
+            "servers sample from the full softmax (use 0 or -1)"
+        )
     if float(val_kwargs["top_p"]) < 1.0:
-        raise ValueError(f"actor_rollout_ref.rollout.val_kwargs.top_p={val_kwargs['top_p']}: the async inference "
-                         "servers sample from the full softmax (use 1.0)")
+        raise ValueError(
+            f"actor_rollout_ref.rollout.val_kwargs.top_p={val_kwargs['top_p']}: the async inference "
+            "servers sample from the full softmax (use 1.0)"
+        )
     return {"temperature": float(val_kwargs["temperature"]), "n": n}
 
 
@@ -67,8 +72,16 @@ class AsyncValidator:
     Raises ValueError: no rows.
     """
 
-    def __init__(self, rows: Sequence[Mapping[str, Any]], tokenizer: Any, max_tokens: int, temperature: float = 0.0,
-                 n: int = 1, dump_dir: Optional[str] = None, timeout_s: float = 3600.0):
+    def __init__(
+        self,
+        rows: Sequence[Mapping[str, Any]],
+        tokenizer: Any,
+        max_tokens: int,
+        temperature: float = 0.0,
+        n: int = 1,
+        dump_dir: Optional[str] = None,
+        timeout_s: float = 3600.0,
+    ):
         if not rows:
             raise ValueError("validation has no rows (data.val_files)")
         self.rows = [dict(r) for r in rows]
@@ -108,13 +121,25 @@ class AsyncValidator:
             row = dataset[item]
             source = str(row.get(key) or "")
             if "rlla" not in source:
-                raise ValueError(f"{path}:{file_row}: {key}={source!r}; the async mode's validation scores with the "
-                                 "RLLA reward (data sources containing 'rlla')")
-            rows.append({"index": file_row, "data_source": source,
-                         "prompt_ids": row["input_ids"][row["attention_mask"].bool()].tolist(),
-                         "ground_truth": row["reward_model"]["ground_truth"]})
-        return cls(rows, tokenizer, int(config.data.max_response_length), dump_dir=config.trainer.validation_data_dir,
-                   **sampling)
+                raise ValueError(
+                    f"{path}:{file_row}: {key}={source!r}; the async mode's validation scores with the "
+                    "RLLA reward (data sources containing 'rlla')"
+                )
+            rows.append(
+                {
+                    "index": file_row,
+                    "data_source": source,
+                    "prompt_ids": row["input_ids"][row["attention_mask"].bool()].tolist(),
+                    "ground_truth": row["reward_model"]["ground_truth"],
+                }
+            )
+        return cls(
+            rows,
+            tokenizer,
+            int(config.data.max_response_length),
+            dump_dir=config.trainer.validation_data_dir,
+            **sampling,
+        )
 
     def _client(self, url: str):
         from verl.async_rl.inference_server import OpenAIClient
@@ -125,8 +150,9 @@ class AsyncValidator:
         return clients[url]
 
     def _answer(self, url: str, row: Mapping[str, Any]) -> Dict[str, Any]:
-        return self._client(url).completions(row["prompt_ids"], max_tokens=self.max_tokens,
-                                             temperature=self.temperature, n=self.n)
+        return self._client(url).completions(
+            row["prompt_ids"], max_tokens=self.max_tokens, temperature=self.temperature, n=self.n
+        )
 
     def run(self, urls: Sequence[str], version: int) -> Dict[str, float]:
         """Generate and score every row on the servers at ``urls`` (row ``i`` on ``urls[i % len(urls)]``), all of
@@ -139,8 +165,13 @@ class AsyncValidator:
         from verl.utils.reward_score import default_compute_score
 
         start = time.perf_counter()
-        logger.info("async validation at version %d: %d prompts x %d response(s), up to %d tokens each", version,
-                    len(self.rows), self.n, self.max_tokens)
+        logger.info(
+            "async validation at version %d: %d prompts x %d response(s), up to %d tokens each",
+            version,
+            len(self.rows),
+            self.n,
+            self.max_tokens,
+        )
         with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_REQUESTS, len(self.rows))) as pool:
             answers = list(pool.map(lambda i: self._answer(urls[i % len(urls)], self.rows[i]), range(len(self.rows))))
         sums: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -148,18 +179,28 @@ class AsyncValidator:
         lengths, invalid, records = [], 0, []
         for row, answer in zip(self.rows, answers):
             if int(answer["policy_version"]) != int(version):
-                raise RuntimeError(f"async validation of version {version}: the server answered with policy version "
-                                   f"{answer['policy_version']}")
+                raise RuntimeError(
+                    f"async validation of version {version}: the server answered with policy version "
+                    f"{answer['policy_version']}"
+                )
             for choice in answer["choices"]:
                 ids = list(choice["token_ids"])
                 lengths.append(len(ids))
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                record = {"row": row["index"], "data_source": row["data_source"], "step": int(version),
-                          "input": self.tokenizer.decode(row["prompt_ids"], skip_special_tokens=False),
-                          "output": self.tokenizer.decode(ids, skip_special_tokens=False)}
+                record = {
+                    "row": row["index"],
+                    "data_source": row["data_source"],
+                    "step": int(version),
+                    "input": self.tokenizer.decode(row["prompt_ids"], skip_special_tokens=False),
+                    "output": self.tokenizer.decode(ids, skip_special_tokens=False),
+                }
                 try:
-                    scores = default_compute_score(row["data_source"], text, row["ground_truth"],
-                                                   extra_info={"step": int(version), "wrapper": "none"})
+                    scores = default_compute_score(
+                        row["data_source"],
+                        text,
+                        row["ground_truth"],
+                        extra_info={"step": int(version), "wrapper": "none"},
+                    )
                 except Exception as exc:  # noqa: BLE001 - one unscorable sample is counted, not fatal
                     invalid += 1
                     logger.warning("async validation: row %s not scored: %r", row["index"], exc)
@@ -182,6 +223,10 @@ class AsyncValidator:
             from verl.trainer.ppo.rollout_dump import write_records
 
             write_records(records, int(version), Path(self.dump_dir))
-        logger.info("async validation at version %d done in %.1f s: %s", version, metrics["timing_s/validate"],
-                    {k: round(v, 4) for k, v in metrics.items() if k.startswith("val/test_score/")})
+        logger.info(
+            "async validation at version %d done in %.1f s: %s",
+            version,
+            metrics["timing_s/validate"],
+            {k: round(v, 4) for k, v in metrics.items() if k.startswith("val/test_score/")},
+        )
         return metrics

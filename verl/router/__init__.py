@@ -17,6 +17,7 @@ Modules (each usable on its own; the trainer and the actor worker wire them toge
 This file only defines the shared vocabularies (routes, tool families, weak labels) so that importing it is cheap.
 Section names cited as spec "…" in this package are the sections of ``docs/router.md``.
 """
+
 from __future__ import annotations
 
 from enum import Enum, IntEnum
@@ -97,8 +98,9 @@ def target_action_ids(labels: Iterable[Any]) -> torch.Tensor:
         elif isinstance(label, (int, np.integer)) and not isinstance(label, bool) and -1 <= int(label) <= 2:
             out.append(int(label))
         else:
-            raise ValueError(f"router_target_action row {i}: expected one of {WEAK_LABELS}, None or -1..2, "
-                             f"got {label!r}")
+            raise ValueError(
+                f"router_target_action row {i}: expected one of {WEAK_LABELS}, None or -1..2, got {label!r}"
+            )
     return torch.tensor(out, dtype=torch.long)
 
 

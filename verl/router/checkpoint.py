@@ -9,6 +9,7 @@ actor, the router head, the training config, and a value head's price and route 
     global_step_N/actor/router_world_size_W_rank_0.pt  {"head": RouterHead state_dict, "optimizer": ...}
     global_step_N/data.pt                              driver state (a value head's λ and route values)
 """
+
 from __future__ import annotations
 
 import os
@@ -57,12 +58,15 @@ def resolve_checkpoint(path: str | os.PathLike) -> CheckpointFiles:
     elif (root / HF_DIR).is_dir():
         step_dir, actor_dir = root.parent, root
     else:
-        raise FileNotFoundError(f"--checkpoint {root}: no actor/{HF_DIR}/ (nor {HF_DIR}/) export; save checkpoints "
-                                "with 'hf_model' in checkpoint.save_contents")
+        raise FileNotFoundError(
+            f"--checkpoint {root}: no actor/{HF_DIR}/ (nor {HF_DIR}/) export; save checkpoints "
+            "with 'hf_model' in checkpoint.save_contents"
+        )
     routers = sorted(actor_dir.glob(ROUTER_FILE_GLOB))
     if not routers:
-        raise FileNotFoundError(f"--checkpoint {root}: no {ROUTER_FILE_GLOB} in {actor_dir} (was the run trained "
-                                "with router.enable=true?)")
+        raise FileNotFoundError(
+            f"--checkpoint {root}: no {ROUTER_FILE_GLOB} in {actor_dir} (was the run trained with router.enable=true?)"
+        )
     if len(routers) > 1:
         raise ValueError(f"--checkpoint {root}: several router files in {actor_dir}: {[p.name for p in routers]}")
     config_file = step_dir / CONFIG_FILE
@@ -103,22 +107,30 @@ def load_router_head(router_file: str | os.PathLike, router_cfg: DictConfig, hid
     """
     state = torch.load(router_file, map_location="cpu", weights_only=True)
     if not isinstance(state, Mapping) or "head" not in state:
-        raise KeyError(f"{router_file}: expected a dict with a 'head' state_dict, got "
-                       f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}")
-    head = RouterHead(hidden_size, head=router_cfg.head,
-                      pooling=router_cfg.pooling,
-                      detach_backbone=bool(router_cfg.detach_backbone),
-                      input_norm=OmegaConf.select(router_cfg, "input_norm", default="none"))
+        raise KeyError(
+            f"{router_file}: expected a dict with a 'head' state_dict, got "
+            f"{sorted(state) if isinstance(state, Mapping) else type(state).__name__}"
+        )
+    head = RouterHead(
+        hidden_size,
+        head=router_cfg.head,
+        pooling=router_cfg.pooling,
+        detach_backbone=bool(router_cfg.detach_backbone),
+        input_norm=OmegaConf.select(router_cfg, "input_norm", default="none"),
+    )
     try:
         head.load_state_dict(state["head"])
     except RuntimeError as exc:
-        raise ValueError(f"{router_file}: head weights do not fit router.head={head.head_type!r} with hidden size "
-                         f"{hidden_size}: {exc}") from exc
+        raise ValueError(
+            f"{router_file}: head weights do not fit router.head={head.head_type!r} with hidden size "
+            f"{hidden_size}: {exc}"
+        ) from exc
     return head.eval()
 
 
-def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
-                      ) -> Optional[tuple[torch.Tensor, torch.Tensor, float, float]]:
+def load_value_policy(
+    step_dir: str | os.PathLike, router_cfg: DictConfig
+) -> Optional[tuple[torch.Tensor, torch.Tensor, float, float]]:
     """For ``router.loss_mode=value``: the arguments that turn the head's output into the run's routing policy
     (:func:`verl.router.value.value_policy_logits`) — the running route baselines and costs and λ from the
     checkpoint's ``data.pt`` (the baseline is zero with ``router.value_fit=ridge``, whose head predicts the whole
@@ -133,8 +145,10 @@ def load_value_policy(step_dir: str | os.PathLike, router_cfg: DictConfig
         return None
     path = Path(step_dir) / "data.pt"
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: router.loss_mode=value routes with the run's λ and route values, which "
-                                "live in the checkpoint's data.pt")
+        raise FileNotFoundError(
+            f"{path}: router.loss_mode=value routes with the run's λ and route values, which "
+            "live in the checkpoint's data.pt"
+        )
     state = torch.load(path, map_location="cpu", weights_only=False)
     router_state = state.get("router") if isinstance(state, Mapping) else None
     if not isinstance(router_state, Mapping) or "route_values" not in router_state:

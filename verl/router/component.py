@@ -8,6 +8,7 @@ back to ``input_ids`` / ``attention_mask`` / ``position_ids`` for a prompt-only 
 With several data-parallel workers the head is replicated (it is tiny): gradients are averaged over ranks before the
 step, so every replica stays identical.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,10 +48,13 @@ class RouterComponent:
     def __init__(self, router_cfg, hidden_size: int, device: str, actor_optimizer=None) -> None:
         self.cfg = router_cfg
         self.device = device
-        self.head = RouterHead(hidden_size, head=router_cfg.head,
-                               pooling=router_cfg.pooling,
-                               detach_backbone=bool(router_cfg.detach_backbone),
-                               input_norm=router_cfg.input_norm).to(device)
+        self.head = RouterHead(
+            hidden_size,
+            head=router_cfg.head,
+            pooling=router_cfg.pooling,
+            detach_backbone=bool(router_cfg.detach_backbone),
+            input_norm=router_cfg.input_norm,
+        ).to(device)
         optim_cfg = router_cfg.optim
         lr = float(optim_cfg.lr)
         self.shared = bool(optim_cfg.shared)
@@ -63,8 +67,11 @@ class RouterComponent:
             self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=lr, weight_decay=0.0)
         self.micro_batch_size = int(router_cfg.micro_batch_size)
         # router.value_fit=ridge: the head's output layer is the closed-form ridge fit of every observation so far
-        self.ridge = RidgeRouteValues(hidden_size, float(router_cfg.value_ridge_alpha)) \
-            if router_cfg.loss_mode == "value" and router_cfg.value_fit == "ridge" else None
+        self.ridge = (
+            RidgeRouteValues(hidden_size, float(router_cfg.value_ridge_alpha))
+            if router_cfg.loss_mode == "value" and router_cfg.value_fit == "ridge"
+            else None
+        )
 
     def _per_prompt(self, batch, fn) -> torch.Tensor:
         """``fn(input_ids, attention_mask, position_ids)`` over the distinct original prompts of ``batch`` in
@@ -80,8 +87,9 @@ class RouterComponent:
         out = []
         for start in range(0, input_ids.shape[0], self.micro_batch_size):
             sl = slice(start, start + self.micro_batch_size)
-            out.append(fn(input_ids[sl].to(self.device), attention_mask[sl].to(self.device),
-                          position_ids[sl].to(self.device)))
+            out.append(
+                fn(input_ids[sl].to(self.device), attention_mask[sl].to(self.device), position_ids[sl].to(self.device))
+            )
         values = torch.cat(out, dim=0)
         return values[inverse.to(values.device)] if unique.shape[0] < rows.shape[0] else values
 
@@ -90,8 +98,9 @@ class RouterComponent:
         prompt (:meth:`_per_prompt`). With ``grad`` (the update) each distinct prompt's features also enter the head's
         running input statistics (``router.input_norm=running``) before its micro-batch is normalised."""
         with torch.set_grad_enabled(grad):
-            return self._per_prompt(batch, lambda ids, mask, pos: compute_router_logits(module, self.head, ids, mask,
-                                                                                          pos, observe=grad))
+            return self._per_prompt(
+                batch, lambda ids, mask, pos: compute_router_logits(module, self.head, ids, mask, pos, observe=grad)
+            )
 
     def update(self, module: torch.nn.Module, batch) -> dict:
         """One router step: ``L = −mean(log π(a)·A) − c_H·H + c_sup·CE`` over the whole batch (spec eq. in
@@ -107,19 +116,28 @@ class RouterComponent:
         logits = self.logits(module, batch, grad=True)
         if self.cfg.loss_mode == "value":  # the head regresses each copy's task reward (verl/router/value.py)
             if "router_value_target" not in batch.keys():
-                raise KeyError("router.loss_mode=value: the batch has no router_value_target (written by "
-                               "RouterController.score on training steps)")
-            loss, metrics = compute_router_value_loss(logits, batch["router_action"].to(self.device),
-                                                      batch["router_value_target"].to(self.device))
+                raise KeyError(
+                    "router.loss_mode=value: the batch has no router_value_target (written by "
+                    "RouterController.score on training steps)"
+                )
+            loss, metrics = compute_router_value_loss(
+                logits, batch["router_action"].to(self.device), batch["router_value_target"].to(self.device)
+            )
             return self._step(loss, metrics)
         target = batch["router_target_action_id"].to(self.device) if "router_target_action_id" in batch.keys() else None
-        route_adv = batch["router_route_advantages"].to(self.device) if "router_route_advantages" in batch.keys() \
-            else None  # router.route_sampling=stratified: the expectation over routes replaces log π(a)·A
-        loss, metrics = compute_router_loss(logits, batch["router_action"].to(self.device),
-                                            batch["router_advantages"].to(self.device).float(), target_actions=target,
-                                            entropy_coeff=float(self.cfg.entropy_coeff),
-                                            sup_coeff=float(self.cfg.sup_coeff), route_advantages=route_adv,
-                                            route_pg=self.cfg.route_pg)
+        route_adv = (
+            batch["router_route_advantages"].to(self.device) if "router_route_advantages" in batch.keys() else None
+        )  # router.route_sampling=stratified: the expectation over routes replaces log π(a)·A
+        loss, metrics = compute_router_loss(
+            logits,
+            batch["router_action"].to(self.device),
+            batch["router_advantages"].to(self.device).float(),
+            target_actions=target,
+            entropy_coeff=float(self.cfg.entropy_coeff),
+            sup_coeff=float(self.cfg.sup_coeff),
+            route_advantages=route_adv,
+            route_pg=self.cfg.route_pg,
+        )
         return self._step(loss, metrics)
 
     def _ridge_update(self, module: torch.nn.Module, batch) -> dict:
@@ -131,10 +149,13 @@ class RouterComponent:
         routed this batch, before the refit (out of sample for prompts not seen before). The trainer's batch checks
         make ``train_batch_size × rollout.n`` divide the world size, so no dispatcher padding row enters the sums."""
         if "router_value_target" not in batch.keys():
-            raise KeyError("router.loss_mode=value: the batch has no router_value_target (written by "
-                           "RouterController.score on training steps)")
-        features = self._per_prompt(batch, lambda ids, mask, pos: compute_router_features(module, self.head, ids,
-                                                                                           mask, pos))
+            raise KeyError(
+                "router.loss_mode=value: the batch has no router_value_target (written by "
+                "RouterController.score on training steps)"
+            )
+        features = self._per_prompt(
+            batch, lambda ids, mask, pos: compute_router_features(module, self.head, ids, mask, pos)
+        )
         actions = batch["router_action"].long()
         targets = batch["router_value_target"].float()
         with torch.no_grad():
@@ -189,8 +210,10 @@ class RouterComponent:
         self.head.load_state_dict(state["head"])
         if self.ridge is not None:
             if "ridge" not in state:
-                raise ValueError("router.value_fit=ridge: the checkpoint holds no ridge statistics (it was trained "
-                                 "with router.value_fit=sgd or loss_mode=pg)")
+                raise ValueError(
+                    "router.value_fit=ridge: the checkpoint holds no ridge statistics (it was trained "
+                    "with router.value_fit=sgd or loss_mode=pg)"
+                )
             self.ridge.load_state_dict(state["ridge"])
         if not self.shared and "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])

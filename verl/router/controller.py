@@ -15,6 +15,7 @@ label), ``router_route_advantages`` [B, 3] (stratified routes), ``router_value_t
 NaN for unscored rows); non-tensor ``tool_families`` (per-row {tool name: family}). With ``router.loss_mode=value``
 ``router_logits`` are the policy's, ``(b + h − λ·c̄)/τ`` of the head's output ``h`` (:meth:`RouterController.policy_logits`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -52,9 +53,16 @@ from verl.router.value import (
 logger = logging.getLogger(__name__)
 
 PROMPT_KEYS = ("input_ids", "attention_mask", "position_ids")
-UPDATE_KEYS = ("router_input_ids", "router_attention_mask", "router_position_ids", "router_action",
-               "router_advantages", "router_route_advantages", "router_target_action_id",
-               "router_value_target")  # what update_router reads
+UPDATE_KEYS = (
+    "router_input_ids",
+    "router_attention_mask",
+    "router_position_ids",
+    "router_action",
+    "router_advantages",
+    "router_route_advantages",
+    "router_target_action_id",
+    "router_value_target",
+)  # what update_router reads
 
 
 class RouterController:
@@ -81,12 +89,14 @@ class RouterController:
         if router_cfg.actor_reward not in ("task", "router"):
             raise ValueError(f"router.actor_reward must be 'task' or 'router', got {router_cfg.actor_reward!r}")
         if router_cfg.route_sampling not in ROUTE_SAMPLING_MODES:
-            raise ValueError(f"router.route_sampling must be one of {ROUTE_SAMPLING_MODES}, got "
-                             f"{router_cfg.route_sampling!r}")
+            raise ValueError(
+                f"router.route_sampling must be one of {ROUTE_SAMPLING_MODES}, got {router_cfg.route_sampling!r}"
+            )
         self.stratified = router_cfg.route_sampling == "stratified"
         if router_cfg.route_adv_norm not in ROUTE_ADV_NORMS:
-            raise ValueError(f"router.route_adv_norm must be one of {ROUTE_ADV_NORMS}, got "
-                             f"{router_cfg.route_adv_norm!r}")
+            raise ValueError(
+                f"router.route_adv_norm must be one of {ROUTE_ADV_NORMS}, got {router_cfg.route_adv_norm!r}"
+            )
         if router_cfg.loss_mode not in LOSS_MODES:
             raise ValueError(f"router.loss_mode must be one of {LOSS_MODES}, got {router_cfg.loss_mode!r}")
         self.value_mode = router_cfg.loss_mode == "value"  # the head estimates route values (verl/router/value.py)
@@ -107,8 +117,13 @@ class RouterController:
         with the running route baselines and the current λ)."""
         if not self.value_mode:
             return head_output
-        return value_policy_logits(head_output, self.value_baseline(), self.route_values.cost, self.lagrange.value,
-                                   float(self.cfg.value_temperature))
+        return value_policy_logits(
+            head_output,
+            self.value_baseline(),
+            self.route_values.cost,
+            self.lagrange.value,
+            float(self.cfg.value_temperature),
+        )
 
     def route(self, batch, router_logits: torch.Tensor, validate: bool, actions: torch.Tensor | None = None) -> None:
         """Sample a route per row (greedy when validating and ``greedy_eval``), rewrite and re-tokenise its prompt.
@@ -124,9 +139,11 @@ class RouterController:
         if "raw_prompt" not in batch.non_tensor_batch:
             raise KeyError("router.enable needs raw prompts in the batch: set data.return_raw_chat=true")
         if "tools" in batch.non_tensor_batch:  # the rewrite edits the system prompt's tools block, not this column
-            raise ValueError("router.enable: the data has a 'tools' column (tools rendered by the chat template); the "
-                             "router rewrites the RLLA system prompt's tools block and would drop that column: use "
-                             "data whose tools are in the system prompt, or router.enable=false")
+            raise ValueError(
+                "router.enable: the data has a 'tools' column (tools rendered by the chat template); the "
+                "router rewrites the RLLA system prompt's tools block and would drop that column: use "
+                "data whose tools are in the system prompt, or router.enable=false"
+            )
         greedy = validate and bool(self.cfg.greedy_eval)
         if actions is None:
             actions, log_probs = sample_actions(router_logits.float(), greedy=greedy, generator=self.generator)
@@ -136,10 +153,12 @@ class RouterController:
         raw = batch.non_tensor_batch["raw_prompt"]
         extra = batch.non_tensor_batch.get("extra_info", [None] * len(batch))
         families = [row_tool_families(list(raw[i]), extra[i], self.family_overrides) for i in range(len(batch))]
-        messages = rewrite_batch([list(p) for p in raw], actions, families,
-                                 filter_tools=bool(self.cfg.filter_tools), other_as=self.other_as)
-        tokens = tokenize_prompts(self.tokenizer, messages, int(self.data_cfg.max_prompt_length),
-                                  truncation=self.data_cfg.truncation)
+        messages = rewrite_batch(
+            [list(p) for p in raw], actions, families, filter_tools=bool(self.cfg.filter_tools), other_as=self.other_as
+        )
+        tokens = tokenize_prompts(
+            self.tokenizer, messages, int(self.data_cfg.max_prompt_length), truncation=self.data_cfg.truncation
+        )
         for key in PROMPT_KEYS:
             batch.batch[f"router_{key}"] = batch.batch[key]
             batch.batch[key] = tokens[key]
@@ -170,10 +189,13 @@ class RouterController:
         batch itself was routed uniformly. λ's dual step reads ``router/policy_cost``. Stratified batches also get
         ``router_route_advantages`` [B, 3] (:func:`compute_route_advantages`) for the head's update."""
         response_mask = batch.batch["response_mask"]
-        texts = [self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
-                 for ids, mask in zip(batch.batch["responses"], response_mask)]
-        costs, usage = compute_costs(texts, list(batch.non_tensor_batch["tool_families"]), self.weights, self.other_as,
-                                     self.tool_format)
+        texts = [
+            self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
+            for ids, mask in zip(batch.batch["responses"], response_mask)
+        ]
+        costs, usage = compute_costs(
+            texts, list(batch.non_tensor_batch["tool_families"]), self.weights, self.other_as, self.tool_format
+        )
         task = batch.batch["token_level_scores"].sum(-1).float()
         r_router = compute_router_rewards(task, costs, self.lagrange.value)
         tlr = router_token_level_rewards(r_router, response_mask)
@@ -183,8 +205,9 @@ class RouterController:
         advantages = torch.zeros(len(batch), dtype=tlr.dtype)
         if valid.any():
             keep = torch.as_tensor(np.flatnonzero(valid))
-            advantages[keep] = compute_router_advantages(tlr[keep], response_mask[keep],
-                                                         batch.non_tensor_batch["uid"][valid]).to(tlr.dtype)
+            advantages[keep] = compute_router_advantages(
+                tlr[keep], response_mask[keep], batch.non_tensor_batch["uid"][valid]
+            ).to(tlr.dtype)
         batch.batch["router_advantages"] = advantages
         actions = batch.batch["router_action"]
         metrics = router_batch_metrics(actions, costs, task, r_router, usage["used_any_tool"])
@@ -196,7 +219,8 @@ class RouterController:
         uids = batch.non_tensor_batch["uid"][valid]
         if len(set(uids.tolist())) < int(valid.sum()):
             metrics["router/mixed_cost_groups_frac"] = 1.0 - zero_variance_group_fraction(
-                costs[torch.as_tensor(valid)].float(), uids)
+                costs[torch.as_tensor(valid)].float(), uids
+            )
         probs = torch.softmax(batch.batch["router_logits"], dim=-1)
         metrics["router/route_entropy"] = float(-(probs * probs.clamp_min(1e-12).log()).sum(-1).mean())
         for action in RouterAction:  # the policy's mean probability of each route (= frac_* in expectation)
@@ -205,7 +229,9 @@ class RouterController:
             target = batch.batch["router_target_action_id"]
             labelled = target >= 0
             if bool(labelled.any()):
-                metrics["router/route_acc_vs_weak_label"] = (actions[labelled] == target[labelled]).float().mean().item()
+                metrics["router/route_acc_vs_weak_label"] = (
+                    (actions[labelled] == target[labelled]).float().mean().item()
+                )
         if validate:
             return {f"val/{k}": v for k, v in metrics.items()}
         if self.value_mode:  # running route means first, then the head's targets relative to them
@@ -213,15 +239,17 @@ class RouterController:
             metrics.update(self.route_values.update(task, costs, actions, valid_t))
             # how much the head tells prompts apart: the spread over rows of its SEARCH − ANSWER value difference
             gap = (batch.batch["router_logits"][:, 1] - batch.batch["router_logits"][:, 0]).float()
-            metrics["router/value_gap_std"] = float(gap.std() * float(self.cfg.value_temperature)) if len(gap) > 1 \
-                else 0.0
+            metrics["router/value_gap_std"] = (
+                float(gap.std() * float(self.cfg.value_temperature)) if len(gap) > 1 else 0.0
+            )
             batch.batch["router_value_target"] = value_targets(task, actions, self.value_baseline(), valid_t)
         policy_cost, policy_task = costs.float().mean().item(), task_mean
         if self.stratified:  # every route for every prompt: advantages of all routes; λ sees the policy's cost
             uid_all = batch.non_tensor_batch["uid"]
             valid_t = torch.as_tensor(valid)
             batch.batch["router_route_advantages"] = compute_route_advantages(
-                r_router, actions, uid_all, valid_t, norm=self.cfg.route_adv_norm)
+                r_router, actions, uid_all, valid_t, norm=self.cfg.route_adv_norm
+            )
             policy_cost = policy_expected_value(costs.float(), actions, uid_all, probs)
             policy_task = policy_expected_value(task, actions, uid_all, probs, valid_t)
             policy_task = task_mean if np.isnan(policy_task) else policy_task
@@ -254,13 +282,18 @@ class RouterController:
         routed prompts, actions, advantages and weak labels); returns its metrics (means over micro-batches)."""
         keys = [k for k in UPDATE_KEYS if k in batch.batch.keys()]
         out = worker_group.update_router(batch.select(batch_keys=keys, non_tensor_batch_keys=[]))
-        return {k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v
-                for k, v in out.meta_info.get("metrics", {}).items()}
+        return {
+            k: float(np.mean(v)) if isinstance(v, (list, tuple, np.ndarray)) else v
+            for k, v in out.meta_info.get("metrics", {}).items()
+        }
 
     def state_dict(self) -> dict:
         """λ trajectory state, the route-sampling RNG and the running route values (saved in ``data.pt``)."""
-        return {"lagrange": self.lagrange.state_dict(), "generator": self.generator.get_state(),
-                "route_values": self.route_values.state_dict()}
+        return {
+            "lagrange": self.lagrange.state_dict(),
+            "generator": self.generator.get_state(),
+            "route_values": self.route_values.state_dict(),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore :meth:`state_dict`; a checkpoint from before ``route_values`` existed keeps them unobserved (a
@@ -272,8 +305,10 @@ class RouterController:
         if "route_values" in state:
             self.route_values.load_state_dict(state["route_values"])
         elif self.value_mode:
-            raise ValueError("router.loss_mode=value: the checkpoint holds no route values (it was trained with "
-                             "router.loss_mode=pg, whose head is a policy, not a value estimate)")
+            raise ValueError(
+                "router.loss_mode=value: the checkpoint holds no route values (it was trained with "
+                "router.loss_mode=pg, whose head is a policy, not a value estimate)"
+            )
 
 
 __all__ = ["RouterAction", "RouterController"]

@@ -16,6 +16,7 @@ Text inside complete ``<think>…</think>`` spans is ignored first: a thought th
 Cost per trajectory (spec): ``w_any·used_any_tool + w_search·used_search + w_calc·used_calculate + w_call·num_calls``
 with ``router.cost_weights.{any_tool=1.0, search=0, calculate=0, per_call=0}``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -31,8 +32,15 @@ from verl.utils.reward_score.tool_parse import THINK, find_spans
 
 logger = logging.getLogger(__name__)
 
-USAGE_KEYS = ("used_any_tool", "used_search", "used_calculate", "num_calls", "num_search_calls",
-              "num_calculate_calls", "num_invalid_calls")
+USAGE_KEYS = (
+    "used_any_tool",
+    "used_search",
+    "used_calculate",
+    "num_calls",
+    "num_search_calls",
+    "num_calculate_calls",
+    "num_invalid_calls",
+)
 
 
 @dataclass(frozen=True)
@@ -85,15 +93,18 @@ def strip_thoughts(text: str) -> str:
         return text
     pieces, last = [], 0
     for span in spans:
-        pieces.append(text[last:span.start])
+        pieces.append(text[last : span.start])
         last = span.end
     pieces.append(text[last:])
     return "".join(pieces)
 
 
-def response_tool_usage(response: str, families: Mapping[str, ToolFamily],
-                        other_as: Optional[RouterAction] = RouterAction.SEARCH,
-                        tool_format: str = "toolrl") -> RouterToolUsage:
+def response_tool_usage(
+    response: str,
+    families: Mapping[str, ToolFamily],
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+    tool_format: str = "toolrl",
+) -> RouterToolUsage:
     """Tool usage of one response.
 
     Args:
@@ -118,9 +129,12 @@ def response_tool_usage(response: str, families: Mapping[str, ToolFamily],
     )
 
 
-def batch_tool_usage(responses: Sequence[str], families: Sequence[Mapping[str, ToolFamily]],
-                     other_as: Optional[RouterAction] = RouterAction.SEARCH,
-                     tool_format: str = "toolrl") -> dict[str, torch.Tensor]:
+def batch_tool_usage(
+    responses: Sequence[str],
+    families: Sequence[Mapping[str, ToolFamily]],
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+    tool_format: str = "toolrl",
+) -> dict[str, torch.Tensor]:
     """:func:`response_tool_usage` for a batch, as tensors ``[B]`` keyed by :data:`USAGE_KEYS` (bools as float32
     0/1, counts as float32 too so they can be averaged and weighted directly).
 
@@ -133,25 +147,48 @@ def batch_tool_usage(responses: Sequence[str], families: Sequence[Mapping[str, T
     return {key: torch.tensor([float(getattr(u, key)) for u in rows], dtype=torch.float32) for key in USAGE_KEYS}
 
 
-def trajectory_cost(used_any_tool: torch.Tensor, used_search: torch.Tensor, used_calculate: torch.Tensor,
-                    num_calls: torch.Tensor, any_tool: float = 1.0, search: float = 0.0, calculate: float = 0.0,
-                    per_call: float = 0.0) -> torch.Tensor:
+def trajectory_cost(
+    used_any_tool: torch.Tensor,
+    used_search: torch.Tensor,
+    used_calculate: torch.Tensor,
+    num_calls: torch.Tensor,
+    any_tool: float = 1.0,
+    search: float = 0.0,
+    calculate: float = 0.0,
+    per_call: float = 0.0,
+) -> torch.Tensor:
     """Tool cost per trajectory (spec "Tool usage and cost"):
     ``any_tool·used_any_tool + search·used_search + calculate·used_calculate + per_call·num_calls``.
 
     Args: four tensors ``[B]`` (0/1 or counts, any numeric dtype) and the four weights.
     Returns: float32 ``[B]``.
     """
-    return (any_tool * used_any_tool.float() + search * used_search.float() + calculate * used_calculate.float()
-            + per_call * num_calls.float())
+    return (
+        any_tool * used_any_tool.float()
+        + search * used_search.float()
+        + calculate * used_calculate.float()
+        + per_call * num_calls.float()
+    )
 
 
-def compute_costs(responses: Sequence[str], families: Sequence[Mapping[str, ToolFamily]],
-                  weights: CostWeights = CostWeights(), other_as: Optional[RouterAction] = RouterAction.SEARCH,
-                  tool_format: str = "toolrl") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def compute_costs(
+    responses: Sequence[str],
+    families: Sequence[Mapping[str, ToolFamily]],
+    weights: CostWeights = CostWeights(),
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+    tool_format: str = "toolrl",
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Costs of a batch of responses: ``(cost float32 [B], usage tensors [B] by USAGE_KEYS)``; the calls are read
     in ``tool_format`` (``data.tool_format``), the same parser as the reward's."""
     usage = batch_tool_usage(responses, families, other_as, tool_format)
-    cost = trajectory_cost(usage["used_any_tool"], usage["used_search"], usage["used_calculate"], usage["num_calls"],
-                           weights.any_tool, weights.search, weights.calculate, weights.per_call)
+    cost = trajectory_cost(
+        usage["used_any_tool"],
+        usage["used_search"],
+        usage["used_calculate"],
+        usage["num_calls"],
+        weights.any_tool,
+        weights.search,
+        weights.calculate,
+        weights.per_call,
+    )
     return cost, usage

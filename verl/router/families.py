@@ -23,6 +23,7 @@ gives ``OTHER`` (actions such as send/create/schedule). ``OTHER`` is treated as 
 otherwise (:func:`effective_route`). A sidecar JSON ``{tool_name: "SEARCH"|"CALCULATE"|"OTHER"}``
 (``router.tool_family_file``) overrides the heuristic tool by tool.
 """
+
 from __future__ import annotations
 
 import json
@@ -42,24 +43,124 @@ TOOL_FAMILIES_KEY = "tool_families"  # extra_info field written by verl.router.p
 
 # Keyword patterns (regular expressions matched as whole words on the normalised text).
 CALCULATE_PATTERNS: tuple[str, ...] = (
-    r"calculat\w*", r"comput\w*", r"convert\w*", r"conversions?", r"math\w*", r"arithmetic", r"sum", r"sums",
-    r"multipl\w*", r"divid\w*", r"divisi\w*", r"factorial\w*", r"fibonacci", r"primes?", r"gcd", r"lcm",
-    r"common (?:multiple|divisor)", r"average", r"median", r"mode", r"standard deviation", r"variance",
-    r"statistical", r"probabilit\w*", r"integral\w*", r"derivative\w*", r"equations?", r"solve\w*", r"matri(?:x|ces)",
-    r"vectors?", r"formula", r"interest", r"cagr", r"bmi", r"percentage", r"ratio", r"integers?",
-    r"decimal", r"binary", r"hex", r"roots?", r"squares?", r"power of", r"logarithm\w*", r"geometr\w*", r"area",
-    r"volume", r"perimeter", r"circle", r"triangle", r"polygon", r"angle", r"sort\w*", r"revers\w*", r"merg\w*",
-    r"palindrome\w*", r"anagram\w*", r"permutation\w*", r"combination\w*", r"estimat\w*", r"simulat\w*",
-    r"analy[sz]\w*", r"evaluat\w*", r"validat\w*", r"encod\w*", r"decod\w*", r"hash\w*",
-    r"count(?:s|ing|er)?", r"duplicate",
-    r"(?<!phone )numbers?", r"digits?", r"predict\w*", r"regression", r"leap year",
-    r"checks? (?:if|whether)", r"longest", r"shortest", r"maximum", r"minimum", r"parenthes\w*", r"substrings?",
+    r"calculat\w*",
+    r"comput\w*",
+    r"convert\w*",
+    r"conversions?",
+    r"math\w*",
+    r"arithmetic",
+    r"sum",
+    r"sums",
+    r"multipl\w*",
+    r"divid\w*",
+    r"divisi\w*",
+    r"factorial\w*",
+    r"fibonacci",
+    r"primes?",
+    r"gcd",
+    r"lcm",
+    r"common (?:multiple|divisor)",
+    r"average",
+    r"median",
+    r"mode",
+    r"standard deviation",
+    r"variance",
+    r"statistical",
+    r"probabilit\w*",
+    r"integral\w*",
+    r"derivative\w*",
+    r"equations?",
+    r"solve\w*",
+    r"matri(?:x|ces)",
+    r"vectors?",
+    r"formula",
+    r"interest",
+    r"cagr",
+    r"bmi",
+    r"percentage",
+    r"ratio",
+    r"integers?",
+    r"decimal",
+    r"binary",
+    r"hex",
+    r"roots?",
+    r"squares?",
+    r"power of",
+    r"logarithm\w*",
+    r"geometr\w*",
+    r"area",
+    r"volume",
+    r"perimeter",
+    r"circle",
+    r"triangle",
+    r"polygon",
+    r"angle",
+    r"sort\w*",
+    r"revers\w*",
+    r"merg\w*",
+    r"palindrome\w*",
+    r"anagram\w*",
+    r"permutation\w*",
+    r"combination\w*",
+    r"estimat\w*",
+    r"simulat\w*",
+    r"analy[sz]\w*",
+    r"evaluat\w*",
+    r"validat\w*",
+    r"encod\w*",
+    r"decod\w*",
+    r"hash\w*",
+    r"count(?:s|ing|er)?",
+    r"duplicate",
+    r"(?<!phone )numbers?",
+    r"digits?",
+    r"predict\w*",
+    r"regression",
+    r"leap year",
+    r"checks? (?:if|whether)",
+    r"longest",
+    r"shortest",
+    r"maximum",
+    r"minimum",
+    r"parenthes\w*",
+    r"substrings?",
 )
 SEARCH_PATTERNS: tuple[str, ...] = (
-    r"search\w*", r"retriev\w*", r"fetch\w*", r"get", r"gets", r"lookup", r"look up", r"query\w*",
-    r"queries", r"list", r"lists", r"info", r"information", r"details?", r"news", r"data", r"feed", r"recommend\w*",
-    r"suggest\w*", r"autocomplete", r"auto complete", r"browse", r"discover\w*", r"locat\w*", r"latest", r"current",
-    r"historical", r"weather", r"price", r"prices", r"quotes?", r"rank\w*", r"standings", r"results?", r"profiles?",
+    r"search\w*",
+    r"retriev\w*",
+    r"fetch\w*",
+    r"get",
+    r"gets",
+    r"lookup",
+    r"look up",
+    r"query\w*",
+    r"queries",
+    r"list",
+    r"lists",
+    r"info",
+    r"information",
+    r"details?",
+    r"news",
+    r"data",
+    r"feed",
+    r"recommend\w*",
+    r"suggest\w*",
+    r"autocomplete",
+    r"auto complete",
+    r"browse",
+    r"discover\w*",
+    r"locat\w*",
+    r"latest",
+    r"current",
+    r"historical",
+    r"weather",
+    r"price",
+    r"prices",
+    r"quotes?",
+    r"rank\w*",
+    r"standings",
+    r"results?",
+    r"profiles?",
     r"api",
 )
 _CALC_RE = re.compile(r"\b(?:" + "|".join(CALCULATE_PATTERNS) + r")\b")
@@ -199,8 +300,9 @@ def load_tool_family_file(path: str | os.PathLike) -> dict[str, ToolFamily]:
     return {str(name): parse_family(value, f"{path}: tool {name!r}") for name, value in raw.items()}
 
 
-def block_families(block: Optional[ToolsBlock], overrides: Optional[Mapping[str, ToolFamily]] = None
-                   ) -> dict[str, ToolFamily]:
+def block_families(
+    block: Optional[ToolsBlock], overrides: Optional[Mapping[str, ToolFamily]] = None
+) -> dict[str, ToolFamily]:
     """``{tool_name: family}`` for the tools of a block, in block order: ``overrides`` first, else the heuristic.
 
     A name listed twice keeps its first entry's family.
@@ -224,8 +326,9 @@ def system_text_of(messages: Sequence[Mapping]) -> str:
     return ""
 
 
-def row_tool_families(messages: Sequence[Mapping], extra_info: Any = None,
-                      overrides: Optional[Mapping[str, ToolFamily]] = None) -> dict[str, ToolFamily]:
+def row_tool_families(
+    messages: Sequence[Mapping], extra_info: Any = None, overrides: Optional[Mapping[str, ToolFamily]] = None
+) -> dict[str, ToolFamily]:
     """Tool families of one row: ``overrides`` (sidecar) > ``extra_info["tool_families"]`` (from
     :mod:`verl.router.preprocess`, JSON string or dict) > the heuristic on the system message's tools block.
 
@@ -249,8 +352,9 @@ def row_tool_families(messages: Sequence[Mapping], extra_info: Any = None,
     return families
 
 
-def effective_route(family: ToolFamily, other_as: Optional[RouterAction] = RouterAction.SEARCH
-                    ) -> Optional[RouterAction]:
+def effective_route(
+    family: ToolFamily, other_as: Optional[RouterAction] = RouterAction.SEARCH
+) -> Optional[RouterAction]:
     """The route a tool family belongs to: SEARCH -> SEARCH, CALCULATE -> CALCULATE, OTHER -> ``other_as`` (None:
     neither)."""
     if family == ToolFamily.SEARCH:
@@ -260,8 +364,9 @@ def effective_route(family: ToolFamily, other_as: Optional[RouterAction] = Route
     return other_as
 
 
-def call_route(name: str, families: Mapping[str, ToolFamily], other_as: Optional[RouterAction] = RouterAction.SEARCH
-               ) -> Optional[RouterAction]:
+def call_route(
+    name: str, families: Mapping[str, ToolFamily], other_as: Optional[RouterAction] = RouterAction.SEARCH
+) -> Optional[RouterAction]:
     """Route of a called tool: its family in ``families``; a name not listed there (hallucinated tool) is classified
     from the name alone with :func:`classify_tool`."""
     family = families.get(name)

@@ -9,6 +9,7 @@ Flow inside the actor worker (``compute_router_logits``)::
 or in one call :func:`compute_router_logits`. Prompts are left-padded (verl's ``RLHFDataset``), so the last prompt
 token is the last position whose attention mask is 1.
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,8 +68,10 @@ def pool_hidden(hidden: torch.Tensor, attention_mask: torch.Tensor, mode: str = 
     if mode not in POOLING_MODES:
         raise ValueError(f"router pooling must be one of {POOLING_MODES}, got {mode!r}")
     if hidden.dim() != 3 or attention_mask.shape != hidden.shape[:2]:
-        raise ValueError(f"pool_hidden: hidden {tuple(hidden.shape)} and attention_mask {tuple(attention_mask.shape)}"
-                         " must be [B, L, H] and [B, L]")
+        raise ValueError(
+            f"pool_hidden: hidden {tuple(hidden.shape)} and attention_mask {tuple(attention_mask.shape)}"
+            " must be [B, L, H] and [B, L]"
+        )
     last = last_valid_index(attention_mask)  # also rejects empty rows
     if mode == "last_token":
         return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
@@ -102,8 +105,15 @@ class RouterHead(nn.Module):
         ValueError: invalid ``head`` / ``pooling`` / sizes.
     """
 
-    def __init__(self, hidden_size: int, head: str = "linear", pooling: str = "last_token",
-                 detach_backbone: bool = True, mlp_hidden_size: Optional[int] = None, input_norm: str = "none"):
+    def __init__(
+        self,
+        hidden_size: int,
+        head: str = "linear",
+        pooling: str = "last_token",
+        detach_backbone: bool = True,
+        mlp_hidden_size: Optional[int] = None,
+        input_norm: str = "none",
+    ):
         super().__init__()
         if input_norm not in INPUT_NORMS:
             raise ValueError(f"router.input_norm must be one of {INPUT_NORMS}, got {input_norm!r}")
@@ -148,7 +158,7 @@ class RouterHead(nn.Module):
         delta = mean_b - self.feature_mean
         total = n_a + n_b
         self.feature_mean += delta * (n_b / total)
-        self.feature_m2 += m2_b + delta ** 2 * (n_a * n_b / total)
+        self.feature_m2 += m2_b + delta**2 * (n_a * n_b / total)
         self.feature_count += n_b
 
     def normalize(self, pooled: torch.Tensor) -> torch.Tensor:
@@ -176,8 +186,10 @@ class RouterHead(nn.Module):
         if self.input_norm != "running":
             raise ValueError("RouterHead.set_norm_stats needs router.input_norm=running")
         if tuple(mean.shape) != (self.hidden_size,) or tuple(m2.shape) != (self.hidden_size,):
-            raise ValueError(f"RouterHead.set_norm_stats: mean {tuple(mean.shape)} / m2 {tuple(m2.shape)}, expected "
-                             f"({self.hidden_size},)")
+            raise ValueError(
+                f"RouterHead.set_norm_stats: mean {tuple(mean.shape)} / m2 {tuple(m2.shape)}, expected "
+                f"({self.hidden_size},)"
+            )
         self.feature_count.fill_(float(count))
         self.feature_mean.copy_(mean.to(self.feature_mean))
         self.feature_m2.copy_(m2.to(self.feature_m2))
@@ -191,8 +203,10 @@ class RouterHead(nn.Module):
         if self.head_type != "linear":
             raise ValueError("RouterHead.set_linear needs router.head=linear")
         if tuple(weight.shape) != tuple(self.net.weight.shape) or tuple(bias.shape) != tuple(self.net.bias.shape):
-            raise ValueError(f"RouterHead.set_linear: weight {tuple(weight.shape)} / bias {tuple(bias.shape)}, "
-                             f"expected {tuple(self.net.weight.shape)} / {tuple(self.net.bias.shape)}")
+            raise ValueError(
+                f"RouterHead.set_linear: weight {tuple(weight.shape)} / bias {tuple(bias.shape)}, "
+                f"expected {tuple(self.net.weight.shape)} / {tuple(self.net.bias.shape)}"
+            )
         self.net.weight.copy_(weight.to(self.net.weight))
         self.net.bias.copy_(bias.to(self.net.bias))
 
@@ -214,8 +228,9 @@ class RouterHead(nn.Module):
         return self.net(self.normalize(pooled.float()).to(weight_dtype)).float()
 
 
-def prompt_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+def prompt_hidden_states(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Final-layer hidden states of a Hugging Face causal LM on a padded prompt batch.
 
     Calls the full model (so FSDP-wrapped models gather their parameters as usual) with ``output_hidden_states=True``
@@ -233,17 +248,28 @@ def prompt_hidden_states(model: nn.Module, input_ids: torch.Tensor, attention_ma
     Raises:
         ValueError: the model did not return hidden states.
     """
-    output = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                   use_cache=False, output_hidden_states=True, logits_to_keep=1)
+    output = model(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        output_hidden_states=True,
+        logits_to_keep=1,
+    )
     hidden_states = getattr(output, "hidden_states", None)
     if not hidden_states:
         raise ValueError(f"{type(model).__name__} returned no hidden_states (needs an HF causal LM)")
     return hidden_states[-1]
 
 
-def compute_router_logits(model: nn.Module, router_head: RouterHead, input_ids: torch.Tensor,
-                          attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None,
-                          observe: bool = False) -> torch.Tensor:
+def compute_router_logits(
+    model: nn.Module,
+    router_head: RouterHead,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: Optional[torch.Tensor] = None,
+    observe: bool = False,
+) -> torch.Tensor:
     """``router_logits [B, 3]`` (float32) for a prompt batch: backbone hidden states -> pooling -> head.
 
     When ``router_head.detach_backbone`` is true the backbone runs under ``torch.no_grad()`` (same result as
@@ -259,16 +285,22 @@ def compute_router_logits(model: nn.Module, router_head: RouterHead, input_ids: 
 
 
 @torch.no_grad()
-def compute_router_features(model: nn.Module, router_head: RouterHead, input_ids: torch.Tensor,
-                            attention_mask: torch.Tensor, position_ids: Optional[torch.Tensor] = None) -> torch.Tensor:
+def compute_router_features(
+    model: nn.Module,
+    router_head: RouterHead,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
     """The head's input before normalisation: pooled final hidden states ``[B, H]`` float32 of a prompt batch (no
     gradient; ``router.value_fit=ridge`` fits the head on these)."""
     hidden = prompt_hidden_states(model, input_ids, attention_mask, position_ids)
     return pool_hidden(hidden, attention_mask, router_head.pooling).float()
 
 
-def sample_actions(logits: torch.Tensor, greedy: bool = False,
-                   generator: Optional[torch.Generator] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_actions(
+    logits: torch.Tensor, greedy: bool = False, generator: Optional[torch.Generator] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample (or take the argmax of) the router's categorical policy ``softmax(logits)``.
 
     Args:
@@ -321,8 +353,9 @@ def stratified_actions(num_prompts: int, n: int, generator: Optional[torch.Gener
         ValueError: ``n < 3`` (a route would go unobserved in some group) or ``num_prompts < 0``.
     """
     if n < NUM_ROUTER_ACTIONS:
-        raise ValueError(f"stratified routes need at least {NUM_ROUTER_ACTIONS} copies per prompt (one per route), "
-                         f"got n={n}")
+        raise ValueError(
+            f"stratified routes need at least {NUM_ROUTER_ACTIONS} copies per prompt (one per route), got n={n}"
+        )
     if num_prompts < 0:
         raise ValueError(f"num_prompts must be >= 0, got {num_prompts}")
     cycle = torch.arange(n) % NUM_ROUTER_ACTIONS

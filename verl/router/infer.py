@@ -42,6 +42,7 @@ Output rows (input order, written atomically)::
 
 The command prints a JSON summary (route counts, rows with tool calls, timing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,7 +69,6 @@ from verl.router.rewrite import rewrite_batch, tokenize_prompts
 from verl.utils.dataset.rl_dataset import PromptTooLongError
 
 logger = logging.getLogger(__name__)
-
 
 
 # ------------------------------------------------------------------------------------------------------ inference
@@ -104,8 +104,15 @@ class RouterInference:
             with a ``loss_mode=pg`` checkpoint or below 0.
     """
 
-    def __init__(self, checkpoint: str | os.PathLike, max_new_tokens: int = 256, device: Optional[str] = None,
-                 routes: str = "learned", seed: int = 0, fixed_lambda: Optional[float] = None):
+    def __init__(
+        self,
+        checkpoint: str | os.PathLike,
+        max_new_tokens: int = 256,
+        device: Optional[str] = None,
+        routes: str = "learned",
+        seed: int = 0,
+        fixed_lambda: Optional[float] = None,
+    ):
         from transformers import AutoTokenizer
 
         self.routes = parse_routes(routes)
@@ -125,9 +132,12 @@ class RouterInference:
             raise ValueError("--device cuda: CUDA is not available on this machine")
         trust_remote_code = bool(self.config.actor_rollout_ref.model.trust_remote_code)
         self.tokenizer = AutoTokenizer.from_pretrained(self.files.hf_dir, trust_remote_code=trust_remote_code)
-        self.model = load_causal_lm(default_section("actor_rollout_ref.model", path=str(self.files.hf_dir),
-                                                    trust_remote_code=trust_remote_code),
-                                    trainable=False).to(self.device)
+        self.model = load_causal_lm(
+            default_section(
+                "actor_rollout_ref.model", path=str(self.files.hf_dir), trust_remote_code=trust_remote_code
+            ),
+            trainable=False,
+        ).to(self.device)
         # compute as training did: under the run's mixed-precision policy (bf16 on CUDA by default) the actor's
         # parameters are bf16 copies of the float32 weights, buffers as loaded (verl/utils/mixed_precision.py)
         key = "actor_rollout_ref.actor.fsdp_config.mixed_precision"
@@ -135,13 +145,16 @@ class RouterInference:
         self.compute_dtype = policy.param_dtype if policy is not None else torch.float32
         for param in self.model.parameters():
             param.data = param.data.to(self.compute_dtype)
-        self.head = load_router_head(self.files.router_file, self.router_cfg,
-                                     int(self.model.config.hidden_size)).to(self.device)
+        self.head = load_router_head(self.files.router_file, self.router_cfg, int(self.model.config.hidden_size)).to(
+            self.device
+        )
         self.value_policy = load_value_policy(self.files.step_dir, self.router_cfg)
         if fixed_lambda is not None:  # the same head at another price: the fixed-penalty policy
             if self.value_policy is None:
-                raise ValueError("--fixed_lambda prices a router.loss_mode=value head; this checkpoint's head is a "
-                                 "policy (router.loss_mode=pg)")
+                raise ValueError(
+                    "--fixed_lambda prices a router.loss_mode=value head; this checkpoint's head is a "
+                    "policy (router.loss_mode=pg)"
+                )
             if not float(fixed_lambda) >= 0:
                 raise ValueError(f"--fixed_lambda must be >= 0, got {fixed_lambda}")
             baseline, cost, _, temperature = self.value_policy
@@ -150,21 +163,36 @@ class RouterInference:
         self.truncation = self.config.data.truncation
         self.filter_tools = bool(self.router_cfg.filter_tools)
         # as in training: ANSWER-routed prompts cannot open a tool call (a checkpoint from before the key: off)
-        self.answer_forbids_tool_calls = bool(OmegaConf.select(self.router_cfg, "answer_forbids_tool_calls",
-                                                               default=False))
+        self.answer_forbids_tool_calls = bool(
+            OmegaConf.select(self.router_cfg, "answer_forbids_tool_calls", default=False)
+        )
         self.other_as = parse_other_as(self.router_cfg.other_as)
         family_file = self.router_cfg.tool_family_file
         self.family_overrides = load_tool_family_file(family_file) if family_file else None
-        self.rollout = HFRollout(self.model, default_section("actor_rollout_ref.rollout",
-                                                             response_length=int(max_new_tokens), do_sample=False,
-                                                             micro_batch_size=None,
-                                                             dtype=str(self.compute_dtype).split(".")[-1]),
-                                    self.tokenizer)
-        self.pad_token_id = (self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None
-                             else self.tokenizer.eos_token_id)
-        logger.info("router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",
-                    self.files.hf_dir, self.files.router_file.name, self.head.head_type, self.head.pooling,
-                    self.filter_tools, getattr(self.other_as, "name", None), self.device)
+        self.rollout = HFRollout(
+            self.model,
+            default_section(
+                "actor_rollout_ref.rollout",
+                response_length=int(max_new_tokens),
+                do_sample=False,
+                micro_batch_size=None,
+                dtype=str(self.compute_dtype).split(".")[-1],
+            ),
+            self.tokenizer,
+        )
+        self.pad_token_id = (
+            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        )
+        logger.info(
+            "router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",
+            self.files.hf_dir,
+            self.files.router_file.name,
+            self.head.head_type,
+            self.head.pooling,
+            self.filter_tools,
+            getattr(self.other_as, "name", None),
+            self.device,
+        )
 
     def prompt_length(self, messages: Sequence[Mapping]) -> int:
         """Token length of an ORIGINAL prompt, chat-templated as the trainer's dataset builds it."""
@@ -176,8 +204,9 @@ class RouterInference:
     def _tokenize(self, messages: Sequence[Sequence[Mapping]]) -> dict[str, torch.Tensor]:
         from verl.utils.torch_functional import trim_left_padding
 
-        return trim_left_padding(tokenize_prompts(self.tokenizer, messages, self.max_prompt_length,
-                                                  truncation=self.truncation))
+        return trim_left_padding(
+            tokenize_prompts(self.tokenizer, messages, self.max_prompt_length, truncation=self.truncation)
+        )
 
     @torch.no_grad()
     def prompt_features(self, prompts: Sequence[Sequence[Mapping]]) -> torch.Tensor:
@@ -189,14 +218,20 @@ class RouterInference:
             PromptTooLongError: a prompt exceeds ``data.max_prompt_length`` with ``data.truncation='error'``.
         """
         original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
-        return compute_router_features(self.model, self.head, original["input_ids"], original["attention_mask"],
-                                       original["position_ids"]).float().cpu()
+        return (
+            compute_router_features(
+                self.model, self.head, original["input_ids"], original["attention_mask"], original["position_ids"]
+            )
+            .float()
+            .cpu()
+        )
 
     def _policy_logits(self, prompts: Sequence[Sequence[Mapping]]) -> torch.Tensor:
         """float32 ``[B, 3]`` routing logits of ORIGINAL prompts (a value head's values priced at its λ)."""
         original = {k: v.to(self.device) for k, v in self._tokenize(prompts).items()}
-        logits = compute_router_logits(self.model, self.head, original["input_ids"], original["attention_mask"],
-                                       original["position_ids"]).float()
+        logits = compute_router_logits(
+            self.model, self.head, original["input_ids"], original["attention_mask"], original["position_ids"]
+        ).float()
         if self.value_policy is not None:  # router.loss_mode=value: the head's values, priced by the run's λ
             logits = value_policy_logits(logits, *self.value_policy)
         return logits
@@ -215,29 +250,35 @@ class RouterInference:
             PromptTooLongError: as :meth:`route`, naming the rows.
         """
         if self.value_policy is None:
-            raise ValueError("--target_cost prices a router.loss_mode=value head; this checkpoint's head is a policy "
-                             "(router.loss_mode=pg)")
+            raise ValueError(
+                "--target_cost prices a router.loss_mode=value head; this checkpoint's head is a policy "
+                "(router.loss_mode=pg)"
+            )
         if batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
         baseline, cost, lam, temperature = self.value_policy
         probs = []
         for start in range(0, len(rows), batch_size):
             try:
-                logits = self._policy_logits([r.messages for r in rows[start:start + batch_size]])
+                logits = self._policy_logits([r.messages for r in rows[start : start + batch_size]])
             except PromptTooLongError as exc:
                 raise PromptTooLongError(f"rows {start}..{min(start + batch_size, len(rows)) - 1}: {exc}") from exc
             probs.append(torch.softmax(logits.double(), -1).cpu())
         probs = torch.cat(probs)
         price = lambda_for_cost(probs, cost, lam, temperature, budget, greedy=True)
-        logger.info("price for a mean route cost of at most %s over %d prompts: λ = %.4f (greedy cost %.4f, expected "
-                    "%.4f)", budget, len(rows), price, mean_route_cost(probs, cost, lam, price, temperature, True),
-                    mean_route_cost(probs, cost, lam, price, temperature))
+        logger.info(
+            "price for a mean route cost of at most %s over %d prompts: λ = %.4f (greedy cost %.4f, expected %.4f)",
+            budget,
+            len(rows),
+            price,
+            mean_route_cost(probs, cost, lam, price, temperature, True),
+            mean_route_cost(probs, cost, lam, price, temperature),
+        )
         self.value_policy = (baseline, cost, price, temperature)
         return price
 
     @torch.no_grad()
-    def route(self, prompts: Sequence[Sequence[Mapping]], extra_infos: Optional[Sequence[Any]] = None
-              ) -> RoutedBatch:
+    def route(self, prompts: Sequence[Sequence[Mapping]], extra_infos: Optional[Sequence[Any]] = None) -> RoutedBatch:
         """Greedy route for each ORIGINAL prompt, then its rewritten messages and tokens (see :class:`RoutedBatch`).
 
         Args:
@@ -257,8 +298,9 @@ class RouterInference:
             actions, _ = sample_actions(logits, greedy=True)
         actions = actions.to(logits.device)
         families = [row_tool_families(list(p), e, self.family_overrides) for p, e in zip(prompts, extra_infos)]
-        messages = rewrite_batch([list(p) for p in prompts], actions.cpu(), families, filter_tools=self.filter_tools,
-                                 other_as=self.other_as)
+        messages = rewrite_batch(
+            [list(p) for p in prompts], actions.cpu(), families, filter_tools=self.filter_tools, other_as=self.other_as
+        )
         return RoutedBatch(actions.cpu(), torch.softmax(logits, dim=-1).cpu(), messages, self._tokenize(messages))
 
     def generate(self, tokens: Mapping[str, torch.Tensor], actions: Optional[torch.Tensor] = None) -> list[str]:
@@ -278,8 +320,10 @@ class RouterInference:
             tensors[FORBID_TOOL_CALLS] = actions == int(RouterAction.ANSWER)
         result = self.rollout.generate_sequences(DataProto.from_dict(tensors=tensors, meta_info=meta))
         lengths = result.batch["response_mask"].sum(-1).tolist()
-        return [self.tokenizer.decode(ids[:int(n)].tolist(), skip_special_tokens=False)
-                for ids, n in zip(result.batch["responses"], lengths)]
+        return [
+            self.tokenizer.decode(ids[: int(n)].tolist(), skip_special_tokens=False)
+            for ids, n in zip(result.batch["responses"], lengths)
+        ]
 
     def run(self, rows: Sequence[PromptRow], batch_size: int = 8, source: str = "prompts") -> list[dict]:
         """Route, rewrite and generate for every row, ``batch_size`` rows at a time; the output rows in input order.
@@ -292,31 +336,35 @@ class RouterInference:
         from verl.utils.reward_score.tool_parse import parse_tool_calls
 
         fmt = resolve_tool_format(self.config.data.tool_format, self.tokenizer)  # as the checkpoint was trained
-        calls_of = parse_tool_calls if fmt == "toolrl" else (lambda text: [dict(c) for c in parse_calls(text, fmt).calls])
+        calls_of = (
+            parse_tool_calls if fmt == "toolrl" else (lambda text: [dict(c) for c in parse_calls(text, fmt).calls])
+        )
 
         if batch_size < 1:
             raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
         out = []
         for start in range(0, len(rows), batch_size):
-            batch = rows[start:start + batch_size]
+            batch = rows[start : start + batch_size]
             try:
                 routed = self.route([r.messages for r in batch], [r.extra_info for r in batch])
             except PromptTooLongError as exc:
                 raise PromptTooLongError(f"{source} rows {start}..{start + len(batch) - 1}: {exc}") from exc
             responses = self.generate(routed.tokens, routed.actions)
             for j, (row, response) in enumerate(zip(batch, responses)):
-                out.append({
-                    "index": row.index,
-                    "row": row.position if row.position is not None else start + j,
-                    "route": ROUTE_NAMES[int(routed.actions[j])],
-                    "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
-                    **({"router_lambda": self.value_policy[2]} if self.value_policy is not None else {}),
-                    "response": response,
-                    "tool_calls": calls_of(response),
-                    **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),
-                    **({"data_source": row.data_source} if row.data_source is not None else {}),
-                    **bfcl_fields(row.extra_info),
-                })
+                out.append(
+                    {
+                        "index": row.index,
+                        "row": row.position if row.position is not None else start + j,
+                        "route": ROUTE_NAMES[int(routed.actions[j])],
+                        "router_probs": {name: float(p) for name, p in zip(ROUTE_NAMES, routed.probs[j].tolist())},
+                        **({"router_lambda": self.value_policy[2]} if self.value_policy is not None else {}),
+                        "response": response,
+                        "tool_calls": calls_of(response),
+                        **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),
+                        **({"data_source": row.data_source} if row.data_source is not None else {}),
+                        **bfcl_fields(row.extra_info),
+                    }
+                )
             logger.info("router inference: %d/%d prompts", start + len(batch), len(rows))
         return out
 
@@ -353,10 +401,19 @@ def fixed_routes(routes: tuple[str, Optional[float]], n: int, generator: torch.G
     return torch.full((n,), ROUTE_NAMES.index(kind.upper()), dtype=torch.long)
 
 
-def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, output: str | os.PathLike,
-                  max_new_tokens: int = 256, batch_size: int = 8, device: Optional[str] = None,
-                  routes: str = "learned", seed: int = 0, filter_overlong_prompts: bool = False,
-                  fixed_lambda: Optional[float] = None, target_cost: Optional[float] = None) -> dict:
+def run_inference(
+    checkpoint: str | os.PathLike,
+    prompts: str | os.PathLike,
+    output: str | os.PathLike,
+    max_new_tokens: int = 256,
+    batch_size: int = 8,
+    device: Optional[str] = None,
+    routes: str = "learned",
+    seed: int = 0,
+    filter_overlong_prompts: bool = False,
+    fixed_lambda: Optional[float] = None,
+    target_cost: Optional[float] = None,
+) -> dict:
     """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
 
     ``filter_overlong_prompts`` (as the trainer's ``data.filter_overlong_prompts``): drop the rows whose prompt is
@@ -382,17 +439,24 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
     if target_cost is not None and not (math.isfinite(target_cost) and target_cost >= 0):
         raise ValueError(f"--target_cost must be a finite number >= 0, got {target_cost}")
     rows = load_prompt_rows(prompts)
-    engine = RouterInference(checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed,
-                             fixed_lambda=fixed_lambda)
+    engine = RouterInference(
+        checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed, fixed_lambda=fixed_lambda
+    )
     filtered = 0
     if filter_overlong_prompts:
         kept = [row for row in rows if engine.prompt_length(row.messages) <= engine.max_prompt_length]
         filtered = len(rows) - len(kept)
         if not kept:
-            raise ValueError(f"{prompts}: all {len(rows)} prompts are longer than data.max_prompt_length="
-                             f"{engine.max_prompt_length} of the checkpoint")
-        logger.info("filtered %d of %d prompts longer than data.max_prompt_length=%d", filtered, len(rows),
-                    engine.max_prompt_length)
+            raise ValueError(
+                f"{prompts}: all {len(rows)} prompts are longer than data.max_prompt_length="
+                f"{engine.max_prompt_length} of the checkpoint"
+            )
+        logger.info(
+            "filtered %d of %d prompts longer than data.max_prompt_length=%d",
+            filtered,
+            len(rows),
+            engine.max_prompt_length,
+        )
         rows = kept
     if target_cost is not None:  # logs the price it sets
         engine.set_price_for_cost(rows, float(target_cost), batch_size)
@@ -401,11 +465,16 @@ def run_inference(checkpoint: str | os.PathLike, prompts: str | os.PathLike, out
     seconds = time.monotonic() - start
     write_jsonl(output, results)
     counts = Counter(r["route"] for r in results)
-    summary = {"output_path": str(output), "prompts": len(results), "filtered_overlong": filtered,
-               "route_policy": routes,
-               "routes": {name: counts.get(name, 0) for name in ROUTE_NAMES},
-               "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]), "seconds": round(seconds, 2),
-               **({"router_lambda": engine.value_policy[2]} if engine.value_policy is not None else {})}
+    summary = {
+        "output_path": str(output),
+        "prompts": len(results),
+        "filtered_overlong": filtered,
+        "route_policy": routes,
+        "routes": {name: counts.get(name, 0) for name in ROUTE_NAMES},
+        "rows_with_tool_calls": sum(1 for r in results if r["tool_calls"]),
+        "seconds": round(seconds, 2),
+        **({"router_lambda": engine.value_policy[2]} if engine.value_policy is not None else {}),
+    }
     logger.info("wrote %d rows to %s in %.1f s; routes %s", len(results), output, seconds, summary["routes"])
     return summary
 
@@ -421,27 +490,49 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--max_new_tokens", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--device", choices=("cpu", "cuda"), default=None, help="default: cuda when available")
-    parser.add_argument("--routes", default="learned",
-                        help="learned (the head) | answer | search | calculate | random:B (fixed-routing baselines)")
+    parser.add_argument(
+        "--routes",
+        default="learned",
+        help="learned (the head) | answer | search | calculate | random:B (fixed-routing baselines)",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of random:B routes")
-    parser.add_argument("--filter_overlong_prompts", action="store_true",
-                        help="drop prompts longer than the checkpoint's data.max_prompt_length (else data.truncation "
-                             "applies to them)")
+    parser.add_argument(
+        "--filter_overlong_prompts",
+        action="store_true",
+        help="drop prompts longer than the checkpoint's data.max_prompt_length (else data.truncation applies to them)",
+    )
     price = parser.add_mutually_exclusive_group()
-    price.add_argument("--fixed_lambda", type=float, default=None,
-                       help="router.loss_mode=value: price the routes at this λ instead of the checkpoint's (the "
-                            "same head as a fixed-penalty policy)")
-    price.add_argument("--target_cost", type=float, default=None,
-                       help="router.loss_mode=value: the smallest price at which the head's greedy routes spend at most "
-                            "this mean route cost c̄ over these prompts, set from the prompts alone (the budget on a "
-                            "new prompt distribution)")
+    price.add_argument(
+        "--fixed_lambda",
+        type=float,
+        default=None,
+        help="router.loss_mode=value: price the routes at this λ instead of the checkpoint's (the "
+        "same head as a fixed-penalty policy)",
+    )
+    price.add_argument(
+        "--target_cost",
+        type=float,
+        default=None,
+        help="router.loss_mode=value: the smallest price at which the head's greedy routes spend at most "
+        "this mean route cost c̄ over these prompts, set from the prompts alone (the budget on a "
+        "new prompt distribution)",
+    )
     args = parser.parse_args(argv)
     setup_logging()
     parse_routes(args.routes)  # a bad --routes fails before the model loads
-    summary = run_inference(args.checkpoint, args.prompts, args.output, max_new_tokens=args.max_new_tokens,
-                            batch_size=args.batch_size, device=args.device, routes=args.routes, seed=args.seed,
-                            filter_overlong_prompts=args.filter_overlong_prompts, fixed_lambda=args.fixed_lambda,
-                            target_cost=args.target_cost)
+    summary = run_inference(
+        args.checkpoint,
+        args.prompts,
+        args.output,
+        max_new_tokens=args.max_new_tokens,
+        batch_size=args.batch_size,
+        device=args.device,
+        routes=args.routes,
+        seed=args.seed,
+        filter_overlong_prompts=args.filter_overlong_prompts,
+        fixed_lambda=args.fixed_lambda,
+        target_cost=args.target_cost,
+    )
     print(json.dumps(summary, indent=2))
     return 0
 

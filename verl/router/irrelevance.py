@@ -32,6 +32,7 @@ the weak label ANSWER and the families of their own tools).
 from ``DIR/train_router.parquet`` unless that file is already there and was made from the same input with the same
 fraction and seed (:func:`prepare_train_file`), and prints its path on stdout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,8 +56,10 @@ logger = logging.getLogger(__name__)
 
 SOURCE_KEY = "irrelevance_source"  # extra_info field: the source row's index, -1 on original rows
 BUILD_KEY = b"toolrl.irrelevance"  # parquet schema metadata of prepare_train_file's output: what it was made from
-NO_CALL_GROUND_TRUTH = ("<think> I should directly respond to the user's need. </think>\n"
-                        "<response> None of the available tools can do this. </response>")
+NO_CALL_GROUND_TRUTH = (
+    "<think> I should directly respond to the user's need. </think>\n"
+    "<response> None of the available tools can do this. </response>"
+)
 
 
 def called_tool_names(ground_truth: str) -> set[str]:
@@ -73,14 +76,15 @@ def called_tool_names(ground_truth: str) -> set[str]:
 def _with_tools(system: str, block: ToolsBlock, entries: Sequence[str]) -> str:
     """``system`` with the entries of its tools block (``block``, parsed from it) replaced by ``entries`` (entry texts
     without numbers), renumbered."""
-    head = system[:block.start] + system[block.start:block.end].split("\n")[0]  # the header line
+    head = system[: block.start] + system[block.start : block.end].split("\n")[0]  # the header line
     intro = f"\n{block.intro}" if block.intro else ""
     body = "\n".join(f"{i}. {text}" for i, text in enumerate(entries, start=1))
-    return f"{head}{intro}\n{body}{system[block.end:]}"
+    return f"{head}{intro}\n{body}{system[block.end :]}"
 
 
-def irrelevant_prompt(prompt: Sequence[Mapping], called: set[str], donors: Sequence[Sequence[Mapping]] = ()
-                      ) -> Optional[list[dict]]:
+def irrelevant_prompt(
+    prompt: Sequence[Mapping], called: set[str], donors: Sequence[Sequence[Mapping]] = ()
+) -> Optional[list[dict]]:
     """The chat ``prompt`` with no tool named in ``called`` (steps 1-2 of the module docstring).
 
     Args:
@@ -141,8 +145,10 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
     rows = table.to_pylist()
     for i, row in enumerate(rows):
         if not isinstance((row.get("extra_info") or {}).get("index"), int):
-            raise ValueError(f"{source}:{i}: extra_info.index: expected an integer, got "
-                             f"{(row.get('extra_info') or {}).get('index')!r}")
+            raise ValueError(
+                f"{source}:{i}: extra_info.index: expected an integer, got "
+                f"{(row.get('extra_info') or {}).get('index')!r}"
+            )
     calls = [called_tool_names(str((r.get("reward_model") or {}).get("ground_truth", ""))) for r in rows]
     with_call = [i for i, c in enumerate(calls) if c]
     want = round(fraction * len(with_call))
@@ -153,21 +159,32 @@ def add_irrelevance_rows(table: pa.Table, fraction: float, seed: int = 1, source
     for position, i in enumerate(order):
         if len(new_rows) == want:
             break
-        donors = [rows[j]["prompt"] for j in order[position + 1:] + order[:position]]
+        donors = [rows[j]["prompt"] for j in order[position + 1 :] + order[:position]]
         prompt = irrelevant_prompt(rows[i]["prompt"], calls[i], donors)
         if prompt is None:
             continue
-        extra = {**rows[i]["extra_info"], "index": next_index + len(new_rows),
-                 SOURCE_KEY: rows[i]["extra_info"]["index"]}
+        extra = {
+            **rows[i]["extra_info"],
+            "index": next_index + len(new_rows),
+            SOURCE_KEY: rows[i]["extra_info"]["index"],
+        }
         if "instruction" in extra:  # RLLA's copy of the system message
             extra["instruction"] = system_text_of(prompt)
         if "output" in extra:  # ... and of the answer
             extra["output"] = NO_CALL_GROUND_TRUTH
-        new_rows.append({**rows[i], "prompt": prompt, "extra_info": extra,
-                         "reward_model": {**rows[i]["reward_model"], "ground_truth": NO_CALL_GROUND_TRUTH}})
+        new_rows.append(
+            {
+                **rows[i],
+                "prompt": prompt,
+                "extra_info": extra,
+                "reward_model": {**rows[i]["reward_model"], "ground_truth": NO_CALL_GROUND_TRUTH},
+            }
+        )
     if len(new_rows) < want:
-        raise ValueError(f"{source}: asked for {want} irrelevance rows, only {len(new_rows)} of the "
-                         f"{len(with_call)} rows with a tool call could be made into one")
+        raise ValueError(
+            f"{source}: asked for {want} irrelevance rows, only {len(new_rows)} of the "
+            f"{len(with_call)} rows with a tool call could be made into one"
+        )
     for row in rows:
         row["extra_info"] = {**row["extra_info"], SOURCE_KEY: -1}
     extra_type = table.schema.field("extra_info").type
@@ -195,11 +212,19 @@ def prepare_train_file(data_dir: str | Path, fraction: float, seed: int = 1) -> 
     _check_fraction(fraction)  # before the file name is formed from it
     source = Path(data_dir) / "train_router.parquet"
     if not source.is_file():
-        raise FileNotFoundError(f"{source}: no such file (python -m verl.router.preprocess --data_dir {data_dir} "
-                                f"writes it)")
+        raise FileNotFoundError(
+            f"{source}: no such file (python -m verl.router.preprocess --data_dir {data_dir} writes it)"
+        )
     output = Path(data_dir) / f"train_router_irrelevance_f{fraction:g}_s{seed}.parquet"
-    record = json.dumps({"source": source.name, "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
-                         "fraction": fraction, "seed": seed}, sort_keys=True).encode()
+    record = json.dumps(
+        {
+            "source": source.name,
+            "source_sha256": hashlib.sha256(source.read_bytes()).hexdigest(),
+            "fraction": fraction,
+            "seed": seed,
+        },
+        sort_keys=True,
+    ).encode()
     if output.is_file() and (pq.read_schema(output).metadata or {}).get(BUILD_KEY) == record:
         logger.info("%s is up to date (made from %s, fraction %g, seed %d)", output, source, fraction, seed)
         return output
@@ -213,19 +238,31 @@ def prepare_train_file(data_dir: str | Path, fraction: float, seed: int = 1) -> 
 def _log_written(path: str | Path, table: pa.Table) -> None:
     sources = table.column("extra_info").combine_chunks().field(SOURCE_KEY).to_pylist()
     labels = Counter(table.column(LABEL_COLUMN).to_pylist())
-    logger.info("wrote %s: %d rows (%d irrelevance rows added), labels %s", path, table.num_rows,
-                sum(s >= 0 for s in sources), json.dumps(dict(sorted(labels.items()))))
+    logger.info(
+        "wrote %s: %d rows (%d irrelevance rows added), labels %s",
+        path,
+        table.num_rows,
+        sum(s >= 0 for s in sources),
+        json.dumps(dict(sorted(labels.items()))),
+    )
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m verl.router.irrelevance", description=__doc__.split("\n")[0])
     where = parser.add_mutually_exclusive_group(required=True)
     where.add_argument("--input", help="an RLLA or router parquet file (e.g. DIR/train_router.parquet); needs --output")
-    where.add_argument("--data_dir", help="a folder holding train_router.parquet: writes (or keeps, when up to date) "
-                                          "train_router_irrelevance_f<F>_s<S>.parquet there and prints its path")
+    where.add_argument(
+        "--data_dir",
+        help="a folder holding train_router.parquet: writes (or keeps, when up to date) "
+        "train_router_irrelevance_f<F>_s<S>.parquet there and prints its path",
+    )
     parser.add_argument("--output", help="with --input: where to write the table with the new rows")
-    parser.add_argument("--fraction", type=float, required=True,
-                        help="rows to add, as a fraction of the rows whose ground truth calls a tool")
+    parser.add_argument(
+        "--fraction",
+        type=float,
+        required=True,
+        help="rows to add, as a fraction of the rows whose ground truth calls a tool",
+    )
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args(argv)
     if (args.input is None) != (args.output is None):

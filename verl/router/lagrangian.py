@@ -22,6 +22,7 @@ Per training step the trainer (1) computes the router rewards with the current `
 :meth:`LagrangeMultiplier.update` with the batch's mean cost. Everything that influences later values of ``λ`` is in
 :meth:`state_dict`, so a resumed run continues the exact trajectory.
 """
+
 from __future__ import annotations
 
 import logging
@@ -55,15 +56,31 @@ class LagrangeMultiplier:
             ``[0, lambda_max]``, ``update_freq < 1`` or ``avg_decay`` outside ``[0, 1)``.
     """
 
-    def __init__(self, budget: float, lambda_init: float = 0.0, dual_lr: float = 0.05, lambda_max: float = 10.0,
-                 update_freq: int = 1, avg_decay: float = 0.9, kp: float = 0.0):
-        for name, v in (("budget_B", budget), ("lambda_init", lambda_init), ("dual_lr", dual_lr),
-                        ("lambda_max", lambda_max), ("avg_decay", avg_decay), ("dual_kp", kp)):
+    def __init__(
+        self,
+        budget: float,
+        lambda_init: float = 0.0,
+        dual_lr: float = 0.05,
+        lambda_max: float = 10.0,
+        update_freq: int = 1,
+        avg_decay: float = 0.9,
+        kp: float = 0.0,
+    ):
+        for name, v in (
+            ("budget_B", budget),
+            ("lambda_init", lambda_init),
+            ("dual_lr", dual_lr),
+            ("lambda_max", lambda_max),
+            ("avg_decay", avg_decay),
+            ("dual_kp", kp),
+        ):
             if not isinstance(v, (int, float)) or not math.isfinite(v):
                 raise ValueError(f"router.{name} must be a finite number, got {v!r}")
         if budget < 0 or dual_lr < 0 or lambda_max < 0 or kp < 0:
-            raise ValueError(f"router.budget_B, dual_lr, lambda_max and dual_kp must be >= 0, got {budget}, {dual_lr}, "
-                             f"{lambda_max}, {kp}")
+            raise ValueError(
+                f"router.budget_B, dual_lr, lambda_max and dual_kp must be >= 0, got {budget}, {dual_lr}, "
+                f"{lambda_max}, {kp}"
+            )
         if not 0.0 <= lambda_init <= lambda_max:
             raise ValueError(f"router.lambda_init must lie in [0, lambda_max={lambda_max}], got {lambda_init}")
         if int(update_freq) != update_freq or update_freq < 1:
@@ -90,9 +107,14 @@ class LagrangeMultiplier:
         """Build from the typed ``router`` section (``budget_B``, ``lambda_init``, ``dual_lr``, ``lambda_max``,
         ``dual_update_freq``; their defaults are ``ppo_trainer.yaml``'s, and a missing or ill-typed value is refused
         when the config is loaded)."""
-        return cls(budget=float(router_config.budget_B), lambda_init=float(router_config.lambda_init),
-                   dual_lr=float(router_config.dual_lr), lambda_max=float(router_config.lambda_max),
-                   update_freq=int(router_config.dual_update_freq), kp=float(router_config.dual_kp))
+        return cls(
+            budget=float(router_config.budget_B),
+            lambda_init=float(router_config.lambda_init),
+            dual_lr=float(router_config.dual_lr),
+            lambda_max=float(router_config.lambda_max),
+            update_freq=int(router_config.dual_update_freq),
+            kp=float(router_config.dual_kp),
+        )
 
     def _ema(self, old: Optional[float], new: float) -> float:
         return new if old is None else self.avg_decay * old + (1.0 - self.avg_decay) * new
@@ -116,8 +138,10 @@ class LagrangeMultiplier:
         if not math.isfinite(mean_cost):
             raise ValueError(f"LagrangeMultiplier.update: mean_cost must be finite, got {mean_cost}")
         if self.last_update_step is not None and step <= self.last_update_step:
-            raise ValueError(f"LagrangeMultiplier.update: step {step} is not after the last dual update "
-                             f"(step {self.last_update_step})")
+            raise ValueError(
+                f"LagrangeMultiplier.update: step {step} is not after the last dual update "
+                f"(step {self.last_update_step})"
+            )
         self.running_cost = self._ema(self.running_cost, mean_cost)
         if mean_reward is not None:
             mean_reward = float(mean_reward)
@@ -135,8 +159,12 @@ class LagrangeMultiplier:
             self.num_updates += 1
             self._window_cost_sum, self._window_steps = 0.0, 0
             logger.debug("router dual update at step %d: mean cost %.4f, lambda %.4f", step, window_mean, self.value)
-        metrics = {"router/lambda": self.value, "router/budget": self.budget, "router/dual_updated": float(updated),
-                   "router/running_cost": self.running_cost}
+        metrics = {
+            "router/lambda": self.value,
+            "router/budget": self.budget,
+            "router/dual_updated": float(updated),
+            "router/running_cost": self.running_cost,
+        }
         if self.running_reward is not None:
             metrics["router/running_task_reward"] = self.running_reward
         if self.kp:
@@ -145,12 +173,22 @@ class LagrangeMultiplier:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to resume the exact ``λ`` trajectory (plain Python values, JSON-serialisable)."""
-        return {"lambda": self.value, "integral": self.integral, "last_update_step": self.last_update_step,
-                "num_updates": self.num_updates,
-                "running_cost": self.running_cost, "running_reward": self.running_reward,
-                "window_cost_sum": self._window_cost_sum, "window_steps": self._window_steps,
-                "budget": self.budget, "dual_lr": self.dual_lr, "lambda_max": self.lambda_max,
-                "update_freq": self.update_freq, "avg_decay": self.avg_decay, "dual_kp": self.kp}
+        return {
+            "lambda": self.value,
+            "integral": self.integral,
+            "last_update_step": self.last_update_step,
+            "num_updates": self.num_updates,
+            "running_cost": self.running_cost,
+            "running_reward": self.running_reward,
+            "window_cost_sum": self._window_cost_sum,
+            "window_steps": self._window_steps,
+            "budget": self.budget,
+            "dual_lr": self.dual_lr,
+            "lambda_max": self.lambda_max,
+            "update_freq": self.update_freq,
+            "avg_decay": self.avg_decay,
+            "dual_kp": self.kp,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore the dynamic state saved by :meth:`state_dict`. The hyper-parameters come from the current config;
@@ -159,15 +197,20 @@ class LagrangeMultiplier:
         Raises:
             ValueError: a required key is missing (named).
         """
-        for key in ("lambda", "last_update_step", "running_cost", "running_reward", "window_cost_sum",
-                    "window_steps"):
+        for key in ("lambda", "last_update_step", "running_cost", "running_reward", "window_cost_sum", "window_steps"):
             if key not in state:
                 raise ValueError(f"router Lagrangian state: missing key {key!r}")
-        for key, current in (("budget", self.budget), ("dual_lr", self.dual_lr), ("lambda_max", self.lambda_max),
-                             ("update_freq", self.update_freq), ("dual_kp", self.kp)):
+        for key, current in (
+            ("budget", self.budget),
+            ("dual_lr", self.dual_lr),
+            ("lambda_max", self.lambda_max),
+            ("update_freq", self.update_freq),
+            ("dual_kp", self.kp),
+        ):
             if key in state and state[key] != current:
-                logger.warning("router Lagrangian: checkpoint has %s=%s, config has %s; using the config", key,
-                               state[key], current)
+                logger.warning(
+                    "router Lagrangian: checkpoint has %s=%s, config has %s; using the config", key, state[key], current
+                )
         self.value = min(float(state["lambda"]), self.lambda_max)
         # checkpoints from before the PI Lagrangian hold no integral term: it was λ itself
         self.integral = min(float(state.get("integral", state["lambda"])), self.lambda_max)

@@ -8,6 +8,7 @@ Per training step (after the RLLA reward and :func:`verl.router.cost.compute_cos
     router_advantages = compute_router_advantages(router_token_level_rewards, response_mask, uid) # [B]
     loss, metrics = compute_router_loss(router_logits, router_action, router_advantages, target_actions, ...)
 """
+
 from __future__ import annotations
 
 from typing import Any, Optional
@@ -29,8 +30,10 @@ def compute_router_rewards(task_scores: torch.Tensor, costs: torch.Tensor, lam: 
     Raises: ValueError on a shape mismatch or ``lam < 0``.
     """
     if task_scores.shape != costs.shape or task_scores.dim() != 1:
-        raise ValueError(f"compute_router_rewards: task_scores {tuple(task_scores.shape)} and costs "
-                         f"{tuple(costs.shape)} must both be [B]")
+        raise ValueError(
+            f"compute_router_rewards: task_scores {tuple(task_scores.shape)} and costs "
+            f"{tuple(costs.shape)} must both be [B]"
+        )
     if lam < 0:
         raise ValueError(f"compute_router_rewards: lambda must be >= 0, got {lam}")
     return task_scores - float(lam) * costs.to(task_scores.dtype)
@@ -44,16 +47,23 @@ def router_token_level_rewards(r_router: torch.Tensor, response_mask: torch.Tens
     Raises: ValueError on a shape mismatch or a response without any valid token.
     """
     if r_router.dim() != 1 or response_mask.dim() != 2 or response_mask.shape[0] != r_router.shape[0]:
-        raise ValueError(f"router_token_level_rewards: r_router {tuple(r_router.shape)} must be [B] and "
-                         f"response_mask {tuple(response_mask.shape)} [B, R]")
+        raise ValueError(
+            f"router_token_level_rewards: r_router {tuple(r_router.shape)} must be [B] and "
+            f"response_mask {tuple(response_mask.shape)} [B, R]"
+        )
     out = torch.zeros(response_mask.shape, dtype=r_router.dtype, device=r_router.device)
     last = last_valid_index(response_mask)
     out[torch.arange(out.shape[0], device=out.device), last] = r_router
     return out
 
 
-def compute_router_advantages(router_token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any,
-                              epsilon: float = 1e-6, norm_adv_by_std_in_grpo: bool = True) -> torch.Tensor:
+def compute_router_advantages(
+    router_token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+) -> torch.Tensor:
     """Router GRPO advantage, one scalar per copy (spec "Router policy update (GRPO)").
 
     Calls :func:`verl.trainer.ppo.core_algos.compute_grpo_outcome_advantage` on the router's token-level rewards,
@@ -65,8 +75,12 @@ def compute_router_advantages(router_token_level_rewards: torch.Tensor, response
     Returns: float ``[B]``, detached.
     """
     advantages, _ = compute_grpo_outcome_advantage(
-        token_level_rewards=router_token_level_rewards, response_mask=response_mask, index=index, epsilon=epsilon,
-        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo)
+        token_level_rewards=router_token_level_rewards,
+        response_mask=response_mask,
+        index=index,
+        epsilon=epsilon,
+        norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+    )
     last = last_valid_index(response_mask)
     return advantages[torch.arange(advantages.shape[0], device=advantages.device), last]
 
@@ -78,8 +92,9 @@ def _group_ids(index: Any) -> tuple[torch.Tensor, int]:
     return group, int(group.max()) + 1 if len(group) else 0
 
 
-def group_route_means(values: torch.Tensor, actions: torch.Tensor, index: Any,
-                      valid: Optional[torch.Tensor] = None) -> tuple[torch.Tensor, torch.Tensor]:
+def group_route_means(
+    values: torch.Tensor, actions: torch.Tensor, index: Any, valid: Optional[torch.Tensor] = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per group (prompt ``uid``) and route, the mean of ``values`` over the group's copies that took that route,
     broadcast back to every row of the group.
 
@@ -92,8 +107,10 @@ def group_route_means(values: torch.Tensor, actions: torch.Tensor, index: Any,
     batch = values.shape[0]
     index = np.asarray(index)
     if values.dim() != 1 or actions.shape != (batch,) or len(index) != batch:
-        raise ValueError(f"group_route_means: values {tuple(values.shape)}, actions {tuple(actions.shape)} and index "
-                         f"({len(index)}) must all be [B]")
+        raise ValueError(
+            f"group_route_means: values {tuple(values.shape)}, actions {tuple(actions.shape)} and index "
+            f"({len(index)}) must all be [B]"
+        )
     keep = torch.ones(batch, dtype=torch.bool) if valid is None else valid.bool().cpu()
     group, num_groups = _group_ids(index)
     cell = group * NUM_ROUTER_ACTIONS + actions.long().cpu()
@@ -123,9 +140,14 @@ ROUTE_ADV_NORMS = ("batch", "group", "none")
 ROUTE_PG_MODES = ("exact", "natural")
 
 
-def compute_route_advantages(r_router: torch.Tensor, actions: torch.Tensor, index: Any,
-                             valid: Optional[torch.Tensor] = None, epsilon: float = 1e-6,
-                             norm: str = "batch") -> torch.Tensor:
+def compute_route_advantages(
+    r_router: torch.Tensor,
+    actions: torch.Tensor,
+    index: Any,
+    valid: Optional[torch.Tensor] = None,
+    epsilon: float = 1e-6,
+    norm: str = "batch",
+) -> torch.Tensor:
     """Advantages of every route, for ``router.route_sampling=stratified`` (``docs/router.md``, "Stratified
     routes"). Per group ``g`` with each route observed at least once::
 
@@ -163,8 +185,9 @@ def compute_route_advantages(r_router: torch.Tensor, actions: torch.Tensor, inde
     return torch.where(complete, adv, torch.zeros_like(adv)).detach()
 
 
-def policy_expected_value(values: torch.Tensor, actions: torch.Tensor, index: Any, probs: torch.Tensor,
-                          valid: Optional[torch.Tensor] = None) -> float:
+def policy_expected_value(
+    values: torch.Tensor, actions: torch.Tensor, index: Any, probs: torch.Tensor, valid: Optional[torch.Tensor] = None
+) -> float:
     """Mean over groups of ``Σ_a π_g(a)·V̄_g(a)``: what a quantity (tool cost, task reward) averages under the
     router's policy ``π`` when the copies were routed otherwise (``router.route_sampling=stratified``). ``V̄_g(a)`` is
     the group's mean over copies routed to ``a`` (:func:`group_route_means`).
@@ -187,12 +210,18 @@ def policy_expected_value(values: torch.Tensor, actions: torch.Tensor, index: An
     return float((per_row.double().cpu() * weight).sum() / weight.sum())
 
 
-def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, advantages: torch.Tensor,
-                        target_actions: Optional[torch.Tensor] = None, entropy_coeff: float = 0.0,
-                        sup_coeff: float = 0.05, old_log_probs: Optional[torch.Tensor] = None,
-                        clip_ratio: float = 0.2,
-                        route_advantages: Optional[torch.Tensor] = None,
-                        route_pg: str = "exact") -> tuple[torch.Tensor, dict[str, float]]:
+def compute_router_loss(
+    router_logits: torch.Tensor,
+    actions: torch.Tensor,
+    advantages: torch.Tensor,
+    target_actions: Optional[torch.Tensor] = None,
+    entropy_coeff: float = 0.0,
+    sup_coeff: float = 0.05,
+    old_log_probs: Optional[torch.Tensor] = None,
+    clip_ratio: float = 0.2,
+    route_advantages: Optional[torch.Tensor] = None,
+    route_pg: str = "exact",
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Router policy loss (spec "Router policy update (GRPO)")::
 
         L = pg_loss − entropy_coeff · mean H(π) + sup_coeff · CE(router_logits, target) on labelled rows
@@ -231,10 +260,11 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
             ``route_advantages`` and ``old_log_probs`` are given.
     """
     batch = router_logits.shape[0]
-    if router_logits.shape != (batch, NUM_ROUTER_ACTIONS) or actions.shape != (batch,) \
-            or advantages.shape != (batch,):
-        raise ValueError(f"compute_router_loss: router_logits {tuple(router_logits.shape)} must be [B, 3], actions "
-                         f"{tuple(actions.shape)} and advantages {tuple(advantages.shape)} [B]")
+    if router_logits.shape != (batch, NUM_ROUTER_ACTIONS) or actions.shape != (batch,) or advantages.shape != (batch,):
+        raise ValueError(
+            f"compute_router_loss: router_logits {tuple(router_logits.shape)} must be [B, 3], actions "
+            f"{tuple(actions.shape)} and advantages {tuple(advantages.shape)} [B]"
+        )
     if bool(((actions < 0) | (actions >= NUM_ROUTER_ACTIONS)).any()):
         raise ValueError(f"compute_router_loss: actions must lie in 0..2, got {actions.tolist()}")
     log_probs_all = F.log_softmax(router_logits.float(), dim=-1)
@@ -243,8 +273,10 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
     metrics: dict[str, float] = {}
     if route_advantages is not None:
         if route_advantages.shape != (batch, NUM_ROUTER_ACTIONS) or old_log_probs is not None:
-            raise ValueError(f"compute_router_loss: route_advantages {tuple(route_advantages.shape)} must be [B, 3] "
-                             "and cannot be combined with old_log_probs")
+            raise ValueError(
+                f"compute_router_loss: route_advantages {tuple(route_advantages.shape)} must be [B, 3] "
+                "and cannot be combined with old_log_probs"
+            )
         if route_pg not in ROUTE_PG_MODES:
             raise ValueError(f"compute_router_loss: route_pg must be one of {ROUTE_PG_MODES}, got {route_pg!r}")
         weights = log_probs_all.exp() if route_pg == "exact" else router_logits.float()
@@ -253,8 +285,9 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
         pg_loss = -(log_prob * adv).mean()
     else:
         old = old_log_probs.float().reshape(batch, 1)
-        pg_loss, clipfrac, ppo_kl, _ = compute_policy_loss(old, log_prob, adv, torch.ones_like(log_prob),
-                                                           cliprange=clip_ratio, loss_agg_mode="token-mean")
+        pg_loss, clipfrac, ppo_kl, _ = compute_policy_loss(
+            old, log_prob, adv, torch.ones_like(log_prob), cliprange=clip_ratio, loss_agg_mode="token-mean"
+        )
         metrics.update({"router/pg_clipfrac": clipfrac.item(), "router/ppo_kl": ppo_kl.item()})
     entropy = -(log_probs_all.exp() * log_probs_all).sum(-1).mean()
     loss = pg_loss - entropy_coeff * entropy
@@ -277,8 +310,13 @@ def compute_router_loss(router_logits: torch.Tensor, actions: torch.Tensor, adva
     return loss, metrics
 
 
-def router_batch_metrics(actions: torch.Tensor, costs: torch.Tensor, task_scores: torch.Tensor,
-                         router_rewards: torch.Tensor, used_any_tool: torch.Tensor) -> dict[str, float]:
+def router_batch_metrics(
+    actions: torch.Tensor,
+    costs: torch.Tensor,
+    task_scores: torch.Tensor,
+    router_rewards: torch.Tensor,
+    used_any_tool: torch.Tensor,
+) -> dict[str, float]:
     """Per-step router metrics from the batch arrays (spec "Metrics").
 
     Args: ``actions`` int64 ``[B]``; ``costs``, ``task_scores``, ``router_rewards`` float ``[B]``; ``used_any_tool``
@@ -292,9 +330,13 @@ def router_batch_metrics(actions: torch.Tensor, costs: torch.Tensor, task_scores
     if batch == 0 or any(t.shape != (batch,) for t in (costs, task_scores, router_rewards, used_any_tool)):
         raise ValueError("router_batch_metrics: all inputs must be non-empty [B] tensors of the same length")
     metrics = {f"router/frac_{a.name.lower()}": (actions == a).float().mean().item() for a in RouterAction}
-    metrics.update({"router/mean_cost": costs.float().mean().item(),
-                    "router/mean_task_reward": task_scores.float().mean().item(),
-                    "router/mean_router_reward": router_rewards.float().mean().item()})
+    metrics.update(
+        {
+            "router/mean_cost": costs.float().mean().item(),
+            "router/mean_task_reward": task_scores.float().mean().item(),
+            "router/mean_router_reward": router_rewards.float().mean().item(),
+        }
+    )
     answer = actions == RouterAction.ANSWER
     if bool(answer.any()):
         metrics["router/tool_use_rate_when_answer"] = used_any_tool[answer].float().mean().item()

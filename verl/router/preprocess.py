@@ -17,6 +17,7 @@ thoughts ignored): no ``<tool_call>`` → ANSWER; every call goes to a SEARCH-ro
 CALCULATE-route tool → CALCULATE; otherwise (both routes, an ``OTHER`` tool with ``other_as=none``, or a call block
 that cannot be read) → MIXED.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,13 @@ import pyarrow.parquet as pq
 
 from verl.router import MIXED_LABEL, RouterAction, ToolFamily, parse_other_as
 from verl.router.cost import response_tool_usage
-from verl.router.families import (TOOL_FAMILIES_KEY, block_families, load_tool_family_file, parse_tools_block,
-                                  system_text_of)
+from verl.router.families import (
+    TOOL_FAMILIES_KEY,
+    block_families,
+    load_tool_family_file,
+    parse_tools_block,
+    system_text_of,
+)
 from verl.utils.dataset.rlla_data import write_parquet_atomic
 
 logger = logging.getLogger(__name__)
@@ -42,8 +48,9 @@ LABEL_COLUMN = "router_target_action"
 SPLITS = ("train", "test")
 
 
-def weak_label(ground_truth: str, families: Mapping[str, ToolFamily],
-               other_as: Optional[RouterAction] = RouterAction.SEARCH) -> str:
+def weak_label(
+    ground_truth: str, families: Mapping[str, ToolFamily], other_as: Optional[RouterAction] = RouterAction.SEARCH
+) -> str:
     """Weak route label of one ground truth (rules in the module docstring).
 
     Returns: ``"ANSWER"``, ``"SEARCH"``, ``"CALCULATE"`` or ``"MIXED"``.
@@ -60,8 +67,12 @@ def weak_label(ground_truth: str, families: Mapping[str, ToolFamily],
     return MIXED_LABEL
 
 
-def label_table(table: pa.Table, overrides: Optional[Mapping[str, ToolFamily]] = None,
-                other_as: Optional[RouterAction] = RouterAction.SEARCH, source: str = "<table>") -> pa.Table:
+def label_table(
+    table: pa.Table,
+    overrides: Optional[Mapping[str, ToolFamily]] = None,
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+    source: str = "<table>",
+) -> pa.Table:
     """Add ``router_target_action`` and ``extra_info.tool_families`` to an RLLA table (replacing earlier ones).
 
     Raises:
@@ -94,9 +105,12 @@ def label_table(table: pa.Table, overrides: Optional[Mapping[str, ToolFamily]] =
     return table.append_column(LABEL_COLUMN, pa.array(labels, pa.string()))
 
 
-def preprocess_dir(data_dir: str | os.PathLike, tool_family_file: Optional[str | os.PathLike] = None,
-                   other_as: Optional[RouterAction] = RouterAction.SEARCH, splits: Sequence[str] = SPLITS
-                   ) -> dict[str, dict]:
+def preprocess_dir(
+    data_dir: str | os.PathLike,
+    tool_family_file: Optional[str | os.PathLike] = None,
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+    splits: Sequence[str] = SPLITS,
+) -> dict[str, dict]:
     """Write ``<split>_router.parquet`` for every ``<split>.parquet`` present in ``data_dir``.
 
     Returns:

@@ -1,6 +1,7 @@
 """The prompts ``python -m verl.router.infer`` routes: one :class:`PromptRow` per row of a parquet (RLLA schema) or
 JSONL file, checked as the training data is (each problem named with its file and row).
 """
+
 from __future__ import annotations
 
 import os
@@ -53,8 +54,10 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
         if prompt_key not in record:
             raise ValueError(f"{where}: missing key {prompt_key!r}; keys are {sorted(record)}")
         if record.get("tools") is not None:
-            raise ValueError(f"{where}: a 'tools' value (tools for the chat template): router inference rewrites the "
-                             "system prompt's tools block and would drop it; give the tools in the system prompt")
+            raise ValueError(
+                f"{where}: a 'tools' value (tools for the chat template): router inference rewrites the "
+                "system prompt's tools block and would drop it; give the tools in the system prompt"
+            )
         extra = record.get("extra_info")
         problems = message_list_problems(record[prompt_key], prompt_key) + _extra_info_problems(extra)
         if problems:
@@ -63,6 +66,14 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
         index = int(extra["index"]) if isinstance(extra, Mapping) and "index" in extra else position
         reward_model = record.get("reward_model")
         truth = reward_model.get("ground_truth") if isinstance(reward_model, Mapping) else None
-        rows.append(PromptRow([dict(m) for m in record[prompt_key]], extra, index,
-                              truth if isinstance(truth, str) else None, record.get("data_source"), position))
+        rows.append(
+            PromptRow(
+                [dict(m) for m in record[prompt_key]],
+                extra,
+                index,
+                truth if isinstance(truth, str) else None,
+                record.get("data_source"),
+                position,
+            )
+        )
     return rows

@@ -15,6 +15,7 @@ original text is otherwise unchanged. The rewrite is a pure function of its inpu
 input always gives the same output. Re-tokenisation reuses the dataset's prompt text (``rl_dataset.prompt_text``)
 and tokeniser/padding (``tokenize_and_postprocess_data``), so a rewritten prompt is encoded exactly like a dataset row.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,11 +55,15 @@ def route_instruction(action: RouterAction, preferred: Sequence[str]) -> str:
         raise ValueError(f"route_instruction: expected SEARCH or CALCULATE, got {action!r}")
     need, kind, avoid = _FAMILY_TEXT[RouterAction(action)]
     if not preferred:
-        return (f"{ROUTING_HEADER}\nThis turn calls for {need}, but none of the listed tools is one of the {kind}; "
-                "call a tool only if it is indispensable.")
+        return (
+            f"{ROUTING_HEADER}\nThis turn calls for {need}, but none of the listed tools is one of the {kind}; "
+            "call a tool only if it is indispensable."
+        )
     names = ", ".join(preferred)
-    return (f"{ROUTING_HEADER}\nThis turn calls for {need}. Prefer the {kind} ({names}); avoid {avoid} unless "
-            "they are indispensable.")
+    return (
+        f"{ROUTING_HEADER}\nThis turn calls for {need}. Prefer the {kind} ({names}); avoid {avoid} unless "
+        "they are indispensable."
+    )
 
 
 def _render_block(block: ToolsBlock, tools: Sequence) -> str:
@@ -81,8 +86,13 @@ def _append(text: str, instruction: str) -> str:
     return f"{text}\n\n{instruction}" if text else instruction
 
 
-def rewrite_system_text(system_text: str, action: RouterAction, families: Optional[Mapping] = None,
-                        filter_tools: bool = False, other_as: Optional[RouterAction] = RouterAction.SEARCH) -> str:
+def rewrite_system_text(
+    system_text: str,
+    action: RouterAction,
+    families: Optional[Mapping] = None,
+    filter_tools: bool = False,
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+) -> str:
     """Rewrite one system message for ``action`` (rules in the module docstring).
 
     Args:
@@ -117,14 +127,18 @@ def rewrite_system_text(system_text: str, action: RouterAction, families: Option
         return _append(_remove_span(system_text, block.start, block.end), ANSWER_INSTRUCTION)
     rest = [] if filter_tools else [t for t, keep in zip(block.tools, in_family) if not keep]
     new_block = _render_block(block, preferred + rest)
-    system_text = system_text[: block.start] + new_block + system_text[block.end:]
+    system_text = system_text[: block.start] + new_block + system_text[block.end :]
     names = list(dict.fromkeys(t.name for t in preferred))
     return _append(system_text, route_instruction(action, names))
 
 
-def rewrite_messages(messages: Sequence[Mapping[str, Any]], action: RouterAction, families: Optional[Mapping] = None,
-                     filter_tools: bool = False, other_as: Optional[RouterAction] = RouterAction.SEARCH
-                     ) -> list[dict]:
+def rewrite_messages(
+    messages: Sequence[Mapping[str, Any]],
+    action: RouterAction,
+    families: Optional[Mapping] = None,
+    filter_tools: bool = False,
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+) -> list[dict]:
     """Route-conditioned copy of a chat prompt: the first ``system`` message goes through
     :func:`rewrite_system_text`; every other message is copied unchanged. Without a system message, one holding only
     the route's instruction is prepended. The input is never mutated (new dicts are returned).
@@ -142,9 +156,13 @@ def rewrite_messages(messages: Sequence[Mapping[str, Any]], action: RouterAction
     return [{"role": "system", "content": rewrite_system_text("", action, families, filter_tools, other_as)}] + out
 
 
-def rewrite_batch(raw_prompts: Sequence[Sequence[Mapping]], actions: Sequence[int] | torch.Tensor,
-                  families: Optional[Sequence[Optional[Mapping]]] = None, filter_tools: bool = False,
-                  other_as: Optional[RouterAction] = RouterAction.SEARCH) -> list[list[dict]]:
+def rewrite_batch(
+    raw_prompts: Sequence[Sequence[Mapping]],
+    actions: Sequence[int] | torch.Tensor,
+    families: Optional[Sequence[Optional[Mapping]]] = None,
+    filter_tools: bool = False,
+    other_as: Optional[RouterAction] = RouterAction.SEARCH,
+) -> list[list[dict]]:
     """:func:`rewrite_messages` for every row: ``raw_prompts[i]`` with ``actions[i]`` and ``families[i]``.
 
     Raises:
@@ -153,15 +171,21 @@ def rewrite_batch(raw_prompts: Sequence[Sequence[Mapping]], actions: Sequence[in
     actions = actions.tolist() if isinstance(actions, torch.Tensor) else list(actions)
     families = [None] * len(raw_prompts) if families is None else list(families)
     if not len(raw_prompts) == len(actions) == len(families):
-        raise ValueError(f"rewrite_batch: {len(raw_prompts)} prompts, {len(actions)} actions, {len(families)} family "
-                         "maps")
+        raise ValueError(
+            f"rewrite_batch: {len(raw_prompts)} prompts, {len(actions)} actions, {len(families)} family maps"
+        )
     return [rewrite_messages(p, a, f, filter_tools, other_as) for p, a, f in zip(raw_prompts, actions, families)]
 
 
-def tokenize_prompts(tokenizer, prompts: Sequence[Sequence[Mapping]], max_prompt_length: int,
-                     truncation: str = "error", use_chat_template: bool = True,
-                     chat_template_func: Optional[Callable] = None, pad_token_id: Optional[int] = None
-                     ) -> dict[str, torch.Tensor]:
+def tokenize_prompts(
+    tokenizer,
+    prompts: Sequence[Sequence[Mapping]],
+    max_prompt_length: int,
+    truncation: str = "error",
+    use_chat_template: bool = True,
+    chat_template_func: Optional[Callable] = None,
+    pad_token_id: Optional[int] = None,
+) -> dict[str, torch.Tensor]:
     """Tokenise chat prompts exactly like ``RLHFDataset`` does: chat template with the generation prompt, no extra
     special tokens, left-padded (or truncated per ``truncation``: error/left/right/middle) to ``max_prompt_length``.
 
@@ -183,15 +207,20 @@ def tokenize_prompts(tokenizer, prompts: Sequence[Sequence[Mapping]], max_prompt
     for row, messages in enumerate(prompts):
         text = prompt_text(tokenizer, [dict(m) for m in messages], use_chat_template, chat_template_func)
         try:
-            input_ids, attention_mask = tokenize_and_postprocess_data(text, tokenizer, max_prompt_length,
-                                                                      pad_token_id, left_pad=True,
-                                                                      truncation=truncation)
+            input_ids, attention_mask = tokenize_and_postprocess_data(
+                text, tokenizer, max_prompt_length, pad_token_id, left_pad=True, truncation=truncation
+            )
         except NotImplementedError:
             length = len(tokenizer(text, add_special_tokens=False)["input_ids"])
-            raise PromptTooLongError(f"router-rewritten prompt, batch row {row}: {length} tokens exceed "
-                                     f"max_prompt_length={max_prompt_length} (truncation='error')") from None
+            raise PromptTooLongError(
+                f"router-rewritten prompt, batch row {row}: {length} tokens exceed "
+                f"max_prompt_length={max_prompt_length} (truncation='error')"
+            ) from None
         ids.append(input_ids[0])
         masks.append(attention_mask[0])
     input_ids, attention_mask = torch.stack(ids), torch.stack(masks)
-    return {"input_ids": input_ids, "attention_mask": attention_mask,
-            "position_ids": compute_position_id_with_mask(attention_mask)}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "position_ids": compute_position_id_with_mask(attention_mask),
+    }

@@ -15,6 +15,7 @@ where ``h`` is the router head's output (the prompt-specific part of ``Q``, trai
 ``b(a)`` and ``c̄(a)`` are running means of route ``a``'s task reward and tool cost over the training batches
 (:class:`RouteValueBaseline`), and ``τ = router.value_temperature``. Greedy routing takes ``argmax_a z``.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,9 @@ from verl.router import NUM_ROUTER_ACTIONS, RouterAction
 LOSS_MODES = ("pg", "value")  # router.loss_mode: the head is the policy (pg) or a route-value estimate (value)
 
 
-def value_policy_logits(values: torch.Tensor, baseline: torch.Tensor, cost: torch.Tensor, lam: float,
-                        temperature: float) -> torch.Tensor:
+def value_policy_logits(
+    values: torch.Tensor, baseline: torch.Tensor, cost: torch.Tensor, lam: float, temperature: float
+) -> torch.Tensor:
     """The routing policy's logits ``z = (b + h − λ·c̄) / τ`` (module docstring).
 
     Args:
@@ -42,18 +44,25 @@ def value_policy_logits(values: torch.Tensor, baseline: torch.Tensor, cost: torc
     Raises:
         ValueError: wrong shapes, ``λ < 0`` or ``τ ≤ 0``.
     """
-    if values.dim() != 2 or values.shape[-1] != NUM_ROUTER_ACTIONS or baseline.shape != (NUM_ROUTER_ACTIONS,) \
-            or cost.shape != (NUM_ROUTER_ACTIONS,):
-        raise ValueError(f"value_policy_logits: values {tuple(values.shape)} must be [B, 3], baseline "
-                         f"{tuple(baseline.shape)} and cost {tuple(cost.shape)} [3]")
+    if (
+        values.dim() != 2
+        or values.shape[-1] != NUM_ROUTER_ACTIONS
+        or baseline.shape != (NUM_ROUTER_ACTIONS,)
+        or cost.shape != (NUM_ROUTER_ACTIONS,)
+    ):
+        raise ValueError(
+            f"value_policy_logits: values {tuple(values.shape)} must be [B, 3], baseline "
+            f"{tuple(baseline.shape)} and cost {tuple(cost.shape)} [3]"
+        )
     if lam < 0 or not temperature > 0:
         raise ValueError(f"value_policy_logits: lambda must be >= 0 and temperature > 0, got {lam}, {temperature}")
     shift = (baseline.float() - float(lam) * cost.float()).to(values.device)
     return (values.float() + shift) / float(temperature)
 
 
-def reprice_probs(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_to: float,
-                  temperature: float) -> torch.Tensor:
+def reprice_probs(
+    probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_to: float, temperature: float
+) -> torch.Tensor:
     """The value policy's probabilities at the price ``lam_to`` from those it gave at ``lam_from``: the logits move by
     ``−(lam_to − lam_from)·c̄(a)/τ`` (:func:`value_policy_logits`) and the prompt's constant cancels in the softmax,
     so a recorded ``router_probs`` row is enough, no forward pass. A zero probability stays zero — including one that
@@ -79,16 +88,18 @@ def reprice_probs(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_
         raise ValueError("reprice_probs: probabilities must be finite and >= 0, every row with some mass")
     if not bool(torch.isfinite(cost).all()):
         raise ValueError(f"reprice_probs: route costs must be finite, got {cost.tolist()}")
-    if not (math.isfinite(lam_from) and math.isfinite(lam_to) and lam_from >= 0 and lam_to >= 0) \
-            or not temperature > 0:
-        raise ValueError(f"reprice_probs: prices must be finite and >= 0 and temperature > 0, got {lam_from}, "
-                         f"{lam_to}, {temperature}")
+    if not (math.isfinite(lam_from) and math.isfinite(lam_to) and lam_from >= 0 and lam_to >= 0) or not temperature > 0:
+        raise ValueError(
+            f"reprice_probs: prices must be finite and >= 0 and temperature > 0, got {lam_from}, "
+            f"{lam_to}, {temperature}"
+        )
     logits = torch.log(probs) - (float(lam_to) - float(lam_from)) * cost / float(temperature)
     return torch.softmax(logits, dim=-1)
 
 
-def mean_route_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_to: float, temperature: float,
-                    greedy: bool = False) -> float:
+def mean_route_cost(
+    probs: torch.Tensor, cost: torch.Tensor, lam_from: float, lam_to: float, temperature: float, greedy: bool = False
+) -> float:
     """The value policy's mean route cost over the prompts at the price ``lam_to``: ``(1/B) Σ_x Σ_a π(a|x)·c̄(a)``
     with ``π`` = :func:`reprice_probs` of ``probs`` (recorded at ``lam_from``), or with ``greedy`` the cost
     ``c̄(argmax_a π(a|x))`` of the route greedy routing takes (ties to the first route, as ``torch.argmax``).
@@ -99,8 +110,15 @@ def mean_route_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, la
     return float(per_prompt.mean())
 
 
-def lambda_for_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, temperature: float, budget: float,
-                    greedy: bool = False, tol: float = 1e-6) -> float:
+def lambda_for_cost(
+    probs: torch.Tensor,
+    cost: torch.Tensor,
+    lam_from: float,
+    temperature: float,
+    budget: float,
+    greedy: bool = False,
+    tol: float = 1e-6,
+) -> float:
     """The price ``λ ≥ 0`` at which the value policy spends ``budget`` on these prompts in mean route cost ``c̄``
     (:func:`mean_route_cost`): the dual variable set again for a new prompt distribution from the prompts alone (no
     label, no generation). The stochastic policy's cost does not increase with λ (its derivative is
@@ -136,8 +154,10 @@ def lambda_for_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, te
         return 0.0
     cheapest = float(cost.min())
     if budget < cheapest or (budget == cheapest and not greedy):
-        raise ValueError(f"lambda_for_cost: budget {budget} is not above the cheapest route's cost {cheapest:.4g}: "
-                         "no price reaches it")
+        raise ValueError(
+            f"lambda_for_cost: budget {budget} is not above the cheapest route's cost {cheapest:.4g}: "
+            "no price reaches it"
+        )
     lo, hi = 0.0, max(1.0, float(lam_from))
     while spent(hi) > budget:
         lo, hi = hi, 2 * hi
@@ -151,8 +171,9 @@ def lambda_for_cost(probs: torch.Tensor, cost: torch.Tensor, lam_from: float, te
     return hi
 
 
-def value_targets(task: torch.Tensor, actions: torch.Tensor, baseline: torch.Tensor,
-                  valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+def value_targets(
+    task: torch.Tensor, actions: torch.Tensor, baseline: torch.Tensor, valid: Optional[torch.Tensor] = None
+) -> torch.Tensor:
     """Regression targets of the head: ``r_task − b(a_i)`` per copy, NaN where the reward could not score the row.
 
     Args: ``task`` float ``[B]``; ``actions`` int64 ``[B]``; ``baseline`` float ``[3]``; ``valid`` bool ``[B]`` or
@@ -165,8 +186,9 @@ def value_targets(task: torch.Tensor, actions: torch.Tensor, baseline: torch.Ten
     return target
 
 
-def compute_router_value_loss(values: torch.Tensor, actions: torch.Tensor,
-                              targets: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+def compute_router_value_loss(
+    values: torch.Tensor, actions: torch.Tensor, targets: torch.Tensor
+) -> tuple[torch.Tensor, dict[str, float]]:
     """Squared error of the head's value of each copy's route against its target (NaN targets skipped)::
 
         L = ½ · mean_{i: target_i known} (h(x_i)_{a_i} − target_i)²
@@ -180,8 +202,10 @@ def compute_router_value_loss(values: torch.Tensor, actions: torch.Tensor,
     """
     batch = values.shape[0]
     if values.shape != (batch, NUM_ROUTER_ACTIONS) or actions.shape != (batch,) or targets.shape != (batch,):
-        raise ValueError(f"compute_router_value_loss: values {tuple(values.shape)} must be [B, 3], actions "
-                         f"{tuple(actions.shape)} and targets {tuple(targets.shape)} [B]")
+        raise ValueError(
+            f"compute_router_value_loss: values {tuple(values.shape)} must be [B, 3], actions "
+            f"{tuple(actions.shape)} and targets {tuple(targets.shape)} [B]"
+        )
     if bool(((actions < 0) | (actions >= NUM_ROUTER_ACTIONS)).any()):
         raise ValueError(f"compute_router_value_loss: actions must lie in 0..2, got {actions.tolist()}")
     known = ~torch.isnan(targets)
@@ -189,7 +213,7 @@ def compute_router_value_loss(values: torch.Tensor, actions: torch.Tensor,
     if not bool(known.any()):
         return values.sum() * 0.0, {"router/value_loss": 0.0, "router/value_rows": 0.0}
     err = chosen[known] - targets[known].float()
-    loss = 0.5 * (err ** 2).mean()
+    loss = 0.5 * (err**2).mean()
     metrics = {"router/value_loss": loss.item(), "router/value_rows": float(known.sum())}
     if int(known.sum()) > 1:
         var = targets[known].float().var()
@@ -221,8 +245,9 @@ class RouteValueBaseline:
         self.cost = torch.zeros(NUM_ROUTER_ACTIONS, dtype=torch.float64)
         self.seen = torch.zeros(NUM_ROUTER_ACTIONS, dtype=torch.bool)
 
-    def update(self, task: torch.Tensor, costs: torch.Tensor, actions: torch.Tensor,
-               valid: Optional[torch.Tensor] = None) -> dict[str, float]:
+    def update(
+        self, task: torch.Tensor, costs: torch.Tensor, actions: torch.Tensor, valid: Optional[torch.Tensor] = None
+    ) -> dict[str, float]:
         """Fold one batch in: per route, the mean task reward of its scored copies and the mean cost of all its
         copies (an unscored row's calls were still made). Returns ``router/value_baseline_<route>`` and
         ``router/value_cost_<route>`` after the update.
@@ -251,8 +276,12 @@ class RouteValueBaseline:
         return metrics
 
     def state_dict(self) -> dict[str, Any]:
-        return {"reward": self.reward.tolist(), "cost": self.cost.tolist(), "seen": self.seen.tolist(),
-                "decay": self.decay}
+        return {
+            "reward": self.reward.tolist(),
+            "cost": self.cost.tolist(),
+            "seen": self.seen.tolist(),
+            "decay": self.decay,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`'s values (the decay stays the config's).
@@ -326,17 +355,26 @@ class RidgeRouteValues:
 
         Raises: ValueError: mismatched shapes or an action outside 0..2."""
         if features.dim() != 2 or actions.shape != (features.shape[0],) or targets.shape != actions.shape:
-            raise ValueError(f"ridge route values: features {tuple(features.shape)} must be [B, H], actions "
-                             f"{tuple(actions.shape)} and targets {tuple(targets.shape)} [B]")
+            raise ValueError(
+                f"ridge route values: features {tuple(features.shape)} must be [B, H], actions "
+                f"{tuple(actions.shape)} and targets {tuple(targets.shape)} [B]"
+            )
         if bool(((actions < 0) | (actions >= NUM_ROUTER_ACTIONS)).any()):
             raise ValueError(f"ridge route values: actions must lie in 0..2, got {actions.tolist()}")
         x = features.detach().double().cpu()
         y = targets.detach().double().cpu()
         known = ~torch.isnan(y)
-        onehot = torch.nn.functional.one_hot(actions.long().cpu(), NUM_ROUTER_ACTIONS).double() * known.double()[:, None]
+        onehot = (
+            torch.nn.functional.one_hot(actions.long().cpu(), NUM_ROUTER_ACTIONS).double() * known.double()[:, None]
+        )
         y = torch.where(known, y, torch.zeros_like(y))
-        return {"count": onehot.sum(0), "sum_x": onehot.T @ x, "sum_xx": torch.einsum("ba,bi,bj->aij", onehot, x, x),
-                "sum_y": onehot.T @ y, "sum_xy": onehot.T @ (x * y[:, None])}
+        return {
+            "count": onehot.sum(0),
+            "sum_x": onehot.T @ x,
+            "sum_xx": torch.einsum("ba,bi,bj->aij", onehot, x, x),
+            "sum_y": onehot.T @ y,
+            "sum_xy": onehot.T @ (x * y[:, None]),
+        }
 
     def add(self, inc: Mapping[str, torch.Tensor]) -> None:
         """Fold :meth:`increments` into the sums."""
@@ -358,7 +396,7 @@ class RidgeRouteValues:
             if float(self.count[a]) < 1:
                 continue
             _, xbar, ybar, cov, cross = self.centred(a)
-            weight[a] = torch.linalg.solve(cov / scale ** 2 + self.alpha * eye, cross / scale)
+            weight[a] = torch.linalg.solve(cov / scale**2 + self.alpha * eye, cross / scale)
             bias[a] = ybar - float(weight[a] @ ((xbar - mean) / scale))
         return weight, bias
 
@@ -376,8 +414,7 @@ class RidgeRouteValues:
         if n < 1:
             raise ValueError(f"RidgeRouteValues: route {route} has no observation")
         xbar, ybar = self.sum_x[route] / n, float(self.sum_y[route]) / n
-        return (n, xbar, ybar, self.sum_xx[route] - n * torch.outer(xbar, xbar),
-                self.sum_xy[route] - n * xbar * ybar)
+        return (n, xbar, ybar, self.sum_xx[route] - n * torch.outer(xbar, xbar), self.sum_xy[route] - n * xbar * ybar)
 
     def set_head(self, head: Any) -> None:
         """Make ``head`` (a linear :class:`verl.router.head.RouterHead` with ``input_norm="running"``) the fit of the
@@ -394,10 +431,13 @@ class RidgeRouteValues:
         is the same on every data-parallel rank and after any batching of the same observations."""
         n = float(self.count.sum())
         if n < 1:
-            return 0.0, torch.zeros(self.sum_x.shape[1], dtype=torch.float64), torch.zeros(self.sum_x.shape[1],
-                                                                                          dtype=torch.float64)
+            return (
+                0.0,
+                torch.zeros(self.sum_x.shape[1], dtype=torch.float64),
+                torch.zeros(self.sum_x.shape[1], dtype=torch.float64),
+            )
         mean = self.sum_x.sum(0) / n
-        m2 = torch.diagonal(self.sum_xx.sum(0)) - n * mean ** 2
+        m2 = torch.diagonal(self.sum_xx.sum(0)) - n * mean**2
         return n, mean, m2.clamp_min(0.0)
 
     def state_dict(self) -> dict[str, Any]:
@@ -411,7 +451,9 @@ class RidgeRouteValues:
         Raises: ValueError: a missing key or a shape that does not match this head's hidden size (named)."""
         for key in ("count", "sum_x", "sum_xx", "sum_y", "sum_xy"):
             if key not in state or tuple(state[key].shape) != tuple(getattr(self, key).shape):
-                raise ValueError(f"ridge route values state: {key!r} missing or of shape "
-                                 f"{tuple(state[key].shape) if key in state else None}, expected "
-                                 f"{tuple(getattr(self, key).shape)}")
+                raise ValueError(
+                    f"ridge route values state: {key!r} missing or of shape "
+                    f"{tuple(state[key].shape) if key in state else None}, expected "
+                    f"{tuple(getattr(self, key).shape)}"
+                )
             setattr(self, key, state[key].double().cpu().clone())

@@ -19,6 +19,7 @@ Differences from the Ray group, all inherent to running in one process:
 - a non-blocking call has already run when it returns: ``DP_COMPUTE_PROTO`` gives a ``DataProtoFuture`` whose
   ``get()`` needs no Ray, other modes give the results themselves instead of ``ray.ObjectRef`` handles.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -87,8 +88,10 @@ class LocalDataProtoFuture(DataProtoFuture):
 
     def chunk(self, chunks: int) -> list[DataProtoFuture]:
         """``chunks`` futures, the ``i``-th resolving to ``self.get().chunk(chunks)[i]``."""
-        return [LocalDataProtoFuture(collect_fn=self.collect_fn, futures=self.futures, dispatch_fn=future.dispatch_fn)
-                for future in super().chunk(chunks)]
+        return [
+            LocalDataProtoFuture(collect_fn=self.collect_fn, futures=self.futures, dispatch_fn=future.dispatch_fn)
+            for future in super().chunk(chunks)
+        ]
 
 
 class LocalWorkerGroup(WorkerGroup):
@@ -107,16 +110,22 @@ class LocalWorkerGroup(WorkerGroup):
         TypeError: no worker class given. ValueError: a resource pool with more than one slot.
     """
 
-    def __init__(self, resource_pool: ResourcePool | ClassWithInitArgs | None = None,
-                 ray_cls_with_init: ClassWithInitArgs | None = None, name_prefix: str | None = None,
-                 wrap_errors: bool = True) -> None:
+    def __init__(
+        self,
+        resource_pool: ResourcePool | ClassWithInitArgs | None = None,
+        ray_cls_with_init: ClassWithInitArgs | None = None,
+        name_prefix: str | None = None,
+        wrap_errors: bool = True,
+    ) -> None:
         if ray_cls_with_init is None and isinstance(resource_pool, ClassWithInitArgs):
             resource_pool, ray_cls_with_init = None, resource_pool
         if not isinstance(ray_cls_with_init, ClassWithInitArgs):
             raise TypeError(f"ray_cls_with_init must be a ClassWithInitArgs, got {type(ray_cls_with_init).__name__}")
         if resource_pool is not None and resource_pool.world_size != 1:
-            raise ValueError(f"LocalWorkerGroup hosts exactly one worker; the resource pool has "
-                             f"{resource_pool.world_size} slots (set trainer.nnodes=1 and trainer.n_gpus_per_node<=1)")
+            raise ValueError(
+                f"LocalWorkerGroup hosts exactly one worker; the resource pool has "
+                f"{resource_pool.world_size} slots (set trainer.nnodes=1 and trainer.n_gpus_per_node<=1)"
+            )
         super().__init__(ResourcePool([1]))
         cls = _plain_class(ray_cls_with_init.cls)
         self.name_prefix = name_prefix or f"{cls.__name__}_{uuid.uuid4().hex[:6]}"
@@ -152,10 +161,13 @@ class LocalWorkerGroup(WorkerGroup):
         except Exception as exc:  # re-raised by _wait / the future, wrapped like the Ray group's errors
             return _Outcome(error=exc)
 
-    def _execute_async(self, method_name: str, ranks: list[int], per_rank_args: tuple[list, ...],
-                       per_rank_kwargs: dict[str, list]) -> list:
-        return [self._run(method_name, tuple(a[r] for a in per_rank_args),
-                          {k: v[r] for k, v in per_rank_kwargs.items()}) for r in ranks]
+    def _execute_async(
+        self, method_name: str, ranks: list[int], per_rank_args: tuple[list, ...], per_rank_kwargs: dict[str, list]
+    ) -> list:
+        return [
+            self._run(method_name, tuple(a[r] for a in per_rank_args), {k: v[r] for k, v in per_rank_kwargs.items()})
+            for r in ranks
+        ]
 
     def _wait(self, method_name: str, ranks: list[int], handles: list) -> list:
         for rank, outcome in zip(ranks, handles):
@@ -163,7 +175,9 @@ class LocalWorkerGroup(WorkerGroup):
                 cause = outcome.error
                 raise WorkerGroupError(
                     f"worker group {self.name_prefix!r}: rank {rank} of {self.world_size} failed in "
-                    f"{method_name}(): {type(cause).__name__}: {cause}", rank=rank, method_name=method_name,
+                    f"{method_name}(): {type(cause).__name__}: {cause}",
+                    rank=rank,
+                    method_name=method_name,
                 ) from cause
         return [outcome.value for outcome in handles]
 

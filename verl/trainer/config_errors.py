@@ -1,4 +1,5 @@
 """The error every config check raises (its own module so that the checks can live in several files)."""
+
 from __future__ import annotations
 
 

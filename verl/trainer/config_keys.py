@@ -2,6 +2,7 @@
 user's, and the retired keys older checkpoints saved. ``config_utils.load_default_config`` refuses the rest at load
 (:func:`check_known_keys`) with the closest defined spelling.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -11,8 +12,12 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from verl.trainer.config_errors import ConfigError
 
 # Sections whose keys are the user's (their YAML default is an empty mapping): ``+section.anything=...`` is accepted.
-OPEN_SECTIONS = ("actor_rollout_ref.model.override_config", "critic.model.override_config", "env.textworld.settings",
-                 "actor_rollout_ref.rollout.engine_kwargs")
+OPEN_SECTIONS = (
+    "actor_rollout_ref.model.override_config",
+    "critic.model.override_config",
+    "env.textworld.settings",
+    "actor_rollout_ref.rollout.engine_kwargs",
+)
 
 
 def _unknown_keys(config: DictConfig, base: DictConfig, prefix: str = "") -> list[str]:
@@ -73,8 +78,11 @@ def check_known_keys(config: DictConfig) -> None:
     for path in unknown:
         close = difflib.get_close_matches(path, defined, n=1, cutoff=0.8)
         lines.append(f"{path}" + (f" (did you mean {close[0]}?)" if close else ""))
-    raise ConfigError("unknown config key(s), not defined in ppo_trainer.yaml and read by nothing:\n  "
-                      + "\n  ".join(lines) + f"\nOpen sections that accept new keys: {', '.join(OPEN_SECTIONS)}.")
+    raise ConfigError(
+        "unknown config key(s), not defined in ppo_trainer.yaml and read by nothing:\n  "
+        + "\n  ".join(lines)
+        + f"\nOpen sections that accept new keys: {', '.join(OPEN_SECTIONS)}."
+    )
 
 
 def _flat_keys(config: DictConfig, prefix: str = ""):

@@ -7,6 +7,7 @@ merged config is an OmegaConf ``DictConfig`` whose nodes carry these types, so a
 at load and on assignment with the key's full name, and code reads attributes. Derived fields (not YAML keys, filled
 by ``normalize_config``, the trainer or a worker) default to ``None`` and are listed by :func:`derived_keys`.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -456,7 +457,7 @@ class SFTDataConfig:
     """``data`` of ``sft_trainer.yaml``."""
 
     train_files: Any = MISSING  # a path, a list of paths, or null (RLLA discovery)
-    val_files: Any = MISSING    # as train_files; [] disables validation
+    val_files: Any = MISSING  # as train_files; [] disables validation
     prompt_key: str = MISSING
     response_key: str = MISSING
     max_length: int = MISSING

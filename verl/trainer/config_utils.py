@@ -4,6 +4,7 @@ Everything that can be checked before a worker starts is checked here, with erro
 batch-size arithmetic, the estimator name, the rollout backend, data files. Deprecated ToolRL-era keys still work:
 they are mapped to upstream's names with a warning (``normalize_config``), so ToolRL's launch scripts run unchanged.
 """
+
 from __future__ import annotations
 
 import logging
@@ -22,7 +23,6 @@ from verl.utils.reward_score.rlla import RewardSwitches
 logger = logging.getLogger(__name__)
 
 ROLLOUT_BACKENDS = ("hf", "vllm")
-
 
 
 def load_default_config(overrides: list[str] | None = None, environ=None) -> DictConfig:
@@ -77,15 +77,17 @@ def typed_as(config: DictConfig, schema: type, yaml_name: str, may_be_missing: t
         key = getattr(err, "full_key", None)
         first = str(err).splitlines()[0]
         kind = _field_type_name(schema, key) if key else None
-        raise ConfigError(f"{key} must be of type {kind}: {first}" if kind else
-                          f"{key}: {first}" if key else f"config: {first}") from None
+        raise ConfigError(
+            f"{key} must be of type {kind}: {first}" if kind else f"{key}: {first}" if key else f"config: {first}"
+        ) from None
     missing = sorted(set(OmegaConf.missing_keys(typed)) - set(may_be_missing))
     if missing:
-        raise ConfigError(f"config key(s) without a value ({yaml_name} defines them all; was a section replaced by "
-                          "hand?): " + ", ".join(missing))
+        raise ConfigError(
+            f"config key(s) without a value ({yaml_name} defines them all; was a section replaced by "
+            "hand?): " + ", ".join(missing)
+        )
     OmegaConf.set_struct(typed, True)
     return typed
-
 
 
 def _field_type_name(schema: type, key: str) -> str | None:
@@ -129,11 +131,14 @@ def default_section(where: str, /, **overrides) -> DictConfig:
     OmegaConf.resolve(section)
     for key, value in overrides.items():
         try:
-            OmegaConf.update(section, key, value, merge=isinstance(value, (dict, DictConfig)))  # a mapping fills a section
+            OmegaConf.update(
+                section, key, value, merge=isinstance(value, (dict, DictConfig))
+            )  # a mapping fills a section
         except OmegaConfBaseException as err:
             kind = _field_type_name(OmegaConf.get_type(section), key)
-            raise ConfigError(f"{where}.{key}" + (f" must be of type {kind}" if kind else "") +
-                              f": {str(err).splitlines()[0]}") from None
+            raise ConfigError(
+                f"{where}.{key}" + (f" must be of type {kind}" if kind else "") + f": {str(err).splitlines()[0]}"
+            ) from None
     return section
 
 
@@ -155,7 +160,6 @@ def _default_config() -> DictConfig:
         del raw["hydra"]
         _DEFAULT_CONFIG.append(typed_config(raw))
     return _DEFAULT_CONFIG[0]
-
 
 
 def resolve_device(config: DictConfig) -> str:
@@ -180,9 +184,11 @@ def require_device(config: DictConfig) -> None:
     import torch
 
     if config.trainer.device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"trainer.device=cuda (trainer.n_gpus_per_node={config.trainer.n_gpus_per_node}) but torch "
-                          f"sees no CUDA device here (torch {torch.__version__}): train on the CPU with N_GPUS=0 or "
-                          f"hardware=cpu, or install a CUDA build of torch")
+        raise ConfigError(
+            f"trainer.device=cuda (trainer.n_gpus_per_node={config.trainer.n_gpus_per_node}) but torch "
+            f"sees no CUDA device here (torch {torch.__version__}): train on the CPU with N_GPUS=0 or "
+            f"hardware=cpu, or install a CUDA build of torch"
+        )
 
 
 def world_size(config: DictConfig) -> int:
@@ -195,8 +201,9 @@ def _map_global_micro_batch(section: DictConfig, old: str, new: str, where: str,
     if value is None:
         return
     per_gpu = max(1, int(value) // n_workers)
-    logger.warning("%s.%s is deprecated: using %s.%s=%d (%d / %d workers)", where, old, where, new, per_gpu,
-                   int(value), n_workers)
+    logger.warning(
+        "%s.%s is deprecated: using %s.%s=%d (%d / %d workers)", where, old, where, new, per_gpu, int(value), n_workers
+    )
     section[new] = per_gpu
     section[old] = None
 
@@ -216,23 +223,41 @@ def normalize_config(config: DictConfig) -> DictConfig:
     n_workers = world_size(config)
     with open_dict(config):
         arr = config.actor_rollout_ref
-        _map_global_micro_batch(arr.actor, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu",
-                                "actor_rollout_ref.actor", n_workers)
-        _map_global_micro_batch(arr.ref, "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
-                                "actor_rollout_ref.ref", n_workers)
-        _map_global_micro_batch(arr.rollout, "log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu",
-                                "actor_rollout_ref.rollout", n_workers)
-        _map_global_micro_batch(config.critic, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "critic",
-                                n_workers)
-        _map_global_micro_batch(config.critic, "forward_micro_batch_size", "forward_micro_batch_size_per_gpu",
-                                "critic", n_workers)
-        for where, section in (("actor_rollout_ref.actor", arr.actor.fsdp_config),
-                               ("critic.model", config.critic.model.fsdp_config)):
+        _map_global_micro_batch(
+            arr.actor, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "actor_rollout_ref.actor", n_workers
+        )
+        _map_global_micro_batch(
+            arr.ref,
+            "log_prob_micro_batch_size",
+            "log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.ref",
+            n_workers,
+        )
+        _map_global_micro_batch(
+            arr.rollout,
+            "log_prob_micro_batch_size",
+            "log_prob_micro_batch_size_per_gpu",
+            "actor_rollout_ref.rollout",
+            n_workers,
+        )
+        _map_global_micro_batch(
+            config.critic, "ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu", "critic", n_workers
+        )
+        _map_global_micro_batch(
+            config.critic, "forward_micro_batch_size", "forward_micro_batch_size_per_gpu", "critic", n_workers
+        )
+        for where, section in (
+            ("actor_rollout_ref.actor", arr.actor.fsdp_config),
+            ("critic.model", config.critic.model.fsdp_config),
+        ):
             if section.grad_offload:
                 logger.warning("%s.fsdp_config.grad_offload is deprecated and ignored", where)
         if config.data.val_batch_size is not None:
-            logger.warning("data.val_batch_size=%s is ignored: validation runs over the whole set in one pass "
-                           "(upstream behaviour)", config.data.val_batch_size)
+            logger.warning(
+                "data.val_batch_size=%s is ignored: validation runs over the whole set in one pass "
+                "(upstream behaviour)",
+                config.data.val_batch_size,
+            )
         resolve_kl_in_reward(config)
         if config.critic.enable is None:
             from verl.trainer.ppo.core_algos import get_estimator_plugin
@@ -268,10 +293,15 @@ def resolve_kl_in_reward(config: DictConfig) -> bool:
     agent_mode = bool(config.env.env_name)
     coef = float(algo.kl_ctrl.kl_coef)
     value = not use_kl_loss and not agent_mode and coef > 0
-    why = ("actor.use_kl_loss=true: the KL term is in the loss" if use_kl_loss else
-           "agent mode (env.env_name set): upstream's default" if agent_mode else
-           "algorithm.kl_ctrl.kl_coef=0: no penalty to apply" if coef <= 0 else
-           f"KL penalty in the reward (kl_coef={coef:g}) because actor.use_kl_loss=false")
+    why = (
+        "actor.use_kl_loss=true: the KL term is in the loss"
+        if use_kl_loss
+        else "agent mode (env.env_name set): upstream's default"
+        if agent_mode
+        else "algorithm.kl_ctrl.kl_coef=0: no penalty to apply"
+        if coef <= 0
+        else f"KL penalty in the reward (kl_coef={coef:g}) because actor.use_kl_loss=false"
+    )
     with open_dict(config):
         algo.use_kl_in_reward = value
     logger.info("algorithm.use_kl_in_reward=null -> %s (ToolRL's rule: %s)", value, why)
@@ -293,8 +323,12 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     ``ppo_mini_batch_size × n / world_size`` rows per mini-batch, which the per-GPU micro batch must divide (unless
     ``use_dynamic_bsz``).
     """
-    from verl.trainer.ppo.core_algos import (get_adv_estimator_fn, get_estimator_plugin, get_policy_loss_fn,
-                                             policy_loss_mode)
+    from verl.trainer.ppo.core_algos import (
+        get_adv_estimator_fn,
+        get_estimator_plugin,
+        get_policy_loss_fn,
+        policy_loss_mode,
+    )
 
     n_workers = world_size(config)
     _validate_single_process(config, n_workers)
@@ -322,48 +356,67 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     if val_n is None or int(val_n) < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.val_kwargs.n must be >= 1, got {val_n}")
     if plugin.grouped and n == 1:
-        logger.warning("algorithm.adv_estimator=%s with actor_rollout_ref.rollout.n=1: every group is a singleton, "
-                       "so advantages carry no relative signal", estimator)
+        logger.warning(
+            "algorithm.adv_estimator=%s with actor_rollout_ref.rollout.n=1: every group is a singleton, "
+            "so advantages carry no relative signal",
+            estimator,
+        )
     if arr.rollout.name not in ROLLOUT_BACKENDS:
         raise ConfigError(f"actor_rollout_ref.rollout.name must be one of {ROLLOUT_BACKENDS}, got {arr.rollout.name!r}")
     validate_router_settings(config)
     cache = arr.rollout.cache_implementation
     if cache is not None and (cache not in ("dynamic", "static") or arr.rollout.name != "hf"):
-        raise ConfigError(f"actor_rollout_ref.rollout.cache_implementation={cache!r}: null, 'dynamic' or 'static', "
-                          f"and only with rollout.name=hf (got {arr.rollout.name!r})")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.cache_implementation={cache!r}: null, 'dynamic' or 'static', "
+            f"and only with rollout.name=hf (got {arr.rollout.name!r})"
+        )
     if (train_bs * n) % n_workers != 0:
-        raise ConfigError(f"data.train_batch_size × actor_rollout_ref.rollout.n ({train_bs} × {n}) must be divisible "
-                          f"by the number of workers (trainer.nnodes × trainer.n_gpus_per_node = {n_workers})")
+        raise ConfigError(
+            f"data.train_batch_size × actor_rollout_ref.rollout.n ({train_bs} × {n}) must be divisible "
+            f"by the number of workers (trainer.nnodes × trainer.n_gpus_per_node = {n_workers})"
+        )
     sections = [("actor_rollout_ref.actor", arr.actor)]
     if config.critic.enable:
         sections.append(("critic", config.critic))
     for where, section in sections:
         mini = int(section.ppo_mini_batch_size)
         if mini > train_bs:
-            raise ConfigError(f"{where}.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({train_bs})")
+            raise ConfigError(
+                f"{where}.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({train_bs})"
+            )
         _check_divides(mini, train_bs, f"{where}.ppo_mini_batch_size", "data.train_batch_size")
         rows = mini * n
         if rows % n_workers != 0:
-            raise ConfigError(f"{where}.ppo_mini_batch_size × rollout.n ({mini} × {n}) must be divisible by the "
-                              f"number of workers ({n_workers})")
+            raise ConfigError(
+                f"{where}.ppo_mini_batch_size × rollout.n ({mini} × {n}) must be divisible by the "
+                f"number of workers ({n_workers})"
+            )
         if not section.use_dynamic_bsz:
             if section.ppo_micro_batch_size_per_gpu is None:
                 raise ConfigError(f"{where}.ppo_micro_batch_size_per_gpu=null needs {where}.use_dynamic_bsz=true")
             micro = int(section.ppo_micro_batch_size_per_gpu)
-            _check_divides(micro, rows // n_workers, f"{where}.ppo_micro_batch_size_per_gpu",
-                           f"{where}.ppo_mini_batch_size × rollout.n / workers")
+            _check_divides(
+                micro,
+                rows // n_workers,
+                f"{where}.ppo_micro_batch_size_per_gpu",
+                f"{where}.ppo_mini_batch_size × rollout.n / workers",
+            )
     passes = [("actor_rollout_ref.ref", arr.ref, "log_prob_"), ("actor_rollout_ref.rollout", arr.rollout, "log_prob_")]
     if config.critic.enable:
         passes.append(("critic", config.critic, "forward_"))
     for where, section, prefix in passes:  # a null micro batch is a per-token budget only (dynamic batch size)
         dynamic = section.log_prob_use_dynamic_bsz if prefix == "log_prob_" else section.use_dynamic_bsz
         if section[f"{prefix}micro_batch_size_per_gpu"] is None and not dynamic:
-            raise ConfigError(f"{where}.{prefix}micro_batch_size_per_gpu=null needs "
-                              f"{where}.{'log_prob_use_dynamic_bsz' if prefix == 'log_prob_' else 'use_dynamic_bsz'}"
-                              "=true")
+            raise ConfigError(
+                f"{where}.{prefix}micro_batch_size_per_gpu=null needs "
+                f"{where}.{'log_prob_use_dynamic_bsz' if prefix == 'log_prob_' else 'use_dynamic_bsz'}"
+                "=true"
+            )
     if arr.actor.use_kl_loss and config.algorithm.use_kl_in_reward:
-        logger.warning("both actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are on: "
-                       "the KL term is applied twice")
+        logger.warning(
+            "both actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are on: "
+            "the KL term is applied twice"
+        )
     if int(config.data.max_response_length) <= 0 or int(config.data.max_prompt_length) <= 0:
         raise ConfigError("data.max_prompt_length and data.max_response_length must be positive")
     if check_files:
@@ -371,7 +424,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
             files = config.data[key]
             if files is None:
                 continue
-            for path in ([files] if isinstance(files, str) else list(files)):
+            for path in [files] if isinstance(files, str) else list(files):
                 if not os.path.isfile(os.path.expanduser(str(path))):
                     raise ConfigError(f"data.{key}: file not found: {path}")
     if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
@@ -384,12 +437,16 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     if config.data.tool_format != "auto" and config.data.tool_format not in TOOL_FORMATS:
         raise ConfigError(f"data.tool_format={config.data.tool_format!r}: auto or one of {sorted(TOOL_FORMATS)}")
     if config.env.env_name and config.data.tool_format != "toolrl":
-        raise ConfigError(f"data.tool_format={config.data.tool_format!r} with env.env_name: the agent environments "
-                          "score ToolRL's format only; leave data.tool_format=toolrl")
+        raise ConfigError(
+            f"data.tool_format={config.data.tool_format!r} with env.env_name: the agent environments "
+            "score ToolRL's format only; leave data.tool_format=toolrl"
+        )
     buffer = config.reward_model.overlong_buffer
     if buffer.enable and not 1 <= int(buffer.len) <= int(config.data.max_response_length):
-        raise ConfigError(f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "
-                          f"({config.data.max_response_length}) with reward_model.overlong_buffer.enable=true")
+        raise ConfigError(
+            f"reward_model.overlong_buffer.len={buffer.len}: expected 1..data.max_response_length "
+            f"({config.data.max_response_length}) with reward_model.overlong_buffer.enable=true"
+        )
     from verl.trainer.ppo.rollout_corr import check_correction_settings, correction_settings
 
     try:
@@ -405,16 +462,22 @@ def _validate_single_process(config: DictConfig, n_workers: int) -> None:
         return
     hint = " (a recipe's hardware/cpu.yaml and hardware/gpu.yaml set it: give trainer.single_process=false)"
     if n_workers != 1:
-        raise ConfigError(f"trainer.single_process=true hosts one worker per role in the driver process, but "
-                          f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers{hint}")
+        raise ConfigError(
+            f"trainer.single_process=true hosts one worker per role in the driver process, but "
+            f"trainer.nnodes × trainer.n_gpus_per_node asks for {n_workers} workers{hint}"
+        )
     address = config.ray_init.address or os.environ.get("RAY_ADDRESS")
     if address:
-        raise ConfigError(f"trainer.single_process=true does not start Ray, but ray_init.address / RAY_ADDRESS="
-                          f"{address!r} asks to join a Ray cluster{hint}")
+        raise ConfigError(
+            f"trainer.single_process=true does not start Ray, but ray_init.address / RAY_ADDRESS="
+            f"{address!r} asks to join a Ray cluster{hint}"
+        )
     env = config.env
     if env.env_name and env.use_ray_workers:
-        raise ConfigError(f"trainer.single_process=true does not start Ray: set env.use_ray_workers=false (the "
-                          f"environments then step in the driver process){hint}")
+        raise ConfigError(
+            f"trainer.single_process=true does not start Ray: set env.use_ray_workers=false (the "
+            f"environments then step in the driver process){hint}"
+        )
 
 
 # estimators whose advantage is group-relative on single-turn rows: where DAPO's dynamic sampling means something
@@ -431,8 +494,10 @@ def _validate_filter_groups(config: DictConfig) -> None:
 
     where = "algorithm.filter_groups.enable=true"
     if config.algorithm.adv_estimator not in FILTER_GROUPS_ESTIMATORS:
-        raise ConfigError(f"{where} needs a group-relative estimator ({', '.join(FILTER_GROUPS_ESTIMATORS)}), got "
-                          f"algorithm.adv_estimator={config.algorithm.adv_estimator}")
+        raise ConfigError(
+            f"{where} needs a group-relative estimator ({', '.join(FILTER_GROUPS_ESTIMATORS)}), got "
+            f"algorithm.adv_estimator={config.algorithm.adv_estimator}"
+        )
     if int(config.actor_rollout_ref.rollout.n) < 2:
         raise ConfigError(f"{where} needs actor_rollout_ref.rollout.n >= 2 (a group of one has no variance)")
     if config.router.enable:
@@ -440,11 +505,14 @@ def _validate_filter_groups(config: DictConfig) -> None:
     if config.env.env_name:
         raise ConfigError(f"{where} is not supported in agent mode (env.env_name)")
     if fg.metric is not None and fg.metric not in METRIC_TENSORS:
-        raise ConfigError(f"algorithm.filter_groups.metric={fg.metric!r}: expected null or one of "
-                          f"{sorted(METRIC_TENSORS)}")
+        raise ConfigError(
+            f"algorithm.filter_groups.metric={fg.metric!r}: expected null or one of {sorted(METRIC_TENSORS)}"
+        )
     if int(fg.max_num_gen_batches) < 0:
-        raise ConfigError(f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches}: expected >= 0 "
-                          "(0: until the epoch's data run out)")
+        raise ConfigError(
+            f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches}: expected >= 0 "
+            "(0: until the epoch's data run out)"
+        )
 
 
 def _validate_env(config: DictConfig) -> None:
@@ -456,28 +524,37 @@ def _validate_env(config: DictConfig) -> None:
     custom = bool(reward.path) or (reward.name or "compute_score") != "compute_score"
     default_step = OmegaConf.select(config, "algorithm.gigpo.default_step_reward", default=0.0)
     if default_step not in (0, None) and not (agent and custom):
-        raise ConfigError(f"algorithm.gigpo.default_step_reward={default_step}: only read when "
-                          "custom_reward_function scores the trajectories of env.env_name (the r_t of a turn no "
-                          "StepOutput names); environments give every step its own reward. Leave it 0.0")
+        raise ConfigError(
+            f"algorithm.gigpo.default_step_reward={default_step}: only read when "
+            "custom_reward_function scores the trajectories of env.env_name (the r_t of a turn no "
+            "StepOutput names); environments give every step its own reward. Leave it 0.0"
+        )
     if not agent:
         return
     if config.trainer.validation_data_dir:
-        raise ConfigError("trainer.validation_data_dir: the agent mode (env.env_name) validates by episodes, which "
-                          "are not written to files; leave it null (trainer.rollout_data_dir covers training)")
+        raise ConfigError(
+            "trainer.validation_data_dir: the agent mode (env.env_name) validates by episodes, which "
+            "are not written to files; leave it null (trainer.rollout_data_dir covers training)"
+        )
     from agent_system.environments.base import available_envs
 
     if env.env_name not in available_envs():
-        raise ConfigError(f"env.env_name={env.env_name!r} is not a registered environment; expected one of "
-                          f"{available_envs()}")
+        raise ConfigError(
+            f"env.env_name={env.env_name!r} is not a registered environment; expected one of {available_envs()}"
+        )
     if int(env.rollout.n) != int(config.actor_rollout_ref.rollout.n):
-        raise ConfigError(f"env.rollout.n ({env.rollout.n}) must equal actor_rollout_ref.rollout.n "
-                          f"({config.actor_rollout_ref.rollout.n}): the group size also scales ppo_mini_batch_size")
+        raise ConfigError(
+            f"env.rollout.n ({env.rollout.n}) must equal actor_rollout_ref.rollout.n "
+            f"({config.actor_rollout_ref.rollout.n}): the group size also scales ppo_mini_batch_size"
+        )
     for key in ("max_steps", "train_tasks", "val_tasks", "num_workers", "max_prompt_length"):
         if int(env[key]) < 1:
             raise ConfigError(f"env.{key} must be >= 1, got {env[key]}")
     if int(env.train_tasks) < int(config.data.train_batch_size):
-        raise ConfigError(f"env.train_tasks ({env.train_tasks}) must be >= data.train_batch_size "
-                          f"({config.data.train_batch_size}) tasks per step")
+        raise ConfigError(
+            f"env.train_tasks ({env.train_tasks}) must be >= data.train_batch_size "
+            f"({config.data.train_batch_size}) tasks per step"
+        )
     if env.reward_mode not in (None, "step", "episode"):
         raise ConfigError(f"env.reward_mode must be step, episode or null, got {env.reward_mode!r}")
 

@@ -22,14 +22,24 @@ row-weighted mean of live_simple, live_multiple, live_parallel, live_parallel_mu
 ``non_live_ast_python`` gives the same mean with simple_python as the simple category. ``tool_cost`` is :func:`verl.trainer.tool_cost.tool_cost_metrics` over every row (a call is wanted everywhere
 but in the irrelevance categories).
 """
+
 from __future__ import annotations
 
 from collections import Counter
 from typing import Mapping, Sequence
 
 from verl.trainer.tool_cost import tool_cost_metrics
-from verl.utils.dataset.bfcl import AST_CATEGORIES, IRRELEVANCE_CATEGORIES, RELEVANCE_CATEGORIES, bfcl_api, \
-    calls_to_bfcl, load_category, oracle_response, parse_categories, unsatisfiable_reason
+from verl.utils.dataset.bfcl import (
+    AST_CATEGORIES,
+    IRRELEVANCE_CATEGORIES,
+    RELEVANCE_CATEGORIES,
+    bfcl_api,
+    calls_to_bfcl,
+    load_category,
+    oracle_response,
+    parse_categories,
+    unsatisfiable_reason,
+)
 from verl.utils.reward_score.tool_parse import parse_tool_calls, tool_usage
 
 MODEL_NAME = "toolrl_router"  # passed to BFCL's checker; its model-config lookup answers underscore_to_dot=False
@@ -47,14 +57,25 @@ def check_bfcl_response(entry: Mapping, response: str) -> dict:
     calls = parse_tool_calls(response)
     failure = usage.parse_failed
     decoded = calls_to_bfcl(calls)
-    made_call = (not failure and usage.has_tool_call_tag and api.is_function_calling_format_output(decoded)
-                 and not api.is_empty_output(decoded))
+    made_call = (
+        not failure
+        and usage.has_tool_call_tag
+        and api.is_function_calling_format_output(decoded)
+        and not api.is_empty_output(decoded)
+    )
     category = entry["category"]
     out = {"num_calls": len(calls), "made_call": bool(made_call)}
     if category in IRRELEVANCE_CATEGORIES or category in RELEVANCE_CATEGORIES:
         valid = not made_call if category in IRRELEVANCE_CATEGORIES else made_call
-        error = None if valid else ("irrelevance_error:decoder_success" if category in IRRELEVANCE_CATEGORIES
-                                    else "relevance_error:decoder_failed")
+        error = (
+            None
+            if valid
+            else (
+                "irrelevance_error:decoder_success"
+                if category in IRRELEVANCE_CATEGORIES
+                else "relevance_error:decoder_failed"
+            )
+        )
         return {**out, "valid": valid, "error_type": error}
     if failure:
         return {**out, "valid": False, "error_type": "ast_decoder:decoder_failed"}
@@ -62,8 +83,14 @@ def check_bfcl_response(entry: Mapping, response: str) -> dict:
         return {**out, "valid": False, "error_type": "ast_decoder:no_tool_call"}
     if not api.is_function_calling_format_output(decoded):
         return {**out, "valid": False, "error_type": "ast_decoder:decoder_wrong_output_format"}
-    result = api.ast_checker(entry["function"], decoded, entry["ground_truth"],
-                             getattr(api.Language, AST_CATEGORIES[category]), category, MODEL_NAME)
+    result = api.ast_checker(
+        entry["function"],
+        decoded,
+        entry["ground_truth"],
+        getattr(api.Language, AST_CATEGORIES[category]),
+        category,
+        MODEL_NAME,
+    )
     return {**out, "valid": bool(result["valid"]), "error_type": None if result["valid"] else result.get("error_type")}
 
 
@@ -101,26 +128,49 @@ def summarize_bfcl(rows: Sequence[Mapping], results: Sequence[Mapping]) -> dict:
     categories = {}
     for name, res in by_category.items():
         errors = Counter(r["error_type"] for r in res if not r["valid"])
-        categories[name] = {"accuracy": sum(r["valid"] for r in res) / len(res), "rows": len(res),
-                            "correct": sum(r["valid"] for r in res), "error_types": dict(errors.most_common(8))}
+        categories[name] = {
+            "accuracy": sum(r["valid"] for r in res) / len(res),
+            "rows": len(res),
+            "correct": sum(r["valid"] for r in res),
+            "error_types": dict(errors.most_common(8)),
+        }
     unweighted, weighted = api.calculate_unweighted_accuracy, api.calculate_weighted_accuracy
-    simple = _aggregate(unweighted, [_score(by_category, c) for c in
-                                     ("simple_python", "simple_java", "simple_javascript")])
-    non_live = _aggregate(unweighted, [simple] + [_score(by_category, c) for c in
-                                                  ("multiple", "parallel", "parallel_multiple")])
-    live = _aggregate(weighted, [_score(by_category, c) for c in
-                                 ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")])
-    python = _aggregate(unweighted, [_score(by_category, c) for c in
-                                     ("simple_python", "multiple", "parallel", "parallel_multiple")])
-    figures = {"non_live_ast": _figure(non_live), "non_live_ast_python": _figure(python),
-               "non_live_simple": _figure(simple), "live_ast": _figure(live)}
+    simple = _aggregate(
+        unweighted, [_score(by_category, c) for c in ("simple_python", "simple_java", "simple_javascript")]
+    )
+    non_live = _aggregate(
+        unweighted, [simple] + [_score(by_category, c) for c in ("multiple", "parallel", "parallel_multiple")]
+    )
+    live = _aggregate(
+        weighted,
+        [_score(by_category, c) for c in ("live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")],
+    )
+    python = _aggregate(
+        unweighted, [_score(by_category, c) for c in ("simple_python", "multiple", "parallel", "parallel_multiple")]
+    )
+    figures = {
+        "non_live_ast": _figure(non_live),
+        "non_live_ast_python": _figure(python),
+        "non_live_simple": _figure(simple),
+        "live_ast": _figure(live),
+    }
     for name in IRRELEVANCE_CATEGORIES + RELEVANCE_CATEGORIES:
         figures[name] = _figure(_score(by_category, name))
     wants_call = [row["bfcl_category"] not in IRRELEVANCE_CATEGORIES for row in rows]
-    cost = tool_cost_metrics([r["num_calls"] for r in results], wants_call, [r["valid"] for r in results],
-                             made_call=[r["made_call"] for r in results])
-    return {"dataset": "bfcl", "bfcl_eval_version": api.version, "rows": len(rows), "categories": categories,
-            "bfcl": figures, "tool_cost": cost}
+    cost = tool_cost_metrics(
+        [r["num_calls"] for r in results],
+        wants_call,
+        [r["valid"] for r in results],
+        made_call=[r["made_call"] for r in results],
+    )
+    return {
+        "dataset": "bfcl",
+        "bfcl_eval_version": api.version,
+        "rows": len(rows),
+        "categories": categories,
+        "bfcl": figures,
+        "tool_cost": cost,
+    }
 
 
 def check_bfcl_rows(rows: Sequence[Mapping]) -> list[dict]:
@@ -143,8 +193,10 @@ def check_bfcl_rows(rows: Sequence[Mapping]) -> list[dict]:
     for i, row in enumerate(rows):
         entry = entries.get(row["bfcl_id"])
         if entry is None or entry["category"] != row["bfcl_category"]:
-            raise ValueError(f"{row.get('_where', f'row {i}')}: bfcl_id {row['bfcl_id']!r} is not an entry of "
-                             f"BFCL {row['bfcl_category']}")
+            raise ValueError(
+                f"{row.get('_where', f'row {i}')}: bfcl_id {row['bfcl_id']!r} is not an entry of "
+                f"BFCL {row['bfcl_category']}"
+            )
         results.append(check_bfcl_response(entry, row["response"]))
     return results
 

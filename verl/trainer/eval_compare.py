@@ -22,6 +22,7 @@ Metrics per row: the RLLA reward's ``score`` / ``format`` / ``correctness`` (row
 on ``bfcl_accuracy`` instead, BFCL's own checker's verdict on each row (1 right, 0 wrong), overall and per BFCL
 category; in a file of both kinds only the RLLA rows are compared.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,7 +50,7 @@ def sign_test_p(wins: int, losses: int) -> float:
     if n == 0:
         return 1.0
     k = min(wins, losses)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2**n
     return min(1.0, 2 * tail)
 
 
@@ -74,12 +75,26 @@ def paired_stats(before: Sequence[float], after: Sequence[float]) -> dict:
         se = math.sqrt(var / n)
         t = gain / se if se > 0 else None
     wins, losses = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
-    return {"n": n, "before": sum(before) / n, "after": sum(after) / n, "gain": gain, "se": se, "t": t,
-            "wins": wins, "losses": losses, "ties": n - wins - losses, "sign_test_p": sign_test_p(wins, losses)}
+    return {
+        "n": n,
+        "before": sum(before) / n,
+        "after": sum(after) / n,
+        "gain": gain,
+        "se": se,
+        "t": t,
+        "wins": wins,
+        "losses": losses,
+        "ties": n - wins - losses,
+        "sign_test_p": sign_test_p(wins, losses),
+    }
 
 
-def paired_comparison(baseline_rows: Sequence[Mapping], rows: Sequence[Mapping],
-                      row_metrics: Callable[[Mapping], Mapping[str, float]], bfcl: bool = False) -> dict:
+def paired_comparison(
+    baseline_rows: Sequence[Mapping],
+    rows: Sequence[Mapping],
+    row_metrics: Callable[[Mapping], Mapping[str, float]],
+    bfcl: bool = False,
+) -> dict:
     """Compare ``rows`` (model B) against ``baseline_rows`` (model A) prompt by prompt (see the module docstring).
 
     Args:
@@ -100,6 +115,7 @@ def paired_comparison(baseline_rows: Sequence[Mapping], rows: Sequence[Mapping],
         ValueError: a key occurs twice in one file, the two files do not hold the same keys, the prompt text (or,
             with ``bfcl``, the BFCL id) of a key differs between them, or no row is left.
     """
+
     def index(name: str, table: Sequence[Mapping]) -> dict[tuple, Mapping]:
         out: dict[tuple, Mapping] = {}
         for row in table:
@@ -113,23 +129,32 @@ def paired_comparison(baseline_rows: Sequence[Mapping], rows: Sequence[Mapping],
 
     base, new = index("baseline", baseline_rows), index("generations", rows)
     for key in sorted(set(base) & set(new)) if bfcl else ():  # BFCL rows of two files: the same entry, not only the
-        if base[key]["bfcl_id"] != new[key]["bfcl_id"]:     # same position
-            raise ValueError(f"{new[key].get('_where', key)}: BFCL entry {new[key]['bfcl_id']!r} where the baseline "
-                             f"has {base[key]['bfcl_id']!r} ({base[key].get('_where', 'baseline')}): the files are "
-                             "not of the same BFCL rows")
+        if base[key]["bfcl_id"] != new[key]["bfcl_id"]:  # same position
+            raise ValueError(
+                f"{new[key].get('_where', key)}: BFCL entry {new[key]['bfcl_id']!r} where the baseline "
+                f"has {base[key]['bfcl_id']!r} ({base[key].get('_where', 'baseline')}): the files are "
+                "not of the same BFCL rows"
+            )
     if set(base) != set(new):
         only_base, only_new = sorted(set(base) - set(new)), sorted(set(new) - set(base))
-        raise ValueError(f"the baseline and the generations hold different rows: {len(only_base)} only in the "
-                         f"baseline (first {only_base[:1]}), {len(only_new)} only in the generations "
-                         f"(first {only_new[:1]}); generate both from the same data and settings")
+        raise ValueError(
+            f"the baseline and the generations hold different rows: {len(only_base)} only in the "
+            f"baseline (first {only_base[:1]}), {len(only_new)} only in the generations "
+            f"(first {only_new[:1]}); generate both from the same data and settings"
+        )
     if not base:
-        raise ValueError("no BFCL rows to compare" if bfcl else
-                         "no rows to compare (BFCL rows are compared only when both files hold nothing else)")
+        raise ValueError(
+            "no BFCL rows to compare"
+            if bfcl
+            else "no rows to compare (BFCL rows are compared only when both files hold nothing else)"
+        )
     keys = sorted(base)
     for key in keys:
         if base[key].get("prompt") != new[key].get("prompt"):
-            raise ValueError(f"{new[key].get('_where', key)}: the prompt of {key} differs from the baseline's "
-                             f"({base[key].get('_where', 'baseline')}): the files are not of the same data")
+            raise ValueError(
+                f"{new[key].get('_where', key)}: the prompt of {key} differs from the baseline's "
+                f"({base[key].get('_where', 'baseline')}): the files are not of the same data"
+            )
     before = {k: row_metrics(base[k]) for k in keys}
     after = {k: row_metrics(new[k]) for k in keys}
     common = [m for m in METRICS if all(m in r for r in before.values()) and all(m in r for r in after.values())]
@@ -137,17 +162,26 @@ def paired_comparison(baseline_rows: Sequence[Mapping], rows: Sequence[Mapping],
     for key in keys:  # (data_source, row, sample) -> the prompt (data_source, row)
         prompts.setdefault(key[:2], []).append(key)
 
-    def prompt_means(table: Mapping[tuple, Mapping[str, float]], metric: str, category: str | None = None) -> list[float]:
-        return [sum(table[k][metric] for k in group) / len(group) for group in prompts.values()
-                if category is None or new[group[0]]["bfcl_category"] == category]
+    def prompt_means(
+        table: Mapping[tuple, Mapping[str, float]], metric: str, category: str | None = None
+    ) -> list[float]:
+        return [
+            sum(table[k][metric] for k in group) / len(group)
+            for group in prompts.values()
+            if category is None or new[group[0]]["bfcl_category"] == category
+        ]
 
     samples = {len(group) for group in prompts.values()}
-    out = {"rows": len(keys), "prompts": len(prompts),
-           "samples_per_prompt": samples.pop() if len(samples) == 1 else sorted(samples),
-           "metrics": {m: paired_stats(prompt_means(before, m), prompt_means(after, m)) for m in common}}
+    out = {
+        "rows": len(keys),
+        "prompts": len(prompts),
+        "samples_per_prompt": samples.pop() if len(samples) == 1 else sorted(samples),
+        "metrics": {m: paired_stats(prompt_means(before, m), prompt_means(after, m)) for m in common},
+    }
     if bfcl:
         out["categories"] = {}
         for category in dict.fromkeys(new[k]["bfcl_category"] for k in keys):
-            out["categories"][category] = {m: paired_stats(prompt_means(before, m, category),
-                                                           prompt_means(after, m, category)) for m in common}
+            out["categories"][category] = {
+                m: paired_stats(prompt_means(before, m, category), prompt_means(after, m, category)) for m in common
+            }
     return out

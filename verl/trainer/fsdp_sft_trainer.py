@@ -27,6 +27,7 @@ training ends, so a crash never leaves a half-written model that ``prepare_model
 ``metrics.jsonl`` (``train/loss`` per step, ``val/loss`` per epoch; :class:`~verl.utils.tracking.Tracking`) and
 ``sft_config.yaml`` (the resolved config).
 """
+
 from __future__ import annotations
 
 import logging
@@ -121,8 +122,9 @@ def build_lr_lambda(total_steps: int, warmup_steps: int, style: str, min_lr_rati
     return lr_lambda
 
 
-def plan_epoch(lengths, train_batch_size: int, micro_batch_size: int, seed: int, epoch: int, rank: int = 0,
-               world_size: int = 1) -> list[list[list[int]]]:
+def plan_epoch(
+    lengths, train_batch_size: int, micro_batch_size: int, seed: int, epoch: int, rank: int = 0, world_size: int = 1
+) -> list[list[list[int]]]:
     """This rank's work for one epoch: per optimizer step, a list of micro batches (lists of dataset indices).
 
     Rows are shuffled by ``(seed, epoch)``, cut into steps of ``train_batch_size`` rows (tail dropped), split across
@@ -139,12 +141,12 @@ def plan_epoch(lengths, train_batch_size: int, micro_batch_size: int, seed: int,
     order = EpochSeededSampler(n, seed=seed).order(epoch)
     plan = []
     for s in range(n // train_batch_size):
-        rows = order[s * train_batch_size:(s + 1) * train_batch_size]
+        rows = order[s * train_batch_size : (s + 1) * train_batch_size]
         if world_size > 1:
             parts = get_seqlen_balanced_partitions([int(lengths[i]) for i in rows], world_size, equal_size=True)
             rows = [rows[j] for j in parts[rank]]
         rows = sorted(rows, key=lambda i: -int(lengths[i]))
-        plan.append([rows[k:k + micro_batch_size] for k in range(0, len(rows), micro_batch_size)])
+        plan.append([rows[k : k + micro_batch_size] for k in range(0, len(rows), micro_batch_size)])
     return plan
 
 
@@ -169,8 +171,17 @@ class FSDPSFTTrainer:
         rank, world_size: this process in the default process group (0, 1 without ``torch.distributed``).
     """
 
-    def __init__(self, config: DictConfig, model, tokenizer, train_dataset: SFTDataset,
-                 val_dataset: SFTDataset | None, device: torch.device, rank: int = 0, world_size: int = 1):
+    def __init__(
+        self,
+        config: DictConfig,
+        model,
+        tokenizer,
+        train_dataset: SFTDataset,
+        val_dataset: SFTDataset | None,
+        device: torch.device,
+        rank: int = 0,
+        world_size: int = 1,
+    ):
         self.config = config
         self.model = model
         self.tokenizer = tokenizer
@@ -188,8 +199,10 @@ class FSDPSFTTrainer:
             raise ValueError(f"data.micro_batch_size_per_gpu={self.micro_batch_size} must be >= 1")
         steps_per_epoch = len(train_dataset) // self.train_batch_size
         if steps_per_epoch == 0:
-            raise ValueError(f"data.train_batch_size={self.train_batch_size} exceeds the {len(train_dataset)} "
-                             f"training rows of {train_dataset.parquet_files}")
+            raise ValueError(
+                f"data.train_batch_size={self.train_batch_size} exceeds the {len(train_dataset)} "
+                f"training rows of {train_dataset.parquet_files}"
+            )
         self.steps_per_epoch = steps_per_epoch
         if config.trainer.total_training_steps:
             self.total_training_steps = int(config.trainer.total_training_steps)
@@ -199,20 +212,23 @@ class FSDPSFTTrainer:
             self.total_training_steps = self.total_epochs * steps_per_epoch
 
         optim = config.optim
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=float(optim.lr), betas=tuple(optim.betas),
-                                           weight_decay=float(optim.weight_decay))
+        self.optimizer = torch.optim.AdamW(
+            model.parameters(), lr=float(optim.lr), betas=tuple(optim.betas), weight_decay=float(optim.weight_decay)
+        )
         warmup = int(float(optim.warmup_steps_ratio) * self.total_training_steps)
         self.lr_scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, build_lr_lambda(self.total_training_steps, warmup, str(optim.lr_scheduler),
-                                            float(optim.min_lr_ratio)))
+            self.optimizer,
+            build_lr_lambda(self.total_training_steps, warmup, str(optim.lr_scheduler), float(optim.min_lr_ratio)),
+        )
 
     # ------------------------------------------------------------------ steps
     def _collate(self, dataset: SFTDataset, indices: list[int]) -> dict[str, torch.Tensor]:
         batch = sft_collate_fn([dataset[i] for i in indices], self.pad_token_id)
         return {k: v.to(self.device) for k, v in batch.items()}
 
-    def _compute_loss_and_backward(self, batch: dict[str, torch.Tensor], denom: float, do_backward: bool = True,
-                                   scale: float = 1.0) -> float:
+    def _compute_loss_and_backward(
+        self, batch: dict[str, torch.Tensor], denom: float, do_backward: bool = True, scale: float = 1.0
+    ) -> float:
         """Summed response-token cross-entropy of one left-padded micro batch divided by ``denom``.
 
         Args:
@@ -226,11 +242,16 @@ class FSDPSFTTrainer:
         input_ids, loss_mask = batch["input_ids"], batch["loss_mask"]
         length = input_ids.shape[1]
         keep = int(loss_mask.sum(dim=-1).max().item()) + 1  # the last `keep` logits predict every response token
-        output = self.model(input_ids=input_ids, attention_mask=batch["attention_mask"],
-                            position_ids=batch["position_ids"], use_cache=False, logits_to_keep=keep)
+        output = self.model(
+            input_ids=input_ids,
+            attention_mask=batch["attention_mask"],
+            position_ids=batch["position_ids"],
+            use_cache=False,
+            logits_to_keep=keep,
+        )
         logits = output.logits[:, :-1].float()  # (B, keep-1, V)
-        targets = input_ids[:, length - keep + 1:]
-        mask = loss_mask[:, length - keep + 1:].to(logits.dtype)
+        targets = input_ids[:, length - keep + 1 :]
+        mask = loss_mask[:, length - keep + 1 :].to(logits.dtype)
         token_ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
         loss = (token_ce.view_as(mask) * mask).sum() / denom
         if do_backward:
@@ -253,8 +274,9 @@ class FSDPSFTTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         loss = 0.0
         for mb in micro_batches:
-            loss += self._compute_loss_and_backward(self._collate(self.train_dataset, mb), global_tokens,
-                                                    scale=float(self.world_size))
+            loss += self._compute_loss_and_backward(
+                self._collate(self.train_dataset, mb), global_tokens, scale=float(self.world_size)
+            )
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.config.optim.clip_grad))
         if hasattr(grad_norm, "full_tensor"):  # DTensor under FSDP2
             grad_norm = grad_norm.full_tensor()
@@ -265,10 +287,16 @@ class FSDPSFTTrainer:
         else:
             logger.warning("non-finite grad norm %s: update skipped", grad_norm)
         self.lr_scheduler.step()
-        tokens = _all_reduce_sum(sum(int(self.train_dataset.lengths[i]) for mb in micro_batches for i in mb),
-                                 self.device)
-        return {"train/loss": _all_reduce_sum(loss, self.device), "train/lr": lr, "train/grad_norm": grad_norm,
-                "train/response_tokens": global_tokens, "train/tokens": tokens}
+        tokens = _all_reduce_sum(
+            sum(int(self.train_dataset.lengths[i]) for mb in micro_batches for i in mb), self.device
+        )
+        return {
+            "train/loss": _all_reduce_sum(loss, self.device),
+            "train/lr": lr,
+            "train/grad_norm": grad_norm,
+            "train/response_tokens": global_tokens,
+            "train/tokens": tokens,
+        }
 
     @torch.no_grad()
     def validate(self) -> dict[str, float]:
@@ -276,12 +304,14 @@ class FSDPSFTTrainer:
         self.model.eval()
         dataset = self.val_dataset
         rows = sorted(range(self.rank, len(dataset), self.world_size), key=lambda i: -int(dataset.lengths[i]))
-        micro = [(rows[k:k + self.micro_batch_size], 1.0) for k in range(0, len(rows), self.micro_batch_size)]
+        micro = [(rows[k : k + self.micro_batch_size], 1.0) for k in range(0, len(rows), self.micro_batch_size)]
         # FSDP forwards are collective: every rank runs the same number, padding with weight-0 dummies.
         per_rank = math.ceil(math.ceil(len(dataset) / self.world_size) / self.micro_batch_size)
         micro += [([0], 0.0)] * (per_rank - len(micro))
-        loss_sum = sum(weight * self._compute_loss_and_backward(self._collate(dataset, mb), 1.0, do_backward=False)
-                       for mb, weight in micro)
+        loss_sum = sum(
+            weight * self._compute_loss_and_backward(self._collate(dataset, mb), 1.0, do_backward=False)
+            for mb, weight in micro
+        )
         tokens = sum(int(dataset.response_lengths[i]) for i in rows)
         return {"val/loss": _all_reduce_sum(loss_sum, self.device) / max(_all_reduce_sum(tokens, self.device), 1)}
 
@@ -293,8 +323,9 @@ class FSDPSFTTrainer:
         if any(is_dtensor(p) for p in self.model.parameters()):  # FSDP2 (several ranks, or one under bf16)
             from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-            state_dict = get_model_state_dict(self.model,
-                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+            state_dict = get_model_state_dict(
+                self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True)
+            )
             for tied in getattr(self.model, "all_tied_weights_keys", None) or {}:  # gathered as separate copies
                 state_dict.pop(tied, None)
         if self.rank == 0:
@@ -317,8 +348,15 @@ class FSDPSFTTrainer:
         progress = StepProgress(total=self.total_training_steps, desc="sft") if self.rank == 0 else None
         step = 0
         for epoch in range(self.total_epochs):
-            plan = plan_epoch(self.train_dataset.lengths, self.train_batch_size, self.micro_batch_size, seed, epoch,
-                              self.rank, self.world_size)
+            plan = plan_epoch(
+                self.train_dataset.lengths,
+                self.train_batch_size,
+                self.micro_batch_size,
+                seed,
+                epoch,
+                self.rank,
+                self.world_size,
+            )
             for micro_batches in plan:
                 if step >= self.total_training_steps:
                     break
@@ -326,16 +364,22 @@ class FSDPSFTTrainer:
                 metrics = self.training_step(micro_batches)
                 step += 1
                 elapsed = time.monotonic() - start
-                metrics.update({"train/epoch": epoch, "timing_s/step": elapsed,
-                                "perf/tokens_per_s": metrics["train/tokens"] / max(elapsed, 1e-9)})
+                metrics.update(
+                    {
+                        "train/epoch": epoch,
+                        "timing_s/step": elapsed,
+                        "perf/tokens_per_s": metrics["train/tokens"] / max(elapsed, 1e-9),
+                    }
+                )
                 log(metrics, step=step)
                 if progress is not None:
                     progress.update(metrics)
             if self.val_dataset is not None:
                 val = self.validate()
                 log({**val, "train/epoch": epoch}, step=step)
-                logger.info("epoch %d/%d done at step %d: val/loss=%.4f", epoch + 1, self.total_epochs, step,
-                            val["val/loss"])
+                logger.info(
+                    "epoch %d/%d done at step %d: val/loss=%.4f", epoch + 1, self.total_epochs, step, val["val/loss"]
+                )
         if progress is not None:
             progress.close()
         return history
@@ -382,8 +426,9 @@ def run_sft(config: DictConfig) -> Path:
     config = typed_sft_config(config)
     target = Path(str(config.trainer.default_local_dir)).expanduser().resolve()
     if target.exists() and any(target.iterdir()) and not config.trainer.overwrite:
-        raise FileExistsError(f"trainer.default_local_dir={target} is not empty; pass trainer.overwrite=true "
-                              "to replace it")
+        raise FileExistsError(
+            f"trainer.default_local_dir={target} is not empty; pass trainer.overwrite=true to replace it"
+        )
     device, rank, world_size = _init_distributed(config)
     torch.manual_seed(int(config.trainer.seed))
 
@@ -393,17 +438,22 @@ def run_sft(config: DictConfig) -> Path:
     train_dataset = SFTDataset(resolve_sft_files(config.data.train_files, "train"), tokenizer, config.data)
     val_files = resolve_sft_files(config.data.val_files, "test")
     val_dataset = SFTDataset(val_files, tokenizer, config.data) if val_files else None
-    logger.info("SFT data: %d train rows (mean %.0f tokens, %.0f response tokens), %s val rows", len(train_dataset),
-                train_dataset.lengths.mean(), train_dataset.response_lengths.mean(),
-                len(val_dataset) if val_dataset is not None else "no")
+    logger.info(
+        "SFT data: %d train rows (mean %.0f tokens, %.0f response tokens), %s val rows",
+        len(train_dataset),
+        train_dataset.lengths.mean(),
+        train_dataset.response_lengths.mean(),
+        len(val_dataset) if val_dataset is not None else "no",
+    )
 
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, trust_remote_code=trust)
     if config.model.enable_gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     model.to(device)
     # FSDP2: the shards, and/or bf16 compute over float32 master weights
-    wrap_with_fsdp2(model, device.type, world_size, config.model.fsdp_config.mixed_precision,
-                    "model.fsdp_config.mixed_precision")
+    wrap_with_fsdp2(
+        model, device.type, world_size, config.model.fsdp_config.mixed_precision, "model.fsdp_config.mixed_precision"
+    )
     trainer = FSDPSFTTrainer(config, model, tokenizer, train_dataset, val_dataset, device, rank, world_size)
 
     work = target.parent / f".{target.name}.partial"
@@ -412,11 +462,24 @@ def run_sft(config: DictConfig) -> Path:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         OmegaConf.save(config, work / "sft_config.yaml", resolve=True)
-        tracking = Tracking(str(config.trainer.project_name), str(config.trainer.experiment_name),
-                            list(config.trainer.logger), OmegaConf.to_container(config, resolve=True), run_dir=work)
-        logger.info("SFT of %s on %s: %d epochs, %d steps of %d rows on %s x%d; metrics in %s", model_path,
-                    train_dataset.parquet_files, trainer.total_epochs, trainer.total_training_steps,
-                    trainer.train_batch_size, device, world_size, tracking.jsonl_path)
+        tracking = Tracking(
+            str(config.trainer.project_name),
+            str(config.trainer.experiment_name),
+            list(config.trainer.logger),
+            OmegaConf.to_container(config, resolve=True),
+            run_dir=work,
+        )
+        logger.info(
+            "SFT of %s on %s: %d epochs, %d steps of %d rows on %s x%d; metrics in %s",
+            model_path,
+            train_dataset.parquet_files,
+            trainer.total_epochs,
+            trainer.total_training_steps,
+            trainer.train_batch_size,
+            device,
+            world_size,
+            tracking.jsonl_path,
+        )
     start = time.monotonic()
     history = trainer.fit(tracking)
     trainer.save_checkpoint(work)
@@ -425,9 +488,15 @@ def run_sft(config: DictConfig) -> Path:
         _publish(work, target)
         losses = [h["train/loss"] for h in history if "train/loss" in h]
         vals = [h["val/loss"] for h in history if "val/loss" in h]
-        logger.info("SFT done in %.0f s: train/loss first %.4f last %.4f min %.4f; val/loss %s; checkpoint %s",
-                    time.monotonic() - start, losses[0], losses[-1], min(losses),
-                    " -> ".join(f"{v:.4f}" for v in vals) or "n/a", target)
+        logger.info(
+            "SFT done in %.0f s: train/loss first %.4f last %.4f min %.4f; val/loss %s; checkpoint %s",
+            time.monotonic() - start,
+            losses[0],
+            losses[-1],
+            min(losses),
+            " -> ".join(f"{v:.4f}" for v in vals) or "n/a",
+            target,
+        )
     if dist.is_initialized():
         dist.barrier()
         dist.destroy_process_group()

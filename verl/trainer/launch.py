@@ -17,6 +17,7 @@ resolves exactly as in ToolRL, and the launch variables are not read (ToolRL's s
 ``recipe=router`` is the main job's recipe for the hardware: ``router_value_ridge`` without a GPU, ``router_option_a``
 with one (``ROUTER_RECIPE=option_a|value_ridge`` chooses). ``docs/recipes.md`` lists the recipes.
 """
+
 from __future__ import annotations
 
 import logging
@@ -65,9 +66,20 @@ ROUTER_VARIABLES: dict[str, tuple[str, str]] = {  # the router recipes (run_rout
     "IRRELEVANCE_SEED": ("router.irrelevance_seed", "int"),
 }
 AGENT_VARIABLES: dict[str, tuple[str, str]] = {  # the agent recipe (examples/gigpo_trainer/run_agent.sh)
-    **{name: LAUNCH_VARIABLES[name] for name in ("BASE_MODEL", "EXPERIMENT_NAME", "RUN_DIR", "MAX_PROMPT_LENGTH",
-                                                  "MAX_RESPONSE_LENGTH", "LR", "TOTAL_STEPS", "SAVE_FREQ",
-                                                  "TEST_FREQ")},
+    **{
+        name: LAUNCH_VARIABLES[name]
+        for name in (
+            "BASE_MODEL",
+            "EXPERIMENT_NAME",
+            "RUN_DIR",
+            "MAX_PROMPT_LENGTH",
+            "MAX_RESPONSE_LENGTH",
+            "LR",
+            "TOTAL_STEPS",
+            "SAVE_FREQ",
+            "TEST_FREQ",
+        )
+    },
     "ENV_NAME": ("env.env_name", "str"),
     "ESTIMATOR": ("algorithm.adv_estimator", "str"),
     "TASKS_PER_STEP": ("data.train_batch_size", "int"),
@@ -85,10 +97,22 @@ ASYNC_VARIABLES: dict[str, tuple[str, str]] = {  # main_async's recipes (example
 # hardware, below), ROUTER_RECIPE (recipe=router), the reward switches (WITHLENGTH, REFINEDREWARD, ...: read by the
 # reward when it scores; a recipe turns them on with reward_model.switches), PYTHON (scripts/ensure_env.sh).
 
-_EXPECTED = {"int": "an integer", "int_or_null": "a whole number, or null", "float": "a number such as 1e-4",
-             "fraction": "a number from 0 to 1", "bool": "True or False", "str": "a value"}
-_PATTERNS = {"int": r"-?[0-9]+", "int_or_null": r"[0-9]+|null", "float": r"[-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?",
-             "fraction": r"0*\.[0-9]+|0+(\.0*)?|1(\.0*)?", "bool": r"[Tt]rue|[Ff]alse", "str": r".+"}
+_EXPECTED = {
+    "int": "an integer",
+    "int_or_null": "a whole number, or null",
+    "float": "a number such as 1e-4",
+    "fraction": "a number from 0 to 1",
+    "bool": "True or False",
+    "str": "a value",
+}
+_PATTERNS = {
+    "int": r"-?[0-9]+",
+    "int_or_null": r"[0-9]+|null",
+    "float": r"[-+]?[0-9]*\.?[0-9]+([eE][-+]?[0-9]+)?",
+    "fraction": r"0*\.[0-9]+|0+(\.0*)?|1(\.0*)?",
+    "bool": r"[Tt]rue|[Ff]alse",
+    "str": r".+",
+}
 
 
 class LaunchError(ConfigError):
@@ -150,12 +174,14 @@ def recipe_family(recipe: str) -> str:
 
 def variables_for(family: str) -> dict[str, tuple[str, str]]:
     """The launch variables a recipe family reads: what its launch script read before the recipes existed."""
-    return {"agent": AGENT_VARIABLES, "async": ASYNC_VARIABLES, "router": ROUTER_VARIABLES}.get(family,
-                                                                                                LAUNCH_VARIABLES)
+    return {"agent": AGENT_VARIABLES, "async": ASYNC_VARIABLES, "router": ROUTER_VARIABLES}.get(
+        family, LAUNCH_VARIABLES
+    )
 
 
-def launch_overrides(args: Sequence[str], environ: Mapping[str, str] | None = None, *,
-                     app: str = "main_ppo") -> list[str]:
+def launch_overrides(
+    args: Sequence[str], environ: Mapping[str, str] | None = None, *, app: str = "main_ppo"
+) -> list[str]:
     """The Hydra command line for ``args`` (the module docstring gives the order).
 
     With ``recipe=<name>`` (or ``+recipe=``): ``+recipe=<name>`` and ``+hardware=<cpu|gpu>`` (appended to the
@@ -179,15 +205,18 @@ def launch_overrides(args: Sequence[str], environ: Mapping[str, str] | None = No
     hardware, rest = _group_choice(rest, "hardware")
     if recipe is None:
         if hardware is not None:
-            raise LaunchError(f"hardware={hardware} chooses a recipe's hardware defaults: give recipe=<name> too "
-                              f"(docs/recipes.md)")
+            raise LaunchError(
+                f"hardware={hardware} chooses a recipe's hardware defaults: give recipe=<name> too (docs/recipes.md)"
+            )
         return list(args)
     if hardware not in (None, "cpu", "gpu"):
         raise LaunchError(f"hardware={hardware}: expected cpu or gpu")
     if recipe_family(recipe) == "async":  # the async mode runs on one CPU layout (docs/async.md): no hardware group
         if hardware is not None:
-            raise LaunchError(f"hardware={hardware}: the async recipes take no hardware group (the async mode runs "
-                              f"on CPU; docs/async.md)")
+            raise LaunchError(
+                f"hardware={hardware}: the async recipes take no hardware group (the async mode runs "
+                f"on CPU; docs/async.md)"
+            )
         gpus, hardware = 0, "cpu"
     elif hardware is None:
         gpus = gpu_count(environ)
@@ -205,8 +234,9 @@ def launch_overrides(args: Sequence[str], environ: Mapping[str, str] | None = No
         raise LaunchError(f"recipe={recipe}: no verl/trainer/config/recipe/{recipe}.yaml; recipes: {', '.join(known)}")
     family = recipe_family(recipe)
     if (app == "main_async") != (family == "async"):
-        raise LaunchError(f"recipe={recipe} is a recipe for {'main_async' if family == 'async' else 'main_ppo'}, "
-                          f"not {app}")
+        raise LaunchError(
+            f"recipe={recipe} is a recipe for {'main_async' if family == 'async' else 'main_ppo'}, not {app}"
+        )
     out = [f"+recipe={recipe}"]
     if family != "async":  # the async mode runs on CPU only (docs/async.md): no hardware group
         # the recipe first: its defaults list takes its family's sizes for ${hardware} (hardware/<family>/<hw>.yaml)

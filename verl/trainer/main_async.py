@@ -7,6 +7,7 @@ versions (a resumed run continues from its checkpoint's version). Metrics go to 
 (``verl.utils.tracking.Tracking``: ``trainer.logger`` backends, ``{run_dir}/metrics.jsonl``); ``{run_dir}/config.yaml``
 records the resolved config and the RLLA reward switches that are on, as ``main_ppo``'s does.
 """
+
 from __future__ import annotations
 
 import logging
@@ -37,14 +38,21 @@ def run_async(config: DictConfig) -> list:
     if total is None:
         raise ValueError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
     if config.trainer.single_process:
-        raise ValueError("trainer.single_process=true is not supported in async mode: its env actors, inference "
-                         "server and learner run on Ray")
+        raise ValueError(
+            "trainer.single_process=true is not supported in async mode: its env actors, inference "
+            "server and learner run on Ray"
+        )
     with open_dict(config):
         config.actor_rollout_ref.model.path = prepare_model(config.actor_rollout_ref.model.path)
     run_dir = config.trainer.run_dir or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
     init_ray(config)
-    tracker = Tracking(config.trainer.project_name, config.trainer.experiment_name, config.trainer.logger,
-                       config=write_run_record(config, run_dir), run_dir=run_dir)
+    tracker = Tracking(
+        config.trainer.project_name,
+        config.trainer.experiment_name,
+        config.trainer.logger,
+        config=write_run_record(config, run_dir),
+        run_dir=run_dir,
+    )
     orchestrator = Orchestrator(config, tracker, make_env_actor=make_env_actor)
     try:
         left = int(total) - orchestrator.version

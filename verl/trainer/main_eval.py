@@ -38,6 +38,7 @@ prediction made no call and did not fail to parse), ``overall_exact_match`` over
 matches an empty ground truth), ``parse_failure_rate`` and ``no_tool_call_rate`` (no ``<tool_call>`` at all) over all
 rows, and the mean RLLA ``score`` / ``format`` / ``correctness``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -106,8 +107,7 @@ def read_generations(path: str | os.PathLike) -> list[dict]:
         if not isinstance(row.get("response"), str):
             raise ValueError(f"{path}:{lineno}: response: expected a string, got {row.get('response')!r:.60}")
         if row.get("ground_truth") is None and row.get("ground_truth_tool_calls") is None:
-            raise ValueError(f"{path}:{lineno}: ground_truth: missing (need ground_truth or "
-                             "ground_truth_tool_calls)")
+            raise ValueError(f"{path}:{lineno}: ground_truth: missing (need ground_truth or ground_truth_tool_calls)")
         row["_where"] = f"{path}:{lineno}"
         rows.append(row)
     return rows
@@ -118,8 +118,9 @@ def read_generations(path: str | os.PathLike) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------------
 def canonical_call(call: Mapping) -> str:
     """A call as canonical JSON: ``{"name", "parameters"}`` with sorted keys at every level."""
-    return json.dumps({"name": call["name"], "parameters": call.get("parameters") or {}}, sort_keys=True,
-                      ensure_ascii=False)
+    return json.dumps(
+        {"name": call["name"], "parameters": call.get("parameters") or {}}, sort_keys=True, ensure_ascii=False
+    )
 
 
 def calls_exact_match(predicted: Sequence[Mapping], ground_truth: Sequence[Mapping]) -> bool:
@@ -140,8 +141,9 @@ def ground_truth_calls(ground_truth: str, where: str = "ground_truth") -> list[d
     """
     usage = tool_usage(ground_truth)
     if usage.parse_failed:
-        raise InvalidGroundTruthError(f"{where}: the <tool_call> block cannot be read as tool calls: "
-                                      f"{ground_truth[:200]!r}")
+        raise InvalidGroundTruthError(
+            f"{where}: the <tool_call> block cannot be read as tool calls: {ground_truth[:200]!r}"
+        )
     return parse_tool_calls(ground_truth)
 
 
@@ -176,8 +178,9 @@ def decision_right(gt_calls: Sequence[Mapping], scored: Mapping) -> bool:
     return bool(scored["exact_match"]) if gt_calls else (scored["num_calls"] == 0 and not scored["parse_failure"])
 
 
-def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen",
-                tool_format: str = "toolrl") -> dict[str, float]:
+def row_metrics(
+    row: Mapping, switches: RewardSwitches, wrapper: str = "qwen", tool_format: str = "toolrl"
+) -> dict[str, float]:
     """The per-row values of a paired comparison (:mod:`verl.trainer.eval_compare`): ``exact_match`` (1.0 when the
     predicted calls equal the ground truth's; on a no-call row, when nothing was called and nothing failed to parse)
     and, for rows with a ground-truth string, the RLLA reward's ``score``, ``format`` and ``correctness``.
@@ -190,8 +193,9 @@ def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen",
     right = decision_right(gt_calls, scored)
     out = {"exact_match": float(right)}
     if isinstance(row.get("ground_truth"), str):
-        score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
-                                                   switches=switches, tool_format=tool_format)
+        score, fmt, correctness, _ = compute_score(
+            row["response"], row["ground_truth"], step=0, wrapper=wrapper, switches=switches, tool_format=tool_format
+        )
         out.update(score=float(score), format=float(fmt), correctness=float(correctness))
     return out
 
@@ -199,10 +203,13 @@ def row_metrics(row: Mapping, switches: RewardSwitches, wrapper: str = "qwen",
 def _row_gt_calls(row: Mapping) -> list[dict]:
     calls = row.get("ground_truth_tool_calls")
     if calls is not None:
-        if not isinstance(calls, list) or not all(isinstance(c, Mapping) and isinstance(c.get("name"), str)
-                                                  for c in calls):
-            raise ValueError(f"{row.get('_where', 'row')}: ground_truth_tool_calls: expected a list of "
-                             f"{{name, parameters}} objects, got {calls!r:.80}")
+        if not isinstance(calls, list) or not all(
+            isinstance(c, Mapping) and isinstance(c.get("name"), str) for c in calls
+        ):
+            raise ValueError(
+                f"{row.get('_where', 'row')}: ground_truth_tool_calls: expected a list of "
+                f"{{name, parameters}} objects, got {calls!r:.80}"
+            )
         return list(calls)
     return ground_truth_calls(row["ground_truth"], f"{row.get('_where', 'row')}: ground_truth")
 
@@ -215,8 +222,13 @@ def _mean(values: Iterable[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str = "qwen",
-                  switches: RewardSwitches | None = None, tool_format: str = "toolrl") -> dict:
+def evaluate_rows(
+    rows: Sequence[Mapping],
+    dataset: str = "auto",
+    wrapper: str = "qwen",
+    switches: RewardSwitches | None = None,
+    tool_format: str = "toolrl",
+) -> dict:
     """Summary metrics of generation rows (see the module docstring for every field).
 
     Args:
@@ -243,8 +255,10 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
     bfcl_rows = sum("bfcl_id" in r for r in kept)
     if dataset == "auto" and bfcl_rows:
         if bfcl_rows != len(kept):
-            raise ValueError(f"{bfcl_rows} of {len(kept)} rows are BFCL rows (bfcl_id): BFCL is scored by its own "
-                             "checker, the others by exact match; evaluate them separately with --dataset")
+            raise ValueError(
+                f"{bfcl_rows} of {len(kept)} rows are BFCL rows (bfcl_id): BFCL is scored by its own "
+                "checker, the others by exact match; evaluate them separately with --dataset"
+            )
         dataset = "bfcl"
     if dataset == "bfcl":
         return evaluate_bfcl_rows(kept)
@@ -254,8 +268,14 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
         gt_calls = _row_gt_calls(row)
         scored.append((gt_calls, score_prediction(row["response"], gt_calls, tool_format)))
         if isinstance(row.get("ground_truth"), str):
-            score, fmt, correctness, _ = compute_score(row["response"], row["ground_truth"], step=0, wrapper=wrapper,
-                                                       switches=switches, tool_format=tool_format)
+            score, fmt, correctness, _ = compute_score(
+                row["response"],
+                row["ground_truth"],
+                step=0,
+                wrapper=wrapper,
+                switches=switches,
+                tool_format=tool_format,
+            )
             rewards.append((score, fmt, correctness))
     call_rows = [s for gt, s in scored if gt]
     no_call_rows = [s for gt, s in scored if not gt]
@@ -287,15 +307,21 @@ def evaluate_rows(rows: Sequence[Mapping], dataset: str = "auto", wrapper: str =
             "format": _mean(r[1] for r in rewards),
             "correctness": _mean(r[2] for r in rewards),
         },
-        "tool_cost": tool_cost_metrics([s["num_calls"] for _, s in scored], [bool(gt) for gt, _ in scored], right,
-                                       made_call=made_call),
+        "tool_cost": tool_cost_metrics(
+            [s["num_calls"] for _, s in scored], [bool(gt) for gt, _ in scored], right, made_call=made_call
+        ),
     }
     return summary
 
 
-def evaluate_file(generations: str | os.PathLike, dataset: str = "auto", output: str | os.PathLike | None = None,
-                  extra: Mapping[str, Any] | None = None, rows: Sequence[Mapping] | None = None,
-                  tool_format: str = "toolrl") -> dict:
+def evaluate_file(
+    generations: str | os.PathLike,
+    dataset: str = "auto",
+    output: str | os.PathLike | None = None,
+    extra: Mapping[str, Any] | None = None,
+    rows: Sequence[Mapping] | None = None,
+    tool_format: str = "toolrl",
+) -> dict:
     """Read ``generations``, compute :func:`evaluate_rows`, add ``generations`` and ``extra``, write the summary JSON
     atomically to ``output`` (default :func:`default_summary_path`) and return it (with ``summary_path``).
 
@@ -323,8 +349,9 @@ def evaluate_file(generations: str | os.PathLike, dataset: str = "auto", output:
     return summary
 
 
-def oracle_rows(dataset: str, data_path: str | None = None, categories: str | None = None,
-                max_rows: int | None = None) -> tuple[list[dict], dict]:
+def oracle_rows(
+    dataset: str, data_path: str | None = None, categories: str | None = None, max_rows: int | None = None
+) -> tuple[list[dict], dict]:
     """Rows whose response is the benchmark's own answer, and notes for the summary: BFCL
     (:func:`verl.trainer.eval_bfcl.oracle_bfcl_rows`; default categories: every one that ships answers or is an
     irrelevance category; ``oracle_excluded`` names the entries no response can pass), API-Bank (``data_path``: any
@@ -338,26 +365,37 @@ def oracle_rows(dataset: str, data_path: str | None = None, categories: str | No
             categories = ",".join(c for c in BFCL_CATEGORIES if c not in RELEVANCE_CATEGORIES)
         rows, excluded = oracle_bfcl_rows(categories, max_rows)
         if excluded:
-            logger.warning("oracle: %d BFCL entries left out, no response passes BFCL's checker on them: %s",
-                           len(excluded), excluded)
+            logger.warning(
+                "oracle: %d BFCL entries left out, no response passes BFCL's checker on them: %s",
+                len(excluded),
+                excluded,
+            )
         return rows, {"oracle_excluded": excluded}
     if dataset == "api_bank":
         from verl.utils.dataset.api_bank import api_bank_rlla_rows
+
         rows = api_bank_rlla_rows(data_path)
     elif dataset == "rlla":
         import pandas as pd
 
         from verl.utils.dataset.rlla_data import resolve_rlla_file
+
         frame = pd.read_parquet(data_path or resolve_rlla_file("test"))
         rows = frame.to_dict("records")
     else:
         raise ValueError(f"--oracle needs --dataset bfcl, api_bank or rlla, got {dataset!r}")
-    rows = rows[: max_rows] if max_rows and max_rows > 0 else rows
+    rows = rows[:max_rows] if max_rows and max_rows > 0 else rows
     out = []
     for i, row in enumerate(rows):
         gt = row["reward_model"]["ground_truth"]
-        out.append({"response": gt, "ground_truth": gt, "data_source": row["data_source"],
-                    "_where": f"{data_path or dataset}:{i}"})
+        out.append(
+            {
+                "response": gt,
+                "ground_truth": gt,
+                "data_source": row["data_source"],
+                "_where": f"{data_path or dataset}:{i}",
+            }
+        )
     return out, {"data_path": str(data_path) if data_path else None}
 
 
@@ -377,28 +415,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         ValueError: the rows cannot be evaluated (e.g. none left for ``--dataset``; see :func:`evaluate_rows`), or
             an oracle row is malformed (see :func:`oracle_rows`).
     """
-    parser = argparse.ArgumentParser(description="Tool-call accuracy, BFCL's checker and the RLLA reward of "
-                                                 "generations, or of a benchmark's own answers (--oracle).")
+    parser = argparse.ArgumentParser(
+        description="Tool-call accuracy, BFCL's checker and the RLLA reward of "
+        "generations, or of a benchmark's own answers (--oracle)."
+    )
     parser.add_argument("--generations", default=None, help="JSONL written by verl.trainer.main_generation")
-    parser.add_argument("--dataset", default="auto", choices=sorted(DATASETS),
-                        help="auto: every row; rlla / api_bank / bfcl: only rows of that benchmark")
-    parser.add_argument("--oracle", action="store_true",
-                        help="score the benchmark's own answers through the same conversion and checker")
-    parser.add_argument("--categories", default=None,
-                        help=f"BFCL categories for --oracle, comma-separated (of {', '.join(BFCL_CATEGORIES)})")
+    parser.add_argument(
+        "--dataset",
+        default="auto",
+        choices=sorted(DATASETS),
+        help="auto: every row; rlla / api_bank / bfcl: only rows of that benchmark",
+    )
+    parser.add_argument(
+        "--oracle",
+        action="store_true",
+        help="score the benchmark's own answers through the same conversion and checker",
+    )
+    parser.add_argument(
+        "--categories",
+        default=None,
+        help=f"BFCL categories for --oracle, comma-separated (of {', '.join(BFCL_CATEGORIES)})",
+    )
     parser.add_argument("--data-path", default=None, help="API-Bank JSON or RLLA parquet for --oracle")
     parser.add_argument("--max-rows", type=int, default=None, help="--oracle: the first N rows (per BFCL category)")
-    parser.add_argument("--baseline", default=None,
-                        help="generations of another model on the same prompts: adds a paired comparison "
-                             "(per-prompt gain, its standard error, sign test) to the summary; two BFCL files are "
-                             "paired on BFCL's verdicts (bfcl_accuracy), overall and per category")
-    parser.add_argument("--tool-format", default="toolrl", choices=sorted(TOOL_FORMATS),
-                        help="how the responses write tool calls (RLLA/API-Bank rows; the RLLA reward always reads "
-                             "ToolRL's format)")
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        help="generations of another model on the same prompts: adds a paired comparison "
+        "(per-prompt gain, its standard error, sign test) to the summary; two BFCL files are "
+        "paired on BFCL's verdicts (bfcl_accuracy), overall and per category",
+    )
+    parser.add_argument(
+        "--tool-format",
+        default="toolrl",
+        choices=sorted(TOOL_FORMATS),
+        help="how the responses write tool calls (RLLA/API-Bank rows; the RLLA reward always reads ToolRL's format)",
+    )
     parser.add_argument("--output", default=None, help="summary JSON (default: <generations>.summary.json)")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "INFO"), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=os.environ.get("VERL_LOG_LEVEL", "INFO"),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if args.oracle == bool(args.generations):
         parser.error("give exactly one of --generations FILE or --oracle")
     if not args.oracle:
@@ -435,12 +494,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         extra = None
         if baseline is not None:
-            bfcl = args.dataset == "bfcl" or (args.dataset == "auto" and all("bfcl_id" in r for r in rows)
-                                              and all("bfcl_id" in r for r in baseline))
+            bfcl = args.dataset == "bfcl" or (
+                args.dataset == "auto" and all("bfcl_id" in r for r in rows) and all("bfcl_id" in r for r in baseline)
+            )
             if bfcl:  # BFCL files: BFCL's checker's verdict per row, paired (an unreadable row names its file:line)
                 try:
-                    pair = [[{**r, "_bfcl_valid": v["valid"]} for r, v in zip(table, check_bfcl_rows(table))]
-                            for table in (baseline, rows)]
+                    pair = [
+                        [{**r, "_bfcl_valid": v["valid"]} for r, v in zip(table, check_bfcl_rows(table))]
+                        for table in (baseline, rows)
+                    ]
                 except ValueError as err:
                     sys.stderr.write(f"main_eval: error: {err}\n")
                     return 2
@@ -457,11 +519,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             extra = {"baseline": str(args.baseline), "paired": paired}
             for name, st in paired["metrics"].items():
                 se = "n/a" if st["se"] is None else f"{st['se']:.4f}"
-                logger.info("paired %s: %.4f -> %.4f, gain %+.4f (se %s), wins/losses/ties %d/%d/%d, sign test "
-                            "p=%.3g", name, st["before"], st["after"], st["gain"], se, st["wins"], st["losses"],
-                            st["ties"], st["sign_test_p"])
-        summary = evaluate_file(args.generations, args.dataset, args.output, rows=rows, extra=extra,
-                                tool_format=args.tool_format)
+                logger.info(
+                    "paired %s: %.4f -> %.4f, gain %+.4f (se %s), wins/losses/ties %d/%d/%d, sign test p=%.3g",
+                    name,
+                    st["before"],
+                    st["after"],
+                    st["gain"],
+                    se,
+                    st["wins"],
+                    st["losses"],
+                    st["ties"],
+                    st["sign_test_p"],
+                )
+        summary = evaluate_file(
+            args.generations, args.dataset, args.output, rows=rows, extra=extra, tool_format=args.tool_format
+        )
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -31,6 +31,7 @@ Output (``data.output_path``, written atomically, input order, ``data.n_samples`
 With ``eval.enable`` (default) the file is then scored by ``verl.trainer.main_eval`` and the summary (tool-call
 accuracy, RLLA reward, generation speed) is written to ``eval.output_path`` and printed.
 """
+
 from __future__ import annotations
 
 import json
@@ -84,13 +85,24 @@ def actor_sections(config: DictConfig, model_dir: str) -> tuple[DictConfig, Dict
     from verl.trainer.config_utils import default_section
 
     model, rollout = config.model, config.rollout
-    model_section = default_section("actor_rollout_ref.model", path=model_dir,
-                                    trust_remote_code=model.trust_remote_code,
-                                    override_config=OmegaConf.to_container(model.override_config))
-    rollout_section = default_section("actor_rollout_ref.rollout", name=rollout.name, temperature=rollout.temperature,
-                                      top_k=rollout.top_k, top_p=rollout.top_p, do_sample=rollout.do_sample,
-                                      prompt_length=rollout.prompt_length, response_length=rollout.response_length,
-                                      micro_batch_size=rollout.micro_batch_size, dtype=rollout.dtype)
+    model_section = default_section(
+        "actor_rollout_ref.model",
+        path=model_dir,
+        trust_remote_code=model.trust_remote_code,
+        override_config=OmegaConf.to_container(model.override_config),
+    )
+    rollout_section = default_section(
+        "actor_rollout_ref.rollout",
+        name=rollout.name,
+        temperature=rollout.temperature,
+        top_k=rollout.top_k,
+        top_p=rollout.top_p,
+        do_sample=rollout.do_sample,
+        prompt_length=rollout.prompt_length,
+        response_length=rollout.response_length,
+        micro_batch_size=rollout.micro_batch_size,
+        dtype=rollout.dtype,
+    )
     return model_section, rollout_section
 
 
@@ -117,13 +129,18 @@ def resolve_parquet(data_cfg: DictConfig, tmp_dir: str) -> tuple[str, str]:
     data_format = resolve_data_format(path, data_cfg.format)
     if data_format == "bfcl":
         if path:
-            raise ConfigError(f"data.path={path!r} with data.format=bfcl: BFCL's data come from the bfcl-eval "
-                              "package; choose them with data.categories (and data.max_samples per category)")
+            raise ConfigError(
+                f"data.path={path!r} with data.format=bfcl: BFCL's data come from the bfcl-eval "
+                "package; choose them with data.categories (and data.max_samples per category)"
+            )
         if data_cfg.filter_overlong_prompts:
-            raise ConfigError("data.filter_overlong_prompts=true with data.format=bfcl would drop rows that BFCL "
-                              "counts (its scores would rise); raise rollout.prompt_length instead (6144 fits every "
-                              "row with the SmolLM2 tokenizer)")
+            raise ConfigError(
+                "data.filter_overlong_prompts=true with data.format=bfcl would drop rows that BFCL "
+                "counts (its scores would rise); raise rollout.prompt_length instead (6144 fits every "
+                "row with the SmolLM2 tokenizer)"
+            )
         from verl.utils.dataset.bfcl import write_bfcl_parquet
+
         max_rows = int(data_cfg.max_samples or -1)
         try:
             parquet = write_bfcl_parquet(Path(tmp_dir) / "bfcl.parquet", data_cfg.categories, max_rows)
@@ -149,15 +166,19 @@ def build_dataset(config: DictConfig, tokenizer, parquet: str):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     data = config.data
-    return RLHFDataset(parquet, tokenizer, config={
-        "prompt_key": data.prompt_key,
-        "max_prompt_length": int(config.rollout.prompt_length),
-        "truncation": data.truncation,
-        "filter_overlong_prompts": bool(data.filter_overlong_prompts),
-        "return_raw_chat": True,
-        # format bfcl applies max_samples per category when it writes the rows
-        "max_samples": -1 if data.format == "bfcl" else int(data.max_samples or -1),
-    })
+    return RLHFDataset(
+        parquet,
+        tokenizer,
+        config={
+            "prompt_key": data.prompt_key,
+            "max_prompt_length": int(config.rollout.prompt_length),
+            "truncation": data.truncation,
+            "filter_overlong_prompts": bool(data.filter_overlong_prompts),
+            "return_raw_chat": True,
+            # format bfcl applies max_samples per category when it writes the rows
+            "max_samples": -1 if data.format == "bfcl" else int(data.max_samples or -1),
+        },
+    )
 
 
 def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]]:
@@ -169,7 +190,7 @@ def length_sorted_batches(lengths: list[int], batch_size: int) -> list[list[int]
     if batch_size < 1:
         raise ValueError(f"data.batch_size must be >= 1, got {batch_size}")
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    return [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+    return [order[start : start + batch_size] for start in range(0, len(order), batch_size)]
 
 
 def prompt_tail(messages: Any, chars: int | None) -> str:
@@ -189,14 +210,17 @@ def _device(name: str | None) -> torch.device:
 
 def _sampling_check(rollout: DictConfig, n_samples: int) -> None:
     if rollout.name != "hf":  # the trainer's vLLM rollout needs its worker; generation here is HF generate only
-        raise ConfigError(f"rollout.name={rollout.name!r}: main_generation generates with HF generate only; set "
-                          "rollout.name=hf")
+        raise ConfigError(
+            f"rollout.name={rollout.name!r}: main_generation generates with HF generate only; set rollout.name=hf"
+        )
     greedy = not rollout.do_sample or float(rollout.temperature) <= 0
     if n_samples < 1:
         raise ConfigError(f"data.n_samples must be >= 1, got {n_samples}")
     if greedy and n_samples > 1:
-        raise ConfigError(f"data.n_samples={n_samples} with greedy decoding gives identical samples; set "
-                          "rollout.do_sample=true and rollout.temperature>0, or data.n_samples=1")
+        raise ConfigError(
+            f"data.n_samples={n_samples} with greedy decoding gives identical samples; set "
+            "rollout.do_sample=true and rollout.temperature>0, or data.n_samples=1"
+        )
 
 
 def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
@@ -230,13 +254,19 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
     model_section, rollout_section = actor_sections(config, model_dir)
     model = load_causal_lm(model_section, trainable=False).to(device)
     rollout = HFRollout(model, rollout_section, tokenizer)
-    meta = {"n": n_samples, "eos_token_id": tokenizer.eos_token_id,
-            "pad_token_id": dataset.pad_token_id}
+    meta = {"n": n_samples, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": dataset.pad_token_id}
     batches = length_sorted_batches([int(it["attention_mask"].sum()) for it in items], int(config.data.batch_size))
-    logger.info("generating %d prompts x %d samples (%s, %s) in %d batches on %s, response_length=%d, %s",
-                len(items), n_samples, data_format, parquet if data_format == "rlla" else config.data.path,
-                len(batches), device, int(config.rollout.response_length),
-                "sampling" if config.rollout.do_sample else "greedy")
+    logger.info(
+        "generating %d prompts x %d samples (%s, %s) in %d batches on %s, response_length=%d, %s",
+        len(items),
+        n_samples,
+        data_format,
+        parquet if data_format == "rlla" else config.data.path,
+        len(batches),
+        device,
+        int(config.rollout.response_length),
+        "sampling" if config.rollout.do_sample else "greedy",
+    )
     progress = StepProgress(total=len(batches), desc="generate")
     out: list[dict | None] = [None] * (len(items) * n_samples)
     tail_chars = int(config.data.prompt_tail_chars or 0)
@@ -250,22 +280,32 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
             responses = result.batch["responses"]
             for j, length in enumerate(lengths):
                 row, sample = batch_idx[j // n_samples], j % n_samples
-                ids = responses[j, :int(length)].tolist()
-                out[row * n_samples + sample] = _output_row(items[row], file_rows[row], sample, ids, tokenizer,
-                                                            tail_chars)
+                ids = responses[j, : int(length)].tolist()
+                out[row * n_samples + sample] = _output_row(
+                    items[row], file_rows[row], sample, ids, tokenizer, tail_chars
+                )
             new_tokens += int(sum(lengths))
             progress.update({"response_length/mean": sum(lengths) / len(lengths)})
     finally:
         progress.close()
     seconds = time.monotonic() - start
-    stats = {"generation": {
-        "model": str(config.model.path), "model_dir": model_dir, "data_format": data_format, "device": str(device),
-        "prompts": len(items), "samples": len(out), "response_length": int(config.rollout.response_length),
-        "do_sample": bool(config.rollout.do_sample), "batch_size": int(config.data.batch_size),
-        "seconds": round(seconds, 2), "new_tokens": new_tokens,
-        "new_tokens_per_s": round(new_tokens / seconds, 1) if seconds > 0 else None,
-        "mean_response_tokens": new_tokens / max(len(out), 1),
-    }}
+    stats = {
+        "generation": {
+            "model": str(config.model.path),
+            "model_dir": model_dir,
+            "data_format": data_format,
+            "device": str(device),
+            "prompts": len(items),
+            "samples": len(out),
+            "response_length": int(config.rollout.response_length),
+            "do_sample": bool(config.rollout.do_sample),
+            "batch_size": int(config.data.batch_size),
+            "seconds": round(seconds, 2),
+            "new_tokens": new_tokens,
+            "new_tokens_per_s": round(new_tokens / seconds, 1) if seconds > 0 else None,
+            "mean_response_tokens": new_tokens / max(len(out), 1),
+        }
+    }
     return out, stats  # type: ignore[return-value]
 
 
@@ -286,7 +326,8 @@ def _output_row(item: Mapping, row: int, sample: int, response_ids: list[int], t
         "tool_calls": parse_tool_calls(response),
         "ground_truth": gt,
         "ground_truth_tool_calls": ground_truth_calls(gt, f"row {row}: reward_model.ground_truth")
-        if isinstance(gt, str) else None,
+        if isinstance(gt, str)
+        else None,
         **bfcl,
     }
 
@@ -312,15 +353,19 @@ def run_generation(config: DictConfig) -> dict:
         raise ConfigError("data.output_path is required (e.g. data.output_path=outputs/generations.jsonl)")
     rows, stats = generate_rows(config)
     write_jsonl(output, rows)
-    logger.info("wrote %d generations to %s (%.1f s, %s new tokens/s)", len(rows), output,
-                stats["generation"]["seconds"], stats["generation"]["new_tokens_per_s"])
+    logger.info(
+        "wrote %d generations to %s (%.1f s, %s new tokens/s)",
+        len(rows),
+        output,
+        stats["generation"]["seconds"],
+        stats["generation"]["new_tokens_per_s"],
+    )
     if not config.eval.enable:
         return {"output_path": str(output), **stats}
     dataset = config.eval.dataset
     if dataset == "auto" and stats["generation"]["data_format"] == "bfcl":
         dataset = "bfcl"
-    return evaluate_file(output, dataset, config.eval.output_path,
-                         extra={"output_path": str(output), **stats})
+    return evaluate_file(output, dataset, config.eval.output_path, extra={"output_path": str(output), **stats})
 
 
 @hydra.main(config_path="config", config_name="generation", version_base=None)

@@ -6,6 +6,7 @@ Accepts ToolRL's launch overrides verbatim. Steps: refuse keys the config does n
 managers and worker groups → ``RayPPOTrainer.fit()``. A user's mistake found by these checks (config, data, model path,
 checkpoint) is printed as one ``error:`` line, exit status 2, without a traceback.
 """
+
 from __future__ import annotations
 
 import logging
@@ -25,8 +26,12 @@ logger = logging.getLogger(__name__)
 
 def setup_logging() -> None:
     """INFO-level logs with timestamps on stderr (the heartbeat and console metrics use them)."""
-    logging.basicConfig(level=os.environ.get("VERL_LOG_LEVEL", "INFO"),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr, force=True)
+    logging.basicConfig(
+        level=os.environ.get("VERL_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+        force=True,
+    )
     for noisy in ("httpx", "urllib3", "filelock"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -49,17 +54,23 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
     agent_mode = bool(config.env.env_name)
     fraction = float(config.router.irrelevance_fraction)
     if fraction > 0 and not config.router.enable:
-        raise ConfigError(f"router.irrelevance_fraction={fraction:g} adds irrelevance rows to the router's training "
-                          f"file: it needs router.enable=true")
+        raise ConfigError(
+            f"router.irrelevance_fraction={fraction:g} adds irrelevance rows to the router's training "
+            f"file: it needs router.enable=true"
+        )
     if not 0 <= fraction <= 1 or int(config.router.irrelevance_seed) < 0:
-        raise ConfigError(f"router.irrelevance_fraction={config.router.irrelevance_fraction}, router.irrelevance_seed="
-                          f"{config.router.irrelevance_seed}: expected a fraction from 0 (no irrelevance rows) to 1 "
-                          f"and a seed >= 0")
+        raise ConfigError(
+            f"router.irrelevance_fraction={config.router.irrelevance_fraction}, router.irrelevance_seed="
+            f"{config.router.irrelevance_seed}: expected a fraction from 0 (no irrelevance rows) to 1 "
+            f"and a seed >= 0"
+        )
     if fraction > 0 and config.data.train_files:
-        raise ConfigError(f"router.irrelevance_fraction={fraction:g} adds irrelevance rows to the discovered "
-                          f"train_router.parquet, but data.train_files={config.data.train_files} is set: make that "
-                          f"file's rows with `python -m verl.router.irrelevance --input FILE --output OUT --fraction "
-                          f"{fraction:g}` and pass OUT, with router.irrelevance_fraction=0")
+        raise ConfigError(
+            f"router.irrelevance_fraction={fraction:g} adds irrelevance rows to the discovered "
+            f"train_router.parquet, but data.train_files={config.data.train_files} is set: make that "
+            f"file's rows with `python -m verl.router.irrelevance --input FILE --output OUT --fraction "
+            f"{fraction:g}` and pass OUT, with router.irrelevance_fraction=0"
+        )
     if agent_mode or (config.data.train_files and config.data.val_files):
         return config
     from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
@@ -101,8 +112,11 @@ def resolve_models(config: DictConfig) -> DictConfig:
         actor_path = config.actor_rollout_ref.model.path
         paths = [actor_path] + ([config.critic.model.path] if config.critic.enable else [])
         for name in dict.fromkeys(str(p) for p in paths):
-            if config.trainer.build_sft_preset and name in SFT_PRESETS and \
-                    not (preset_dir(name) / "config.json").is_file():
+            if (
+                config.trainer.build_sft_preset
+                and name in SFT_PRESETS
+                and not (preset_dir(name) / "config.json").is_file()
+            ):
                 from verl.trainer.config_utils import require_device
                 from verl.trainer.sft_presets import build_sft_preset
 
@@ -133,14 +147,19 @@ def apply_reward_switches(config: DictConfig) -> list[str]:
     turned_on = []
     for name in config.reward_model.switches:
         if name not in known:
-            raise ConfigError(f"reward_model.switches: {name!r} is not a ToolRL reward switch; expected some of "
-                              f"{sorted(known)}")
+            raise ConfigError(
+                f"reward_model.switches: {name!r} is not a ToolRL reward switch; expected some of {sorted(known)}"
+            )
         if os.environ.get(name, "") == "":
             os.environ[name] = "1"
             turned_on.append(name)
         elif os.environ[name] != "1":
-            logger.warning("reward_model.switches turns %s on, but the environment sets %s=%s: the variable wins",
-                           name, name, os.environ[name])
+            logger.warning(
+                "reward_model.switches turns %s on, but the environment sets %s=%s: the variable wins",
+                name,
+                name,
+                os.environ[name],
+            )
     return turned_on
 
 
@@ -212,8 +231,13 @@ def build_reward_runner(config: DictConfig, fn):
     from agent_system.reward import make_runner
 
     cfg = config.reward
-    return make_runner(fn, sandbox=reward_sandbox(config), num_workers=int(cfg.num_workers),
-                       timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+    return make_runner(
+        fn,
+        sandbox=reward_sandbox(config),
+        num_workers=int(cfg.num_workers),
+        timeout_s=cfg.timeout_s,
+        memory_mb=cfg.memory_mb,
+    )
 
 
 def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
@@ -227,9 +251,13 @@ def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
     from agent_system.reward.manager import RewardAPIManager
     from verl.workers.reward_manager import get_reward_manager_cls
 
-    kwargs = dict(tokenizer=tokenizer, decode=config.reward_model.decode,
-                  wrapper=config.reward_model.wrapper,
-                  reward_fn_key=config.data.reward_fn_key, tool_format=config.data.tool_format)
+    kwargs = dict(
+        tokenizer=tokenizer,
+        decode=config.reward_model.decode,
+        wrapper=config.reward_model.wrapper,
+        reward_fn_key=config.data.reward_fn_key,
+        tool_format=config.data.tool_format,
+    )
     num_examine = int(config.reward_model.num_examine)
     fn = load_custom_reward(config)
     if fn is None:
@@ -240,8 +268,10 @@ def build_reward_managers(config: DictConfig, tokenizer, compute_score=None):
         logger.warning("custom_reward_function: the reward receives responses with their RLVCR <level> tag")
     runner = build_reward_runner(config, fn)
     logger.info("reward: %r through the reward API, sandbox=%s", fn, type(runner).__name__)
-    return (RewardAPIManager(runner=runner, num_examine=0, **kwargs),
-            RewardAPIManager(runner=runner, num_examine=num_examine, **kwargs))
+    return (
+        RewardAPIManager(runner=runner, num_examine=0, **kwargs),
+        RewardAPIManager(runner=runner, num_examine=num_examine, **kwargs),
+    )
 
 
 def init_ray(config: DictConfig) -> None:
@@ -263,9 +293,20 @@ def init_ray(config: DictConfig) -> None:
     if not address:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     env_vars = {"TOKENIZERS_PARALLELISM": "false"}
-    for key in ("WITHLENGTH", "SCHEDULELENGTH", "CORRECTMAX1", "MAX1STEP30MAX3", "SCHEDULEREWARD", "REFINEDREWARD",
-                "COARSEREWARD", "INTERMEDIATEREWARD", "EXPERIMENT_NAME", "TOOLRL_CACHE", "TOOLRL_SHARED",
-                "RAY_AUTH_MODE"):
+    for key in (
+        "WITHLENGTH",
+        "SCHEDULELENGTH",
+        "CORRECTMAX1",
+        "MAX1STEP30MAX3",
+        "SCHEDULEREWARD",
+        "REFINEDREWARD",
+        "COARSEREWARD",
+        "INTERMEDIATEREWARD",
+        "EXPERIMENT_NAME",
+        "TOOLRL_CACHE",
+        "TOOLRL_SHARED",
+        "RAY_AUTH_MODE",
+    ):
         if key in os.environ:
             env_vars[key] = os.environ[key]
     kwargs = dict(runtime_env={"env_vars": env_vars}, include_dashboard=False, log_to_driver=True)
@@ -276,8 +317,12 @@ def init_ray(config: DictConfig) -> None:
         num_cpus = config.ray_init.num_cpus
         # no idle Python workers started ahead of need (Ray starts one per CPU by default, ~80 MB each; every
         # process of ours is an actor with its own worker)
-        ray.init(address="local", num_cpus=num_cpus,
-                 _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False}, **kwargs)
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            _system_config={"enable_worker_prestart": False, "prestart_worker_first_driver": False},
+            **kwargs,
+        )
 
 
 def build_trainer(config: DictConfig):
@@ -325,14 +370,25 @@ def build_trainer(config: DictConfig):
         resource_pool_manager, worker_group_cls = LocalResourcePoolManager(mapping), LocalWorkerGroup
     else:
         pool_spec = {"global_pool": [max(1, int(config.trainer.n_gpus_per_node))] * int(config.trainer.nnodes)}
-        resource_pool_manager = ResourcePoolManager(resource_pool_spec=pool_spec, mapping=mapping,
-                                                    use_gpu=config.trainer.device == "cuda",
-                                                    cpus_per_worker=float(config.trainer.cpus_per_worker))
+        resource_pool_manager = ResourcePoolManager(
+            resource_pool_spec=pool_spec,
+            mapping=mapping,
+            use_gpu=config.trainer.device == "cuda",
+            cpus_per_worker=float(config.trainer.cpus_per_worker),
+        )
         worker_group_cls = None  # RayWorkerGroup
-    return RayPPOTrainer(config=config, tokenizer=tokenizer, role_worker_mapping=role_worker_mapping,
-                         resource_pool_manager=resource_pool_manager, ray_worker_group_cls=worker_group_cls,
-                         reward_fn=reward_fn, val_reward_fn=val_reward_fn, train_dataset=train_dataset,
-                         val_dataset=val_dataset, collate_fn=collate_fn)
+    return RayPPOTrainer(
+        config=config,
+        tokenizer=tokenizer,
+        role_worker_mapping=role_worker_mapping,
+        resource_pool_manager=resource_pool_manager,
+        ray_worker_group_cls=worker_group_cls,
+        reward_fn=reward_fn,
+        val_reward_fn=val_reward_fn,
+        train_dataset=train_dataset,
+        val_dataset=val_dataset,
+        collate_fn=collate_fn,
+    )
 
 
 def build_local_trainer(overrides: list[str], init_workers: bool = True):
@@ -365,8 +421,9 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
     the Ray daemons and the worker processes' own copies of torch (about 1 GB of RSS on a 2-core CPU machine)."""
     config = prepare_config(config)
-    logger.info("device=%s workers=%d estimator=%s", config.trainer.device, world_size(config),
-                config.algorithm.adv_estimator)
+    logger.info(
+        "device=%s workers=%d estimator=%s", config.trainer.device, world_size(config), config.algorithm.adv_estimator
+    )
     if not config.trainer.single_process:
         init_ray(config)
     trainer = build_trainer(config)

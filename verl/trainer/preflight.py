@@ -11,6 +11,7 @@ load or in the middle of a run (issue 22 "Check before training").
 
 Both raise :class:`DataCheckError`, which ``main_ppo`` prints as one line (exit status 2).
 """
+
 from __future__ import annotations
 
 import logging
@@ -73,8 +74,10 @@ def check_data_files(config: DictConfig) -> dict[str, int]:
                 raise DataCheckError(f"data.{key}: {path} has no rows: there is nothing to train or validate on")
             problems, _ = file_row_problems(path, rows, prompt_key)
             if problems:
-                raise DataCheckError(f"data.{key}: {len(problems)} problem(s) in {path} (row numbers from 0):"
-                                     f"{_listed(problems)}\nFix the rows (`validate-data {path}` lists them all).")
+                raise DataCheckError(
+                    f"data.{key}: {len(problems)} problem(s) in {path} (row numbers from 0):"
+                    f"{_listed(problems)}\nFix the rows (`validate-data {path}` lists them all)."
+                )
             rows_per_file[path] = len(rows)
     if rows_per_file:
         logger.info("data check: %s", ", ".join(f"{Path(p).name} {n} rows" for p, n in rows_per_file.items()))
@@ -95,10 +98,15 @@ def check_prompt_lengths(config: DictConfig, datasets: dict) -> None:
         return
     limit = int(config.data.max_prompt_length)
     for key, dataset in datasets.items():
-        over = [f"{file}:{row}: {n} tokens" for (file, row), n in zip(dataset.origins(), dataset.prompt_lengths())
-                if n > limit]
+        over = [
+            f"{file}:{row}: {n} tokens"
+            for (file, row), n in zip(dataset.origins(), dataset.prompt_lengths())
+            if n > limit
+        ]
         if over:
-            raise DataCheckError(f"{key}: {len(over)} prompt(s) longer than data.max_prompt_length={limit} with "
-                                 f"data.truncation=error:{_listed(over)}\nRaise data.max_prompt_length, set "
-                                 "data.filter_overlong_prompts=true (drops them) or data.truncation=left (keeps the "
-                                 "last tokens, as ToolRL's trainer).")
+            raise DataCheckError(
+                f"{key}: {len(over)} prompt(s) longer than data.max_prompt_length={limit} with "
+                f"data.truncation=error:{_listed(over)}\nRaise data.max_prompt_length, set "
+                "data.filter_overlong_prompts=true (drops them) or data.truncation=left (keeps the "
+                "last tokens, as ToolRL's trainer)."
+            )

@@ -23,6 +23,7 @@ Variables (all optional; every name starts with ``SFT_`` so that a run's BASE_MO
   the preset's, then the data's, :data:`DATA_RECIPES`); ``SFT_MAX_STEPS``: stop after that many optimizer steps;
   ``SFT_NPROC`` > 1: ``torchrun`` with that many processes (FSDP2); ``SFT_FORCE=1``: rebuild.
 """
+
 from __future__ import annotations
 
 import logging
@@ -77,9 +78,11 @@ def sft_command(preset: str, environ: Mapping[str, str], overrides: Sequence[str
     target = sft_target(preset, environ)
     recipe = PRESET_RECIPES[preset]
     data = environ.get("SFT_DATA") or "train"
-    knobs = {**DATA_RECIPES[data if data in DATA_RECIPES else "path"],
-             **{k: v for k, v in recipe.items() if k in KNOBS},
-             **{k: environ[f"SFT_{k.upper()}"] for k in KNOBS if environ.get(f"SFT_{k.upper()}")}}
+    knobs = {
+        **DATA_RECIPES[data if data in DATA_RECIPES else "path"],
+        **{k: v for k, v in recipe.items() if k in KNOBS},
+        **{k: environ[f"SFT_{k.upper()}"] for k in KNOBS if environ.get(f"SFT_{k.upper()}")},
+    }
     data_dir = environ.get("SFT_DATA_DIR") or None
     saved_data_dir = os.environ.pop("DATA_DIR", None)  # never the run's DATA_DIR: the preset is shared by every run
     try:
@@ -93,17 +96,35 @@ def sft_command(preset: str, environ: Mapping[str, str], overrides: Sequence[str
         raise ValueError(f"SFT_NPROC={nproc}: expected a whole number of processes")
     launch = [sys.executable, "-m", "verl.trainer.fsdp_sft_trainer"]
     if int(nproc) > 1:
-        launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", "-m",
-                  "verl.trainer.fsdp_sft_trainer"]
+        launch = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            f"--nproc_per_node={nproc}",
+            "-m",
+            "verl.trainer.fsdp_sft_trainer",
+        ]
     steps = [f"trainer.total_training_steps={environ['SFT_MAX_STEPS']}"] if environ.get("SFT_MAX_STEPS") else []
-    command = [*launch, f"data.train_files={train_file}", f"data.val_files={val_file}",
-               f"data.max_length={knobs['max_length']}", "data.truncation=left",
-               f"data.train_batch_size={knobs['batch_size']}", f"data.micro_batch_size_per_gpu={knobs['micro_batch']}",
-               f"model.partial_pretrain={environ.get('SFT_BASE_MODEL') or recipe['base']}", f"optim.lr={knobs['lr']}",
-               "optim.warmup_steps_ratio=0.05", "optim.lr_scheduler=cosine", f"trainer.total_epochs={knobs['epochs']}",
-               f"trainer.default_local_dir={target}", "trainer.overwrite=true",
-               f"trainer.experiment_name={preset}-{Path(data).stem if data not in DATA_RECIPES else data}", *steps,
-               *overrides]
+    command = [
+        *launch,
+        f"data.train_files={train_file}",
+        f"data.val_files={val_file}",
+        f"data.max_length={knobs['max_length']}",
+        "data.truncation=left",
+        f"data.train_batch_size={knobs['batch_size']}",
+        f"data.micro_batch_size_per_gpu={knobs['micro_batch']}",
+        f"model.partial_pretrain={environ.get('SFT_BASE_MODEL') or recipe['base']}",
+        f"optim.lr={knobs['lr']}",
+        "optim.warmup_steps_ratio=0.05",
+        "optim.lr_scheduler=cosine",
+        f"trainer.total_epochs={knobs['epochs']}",
+        f"trainer.default_local_dir={target}",
+        "trainer.overwrite=true",
+        f"trainer.experiment_name={preset}-{Path(data).stem if data not in DATA_RECIPES else data}",
+        *steps,
+        *overrides,
+    ]
     return command, target
 
 
@@ -119,12 +140,15 @@ def run_sft(preset: str, environ: Mapping[str, str], overrides: Sequence[str] = 
         logger.info("SFT model already at %s (SFT_FORCE=1 to rebuild)", built)
         return built
     command, target = sft_command(preset, environ, overrides)
-    logger.info("SFT of %s -> %s: %s", preset, target, " ".join(command[command.index("verl.trainer.fsdp_sft_trainer")
-                                                                       + 1:]))
+    logger.info(
+        "SFT of %s -> %s: %s", preset, target, " ".join(command[command.index("verl.trainer.fsdp_sft_trainer") + 1 :])
+    )
     proc = subprocess.run(command)  # a process of its own: its memory is freed before the RL run builds its models
     if proc.returncode != 0:
-        raise RuntimeError(f"the SFT build of preset {preset!r} exited with status {proc.returncode} (its output is "
-                           f"above); nothing was written to {target}")
+        raise RuntimeError(
+            f"the SFT build of preset {preset!r} exited with status {proc.returncode} (its output is "
+            f"above); nothing was written to {target}"
+        )
     try:
         from verl.utils.plot_metrics import plot
 

@@ -1,5 +1,6 @@
 """Tool-cost metrics of an evaluation: how many tools a model calls, whether it calls one when the ground truth does,
 and how much correctness each call buys. Shared by every evaluation summary (RLLA, API-Bank, BFCL)."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -18,8 +19,12 @@ def decision_f1(tp: float, fp: float, fn: float) -> float | None:
     return _ratio(2 * tp, 2 * tp + fp + fn)
 
 
-def tool_cost_metrics(num_calls: Sequence[int], wants_call: Sequence[bool], correct: Sequence[bool],
-                      made_call: Sequence[bool] | None = None) -> dict:
+def tool_cost_metrics(
+    num_calls: Sequence[int],
+    wants_call: Sequence[bool],
+    correct: Sequence[bool],
+    made_call: Sequence[bool] | None = None,
+) -> dict:
     """Tool-use and call/no-call decision metrics over N evaluated rows.
 
     Args:
@@ -42,12 +47,14 @@ def tool_cost_metrics(num_calls: Sequence[int], wants_call: Sequence[bool], corr
         ValueError: the sequences differ in length.
     """
     made = [n > 0 for n in num_calls] if made_call is None else [bool(m) for m in made_call]
-    return expected_tool_cost_metrics([float(n) for n in num_calls], wants_call, [float(bool(c)) for c in correct],
-                                      [float(m) for m in made])
+    return expected_tool_cost_metrics(
+        [float(n) for n in num_calls], wants_call, [float(bool(c)) for c in correct], [float(m) for m in made]
+    )
 
 
-def expected_tool_cost_metrics(num_calls: Sequence[float], wants_call: Sequence[bool], correct: Sequence[float],
-                               made_call: Sequence[float]) -> dict:
+def expected_tool_cost_metrics(
+    num_calls: Sequence[float], wants_call: Sequence[bool], correct: Sequence[float], made_call: Sequence[float]
+) -> dict:
     """:func:`tool_cost_metrics` of a stochastic policy in expectation: per row, the expected number of calls, the
     probability of being correct and the probability of calling a tool (e.g. ``Σ_a π(a)·x(a)`` over a router's routes
     when each route's response is fixed). Every figure is its ratio of expected counts — TP = Σ P(call) over the rows
@@ -59,10 +66,16 @@ def expected_tool_cost_metrics(num_calls: Sequence[float], wants_call: Sequence[
         ValueError: the sequences differ in length, or a probability lies outside [0, 1].
     """
     if not len(num_calls) == len(wants_call) == len(correct) == len(made_call):
-        raise ValueError(f"expected_tool_cost_metrics: lengths differ: num_calls {len(num_calls)}, wants_call "
-                         f"{len(wants_call)}, correct {len(correct)}, made_call {len(made_call)}")
-    bad = [(name, i, v) for name, seq in (("correct", correct), ("made_call", made_call))
-           for i, v in enumerate(seq) if not -_TOLERANCE <= v <= 1.0 + _TOLERANCE]
+        raise ValueError(
+            f"expected_tool_cost_metrics: lengths differ: num_calls {len(num_calls)}, wants_call "
+            f"{len(wants_call)}, correct {len(correct)}, made_call {len(made_call)}"
+        )
+    bad = [
+        (name, i, v)
+        for name, seq in (("correct", correct), ("made_call", made_call))
+        for i, v in enumerate(seq)
+        if not -_TOLERANCE <= v <= 1.0 + _TOLERANCE
+    ]
     if bad:
         name, i, v = bad[0]
         raise ValueError(f"expected_tool_cost_metrics: {name}[{i}] = {v}: expected a probability in [0, 1]")

@@ -6,6 +6,7 @@ ToolRL's and upstream verl's launch lines set keys whose non-default values this
 a silent change of behaviour, so :func:`refuse_unsupported` raises ``ConfigError`` instead. It is called last by
 ``config_utils.validate_config``.
 """
+
 from __future__ import annotations
 
 from omegaconf import DictConfig, OmegaConf
@@ -15,39 +16,72 @@ from verl.workers.config import check_save_contents
 
 # (key, supported value or tuple of supported values, what to do instead)
 UNSUPPORTED = (
-    ("actor_rollout_ref.actor.ulysses_sequence_parallel_size", 1,
-     "sequence parallelism is not implemented: set 1 (use_remove_padding / use_dynamic_bsz keep long sequences cheap)"),
+    (
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+        1,
+        "sequence parallelism is not implemented: set 1 (use_remove_padding / use_dynamic_bsz keep long sequences cheap)",
+    ),
     ("actor_rollout_ref.ref.ulysses_sequence_parallel_size", 1, "sequence parallelism is not implemented: set 1"),
     ("critic.ulysses_sequence_parallel_size", 1, "sequence parallelism is not implemented: set 1"),
-    ("actor_rollout_ref.actor.strategy", ("fsdp", "fsdp2"),
-     "the actor is always trained with FSDP2 here (Megatron is not implemented): set fsdp or fsdp2"),
+    (
+        "actor_rollout_ref.actor.strategy",
+        ("fsdp", "fsdp2"),
+        "the actor is always trained with FSDP2 here (Megatron is not implemented): set fsdp or fsdp2",
+    ),
     ("critic.strategy", ("fsdp", "fsdp2"), "the critic is always trained with FSDP2 here: set fsdp or fsdp2"),
-    ("actor_rollout_ref.rollout.mode", "sync",
-     "the trainer's rollout is synchronous; the asynchronous mode is its own entry point, python -m "
-     "verl.trainer.main_async (docs/async.md): set sync"),
-    ("data.tokenizer", None,
-     "prompts are always tokenized with the actor's tokenizer (actor_rollout_ref.model.path): leave null"),
-    ("reward_model.enable", False,
-     "model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)"),
-    ("router.sample_per_rollout", True,
-     "only an independent route per copy of a prompt is implemented: set true (or rollout.n=1)"),
-    ("router.detach_backbone", True,
-     "the router head has its own optimizer over the head only, so a gradient into the LM would be dropped: set "
-     "true"),
+    (
+        "actor_rollout_ref.rollout.mode",
+        "sync",
+        "the trainer's rollout is synchronous; the asynchronous mode is its own entry point, python -m "
+        "verl.trainer.main_async (docs/async.md): set sync",
+    ),
+    (
+        "data.tokenizer",
+        None,
+        "prompts are always tokenized with the actor's tokenizer (actor_rollout_ref.model.path): leave null",
+    ),
+    (
+        "reward_model.enable",
+        False,
+        "model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)",
+    ),
+    (
+        "router.sample_per_rollout",
+        True,
+        "only an independent route per copy of a prompt is implemented: set true (or rollout.n=1)",
+    ),
+    (
+        "router.detach_backbone",
+        True,
+        "the router head has its own optimizer over the head only, so a gradient into the LM would be dropped: set "
+        "true",
+    ),
     ("data.return_raw_input_ids", False, "raw prompt ids are not returned by the dataset: set false"),
     ("actor_rollout_ref.hybrid_engine", True, "the actor and its rollout always share weights here: set true"),
-    ("actor_rollout_ref.actor.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1 (shard over "
-                                                          "all workers)"),
+    (
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size",
+        -1,
+        "hybrid sharding is not implemented: set -1 (shard over all workers)",
+    ),
     ("actor_rollout_ref.ref.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1"),
     ("critic.model.fsdp_config.fsdp_size", -1, "hybrid sharding is not implemented: set -1"),
-    ("actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params", 0,
-     "FSDP2 shards every decoder layer (no size-based wrap policy): set 0"),
+    (
+        "actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params",
+        0,
+        "FSDP2 shards every decoder layer (no size-based wrap policy): set 0",
+    ),
     ("actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params", 0, "FSDP2 shards every decoder layer: set 0"),
     ("critic.model.fsdp_config.wrap_policy.min_num_params", 0, "FSDP2 shards every decoder layer: set 0"),
-    ("trainer.default_hdfs_dir", None, "HDFS checkpoints are not implemented: leave null (trainer.default_local_dir "
-                                       "holds them)"),
-    ("trainer.del_local_ckpt_after_load", False, "checkpoints are never deleted after a resume: set false "
-                                                 "(trainer.max_actor_ckpt_to_keep rotates them)"),
+    (
+        "trainer.default_hdfs_dir",
+        None,
+        "HDFS checkpoints are not implemented: leave null (trainer.default_local_dir holds them)",
+    ),
+    (
+        "trainer.del_local_ckpt_after_load",
+        False,
+        "checkpoints are never deleted after a resume: set false (trainer.max_actor_ckpt_to_keep rotates them)",
+    ),
 )
 
 # the reward runner's keys that only the process sandbox reads (agent_system.reward.sandbox.ProcessSandbox)
@@ -129,17 +163,21 @@ def validate_reward_runner(config: DictConfig, default: DictConfig) -> None:
     changed = [key for key in default if cfg[key] != default[key]]
     if not uses_reward_api(config) and changed:
         key = changed[0]
-        raise ConfigError(f"reward.{key}={cfg[key]}: the reward section configures the runner of a reward written "
-                          "with the reward API (custom_reward_function.path, or .name of a registered reward); the "
-                          "built-in default scores in the trainer process, so it would be ignored")
+        raise ConfigError(
+            f"reward.{key}={cfg[key]}: the reward section configures the runner of a reward written "
+            "with the reward API (custom_reward_function.path, or .name of a registered reward); the "
+            "built-in default scores in the trainer process, so it would be ignored"
+        )
     limits = [key for key in SANDBOX_LIMITS if key in changed]
     if reward_sandbox(config) == "none" and limits:
         key = limits[0]
         why = "reward.sandbox=none" if cfg.sandbox else "reward.sandbox=null, which is none for a registered reward"
         shown = "null" if default[key] is None else default[key]
-        raise ConfigError(f"reward.{key}={cfg[key]} is a limit of the process sandbox, but the reward runs in the "
-                          f"trainer process ({why}): set reward.sandbox=process, or leave reward.{key} at its "
-                          f"default ({shown})")
+        raise ConfigError(
+            f"reward.{key}={cfg[key]} is a limit of the process sandbox, but the reward runs in the "
+            f"trainer process ({why}): set reward.sandbox=process, or leave reward.{key} at its "
+            f"default ({shown})"
+        )
 
 
 def validate_save_contents(config: DictConfig) -> None:
@@ -161,9 +199,11 @@ def validate_save_contents(config: DictConfig) -> None:
         except ValueError as err:
             raise ConfigError(str(err)) from None
         if "model" not in contents and config.trainer.resume_mode != "disable":
-            raise ConfigError(f"{where}.checkpoint.save_contents={contents} has no 'model': its checkpoints cannot be "
-                              f"resumed, and trainer.resume_mode={config.trainer.resume_mode} would try the newest on "
-                              "the next launch; add model, or set trainer.resume_mode=disable")
+            raise ConfigError(
+                f"{where}.checkpoint.save_contents={contents} has no 'model': its checkpoints cannot be "
+                f"resumed, and trainer.resume_mode={config.trainer.resume_mode} would try the newest on "
+                "the next launch; add model, or set trainer.resume_mode=disable"
+            )
 
 
 def validate_engine_kwargs(rollout: DictConfig) -> None:
@@ -177,12 +217,18 @@ def validate_engine_kwargs(rollout: DictConfig) -> None:
     kwargs = OmegaConf.to_container(rollout.engine_kwargs, resolve=True) or {}
     other = sorted(set(kwargs) - {"vllm"})
     if other:
-        raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.{other[0]}: no such engine here; only "
-                          "engine_kwargs.vllm (with rollout.name=vllm) is read")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.engine_kwargs.{other[0]}: no such engine here; only "
+            "engine_kwargs.vllm (with rollout.name=vllm) is read"
+        )
     if rollout.ignore_eos and rollout.name != "vllm":
-        raise ConfigError(f"actor_rollout_ref.rollout.ignore_eos=true with rollout.name={rollout.name!r}: only vLLM's "
-                          "engine decodes past EOS (transformers' generate stops there); set rollout.name=vllm")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.ignore_eos=true with rollout.name={rollout.name!r}: only vLLM's "
+            "engine decodes past EOS (transformers' generate stops there); set rollout.name=vllm"
+        )
     if kwargs.get("vllm") and rollout.name != "vllm":
-        raise ConfigError(f"actor_rollout_ref.rollout.engine_kwargs.vllm={kwargs['vllm']} with rollout.name="
-                          f"{rollout.name!r}: the arguments go to vLLM's engine only; set rollout.name=vllm or drop "
-                          "them")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.engine_kwargs.vllm={kwargs['vllm']} with rollout.name="
+            f"{rollout.name!r}: the arguments go to vLLM's engine only; set rollout.name=vllm or drop "
+            "them"
+        )

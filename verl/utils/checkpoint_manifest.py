@@ -5,6 +5,7 @@ it lists has the recorded size and SHA-256. The manifest is written last, inside
 renamed into place (``publish_checkpoint``), so a run killed at any moment leaves either a complete checkpoint or a
 temporary directory that resume ignores (and the next save removes).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -25,11 +26,25 @@ TMP_PREFIX = ".tmp_global_step_"
 
 # Config keys that must match between a checkpoint and the run resuming it (the state would not fit otherwise).
 RESUME_KEYS = (
-    "actor_rollout_ref.model.path", "trainer.nnodes", "trainer.n_gpus_per_node", "data.train_batch_size",
-    "actor_rollout_ref.rollout.n", "actor_rollout_ref.actor.ppo_mini_batch_size", "algorithm.adv_estimator",
-    "data.train_files", "data.seed", "data.shuffle", "critic.enable", "router.enable", "router.head",
-    "router.route_sampling", "router.loss_mode", "router.value_fit",
-    "actor_rollout_ref.model.lora_rank", "actor_rollout_ref.model.lora_alpha", "actor_rollout_ref.model.target_modules",
+    "actor_rollout_ref.model.path",
+    "trainer.nnodes",
+    "trainer.n_gpus_per_node",
+    "data.train_batch_size",
+    "actor_rollout_ref.rollout.n",
+    "actor_rollout_ref.actor.ppo_mini_batch_size",
+    "algorithm.adv_estimator",
+    "data.train_files",
+    "data.seed",
+    "data.shuffle",
+    "critic.enable",
+    "router.enable",
+    "router.head",
+    "router.route_sampling",
+    "router.loss_mode",
+    "router.value_fit",
+    "actor_rollout_ref.model.lora_rank",
+    "actor_rollout_ref.model.lora_alpha",
+    "actor_rollout_ref.model.target_modules",
 )
 
 
@@ -60,8 +75,9 @@ def _fsync_tree(root: Path) -> None:
 def git_commit() -> str | None:
     """The checkout's HEAD commit, or None outside a git checkout."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True,
-                             timeout=5)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=5
+        )
         return out.stdout.strip() or None if out.returncode == 0 else None
     except (OSError, subprocess.SubprocessError):
         return None
@@ -84,8 +100,9 @@ def config_sha256(config: dict) -> str:
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def write_manifest(step_dir: Path, *, step: int, epoch: int, config: dict, world_size: int, version: str,
-                   run_id: str | None = None) -> dict:
+def write_manifest(
+    step_dir: Path, *, step: int, epoch: int, config: dict, world_size: int, version: str, run_id: str | None = None
+) -> dict:
     """Hash every file under ``step_dir`` and write ``manifest.json`` (the last file of a checkpoint).
 
     ``run_id`` names the training run (a fresh start and all its resumes share it): publication and rotation only
@@ -93,10 +110,18 @@ def write_manifest(step_dir: Path, *, step: int, epoch: int, config: dict, world
     files = []
     for path in sorted(p for p in step_dir.rglob("*") if p.is_file() and p.name != MANIFEST):
         files.append({"path": str(path.relative_to(step_dir)), "size": path.stat().st_size, "sha256": _sha256(path)})
-    manifest = {"step": step, "epoch": epoch, "world_size": world_size, "package_version": version,
-                "git_commit": git_commit(), "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "run_id": run_id,
-                "config_sha256": config_sha256(config),
-                "resume_keys": {k: flatten(config).get(k) for k in RESUME_KEYS}, "files": files}
+    manifest = {
+        "step": step,
+        "epoch": epoch,
+        "world_size": world_size,
+        "package_version": version,
+        "git_commit": git_commit(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "run_id": run_id,
+        "config_sha256": config_sha256(config),
+        "resume_keys": {k: flatten(config).get(k) for k in RESUME_KEYS},
+        "files": files,
+    }
     tmp = step_dir / (MANIFEST + ".tmp")
     tmp.write_text(json.dumps(manifest, indent=1))
     with open(tmp, "rb") as fh:
@@ -118,20 +143,27 @@ def verify_checkpoint(step_dir: Path, check_hashes: bool = True) -> dict:
         manifest = json.loads(manifest_path.read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise CheckpointError(f"{manifest_path}: unreadable ({err})") from None
-    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), list) \
-            or not isinstance(manifest.get("step"), int):
+    if (
+        not isinstance(manifest, dict)
+        or not isinstance(manifest.get("files"), list)
+        or not isinstance(manifest.get("step"), int)
+    ):
         raise CheckpointError(f"{manifest_path}: not a checkpoint manifest (needs an int 'step' and a 'files' list)")
     name = step_dir.name
-    if name.startswith(STEP_PREFIX) and name[len(STEP_PREFIX):].isdigit() \
-            and int(name[len(STEP_PREFIX):]) != manifest["step"]:
+    if (
+        name.startswith(STEP_PREFIX)
+        and name[len(STEP_PREFIX) :].isdigit()
+        and int(name[len(STEP_PREFIX) :]) != manifest["step"]
+    ):
         raise CheckpointError(f"{manifest_path}: says step {manifest['step']} but the folder is {name}")
     for entry in manifest["files"]:
         path = step_dir / entry["path"]
         if not path.is_file():
             raise CheckpointError(f"{step_dir}: listed file {entry['path']} is missing")
         if path.stat().st_size != entry["size"]:
-            raise CheckpointError(f"{step_dir}: {entry['path']} has {path.stat().st_size} bytes, manifest says "
-                                  f"{entry['size']}")
+            raise CheckpointError(
+                f"{step_dir}: {entry['path']} has {path.stat().st_size} bytes, manifest says {entry['size']}"
+            )
         if check_hashes and _sha256(path) != entry["sha256"]:
             raise CheckpointError(f"{step_dir}: {entry['path']} does not match its SHA-256")
     return manifest
@@ -141,9 +173,12 @@ def step_dirs(root: Path) -> list[Path]:
     """``global_step_N`` directories under ``root``, newest step first."""
     if not root.is_dir():
         return []
-    found = [p for p in root.iterdir() if p.is_dir() and p.name.startswith(STEP_PREFIX)
-             and p.name[len(STEP_PREFIX):].isdigit()]
-    return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX):]), reverse=True)
+    found = [
+        p
+        for p in root.iterdir()
+        if p.is_dir() and p.name.startswith(STEP_PREFIX) and p.name[len(STEP_PREFIX) :].isdigit()
+    ]
+    return sorted(found, key=lambda p: int(p.name[len(STEP_PREFIX) :]), reverse=True)
 
 
 def latest_valid_checkpoint(root: Path, check_hashes: bool = True) -> Path | None:
@@ -196,8 +231,12 @@ def publish_checkpoint(tmp_dir: Path, root: Path, step: int, run_id: str | None 
     if target.exists() and not _same_run(target, run_id):
         aside = root / f"{target.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}"
         os.replace(target, aside)
-        logger.warning("%s was not written by this run (run %s): kept as %s, not overwritten", target,
-                       run_id_of(aside) or "unknown", aside)
+        logger.warning(
+            "%s was not written by this run (run %s): kept as %s, not overwritten",
+            target,
+            run_id_of(aside) or "unknown",
+            aside,
+        )
     if target.exists():
         old = root / f"{TMP_PREFIX}{step}.old"
         os.replace(target, old)

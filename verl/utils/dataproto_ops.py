@@ -7,6 +7,7 @@ their semantics are documented in ``verl.protocol``'s module docstring and in ``
 ``data`` accept a ``DataProto`` (duck-typed: ``batch``, ``non_tensor_batch``, ``meta_info``, ``select_idxs``) and build
 results with ``type(data)``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -204,9 +205,7 @@ def unfold_columns(data, n_split: int, split_keys: Sequence[str] | None):
     if data.batch is not None:
         cols = {k: unfold(k, v, lambda t: t.repeat_interleave(n_split, dim=0)) for k, v in data.batch.items()}
         batch = TensorDict(cols, batch_size=(len(data) * n_split,), device=data.batch.device)
-    non_tensor = {
-        k: unfold(k, v, lambda a: np.repeat(a, n_split, axis=0)) for k, v in data.non_tensor_batch.items()
-    }
+    non_tensor = {k: unfold(k, v, lambda a: np.repeat(a, n_split, axis=0)) for k, v in data.non_tensor_batch.items()}
     return type(data)(batch=batch, non_tensor_batch=non_tensor, meta_info=dict(data.meta_info))
 
 
@@ -215,8 +214,9 @@ def _select_rows(data, positions: list[int]):
     return data.select_idxs(np.asarray(positions, dtype=np.int64))
 
 
-def mini_batch_iterator(data, mini_batch_size: int, epochs: int, seed: int | None = None,
-                        dataloader_kwargs: dict | None = None):
+def mini_batch_iterator(
+    data, mini_batch_size: int, epochs: int, seed: int | None = None, dataloader_kwargs: dict | None = None
+):
     """``DataProto.make_iterator``: ``epochs`` passes over mini-batches of ``mini_batch_size`` rows through a
     ``torch.utils.data.DataLoader`` over row positions (``seed``: reproducible shuffling).
 
@@ -344,8 +344,10 @@ def split_single_dict(data: dict) -> tuple[dict, dict]:
         elif isinstance(val, np.ndarray):
             non_tensors[key] = val
         else:
-            raise TypeError(f"from_single_dict: value for {key!r} has type {type(val).__name__}; expected "
-                            "torch.Tensor or np.ndarray")
+            raise TypeError(
+                f"from_single_dict: value for {key!r} has type {type(val).__name__}; expected "
+                "torch.Tensor or np.ndarray"
+            )
     return tensors, non_tensors
 
 
@@ -423,12 +425,18 @@ def rename_batch_keys(batch: TensorDict | None, old_keys: Any, new_keys: Any) ->
 
 def log_size(data, prefix: str = "") -> None:
     """``DataProto.print_size``: log (INFO) the memory held by tensors and non-tensor arrays, in MB."""
-    tensor_bytes = 0 if data.batch is None else sum(
-        t.numel() * t.element_size() for t in data.batch.values(include_nested=True, leaves_only=True)
+    tensor_bytes = (
+        0
+        if data.batch is None
+        else sum(t.numel() * t.element_size() for t in data.batch.values(include_nested=True, leaves_only=True))
     )
     array_bytes = sum(v.nbytes for v in data.non_tensor_batch.values())
-    logger.info("%sDataProto size: batch %.3f MB, non_tensor_batch %.3f MB", prefix, tensor_bytes / 1024**2,
-                array_bytes / 1024**2)
+    logger.info(
+        "%sDataProto size: batch %.3f MB, non_tensor_batch %.3f MB",
+        prefix,
+        tensor_bytes / 1024**2,
+        array_bytes / 1024**2,
+    )
 
 
 @dataclass(eq=False)

@@ -16,6 +16,7 @@ attention backward, cuBLAS split-K reductions over a shared workspace); PyTorch'
 TF32 and the mixed-precision dtypes are left as they are: they change the numbers, not their repeatability.
 Deterministic kernels are slower (the attention backward most); leave it off for speed.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,7 +35,9 @@ def set_deterministic(enabled: bool) -> dict:
         torch.use_deterministic_algorithms(True)
         torch.backends.cudnn.deterministic = True
         torch.backends.cudnn.benchmark = False
-    return {"deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
-            "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
-            "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
-            "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
+    return {
+        "deterministic_algorithms": torch.are_deterministic_algorithms_enabled(),
+        "cudnn_deterministic": bool(torch.backends.cudnn.deterministic),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+        "cublas_workspace_config": os.environ.get("CUBLAS_WORKSPACE_CONFIG"),
+    }

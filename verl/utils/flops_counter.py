@@ -22,6 +22,7 @@ Shared-prompt layout (``verl/utils/shared_prompt.py``; the HF rollout's shared p
 ``p + sum(r_i)`` tokens and attention over ``p(p+1)/2 + sum(r_i * p + r_i(r_i+1)/2)`` query-key pairs (every response
 token sees the whole prompt and its own earlier tokens). With ``n = 1`` this is the unshared count.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -30,8 +31,8 @@ from typing import Iterable, Sequence
 GPU_BF16_PEAK_FLOPS = {
     "H100 SXM": 989.4e12,  # NVIDIA H100 Tensor Core GPU data sheet (SXM5), BF16 dense
     "H100 PCIe": 756.0e12,
-    "H200": 989.4e12,      # NVIDIA H200 data sheet: same tensor cores as the H100 SXM
-    "A100": 312.0e12,      # NVIDIA A100 data sheet, BF16 dense
+    "H200": 989.4e12,  # NVIDIA H200 data sheet: same tensor cores as the H100 SXM
+    "A100": 312.0e12,  # NVIDIA A100 data sheet, BF16 dense
 }
 
 
@@ -53,17 +54,27 @@ def gpu_bf16_peak_flops(device_name: str) -> float:
 
 def _shape(config) -> tuple[int, int, int, int, int, int, int]:
     """(layers, hidden, heads, kv_heads, head_dim, mlp width, vocab) of an HF config; KeyError names a missing key."""
-    get = (config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default))
-    missing = [key for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size",
-                               "vocab_size") if get(key) is None]
+    get = config.get if isinstance(config, dict) else lambda key, default=None: getattr(config, key, default)
+    missing = [
+        key
+        for key in ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size", "vocab_size")
+        if get(key) is None
+    ]
     if missing:
         raise KeyError(f"model config lacks {missing} (needed to count FLOPs)")
     heads = int(get("num_attention_heads"))
     hidden = int(get("hidden_size"))
     head_dim = int(get("head_dim") or hidden // heads)
     kv_heads = int(get("num_key_value_heads") or heads)
-    return (int(get("num_hidden_layers")), hidden, heads, kv_heads, head_dim, int(get("intermediate_size")),
-            int(get("vocab_size")))
+    return (
+        int(get("num_hidden_layers")),
+        hidden,
+        heads,
+        kv_heads,
+        head_dim,
+        int(get("intermediate_size")),
+        int(get("vocab_size")),
+    )
 
 
 def _layer_flops(config, tokens: int, attention_pairs: int) -> int:
@@ -170,8 +181,15 @@ def measure_matmul_peak(seconds: float = 0.5, size: int = 1024, dtype=None, devi
         best = min(best, time.perf_counter() - start)
         if time.perf_counter() > deadline:
             break
-    return 2.0 * size ** 3 / best
+    return 2.0 * size**3 / best
 
 
-__all__ = ["GPU_BF16_PEAK_FLOPS", "forward_flops", "gpu_bf16_peak_flops", "layer_forward_flops",
-           "measure_matmul_peak", "mfu", "train_flops"]
+__all__ = [
+    "GPU_BF16_PEAK_FLOPS",
+    "forward_flops",
+    "gpu_bf16_peak_flops",
+    "layer_forward_flops",
+    "measure_matmul_peak",
+    "mfu",
+    "train_flops",
+]

@@ -1,5 +1,6 @@
 """Atomic file writes: write to a temporary sibling, then ``os.replace`` it onto the target (atomic on POSIX within
 one file system), so a reader never sees a partial file and a crash leaves the previous version in place."""
+
 from __future__ import annotations
 
 import os

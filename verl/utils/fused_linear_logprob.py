@@ -21,6 +21,7 @@ head returns log-probs and entropies instead of logits), so under FSDP2 it sees 
 gradient flows back to the shards like any other parameter's (``tests/workers/test_fused_head_fsdp2_on_cpu.py``, two
 gloo ranks against the unsharded model).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -108,10 +109,14 @@ class _LinearLogProbEntropy(torch.autograd.Function):
         return grad_hidden, grad_weight, None, None, None, None
 
 
-def linear_logprobs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-                                temperature: float = 1.0, calculate_entropy: bool = True,
-                                chunk_size: int = FUSED_CHUNK_SIZE
-                                ) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+def linear_logprobs_and_entropy(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    temperature: float = 1.0,
+    calculate_entropy: bool = True,
+    chunk_size: int = FUSED_CHUNK_SIZE,
+) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
     """``log softmax(h W^T / T)[y]`` and the entropy of that distribution, without materialising the logits.
 
     Args:
@@ -130,14 +135,16 @@ def linear_logprobs_and_entropy(hidden: torch.Tensor, weight: torch.Tensor, labe
         ValueError: mismatched shapes, ``temperature <= 0`` or ``chunk_size < 1``.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1]:
-        raise ValueError(f"hidden [N, H] and weight [V, H] expected, got {tuple(hidden.shape)} and "
-                         f"{tuple(weight.shape)}")
+        raise ValueError(
+            f"hidden [N, H] and weight [V, H] expected, got {tuple(hidden.shape)} and {tuple(weight.shape)}"
+        )
     if labels.shape != hidden.shape[:1]:
         raise ValueError(f"labels must be [N] = [{hidden.shape[0]}], got {tuple(labels.shape)}")
     if temperature <= 0 or chunk_size < 1:
         raise ValueError(f"temperature must be > 0 and chunk_size >= 1, got {temperature} and {chunk_size}")
-    log_probs, entropy = _LinearLogProbEntropy.apply(hidden, weight, labels.long(), 1.0 / float(temperature),
-                                                     int(chunk_size), bool(calculate_entropy))
+    log_probs, entropy = _LinearLogProbEntropy.apply(
+        hidden, weight, labels.long(), 1.0 / float(temperature), int(chunk_size), bool(calculate_entropy)
+    )
     return log_probs, (entropy if calculate_entropy else None)
 
 
@@ -164,8 +171,9 @@ def fused_head_problem(model: torch.nn.Module) -> Optional[str]:
     return None
 
 
-def check_fused_head(logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
-                     atol: Optional[float] = None) -> None:
+def check_fused_head(
+    logits: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, atol: Optional[float] = None
+) -> None:
     """Check that the model's own logits equal ``hidden @ weight^T`` (a plain linear head of the last hidden state).
 
     Args: ``logits`` ``[B, V]`` from the model (e.g. ``output.logits[:, -1]`` with ``logits_to_keep=1``), ``hidden``
@@ -185,9 +193,11 @@ def _check_logits(logits: torch.Tensor, expected: torch.Tensor, atol: Optional[f
     diff = float((logits.float() - expected).abs().max())
     scale = float(expected.abs().max().clamp(min=1.0))
     if diff > atol * scale:
-        raise ValueError(f"actor_rollout_ref.model.use_fused_kernels: the model's logits are not its LM head applied "
-                         f"to its last hidden state (max |difference| {diff:.3g}); set "
-                         f"actor_rollout_ref.model.use_fused_kernels=false for this model")
+        raise ValueError(
+            f"actor_rollout_ref.model.use_fused_kernels: the model's logits are not its LM head applied "
+            f"to its last hidden state (max |difference| {diff:.3g}); set "
+            f"actor_rollout_ref.model.use_fused_kernels=false for this model"
+        )
 
 
 @contextlib.contextmanager
@@ -213,8 +223,13 @@ def _lm_head(model: torch.nn.Module) -> torch.nn.Linear:
 
 
 @contextlib.contextmanager
-def head_computes_logprobs(model: torch.nn.Module, select: Callable[[torch.Tensor], torch.Tensor],
-                           labels: torch.Tensor, temperature: float, calculate_entropy: bool):
+def head_computes_logprobs(
+    model: torch.nn.Module,
+    select: Callable[[torch.Tensor], torch.Tensor],
+    labels: torch.Tensor,
+    temperature: float,
+    calculate_entropy: bool,
+):
     """Context: while it is open, ``model``'s LM head returns ``[N, 2]`` float32 (log-prob of ``labels``, entropy)
     instead of logits, computed by :func:`linear_logprobs_and_entropy` from ``select(hidden)``.
 
@@ -237,8 +252,9 @@ def head_computes_logprobs(model: torch.nn.Module, select: Callable[[torch.Tenso
 
     def forward(hidden: torch.Tensor) -> torch.Tensor:
         with torch.autocast(hidden.device.type, enabled=False):
-            log_probs, entropy = linear_logprobs_and_entropy(select(hidden), head.weight, labels, temperature,
-                                                             calculate_entropy)
+            log_probs, entropy = linear_logprobs_and_entropy(
+                select(hidden), head.weight, labels, temperature, calculate_entropy
+            )
         return torch.stack([log_probs, entropy if entropy is not None else torch.zeros_like(log_probs)], dim=-1)
 
     with _head_forward(head, forward):

@@ -9,6 +9,7 @@ characters. CLIs turn it into a one-line message and exit status 2.
 Lines are separated by ``"\\n"`` only (``"\\r\\n"`` works too), never by the other characters ``str.splitlines``
 breaks at: a JSON string may hold a raw U+2028. A UTF-8 byte-order mark at the start of a file is skipped.
 """
+
 from __future__ import annotations
 
 import codecs
@@ -45,7 +46,7 @@ class JsonInputError(ValueError):
 def _utf8_problem(raw: bytes, err: UnicodeDecodeError, line_start: int = 0) -> str:
     """``not valid UTF-8 (byte 0xNN at column C)`` for ``err`` raised decoding ``raw``; the column is counted in
     characters from ``line_start`` (a byte offset into ``raw``)."""
-    column = len(raw[line_start:err.start].decode("utf-8", errors="replace")) + 1
+    column = len(raw[line_start : err.start].decode("utf-8", errors="replace")) + 1
     return f"not valid UTF-8 (byte 0x{raw[err.start]:02x} at column {column})"
 
 
@@ -66,7 +67,7 @@ def _lines(path: str | os.PathLike, text: str | None) -> Iterable[tuple[int, str
     with open(path, "rb") as handle:
         for line_no, raw in enumerate(handle, start=1):
             if line_no == 1 and raw.startswith(codecs.BOM_UTF8):
-                raw = raw[len(codecs.BOM_UTF8):]
+                raw = raw[len(codecs.BOM_UTF8) :]
             yield line_no, _decode_line(raw, path, line_no)
 
 

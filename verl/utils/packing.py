@@ -12,6 +12,7 @@ otherwise, so a silently wrong mask is impossible.
 Coordinates: ``S = P + R`` (prompt length + response length) for an actor/critic batch; the "flat index" of a
 token is ``b * S + s``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -75,7 +76,9 @@ def _check_sequence_boundaries(packed_pos: torch.Tensor, cu_seqlens: torch.Tenso
         )
 
 
-def unpack_sequences(packed_values: torch.Tensor, flat_index: torch.Tensor, batch_size: int, seqlen: int) -> torch.Tensor:
+def unpack_sequences(
+    packed_values: torch.Tensor, flat_index: torch.Tensor, batch_size: int, seqlen: int
+) -> torch.Tensor:
     """Scatter per-token values ``[T, ...]`` back to ``[batch_size, seqlen, ...]`` (zeros on padding)."""
     out = packed_values.new_zeros((batch_size * seqlen,) + tuple(packed_values.shape[1:]))
     out[flat_index] = packed_values
@@ -94,7 +97,7 @@ def response_predictor_mask(attention_mask: torch.Tensor, response_length: int) 
     start = seqlen - response_length - 1
     if start < 0:
         raise ValueError(f"response_length={response_length} leaves no prompt token in a sequence of {seqlen}")
-    keep[:, start:seqlen - 1] = mask[:, start:seqlen - 1] & mask[:, start + 1:]
+    keep[:, start : seqlen - 1] = mask[:, start : seqlen - 1] & mask[:, start + 1 :]
     return keep
 
 

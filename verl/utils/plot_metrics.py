@@ -8,6 +8,7 @@ reward components, KL, entropy, response length, timing breakdown, and — when 
 the quantity λ's dual step drives towards B; the policy's route probabilities; its task reward); for an SFT log, the
 train/validation loss. Prints the written file names.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,25 +24,48 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 PANELS = {
     "reward": ["critic/score/mean", "critic/rewards/mean", "val/test_score/*"],
-    "reward_components": ["critic/format_score/mean", "critic/correctness_score/mean", "critic/length_score/mean",
-                          "val/test_format/*", "val/test_correctness/*"],
+    "reward_components": [
+        "critic/format_score/mean",
+        "critic/correctness_score/mean",
+        "critic/length_score/mean",
+        "val/test_format/*",
+        "val/test_correctness/*",
+    ],
     "kl": ["actor/ppo_kl", "actor/kl_loss", "actor/reward_kl_penalty"],
     "entropy": ["actor/entropy"],
     "response_length": ["response_length/mean", "response_length/clip_ratio", "val/response_length/mean"],
-    "timing": ["timing_s/gen", "timing_s/reward", "timing_s/old_log_prob", "timing_s/ref", "timing_s/values",
-               "timing_s/adv", "timing_s/update_critic", "timing_s/update_actor", "timing_s/testing", "timing_s/step"],
-    "sft_loss": ["train/loss", "val/loss"],   # the SFT trainer's log (verl.trainer.fsdp_sft_trainer)
-    "episodes": ["env/*/success_rate", "val/env/*/success_rate", "env/*/episode_return/mean",
-                 "val/env/*/episode_return/mean", "env/*/invalid_action_rate", "env/*/episode_length/mean"],
+    "timing": [
+        "timing_s/gen",
+        "timing_s/reward",
+        "timing_s/old_log_prob",
+        "timing_s/ref",
+        "timing_s/values",
+        "timing_s/adv",
+        "timing_s/update_critic",
+        "timing_s/update_actor",
+        "timing_s/testing",
+        "timing_s/step",
+    ],
+    "sft_loss": ["train/loss", "val/loss"],  # the SFT trainer's log (verl.trainer.fsdp_sft_trainer)
+    "episodes": [
+        "env/*/success_rate",
+        "val/env/*/success_rate",
+        "env/*/episode_return/mean",
+        "val/env/*/episode_return/mean",
+        "env/*/invalid_action_rate",
+        "env/*/episode_length/mean",
+    ],
     "step_groups": ["gigpo/num_step_groups", "gigpo/mean_step_group_size", "gigpo/frac_rows_in_singleton_step_groups"],
 }
 # panels of several plots: (title, patterns) each. The router's: not the routed batch's own mean cost and route
 # fractions, which a stratified batch (every route for every prompt) fixes at the uniform mix whatever the policy is
 GRID_PANELS = {
-    "router": [("lambda", ["router/lambda"]),
-               ("policy cost vs budget B", ["router/policy_cost", "router/budget"]),
-               ("route probabilities", ["router/policy_prob_*"]),
-               ("task reward", ["router/policy_task_reward", "val/router/mean_task_reward"])],
+    "router": [
+        ("lambda", ["router/lambda"]),
+        ("policy cost vs budget B", ["router/policy_cost", "router/budget"]),
+        ("route probabilities", ["router/policy_prob_*"]),
+        ("task reward", ["router/policy_task_reward", "val/router/mean_task_reward"]),
+    ],
 }
 
 
@@ -102,7 +126,7 @@ def plot(path: Path, out_dir: Path) -> list[Path]:
         fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 4 * rows), squeeze=False)
         for ax, (title, keys) in zip(axes.flat, plots):
             _draw(ax, series, keys, title)
-        for ax in list(axes.flat)[len(plots):]:
+        for ax in list(axes.flat)[len(plots) :]:
             ax.set_visible(False)
         fig.tight_layout()
         target = out_dir / f"{name}.png"

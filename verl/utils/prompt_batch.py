@@ -5,6 +5,7 @@ layout). Two batches generated separately (turns of a multi-turn rollout, or the
 sampling) can have different prompt widths; :func:`concat_prompt_batches` left-pads the narrower ones first, which
 never changes a row's tokens, mask or positions.
 """
+
 from __future__ import annotations
 
 from typing import Dict, List, Sequence
@@ -28,8 +29,8 @@ def left_pad_prompts(ids: Sequence[Sequence[int]], pad_token_id: int) -> Dict[st
     mask = torch.zeros((len(ids), width), dtype=torch.long)
     for i, row in enumerate(ids):
         if len(row):
-            input_ids[i, width - len(row):] = torch.tensor(list(row), dtype=torch.long)
-            mask[i, width - len(row):] = 1
+            input_ids[i, width - len(row) :] = torch.tensor(list(row), dtype=torch.long)
+            mask[i, width - len(row) :] = 1
     return {"input_ids": input_ids, "attention_mask": mask, "position_ids": compute_position_id_with_mask(mask)}
 
 

@@ -12,6 +12,7 @@ Names and signatures follow verl's ``verl/utils/seqlen_balancing.py``. The parti
 method of Karmarkar & Karp (1982), "The differencing method of set partitioning", extended to k subsets as in
 Korf (1998), "A complete anytime algorithm for number partitioning".
 """
+
 from __future__ import annotations
 
 import heapq
@@ -44,8 +45,7 @@ class _PartialPartition:
     def merge(self, other: "_PartialPartition") -> "_PartialPartition":
         """Pair this state's heaviest subset with ``other``'s lightest, and so on (the differencing step)."""
         paired = [
-            (mine[0] + theirs[0], mine[1] + theirs[1])
-            for mine, theirs in zip(self.subsets, reversed(other.subsets))
+            (mine[0] + theirs[0], mine[1] + theirs[1]) for mine, theirs in zip(self.subsets, reversed(other.subsets))
         ]
         return _PartialPartition(paired)
 
@@ -74,7 +74,7 @@ def karmarkar_karp(seqlen_list: list[int], k_partitions: int, equal_size: bool) 
     if equal_size:
         # k consecutive items (in length order) start out in k different subsets, so every merge keeps sizes equal
         for start in range(0, n, k_partitions):
-            group = order[start:start + k_partitions]
+            group = order[start : start + k_partitions]
             states.append(_PartialPartition([(seqlen_list[i], [i]) for i in group]))
     else:
         for i in order:
@@ -116,7 +116,7 @@ def log_seqlen_unbalance(seqlen_list: list[int], partitions: list[list[int]], pr
     """
     k = len(partitions)
     size = ceildiv(len(seqlen_list), k)
-    naive = [sum(seqlen_list[i * size:(i + 1) * size]) for i in range(k)]
+    naive = [sum(seqlen_list[i * size : (i + 1) * size]) for i in range(k)]
     balanced = [sum(seqlen_list[i] for i in p) for p in partitions]
     return {
         f"{prefix}/min": float(min(naive)),
@@ -139,8 +139,15 @@ def _num_micro_batches_within_budget(seqlens: list[int], max_token_len: int) -> 
     return min(k, len(seqlens))
 
 
-def _balanced_item_partitions(seqlens: list[int], max_token_len: int, device, dp_group, same_micro_num_in_dp: bool,
-                              num_batches_divided_by: int | None, item: str) -> list[list[int]]:
+def _balanced_item_partitions(
+    seqlens: list[int],
+    max_token_len: int,
+    device,
+    dp_group,
+    same_micro_num_in_dp: bool,
+    num_batches_divided_by: int | None,
+    item: str,
+) -> list[list[int]]:
     """Partition item indices (sequences, or prompt groups) into the fewest balanced parts within the token budget,
     with the part count agreed over ``dp_group`` (see ``rearrange_micro_batches``)."""
     longest = max(seqlens)
@@ -164,8 +171,14 @@ def _balanced_item_partitions(seqlens: list[int], max_token_len: int, device, dp
     return get_seqlen_balanced_partitions(seqlens, k, equal_size=False)
 
 
-def rearrange_micro_batches(batch, max_token_len: int, dp_group=None, same_micro_num_in_dp: bool = True,
-                            num_batches_divided_by: int | None = None, shared_prompt_length: int | None = None):
+def rearrange_micro_batches(
+    batch,
+    max_token_len: int,
+    dp_group=None,
+    same_micro_num_in_dp: bool = True,
+    num_batches_divided_by: int | None = None,
+    shared_prompt_length: int | None = None,
+):
     """Cut ``batch`` into micro-batches of at most ``max_token_len`` valid tokens each.
 
     Args:
@@ -193,13 +206,15 @@ def rearrange_micro_batches(batch, max_token_len: int, dp_group=None, same_micro
     mask = batch["attention_mask"]
     if shared_prompt_length is None:
         seqlens = mask.sum(dim=-1).tolist()
-        partitions = _balanced_item_partitions(seqlens, max_token_len, mask.device, dp_group, same_micro_num_in_dp,
-                                               num_batches_divided_by, "sequence")
+        partitions = _balanced_item_partitions(
+            seqlens, max_token_len, mask.device, dp_group, same_micro_num_in_dp, num_batches_divided_by, "sequence"
+        )
     else:
         groups = group_rows_by_prompt(batch["input_ids"], mask, shared_prompt_length)
         costs = shared_token_counts(mask, shared_prompt_length, groups)
-        group_parts = _balanced_item_partitions(costs, max_token_len, mask.device, dp_group, same_micro_num_in_dp,
-                                                num_batches_divided_by, "prompt group")
+        group_parts = _balanced_item_partitions(
+            costs, max_token_len, mask.device, dp_group, same_micro_num_in_dp, num_batches_divided_by, "prompt group"
+        )
         partitions = [sorted(row for g in part for row in groups[g]) for part in group_parts]
     micro_batches = [batch[torch.tensor(p, dtype=torch.long)] for p in partitions]
     return micro_batches, partitions
@@ -213,8 +228,13 @@ def get_reverse_idx(idx_map: list[int]) -> list[int]:
     return reverse
 
 
-def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int | None,
-                        shared_prompt_length: int | None = None):
+def split_micro_batches(
+    batch,
+    micro_batch_size: int | None,
+    use_dynamic_bsz: bool,
+    max_token_len: int | None,
+    shared_prompt_length: int | None = None,
+):
     """Micro-batches of a ``TensorDict`` for forward/backward: fixed size, or a token budget (dynamic batch size).
 
     Args:
@@ -237,8 +257,9 @@ def split_micro_batches(batch, micro_batch_size: int | None, use_dynamic_bsz: bo
     if use_dynamic_bsz:
         if not max_token_len or int(max_token_len) < 1:
             raise ValueError(f"dynamic batch size needs a positive max_token_len, got {max_token_len!r}")
-        micro_batches, partitions = rearrange_micro_batches(batch, int(max_token_len),
-                                                            shared_prompt_length=shared_prompt_length)
+        micro_batches, partitions = rearrange_micro_batches(
+            batch, int(max_token_len), shared_prompt_length=shared_prompt_length
+        )
         order = [i for part in partitions for i in part]
         return micro_batches, torch.tensor(get_reverse_idx(order), dtype=torch.long)
     if not micro_batch_size or int(micro_batch_size) < 1:

@@ -35,6 +35,7 @@ cannot express "attend to the prompt, skip the siblings".
 Coordinates: ``S = P + R`` columns per padded row, response in the last ``R`` columns (verl's layout: left-padded
 prompt, right-padded response).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -96,8 +97,9 @@ def shared_token_counts(attention_mask: torch.Tensor, prompt_length: int, groups
     return [prompt_tokens[g[0]] + sum(response_tokens[row] for row in g) for g in groups]
 
 
-def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                              response_length: int) -> SharedPromptBatch:
+def build_shared_prompt_batch(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_length: int
+) -> SharedPromptBatch:
     """Lay out a padded micro-batch with each distinct prompt computed once (see the module docstring).
 
     Args:
@@ -120,13 +122,16 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
     prefix = torch.arange(response_length, device=device).unsqueeze(0) < response_lengths.unsqueeze(1)
     if not torch.equal(prefix, response_valid):
         bad = int((prefix != response_valid).any(dim=-1).nonzero()[0])
-        raise ValueError(f"shared-prompt packing: row {bad}'s response tokens are not contiguous from the first "
-                         "response column (right padding expected); disable actor_rollout_ref.model.use_shared_prompt")
+        raise ValueError(
+            f"shared-prompt packing: row {bad}'s response tokens are not contiguous from the first "
+            "response column (right padding expected); disable actor_rollout_ref.model.use_shared_prompt"
+        )
     prompt_valid = valid[:, :prompt_length]
     prompt_lengths = prompt_valid.sum(dim=-1)
     if (prompt_lengths == 0).any():
-        raise ValueError(f"shared-prompt packing: row {int((prompt_lengths == 0).nonzero()[0])} has no valid prompt "
-                         "token")
+        raise ValueError(
+            f"shared-prompt packing: row {int((prompt_lengths == 0).nonzero()[0])} has no valid prompt token"
+        )
 
     groups = group_rows_by_prompt(input_ids, attention_mask, prompt_length)
     start = int(prompt_lengths.max())  # P_max: every prompt ends here, every group's responses start here
@@ -152,9 +157,9 @@ def build_shared_prompt_batch(input_ids: torch.Tensor, attention_mask: torch.Ten
         cursor = start
         for row in rows:
             length = int(response_lengths[row])
-            ids[g, cursor:cursor + length] = input_ids[row, prompt_length:prompt_length + length]
-            pos[g, cursor:cursor + length] = position_ids[row, prompt_length:prompt_length + length]
-            member[g, cursor:cursor + length] = row
+            ids[g, cursor : cursor + length] = input_ids[row, prompt_length : prompt_length + length]
+            pos[g, cursor : cursor + length] = position_ids[row, prompt_length : prompt_length + length]
+            member[g, cursor : cursor + length] = row
             predictor[row] = cursor + steps - 1
             predictor[row, 0] = start - 1
             layout_row[row] = g
@@ -197,10 +202,13 @@ def attention_mask_for(model: torch.nn.Module, allowed: torch.Tensor, dtype: tor
             return allowed
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, float("-inf"))
     if implementation == "eager":
-        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed,
-                                                                                         torch.finfo(dtype).min)
-    raise ValueError(f"actor_rollout_ref.model.use_shared_prompt needs attention that takes a custom mask "
-                     f"({' or '.join(SUPPORTED_ATTENTION)}); the model uses {implementation!r}")
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min
+        )
+    raise ValueError(
+        f"actor_rollout_ref.model.use_shared_prompt needs attention that takes a custom mask "
+        f"({' or '.join(SUPPORTED_ATTENTION)}); the model uses {implementation!r}"
+    )
 
 
 def block_mask_from_dense(allowed: torch.Tensor):

@@ -4,6 +4,7 @@ They work on plain ``TensorDict`` objects, NumPy arrays and Python values (never
 datasets, collate functions and worker groups can reuse them. ``verl.protocol`` re-exports the public ones under
 their upstream names (``union_tensor_dict``, ``serialize_tensordict`` ...).
 """
+
 from __future__ import annotations
 
 import logging

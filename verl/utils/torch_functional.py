@@ -10,6 +10,7 @@ Conventions used by every function here:
   backward pass is chunked the same way (custom autograd functions), so its only ``[N, V]`` allocation is the
   gradient itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -356,7 +357,8 @@ class _ChunkedLogProbEntropy(torch.autograd.Function):
             e = s + chunk_size
             z = _scaled_chunk(logits, s, e, lse.dtype, temperature)
             g = _logprob_chunk_grad(z, lse[s:e], labels[s:e], grad_logprob[s:e]) + _entropy_chunk_grad(
-                z, lse[s:e], entropy[s:e], grad_entropy[s:e])
+                z, lse[s:e], entropy[s:e], grad_entropy[s:e]
+            )
             _store_grad(grad, s, e, g, temperature)
         return grad, None, None, None
 
@@ -393,8 +395,9 @@ def logprobs_from_logits(
     """
     _check_logit_args(chunk_size, temperature, logits, labels)
     lead = labels.shape
-    flat = _ChunkedLogProb.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), chunk_size,
-                                 float(temperature))
+    flat = _ChunkedLogProb.apply(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), chunk_size, float(temperature)
+    )
     return flat.reshape(lead)
 
 
@@ -404,9 +407,9 @@ def logprobs_from_logits_naive(logits: torch.Tensor, labels: torch.Tensor) -> to
     return logp.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
 
 
-def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor, *,
-                                     chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE,
-                                     temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+def logprobs_and_entropy_from_logits(
+    logits: torch.Tensor, labels: torch.Tensor, *, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE, temperature: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logprobs_from_logits(...), entropy_from_logits(...))`` of the same logits in one chunked pass, with the
     gradient both send to ``logits`` summed in float32 (the same bits as the two functions applied to
     ``logits.float() / temperature``; two separate calls on bf16 logits would round each gradient to bf16 first).
@@ -422,13 +425,15 @@ def logprobs_and_entropy_from_logits(logits: torch.Tensor, labels: torch.Tensor,
         ValueError: ``chunk_size < 1``, ``temperature <= 0`` or mismatched leading shapes.
     """
     _check_logit_args(chunk_size, temperature, logits, labels)
-    logprob, entropy = _ChunkedLogProbEntropy.apply(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(),
-                                                    chunk_size, float(temperature))
+    logprob, entropy = _ChunkedLogProbEntropy.apply(
+        logits.reshape(-1, logits.shape[-1]), labels.reshape(-1).long(), chunk_size, float(temperature)
+    )
     return logprob.reshape(labels.shape), entropy.reshape(labels.shape)
 
 
-def entropy_from_logits(logits: torch.Tensor, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE, *,
-                        temperature: float = 1.0) -> torch.Tensor:
+def entropy_from_logits(
+    logits: torch.Tensor, chunk_size: int = DEFAULT_LOGIT_CHUNK_SIZE, *, temperature: float = 1.0
+) -> torch.Tensor:
     """Entropy ``H = -sum_v p_v log p_v`` of ``softmax(logits / temperature)`` per position, memory-bounded.
 
     Computed from ``log p = z - logsumexp(z)``, ``z = logits / temperature``, in chunks of ``chunk_size`` tokens
@@ -560,4 +565,3 @@ def zero_variance_group_fraction(scores: torch.Tensor, uids: Sequence) -> float:
     if not sized:
         return 0.0
     return sum(max(g) - min(g) < 1e-8 for g in sized) / len(sized)
-

@@ -7,6 +7,7 @@ run directory, one JSON object per step — the input of ``verl.utils.plot_metri
 ``StepProgress`` is the driver's progress display: a tqdm bar over global steps on a TTY, a plain heartbeat log line
 per step otherwise (CI logs, ``nohup``), both with seconds per step and the ETA.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,14 @@ logger = logging.getLogger(__name__)
 BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
 # Metrics shown on the console line and the heartbeat, when present.
 HEADLINE_KEYS = (
-    "critic/score/mean", "critic/format_score/mean", "critic/correctness_score/mean", "actor/pg_loss",
-    "actor/entropy", "actor/ppo_kl", "response_length/mean", "timing_s/step",
+    "critic/score/mean",
+    "critic/format_score/mean",
+    "critic/correctness_score/mean",
+    "actor/pg_loss",
+    "actor/entropy",
+    "actor/ppo_kl",
+    "response_length/mean",
+    "timing_s/step",
 )
 
 
@@ -67,8 +74,9 @@ def rewind_jsonl(path: Path, step: int) -> int:
     if step <= 0:
         aside = path.with_name(f"metrics.{time.strftime('%Y%m%d-%H%M%S')}.jsonl")
         os.replace(path, aside)
-        logger.warning("fresh start in a run directory with metrics: the earlier %d records moved to %s",
-                       len(lines), aside)
+        logger.warning(
+            "fresh start in a run directory with metrics: the earlier %d records moved to %s", len(lines), aside
+        )
         return len(lines)
     kept = []
     for line in lines:
@@ -82,8 +90,9 @@ def rewind_jsonl(path: Path, step: int) -> int:
     if dropped:
         with atomic_path(path) as tmp:
             tmp.write_text("".join(line + "\n" for line in kept), encoding="utf-8")
-        logger.info("resuming at step %d: dropped %d metrics records logged after it by the interrupted run",
-                    step, dropped)
+        logger.info(
+            "resuming at step %d: dropped %d metrics records logged after it by the interrupted run", step, dropped
+        )
     return dropped
 
 
@@ -123,9 +132,16 @@ class Tracking:
         ValueError: an unknown backend name.
     """
 
-    def __init__(self, project_name: str, experiment_name: str, default_backend, config: dict | None = None,
-                 run_dir: str | os.PathLike = "outputs/run", resume_step: int | None = None,
-                 resume_record: dict | None = None) -> None:
+    def __init__(
+        self,
+        project_name: str,
+        experiment_name: str,
+        default_backend,
+        config: dict | None = None,
+        run_dir: str | os.PathLike = "outputs/run",
+        resume_step: int | None = None,
+        resume_record: dict | None = None,
+    ) -> None:
         backends = [default_backend] if isinstance(default_backend, str) else list(default_backend or [])
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
@@ -150,13 +166,15 @@ class Tracking:
         if "wandb" in backends:
             import wandb
 
-            self._wandb = wandb.init(project=project_name, name=experiment_name, config=config,
-                                     dir=str(self.run_dir))
+            self._wandb = wandb.init(project=project_name, name=experiment_name, config=config, dir=str(self.run_dir))
         self.project_name = project_name
         self.experiment_name = experiment_name
         if resume_record and resume_step and not has_step(self.jsonl_path, resume_step):
-            logger.warning("metrics.jsonl has no record of step %d (killed between its save and its log): restoring "
-                           "the record stored in its checkpoint", resume_step)
+            logger.warning(
+                "metrics.jsonl has no record of step %d (killed between its save and its log): restoring "
+                "the record stored in its checkpoint",
+                resume_step,
+            )
             self.log(resume_record, step=resume_step)
 
     def log(self, data: dict, step: int) -> None:
@@ -164,8 +182,11 @@ class Tracking:
         record = {k: _to_builtin(v) for k, v in data.items()}
         self._jsonl.write(json.dumps({"step": step, **record}) + "\n")
         if "console" in self.backends:
-            logger.info("step %d: %s", step, " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                                     for k, v in sorted(record.items())))
+            logger.info(
+                "step %d: %s",
+                step,
+                " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(record.items())),
+            )
         if self._tb is not None:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -223,8 +244,7 @@ class StepProgress:
         sps = self.seconds_per_step()
         eta = sps * (self.total - self.done) if math.isfinite(sps) else float("nan")
         eta_txt = time.strftime("%H:%M:%S", time.gmtime(eta)) if math.isfinite(eta) else "?"
-        logger.info("[heartbeat] step %d/%d | %.1f s/step | ETA %s | %s", self.done, self.total, sps, eta_txt,
-                    headline)
+        logger.info("[heartbeat] step %d/%d | %.1f s/step | ETA %s | %s", self.done, self.total, sps, eta_txt, headline)
 
     def close(self) -> None:
         if self._bar is not None:

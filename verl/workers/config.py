@@ -9,6 +9,7 @@ not YAML keys: they are filled by ``normalize_config``, the trainer or the worke
 Each worker receives its own section (:class:`ActorRolloutRefConfig`, :class:`CriticConfig`) and keeps its type
 (:func:`worker_section`). The meaning of every key is in the comments of ``verl/trainer/config/ppo_trainer.yaml``.
 """
+
 from __future__ import annotations
 
 import copy

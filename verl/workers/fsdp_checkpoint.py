@@ -2,6 +2,7 @@
 their rotation; the seeding of every random generator a worker uses. ``fsdp_workers`` builds one
 :class:`Checkpointer` per trainable module (the actor's, the critic's).
 """
+
 from __future__ import annotations
 
 import logging
@@ -63,8 +64,10 @@ def refuse_hdfs(hdfs_path: str | None) -> None:
         ValueError: ``hdfs_path`` is set.
     """
     if hdfs_path:
-        raise ValueError(f"hdfs_path={hdfs_path!r}: HDFS checkpoints are not implemented; pass None (the local path "
-                         "holds the checkpoint)")
+        raise ValueError(
+            f"hdfs_path={hdfs_path!r}: HDFS checkpoints are not implemented; pass None (the local path "
+            "holds the checkpoint)"
+        )
 
 
 class Checkpointer:
@@ -87,8 +90,11 @@ class Checkpointer:
         if "optimizer" in self.save_contents and self.optimizer is not None:
             torch.save(to_local_state(self.optimizer.state_dict()), rank_file(local_path, "optim", world, rank))
         if "extra" in self.save_contents:
-            extra = {"lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
-                     "rng": _rng_state(), "global_step": int(global_step)}
+            extra = {
+                "lr_scheduler": self.lr_scheduler.state_dict() if self.lr_scheduler is not None else None,
+                "rng": _rng_state(),
+                "global_step": int(global_step),
+            }
             torch.save(extra, rank_file(local_path, "extra_state", world, rank))
         if "hf_model" in self.save_contents:
             state = full_state_dict(self.module)  # collective under FSDP2: every rank takes part
@@ -133,22 +139,31 @@ class Checkpointer:
         if self.optimizer is not None and os.path.isfile(optim_file):
             load_local_optimizer_state(self.optimizer, torch.load(optim_file, map_location="cpu", weights_only=False))
         elif self.optimizer is not None:
-            logger.warning("%s not found (a checkpoint saved without 'optimizer' in checkpoint.save_contents): the "
-                           "optimizer starts from a fresh state", optim_file)
+            logger.warning(
+                "%s not found (a checkpoint saved without 'optimizer' in checkpoint.save_contents): the "
+                "optimizer starts from a fresh state",
+                optim_file,
+            )
         extra_file = rank_file(local_path, "extra_state", world, rank)
         extra = {}
         if not os.path.isfile(extra_file):
-            logger.warning("%s not found (a checkpoint saved without 'extra' in checkpoint.save_contents): the "
-                           "learning-rate schedule and the random state start afresh", extra_file)
+            logger.warning(
+                "%s not found (a checkpoint saved without 'extra' in checkpoint.save_contents): the "
+                "learning-rate schedule and the random state start afresh",
+                extra_file,
+            )
         else:
             extra = torch.load(extra_file, map_location="cpu", weights_only=False)
             if self.lr_scheduler is not None and extra.get("lr_scheduler") is not None:
                 self.lr_scheduler.load_state_dict(extra["lr_scheduler"])
                 restored = list(self.lr_scheduler.base_lrs)
-                if restored[:len(configured)] != configured[:len(restored)]:  # as upstream: the schedule continues
-                    logger.warning("optim.lr from the config %s differs from the checkpoint's %s: the checkpoint's "
-                                   "learning-rate schedule continues (it is part of what resume restores)",
-                                   configured, restored)
+                if restored[: len(configured)] != configured[: len(restored)]:  # as upstream: the schedule continues
+                    logger.warning(
+                        "optim.lr from the config %s differs from the checkpoint's %s: the checkpoint's "
+                        "learning-rate schedule continues (it is part of what resume restores)",
+                        configured,
+                        restored,
+                    )
             _set_rng_state(extra["rng"])
         if del_local_after_load and rank == 0:
             shutil.rmtree(local_path, ignore_errors=True)

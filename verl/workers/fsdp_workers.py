@@ -12,6 +12,7 @@ Checkpoint layout (upstream's): ``local_path/model_world_size_{W}_rank_{R}.pt`` 
 ``optim_world_size_{W}_rank_{R}.pt``, ``extra_state_world_size_{W}_rank_{R}.pt`` (LR scheduler and RNG states) and
 ``local_path/huggingface/`` (``save_pretrained`` weights, config and tokenizer, written by rank 0).
 """
+
 from __future__ import annotations
 
 import json
@@ -39,7 +40,7 @@ from verl.utils.model_utils import (
     wrap_with_fsdp2,
 )
 from verl.workers.actor.dp_actor import DataParallelPPOActor
-from verl.workers.config import (ActorRolloutRefConfig, CriticConfig, worker_section)
+from verl.workers.config import ActorRolloutRefConfig, CriticConfig, worker_section
 from verl.workers.critic.dp_critic import DataParallelPPOCritic
 from verl.workers.fsdp_checkpoint import Checkpointer, rank_file, refuse_hdfs, seed_rngs
 
@@ -74,8 +75,10 @@ def _normalize_mini_batch(section: DictConfig, where: str, rollout_n: int, world
     prompts = int(section.ppo_mini_batch_size)
     rows = prompts * int(rollout_n)
     if prompts < 1 or rows % world_size != 0:
-        raise ValueError(f"{where}.ppo_mini_batch_size ({prompts}) × rollout.n ({rollout_n}) must be a positive "
-                         f"multiple of the world size ({world_size})")
+        raise ValueError(
+            f"{where}.ppo_mini_batch_size ({prompts}) × rollout.n ({rollout_n}) must be a positive "
+            f"multiple of the world size ({world_size})"
+        )
     section.ppo_mini_batch_size = rows // world_size
 
 
@@ -132,12 +135,19 @@ class _ModelWorkerMixin:
         """
         attention = getattr(getattr(module, "config", None), "_attn_implementation", None)
         if self.device == "cpu" and attention == "flex_attention" and any(p.requires_grad for p in module.parameters()):
-            raise ValueError(f"{type(module).__name__}: model.override_config.attn_implementation=flex_attention "
-                             "trains only on CUDA (torch has no FlexAttention backward pass on CPU): use sdpa on CPU")
+            raise ValueError(
+                f"{type(module).__name__}: model.override_config.attn_implementation=flex_attention "
+                "trains only on CUDA (torch has no FlexAttention backward pass on CPU): use sdpa on CPU"
+            )
         module.to(self.device)
-        return wrap_with_fsdp2(module, self.device, self.world_size,
-                               fsdp_config.mixed_precision if fsdp_config is not None else None,
-                               f"{key}.mixed_precision", fsdp_config)
+        return wrap_with_fsdp2(
+            module,
+            self.device,
+            self.world_size,
+            fsdp_config.mixed_precision if fsdp_config is not None else None,
+            f"{key}.mixed_precision",
+            fsdp_config,
+        )
 
 
 # -------------------------------------------------------------------------------------------- ActorRolloutRefWorker
@@ -167,8 +177,10 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         with open_dict(cfg):
             rollout_n = int(cfg.rollout.n or 1)
             if float(cfg.rollout.temperature) <= 0:
-                raise ValueError("actor_rollout_ref.rollout.temperature must be > 0 (it also scales the log-probs); "
-                                 "use rollout.do_sample=false or val_kwargs for greedy decoding")
+                raise ValueError(
+                    "actor_rollout_ref.rollout.temperature must be > 0 (it also scales the log-probs); "
+                    "use rollout.do_sample=false or val_kwargs for greedy decoding"
+                )
             if self._is_actor:
                 _normalize_mini_batch(cfg.actor, "actor_rollout_ref.actor", rollout_n, self.world_size)
                 _per_gpu(cfg.actor, "ppo_micro_batch_size", "actor_rollout_ref.actor", self.world_size)
@@ -178,9 +190,11 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
             cfg.actor.use_fused_kernels = bool(cfg.model.use_fused_kernels)
             cfg.rollout.shared_prefill = cfg.actor.use_shared_prompt  # the HF rollout prefills each prompt once
             if cfg.rollout.shared_prefill and cfg.rollout.cache_implementation == "static":
-                logger.warning("actor_rollout_ref.rollout.cache_implementation=static: the HF rollout prefills every "
-                               "row (the shared prefill of model.use_shared_prompt needs a dynamic cache); the "
-                               "log-prob and update passes still share prompts")
+                logger.warning(
+                    "actor_rollout_ref.rollout.cache_implementation=static: the HF rollout prefills every "
+                    "row (the shared prefill of model.use_shared_prompt needs a dynamic cache); the "
+                    "log-prob and update passes still share prompts"
+                )
             if self._is_rollout:
                 _per_gpu(cfg.rollout, "log_prob_micro_batch_size", "actor_rollout_ref.rollout", self.world_size)
             if self._is_ref:
@@ -196,8 +210,9 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         cfg = self.config
         self._setup_device()
         seed_rngs(cfg.seed, self.rank)
-        self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(cfg.model.path),
-                                                       trust_remote_code=cfg.model.trust_remote_code)
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            prepare_model(cfg.model.path), trust_remote_code=cfg.model.trust_remote_code
+        )
         if self._is_actor or self._is_rollout:
             module = load_causal_lm(cfg.model, trainable=self._is_actor)
             self.actor_module = self._place(module, cfg.actor.fsdp_config, "actor_rollout_ref.actor.fsdp_config")
@@ -205,26 +220,34 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
                 trainable = [p for p in self.actor_module.parameters() if p.requires_grad]  # LoRA: the adapters
                 self.actor_optimizer = build_optimizer(trainable, cfg.actor.optim)
                 self.actor_lr_scheduler = build_lr_scheduler(self.actor_optimizer, cfg.actor.optim)
-                self.checkpointer = Checkpointer(self, self.actor_module, self.actor_optimizer,
-                                                  self.actor_lr_scheduler, self.tokenizer,
-                                                  cfg.actor.checkpoint.save_contents)
+                self.checkpointer = Checkpointer(
+                    self,
+                    self.actor_module,
+                    self.actor_optimizer,
+                    self.actor_lr_scheduler,
+                    self.tokenizer,
+                    cfg.actor.checkpoint.save_contents,
+                )
             self.actor = DataParallelPPOActor(cfg.actor, self.actor_module, self.actor_optimizer)
             if self._is_actor and cfg.router is not None and cfg.router.enable:  # set by normalize_config
                 from verl.router.component import RouterComponent
 
-                self.router = RouterComponent(cfg.router, self.actor_module.config.hidden_size, self.device,
-                                              self.actor_optimizer)
+                self.router = RouterComponent(
+                    cfg.router, self.actor_module.config.hidden_size, self.device, self.actor_optimizer
+                )
         if self._is_rollout:
             self.rollout = self._build_rollout()
         if self._is_ref and self._is_actor and is_lora(self.actor_module):
             # LoRA: the reference policy is the actor's module with its adapters disabled (no second copy)
             self.ref_policy = DataParallelPPOActor(cfg.actor, self.actor_module)
         elif self._is_ref:
-            ref_module = self._place(load_causal_lm(cfg.model, trainable=False), cfg.ref.fsdp_config,
-                                     "actor_rollout_ref.ref.fsdp_config")
+            ref_module = self._place(
+                load_causal_lm(cfg.model, trainable=False), cfg.ref.fsdp_config, "actor_rollout_ref.ref.fsdp_config"
+            )
             self.ref_policy = DataParallelPPOActor(cfg.actor, ref_module)
-        logger.info("ActorRolloutRefWorker rank %d/%d: role=%s device=%s", self.rank, self.world_size, self.role,
-                    self.device)
+        logger.info(
+            "ActorRolloutRefWorker rank %d/%d: role=%s device=%s", self.rank, self.world_size, self.role, self.device
+        )
 
     def _build_rollout(self):
         name = self.config.rollout.name
@@ -239,10 +262,12 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         raise ValueError(f"actor_rollout_ref.rollout.name must be 'hf' or 'vllm', got {name!r}")
 
     def _log_prob_meta(self, section: DictConfig) -> dict:
-        return {"micro_batch_size": section.log_prob_micro_batch_size_per_gpu,
-                "use_dynamic_bsz": bool(section.log_prob_use_dynamic_bsz),
-                "max_token_len": section.log_prob_max_token_len_per_gpu,
-                "temperature": float(self.config.rollout.temperature)}
+        return {
+            "micro_batch_size": section.log_prob_micro_batch_size_per_gpu,
+            "use_dynamic_bsz": bool(section.log_prob_use_dynamic_bsz),
+            "max_token_len": section.log_prob_max_token_len_per_gpu,
+            "temperature": float(self.config.rollout.temperature),
+        }
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -252,8 +277,12 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         """
         # the actor's weight version (its updates so far: the LR scheduler's step count, saved with checkpoints)
         version = int(self.actor_lr_scheduler.last_epoch) if self.actor_lr_scheduler is not None else 0
-        meta = {"eos_token_id": self.tokenizer.eos_token_id, "pad_token_id": self.tokenizer.pad_token_id,
-                **prompts.meta_info, "actor_weight_version": version}
+        meta = {
+            "eos_token_id": self.tokenizer.eos_token_id,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            **prompts.meta_info,
+            "actor_weight_version": version,
+        }
         with self._peak_memory("gen_val" if meta.get("validate", False) else "gen"):
             output = self.rollout.generate_sequences(_with_meta(prompts.to(self.device), **meta))
         if meta.get("recompute_log_prob", False) and self.actor is not None:
@@ -270,8 +299,10 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         data = _with_meta(data.to(self.device), **self._log_prob_meta(self.config.rollout))
         with self._peak_memory("old_log_prob"):
             log_probs, entropys = self.actor.compute_log_prob(data, calculate_entropy=True)
-        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropys},
-                                   meta_info={"temperature": data.meta_info["temperature"]}).to("cpu")
+        return DataProto.from_dict(
+            tensors={"old_log_probs": log_probs, "entropys": entropys},
+            meta_info={"temperature": data.meta_info["temperature"]},
+        ).to("cpu")
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
@@ -319,8 +350,14 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         return DataProto(meta_info={"metrics": metrics})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
-                        hdfs_path: str | None = None) -> None:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        *,
+        hdfs_path: str | None = None,
+    ) -> None:
         """Write the actor checkpoint to ``local_path`` (upstream layout; see the module docstring), plus the router
         head and its optimizer (``router_world_size_W_rank_R.pt``) when the router is on.
 
@@ -394,23 +431,32 @@ class CriticWorker(_ModelWorkerMixin, Worker):
         self._setup_device()
         seed_rngs(cfg.seed, self.rank)
         tokenizer_path = cfg.model.tokenizer_path or cfg.model.path
-        tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path),
-                                                  trust_remote_code=cfg.model.trust_remote_code)
-        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.fsdp_config,
-                                         "critic.model.fsdp_config")
+        tokenizer = AutoTokenizer.from_pretrained(
+            prepare_model(tokenizer_path), trust_remote_code=cfg.model.trust_remote_code
+        )
+        self.critic_module = self._place(load_value_model(cfg.model), cfg.model.fsdp_config, "critic.model.fsdp_config")
         self.critic_optimizer = build_optimizer(self.critic_module.parameters(), cfg.optim)
         self.critic_lr_scheduler = build_lr_scheduler(self.critic_optimizer, cfg.optim)
         self.critic = DataParallelPPOCritic(cfg, self.critic_module, self.critic_optimizer)
-        self.checkpointer = Checkpointer(self, self.critic_module, self.critic_optimizer, self.critic_lr_scheduler,
-                                          tokenizer, cfg.checkpoint.save_contents)
+        self.checkpointer = Checkpointer(
+            self,
+            self.critic_module,
+            self.critic_optimizer,
+            self.critic_lr_scheduler,
+            tokenizer,
+            cfg.checkpoint.save_contents,
+        )
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """Batch ``values`` [B, R] (zero outside ``response_mask``)."""
         cfg = self.config
-        data = _with_meta(data.to(self.device), micro_batch_size=cfg.forward_micro_batch_size_per_gpu,
-                          use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
-                          max_token_len=cfg.forward_max_token_len_per_gpu)
+        data = _with_meta(
+            data.to(self.device),
+            micro_batch_size=cfg.forward_micro_batch_size_per_gpu,
+            use_dynamic_bsz=bool(cfg.use_dynamic_bsz),
+            max_token_len=cfg.forward_max_token_len_per_gpu,
+        )
         with self._peak_memory("values"):
             values = self.critic.compute_values(data)
         return DataProto.from_dict(tensors={"values": values}).to("cpu")
@@ -425,8 +471,14 @@ class CriticWorker(_ModelWorkerMixin, Worker):
         return DataProto(meta_info={"metrics": self._with_memory_metrics(metrics)})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
-    def save_checkpoint(self, local_path: str, global_step: int = 0, max_ckpt_to_keep: int | None = None, *,
-                        hdfs_path: str | None = None) -> None:
+    def save_checkpoint(
+        self,
+        local_path: str,
+        global_step: int = 0,
+        max_ckpt_to_keep: int | None = None,
+        *,
+        hdfs_path: str | None = None,
+    ) -> None:
         """Write the critic checkpoint to ``local_path`` (same layout as the actor's; ``hdfs_path`` only None)."""
         refuse_hdfs(hdfs_path)
         self.checkpointer.save(local_path, global_step, max_ckpt_to_keep)

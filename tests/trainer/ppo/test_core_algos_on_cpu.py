@@ -1,4 +1,5 @@
 """Tests for verl.trainer.ppo.core_algos: estimators (hand cases + invariants), registries, losses, KL, controllers."""
+
 import math
 import statistics
 from types import SimpleNamespace
@@ -54,9 +55,16 @@ def test_custom_estimator_with_non_tensor_kwargs():
         with pytest.raises(ValueError):
             ca.register_adv_est(name)(lambda **kw: None)
         inputs = dict(
-            token_level_rewards=torch.zeros(2, 3), response_mask=torch.ones(2, 3), index=_uids("u", "u"),
-            values=None, reward_baselines=None, gamma=1.0, lam=1.0, config={},
-            anchor_obs=_uids("ab", "abc"), traj_index=_uids("t0", "t1"),
+            token_level_rewards=torch.zeros(2, 3),
+            response_mask=torch.ones(2, 3),
+            index=_uids("u", "u"),
+            values=None,
+            reward_baselines=None,
+            gamma=1.0,
+            lam=1.0,
+            config={},
+            anchor_obs=_uids("ab", "abc"),
+            traj_index=_uids("t0", "t1"),
         )
         adv, _ = ca.get_adv_estimator_fn(name)(**inputs)
         assert adv.tolist() == [[2.0] * 3, [3.0] * 3]
@@ -69,13 +77,27 @@ def test_every_builtin_estimator_accepts_the_trainer_inputs():
     torch.manual_seed(0)
     rewards, mask = _outcome([1.0, 0.0, 0.5, 2.0], [3, 2, 4, 1], 5)
     inputs = dict(
-        token_level_rewards=rewards, response_mask=mask, index=_uids("a", "a", "b", "b"),
-        values=torch.randn(4, 5), reward_baselines=torch.tensor([0.5, 0.5, 1.0, 1.0]), gamma=1.0, lam=0.95,
-        norm_adv_by_std_in_grpo=True, config=OmegaConf.create({"gamma": 1.0, "lam": 0.95}),
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=_uids("a", "a", "b", "b"),
+        values=torch.randn(4, 5),
+        reward_baselines=torch.tensor([0.5, 0.5, 1.0, 1.0]),
+        gamma=1.0,
+        lam=0.95,
+        norm_adv_by_std_in_grpo=True,
+        config=OmegaConf.create({"gamma": 1.0, "lam": 0.95}),
         extra_field=_uids(1, 2, 3, 4),
     )
-    for name in ("gae", "grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus",
-                 "reinforce_plus_plus_baseline", "remax"):
+    for name in (
+        "gae",
+        "grpo",
+        "grpo_vectorized",
+        "rloo",
+        "rloo_vectorized",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+    ):
         adv, ret = ca.get_adv_estimator_fn(name)(**inputs)
         assert adv.shape == ret.shape == (4, 5), name
         assert torch.all(adv[mask == 0] == 0) and torch.all(ret[mask == 0] == 0), name
@@ -231,8 +253,11 @@ def test_remax_hand_case():
 
 @pytest.mark.parametrize(
     "fn",
-    [ca.compute_grpo_outcome_advantage, ca.compute_rloo_outcome_advantage,
-     ca.compute_reinforce_plus_plus_baseline_outcome_advantage],
+    [
+        ca.compute_grpo_outcome_advantage,
+        ca.compute_rloo_outcome_advantage,
+        ca.compute_reinforce_plus_plus_baseline_outcome_advantage,
+    ],
 )
 def test_grouped_estimators_invariant_to_row_order(fn):
     torch.manual_seed(0)
@@ -293,8 +318,12 @@ def test_policy_loss_vanilla_hand_case():
 def test_policy_loss_variants_and_config_forms():
     old, new, adv, mask = _pg_inputs()
     base = (-1.2 + 0.8 - 1.1 + 3.0 + 0.8) / 5
-    for cfg in (None, {"clip_ratio": 0.2}, OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": None}),
-                SimpleNamespace(clip_ratio=0.2, clip_ratio_c=3.0)):
+    for cfg in (
+        None,
+        {"clip_ratio": 0.2},
+        OmegaConf.create({"clip_ratio": 0.2, "clip_ratio_low": None}),
+        SimpleNamespace(clip_ratio=0.2, clip_ratio_c=3.0),
+    ):
         loss, _ = ca.compute_policy_loss_vanilla(old, new, adv, mask, config=cfg)
         assert loss.item() == pytest.approx(base)
     # clip_ratio_high 0.28 (DAPO clip-higher): t0 -> max(-1.5, -1.28) = -1.28
@@ -356,7 +385,9 @@ def test_kl_penalty_hand_cases():
     ref = torch.log(torch.tensor([0.25, 0.5]))
     d = math.log(2.0)  # logprob - ref = [+ln2, -ln2]
     expected = {
-        "kl": [d, -d], "abs": [d, d], "mse": [0.5 * d * d] * 2,
+        "kl": [d, -d],
+        "abs": [d, d],
+        "mse": [0.5 * d * d] * 2,
         # k3 = exp(-d) + d - 1: [0.5 + ln2 - 1, 2 - ln2 - 1]
         "low_var_kl": [0.5 + d - 1, 2 - d - 1],
     }

@@ -1,5 +1,6 @@
 """DAPO's dynamic sampling (algorithm.filter_groups): which groups are kept, how many generation batches are drawn,
 what fills the batch when the data or the bound run out, and the config checks."""
+
 from __future__ import annotations
 
 from types import SimpleNamespace
@@ -20,10 +21,15 @@ def _scored(prompt_ids, rewards):
     rows = [(p, r) for p, rs in zip(prompt_ids, rewards) for r in rs]
     scores = torch.zeros(len(rows), 3)
     scores[:, -1] = torch.tensor([r for _, r in rows], dtype=torch.float32)
-    return DataProto.from_dict({"token_level_scores": scores, "prompts": torch.ones(len(rows), 2, dtype=torch.long),
-                                "attention_mask": torch.ones(len(rows), 5, dtype=torch.long),
-                                "prompt_id": torch.tensor([p for p, _ in rows])},
-                               non_tensors={"uid": np.array([f"p{p}" for p, _ in rows], dtype=object)})
+    return DataProto.from_dict(
+        {
+            "token_level_scores": scores,
+            "prompts": torch.ones(len(rows), 2, dtype=torch.long),
+            "attention_mask": torch.ones(len(rows), 5, dtype=torch.long),
+            "prompt_id": torch.tensor([p for p, _ in rows]),
+        },
+        non_tensors={"uid": np.array([f"p{p}" for p, _ in rows], dtype=object)},
+    )
 
 
 class FakeTrainer:
@@ -31,10 +37,15 @@ class FakeTrainer:
     next_batch counting the batches consumed), and ``_collect_batch``, passed as its `collect`."""
 
     def __init__(self, batches, train_batch_size=2, max_num_gen_batches=10):
-        self.config = OmegaConf.create({"data": {"train_batch_size": train_batch_size},
-                                        "trainer": {"balance_batch": False},
-                                        "algorithm": {"filter_groups": {"enable": True, "metric": None,
-                                                                        "max_num_gen_batches": max_num_gen_batches}}})
+        self.config = OmegaConf.create(
+            {
+                "data": {"train_batch_size": train_batch_size},
+                "trainer": {"balance_batch": False},
+                "algorithm": {
+                    "filter_groups": {"enable": True, "metric": None, "max_num_gen_batches": max_num_gen_batches}
+                },
+            }
+        )
         self.scored = {i: b for i, b in enumerate(batches)}
         self.global_steps, self.batches_consumed, self.collected = 1, 1, []
         self.tokenizer = SimpleNamespace(pad_token_id=0, eos_token_id=1)
@@ -53,8 +64,13 @@ class FakeTrainer:
             self.batches_consumed += batch_dict is not None
             return batch_dict
 
-        return SimpleNamespace(config=self.config, tokenizer=self.tokenizer, balance=self._balance_batch,
-                               step=lambda: self.global_steps, next_batch=next_batch)
+        return SimpleNamespace(
+            config=self.config,
+            tokenizer=self.tokenizer,
+            balance=self._balance_batch,
+            step=lambda: self.global_steps,
+            next_batch=next_batch,
+        )
 
 
 def _loader(indices):
@@ -66,8 +82,14 @@ def test_varied_groups_and_values():
     assert sequence_values(batch, None).tolist() == [1.0, 1.0, 0.0, 1.0, 0.5, 0.5]
     assert varied_groups(batch.non_tensor_batch["uid"], sequence_values(batch, "score")) == ["p1"]
     # an invalid row does not count: p1's remaining valid row has nothing to differ from
-    assert varied_groups(batch.non_tensor_batch["uid"], sequence_values(batch, "score"),
-                         np.array([True, True, False, True, True, True])) == []
+    assert (
+        varied_groups(
+            batch.non_tensor_batch["uid"],
+            sequence_values(batch, "score"),
+            np.array([True, True, False, True, True, True]),
+        )
+        == []
+    )
     with pytest.raises(ValueError, match="filter_groups.metric='acc'"):
         sequence_values(batch, "acc")
     with pytest.raises(KeyError, match="token_level_scores_format"):
@@ -75,17 +97,20 @@ def test_varied_groups_and_values():
 
 
 def test_draws_more_batches_until_full_and_counts_them_consumed():
-    first = _scored([0, 1], [(1, 1), (0, 1)])          # p1 kept
-    second = _scored([2, 3], [(0, 0), (1, 1)])         # nothing kept
-    third = _scored([4, 5], [(0, 1), (1, 0)])          # p4 kept (p5 too, but the batch is full)
+    first = _scored([0, 1], [(1, 1), (0, 1)])  # p1 kept
+    second = _scored([2, 3], [(0, 0), (1, 1)])  # nothing kept
+    third = _scored([4, 5], [(0, 1), (1, 0)])  # p4 kept (p5 too, but the batch is full)
     trainer = FakeTrainer([first, second, third])
     metrics = {}
     out = collect_filtered(trainer.ops(_loader([1, 2, 3])), first, N, metrics, trainer._collect_batch)
     assert trainer.collected == [1, 2] and trainer.batches_consumed == 3  # batches 1 and 2 drawn; 3 left unread
     assert out.non_tensor_batch["uid"].tolist() == ["p1", "p1", "p4", "p4"]
     assert out.batch["prompt_id"].tolist() == [1, 1, 4, 4] and out.meta_info["global_token_num"] == [5] * 4
-    assert metrics == {"filter_groups/num_gen_batches": 3.0, "filter_groups/kept_group_frac": pytest.approx(3 / 6),
-                       "filter_groups/filled_groups": 0.0}
+    assert metrics == {
+        "filter_groups/num_gen_batches": 3.0,
+        "filter_groups/kept_group_frac": pytest.approx(3 / 6),
+        "filter_groups/filled_groups": 0.0,
+    }
 
 
 def test_fills_with_the_latest_zero_variance_groups_when_data_or_bound_run_out(caplog):
@@ -107,11 +132,13 @@ def test_config_checks(tmp_path):
 
     base = e2e_overrides(tmp_path, "unused") + ["algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=true"]
     validate_config(load_default_config(base), check_files=False)
-    for extra, match in ((["algorithm.adv_estimator=gae"], "group-relative estimator"),
-                         (["actor_rollout_ref.rollout.n=1"], "rollout.n >= 2"),
-                         (["router.enable=true"], "router.enable"),
-                         (["algorithm.filter_groups.metric=acc"], "metric='acc'"),
-                         (["algorithm.filter_groups.max_num_gen_batches=-1"], "max_num_gen_batches=-1")):
+    for extra, match in (
+        (["algorithm.adv_estimator=gae"], "group-relative estimator"),
+        (["actor_rollout_ref.rollout.n=1"], "rollout.n >= 2"),
+        (["router.enable=true"], "router.enable"),
+        (["algorithm.filter_groups.metric=acc"], "metric='acc'"),
+        (["algorithm.filter_groups.max_num_gen_batches=-1"], "max_num_gen_batches=-1"),
+    ):
         with pytest.raises(ConfigError, match=match):
             validate_config(load_default_config(base + extra), check_files=False)
 
@@ -123,9 +150,17 @@ def test_grpo_with_filter_groups_trains_and_counts_the_batches_it_drew(tmp_path,
     from verl.trainer.config_utils import load_default_config
     from verl.trainer.main_ppo import run_ppo
 
-    config = load_default_config(e2e_overrides(tmp_path, small_rlla) + [
-        "algorithm.adv_estimator=grpo", "algorithm.filter_groups.enable=true", "trainer.single_process=true",
-        "trainer.test_freq=-1", "trainer.logger=[console,jsonl]", "actor_rollout_ref.rollout.n=4"])
+    config = load_default_config(
+        e2e_overrides(tmp_path, small_rlla)
+        + [
+            "algorithm.adv_estimator=grpo",
+            "algorithm.filter_groups.enable=true",
+            "trainer.single_process=true",
+            "trainer.test_freq=-1",
+            "trainer.logger=[console,jsonl]",
+            "actor_rollout_ref.rollout.n=4",
+        ]
+    )
     run_ppo(config)
     import json
 

@@ -1,4 +1,5 @@
 """DAPO's overlong reward shaping and truncation masking (verl/trainer/ppo/overlong.py), by hand."""
+
 from __future__ import annotations
 
 import pytest
@@ -26,23 +27,38 @@ def _batch():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 1, 1]])
     scores = torch.zeros(3, 4)
     scores[torch.arange(3), torch.tensor([2, 3, 3])] = 1.0
-    return DataProto.from_dict({"responses": responses, "response_mask": mask, "token_level_scores": scores,
-                                "token_level_scores_length": torch.zeros(3, 4)})
+    return DataProto.from_dict(
+        {
+            "responses": responses,
+            "response_mask": mask,
+            "token_level_scores": scores,
+            "token_level_scores_length": torch.zeros(3, 4),
+        }
+    )
 
 
 def test_shaping_and_masking_in_a_batch():
-    assert truncated_rows(_batch().batch["responses"], _batch().batch["response_mask"], [EOS]).tolist() == \
-        [False, False, True]
-    config = OmegaConf.create({"reward_model": {"overlong_buffer": {"enable": True, "len": 2, "penalty_factor": 1.0}},
-                               "actor_rollout_ref": {"actor": {"mask_truncated": True}}})
+    assert truncated_rows(_batch().batch["responses"], _batch().batch["response_mask"], [EOS]).tolist() == [
+        False,
+        False,
+        True,
+    ]
+    config = OmegaConf.create(
+        {
+            "reward_model": {"overlong_buffer": {"enable": True, "len": 2, "penalty_factor": 1.0}},
+            "actor_rollout_ref": {"actor": {"mask_truncated": True}},
+        }
+    )
     batch = _batch()
     metrics = apply_overlong_shaping(batch, config, EOS)
     # lengths 3, 4, 4 against L_max 4 with a 2-token buffer: -0.5, -1, -1 on the last response token
     assert batch.batch["token_level_scores"].sum(-1).tolist() == [0.5, 0.0, 0.0]
     assert batch.batch["token_level_scores_length"].sum(-1).tolist() == [-0.5, -1.0, -1.0]
     assert batch.batch["response_mask"].tolist() == [[1, 1, 1, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
-    assert metrics == {"response/overlong_penalty/mean": pytest.approx(-2.5 / 3), "response/truncated_frac":
-                       pytest.approx(1 / 3)}
+    assert metrics == {
+        "response/overlong_penalty/mean": pytest.approx(-2.5 / 3),
+        "response/truncated_frac": pytest.approx(1 / 3),
+    }
     off = _batch()
     assert apply_overlong_shaping(off, OmegaConf.create({}), EOS) == {}
     assert off.batch["token_level_scores"].sum().item() == 3.0

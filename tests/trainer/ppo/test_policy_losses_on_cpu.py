@@ -1,6 +1,7 @@
 """GSPO and CISPO (core_algos' policy-loss registry): the worked example of the spec, values and gradients against a
 float64 hand computation on random batches with uneven masks for every loss_agg_mode, and GSPO = PPO-clip when every
 token of a sequence has the sequence's ratio."""
+
 from __future__ import annotations
 
 import math
@@ -139,7 +140,9 @@ def test_rollout_is_weights_multiply_the_token_losses():
     weights = torch.tensor([[2.0, 1.0, 0.0]], dtype=torch.float64)
     for name in ("gspo", "cispo"):
         plain, _ = get_policy_loss_fn(name)(olp, lp, adv, mask, "seq-mean-token-sum", CLIP)
-        weighted, _ = get_policy_loss_fn(name)(olp, lp, adv, mask, "seq-mean-token-sum", CLIP, rollout_is_weights=weights)
+        weighted, _ = get_policy_loss_fn(name)(
+            olp, lp, adv, mask, "seq-mean-token-sum", CLIP, rollout_is_weights=weights
+        )
         if name == "gspo":  # every token's loss is -1
             assert plain.item() == pytest.approx(-3.0) and weighted.item() == pytest.approx(-3.0)
         else:

@@ -1,5 +1,6 @@
 """Rollout correction (verl/trainer/ppo/rollout_corr.py): the spec's worked example, every level by hand, null =
 unchanged, and a masked token contributing nothing to the gradient."""
+
 from __future__ import annotations
 
 import math
@@ -19,8 +20,9 @@ def test_worked_example_tis_and_icepop():
     w, mask, metrics = compute_rollout_correction(OLP, RLP, MASK, rollout_is="token", rollout_is_threshold=2.0)
     torch.testing.assert_close(w, torch.tensor([[math.exp(0.2), 1.0, math.exp(-0.7)]], dtype=torch.float64))
     assert mask is MASK  # no rejection: the same tensor
-    w, mask, metrics = compute_rollout_correction(OLP, RLP, MASK, rollout_rs="token", rollout_rs_threshold=5.0,
-                                                  rollout_rs_threshold_lower=0.5)
+    w, mask, metrics = compute_rollout_correction(
+        OLP, RLP, MASK, rollout_rs="token", rollout_rs_threshold=5.0, rollout_rs_threshold_lower=0.5
+    )
     assert w is None and mask.tolist() == [[1.0, 1.0, 0.0]]  # 0.49659 < 0.5
     assert metrics["rollout_corr/rs_masked_frac"] == pytest.approx(1 / 3)
     assert metrics["rollout_corr/kl"] == pytest.approx((-0.2 + 0.0 + 0.7) / 3)  # mean of rlp - olp
@@ -39,8 +41,9 @@ def test_sequence_and_geometric_levels_by_hand():
     _, keep, _ = compute_rollout_correction(olp, rlp, mask, rollout_rs="geometric", rollout_rs_threshold=2.0)
     assert keep.tolist() == [[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]  # e^0.5 <= 2
     # combined: weights only where the mask keeps the token
-    w, keep, metrics = compute_rollout_correction(olp, rlp, mask, rollout_is="token", rollout_is_threshold=1.5,
-                                                  rollout_rs="sequence", rollout_rs_threshold=2.0)
+    w, keep, metrics = compute_rollout_correction(
+        olp, rlp, mask, rollout_is="token", rollout_is_threshold=1.5, rollout_rs="sequence", rollout_rs_threshold=2.0
+    )
     torch.testing.assert_close(w[0], torch.zeros(3, dtype=torch.float64))
     torch.testing.assert_close(w[1], torch.tensor([math.exp(-0.1), math.exp(-0.1), 1.0], dtype=torch.float64))
     assert metrics["rollout_corr/rs_masked_frac"] == pytest.approx(2 / 5)
@@ -54,18 +57,26 @@ def test_null_changes_nothing_and_errors_name_the_key():
     with pytest.raises(ValueError, match="rollout_rs_threshold=None"):
         compute_rollout_correction(OLP, RLP, MASK, rollout_rs="token")
     with pytest.raises(ValueError, match="rollout_rs_threshold_lower=5.0: expected 0 <= lower < rollout_rs_thres"):
-        compute_rollout_correction(OLP, RLP, MASK, rollout_rs="token", rollout_rs_threshold=2.0,
-                                   rollout_rs_threshold_lower=5.0)  # would reject every token
+        compute_rollout_correction(
+            OLP, RLP, MASK, rollout_rs="token", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=5.0
+        )  # would reject every token
     check_correction_settings(rollout_rs="sequence", rollout_rs_threshold=2.0, rollout_rs_threshold_lower=0.0)
 
 
 def test_a_rejected_token_contributes_nothing_to_the_gradient():
     lp = torch.tensor([[-0.9, -1.1, -1.0]], dtype=torch.float64, requires_grad=True)
-    w, keep, _ = compute_rollout_correction(OLP, RLP, MASK, rollout_is="token", rollout_is_threshold=2.0,
-                                            rollout_rs="token", rollout_rs_threshold=5.0, rollout_rs_threshold_lower=0.5)
+    w, keep, _ = compute_rollout_correction(
+        OLP,
+        RLP,
+        MASK,
+        rollout_is="token",
+        rollout_is_threshold=2.0,
+        rollout_rs="token",
+        rollout_rs_threshold=5.0,
+        rollout_rs_threshold_lower=0.5,
+    )
     adv = torch.ones(1, 3, dtype=torch.float64)
-    loss, _ = get_policy_loss_fn("vanilla")(OLP, lp, adv, keep, "token-mean", {"clip_ratio": 0.2},
-                                            rollout_is_weights=w)
+    loss, _ = get_policy_loss_fn("vanilla")(OLP, lp, adv, keep, "token-mean", {"clip_ratio": 0.2}, rollout_is_weights=w)
     loss.backward()
     assert lp.grad[0, 2] == 0.0 and lp.grad[0, 0] != 0.0 and lp.grad[0, 1] != 0.0
     # token 0: ratio e^0.1 inside the clip range, weight e^0.2, over 2 kept tokens
@@ -91,8 +102,16 @@ def test_apply_rollout_correction_on_a_batch():
     assert "rollout_is_weights" not in data.batch.keys() and data.batch["response_mask"].tolist() == [[1.0] * 3]
     assert metrics["rollout_corr/kl"] == pytest.approx(0.5 / 3, rel=1e-6)
     data = batch()
-    cfg = OmegaConf.create({"rollout_correction": {"rollout_is": "token", "rollout_rs": "token",
-                                                   "rollout_rs_threshold": 5.0, "rollout_rs_threshold_lower": 0.5}})
+    cfg = OmegaConf.create(
+        {
+            "rollout_correction": {
+                "rollout_is": "token",
+                "rollout_rs": "token",
+                "rollout_rs_threshold": 5.0,
+                "rollout_rs_threshold_lower": 0.5,
+            }
+        }
+    )
     apply_rollout_correction(data, cfg)
     assert data.batch["response_mask"].tolist() == [[1.0, 1.0, 0.0]]
     torch.testing.assert_close(data.batch["rollout_is_weights"], torch.tensor([[math.exp(0.2), 1.0, 0.0]]))
@@ -107,11 +126,19 @@ def test_trainer_reports_the_hf_rollouts_mismatch_and_corrects(tmp_path, small_r
     from verl.trainer.config_utils import load_default_config
     from verl.trainer.main_ppo import run_ppo
 
-    config = load_default_config(e2e_overrides(tmp_path, small_rlla) + [
-        "algorithm.adv_estimator=grpo", "trainer.single_process=true", "trainer.test_freq=-1",
-        "trainer.logger=[console,jsonl]", "actor_rollout_ref.rollout.calculate_log_probs=true",
-        "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_rs=token",
-        "algorithm.rollout_correction.rollout_rs_threshold=2.0"])
+    config = load_default_config(
+        e2e_overrides(tmp_path, small_rlla)
+        + [
+            "algorithm.adv_estimator=grpo",
+            "trainer.single_process=true",
+            "trainer.test_freq=-1",
+            "trainer.logger=[console,jsonl]",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            "algorithm.rollout_correction.rollout_is=token",
+            "algorithm.rollout_correction.rollout_rs=token",
+            "algorithm.rollout_correction.rollout_rs_threshold=2.0",
+        ]
+    )
     run_ppo(config)
     records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     records = [r for r in records if "rollout_corr/kl" in r]

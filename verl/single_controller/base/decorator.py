@@ -13,6 +13,7 @@ verl's names:
 A dispatch mode may also be a dict ``{"dispatch_fn": f, "collect_fn": g}`` with the signatures of the functions below
 (``f(worker_group, *args, **kwargs) -> (per-rank args, per-rank kwargs)``, ``g(worker_group, outputs) -> result``).
 """
+
 from __future__ import annotations
 
 import enum
@@ -40,8 +41,11 @@ class Execute(enum.Enum):
 def _check_dispatch_mode(dispatch_mode: Any) -> None:
     if isinstance(dispatch_mode, Dispatch):
         return
-    if (isinstance(dispatch_mode, dict) and set(dispatch_mode) == {"dispatch_fn", "collect_fn"}
-            and all(callable(f) for f in dispatch_mode.values())):
+    if (
+        isinstance(dispatch_mode, dict)
+        and set(dispatch_mode) == {"dispatch_fn", "collect_fn"}
+        and all(callable(f) for f in dispatch_mode.values())
+    ):
         return
     raise TypeError(
         f"dispatch_mode must be a Dispatch member or a dict with callable 'dispatch_fn' and 'collect_fn', "
@@ -49,8 +53,9 @@ def _check_dispatch_mode(dispatch_mode: Any) -> None:
     )
 
 
-def register(dispatch_mode: Dispatch | dict = Dispatch.ONE_TO_ALL, execute_mode: Execute = Execute.ALL,
-             blocking: bool = True):
+def register(
+    dispatch_mode: Dispatch | dict = Dispatch.ONE_TO_ALL, execute_mode: Execute = Execute.ALL, blocking: bool = True
+):
     """Mark a worker method as callable from the driver through a worker group.
 
     Args:
@@ -128,10 +133,13 @@ def dispatch_dp_compute_data_proto(worker_group, *args, **kwargs) -> tuple[tuple
 
     def split(name: str, value: Any) -> list:
         if not isinstance(value, DataProto):
-            raise TypeError(f"Dispatch.DP_COMPUTE_PROTO: argument {name} is a {type(value).__name__}, expected DataProto")
+            raise TypeError(
+                f"Dispatch.DP_COMPUTE_PROTO: argument {name} is a {type(value).__name__}, expected DataProto"
+            )
         if len(value) % n:
-            raise ValueError(f"Dispatch.DP_COMPUTE_PROTO: argument {name} has {len(value)} rows, "
-                             f"not divisible by world_size={n}")
+            raise ValueError(
+                f"Dispatch.DP_COMPUTE_PROTO: argument {name} has {len(value)} rows, not divisible by world_size={n}"
+            )
         return value.chunk(n)
 
     split_args = tuple(split(f"#{i}", arg) for i, arg in enumerate(args))
@@ -150,8 +158,10 @@ def collect_dp_compute_data_proto(worker_group, outputs: list) -> Any:
 
 _PREDEFINED: dict[Dispatch, dict[str, Callable]] = {
     Dispatch.ONE_TO_ALL: {"dispatch_fn": dispatch_one_to_all, "collect_fn": collect_all_to_all},
-    Dispatch.DP_COMPUTE_PROTO: {"dispatch_fn": dispatch_dp_compute_data_proto,
-                                "collect_fn": collect_dp_compute_data_proto},
+    Dispatch.DP_COMPUTE_PROTO: {
+        "dispatch_fn": dispatch_dp_compute_data_proto,
+        "collect_fn": collect_dp_compute_data_proto,
+    },
     Dispatch.RANK_ZERO: {"dispatch_fn": dispatch_one_to_all, "collect_fn": collect_rank_zero},
 }
 

@@ -4,6 +4,7 @@ A worker learns its place in the group from the environment variables the group 
 ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT`` (the torch.distributed conventions). A
 worker constructed outside any group (unit tests, single-process tools) is rank 0 of a world of size 1.
 """
+
 from __future__ import annotations
 
 import os

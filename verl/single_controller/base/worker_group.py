@@ -4,6 +4,7 @@ arguments, and the worker group that exposes every ``@register``-ed worker metho
 A concrete backend (``verl.single_controller.ray``) supplies how a call is started on a set of ranks and how its
 results are awaited; the dispatch / padding / collect logic lives here once.
 """
+
 from __future__ import annotations
 
 import logging
@@ -47,8 +48,9 @@ class ResourcePool:
 
     def __init__(self, process_on_nodes: Sequence[int], max_colocate_count: int = 1) -> None:
         process_on_nodes = list(process_on_nodes or [])
-        if not process_on_nodes or any(not isinstance(n, int) or isinstance(n, bool) or n < 1
-                                       for n in process_on_nodes):
+        if not process_on_nodes or any(
+            not isinstance(n, int) or isinstance(n, bool) or n < 1 for n in process_on_nodes
+        ):
             raise ValueError(f"process_on_nodes must be a non-empty list of positive ints, got {process_on_nodes!r}")
         if not isinstance(max_colocate_count, int) or max_colocate_count < 1:
             raise ValueError(f"max_colocate_count must be a positive int, got {max_colocate_count!r}")
@@ -131,8 +133,10 @@ class WorkerGroup:
             if info is None:
                 continue
             if hasattr(self, name) and name not in self._bound_methods:
-                raise ValueError(f"registered method {name!r} of {user_defined_cls.__name__} clashes with an "
-                                 f"attribute of {type(self).__name__}")
+                raise ValueError(
+                    f"registered method {name!r} of {user_defined_cls.__name__} clashes with an "
+                    f"attribute of {type(self).__name__}"
+                )
             setattr(self, name, _make_group_method(name, info).__get__(self))
             names.append(name)
         self._bound_methods.extend(names)
@@ -204,8 +208,9 @@ class WorkerGroup:
         return output
 
     # ---------------------------------------------------------------- backend hooks
-    def _execute_async(self, method_name: str, ranks: list[int], per_rank_args: tuple[list, ...],
-                       per_rank_kwargs: dict[str, list]) -> list:
+    def _execute_async(
+        self, method_name: str, ranks: list[int], per_rank_args: tuple[list, ...], per_rank_kwargs: dict[str, list]
+    ) -> list:
         """Start ``method_name`` on ``ranks`` (rank ``r`` gets ``per_rank_args[i][r]``); one handle per rank."""
         raise NotImplementedError
 

@@ -1,4 +1,5 @@
 """The single controller on Ray: placement-group resource pools and actor worker groups."""
+
 from verl.single_controller.ray.base import (
     InsufficientResourcesError,
     RayClassWithInitArgs,
@@ -7,5 +8,10 @@ from verl.single_controller.ray.base import (
     check_cluster_resources,
 )
 
-__all__ = ["InsufficientResourcesError", "RayClassWithInitArgs", "RayResourcePool", "RayWorkerGroup",
-           "check_cluster_resources"]
+__all__ = [
+    "InsufficientResourcesError",
+    "RayClassWithInitArgs",
+    "RayResourcePool",
+    "RayWorkerGroup",
+    "check_cluster_resources",
+]

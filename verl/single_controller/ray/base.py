@@ -10,6 +10,7 @@
 - Several worker groups may share a pool (actor and critic on the same GPUs): the pool's ``max_colocate_count`` is how
   many; each actor then asks for ``1 / max_colocate_count`` of its bundle.
 """
+
 from __future__ import annotations
 
 import functools
@@ -63,7 +64,8 @@ def check_cluster_resources(pools: dict[str, Sequence[int]], use_gpu: bool, cpus
     if requested > available + _EPS:
         raise InsufficientResourcesError(
             f"resource pools {{{spec}}} request {requested:g} {key}s but the cluster has {available:g} {key}s "
-            f"available ({sum(nodes.values()):g} in total over {len(nodes)} node(s))")
+            f"available ({sum(nodes.values()):g} in total over {len(nodes)} node(s))"
+        )
     remaining = dict(nodes)
     for name, counts in pools.items():
         used: set[str] = set()
@@ -75,7 +77,8 @@ def check_cluster_resources(pools: dict[str, Sequence[int]], use_gpu: bool, cpus
                 raise InsufficientResourcesError(
                     f"resource pool {name!r} {list(counts)} needs {len(counts)} distinct node(s), one with "
                     f"{need:g} {key}s for an entry of {count} worker(s); the cluster's nodes have "
-                    f"{[f'{c:g}' for c in per_node]} {key}s")
+                    f"{[f'{c:g}' for c in per_node]} {key}s"
+                )
             best = max(candidates, key=lambda nid: remaining[nid])
             remaining[best] -= need
             used.add(best)
@@ -96,9 +99,15 @@ class RayResourcePool(ResourcePool):
         ValueError: bad counts (see ``ResourcePool``) or a non-positive ``cpus_per_worker``.
     """
 
-    def __init__(self, process_on_nodes: Sequence[int] | None = None, use_gpu: bool = True,
-                 name_prefix: str | None = None, max_colocate_count: int = 1, cpus_per_worker: float = 1.0,
-                 placement_timeout_s: float = 300.0) -> None:
+    def __init__(
+        self,
+        process_on_nodes: Sequence[int] | None = None,
+        use_gpu: bool = True,
+        name_prefix: str | None = None,
+        max_colocate_count: int = 1,
+        cpus_per_worker: float = 1.0,
+        placement_timeout_s: float = 300.0,
+    ) -> None:
         super().__init__(process_on_nodes, max_colocate_count)
         if not cpus_per_worker > 0:
             raise ValueError(f"cpus_per_worker must be > 0, got {cpus_per_worker!r}")
@@ -132,8 +141,12 @@ class RayResourcePool(ResourcePool):
                 kwargs = {}
                 if node_ids and _SUPPORTS_LABEL_SELECTOR:
                     kwargs["bundle_label_selector"] = [{_NODE_ID_LABEL: f"!in({','.join(node_ids)})"}] * count
-                pg = placement_group([self._bundle()] * count, strategy="STRICT_PACK",
-                                     name=f"{self.name_prefix}_pg{i}_{uuid.uuid4().hex[:6]}", **kwargs)
+                pg = placement_group(
+                    [self._bundle()] * count,
+                    strategy="STRICT_PACK",
+                    name=f"{self.name_prefix}_pg{i}_{uuid.uuid4().hex[:6]}",
+                    **kwargs,
+                )
                 pgs.append(pg)
                 try:
                     ray.get(pg.ready(), timeout=self.placement_timeout_s)
@@ -160,7 +173,8 @@ class RayResourcePool(ResourcePool):
         if len(self._groups) >= self.max_colocate_count:
             raise ValueError(
                 f"resource pool {self.name_prefix!r} already hosts {self._groups} (max_colocate_count="
-                f"{self.max_colocate_count}); create it with a larger max_colocate_count to add {group_name!r}")
+                f"{self.max_colocate_count}); create it with a larger max_colocate_count to add {group_name!r}"
+            )
         self._groups.append(group_name)
 
     def release(self) -> None:
@@ -186,8 +200,14 @@ class RayClassWithInitArgs(ClassWithInitArgs):
         """The class as a Ray actor class."""
         return self.cls if isinstance(self.cls, ray.actor.ActorClass) else ray.remote(self.cls)
 
-    def __call__(self, placement_group: PlacementGroup, placement_group_bundle_idx: int, num_cpus: float,
-                 num_gpus: float = 0.0, env_vars: dict[str, str] | None = None):
+    def __call__(
+        self,
+        placement_group: PlacementGroup,
+        placement_group_bundle_idx: int,
+        num_cpus: float,
+        num_gpus: float = 0.0,
+        env_vars: dict[str, str] | None = None,
+    ):
         """Start one actor in the given bundle with the given resource share and environment variables."""
         options = dict(self._options)
         runtime_env = dict(options.pop("runtime_env", None) or {})
@@ -196,7 +216,8 @@ class RayClassWithInitArgs(ClassWithInitArgs):
             runtime_env=runtime_env,
             num_cpus=num_cpus,
             scheduling_strategy=PlacementGroupSchedulingStrategy(
-                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx),
+                placement_group=placement_group, placement_group_bundle_index=placement_group_bundle_idx
+            ),
         )
         if num_gpus:
             options["num_gpus"] = num_gpus
@@ -217,8 +238,9 @@ def master_address(node_id: str) -> tuple[str, int]:
     Ray's pool with the libraries it imported, ~0.4 GB)."""
     if node_id == ray.get_runtime_context().get_node_id():
         return _node_address_and_port()
-    return ray.get(_node_rendezvous.options(
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote())
+    return ray.get(
+        _node_rendezvous.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote()
+    )
 
 
 def _finish_dp_future(pad: int, outputs: list):
@@ -240,8 +262,9 @@ class RayWorkerGroup(WorkerGroup):
         WorkerGroupError: a worker's constructor failed (names the rank).
     """
 
-    def __init__(self, resource_pool: RayResourcePool, ray_cls_with_init: RayClassWithInitArgs,
-                 name_prefix: str | None = None) -> None:
+    def __init__(
+        self, resource_pool: RayResourcePool, ray_cls_with_init: RayClassWithInitArgs, name_prefix: str | None = None
+    ) -> None:
         if not isinstance(resource_pool, RayResourcePool):
             raise TypeError(f"resource_pool must be a RayResourcePool, got {type(resource_pool).__name__}")
         if not isinstance(ray_cls_with_init, RayClassWithInitArgs):
@@ -270,17 +293,23 @@ class RayWorkerGroup(WorkerGroup):
         for pg, local_world_size in zip(pgs, pool.store):
             for local_rank in range(local_world_size):
                 env_vars = {
-                    "RANK": str(rank), "WORLD_SIZE": str(self.world_size), "LOCAL_RANK": str(local_rank),
-                    "LOCAL_WORLD_SIZE": str(local_world_size), "MASTER_ADDR": master_addr,
-                    "MASTER_PORT": str(master_port), "WG_PREFIX": self.name_prefix,
+                    "RANK": str(rank),
+                    "WORLD_SIZE": str(self.world_size),
+                    "LOCAL_RANK": str(local_rank),
+                    "LOCAL_WORLD_SIZE": str(local_world_size),
+                    "MASTER_ADDR": master_addr,
+                    "MASTER_PORT": str(master_port),
+                    "WG_PREFIX": self.name_prefix,
                 }
-                self._workers.append(cls_with_init(pg, local_rank, num_cpus=num_cpus, num_gpus=num_gpus,
-                                                   env_vars=env_vars))
+                self._workers.append(
+                    cls_with_init(pg, local_rank, num_cpus=num_cpus, num_gpus=num_gpus, env_vars=env_vars)
+                )
                 rank += 1
         ranks = list(range(self.world_size))
         self._wait("__init__", ranks, [w.__ray_ready__.remote() for w in self._workers])
-        logger.info("worker group %r: %d workers, master %s:%s", self.name_prefix, self.world_size, master_addr,
-                    master_port)
+        logger.info(
+            "worker group %r: %d workers, master %s:%s", self.name_prefix, self.world_size, master_addr, master_port
+        )
 
     @property
     def workers(self) -> list:
@@ -294,16 +323,21 @@ class RayWorkerGroup(WorkerGroup):
         self._workers = []
 
     # ---------------------------------------------------------------- backend hooks
-    def _execute_async(self, method_name: str, ranks: list[int], per_rank_args: tuple[list, ...],
-                       per_rank_kwargs: dict[str, list]) -> list:
+    def _execute_async(
+        self, method_name: str, ranks: list[int], per_rank_args: tuple[list, ...], per_rank_kwargs: dict[str, list]
+    ) -> list:
         if not self._workers:
             raise RuntimeError(f"worker group {self.name_prefix!r} has been shut down")
         # An argument shared by several ranks is put into the object store once.
         shared = {}
         for values in (*per_rank_args, *per_rank_kwargs.values()):
             first = values[ranks[0]]
-            if len(ranks) > 1 and not isinstance(first, (int, float, str, bool, type(None))) and \
-                    all(values[r] is first for r in ranks) and id(first) not in shared:
+            if (
+                len(ranks) > 1
+                and not isinstance(first, (int, float, str, bool, type(None)))
+                and all(values[r] is first for r in ranks)
+                and id(first) not in shared
+            ):
                 shared[id(first)] = ray.put(first)
 
         def pick(values: list, rank: int) -> Any:
@@ -311,7 +345,8 @@ class RayWorkerGroup(WorkerGroup):
 
         return [
             getattr(self._workers[r], method_name).remote(
-                *(pick(a, r) for a in per_rank_args), **{k: pick(v, r) for k, v in per_rank_kwargs.items()})
+                *(pick(a, r) for a in per_rank_args), **{k: pick(v, r) for k, v in per_rank_kwargs.items()}
+            )
             for r in ranks
         ]
 
@@ -329,7 +364,9 @@ class RayWorkerGroup(WorkerGroup):
                     cause = getattr(exc, "cause", None) or exc
                     raise WorkerGroupError(
                         f"worker group {self.name_prefix!r}: rank {ranks[i]} of {self.world_size} failed in "
-                        f"{method_name}(): {type(cause).__name__}: {cause}", rank=ranks[i], method_name=method_name,
+                        f"{method_name}(): {type(cause).__name__}: {cause}",
+                        rank=ranks[i],
+                        method_name=method_name,
                     ) from exc
         return results
 
@@ -344,13 +381,15 @@ class RayWorkerGroup(WorkerGroup):
     def execute_all_async(self, method_name: str, *args: Any, **kwargs: Any) -> list:
         """Start ``method_name`` (registered or not) on every worker with the same arguments; refs in rank order."""
         n = self.world_size
-        return self._execute_async(method_name, list(range(n)), tuple([a] * n for a in args),
-                                   {k: [v] * n for k, v in kwargs.items()})
+        return self._execute_async(
+            method_name, list(range(n)), tuple([a] * n for a in args), {k: [v] * n for k, v in kwargs.items()}
+        )
 
     def execute_all_sync(self, method_name: str, *args: Any, **kwargs: Any) -> list:
         """``execute_all_async`` and wait: the results in rank order (raises ``WorkerGroupError``)."""
-        return self._wait(method_name, list(range(self.world_size)),
-                          self.execute_all_async(method_name, *args, **kwargs))
+        return self._wait(
+            method_name, list(range(self.world_size)), self.execute_all_async(method_name, *args, **kwargs)
+        )
 
     def execute_rank_zero_async(self, method_name: str, *args: Any, **kwargs: Any):
         """Start ``method_name`` on rank 0 only; its ref."""

@@ -5,6 +5,7 @@ what its :class:`~verl.trainer.ppo.registry.EstimatorPlugin` declares (e.g. GiGP
 per-level entropies): nothing here knows an estimator by name. Rows whose ``reward_valid`` is False are left out of
 the estimate and get advantage 0 (:func:`verl.trainer.ppo.group_stats.compute_advantage_on_valid_rows`).
 """
+
 from __future__ import annotations
 
 from typing import Optional
@@ -15,8 +16,9 @@ from verl.protocol import DataProto
 from verl.trainer.ppo import core_algos
 
 
-def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConfig,
-                      metrics: Optional[dict] = None) -> DataProto:
+def compute_advantage(
+    data: DataProto, adv_estimator: str, algo_config: DictConfig, metrics: Optional[dict] = None
+) -> DataProto:
     """Fill ``advantages`` and ``returns`` [B, R] with the registered estimator ``adv_estimator`` (upstream verl's
     ``ray_trainer.compute_advantage``; this module's docstring).
 
@@ -45,8 +47,9 @@ def compute_advantage(data: DataProto, adv_estimator: str, algo_config: DictConf
     if plugin.batch_inputs is not None:
         inputs.update(plugin.batch_inputs(data, metrics))
     valid = data.non_tensor_batch.get("reward_valid")
-    advantages, returns = fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(
-        fn, valid, **inputs)
+    advantages, returns = (
+        fn(**inputs) if valid is None else core_algos.compute_advantage_on_valid_rows(fn, valid, **inputs)
+    )
     data.batch["advantages"] = advantages
     data.batch["returns"] = returns
     if plugin.batch_outputs is not None:

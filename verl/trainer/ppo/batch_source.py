@@ -17,6 +17,7 @@ Both return scored rows (``responses``, ``response_mask``, ``token_level_scores`
 values, advantage, updates — is the same for every source. A source sees the trainer only through :class:`StepOps`:
 the timed phases, generation, scoring, balancing and the step's counters, nothing else of it.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -146,9 +147,11 @@ class AgentEnvSource:
         do_sample = ops.config.actor_rollout_ref.rollout.do_sample
         with ops.phase("gen"):
             batch, env_metrics = ops.agent.collect(
-                prompts.non_tensor_batch["task_seed"], lambda gen: ops.rollout(gen, do_sample),
+                prompts.non_tensor_batch["task_seed"],
+                lambda gen: ops.rollout(gen, do_sample),
                 log_prob_fn=ops.compute_log_prob,  # RLVCR phase (timing_s/rlvcr, within gen)
-                step=ops.step())
+                step=ops.step(),
+            )
         metrics.update(env_metrics)
         batch = pad_rows_to_multiple(batch, update_row_multiple(ops.config), ops.agent.pad_token_id)
         _finish(ops, batch, metrics)

@@ -4,6 +4,7 @@ Layout (upstream's): ``{trainer.default_local_dir}/global_step_N/{actor,critic}/
 sampler position, step, epoch, RNG states, KL controller, router), ``config.yaml`` and ``manifest.json`` (written
 last; see :mod:`verl.utils.checkpoint_manifest`), plus ``latest_checkpointed_iteration.txt``.
 """
+
 from __future__ import annotations
 
 import copy
@@ -62,20 +63,32 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
     if trainer.use_critic:
         trainer.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=run.global_steps)
     trainer.phases.fault_point("save_partial", run.global_steps)  # kill tests: die with the save half written
-    state = {"sampler": trainer.train_sampler.state_dict(run.batches_consumed), "global_step": run.global_steps,
-             "epoch": run.epoch, **(driver or driver_state(trainer))}
+    state = {
+        "sampler": trainer.train_sampler.state_dict(run.batches_consumed),
+        "global_step": run.global_steps,
+        "epoch": run.epoch,
+        **(driver or driver_state(trainer)),
+    }
     step, metrics = run.step_record or (None, None)
     if step == run.global_steps:  # the step's metrics, for a kill between this save and their log
         state["metrics"] = {**metrics, **{f"timing_s/{k}": v for k, v in trainer._timing.items()}}
     torch.save(state, tmp / "data.pt")
     config = OmegaConf.to_container(trainer.config, resolve=True)
     (tmp / "config.yaml").write_text(OmegaConf.to_yaml(trainer.config, resolve=True))
-    cm.write_manifest(tmp, step=run.global_steps, epoch=run.epoch, config=config, world_size=trainer.n_workers,
-                      version=__version__, run_id=run.run_id)
+    cm.write_manifest(
+        tmp,
+        step=run.global_steps,
+        epoch=run.epoch,
+        config=config,
+        world_size=trainer.n_workers,
+        version=__version__,
+        run_id=run.run_id,
+    )
     step_dir = cm.publish_checkpoint(tmp, root, run.global_steps, run_id=run.run_id)
     trainer.phases.fault_point("save_published", run.global_steps)  # kill tests: published, metrics not logged
-    keep = [k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep)
-            if k]
+    keep = [
+        k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep) if k
+    ]
     for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=run.run_id):
         logger.info("removed old checkpoint %s", removed)
     run.saved_step = run.global_steps
@@ -97,10 +110,12 @@ def _refuse_if_only_invalid(root: Path) -> None:
         except cm.CheckpointError as err:
             reasons.append(f"{step_dir.name}: {err}")
     if reasons:
-        raise cm.CheckpointError(f"no valid checkpoint to resume from in {root}, but {len(reasons)} damaged one(s):"
-                                 "\n  " + "\n  ".join(reasons) + "\nRepair or move them, or start fresh on purpose "
-                                 "with trainer.resume_mode=disable (saves then replace these folders) or a new "
-                                 "trainer.default_local_dir.")
+        raise cm.CheckpointError(
+            f"no valid checkpoint to resume from in {root}, but {len(reasons)} damaged one(s):"
+            "\n  " + "\n  ".join(reasons) + "\nRepair or move them, or start fresh on purpose "
+            "with trainer.resume_mode=disable (saves then replace these folders) or a new "
+            "trainer.default_local_dir."
+        )
 
 
 def _check_manifest_against_files(step_dir: Path, manifest: dict, state: dict) -> None:
@@ -119,12 +134,14 @@ def _check_manifest_against_files(step_dir: Path, manifest: dict, state: dict) -
         flat = cm.flatten(saved)
         edited = [k for k, v in (manifest.get("resume_keys") or {}).items() if flat.get(k) != v]
         if edited:
-            raise CheckpointError(f"{step_dir}: manifest.json's resume_keys differ from config.yaml on "
-                                  f"{', '.join(edited)}")
+            raise CheckpointError(
+                f"{step_dir}: manifest.json's resume_keys differ from config.yaml on {', '.join(edited)}"
+            )
     for field, value in (("step", state.get("global_step")), ("epoch", state.get("epoch"))):
         if manifest.get(field) != value:
-            raise CheckpointError(f"{step_dir}: manifest.json says {field} {manifest.get(field)!r}, data.pt holds "
-                                  f"{value!r}")
+            raise CheckpointError(
+                f"{step_dir}: manifest.json says {field} {manifest.get(field)!r}, data.pt holds {value!r}"
+            )
 
 
 def _warn_if_tracker_disagrees(root: Path, step_dir: Path) -> None:
@@ -136,9 +153,14 @@ def _warn_if_tracker_disagrees(root: Path, step_dir: Path) -> None:
     except OSError:
         logger.warning("%s is missing: resuming from %s, the newest valid checkpoint", tracker, step_dir.name)
         return
-    if text != step_dir.name[len(cm.STEP_PREFIX):]:
-        logger.warning("%s says %r but the newest valid checkpoint is %s: resuming from %s", tracker, text,
-                       step_dir.name, step_dir.name)
+    if text != step_dir.name[len(cm.STEP_PREFIX) :]:
+        logger.warning(
+            "%s says %r but the newest valid checkpoint is %s: resuming from %s",
+            tracker,
+            text,
+            step_dir.name,
+            step_dir.name,
+        )
 
 
 MODEL_KEY = "actor_rollout_ref.model.path"
@@ -192,10 +214,12 @@ def refuse_other_model(config) -> None:
         saved = None if step_dir is None else _saved_model_path(step_dir)
     if saved in (None, wanted):
         return
-    raise CheckpointError(f"{step_dir} was trained from {MODEL_KEY}={saved!r}, and this run's model "
-                          f"{config.actor_rollout_ref.model.path!r} is {wanted!r}: resuming from it would be refused. "
-                          f"Give the run a checkpoint folder of its own (another EXPERIMENT_NAME / "
-                          f"trainer.experiment_name), or use the checkpoint's model.")
+    raise CheckpointError(
+        f"{step_dir} was trained from {MODEL_KEY}={saved!r}, and this run's model "
+        f"{config.actor_rollout_ref.model.path!r} is {wanted!r}: resuming from it would be refused. "
+        f"Give the run a checkpoint folder of its own (another EXPERIMENT_NAME / "
+        f"trainer.experiment_name), or use the checkpoint's model."
+    )
 
 
 def load_checkpoint(trainer) -> TrainerState:
@@ -238,9 +262,12 @@ def load_checkpoint(trainer) -> TrainerState:
     current = cm.flatten(OmegaConf.to_container(trainer.config, resolve=True))
     diffs = cm.config_differences(manifest["resume_keys"], current, list(cfg.resume_allow_changes or []))
     if diffs:
-        raise cm.CheckpointError(f"cannot resume from {step_dir}: the config differs on\n  " + "\n  ".join(diffs)
-                                 + "\nRestore these values, start a new trainer.default_local_dir, or list keys "
-                                   "that are safe to change in trainer.resume_allow_changes.")
+        raise cm.CheckpointError(
+            f"cannot resume from {step_dir}: the config differs on\n  "
+            + "\n  ".join(diffs)
+            + "\nRestore these values, start a new trainer.default_local_dir, or list keys "
+            "that are safe to change in trainer.resume_allow_changes."
+        )
     state = torch.load(step_dir / "data.pt", weights_only=False)
     _check_manifest_against_files(step_dir, manifest, state)
     # the driver's RNGs first, then the critic's, the actor's last: with trainer.single_process they all share this
@@ -256,10 +283,14 @@ def load_checkpoint(trainer) -> TrainerState:
         if "router" not in state:
             raise cm.CheckpointError(f"router.enable=true but checkpoint {step_dir} has no router state")
         trainer.router.load_state_dict(state["router"])
-    run = TrainerState(global_steps=int(state["global_step"]), epoch=int(state["epoch"]),
-                       batches_consumed=int(state["sampler"]["batches_consumed"]),
-                       run_id=manifest.get("run_id") or fresh.run_id, resumed_from=str(step_dir),
-                       resume_record=state.get("metrics"))
+    run = TrainerState(
+        global_steps=int(state["global_step"]),
+        epoch=int(state["epoch"]),
+        batches_consumed=int(state["sampler"]["batches_consumed"]),
+        run_id=manifest.get("run_id") or fresh.run_id,
+        resumed_from=str(step_dir),
+        resume_record=state.get("metrics"),
+    )
     logger.info("resumed from %s (global step %d, epoch %d)", step_dir, run.global_steps, run.epoch)
     return run
 
@@ -288,8 +319,10 @@ def save_after_error(trainer) -> str:
     if not cfg.save_on_exit:
         return f"nothing saved (trainer.save_on_exit=false); {newest()}"
     if trainer.updating:
-        return (f"the error came during the updates of step {step + 1}, so the weights are partly updated and no "
-                f"checkpoint was written; {newest()}")
+        return (
+            f"the error came during the updates of step {step + 1}, so the weights are partly updated and no "
+            f"checkpoint was written; {newest()}"
+        )
     if step == 0 or run.saved_step == step:
         return newest()
     failed_mid_step = run.global_steps > step

@@ -27,6 +27,7 @@ Group statistics (mean / unbiased std / size per ``index`` group) are computed o
 :func:`compute_group_statistics`, and shared by GRPO, RLOO, REINFORCE++-baseline and the estimators registered
 elsewhere; they are order-invariant (the rows may come in any order).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Optional, Tuple
@@ -71,8 +72,13 @@ GROUPED = EstimatorPlugin(grouped=True)  # advantages relative within the prompt
 
 @register_adv_est(AdvantageEstimator.GAE, EstimatorPlugin(needs_values=True))
 def compute_gae_advantage_return(
-    token_level_rewards: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-    gamma: Optional[float] = None, lam: Optional[float] = None, config: Any = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: Optional[float] = None,
+    lam: Optional[float] = None,
+    config: Any = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation, multi-turn aware (Schulman et al. 2016, "High-Dimensional Continuous Control
     Using GAE", eq. 16: ``A_t = sum_l (gamma lam)^l delta_{t+l}``, ``delta_t = r_t + gamma V_{t+1} - V_t``).
@@ -108,8 +114,13 @@ def compute_gae_advantage_return(
 
 @register_adv_est(AdvantageEstimator.GRPO, GROUPED)
 def compute_grpo_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
-    norm_adv_by_std_in_grpo: Optional[bool] = None, config: Any = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any = None,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: Optional[bool] = None,
+    config: Any = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """GRPO outcome advantage: the response's total reward normalised within its prompt group.
 
@@ -133,8 +144,12 @@ def compute_grpo_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.RLOO, GROUPED)
 def compute_rloo_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
-    config: Any = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any = None,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """RLOO: each response's score minus the mean score of the *other* responses of its group.
 
@@ -162,8 +177,11 @@ register_adv_est(AdvantageEstimator.RLOO_VECTORIZED, GROUPED)(compute_rloo_outco
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
 def compute_reinforce_plus_plus_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, gamma: Optional[float] = None,
-    config: Any = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    gamma: Optional[float] = None,
+    config: Any = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++: discounted returns-to-go, whitened over all response tokens of the batch.
 
@@ -182,8 +200,12 @@ def compute_reinforce_plus_plus_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE, GROUPED)
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
-    token_level_rewards: torch.Tensor, response_mask: torch.Tensor, index: Any = None, epsilon: float = 1e-6,
-    config: Any = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: Any = None,
+    epsilon: float = 1e-6,
+    config: Any = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """REINFORCE++-baseline: score minus its group mean, broadcast over the response, then whitened over the batch.
 
@@ -204,8 +226,11 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
 @register_adv_est(AdvantageEstimator.REMAX, EstimatorPlugin(needs_greedy_baseline=True))
 def compute_remax_outcome_advantage(
-    token_level_rewards: torch.Tensor, reward_baselines: torch.Tensor = None, response_mask: torch.Tensor = None,
-    config: Any = None, **kwargs,
+    token_level_rewards: torch.Tensor,
+    reward_baselines: torch.Tensor = None,
+    response_mask: torch.Tensor = None,
+    config: Any = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """ReMax: undiscounted returns-to-go minus the reward of the greedy response to the same prompt.
 
@@ -223,7 +248,10 @@ def compute_remax_outcome_advantage(
 
 
 def compute_rewards(
-    token_level_scores: torch.Tensor, old_log_prob: torch.Tensor, ref_log_prob: torch.Tensor, kl_ratio: float,
+    token_level_scores: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    ref_log_prob: torch.Tensor,
+    kl_ratio: float,
 ) -> torch.Tensor:
     """KL-penalised reward ``r = score - kl_ratio * (log pi_old - log pi_ref)`` per token (all ``[B, L]``).
 
@@ -234,9 +262,13 @@ def compute_rewards(
 
 # -------------------- losses -----------------------------------------------------------------------------------------
 def agg_loss(
-    loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str = "token-mean",
-    loss_scale_factor: Optional[float] = None, batch_num_tokens: Optional[float] = None,
-    global_batch_size: Optional[float] = None, dp_size: int = 1,
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    loss_scale_factor: Optional[float] = None,
+    batch_num_tokens: Optional[float] = None,
+    global_batch_size: Optional[float] = None,
+    dp_size: int = 1,
 ) -> torch.Tensor:
     """Reduce a ``[B, L]`` per-token loss to a scalar (``n_b = sum_t mask[b, t]``; rows with ``n_b = 0`` never count).
 
@@ -279,7 +311,13 @@ def _clip_range(config: Any) -> Tuple[float, float]:
 
 
 def _clipped_pg_losses(
-    old_log_prob, log_prob, advantages, response_mask, clip_low: float, clip_high: float, clip_ratio_c: float,
+    old_log_prob,
+    log_prob,
+    advantages,
+    response_mask,
+    clip_low: float,
+    clip_high: float,
+    clip_ratio_c: float,
 ):
     """Per-token dual-clip PPO loss and statistics: ``(pg_losses [B, L], pg_clipfrac, ppo_kl, pg_clipfrac_lower)``."""
     if clip_ratio_c <= 1.0:
@@ -300,8 +338,13 @@ def _clipped_pg_losses(
 
 @register_policy_loss("vanilla")
 def compute_policy_loss_vanilla(
-    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean", config: Any = None, rollout_is_weights: Optional[torch.Tensor] = None,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """PPO clipped surrogate with asymmetric clipping and dual clip.
 
@@ -336,8 +379,13 @@ def compute_policy_loss_vanilla(
 
 @register_policy_loss("gspo")
 def compute_policy_loss_gspo(
-    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
-    loss_agg_mode: str = "seq-mean-token-mean", config: Any = None, rollout_is_weights: Optional[torch.Tensor] = None,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """GSPO, the GSPO-token form: one importance ratio per sequence, clipped per sequence.
 
@@ -368,8 +416,9 @@ def compute_policy_loss_gspo(
         pg_losses = pg_losses * rollout_is_weights
     pg_loss = agg_loss(pg_losses, response_mask, loss_agg_mode)
     metrics = {
-        "actor/pg_clipfrac": verl_F.masked_mean((loss_clipped > loss_unclipped).to(log_prob.dtype),
-                                                response_mask).item(),
+        "actor/pg_clipfrac": verl_F.masked_mean(
+            (loss_clipped > loss_unclipped).to(log_prob.dtype), response_mask
+        ).item(),
         "actor/ppo_kl": verl_F.masked_mean(-log_ratio.detach(), response_mask).item(),
     }
     return pg_loss, metrics
@@ -377,8 +426,13 @@ def compute_policy_loss_gspo(
 
 @register_policy_loss("cispo")
 def compute_policy_loss_cispo(
-    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
-    loss_agg_mode: str = "token-mean", config: Any = None, rollout_is_weights: Optional[torch.Tensor] = None,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any = None,
+    rollout_is_weights: Optional[torch.Tensor] = None,
 ) -> Tuple[torch.Tensor, Dict[str, float]]:
     """CISPO: the clipped importance weight multiplies the log-probability, with its gradient stopped, so no token's
     gradient is ever zeroed by the clip (unlike PPO-clip).
@@ -412,9 +466,15 @@ def compute_policy_loss_cispo(
 
 
 def compute_policy_loss(
-    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
-    cliprange: Optional[float] = None, cliprange_low: Optional[float] = None, cliprange_high: Optional[float] = None,
-    clip_ratio_c: float = 3.0, loss_agg_mode: str = "token-mean",
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange: Optional[float] = None,
+    cliprange_low: Optional[float] = None,
+    cliprange_high: Optional[float] = None,
+    clip_ratio_c: float = 3.0,
+    loss_agg_mode: str = "token-mean",
 ):
     """Deprecated form of :func:`compute_policy_loss_vanilla` (same formula, explicit clip ranges).
 
@@ -432,7 +492,9 @@ def compute_policy_loss(
 
 
 def compute_entropy_loss(
-    logits: torch.Tensor, response_mask: torch.Tensor, loss_agg_mode: str = "token-mean",
+    logits: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
 ) -> torch.Tensor:
     """Aggregated policy entropy over response tokens (the actor subtracts ``entropy_coeff`` x this).
 
@@ -443,8 +505,12 @@ def compute_entropy_loss(
 
 
 def compute_value_loss(
-    vpreds: torch.Tensor, returns: torch.Tensor, values: torch.Tensor, response_mask: torch.Tensor,
-    cliprange_value: float, loss_agg_mode: str = "token-mean",
+    vpreds: torch.Tensor,
+    returns: torch.Tensor,
+    values: torch.Tensor,
+    response_mask: torch.Tensor,
+    cliprange_value: float,
+    loss_agg_mode: str = "token-mean",
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """Clipped value loss ``0.5 * agg(max((V - R)^2, (clip(V, V_old - c, V_old + c) - R)^2))``.
 

@@ -2,6 +2,7 @@
 mid-epoch), the validation loader (the whole split in one batch), and the step counts the workers' learning-rate
 schedules need before they build their optimizers.
 """
+
 from __future__ import annotations
 
 import logging
@@ -29,8 +30,7 @@ class RLDataloaders:
     total_training_steps: int
 
 
-def build_rl_dataloaders(config: DictConfig, train_dataset: Dataset, val_dataset: Dataset,
-                         collate_fn) -> RLDataloaders:
+def build_rl_dataloaders(config: DictConfig, train_dataset: Dataset, val_dataset: Dataset, collate_fn) -> RLDataloaders:
     """Loaders of ``data.train_batch_size`` prompts (the last incomplete batch dropped) and of the whole validation
     split; ``trainer.total_training_steps`` (when set) overrides ``steps_per_epoch * trainer.total_epochs``.
 
@@ -40,23 +40,43 @@ def build_rl_dataloaders(config: DictConfig, train_dataset: Dataset, val_dataset
     data = config.data
     batch_size = int(data.train_batch_size)
     if len(train_dataset) < batch_size:
-        raise ConfigError(f"data.train_batch_size={batch_size} is larger than the training set "
-                          f"({len(train_dataset)} rows of {data.train_files} after filtering)")
-    sampler = EpochSeededSampler(len(train_dataset), seed=int(data.seed), shuffle=bool(data.shuffle),
-                                 batch_size=batch_size)
+        raise ConfigError(
+            f"data.train_batch_size={batch_size} is larger than the training set "
+            f"({len(train_dataset)} rows of {data.train_files} after filtering)"
+        )
+    sampler = EpochSeededSampler(
+        len(train_dataset), seed=int(data.seed), shuffle=bool(data.shuffle), batch_size=batch_size
+    )
     # Own generators: creating a loader iterator draws a base seed, which must not advance the global torch RNG
     # (restored exactly on resume; shared with the workers when they run in this process).
-    train = DataLoader(train_dataset, batch_size=batch_size, sampler=sampler, drop_last=True, collate_fn=collate_fn,
-                       num_workers=int(data.dataloader_num_workers),
-                       generator=torch.Generator().manual_seed(int(data.seed)))
-    val = DataLoader(val_dataset, batch_size=len(val_dataset), shuffle=False, drop_last=False, collate_fn=collate_fn,
-                     generator=torch.Generator())
+    train = DataLoader(
+        train_dataset,
+        batch_size=batch_size,
+        sampler=sampler,
+        drop_last=True,
+        collate_fn=collate_fn,
+        num_workers=int(data.dataloader_num_workers),
+        generator=torch.Generator().manual_seed(int(data.seed)),
+    )
+    val = DataLoader(
+        val_dataset,
+        batch_size=len(val_dataset),
+        shuffle=False,
+        drop_last=False,
+        collate_fn=collate_fn,
+        generator=torch.Generator(),
+    )
     steps_per_epoch = len(train_dataset) // batch_size
     total = steps_per_epoch * int(config.trainer.total_epochs)
     if config.trainer.total_training_steps is not None:
         total = int(config.trainer.total_training_steps)
-    logger.info("train: %d rows, %d steps/epoch, %d total steps; val: %d rows", len(train_dataset), steps_per_epoch,
-                total, len(val_dataset))
+    logger.info(
+        "train: %d rows, %d steps/epoch, %d total steps; val: %d rows",
+        len(train_dataset),
+        steps_per_epoch,
+        total,
+        len(val_dataset),
+    )
     return RLDataloaders(sampler, train, val, steps_per_epoch, total)
 
 

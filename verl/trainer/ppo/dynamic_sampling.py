@@ -18,6 +18,7 @@ A group's value per response is ``metric``: ``seq_reward`` or ``score`` (the sum
 before any KL penalty; the default), ``format`` or ``correctness`` (the RLLA reward's components). Rows whose reward
 is invalid (``reward_valid`` false) do not count towards a group's variance.
 """
+
 from __future__ import annotations
 
 import logging
@@ -30,8 +31,12 @@ from verl.utils.prompt_batch import concat_prompt_batches
 
 logger = logging.getLogger(__name__)
 
-METRIC_TENSORS = {"seq_reward": "token_level_scores", "score": "token_level_scores",
-                  "format": "token_level_scores_format", "correctness": "token_level_scores_correctness"}
+METRIC_TENSORS = {
+    "seq_reward": "token_level_scores",
+    "score": "token_level_scores",
+    "format": "token_level_scores_format",
+    "correctness": "token_level_scores_correctness",
+}
 
 
 def sequence_values(batch: DataProto, metric: Optional[str]) -> np.ndarray:
@@ -69,8 +74,9 @@ def _rows_of(batch: DataProto, uids: list) -> DataProto:
     return rows
 
 
-def collect_filtered(ops: Any, batch: DataProto, n: int, metrics: dict,
-                     collect: Callable[[DataProto, int, dict], DataProto]) -> DataProto:
+def collect_filtered(
+    ops: Any, batch: DataProto, n: int, metrics: dict, collect: Callable[[DataProto, int, dict], DataProto]
+) -> DataProto:
     """The step's training batch under dynamic sampling (module docstring).
 
     Args:
@@ -117,15 +123,28 @@ def collect_filtered(ops: Any, batch: DataProto, n: int, metrics: dict,
         filler = concat_prompt_batches(dropped, pad)
         uids = list(dict.fromkeys(filler.non_tensor_batch["uid"].tolist()))[-filled:]  # the most recent ones
         kept.append(_rows_of(filler, uids))
-        why = (f"after max_num_gen_batches={limit} generation batches" if limit > 0 and gen_batches >= limit
-               else f"when the epoch's data ran out ({gen_batches} generation batches)")
-        logger.warning("filter_groups: step %d: %d of %d groups with reward variance %s; %d zero-variance groups "
-                       "fill the batch", ops.step(), num_kept, target, why, filled)
+        why = (
+            f"after max_num_gen_batches={limit} generation batches"
+            if limit > 0 and gen_batches >= limit
+            else f"when the epoch's data ran out ({gen_batches} generation batches)"
+        )
+        logger.warning(
+            "filter_groups: step %d: %d of %d groups with reward variance %s; %d zero-variance groups fill the batch",
+            ops.step(),
+            num_kept,
+            target,
+            why,
+            filled,
+        )
     out = concat_prompt_batches(kept, pad)  # generation batches differ in prompt width
     if ops.config.trainer.balance_batch:
         ops.balance(out, metrics)
     out.meta_info["global_token_num"] = out.batch["attention_mask"].sum(-1).tolist()
-    metrics.update({"filter_groups/num_gen_batches": float(gen_batches),
-                    "filter_groups/kept_group_frac": varied / max(generated, 1),
-                    "filter_groups/filled_groups": float(filled)})
+    metrics.update(
+        {
+            "filter_groups/num_gen_batches": float(gen_batches),
+            "filter_groups/kept_group_frac": varied / max(generated, 1),
+            "filter_groups/filled_groups": float(filled),
+        }
+    )
     return out

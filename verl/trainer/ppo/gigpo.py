@@ -26,6 +26,7 @@ Group statistics reuse :func:`verl.trainer.ppo.group_stats.group_normalize` (unb
 singleton or constant group gives exactly 0) and its masked reverse discount. The estimator registers itself under
 ``gigpo`` (:mod:`verl.trainer.ppo.registry`); ``core_algos`` imports this module so that every estimator is there.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -54,13 +55,14 @@ GIGPO_MODES = ("mean_std_norm", "mean_norm")
 
 # non_tensor_batch field -> estimator keyword argument (module docstring table)
 GIGPO_BATCH_FIELDS = {
-    "traj_uid": "traj_index", "step_index": "step_index", "anchor_obs": "anchor_obs",
-    "is_action_valid": "is_action_valid", "step_reward": "step_rewards",
+    "traj_uid": "traj_index",
+    "step_index": "step_index",
+    "anchor_obs": "anchor_obs",
+    "is_action_valid": "is_action_valid",
+    "step_reward": "step_rewards",
 }
 
 _NAN = float("nan")  # one NaN object: equal NaN anchors hash and compare equal through identity
-
-
 
 
 # -------------------- anchors ----------------------------------------------------------------------------------------
@@ -163,9 +165,17 @@ def _as_list(values: Any, name: str, batch_size: int) -> list:
 
 
 def compute_gigpo_components(
-    step_rewards: Any, anchor_obs: Any, index: Any, traj_index: Any, step_index: Any, gamma: float = 1.0,
-    mode: str = "mean_std_norm", epsilon: float = 1e-6, is_action_valid: Any = None,
-    invalid_action_penalty: float = 0.0, anchor_similarity: float = 1.0,
+    step_rewards: Any,
+    anchor_obs: Any,
+    index: Any,
+    traj_index: Any,
+    step_index: Any,
+    gamma: float = 1.0,
+    mode: str = "mean_std_norm",
+    epsilon: float = 1e-6,
+    is_action_valid: Any = None,
+    invalid_action_penalty: float = 0.0,
+    anchor_similarity: float = 1.0,
 ) -> GiGPOComponents:
     """Episode-level and step-level GiGPO advantages of every row (``docs/gigpo.md``, sections "Invalid-action
     penalty", "Episode-level advantage A_E", "Step-level advantage A_S").
@@ -250,12 +260,23 @@ def compute_gigpo_components(
 
 
 def compute_gigpo_outcome_advantage(
-    step_rewards: Any = None, response_mask: Optional[torch.Tensor] = None, anchor_obs: Any = None, index: Any = None,
-    traj_index: Any = None, step_index: Any = None, gamma: Optional[float] = None,
-    step_advantage_w: Optional[float] = None, mode: Optional[str] = None, epsilon: Optional[float] = None,
-    is_action_valid: Any = None, invalid_action_penalty: Optional[float] = None,
-    anchor_similarity: Optional[float] = None, token_level_rewards: Optional[torch.Tensor] = None, config: Any = None,
-    metrics: Optional[Dict[str, float]] = None, **kwargs,
+    step_rewards: Any = None,
+    response_mask: Optional[torch.Tensor] = None,
+    anchor_obs: Any = None,
+    index: Any = None,
+    traj_index: Any = None,
+    step_index: Any = None,
+    gamma: Optional[float] = None,
+    step_advantage_w: Optional[float] = None,
+    mode: Optional[str] = None,
+    epsilon: Optional[float] = None,
+    is_action_valid: Any = None,
+    invalid_action_penalty: Optional[float] = None,
+    anchor_similarity: Optional[float] = None,
+    token_level_rewards: Optional[torch.Tensor] = None,
+    config: Any = None,
+    metrics: Optional[Dict[str, float]] = None,
+    **kwargs,
 ) -> Tuple[torch.Tensor, torch.Tensor]:
     """GiGPO advantage ``A(row) = A_E + omega * A_S`` broadcast over the row's response tokens and masked
     (``docs/gigpo.md``, section "Combination and modes"; Feng et al. 2025, combined advantage); the parts are
@@ -278,14 +299,24 @@ def compute_gigpo_outcome_advantage(
     Raises ValueError: a required input is missing (the message names the batch fields), or see
         :func:`compute_gigpo_components`. TypeError: an anchor that cannot be canonicalised.
     """
-    missing = [name for name, value in (("response_mask", response_mask), ("anchor_obs", anchor_obs),
-                                        ("index (uid)", index), ("traj_index (traj_uid)", traj_index),
-                                        ("step_index", step_index)) if value is None]
+    missing = [
+        name
+        for name, value in (
+            ("response_mask", response_mask),
+            ("anchor_obs", anchor_obs),
+            ("index (uid)", index),
+            ("traj_index (traj_uid)", traj_index),
+            ("step_index", step_index),
+        )
+        if value is None
+    ]
     if step_rewards is None and token_level_rewards is None:
         missing.append("step_rewards or token_level_rewards")
     if missing:
-        raise ValueError(f"GiGPO needs {', '.join(missing)}: one row per agent step with non_tensor_batch fields "
-                         "uid, traj_uid, step_index, anchor_obs (see verl.trainer.ppo.gigpo.gigpo_batch_inputs)")
+        raise ValueError(
+            f"GiGPO needs {', '.join(missing)}: one row per agent step with non_tensor_batch fields "
+            "uid, traj_uid, step_index, anchor_obs (see verl.trainer.ppo.gigpo.gigpo_batch_inputs)"
+        )
     gigpo_cfg = cfg_get(config, "gigpo")
     if step_rewards is None:
         step_rewards = (token_level_rewards * response_mask.to(token_level_rewards.dtype)).sum(dim=-1)
@@ -294,7 +325,11 @@ def compute_gigpo_outcome_advantage(
     omega = float(resolve(step_advantage_w, gigpo_cfg, "step_advantage_w", 1.0))
     with torch.no_grad():
         parts = compute_gigpo_components(
-            step_rewards, anchor_obs, index, traj_index, step_index,
+            step_rewards,
+            anchor_obs,
+            index,
+            traj_index,
+            step_index,
             gamma=float(resolve(gamma, config, "gamma", 1.0)),
             mode=str(resolve(mode, gigpo_cfg, "mode", "mean_std_norm")),
             epsilon=float(resolve(epsilon, gigpo_cfg, "epsilon", 1e-6)),
@@ -326,11 +361,15 @@ def _batch_inputs(data: Any, metrics: Optional[Dict[str, float]]) -> Dict[str, A
 def _check_config(algorithm_config: Any) -> None:
     """The registry's ``check_config``: ``algorithm.gigpo`` (:func:`check_gigpo_settings`)."""
     gigpo = cfg_get(algorithm_config, "gigpo")
-    check_gigpo_settings(str(cfg_get(gigpo, "mode", "mean_std_norm")), float(cfg_get(gigpo, "epsilon", 1e-6)),
-                         float(cfg_get(gigpo, "invalid_action_penalty", 0.0)),
-                         float(cfg_get(gigpo, "anchor_similarity", 1.0)))
+    check_gigpo_settings(
+        str(cfg_get(gigpo, "mode", "mean_std_norm")),
+        float(cfg_get(gigpo, "epsilon", 1e-6)),
+        float(cfg_get(gigpo, "invalid_action_penalty", 0.0)),
+        float(cfg_get(gigpo, "anchor_similarity", 1.0)),
+    )
 
 
-register_adv_est(AdvantageEstimator.GIGPO, EstimatorPlugin(batch_inputs=_batch_inputs, check_config=_check_config,
-                                                           grouped=True, step_level=True))(
-    compute_gigpo_outcome_advantage)
+register_adv_est(
+    AdvantageEstimator.GIGPO,
+    EstimatorPlugin(batch_inputs=_batch_inputs, check_config=_check_config, grouped=True, step_level=True),
+)(compute_gigpo_outcome_advantage)

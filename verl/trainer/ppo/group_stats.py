@@ -5,6 +5,7 @@ Mean / unbiased std / size per group (:func:`compute_group_statistics`), the gro
 (:func:`masked_reverse_discount`) and the valid-rows wrapper (:func:`compute_advantage_on_valid_rows`). Pure tensor
 functions: order-invariant, float64 inside, nothing imported above ``verl.utils``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Dict, Tuple
@@ -59,7 +60,11 @@ def compute_group_statistics(scores: torch.Tensor, index: Any) -> Tuple[torch.Te
 
 
 def group_normalize(
-    scores: torch.Tensor, index: Any, epsilon: float = 1e-6, norm_by_std: bool = True, singleton_zero: bool = False,
+    scores: torch.Tensor,
+    index: Any,
+    epsilon: float = 1e-6,
+    norm_by_std: bool = True,
+    singleton_zero: bool = False,
 ) -> torch.Tensor:
     """Group-relative score ``(s - mean_g) / (std_g + epsilon)`` (``s - mean_g`` when ``norm_by_std`` is False).
 

@@ -1,6 +1,7 @@
 """KL penalties between the policy and the reference policy, and the controllers of the in-reward KL coefficient
 (upstream verl's names; also importable from ``core_algos``).
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Union

@@ -4,6 +4,7 @@ All functions read a ``DataProto`` after the advantage step and return ``{name: 
 [B, R] marks response tokens (first EOS included), the prompt part of ``attention_mask`` [B, P+R] marks real prompt
 tokens.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,8 +34,11 @@ def _stats(prefix: str, values: torch.Tensor) -> dict:
     values = values.float()
     if values.numel() == 0:
         return {}
-    return {f"{prefix}/mean": values.mean().item(), f"{prefix}/max": values.max().item(),
-            f"{prefix}/min": values.min().item()}
+    return {
+        f"{prefix}/mean": values.mean().item(),
+        f"{prefix}/max": values.max().item(),
+        f"{prefix}/min": values.min().item(),
+    }
 
 
 def _masked_stats(prefix: str, values: torch.Tensor, mask: torch.Tensor) -> dict:
@@ -79,8 +83,9 @@ def compute_data_metrics(batch, use_critic: bool = True) -> dict:
     metrics["response_length/clip_ratio"] = (response_len >= max_response_length).float().mean().item()
     metrics.update(_stats("prompt_length", prompt_mask.sum(-1).float()))
     if "uid" in batch.non_tensor_batch:
-        metrics["critic/zero_std_groups_frac"] = zero_variance_group_fraction(sequence_score,
-                                                                              batch.non_tensor_batch["uid"])
+        metrics["critic/zero_std_groups_frac"] = zero_variance_group_fraction(
+            sequence_score, batch.non_tensor_batch["uid"]
+        )
     if "reward_valid" in batch.non_tensor_batch:
         metrics["reward/invalid_count"] = float(np.sum(~batch.non_tensor_batch["reward_valid"].astype(bool)))
     return metrics
@@ -90,8 +95,14 @@ def compute_timing_metrics(batch, timing_raw: dict) -> dict:
     """``timing_s/<phase>`` for every timed phase and ``timing_per_token_ms/<phase>`` for the token-bound ones."""
     response_tokens = batch.batch["response_mask"].sum().item()
     all_tokens = batch.batch["attention_mask"].sum().item()
-    per_phase_tokens = {"gen": response_tokens, "old_log_prob": all_tokens, "ref": all_tokens, "values": all_tokens,
-                        "update_actor": all_tokens, "update_critic": all_tokens}
+    per_phase_tokens = {
+        "gen": response_tokens,
+        "old_log_prob": all_tokens,
+        "ref": all_tokens,
+        "values": all_tokens,
+        "update_actor": all_tokens,
+        "update_critic": all_tokens,
+    }
     metrics = {f"timing_s/{name}": value for name, value in timing_raw.items()}
     for name, tokens in per_phase_tokens.items():
         if name in timing_raw and tokens:
@@ -103,8 +114,11 @@ def compute_throughput_metrics(batch, timing_raw: dict, n_workers: int) -> dict:
     """Tokens processed per second per worker over the whole step, and generated tokens per second."""
     total_tokens = int(batch.batch["attention_mask"].sum().item())
     step_time = timing_raw.get("step", float("nan"))
-    metrics = {"perf/total_num_tokens": total_tokens, "perf/time_per_step": step_time,
-               "perf/throughput": total_tokens / (step_time * n_workers) if step_time else float("nan")}
+    metrics = {
+        "perf/total_num_tokens": total_tokens,
+        "perf/time_per_step": step_time,
+        "perf/throughput": total_tokens / (step_time * n_workers) if step_time else float("nan"),
+    }
     if timing_raw.get("gen"):
         metrics["perf/gen_tokens_per_s"] = batch.batch["response_mask"].sum().item() / timing_raw["gen"]
     return metrics
@@ -121,8 +135,15 @@ def reduce_metrics(metrics: dict) -> dict:
     return out
 
 
-def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s: float, n_workers: int,
-                        ppo_epochs: int = 1, shared_prompt: bool = False) -> dict:
+def compute_mfu_metrics(
+    batch,
+    timing_raw: dict,
+    model_config,
+    peak_flops_per_s: float,
+    n_workers: int,
+    ppo_epochs: int = 1,
+    shared_prompt: bool = False,
+) -> dict:
     """Model FLOPs and MFU of the actor's phases of one step (issue 5's accounting).
 
     Counts (``verl.utils.flops_counter``, valid tokens only, so padding shows up as lost MFU): ``gen`` = one forward of
@@ -155,8 +176,11 @@ def compute_mfu_metrics(batch, timing_raw: dict, model_config, peak_flops_per_s:
         prompt_lens = attention_mask[:, :prompt_length].sum(-1).tolist()
         response_lens = attention_mask[:, prompt_length:].sum(-1).tolist()
         groups = group_rows_by_prompt(batch.batch["input_ids"], attention_mask, prompt_length)
-        forward = shared_prompt_forward_flops(model_config, [(prompt_lens[g[0]], [response_lens[r] for r in g])
-                                                             for g in groups], logit_positions=response_tokens)
+        forward = shared_prompt_forward_flops(
+            model_config,
+            [(prompt_lens[g[0]], [response_lens[r] for r in g]) for g in groups],
+            logit_positions=response_tokens,
+        )
     else:
         forward = forward_flops(model_config, attention_mask.sum(-1).tolist(), logit_positions=response_tokens)
     flops = {"gen": forward, "old_log_prob": forward, "ref": forward, "update_actor": 3 * forward * int(ppo_epochs)}
@@ -222,7 +246,8 @@ class MfuMeter:
         return cls(model_config, float(peak), bool(config.actor_rollout_ref.model.use_shared_prompt))
 
     def __call__(self, batch, timing_raw: dict, n_workers: int, ppo_epochs: int = 1) -> dict:
-        metrics = compute_mfu_metrics(batch, timing_raw, self.model_config, self.peak_flops_per_s, n_workers,
-                                      ppo_epochs, self.shared_prompt)
+        metrics = compute_mfu_metrics(
+            batch, timing_raw, self.model_config, self.peak_flops_per_s, n_workers, ppo_epochs, self.shared_prompt
+        )
         metrics["perf/peak_tflops_per_worker"] = self.peak_flops_per_s / 1e12
         return metrics

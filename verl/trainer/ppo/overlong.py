@@ -16,6 +16,7 @@ length limit without ending (its mask is full and its last token is not an EOS i
 ``response_mask`` becomes 0 (after the reward and before the advantage, so it still counts in its group's reward
 statistics but contributes no gradient). Metrics: ``response/overlong_penalty/mean``, ``response/truncated_frac``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -32,8 +33,9 @@ def overlong_penalty(lengths: torch.Tensor, max_length: int, buffer_len: int, fa
         ValueError: ``buffer_len`` not in ``[1, max_length]``.
     """
     if not 1 <= int(buffer_len) <= int(max_length):
-        raise ValueError(f"reward_model.overlong_buffer.len={buffer_len}: expected 1..data.max_response_length "
-                         f"({max_length})")
+        raise ValueError(
+            f"reward_model.overlong_buffer.len={buffer_len}: expected 1..data.max_response_length ({max_length})"
+        )
     start = int(max_length) - int(buffer_len)
     excess = (lengths.to(torch.float32) - start).clamp(min=0.0, max=float(buffer_len))
     return -excess / float(buffer_len) * float(factor)
@@ -59,8 +61,12 @@ def apply_overlong_shaping(batch: Any, config: Any, eos_token_id: Any) -> dict:
     response_mask = batch.batch["response_mask"]
     if buffer is not None and cfg_get(buffer, "enable", False):
         lengths = response_mask.sum(-1)
-        penalty = overlong_penalty(lengths, response_mask.shape[-1], int(cfg_get(buffer, "len", 0)),
-                                   float(cfg_get(buffer, "penalty_factor", 1.0)))
+        penalty = overlong_penalty(
+            lengths,
+            response_mask.shape[-1],
+            int(cfg_get(buffer, "len", 0)),
+            float(cfg_get(buffer, "penalty_factor", 1.0)),
+        )
         last = (lengths - 1).clamp(min=0).long()
         rows = torch.arange(len(lengths))
         for key in ("token_level_scores", "token_level_scores_length"):

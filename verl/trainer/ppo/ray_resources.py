@@ -4,6 +4,7 @@
 "global_pool", Role.Critic: "global_pool"}`` puts the actor and the critic on the same workers' slots: a pool hosts
 one worker group per role mapped to it (its ``max_colocate_count``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -56,8 +57,10 @@ class ResourcePoolManager:
             if not isinstance(role, Role):
                 raise ValueError(f"mapping keys must be Role members, got {role!r}")
             if pool not in self.resource_pool_spec:
-                raise ValueError(f"{role} is mapped to pool {pool!r}, which resource_pool_spec "
-                                 f"{sorted(self.resource_pool_spec)} does not define")
+                raise ValueError(
+                    f"{role} is mapped to pool {pool!r}, which resource_pool_spec "
+                    f"{sorted(self.resource_pool_spec)} does not define"
+                )
 
     def create_resource_pool(self) -> None:
         """Check that the connected Ray cluster has the resources, then create every pool's placement groups.
@@ -70,13 +73,22 @@ class ResourcePoolManager:
         check_cluster_resources(self.resource_pool_spec, self.use_gpu, self.cpus_per_worker)
         for name, process_on_nodes in self.resource_pool_spec.items():
             n_roles = sum(1 for pool in self.mapping.values() if pool == name)
-            pool = RayResourcePool(process_on_nodes=process_on_nodes, use_gpu=self.use_gpu, name_prefix=name,
-                                   max_colocate_count=self.max_colocate_count or max(1, n_roles),
-                                   cpus_per_worker=self.cpus_per_worker)
+            pool = RayResourcePool(
+                process_on_nodes=process_on_nodes,
+                use_gpu=self.use_gpu,
+                name_prefix=name,
+                max_colocate_count=self.max_colocate_count or max(1, n_roles),
+                cpus_per_worker=self.cpus_per_worker,
+            )
             pool.get_placement_groups()
             self.resource_pool_dict[name] = pool
-            logger.info("resource pool %r: %s (%s), max_colocate_count=%d", name, process_on_nodes,
-                        "GPU" if self.use_gpu else f"{self.cpus_per_worker:g} CPU/worker", pool.max_colocate_count)
+            logger.info(
+                "resource pool %r: %s (%s), max_colocate_count=%d",
+                name,
+                process_on_nodes,
+                "GPU" if self.use_gpu else f"{self.cpus_per_worker:g} CPU/worker",
+                pool.max_colocate_count,
+            )
 
     def get_resource_pool(self, role: Role) -> "RayResourcePool":
         """The pool of ``role``.

@@ -10,6 +10,7 @@ Every phase is timed into ``timing_s/<phase>`` and tracked (``run_guard.PhaseTra
 surfaces as ``WorkerFailure`` naming the worker, the phase and the checkpoint to resume from. The advantage estimator
 is looked up by name in ``core_algos``'s registry (``algorithm.adv_estimator``).
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,18 @@ from verl.trainer.ppo.dataloaders import build_rl_dataloaders, pass_horizon_to_w
 from verl.trainer.ppo.trainer_state import TrainerState
 from verl.trainer.ppo.rollout_corr import apply_rollout_correction
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
-from verl.trainer.ppo.run_guard import (ExitRequest, PhaseTracker, RunStopped, StepHealth, agent_action_problem,
-                                        check_weight_version, invalid_reward_problem, non_finite_rows,
-                                        warn_zero_variance, worker_failure)
+from verl.trainer.ppo.run_guard import (
+    ExitRequest,
+    PhaseTracker,
+    RunStopped,
+    StepHealth,
+    agent_action_problem,
+    check_weight_version,
+    invalid_reward_problem,
+    non_finite_rows,
+    warn_zero_variance,
+    worker_failure,
+)
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
 from verl.utils.torch_functional import masked_mean, trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
@@ -78,9 +88,19 @@ class RayPPOTrainer:
         train_dataset, val_dataset: ``RLHFDataset`` instances.
     """
 
-    def __init__(self, config: DictConfig, tokenizer, role_worker_mapping: dict, resource_pool_manager:
-                 ResourcePoolManager, ray_worker_group_cls=None, reward_fn=None, val_reward_fn=None,
-                 train_dataset=None, val_dataset=None, collate_fn=None) -> None:
+    def __init__(
+        self,
+        config: DictConfig,
+        tokenizer,
+        role_worker_mapping: dict,
+        resource_pool_manager: ResourcePoolManager,
+        ray_worker_group_cls=None,
+        reward_fn=None,
+        val_reward_fn=None,
+        train_dataset=None,
+        val_dataset=None,
+        collate_fn=None,
+    ) -> None:
         if ray_worker_group_cls is None:  # imported only here: a single-process run needs no Ray installed
             from verl.single_controller.ray import RayWorkerGroup
 
@@ -95,8 +115,9 @@ class RayPPOTrainer:
         self.use_critic = bool(config.critic.enable)
         actor = config.actor_rollout_ref.actor
         self.use_reference_policy = bool(actor.use_kl_loss or config.algorithm.use_kl_in_reward)
-        self.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl) \
-            if config.algorithm.use_kl_in_reward else None
+        self.kl_ctrl_in_reward = (
+            core_algos.get_kl_controller(config.algorithm.kl_ctrl) if config.algorithm.use_kl_in_reward else None
+        )
         if Role.ActorRolloutRef not in role_worker_mapping and Role.ActorRollout not in role_worker_mapping:
             raise ValueError("role_worker_mapping needs Role.ActorRolloutRef or Role.ActorRollout")
         if self.use_critic and Role.Critic not in role_worker_mapping:
@@ -151,26 +172,33 @@ class RayPPOTrainer:
         self.resource_pool_manager.create_resource_pool()
         actor_role = Role.ActorRolloutRef if Role.ActorRolloutRef in self.role_worker_mapping else Role.ActorRollout
         worker_role = "actor_rollout_ref" if self.use_reference_policy else "actor_rollout"
-        actor_cls = RayClassWithInitArgs(self.role_worker_mapping[actor_role], config=self.config.actor_rollout_ref,
-                                         role=worker_role)
-        critic_cls = RayClassWithInitArgs(self.role_worker_mapping[Role.Critic], config=self.config.critic) \
-            if self.use_critic else None
+        actor_cls = RayClassWithInitArgs(
+            self.role_worker_mapping[actor_role], config=self.config.actor_rollout_ref, role=worker_role
+        )
+        critic_cls = (
+            RayClassWithInitArgs(self.role_worker_mapping[Role.Critic], config=self.config.critic)
+            if self.use_critic
+            else None
+        )
         # Ray gives actors with fractional CPUs OMP_NUM_THREADS=1; the phases run one after the other, so each CPU
         # worker may use its node's share of the cores.
         threads = self.config.trainer.cpu_threads or max(
-            1, (os.cpu_count() or 1) // max(1, int(self.config.trainer.n_gpus_per_node)))
+            1, (os.cpu_count() or 1) // max(1, int(self.config.trainer.n_gpus_per_node))
+        )
         if self.config.trainer.device == "cpu" and self.config.trainer.single_process:
             torch.set_num_threads(threads)  # the workers run in this process (LocalWorkerGroup)
         elif self.config.trainer.device == "cpu":
             for cls in (actor_cls, critic_cls):
                 if cls is not None:
                     cls.update_options({"runtime_env": {"env_vars": {"OMP_NUM_THREADS": str(threads)}}})
-        self.actor_rollout_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(actor_role),
-                                                          actor_cls, name_prefix="actor_rollout")
+        self.actor_rollout_wg = self.ray_worker_group_cls(
+            self.resource_pool_manager.get_resource_pool(actor_role), actor_cls, name_prefix="actor_rollout"
+        )
         self.critic_wg = None
         if self.use_critic:
-            self.critic_wg = self.ray_worker_group_cls(self.resource_pool_manager.get_resource_pool(Role.Critic),
-                                                       critic_cls, name_prefix="critic")
+            self.critic_wg = self.ray_worker_group_cls(
+                self.resource_pool_manager.get_resource_pool(Role.Critic), critic_cls, name_prefix="critic"
+            )
             self.critic_wg.init_model()
         self.actor_rollout_wg.init_model()
         self.n_workers = self.actor_rollout_wg.world_size
@@ -218,9 +246,11 @@ class RayPPOTrainer:
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:
         """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
         keys = GEN_KEYS + [key for key in (FORBID_TOOL_CALLS,) if key in batch.batch.keys()]  # the router's
-        output = self._rollout(batch.pop(batch_keys=keys),
-                               do_sample=not validate and self.config.actor_rollout_ref.rollout.do_sample,
-                               validate=validate)
+        output = self._rollout(
+            batch.pop(batch_keys=keys),
+            do_sample=not validate and self.config.actor_rollout_ref.rollout.do_sample,
+            validate=validate,
+        )
         batch = batch.union(output)
         batch.batch["response_mask"] = compute_response_mask(batch)
         return batch
@@ -235,9 +265,14 @@ class RayPPOTrainer:
         if FORBID_TOOL_CALLS in gen_batch.batch.keys():  # [B] per-row decoding constraint (hf_rollout)
             tensors[FORBID_TOOL_CALLS] = gen_batch.batch[FORBID_TOOL_CALLS]
         gen_batch = DataProto.from_dict(tensors, non_tensors=gen_batch.non_tensor_batch, meta_info=gen_batch.meta_info)
-        gen_batch.meta_info.update({"eos_token_id": self.tokenizer.eos_token_id,
-                                    "pad_token_id": self.tokenizer.pad_token_id,
-                                    "do_sample": do_sample, "validate": validate})
+        gen_batch.meta_info.update(
+            {
+                "eos_token_id": self.tokenizer.eos_token_id,
+                "pad_token_id": self.tokenizer.pad_token_id,
+                "do_sample": do_sample,
+                "validate": validate,
+            }
+        )
         out = self.actor_rollout_wg.generate_sequences(gen_batch)
         self.rollout_weight_version = check_weight_version(out.meta_info)  # loud when a weight sync was missed
         return out
@@ -264,8 +299,9 @@ class RayPPOTrainer:
         except Exception as exc:
             note = save_after_error(self)
             if isinstance(exc, WorkerGroupError):
-                raise worker_failure(exc, self.phases.failed_phase, self.global_steps,
-                                     Path(self.config.trainer.default_local_dir)) from exc
+                raise worker_failure(
+                    exc, self.phases.failed_phase, self.global_steps, Path(self.config.trainer.default_local_dir)
+                ) from exc
             exc.add_note(note)
             raise
 
@@ -280,13 +316,22 @@ class RayPPOTrainer:
             return batch_dict
 
         return StepOps(
-            config=self.config, tokenizer=self.tokenizer, router=self.router, rlvcr=self.rlvcr, agent=self.agent,
-            phase=self._phase, generate=lambda batch: self._generate(batch, validate=False),
+            config=self.config,
+            tokenizer=self.tokenizer,
+            router=self.router,
+            rlvcr=self.rlvcr,
+            agent=self.agent,
+            phase=self._phase,
+            generate=lambda batch: self._generate(batch, validate=False),
             rollout=lambda gen, do_sample: self._rollout(gen, do_sample=do_sample, validate=False),
-            score=lambda batch: self._score(batch, self.reward_fn, self.global_steps), balance=self._balance_batch,
+            score=lambda batch: self._score(batch, self.reward_fn, self.global_steps),
+            balance=self._balance_batch,
             greedy_baseline=self._greedy_baseline,
             compute_log_prob=lambda batch: self.actor_rollout_wg.compute_log_prob(batch),
-            worker_group=lambda: self.actor_rollout_wg, step=lambda: self.global_steps, next_batch=next_batch)
+            worker_group=lambda: self.actor_rollout_wg,
+            step=lambda: self.global_steps,
+            next_batch=next_batch,
+        )
 
     def _phase(self, name: str):
         """Time phase ``name`` of the current step (``timing_s/<name>``) and track it for error messages."""
@@ -297,17 +342,25 @@ class RayPPOTrainer:
         from verl.trainer.ppo.run_guard import kill_ray_worker
 
         if self.config.trainer.single_process:
-            raise RuntimeError("VERL_TEST_FAULT=WORKER@... kills a Ray worker actor; with trainer.single_process=true "
-                               "the worker is this process (use KILL@... instead)")
+            raise RuntimeError(
+                "VERL_TEST_FAULT=WORKER@... kills a Ray worker actor; with trainer.single_process=true "
+                "the worker is this process (use KILL@... instead)"
+            )
         kill_ray_worker(self.actor_rollout_wg.workers[0])
 
     def _fit(self) -> None:
         trainer_cfg = self.config.trainer
         with self._phase("load_checkpoint"):
             self._load_checkpoint()
-        tracker = Tracking(trainer_cfg.project_name, trainer_cfg.experiment_name, list(trainer_cfg.logger),
-                           config=run_record(self.config), run_dir=self.run_dir(),
-                           resume_step=self.global_steps, resume_record=self.state.resume_record)
+        tracker = Tracking(
+            trainer_cfg.project_name,
+            trainer_cfg.experiment_name,
+            list(trainer_cfg.logger),
+            config=run_record(self.config),
+            run_dir=self.run_dir(),
+            resume_step=self.global_steps,
+            resume_record=self.state.resume_record,
+        )
         self.tracker = tracker
         if trainer_cfg.val_before_train and self.global_steps == 0:
             with self._phase("testing"):
@@ -336,7 +389,10 @@ class RayPPOTrainer:
                             metrics.update(self._validate())
                     metrics["training/global_step"] = self.global_steps
                     metrics["training/epoch"] = self.epoch
-                    self.state.step_record = (self.global_steps, metrics)  # saved with the checkpoint (data.pt "metrics")
+                    self.state.step_record = (
+                        self.global_steps,
+                        metrics,
+                    )  # saved with the checkpoint (data.pt "metrics")
                     if trainer_cfg.save_freq > 0 and (is_last or self.global_steps % trainer_cfg.save_freq == 0):
                         with self._phase("save_checkpoint"):
                             self._save_checkpoint()
@@ -369,17 +425,24 @@ class RayPPOTrainer:
         if self.health.bad(self.global_steps, self.step_problem):
             if self.state.saved_step != self.global_steps:
                 self._save_checkpoint()
-            raise RunStopped(f"stopping after {self.health.count} consecutive bad steps (last: {self.step_problem}); "
-                             f"the state is saved in {self.config.trainer.default_local_dir}/global_step_"
-                             f"{self.global_steps}")
+            raise RunStopped(
+                f"stopping after {self.health.count} consecutive bad steps (last: {self.step_problem}); "
+                f"the state is saved in {self.config.trainer.default_local_dir}/global_step_"
+                f"{self.global_steps}"
+            )
 
     def _exit_after_signal(self, signum: int, saved: bool) -> None:
         """``trainer.save_on_exit``: after the step in flight, save (unless this step just did) and exit non-zero."""
         if not saved:
             self._save_checkpoint()
         ckpt = Path(self.config.trainer.default_local_dir) / f"global_step_{self.global_steps}"
-        logger.error("stopped by %s after step %d; checkpoint %s. Run the same command again to resume "
-                     "(trainer.resume_mode=auto).", signal.Signals(signum).name, self.global_steps, ckpt)
+        logger.error(
+            "stopped by %s after step %d; checkpoint %s. Run the same command again to resume "
+            "(trainer.resume_mode=auto).",
+            signal.Signals(signum).name,
+            self.global_steps,
+            ckpt,
+        )
         raise SystemExit(128 + signum)
 
     def _actor_updates(self) -> bool:
@@ -391,13 +454,15 @@ class RayPPOTrainer:
         for the actor update, the KL penalty (against the reference) and the rollout correction. Before
         ``trainer.critic_warmup`` the actor is not updated; with no reference model and no rollout log-probs nothing
         else reads them, so the pass is skipped (logged once; no ``actor/entropy`` on those steps)."""
-        if (self._actor_updates() or self.use_reference_policy
-                or "rollout_log_probs" in batch.batch.keys()):
+        if self._actor_updates() or self.use_reference_policy or "rollout_log_probs" in batch.batch.keys():
             return True
         if not self._old_log_prob_skip_logged:
-            logger.info("step %d: the actor is not updated before trainer.critic_warmup=%d and nothing else reads "
-                        "old log-probs: the old_log_prob pass is skipped until then", self.global_steps,
-                        self.config.trainer.critic_warmup)
+            logger.info(
+                "step %d: the actor is not updated before trainer.critic_warmup=%d and nothing else reads "
+                "old log-probs: the old_log_prob pass is skipped until then",
+                self.global_steps,
+                self.config.trainer.critic_warmup,
+            )
             self._old_log_prob_skip_logged = True
         return False
 
@@ -417,8 +482,9 @@ class RayPPOTrainer:
                     old = self.actor_rollout_wg.compute_log_prob(batch)
                     metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
                     if "entropys" in old.batch.keys():
-                        metrics["actor/entropy"] = masked_mean(old.batch["entropys"],
-                                                               batch.batch["response_mask"]).item()
+                        metrics["actor/entropy"] = masked_mean(
+                            old.batch["entropys"], batch.batch["response_mask"]
+                        ).item()
                         old.batch.pop("entropys")
                     batch = batch.union(old)
                     metrics.update(apply_rollout_correction(batch, config.algorithm))  # when the rollout has log-probs
@@ -458,15 +524,18 @@ class RayPPOTrainer:
             self.step_problem = f"non-finite actor loss or gradient ({skipped:.0f} mini-batch updates skipped)"
         else:
             self.step_problem = invalid_reward_problem(
-                metrics, float(config.trainer.max_invalid_frac),
-                getattr(self.reward_fn, "name", type(self.reward_fn).__name__), self.reward_errors
+                metrics,
+                float(config.trainer.max_invalid_frac),
+                getattr(self.reward_fn, "name", type(self.reward_fn).__name__),
+                self.reward_errors,
             ) or agent_action_problem(metrics)
         self.last_batch = batch
         if "is_pad" in batch.non_tensor_batch:  # agent mode: inert padding rows stay out of the data metrics
             batch = batch[~batch.non_tensor_batch["is_pad"]]
         metrics.update(compute_data_metrics(batch, use_critic=self.use_critic))
-        warn_zero_variance(metrics, float(config.trainer.warn_zero_std_frac), self.global_steps,
-                           actor_updated=self._actor_updates())
+        warn_zero_variance(
+            metrics, float(config.trainer.warn_zero_std_frac), self.global_steps, actor_updated=self._actor_updates()
+        )
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_throughput_metrics(batch, timing, self.n_workers))
         if self.mfu_meter is not None:
@@ -507,11 +576,17 @@ class RayPPOTrainer:
         self.state = load_checkpoint(self)
 
     # upstream verl's names for the counters, read by user code: views of self.state
-    global_steps = property(lambda self: self.state.global_steps,
-                            lambda self, v: setattr(self.state, "global_steps", v), doc="TrainerState.global_steps")
-    epoch = property(lambda self: self.state.epoch, lambda self, v: setattr(self.state, "epoch", v),
-                     doc="TrainerState.epoch")
-    batches_consumed = property(lambda self: self.state.batches_consumed,
-                                lambda self, v: setattr(self.state, "batches_consumed", v),
-                                doc="TrainerState.batches_consumed")
+    global_steps = property(
+        lambda self: self.state.global_steps,
+        lambda self, v: setattr(self.state, "global_steps", v),
+        doc="TrainerState.global_steps",
+    )
+    epoch = property(
+        lambda self: self.state.epoch, lambda self, v: setattr(self.state, "epoch", v), doc="TrainerState.epoch"
+    )
+    batches_consumed = property(
+        lambda self: self.state.batches_consumed,
+        lambda self, v: setattr(self.state, "batches_consumed", v),
+        doc="TrainerState.batches_consumed",
+    )
     run_id = property(lambda self: self.state.run_id, doc="TrainerState.run_id")

@@ -6,6 +6,7 @@ the calling convention is in :mod:`verl.trainer.ppo.core_algos`' docstring. The 
 the group statistics of :mod:`verl.trainer.ppo.group_stats`, and ``core_algos`` imports them so that importing it
 gives every estimator. Nothing here imports an estimator, so a plug-in can import this module without a cycle.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -103,8 +104,9 @@ def _fn_key(fn: Callable) -> Tuple[str, str]:
     return getattr(fn, "__module__", ""), getattr(fn, "__qualname__", repr(fn))
 
 
-def register_adv_est(name_or_enum: Union[str, AdvantageEstimator],
-                     plugin: Optional[EstimatorPlugin] = None) -> Callable[[Callable], Callable]:
+def register_adv_est(
+    name_or_enum: Union[str, AdvantageEstimator], plugin: Optional[EstimatorPlugin] = None
+) -> Callable[[Callable], Callable]:
     """Decorator registering an advantage estimator under ``name_or_enum`` (module docstring: calling convention),
     with what it declares about itself (:class:`EstimatorPlugin`; None: nothing beyond the common inputs).
 

@@ -22,6 +22,7 @@ rollout_rs_threshold_lower}`` (verl's key names). Metrics, every step whenever r
 ``is_weight_max`` (of the token ratios ``rho``, or of the weights when correcting), ``rollout_corr/rs_masked_frac``
 (share of response tokens the mask removed).
 """
+
 from __future__ import annotations
 
 import math
@@ -37,9 +38,14 @@ _LOG_CLAMP = 20.0  # exp overflow guard on log-ratios (as the PPO ratio)
 
 
 def compute_rollout_correction(
-    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, response_mask: torch.Tensor,
-    rollout_is: Optional[str] = None, rollout_is_threshold: float = 2.0, rollout_rs: Optional[str] = None,
-    rollout_rs_threshold: Optional[float] = None, rollout_rs_threshold_lower: Optional[float] = None,
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: Optional[str] = None,
+    rollout_is_threshold: float = 2.0,
+    rollout_rs: Optional[str] = None,
+    rollout_rs_threshold: Optional[float] = None,
+    rollout_rs_threshold_lower: Optional[float] = None,
 ) -> Tuple[Optional[torch.Tensor], torch.Tensor, dict]:
     """Weights, mask and metrics of the rollout correction (module docstring).
 
@@ -58,8 +64,9 @@ def compute_rollout_correction(
         ValueError: an unknown level, a non-positive threshold, or ``rollout_rs`` without ``rollout_rs_threshold``
             (the key is named).
     """
-    check_correction_settings(rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold,
-                              rollout_rs_threshold_lower)
+    check_correction_settings(
+        rollout_is, rollout_is_threshold, rollout_rs, rollout_rs_threshold, rollout_rs_threshold_lower
+    )
     mask = response_mask.to(old_log_prob.dtype)
     tokens = mask.sum()
     diff = (old_log_prob - rollout_log_prob).detach() * mask  # log rho, 0 off the mask
@@ -97,9 +104,13 @@ def compute_rollout_correction(
     return weights, modified, metrics
 
 
-def check_correction_settings(rollout_is: Optional[str] = None, rollout_is_threshold: float = 2.0,
-                              rollout_rs: Optional[str] = None, rollout_rs_threshold: Optional[float] = None,
-                              rollout_rs_threshold_lower: Optional[float] = None) -> None:
+def check_correction_settings(
+    rollout_is: Optional[str] = None,
+    rollout_is_threshold: float = 2.0,
+    rollout_rs: Optional[str] = None,
+    rollout_rs_threshold: Optional[float] = None,
+    rollout_rs_threshold_lower: Optional[float] = None,
+) -> None:
     """Raise ValueError naming the ``algorithm.rollout_correction`` key that is wrong (unknown level, non-positive
     threshold, ``rollout_rs`` without ``rollout_rs_threshold``, a lower threshold outside ``[0, hi)``: at ``hi`` or
     above it rejects every token, below 0 it means 0); also called at config load."""
@@ -110,13 +121,20 @@ def check_correction_settings(rollout_is: Optional[str] = None, rollout_is_thres
     if rollout_is is not None and not float(rollout_is_threshold) > 0:
         raise ValueError(f"algorithm.rollout_correction.rollout_is_threshold={rollout_is_threshold}: must be > 0")
     if rollout_rs is not None and (rollout_rs_threshold is None or not float(rollout_rs_threshold) > 0):
-        raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold={rollout_rs_threshold}: rollout_rs="
-                         f"{rollout_rs} needs an upper threshold > 0")
-    if rollout_rs is not None and rollout_rs_threshold_lower is not None and not (
-            0 <= float(rollout_rs_threshold_lower) < float(rollout_rs_threshold)):
-        raise ValueError(f"algorithm.rollout_correction.rollout_rs_threshold_lower={rollout_rs_threshold_lower}: "
-                         f"expected 0 <= lower < rollout_rs_threshold ({rollout_rs_threshold}); at or above it no "
-                         "token is kept")
+        raise ValueError(
+            f"algorithm.rollout_correction.rollout_rs_threshold={rollout_rs_threshold}: rollout_rs="
+            f"{rollout_rs} needs an upper threshold > 0"
+        )
+    if (
+        rollout_rs is not None
+        and rollout_rs_threshold_lower is not None
+        and not (0 <= float(rollout_rs_threshold_lower) < float(rollout_rs_threshold))
+    ):
+        raise ValueError(
+            f"algorithm.rollout_correction.rollout_rs_threshold_lower={rollout_rs_threshold_lower}: "
+            f"expected 0 <= lower < rollout_rs_threshold ({rollout_rs_threshold}); at or above it no "
+            "token is kept"
+        )
 
 
 def correction_settings(config: Any) -> dict:
@@ -143,10 +161,12 @@ def apply_rollout_correction(batch: Any, algorithm_config: Any) -> dict:
     if "rollout_log_probs" not in batch.batch.keys():
         return {}
     weights, mask, metrics = compute_rollout_correction(
-        batch.batch["old_log_probs"], batch.batch["rollout_log_probs"], batch.batch["response_mask"],
-        **correction_settings(algorithm_config))
+        batch.batch["old_log_probs"],
+        batch.batch["rollout_log_probs"],
+        batch.batch["response_mask"],
+        **correction_settings(algorithm_config),
+    )
     if weights is not None:
         batch.batch["rollout_is_weights"] = weights.to(torch.float32)
     batch.batch["response_mask"] = mask
     return metrics
-

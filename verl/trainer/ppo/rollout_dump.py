@@ -6,6 +6,7 @@ tokens kept, padding dropped), ``score`` (the sequence reward, float), ``step``;
 (``format``, ``correctness``, ``length``), ``reward_valid`` / ``reward_error`` and the route (``router_action``) when
 the batch holds them. The file is written atomically, so a killed step leaves none or a whole one.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,9 +35,12 @@ def dump_rollouts(batch, tokenizer, step: int, out_dir: str | Path) -> Path:
         extra["router_action"] = batch.batch["router_action"].tolist()
     lines = []
     for i in range(len(batch)):
-        record = {"input": tokenizer.decode(prompts[i][mask[i, :prompt_len].bool()], skip_special_tokens=False),
-                  "output": tokenizer.decode(responses[i][mask[i, prompt_len:].bool()], skip_special_tokens=False),
-                  "score": float(scores[i]), "step": int(step)}
+        record = {
+            "input": tokenizer.decode(prompts[i][mask[i, :prompt_len].bool()], skip_special_tokens=False),
+            "output": tokenizer.decode(responses[i][mask[i, prompt_len:].bool()], skip_special_tokens=False),
+            "score": float(scores[i]),
+            "step": int(step),
+        }
         record.update({k: (v[i].item() if hasattr(v[i], "item") else v[i]) for k, v in extra.items()})
         lines.append(record)
     return write_records(lines, step, out_dir)

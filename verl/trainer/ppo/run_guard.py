@@ -19,6 +19,7 @@
   are not logged yet) and ``load_checkpoint`` (step = the step being resumed, or 0).
   Example: ``VERL_TEST_FAULT=KILL@save_partial:2`` dies in the middle of writing the step-2 checkpoint.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -56,8 +57,9 @@ class ExitRequest:
         if self.signum is not None:
             raise KeyboardInterrupt(f"second {signal.Signals(signum).name}: stopping without a checkpoint")
         self.signum = signum
-        logger.warning("received %s: finishing the current step, then saving a checkpoint and exiting",
-                       signal.Signals(signum).name)
+        logger.warning(
+            "received %s: finishing the current step, then saving a checkpoint and exiting", signal.Signals(signum).name
+        )
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():
@@ -78,8 +80,15 @@ def non_finite_rows(batch) -> dict:
 
     mask = batch.batch["response_mask"].bool()
     found = {}
-    for key in ("token_level_scores", "token_level_rewards", "old_log_probs", "ref_log_prob", "values",
-                "advantages", "returns"):
+    for key in (
+        "token_level_scores",
+        "token_level_rewards",
+        "old_log_probs",
+        "ref_log_prob",
+        "values",
+        "advantages",
+        "returns",
+    ):
         if key in batch.batch.keys():
             bad = (~torch.isfinite(batch.batch[key]) & mask).any(-1)
             if bool(bad.any()):
@@ -94,8 +103,10 @@ def invalid_reward_problem(metrics: dict, max_invalid_frac: float, reward_name: 
     if frac is None or frac <= max_invalid_frac:
         return None
     first = errors[0] if errors else "no reason recorded"
-    return (f"{frac:.0%} of the samples could not be scored (trainer.max_invalid_frac={max_invalid_frac}) by reward "
-            f"{reward_name}; first failure: {first}")
+    return (
+        f"{frac:.0%} of the samples could not be scored (trainer.max_invalid_frac={max_invalid_frac}) by reward "
+        f"{reward_name}; first failure: {first}"
+    )
 
 
 def agent_action_problem(metrics: dict) -> str | None:
@@ -123,8 +134,10 @@ def check_weight_version(meta_info: dict) -> int | None:
     if rollout is None:
         return None
     if actor is not None and int(rollout) != int(actor):
-        raise WeightSyncError(f"the rollout generated with the weights of update {rollout}, but the actor is at update "
-                              f"{actor}: the weight sync to the rollout engine did not happen")
+        raise WeightSyncError(
+            f"the rollout generated with the weights of update {rollout}, but the actor is at update "
+            f"{actor}: the weight sync to the rollout engine did not happen"
+        )
     return int(rollout)
 
 
@@ -135,8 +148,12 @@ def warn_zero_variance(metrics: dict, threshold: float, step: int, actor_updated
     frozen actor), where the actor's groups carry no signal anyway."""
     frac = metrics.get("critic/zero_std_groups_frac")
     if actor_updated and frac is not None and threshold < 1.0 and frac >= threshold:
-        logger.warning("step %d: %.0f%% of the prompt groups have zero reward variance (no learning signal from "
-                       "them); raise rollout.n, the temperature or the task difficulty's spread", step, 100 * frac)
+        logger.warning(
+            "step %d: %.0f%% of the prompt groups have zero reward variance (no learning signal from "
+            "them); raise rollout.n, the temperature or the task difficulty's spread",
+            step,
+            100 * frac,
+        )
 
 
 class StepHealth:
@@ -182,8 +199,11 @@ def resume_hint(checkpoint_root: Path) -> tuple[Path | None, str]:
     from verl.utils import checkpoint_manifest as cm
 
     last = cm.latest_valid_checkpoint(checkpoint_root, check_hashes=False)
-    return last, (f"the newest valid checkpoint is {last}: run the same command again to resume from it" if last
-                  else "no valid checkpoint yet: a new start begins at step 1")
+    return last, (
+        f"the newest valid checkpoint is {last}: run the same command again to resume from it"
+        if last
+        else "no valid checkpoint yet: a new start begins at step 1"
+    )
 
 
 def worker_failure(exc: Exception, phase: str | None, step: int, checkpoint_root: Path) -> WorkerFailure:
@@ -208,8 +228,10 @@ def parse_faults(spec: str | None) -> list[tuple[str, str, int]]:
         action, _, where = item.partition("@")
         phase, _, step = where.rpartition(":")
         if action not in FAULT_ACTIONS or not phase or not step.isdigit():
-            raise ValueError(f"{FAULT_ENV}={spec!r}: item {item!r} is not ACTION@PHASE:STEP with ACTION one of "
-                             f"{', '.join(FAULT_ACTIONS)} and an integer STEP")
+            raise ValueError(
+                f"{FAULT_ENV}={spec!r}: item {item!r} is not ACTION@PHASE:STEP with ACTION one of "
+                f"{', '.join(FAULT_ACTIONS)} and an integer STEP"
+            )
         faults.append((action, phase, int(step)))
     return faults
 

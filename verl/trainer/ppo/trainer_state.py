@@ -5,6 +5,7 @@ the checkpoint it resumed from) and ``checkpointing.save_checkpoint`` writes its
 trainer's ``global_steps``, ``epoch``, ``batches_consumed`` and ``run_id`` (upstream verl's names, which user code
 reads) are views of it.
 """
+
 from __future__ import annotations
 
 import uuid

@@ -1,6 +1,7 @@
 """Validation of :class:`~verl.trainer.ppo.ray_trainer.RayPPOTrainer`: greedy rollouts over the validation set, scored
 by the validation reward manager, means per data source (upstream's ``val/test_score/<source>``), and sample
 generations for the tracker."""
+
 from __future__ import annotations
 
 import logging
@@ -25,14 +26,20 @@ def validate(trainer) -> dict:
     metrics: dict = {}
     if trainer.agent is not None:  # multi-turn: greedy episodes on the validation tasks
         seeds = np.concatenate([b["task_seed"] for b in trainer.val_dataloader])
-        return trainer.agent.validate(seeds, lambda gen: trainer._rollout(gen, do_sample=False, validate=True),
-                                      step=trainer.global_steps)
+        return trainer.agent.validate(
+            seeds, lambda gen: trainer._rollout(gen, do_sample=False, validate=True), step=trainer.global_steps
+        )
     val_n = int(trainer.config.actor_rollout_ref.rollout.val_kwargs.n)  # >= 1 (config check)
     for batch_dict in trainer.val_dataloader:
         batch = DataProto.from_single_dict(batch_dict)
         start = time.perf_counter()  # one generate call over the whole set: a line before and after it
-        logger.info("validation at step %d: %d prompts x %d response(s), up to %d tokens each", trainer.global_steps,
-                    len(batch), val_n, int(trainer.config.data.max_response_length))
+        logger.info(
+            "validation at step %d: %d prompts x %d response(s), up to %d tokens each",
+            trainer.global_steps,
+            len(batch),
+            val_n,
+            int(trainer.config.data.max_response_length),
+        )
         batch.non_tensor_batch["uid"] = np.array([str(uuid.uuid4()) for _ in range(len(batch))], dtype=object)
         if trainer.router is not None:  # router logits once per prompt, then the val_n-fold repeat (as in training)
             batch = trainer.router.expand(batch, val_n, validate=True, worker_group=trainer.actor_rollout_wg)
@@ -60,9 +67,12 @@ def validate(trainer) -> dict:
         if "reward_valid" in batch.non_tensor_batch:
             metrics["val/reward_invalid_count"] = float((~batch.non_tensor_batch["reward_valid"]).sum())
         log_generations(trainer, batch, scores["score"])
-        logger.info("validation at step %d done in %.1f s: score %.3f", trainer.global_steps,
-                    time.perf_counter() - start, float(scores["score"][torch.as_tensor(valid)].float().mean())
-                    if valid.any() else float("nan"))
+        logger.info(
+            "validation at step %d done in %.1f s: score %.3f",
+            trainer.global_steps,
+            time.perf_counter() - start,
+            float(scores["score"][torch.as_tensor(valid)].float().mean()) if valid.any() else float("nan"),
+        )
     return metrics
 
 
@@ -79,6 +89,7 @@ def log_generations(trainer, batch: DataProto, scores: torch.Tensor) -> None:
         response_ids = batch.batch["responses"][i][batch.batch["response_mask"][i].bool()]
         prompt = trainer.tokenizer.decode(prompt_ids[-200:], skip_special_tokens=False)
         response = trainer.tokenizer.decode(response_ids, skip_special_tokens=False)
-        lines.append(f"### sample {i} (score {scores[i].item():.3f})\n[prompt tail] …{prompt[-300:]}\n"
-                     f"[response] {response}")
+        lines.append(
+            f"### sample {i} (score {scores[i].item():.3f})\n[prompt tail] …{prompt[-300:]}\n[response] {response}"
+        )
     trainer.tracker.log_text("val/generations", "\n\n".join(lines), trainer.global_steps)

@@ -5,6 +5,7 @@ Only the RLLA (ToolRL) reward is built in: any ``data_source`` containing ``"rll
 no ``step``; the adapter takes it, and the chat wrapper, from ``extra_info`` (``docs/verl_compat.md`` "Reward
 manager").
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -14,8 +15,9 @@ from verl.utils.reward_score import rlla
 __all__ = ["default_compute_score", "rlla"]
 
 
-def default_compute_score(data_source: str, solution_str: str, ground_truth: str,
-                          extra_info: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, float]:
+def default_compute_score(
+    data_source: str, solution_str: str, ground_truth: str, extra_info: dict[str, Any] | None = None, **kwargs: Any
+) -> dict[str, float]:
     """Score one sample with the reward of its ``data_source`` (upstream verl signature).
 
     Args:

@@ -16,6 +16,7 @@ Differences from the reference, all deliberate:
   (``switches=``) so that callers need not touch the environment;
 - the length term is ``0.0`` (a float) when ``WITHLENGTH`` is off; the reference returned the int ``0``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -219,8 +220,9 @@ def format_reward(prediction: str, ground_truth: str, fmax: float, fmin: float) 
     return fmin
 
 
-def length_reward(prediction: str, step: float, switches: RewardSwitches, lmax: float = 1.0,
-                  lmin: float = 0.0) -> float:
+def length_reward(
+    prediction: str, step: float, switches: RewardSwitches, lmax: float = 1.0, lmin: float = 0.0
+) -> float:
     """Think-length term (spec "Length score"); only added by ``compute_score`` under WITHLENGTH.
 
     ``lmin`` if the prediction lacks ``<think>`` or ``</think>``; else, with ``w`` the whitespace-separated words
@@ -250,8 +252,9 @@ def parse_ground_truth_tools(ground_truth: str) -> list[Any]:
         ) from err.json_error
 
 
-def compute_tool_call_reward(gt_tools: list, pd_tools: list, cmax: float, cmin: float,
-                             switches: RewardSwitches) -> float:
+def compute_tool_call_reward(
+    gt_tools: list, pd_tools: list, cmax: float, cmin: float, switches: RewardSwitches
+) -> float:
     """Correctness of predicted tool calls against the GT's (spec "Correctness score", steps 1–5).
 
     1. ``gt_tools == pd_tools`` → ``cmax`` (COARSEREWARD: anything else → ``cmin``).
@@ -297,8 +300,7 @@ def compute_tool_call_reward(gt_tools: list, pd_tools: list, cmax: float, cmin: 
     return (cmax - cmin) * score / denominator + cmin
 
 
-def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: float,
-                       switches: RewardSwitches) -> float:
+def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: float, switches: RewardSwitches) -> float:
     """Tool-call correctness term (spec "Correctness score").
 
     0.0 when the GT has no ``<tool_call>``. Otherwise the GT is parsed (errors propagate) and the prediction must
@@ -315,8 +317,9 @@ def correctness_reward(prediction: str, ground_truth: str, cmax: float, cmin: fl
         pd_tools = strict_tool_calls(prediction, require_close=True)
         return compute_tool_call_reward(gt_tools, pd_tools, cmax, cmin, switches)
     except Exception as err:  # noqa: BLE001 - the reference maps every failure to the minimum (spec)
-        logger.debug("rlla correctness: prediction unparseable or malformed (%s: %s) -> min %s",
-                     type(err).__name__, err, cmin)
+        logger.debug(
+            "rlla correctness: prediction unparseable or malformed (%s: %s) -> min %s", type(err).__name__, err, cmin
+        )
         return cmin
 
 
@@ -333,8 +336,7 @@ def format_reward_in(parsed: Any, prediction: str, ground_truth: str, fmax: floa
     return fmax if ok else fmin
 
 
-def correctness_reward_in(parsed: Any, ground_truth: str, cmax: float, cmin: float,
-                          switches: RewardSwitches) -> float:
+def correctness_reward_in(parsed: Any, ground_truth: str, cmax: float, cmin: float, switches: RewardSwitches) -> float:
     """:func:`correctness_reward` with the calls read by ``fmt``'s parser: 0.0 when the GT has no tool call, ``cmin``
     when the response's calls cannot all be read, else the same matching of names and parameters as ToolRL's.
     ``parsed``: ``tool_formats.parse_calls`` of the prediction in that format.
@@ -350,9 +352,15 @@ def correctness_reward_in(parsed: Any, ground_truth: str, cmax: float, cmin: flo
     return compute_tool_call_reward(gt_tools, [dict(c) for c in parsed.calls], cmax, cmin, switches)
 
 
-def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper: str | None = None, *,
-                  switches: RewardSwitches | None = None, tool_format: str = "toolrl"
-                  ) -> tuple[float, float, float, float]:
+def compute_score(
+    solution_str: str,
+    ground_truth: str,
+    step: float = 0,
+    wrapper: str | None = None,
+    *,
+    switches: RewardSwitches | None = None,
+    tool_format: str = "toolrl",
+) -> tuple[float, float, float, float]:
     """RLLA reward of one decoded sample (spec "How it is called").
 
     Args:
@@ -380,8 +388,9 @@ def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper
     if not isinstance(solution_str, str):
         raise TypeError(f"solution_str must be a str, got {type(solution_str).__name__}")
     if not isinstance(ground_truth, str):
-        raise InvalidGroundTruthError(f"ground_truth must be a str, got {type(ground_truth).__name__}: "
-                                      f"{str(ground_truth)[:120]!r}")
+        raise InvalidGroundTruthError(
+            f"ground_truth must be a str, got {type(ground_truth).__name__}: {str(ground_truth)[:120]!r}"
+        )
     prediction = extract_assistant_turn(solution_str, chosen)
     fmax, fmin = format_range(step, sw)
     cmax, cmin = correctness_range(step, sw)
@@ -397,6 +406,14 @@ def compute_score(solution_str: str, ground_truth: str, step: float = 0, wrapper
     length_score = length_reward(prediction, step, sw) if sw.withlength else 0.0
     score = format_score + correctness_score + length_score
     if logger.isEnabledFor(logging.DEBUG):
-        logger.debug("rlla step=%s switches=%s wrapper=%s -> score=%s format=%s correctness=%s length=%s",
-                     step, sw.active(), chosen, score, format_score, correctness_score, length_score)
+        logger.debug(
+            "rlla step=%s switches=%s wrapper=%s -> score=%s format=%s correctness=%s length=%s",
+            step,
+            sw.active(),
+            chosen,
+            score,
+            format_score,
+            correctness_score,
+            length_score,
+        )
     return score, format_score, correctness_score, length_score

@@ -17,6 +17,7 @@ attempted a call at all, and one reason per part it could not read. :func:`detec
 chat template; :func:`tool_schema` turns an OpenAI function spec or a Python function (its signature and docstring,
 through ``transformers.utils.get_json_schema``) into the spec a chat template renders with ``tools=[...]``.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -154,8 +155,10 @@ def _render_toolrl(calls: list) -> str:
 
 
 def _render_hermes(calls: list) -> str:
-    return "\n".join(f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c.get('parameters', {})})}\n"
-                     "</tool_call>" for c in calls)
+    return "\n".join(
+        f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c.get('parameters', {})})}\n</tool_call>"
+        for c in calls
+    )
 
 
 @register_tool_format("toolrl", _render_toolrl)
@@ -275,9 +278,14 @@ def format_tool_usage(text: str, fmt: str = "toolrl") -> ToolUsage:
     counts: Dict[str, int] = {}
     for name in names:
         counts[name] = counts.get(name, 0) + 1
-    return ToolUsage(num_blocks=int(parsed.attempted and bool(parsed.calls)), num_calls=len(names),
-                     num_invalid=len(parsed.failures), names=names, counts=counts,
-                     has_tool_call_tag=parsed.attempted)
+    return ToolUsage(
+        num_blocks=int(parsed.attempted and bool(parsed.calls)),
+        num_calls=len(names),
+        num_invalid=len(parsed.failures),
+        names=names,
+        counts=counts,
+        has_tool_call_tag=parsed.attempted,
+    )
 
 
 def tool_schema(tool: Any) -> dict:
@@ -297,11 +305,17 @@ def tool_schema(tool: Any) -> dict:
         except Exception as err:  # noqa: BLE001 - transformers raises its own error types
             raise ValueError(f"tool {getattr(tool, '__name__', tool)!r}: {err}") from err
     if not isinstance(tool, dict):
-        raise TypeError(f"a tool must be an OpenAI function spec (dict) or a Python function, got {type(tool).__name__}")
+        raise TypeError(
+            f"a tool must be an OpenAI function spec (dict) or a Python function, got {type(tool).__name__}"
+        )
     function = tool.get("function", tool) if tool.get("type", "function") == "function" else None
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
         raise ValueError(f"tool spec without a string function name: {json.dumps(tool)[:120]}")
-    return {"type": "function", "function": {"name": function["name"],
-                                             "description": function.get("description", ""),
-                                             "parameters": function.get("parameters", {"type": "object",
-                                                                                       "properties": {}})}}
+    return {
+        "type": "function",
+        "function": {
+            "name": function["name"],
+            "description": function.get("description", ""),
+            "parameters": function.get("parameters", {"type": "object", "properties": {}}),
+        },
+    }

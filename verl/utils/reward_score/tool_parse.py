@@ -22,6 +22,7 @@ unparseable is counted rather than fatal. Use them to count tool calls per respo
 "Tool usage and cost (after generation)"), to pick the first think / action span (RLVCR, ``docs/rlvcr.md`` "Response
 format and parsing"), or for logs.
 """
+
 from __future__ import annotations
 
 import json

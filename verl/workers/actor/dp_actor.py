@@ -15,6 +15,7 @@ data-parallel ranks, times the number of ranks (FSDP averages gradients over ran
 then exactly the gradient of the loss aggregated over the whole global mini-batch, for fixed or dynamic
 micro-batches and any world size.
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,8 +29,12 @@ from verl.trainer.ppo import core_algos
 from verl.utils.model_utils import clip_grad_norm
 from verl.utils.packing import pack_sequences, packed_positions_of, response_predictor_mask
 from verl.utils.seqlen_balancing import split_micro_batches
-from verl.utils.fused_linear_logprob import (check_forward_logits, fused_head_problem, head_computes_logprobs,
-                                             head_records_expected_logits)
+from verl.utils.fused_linear_logprob import (
+    check_forward_logits,
+    fused_head_problem,
+    head_computes_logprobs,
+    head_records_expected_logits,
+)
 from verl.utils.shared_prompt import attention_mask_for, build_shared_prompt_batch
 from verl.utils.torch_functional import logprobs_and_entropy_from_logits, logprobs_from_logits
 
@@ -73,8 +78,9 @@ class MiniBatchScale:
         return float(self.dp_size * loss_units(micro_mask, self.mode) / self.global_units.clamp(min=1))
 
 
-def forward_without_grad(module: torch.nn.Module, data: DataProto, keys, forward_fn,
-                         shared_prompt_length: Optional[int] = None) -> list:
+def forward_without_grad(
+    module: torch.nn.Module, data: DataProto, keys, forward_fn, shared_prompt_length: Optional[int] = None
+) -> list:
     """Run ``forward_fn(micro_batch)`` over the micro-batches of ``data`` in eval mode without gradients.
 
     Micro-batching follows ``data.meta_info``: ``micro_batch_size`` rows, or with ``use_dynamic_bsz`` a budget of
@@ -86,9 +92,13 @@ def forward_without_grad(module: torch.nn.Module, data: DataProto, keys, forward
         (None where ``forward_fn`` returned None).
     """
     meta = data.meta_info
-    micro_batches, restore = split_micro_batches(data.batch.select(*keys), meta.get("micro_batch_size"),
-                                                 bool(meta.get("use_dynamic_bsz", False)), meta.get("max_token_len"),
-                                                 shared_prompt_length)
+    micro_batches, restore = split_micro_batches(
+        data.batch.select(*keys),
+        meta.get("micro_batch_size"),
+        bool(meta.get("use_dynamic_bsz", False)),
+        meta.get("max_token_len"),
+        shared_prompt_length,
+    )
     was_training = module.training
     module.eval()
     try:
@@ -206,8 +216,12 @@ class DataParallelPPOActor:
             # each distinct prompt once (a row per group), its responses attending to it (exact: same keys and
             # positions per token)
             shared = build_shared_prompt_batch(input_ids, attention_mask, position_ids, response_length)
-            inputs = dict(input_ids=shared.input_ids, position_ids=shared.position_ids, logits_to_keep=shared.keep,
-                          attention_mask=attention_mask_for(self.actor_module, shared.attention_mask))
+            inputs = dict(
+                input_ids=shared.input_ids,
+                position_ids=shared.position_ids,
+                logits_to_keep=shared.keep,
+                attention_mask=attention_mask_for(self.actor_module, shared.attention_mask),
+            )
 
             def select(kept):  # [G, K, .] -> [N, .]: one per valid response token
                 return kept.flatten(0, 1)[shared.target_index]
@@ -219,17 +233,22 @@ class DataParallelPPOActor:
             packed = pack_sequences(input_ids, attention_mask, position_ids)
             predictors = response_predictor_mask(attention_mask, response_length)  # [b, S]
             keep = packed_positions_of(attention_mask, predictors)  # [K]
-            inputs = dict(input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None,
-                          logits_to_keep=keep)
+            inputs = dict(
+                input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None, logits_to_keep=keep
+            )
 
             def select(kept):  # [1, K, .] -> [K, .]
                 return kept[0]
 
             labels = input_ids[:, 1:][predictors[:, :-1]]  # [K]
-            in_response = predictors[:, -response_length - 1:-1]  # [b, R]
+            in_response = predictors[:, -response_length - 1 : -1]  # [b, R]
         else:
-            inputs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                          logits_to_keep=response_length + 1)
+            inputs = dict(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                position_ids=position_ids,
+                logits_to_keep=response_length + 1,
+            )
 
             def select(kept):  # position t predicts response token t: [b, R + 1, .] -> [b * R, .]
                 return kept[:, :-1].flatten(0, 1)
@@ -292,9 +311,12 @@ class DataParallelPPOActor:
         """
         temperature = float(data.meta_info["temperature"])
         entropys, log_probs = forward_without_grad(
-            self.actor_module, data, LOG_PROB_KEYS,
+            self.actor_module,
+            data,
+            LOG_PROB_KEYS,
             lambda micro: self._forward_micro_batch(micro, temperature, calculate_entropy),
-            self._shared_prompt_length(data.batch))
+            self._shared_prompt_length(data.batch),
+        )
         return log_probs, entropys
 
     # ----------------------------------------------------------------------------------------------- update_policy
@@ -335,8 +357,9 @@ class DataParallelPPOActor:
         self.actor_module.train()
         per_update = [
             self._update_mini_batch(mini_batch, temperature, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef)
-            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs,
-                                                   bool(cfg.shuffle), "actor.ppo_mini_batch_size")
+            for mini_batch in iterate_mini_batches(
+                batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs, bool(cfg.shuffle), "actor.ppo_mini_batch_size"
+            )
         ]
         return average_update_metrics(per_update, self.actor_optimizer, "actor")
 
@@ -344,10 +367,13 @@ class DataParallelPPOActor:
         """One optimizer step on one mini-batch; returns its metrics (weighted means over its micro-batches)."""
         cfg = self.config
         scale = MiniBatchScale(mini_batch["response_mask"], loss_agg_mode)
-        micro_batches, _ = split_micro_batches(mini_batch, cfg.ppo_micro_batch_size_per_gpu,
-                                               bool(cfg.use_dynamic_bsz),
-                                               cfg.ppo_max_token_len_per_gpu,
-                                               self._shared_prompt_length(mini_batch))
+        micro_batches, _ = split_micro_batches(
+            mini_batch,
+            cfg.ppo_micro_batch_size_per_gpu,
+            bool(cfg.use_dynamic_bsz),
+            cfg.ppo_max_token_len_per_gpu,
+            self._shared_prompt_length(mini_batch),
+        )
         self.actor_optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
 
@@ -364,9 +390,15 @@ class DataParallelPPOActor:
             entropy, log_prob = self._forward_micro_batch(micro, temperature, calculate_entropy=with_entropy)
 
             # policy-gradient term (clipped surrogate, core_algos registry)
-            pg_loss, pg_metrics = self.policy_loss_fn(old_log_prob, log_prob, advantages, response_mask,
-                                                      loss_agg_mode, cfg,
-                                                      rollout_is_weights=micro.get("rollout_is_weights", None))
+            pg_loss, pg_metrics = self.policy_loss_fn(
+                old_log_prob,
+                log_prob,
+                advantages,
+                response_mask,
+                loss_agg_mode,
+                cfg,
+                rollout_is_weights=micro.get("rollout_is_weights", None),
+            )
             loss = pg_loss
 
             # entropy bonus: subtracted (higher entropy lowers the loss)

@@ -8,6 +8,7 @@ one token. ``ppo_epochs`` and ``shuffle`` are honoured; micro-batch gradients ar
 The value of response token ``t`` is read at the position that predicts it (``S - R - 1 + t``), as upstream:
 it is the value of the state before the token is generated.
 """
+
 from __future__ import annotations
 
 import logging
@@ -62,14 +63,16 @@ class DataParallelPPOCritic:
         response_length = micro_batch["responses"].shape[1]
         if self.use_remove_padding:
             packed = pack_sequences(input_ids, attention_mask, position_ids)
-            output = self.critic_module(input_ids=packed.input_ids, position_ids=packed.position_ids,
-                                        attention_mask=None, use_cache=False)
+            output = self.critic_module(
+                input_ids=packed.input_ids, position_ids=packed.position_ids, attention_mask=None, use_cache=False
+            )
             values = unpack_sequences(output.logits[0, :, 0], packed.flat_index, batch_size, seqlen)
         else:
-            output = self.critic_module(input_ids=input_ids, attention_mask=attention_mask,
-                                        position_ids=position_ids, use_cache=False)
+            output = self.critic_module(
+                input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+            )
             values = output.logits[..., 0]
-        return values[:, -response_length - 1:-1].float()
+        return values[:, -response_length - 1 : -1].float()
 
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values of the response tokens without gradients, zero outside ``response_mask``.
@@ -102,8 +105,9 @@ class DataParallelPPOCritic:
         self.critic_module.train()
         per_update = [
             self._update_mini_batch(mini_batch)
-            for mini_batch in iterate_mini_batches(batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs,
-                                                   bool(cfg.shuffle), "critic.ppo_mini_batch_size")
+            for mini_batch in iterate_mini_batches(
+                batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs, bool(cfg.shuffle), "critic.ppo_mini_batch_size"
+            )
         ]
         return average_update_metrics(per_update, self.critic_optimizer, "critic")
 
@@ -113,9 +117,9 @@ class DataParallelPPOCritic:
         loss_agg_mode = cfg.loss_agg_mode
         cliprange_value = float(cfg.cliprange_value)
         scale = MiniBatchScale(mini_batch["response_mask"], loss_agg_mode)
-        micro_batches, _ = split_micro_batches(mini_batch, cfg.ppo_micro_batch_size_per_gpu,
-                                               bool(cfg.use_dynamic_bsz),
-                                               cfg.ppo_max_token_len_per_gpu)
+        micro_batches, _ = split_micro_batches(
+            mini_batch, cfg.ppo_micro_batch_size_per_gpu, bool(cfg.use_dynamic_bsz), cfg.ppo_max_token_len_per_gpu
+        )
         self.critic_optimizer.zero_grad(set_to_none=True)
         stats: dict[str, float] = {}
         for micro in micro_batches:
@@ -123,13 +127,18 @@ class DataParallelPPOCritic:
             vpreds = self._forward_micro_batch(micro)
             # clipped value loss (PPO2): 0.5 * max((V - R)^2, (clip(V, V_old ± c) - R)^2), aggregated over the mask
             vf_loss, vf_clipfrac = core_algos.compute_value_loss(
-                vpreds, micro["returns"], micro["values"], response_mask, cliprange_value, loss_agg_mode)
+                vpreds, micro["returns"], micro["values"], response_mask, cliprange_value, loss_agg_mode
+            )
             (vf_loss * scale.grad_scale(response_mask)).backward()
             weight = scale.grad_scale(response_mask)
-            for key, value in (("critic/vf_loss", vf_loss), ("critic/vf_clipfrac", vf_clipfrac),
-                               ("critic/vpred_mean", masked_mean(vpreds, response_mask))):
+            for key, value in (
+                ("critic/vf_loss", vf_loss),
+                ("critic/vf_clipfrac", vf_clipfrac),
+                ("critic/vpred_mean", masked_mean(vpreds, response_mask)),
+            ):
                 stats[key] = stats.get(key, 0.0) + float(value.detach()) * weight
         stats.update(clipped_optimizer_step(self.critic_module, self.critic_optimizer, cfg.grad_clip, "critic"))
         return stats
+
 
 __all__ = ["DataParallelPPOCritic"]

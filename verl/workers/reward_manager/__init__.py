@@ -5,6 +5,7 @@ modes and the invalid-sample handling. Rewards written with the reward authoring
 name``) are scored by ``agent_system.reward.manager.RewardAPIManager``, a subclass that lives with that API;
 ``main_ppo.build_reward_managers`` chooses between them.
 """
+
 from __future__ import annotations
 
 from verl.workers.reward_manager.naive import NaiveRewardManager, RLLARewardManager, infer_wrapper

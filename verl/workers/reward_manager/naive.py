@@ -16,6 +16,7 @@ Scoring is one method, ``_score_rows`` (``agent_system.reward.manager.RewardAPIM
 whose scoring raises (e.g. ``InvalidGroundTruthError``) does not stop the batch: it scores 0, is marked
 ``reward_valid=False`` and counted (``reward_invalid_count``, ``reward_metrics``), with a warning naming the row.
 """
+
 from __future__ import annotations
 
 import logging
@@ -99,9 +100,17 @@ class RLLARewardManager:
         ValueError: unknown ``decode``, ``wrapper`` or ``tool_format``, or negative ``num_examine``.
     """
 
-    def __init__(self, tokenizer: Any, num_examine: int = 0, compute_score: Callable | None = None,
-                 decode: str = "response", wrapper: str = "auto", reward_fn_key: str = "data_source",
-                 switches: RewardSwitches | None = None, tool_format: str = "toolrl") -> None:
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int = 0,
+        compute_score: Callable | None = None,
+        decode: str = "response",
+        wrapper: str = "auto",
+        reward_fn_key: str = "data_source",
+        switches: RewardSwitches | None = None,
+        tool_format: str = "toolrl",
+    ) -> None:
         if decode not in DECODE_MODES:
             raise ValueError(f"reward manager: decode={decode!r}; expected one of {DECODE_MODES}")
         if wrapper not in WRAPPER_CHOICES:
@@ -124,13 +133,19 @@ class RLLARewardManager:
         return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
 
     # ------------------------------------------------------------------------------------------------------------
-    def _decode_row(self, prompt_ids: torch.Tensor, response_ids: torch.Tensor, valid_prompt_len: int,
-                    valid_response_len: int, decode: str | None = None) -> str:
+    def _decode_row(
+        self,
+        prompt_ids: torch.Tensor,
+        response_ids: torch.Tensor,
+        valid_prompt_len: int,
+        valid_response_len: int,
+        decode: str | None = None,
+    ) -> str:
         """Text handed to the scorer for one row (see ``decode``; None: ``self.decode``)."""
         valid_response = response_ids[:valid_response_len]
         if (decode or self.decode) == "response":
             return self.tokenizer.decode(valid_response.tolist(), skip_special_tokens=True)
-        valid_prompt = prompt_ids[prompt_ids.shape[-1] - valid_prompt_len:]
+        valid_prompt = prompt_ids[prompt_ids.shape[-1] - valid_prompt_len :]
         return self.tokenizer.decode(torch.cat((valid_prompt, valid_response)).tolist(), skip_special_tokens=False)
 
     @staticmethod
@@ -172,8 +187,9 @@ class RLLARewardManager:
             return {"reward_tensor": rm, "reward_extra_info": {}} if return_dict else rm
         for key in ("prompts", "responses", "attention_mask"):
             if data.batch is None or key not in data.batch.keys():
-                raise KeyError(f"reward manager: batch has no {key!r} tensor "
-                               "(needs prompts, responses, attention_mask)")
+                raise KeyError(
+                    f"reward manager: batch has no {key!r} tensor (needs prompts, responses, attention_mask)"
+                )
         for key in ("reward_model", self.reward_fn_key):
             if key not in data.non_tensor_batch:
                 raise KeyError(f"reward manager: non_tensor_batch has no {key!r} (has {sorted(data.non_tensor_batch)})")
@@ -181,8 +197,10 @@ class RLLARewardManager:
         attention_mask = data.batch["attention_mask"]
         prompt_len, response_len = prompts.shape[-1], responses.shape[-1]
         if attention_mask.shape[-1] != prompt_len + response_len:
-            raise ValueError(f"reward manager: attention_mask has {attention_mask.shape[-1]} columns, expected "
-                             f"prompts ({prompt_len}) + responses ({response_len})")
+            raise ValueError(
+                f"reward manager: attention_mask has {attention_mask.shape[-1]} columns, expected "
+                f"prompts ({prompt_len}) + responses ({response_len})"
+            )
         valid_prompt_lens = attention_mask[:, :prompt_len].sum(-1).tolist()
         valid_response_lens = attention_mask[:, prompt_len:].sum(-1).tolist()
 
@@ -192,13 +210,21 @@ class RLLARewardManager:
         for i in range(batch_size):
             row_info = self._row_value(data, "extra_info", i) or {}
             valid_len = int(valid_response_lens[i])
-            rows.append(ScoreRow(
-                index=i, data_source=self._row_value(data, self.reward_fn_key, i),
-                reward_model=self._row_value(data, "reward_model", i),
-                text=self._decode_row(prompts[i], responses[i], int(valid_prompt_lens[i]), valid_len),
-                extra_info={**(row_info if isinstance(row_info, dict) else {}), "step": step, "wrapper": self.wrapper,
-                            "tool_format": self.tool_format},
-                valid_response_len=valid_len))
+            rows.append(
+                ScoreRow(
+                    index=i,
+                    data_source=self._row_value(data, self.reward_fn_key, i),
+                    reward_model=self._row_value(data, "reward_model", i),
+                    text=self._decode_row(prompts[i], responses[i], int(valid_prompt_lens[i]), valid_len),
+                    extra_info={
+                        **(row_info if isinstance(row_info, dict) else {}),
+                        "step": step,
+                        "wrapper": self.wrapper,
+                        "tool_format": self.tool_format,
+                    },
+                    valid_response_len=valid_len,
+                )
+            )
         outcomes, run_metrics = self._score_rows(data, rows, step, switches)
 
         tensors = {name: torch.zeros(responses.shape, dtype=torch.float32) for name in ("score",) + COMPONENTS}
@@ -210,8 +236,13 @@ class RLLARewardManager:
             values = dict(values)
             if error:
                 invalid += 1
-                logger.warning("reward manager: row %d (data_source=%r, step=%s) could not be scored, reward 0: %s",
-                               row.index, row.data_source, step, error)
+                logger.warning(
+                    "reward manager: row %d (data_source=%r, step=%s) could not be scored, reward 0: %s",
+                    row.index,
+                    row.data_source,
+                    step,
+                    error,
+                )
             position = max(row.valid_response_len - 1, 0)
             tensors["score"][row.index, position] = score
             for name in COMPONENTS:
@@ -225,10 +256,15 @@ class RLLARewardManager:
             if examined[source_key] < self.num_examine:
                 examined[source_key] += 1
                 reward_model = row.reward_model
-                logger.info("[reward sample] data_source=%s step=%s score=%s components=%s\n[text] %s\n"
-                            "[ground_truth] %s",
-                            source_key, step, score, {n: extra[n][-1] for n in COMPONENTS}, row.text,
-                            reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model)
+                logger.info(
+                    "[reward sample] data_source=%s step=%s score=%s components=%s\n[text] %s\n[ground_truth] %s",
+                    source_key,
+                    step,
+                    score,
+                    {n: extra[n][-1] for n in COMPONENTS},
+                    row.text,
+                    reward_model.get("ground_truth") if isinstance(reward_model, dict) else reward_model,
+                )
         if invalid:
             logger.warning("reward manager: %d of %d samples could not be scored at step %s", invalid, batch_size, step)
         if not return_dict:
@@ -240,9 +276,12 @@ class RLLARewardManager:
             **{f"token_level_scores_{name}": tensors[name] for name in COMPONENTS},
             "reward_extra_info": dict(extra),
             "reward_invalid_count": invalid,
-            "reward_metrics": {"reward/invalid_count": float(invalid),
-                               "reward/invalid_frac": invalid / batch_size if batch_size else 0.0, **run_metrics,
-                               **self._tool_call_metrics(prompts, responses, rows)},
+            "reward_metrics": {
+                "reward/invalid_count": float(invalid),
+                "reward/invalid_frac": invalid / batch_size if batch_size else 0.0,
+                **run_metrics,
+                **self._tool_call_metrics(prompts, responses, rows),
+            },
         }
 
     def _tool_call_metrics(self, prompts: torch.Tensor, responses: torch.Tensor, rows: list[ScoreRow]) -> dict:
@@ -251,16 +290,27 @@ class RLLARewardManager:
         least one), ``response/tool_parse_failure_rate`` (a ``<tool_call>`` that cannot be read)."""
         if not rows:
             return {}
-        usages = [format_tool_usage(row.text if self.decode == "response" else self._decode_row(
-            prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response"),
-            self.tool_format) for row in rows]
+        usages = [
+            format_tool_usage(
+                row.text
+                if self.decode == "response"
+                else self._decode_row(
+                    prompts[row.index], responses[row.index], 0, row.valid_response_len, decode="response"
+                ),
+                self.tool_format,
+            )
+            for row in rows
+        ]
         n = len(usages)
-        return {"response/tool_calls/mean": sum(u.num_calls for u in usages) / n,
-                "response/tool_call_rate": sum(u.num_calls > 0 for u in usages) / n,
-                "response/tool_parse_failure_rate": sum(u.parse_failed for u in usages) / n}
+        return {
+            "response/tool_calls/mean": sum(u.num_calls for u in usages) / n,
+            "response/tool_call_rate": sum(u.num_calls > 0 for u in usages) / n,
+            "response/tool_parse_failure_rate": sum(u.parse_failed for u in usages) / n,
+        }
 
-    def _score_rows(self, data: DataProto, rows: list[ScoreRow], step: int,
-                    switches: RewardSwitches) -> tuple[list[tuple[float, dict, str]], dict[str, float]]:
+    def _score_rows(
+        self, data: DataProto, rows: list[ScoreRow], step: int, switches: RewardSwitches
+    ) -> tuple[list[tuple[float, dict, str]], dict[str, float]]:
         """Score every row with ``compute_score``, in this process.
 
         Returns:
@@ -273,8 +323,12 @@ class RLLARewardManager:
             if self.compute_score is default_compute_score:
                 extra_info["reward_switches"] = switches
             try:
-                result = self.compute_score(data_source=row.data_source, solution_str=row.text,
-                                            ground_truth=ground_truth_of(row.reward_model), extra_info=extra_info)
+                result = self.compute_score(
+                    data_source=row.data_source,
+                    solution_str=row.text,
+                    ground_truth=ground_truth_of(row.reward_model),
+                    extra_info=extra_info,
+                )
                 values = dict(result) if isinstance(result, dict) else {"score": result}
                 outcomes.append((float(values.pop("score")), values, ""))
             except Exception as err:  # noqa: BLE001 - one bad sample must not stop training (docs/rlla_reward.md)

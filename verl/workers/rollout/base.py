@@ -1,4 +1,5 @@
 """The rollout interface: prompts in, generated responses out (verl's ``verl.workers.rollout.base``)."""
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -64,8 +65,9 @@ def resolve_sampling(config, meta_info: dict) -> dict:
     return params
 
 
-def assemble_rollout_output(prompts: DataProto, responses, response_length: int, eos_token_id, pad_token_id: int,
-                            n: int = 1) -> DataProto:
+def assemble_rollout_output(
+    prompts: DataProto, responses, response_length: int, eos_token_id, pad_token_id: int, n: int = 1
+) -> DataProto:
     """Build the rollout output ``DataProto`` from generated token ids.
 
     Args:
@@ -108,5 +110,6 @@ def assemble_rollout_output(prompts: DataProto, responses, response_length: int,
         "position_ids": torch.cat([prompt_pos, response_pos], dim=-1),
         "response_mask": response_mask,
     }
-    return DataProto.from_dict(tensors=batch, non_tensors=dict(source.non_tensor_batch),
-                               meta_info=dict(prompts.meta_info))
+    return DataProto.from_dict(
+        tensors=batch, non_tensors=dict(source.non_tensor_batch), meta_info=dict(prompts.meta_info)
+    )

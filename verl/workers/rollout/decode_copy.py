@@ -24,6 +24,7 @@ while decoding, the wrapped module is no longer unsharded (it held as much then)
 ranks (each rank holds a shard; decoding there is a collective), for LoRA (peft) models, or for plain modules
 (nothing to gain).
 """
+
 from __future__ import annotations
 
 import copy
@@ -75,15 +76,23 @@ class DecodeCopy:
         for name, buffer in plain.named_buffers():  # as loaded (rotary frequencies in float32 under a bf16 policy)
             buffer.copy_(buffers[name])
         size = sum(p.numel() * p.element_size() for p in plain.parameters()) / 2**30
-        logger.info("HF rollout: decoding with a plain %s copy of the one-rank FSDP2 actor (%.2f GiB; no FSDP2 hooks "
-                    "per token)", self.dtype, size)
+        logger.info(
+            "HF rollout: decoding with a plain %s copy of the one-rank FSDP2 actor (%.2f GiB; no FSDP2 hooks "
+            "per token)",
+            self.dtype,
+            size,
+        )
 
     @staticmethod
     def applicable(module: torch.nn.Module, world_size: int) -> bool:
         """One rank, an FSDP2 module under a mixed-precision policy, not a peft (LoRA) model, parameters not offloaded
         to host memory (on a machine with CUDA, parameters on the CPU are FSDP2's offload)."""
-        if world_size != 1 or not fsdp_modules(module) or param_dtype_of(module) is None \
-                or hasattr(module, "peft_config"):
+        if (
+            world_size != 1
+            or not fsdp_modules(module)
+            or param_dtype_of(module) is None
+            or hasattr(module, "peft_config")
+        ):
             return False
         return not (torch.cuda.is_available() and next(module.parameters()).device.type == "cpu")
 

