@@ -70,6 +70,9 @@ class TextEnv:
     """
 
     instruction: str = ""
+    # the trainer's global step of the episode (set before each reset by the environment manager): a reward that
+    # depends on the step, such as ToolRL's scheduled RLLA rewards, reads it; 0 outside training
+    training_step: int = 0
 
     def reset(self, seed: int) -> StepResult:  # pragma: no cover - interface
         raise NotImplementedError

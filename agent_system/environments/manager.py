@@ -46,11 +46,13 @@ class EnvWorker:
             pass
         self.envs[i] = make_env(self.env_name, **self.env_kwargs)
 
-    def reset(self, seeds: Sequence[int]) -> List[Tuple]:
-        """Reset instance ``i`` with ``seeds[i]``; returns ``(text, anchor, reward, done, info)`` per instance."""
+    def reset(self, seeds: Sequence[int], step: int = 0) -> List[Tuple]:
+        """Reset instance ``i`` with ``seeds[i]`` at the trainer's global ``step`` (``TextEnv.training_step``);
+        returns ``(text, anchor, reward, done, info)`` per instance."""
         out = []
         for i, seed in enumerate(seeds):
             try:
+                self.envs[i].training_step = int(step)
                 out.append(split_step(self.envs[i].reset(int(seed))))
             except Exception as exc:  # noqa: BLE001 - one bad instance must not kill the batch
                 logger.error(
@@ -201,8 +203,9 @@ class EnvironmentManager:
         return [item for chunk in per_worker for item in chunk]
 
     # ---- batched API -------------------------------------------------------------------------------------------
-    def reset(self, task_seeds: Sequence[int]) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
-        """Start one episode per instance: copy ``j`` of task ``i`` (row ``i * group_n + j``) gets ``task_seeds[i]``.
+    def reset(self, task_seeds: Sequence[int], step: int = 0) -> Tuple[Dict[str, Any], List[Dict[str, Any]]]:
+        """Start one episode per instance: copy ``j`` of task ``i`` (row ``i * group_n + j``) gets ``task_seeds[i]``;
+        ``step`` (the trainer's global step) reaches every instance as ``TextEnv.training_step``.
 
         Returns:
             ``obs`` (``text``: prompt strings with the instruction; ``anchor``: raw observations; ``image``: None)
@@ -216,7 +219,7 @@ class EnvironmentManager:
         task_uids = [str(uuid.uuid4()) for _ in range(self.num_tasks)]
         self.uid = np.array([task_uids[i // self.group_n] for i in range(self.n)], dtype=object)
         self.traj_uid = np.array([str(uuid.uuid4()) for _ in range(self.n)], dtype=object)
-        results = self._gather(self._call("reset", [(seeds[s].tolist(),) for s in self.slices]))
+        results = self._gather(self._call("reset", [(seeds[s].tolist(), int(step)) for s in self.slices]))
         self.active = np.array([not r[3] for r in results], dtype=bool)
         self.history = [[] for _ in range(self.n)]
         self.step_count = 0

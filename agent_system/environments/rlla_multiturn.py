@@ -6,7 +6,8 @@ the first observation. The model answers in ToolRL's format (``<think>…</think
 and/or ``<response>…</response>``); the whole output is the action (no ``<action>`` tags).
 
 - Turn 0 is scored with the RLLA reward (``verl.utils.reward_score.rlla.compute_score``, ``wrapper='none'``)
-  against the row's ground truth: exactly ToolRL's single-turn reward, range [-3, 4] by default.
+  against the row's ground truth at the trainer's global step (``TextEnv.training_step``, so ToolRL's scheduled
+  switches such as ``SCHEDULEREWARD`` advance): exactly ToolRL's single-turn reward, range [-3, 4] by default.
 - An answer with tool calls and no ``<response>`` continues the episode: each call gets an observation, the
   recorded ``<obs>`` of the same call (same name and parameters) in the row's dialogue history when there is one,
   else a "tool unavailable" observation. Later turns have no ground truth and get reward 0; the episode ends at the
@@ -108,16 +109,20 @@ class RLLAMultiTurnEnv(TextEnv):
         return f"{self.row['index']}|{self.turn}|{text}"
 
     def step(self, action: Optional[str]) -> StepResult:
-        from verl.utils.reward_score.rlla import compute_score
+        from verl.utils.reward_score.rlla import RewardSwitches, compute_score, correctness_range
         from verl.utils.reward_score.tool_parse import extract_tags, parse_tool_calls
 
         text = action or ""
         reward, won, info = 0.0, False, {}
         if self.turn == 0:
-            score, fmt, correct, length = compute_score(text, self.row["ground_truth"], wrapper="none")
+            switches = RewardSwitches.from_env()  # ToolRL's switches, read as its reward reads them
+            score, fmt, correct, length = compute_score(
+                text, self.row["ground_truth"], step=self.training_step, wrapper="none", switches=switches
+            )
             reward = float(score)
             info.update({"format": fmt, "correctness": correct, "length": length})
-            won = correct >= 3.0 - 1e-9  # the correctness component's maximum (default range [-3, 3])
+            best, _ = correctness_range(self.training_step, switches)  # 3 by default; a schedule moves it
+            won = correct >= best - 1e-9
             self.first_turn_won = won
         tags = extract_tags(text)
         try:

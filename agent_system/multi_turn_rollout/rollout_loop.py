@@ -137,13 +137,14 @@ class TrajectoryCollector:
                 ``position_ids``, ``response_mask``), one response per row.
             task_seeds: one seed per task group.
             meta_info: copied into every generate call (sampling switches).
-            step: the trainer's global step, passed to the reward scorer.
+            step: the trainer's global step, passed to the reward scorer and to every environment instance
+                (``TextEnv.training_step``: scheduled rewards read it).
         Returns:
             The rows of all active steps (see the module docstring) and the episode metrics ``env/*``.
         Raises:
             RuntimeError: no instance was active after reset (every reset failed).
         """
-        obs, infos = envs.reset(task_seeds)
+        obs, infos = envs.reset(task_seeds, step=step)
         n = envs.n
         episode_return, won = np.zeros(n), np.zeros(n, dtype=bool)
         traj_valid, lengths = np.ones(n, dtype=bool), np.zeros(n, dtype=np.int64)

@@ -34,6 +34,30 @@ def test_turn_zero_is_the_rlla_reward_and_the_ground_truth_wins():
     assert bad.reward == pytest.approx(compute_score("no tags at all", row["ground_truth"], wrapper="none")[0])
 
 
+def test_scheduled_rewards_advance_with_the_trainers_step(monkeypatch):
+    """SCHEDULEREWARD moves the format and correctness ranges with the step: the manager hands the trainer's step to
+    every instance, and the same answer scores as ToolRL's reward does at that step (and still wins)."""
+    from agent_system.environments.manager import EnvironmentManager
+
+    monkeypatch.setenv("SCHEDULEREWARD", "1")
+    seed, row = next((i, r) for i, r in enumerate(_rows("train", None)) if '"name": "' in r["ground_truth"])
+    truth = row["ground_truth"]
+    start = truth.index('"name": "') + len('"name": "')
+    wrong_tool = truth[:start] + "no_such_tool_" + truth[start:]  # well formed, partly correct
+    envs = EnvironmentManager("rlla_multiturn", {}, num_tasks=1, group_n=1, use_ray=False)
+    scores = {}
+    for step in (0, 150):
+        for answer, wins in ((truth, True), (wrong_tool, False)):
+            envs.reset([seed], step=step)
+            _, rewards, _, infos = envs.step([answer])
+            scores[step, wins] = float(rewards[0])
+            assert scores[step, wins] == pytest.approx(compute_score(answer, truth, step, "none")[0])
+            assert infos[0]["won"] is wins  # the ground truth wins at every step of the schedule
+    # the schedule keeps the best total (2 + 2 at step 0, 1 + 3 at 150) and moves a partial answer's
+    assert scores[0, True] == scores[150, True] and scores[0, False] != scores[150, False]
+    envs.close()
+
+
 def test_tool_calls_get_recorded_or_unavailable_observations_then_a_response_ends():
     seed, row = _row_with_obs()
     env = make_env("rlla_multiturn")
