@@ -403,6 +403,22 @@ def test_unfold_column_chunks():
         data.unfold_column_chunks(4, split_keys=["obs2"])
 
 
+def test_unfold_column_chunks_splits_a_list_of_lists_as_upstream_does():
+    """``from_dict`` keeps each row's list whole (a ``[B]`` object array); upstream stores ``[B, K]``. Splitting it
+    cuts every row's list as upstream's reshape does, and rows of unequal length are refused."""
+    obs = torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8], [9, 10, 11, 12]])
+    data = DataProto.from_dict({"obs": obs}, {"labels": [["a1", "a2"], ["b1", "b2"], ["c1", "c2"]]})
+    assert data.non_tensor_batch["labels"].shape == (3,)
+    out = data.unfold_column_chunks(2, split_keys=["obs", "labels"])
+    assert out.non_tensor_batch["labels"].shape == (6, 1)
+    assert (out.non_tensor_batch["labels"] == [["a1"], ["a2"], ["b1"], ["b2"], ["c1"], ["c2"]]).all()
+    kept = data.unfold_column_chunks(2, split_keys=["obs"])  # not split: each row's list repeated whole
+    assert [list(x) for x in kept.non_tensor_batch["labels"]][:2] == [["a1", "a2"], ["a1", "a2"]]
+    ragged = DataProto.from_dict({"obs": obs}, {"labels": [["a1", "a2"], ["b1"], ["c1", "c2"]]})
+    with pytest.raises(ValueError, match="rows of different lengths"):
+        ragged.unfold_column_chunks(2, split_keys=["labels"])
+
+
 def test_pad_unpad_including_pad_larger_than_len():
     data = make_data(3, {"info": "t"})
     for divisor, pad, expected in [

@@ -46,6 +46,10 @@ def test_batch_sizes_are_normalised(tiny_model_dir, monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     worker = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor")
     assert worker.config.actor.ppo_mini_batch_size == 4 * 2 // 2  # prompts × n / world size
+    # data parallel only: its role's mesh, upstream's nd dispatch sees rank = data-parallel rank
+    assert worker._mesh_dp_rank == {"actor": 0} and worker._mesh_collect == {"actor": True}
+    both = ActorRolloutRefWorker(cfg.actor_rollout_ref, role="actor_rollout_ref")
+    assert sorted(both._mesh_dp_rank) == ["actor", "ref", "rollout"]
     assert worker.config.actor.ppo_micro_batch_size_per_gpu == 2  # deprecated global key / world size
     assert cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 4  # the caller's config is untouched
     monkeypatch.setenv("WORLD_SIZE", "3")
@@ -155,6 +159,7 @@ def test_critic_worker_values_update_and_checkpoint(tiny_model_dir, tmp_path):
     cfg = trainer_config(tiny_model_dir, **{"critic.model.use_remove_padding": True})
     worker = CriticWorker(cfg.critic)
     assert worker.config.ppo_mini_batch_size == 4  # 2 prompts × rollout.n 2
+    assert worker._query_dispatch_info("critic") == 0 and worker._query_collect_info("critic")
     worker.init_model()
     from workers_testlib import make_batch
 

@@ -182,9 +182,26 @@ def concat_fields(data: Sequence) -> tuple[TensorDict | None, dict, dict]:
     return batch, non_tensor, meta
 
 
+def _stack_sequences(key: str, val: np.ndarray) -> np.ndarray:
+    """``[B]`` object array whose rows are sequences of one length ``K`` -> ``[B, K]`` object array (the layout
+    upstream's ``DataProto.from_dict`` gives a list of lists; this one keeps such rows whole). Anything else is
+    returned as it is."""
+    rows = list(val)
+    if not rows or not all(isinstance(r, (list, tuple, np.ndarray)) for r in rows):
+        return val
+    width = len(rows[0])
+    if any(len(r) != width for r in rows):
+        raise ValueError(f"{key!r}: rows of different lengths cannot be split along dim 1")
+    out = np.empty((len(rows), width), dtype=object)
+    for i, row in enumerate(rows):
+        out[i, :] = list(row)
+    return out
+
+
 def unfold_columns(data, n_split: int, split_keys: Sequence[str] | None):
     """``DataProto.unfold_column_chunks``: dim 1 of the ``split_keys`` entries split into ``n_split`` rows each, the
-    other entries repeated (interleaved).
+    other entries repeated (interleaved). A non-tensor entry stored as a ``[B]`` array of equal-length lists is split
+    as the ``[B, K]`` array upstream stores it (each row's list cut into ``n_split`` parts).
 
     Raises:
         ValueError: a split entry's dim 1 is not divisible by ``n_split``. KeyError: unknown split key.
@@ -197,6 +214,8 @@ def unfold_columns(data, n_split: int, split_keys: Sequence[str] | None):
     def unfold(key: str, val: Any, repeat: Callable) -> Any:
         if key not in split_keys:
             return repeat(val)
+        if isinstance(val, np.ndarray) and val.ndim == 1 and val.dtype == object:
+            val = _stack_sequences(key, val)  # rows of equal-length lists: upstream's [B, K] object array
         if val.ndim < 2 or val.shape[1] % n_split != 0:
             raise ValueError(f"{key!r} of shape {tuple(val.shape)} cannot be split into {n_split} along dim 1")
         return val.reshape(val.shape[0] * n_split, val.shape[1] // n_split, *val.shape[2:])

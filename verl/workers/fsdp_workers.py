@@ -173,6 +173,9 @@ class ActorRolloutRefWorker(_ModelWorkerMixin, Worker):
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
         self._is_rollout = role in ("rollout", "actor_rollout", "actor_rollout_ref")
         self._is_ref = role in ("ref", "actor_rollout_ref")
+        for mesh, held in (("actor", self._is_actor), ("rollout", self._is_rollout), ("ref", self._is_ref)):
+            if held:  # data parallel only: every rank is its own data-parallel rank and is collected
+                self._register_dispatch_collect_info(mesh, dp_rank=self.rank, is_collect=True)
         cfg = self.config
         with open_dict(cfg):
             rollout_n = int(cfg.rollout.n or 1)
@@ -410,6 +413,7 @@ class CriticWorker(_ModelWorkerMixin, Worker):
 
     def __init__(self, config: DictConfig):
         super().__init__()
+        self._register_dispatch_collect_info("critic", dp_rank=self.rank, is_collect=True)
         self.config = worker_section(config, CriticConfig)
         cfg = self.config
         if cfg.rollout_n is None:

@@ -166,6 +166,58 @@ _PREDEFINED: dict[Dispatch, dict[str, Callable]] = {
 }
 
 
+def make_nd_compute_dataproto_dispatch_fn(mesh_name: str) -> dict[str, Callable]:
+    """Upstream verl's dispatch over a named device mesh: ``register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn
+    ("actor"))``. Each worker says once (``Worker._register_dispatch_collect_info``) which data-parallel rank of the
+    mesh it is and whether its output is collected; every ``DataProto`` argument is split into ``dp_size`` equal
+    chunks (``dp_size`` = the largest registered rank + 1) and each worker gets its rank's chunk, so the workers of
+    one data-parallel group (tensor or pipeline parallel peers) get the same rows; the collected workers' results are
+    concatenated in rank order. The project's own workers are data parallel only and register their roles' meshes
+    with ``dp_rank = rank``, which makes this the same split as ``Dispatch.DP_COMPUTE_PROTO`` (without its padding).
+
+    The workers' mesh ranks are queried once per group and mesh, then cached on the group.
+
+    Raises (when called):
+        KeyError: a worker registered no mesh ``mesh_name``. ValueError: the registered ranks leave a
+        data-parallel rank without a worker, or an argument's rows are not divisible by ``dp_size``.
+        TypeError: an argument is not a ``DataProto``.
+    """
+
+    def mesh_info(worker_group) -> tuple[list[int], list[bool]]:
+        cache = worker_group.__dict__.setdefault("_nd_dispatch_info", {})
+        if mesh_name not in cache:
+            ranks = [int(r) for r in worker_group._query_dispatch_info(mesh_name)]
+            collect = [bool(c) for c in worker_group._query_collect_info(mesh_name)]
+            if sorted(set(ranks)) != list(range(max(ranks) + 1)):
+                raise ValueError(f"mesh {mesh_name!r}: the workers' data-parallel ranks {ranks} leave a gap")
+            cache[mesh_name] = (ranks, collect)
+        return cache[mesh_name]
+
+    def dispatch_fn(worker_group, *args, **kwargs):
+        from verl.protocol import DataProto
+
+        ranks, _ = mesh_info(worker_group)
+        dp_size = max(ranks) + 1
+
+        def split(name: str, value: Any) -> list:
+            if not isinstance(value, DataProto):
+                raise TypeError(f"mesh {mesh_name!r}: argument {name} is a {type(value).__name__}, expected DataProto")
+            if len(value) % dp_size:
+                raise ValueError(
+                    f"mesh {mesh_name!r}: argument {name} has {len(value)} rows, not divisible by dp_size={dp_size}"
+                )
+            chunks = value.chunk(dp_size)
+            return [chunks[r] for r in ranks]
+
+        return (tuple(split(f"#{i}", a) for i, a in enumerate(args)), {k: split(repr(k), v) for k, v in kwargs.items()})
+
+    def collect_fn(worker_group, outputs: list) -> Any:
+        _, collect = mesh_info(worker_group)
+        return collect_dp_compute_data_proto(worker_group, [out for out, keep in zip(outputs, collect) if keep])
+
+    return {"dispatch_fn": dispatch_fn, "collect_fn": collect_fn}
+
+
 def get_predefined_dispatch_fn(dispatch_mode: Dispatch | dict) -> dict[str, Callable]:
     """``{"dispatch_fn", "collect_fn"}`` for a dispatch mode (a custom dict is returned as is).
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import socket
 
+from verl.single_controller.base.decorator import Dispatch, register
+
 
 def find_free_port() -> int:
     """A TCP port that is free right now on every interface of this machine."""
@@ -25,6 +27,8 @@ class Worker:
         self._rank = int(os.environ.get("RANK", "0"))
         self._world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self._local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self._mesh_dp_rank: dict[str, int] = {}  # mesh name -> this rank's data-parallel rank in it
+        self._mesh_collect: dict[str, bool] = {}  # mesh name -> whether this rank's output is collected
 
     @property
     def rank(self) -> int:
@@ -37,6 +41,35 @@ class Worker:
     @property
     def local_rank(self) -> int:
         return self._local_rank
+
+    def _register_dispatch_collect_info(self, mesh_name: str, dp_rank: int, is_collect: bool) -> None:
+        """Record this rank's place in the device mesh ``mesh_name`` (upstream verl's call): its data-parallel rank,
+        which picks its chunk of a batch dispatched with ``make_nd_compute_dataproto_dispatch_fn(mesh_name)``, and
+        whether its output is collected (one rank per data-parallel group, e.g. tensor-parallel rank 0).
+
+        Raises:
+            ValueError: ``dp_rank`` is negative, or ``mesh_name`` was registered before with other values.
+        """
+        if int(dp_rank) < 0:
+            raise ValueError(f"mesh {mesh_name!r}: dp_rank must be >= 0, got {dp_rank}")
+        known = (self._mesh_dp_rank.get(mesh_name), self._mesh_collect.get(mesh_name))
+        if known != (None, None) and known != (int(dp_rank), bool(is_collect)):
+            raise ValueError(f"mesh {mesh_name!r} is already registered on rank {self._rank} as {known}")
+        self._mesh_dp_rank[mesh_name], self._mesh_collect[mesh_name] = int(dp_rank), bool(is_collect)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_dispatch_info(self, mesh_name: str) -> int:
+        """This rank's data-parallel rank in ``mesh_name``. Raises KeyError: the mesh was never registered here."""
+        if mesh_name not in self._mesh_dp_rank:
+            raise KeyError(f"rank {self._rank} registered no mesh {mesh_name!r} (has {sorted(self._mesh_dp_rank)})")
+        return self._mesh_dp_rank[mesh_name]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def _query_collect_info(self, mesh_name: str) -> bool:
+        """Whether this rank's output is collected for ``mesh_name``. Raises KeyError: the mesh is unknown here."""
+        if mesh_name not in self._mesh_collect:
+            raise KeyError(f"rank {self._rank} registered no mesh {mesh_name!r} (has {sorted(self._mesh_collect)})")
+        return self._mesh_collect[mesh_name]
 
     def get_master_addr_port(self) -> tuple[str, str]:
         """Address and port of rank 0's rendezvous (used by the group to configure the other ranks)."""

@@ -55,6 +55,7 @@ from verl.trainer.ppo.registry import (  # noqa: F401 - public names of core_alg
     POLICY_LOSS_REGISTRY,
     AdvantageEstimator,
     EstimatorPlugin,
+    accepts_eos_mask,
     cfg_get,
     get_adv_estimator_fn,
     get_estimator_plugin,
@@ -71,6 +72,7 @@ GROUPED = EstimatorPlugin(grouped=True)  # advantages relative within the prompt
 
 
 @register_adv_est(AdvantageEstimator.GAE, EstimatorPlugin(needs_values=True))
+@accepts_eos_mask
 def compute_gae_advantage_return(
     token_level_rewards: torch.Tensor,
     values: torch.Tensor,
@@ -113,6 +115,7 @@ def compute_gae_advantage_return(
 
 
 @register_adv_est(AdvantageEstimator.GRPO, GROUPED)
+@accepts_eos_mask
 def compute_grpo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -143,6 +146,7 @@ def compute_grpo_outcome_advantage(
 
 
 @register_adv_est(AdvantageEstimator.RLOO, GROUPED)
+@accepts_eos_mask
 def compute_rloo_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -176,6 +180,7 @@ register_adv_est(AdvantageEstimator.RLOO_VECTORIZED, GROUPED)(compute_rloo_outco
 
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS)
+@accepts_eos_mask
 def compute_reinforce_plus_plus_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -199,6 +204,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
 
 
 @register_adv_est(AdvantageEstimator.REINFORCE_PLUS_PLUS_BASELINE, GROUPED)
+@accepts_eos_mask
 def compute_reinforce_plus_plus_baseline_outcome_advantage(
     token_level_rewards: torch.Tensor,
     response_mask: torch.Tensor,
@@ -225,6 +231,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
 
 
 @register_adv_est(AdvantageEstimator.REMAX, EstimatorPlugin(needs_greedy_baseline=True))
+@accepts_eos_mask
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
     reward_baselines: torch.Tensor = None,
@@ -337,6 +344,7 @@ def _clipped_pg_losses(
 
 
 @register_policy_loss("vanilla")
+@accepts_eos_mask
 def compute_policy_loss_vanilla(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -378,6 +386,7 @@ def compute_policy_loss_vanilla(
 
 
 @register_policy_loss("gspo")
+@accepts_eos_mask
 def compute_policy_loss_gspo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -425,6 +434,7 @@ def compute_policy_loss_gspo(
 
 
 @register_policy_loss("cispo")
+@accepts_eos_mask
 def compute_policy_loss_cispo(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -465,6 +475,7 @@ def compute_policy_loss_cispo(
     return pg_loss, metrics
 
 
+@accepts_eos_mask
 def compute_policy_loss(
     old_log_prob: torch.Tensor,
     log_prob: torch.Tensor,
@@ -491,6 +502,7 @@ def compute_policy_loss(
     return agg_loss(pg_losses, response_mask, loss_agg_mode), clipfrac, ppo_kl, clipfrac_lower
 
 
+@accepts_eos_mask
 def compute_entropy_loss(
     logits: torch.Tensor,
     response_mask: torch.Tensor,
@@ -504,6 +516,7 @@ def compute_entropy_loss(
     return agg_loss(verl_F.entropy_from_logits(logits), response_mask, loss_agg_mode)
 
 
+@accepts_eos_mask
 def compute_value_loss(
     vpreds: torch.Tensor,
     returns: torch.Tensor,

@@ -9,6 +9,8 @@ gives every estimator. Nothing here imports an estimator, so a plug-in can impor
 
 from __future__ import annotations
 
+import functools
+import warnings
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Callable, Dict, Optional, Tuple, Union
@@ -18,6 +20,7 @@ __all__ = [
     "POLICY_LOSS_REGISTRY",
     "AdvantageEstimator",
     "EstimatorPlugin",
+    "accepts_eos_mask",
     "cfg_get",
     "get_adv_estimator_fn",
     "get_estimator_plugin",
@@ -94,6 +97,32 @@ ESTIMATOR_PLUGINS: Dict[str, EstimatorPlugin] = {}
 POLICY_LOSS_REGISTRY: Dict[str, Callable] = {}
 
 _RESERVED_ELSEWHERE = {"gigpo": "verl.trainer.ppo.gigpo (or core_algos)", "rlvcr": "rlvcr.core_rlvcr (or core_algos)"}
+
+
+def accepts_eos_mask(fn: Callable) -> Callable:
+    """Decorator: ``fn`` also takes ``eos_mask=``, ToolRL's (and verl < 0.3's) keyword for what upstream now calls
+    ``response_mask`` — the ``[B, L]`` 0/1 mask of the tokens the policy generated — so ToolRL's calls such as
+    ``compute_grpo_outcome_advantage(token_level_rewards=r, eos_mask=m, index=i)`` run unchanged, with a
+    ``DeprecationWarning`` naming the new keyword.
+
+    Raises:
+        TypeError: both ``eos_mask`` and ``response_mask`` are given.
+    """
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if "eos_mask" in kwargs:
+            if "response_mask" in kwargs:
+                raise TypeError(f"{fn.__name__}: got response_mask and its old name eos_mask; pass response_mask only")
+            warnings.warn(
+                f"{fn.__name__}(eos_mask=...): the keyword is response_mask (eos_mask is ToolRL's old name)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            kwargs["response_mask"] = kwargs.pop("eos_mask")
+        return fn(*args, **kwargs)
+
+    return wrapper
 
 
 def _name_of(name_or_enum: Union[str, Enum]) -> str:
