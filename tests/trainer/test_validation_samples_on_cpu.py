@@ -38,6 +38,19 @@ def test_validation_samples_val_kwargs_n_responses_per_prompt(tmp_path, small_rl
     rows = len(trainer.val_dataset)
     assert sum(len(b) for b in seen) == rows * val_n
     assert all(math.isfinite(v) for k, v in metrics.items() if k.startswith("val/test_score"))
+    # upstream verl's names over the samples of each prompt; the score's mean over every sample equals val/test_score
+    source = next(k.split("/")[-1] for k in metrics if k.startswith("val/test_score/"))
+    core = f"val-core/{source}/reward/mean@{val_n}"
+    assert core in metrics and f"val-aux/{source}/correctness/mean@{val_n}" in metrics
+    if "val/reward_invalid_count" not in metrics:  # every sample scored: the two means agree
+        assert metrics[core] == pytest.approx(metrics[f"val/test_score/{source}"], abs=1e-5)
+    if val_n > 1:
+        assert {f"val-core/{source}/reward/best@3/mean", f"val-aux/{source}/reward/worst@2/std"} <= set(metrics)
+        assert (
+            metrics[f"val-core/{source}/reward/best@3/mean"]
+            >= metrics[core]
+            >= metrics[f"val-aux/{source}/reward/worst@3/mean"]
+        )
     if val_n > 1:  # copies are interleaved: same prompt, independently sampled responses
         batch = seen[0]
         prompts, responses = batch.batch["prompts"], batch.batch["responses"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import time
 from contextlib import contextmanager
+from typing import Callable
 
 import numpy as np
 import torch
@@ -251,3 +252,128 @@ class MfuMeter:
         )
         metrics["perf/peak_tflops_per_worker"] = self.peak_flops_per_s / 1e12
         return metrics
+
+
+# ---------------------------------------------------------------------------------------- validation over N samples
+def bootstrap_metric(
+    data: list,
+    subset_size: int,
+    reduce_fns: list[Callable[[np.ndarray], float]],
+    n_bootstrap: int = 1000,
+    seed: int = 42,
+) -> list[tuple[float, float]]:
+    """Bootstrap estimate of statistics of a subset: ``n_bootstrap`` subsets of ``subset_size`` items drawn from
+    ``data`` with replacement, each ``reduce_fn`` applied to every subset; returns ``[(mean, std), ...]`` over the
+    subsets, one pair per function (``std`` the population standard deviation, NumPy's default).
+
+    Upstream verl's function and semantics: the draw is ``RandomState(seed).choice(len(data), (n_bootstrap,
+    subset_size))``, the same numbers upstream draws after ``np.random.seed(seed)`` — from a generator of its own here,
+    so NumPy's global random state (which a resumed run restores exactly) is left alone. E.g. ``best@4`` is
+    ``bootstrap_metric(scores, 4, [np.max])``: the expected best of 4 samples (Efron & Tibshirani 1993, ch. 6).
+
+    Raises:
+        ValueError: ``data`` is empty or ``subset_size`` / ``n_bootstrap`` is not positive.
+    """
+    if len(data) == 0 or subset_size < 1 or n_bootstrap < 1:
+        raise ValueError(
+            f"bootstrap_metric: needs data (got {len(data)} items), subset_size >= 1 (got {subset_size}) and "
+            f"n_bootstrap >= 1 (got {n_bootstrap})"
+        )
+    items = np.empty(len(data), dtype=object)
+    items[:] = list(data)
+    draws = np.random.RandomState(seed).choice(len(items), size=(n_bootstrap, subset_size), replace=True)
+    out = []
+    for fn in reduce_fns:
+        values = np.array([fn(items[row]) for row in draws], dtype=np.float64)
+        out.append((float(values.mean()), float(values.std())))
+    return out
+
+
+def calc_maj_val(data: list[dict], vote_key: str, val_key: str) -> float:
+    """The ``val_key`` of the first item whose ``vote_key`` is the most common one (upstream verl's majority vote:
+    ties go to the answer seen first). ``maj@N`` votes over a prompt's sampled answers (``vote_key="pred"``)."""
+    votes: dict = {}
+    for item in data:
+        votes.setdefault(item[vote_key], []).append(item[val_key])
+    winner = max(votes, key=lambda answer: len(votes[answer]))
+    return votes[winner][0]
+
+
+def _subset_sizes(n: int) -> list[int]:
+    """Bootstrap subset sizes for ``n`` samples per prompt: 2, 4, 8, ... below ``n``, then ``n`` (none for n = 1)."""
+    if n <= 1:
+        return []
+    sizes, k = [], 2
+    while k < n:
+        sizes.append(k)
+        k *= 2
+    return sizes + [n]
+
+
+def process_validation_metrics(
+    data_sources: list[str], sample_uids: list[str], infos_dict: dict[str, list], seed: int = 42
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Validation statistics over several samples per prompt, upstream verl's ``{data_source: {variable: {metric:
+    value}}}``: for every prompt (``sample_uids``) and numeric variable of ``infos_dict`` (lists aligned with the
+    samples; string-valued ones are skipped), ``mean@N`` and ``std@N`` over its N samples and, for each bootstrap size
+    n (:func:`_subset_sizes`), ``best@n/mean``, ``best@n/std``, ``worst@n/mean``, ``worst@n/std`` and, when
+    ``infos_dict`` has a ``pred`` answer per sample, ``maj@n/mean`` / ``maj@n/std`` (:func:`calc_maj_val`, by
+    :func:`bootstrap_metric` with ``seed``); each metric is then averaged over the prompts of a data source.
+
+    Raises:
+        ValueError: a list of ``infos_dict`` or ``sample_uids`` is not as long as ``data_sources``.
+    """
+    n_samples = len(data_sources)
+    for name, values in [("sample_uids", sample_uids), *infos_dict.items()]:
+        if len(values) != n_samples:
+            raise ValueError(f"process_validation_metrics: {name} has {len(values)} values for {n_samples} samples")
+    grouped: dict = {}  # source -> uid -> variable -> values, in sample order
+    for i, (source, uid) in enumerate(zip(data_sources, sample_uids)):
+        per_uid = grouped.setdefault(source, {}).setdefault(uid, {})
+        for name, values in infos_dict.items():
+            per_uid.setdefault(name, []).append(values[i])
+    out: dict = {}
+    for source, by_uid in grouped.items():
+        collected: dict = {}  # variable -> metric -> per-prompt values
+        for var2vals in by_uid.values():
+            preds = var2vals.get("pred")
+            for name, values in var2vals.items():
+                if not values or isinstance(values[0], str):
+                    continue
+                n = len(values)
+                metric = {f"mean@{n}": float(np.mean(values))}
+                if n > 1:
+                    metric[f"std@{n}"] = float(np.std(values))
+                for k in _subset_sizes(n):
+                    (best, best_sd), (worst, worst_sd) = bootstrap_metric(values, k, [np.max, np.min], seed=seed)
+                    metric.update({f"best@{k}/mean": best, f"best@{k}/std": best_sd})
+                    metric.update({f"worst@{k}/mean": worst, f"worst@{k}/std": worst_sd})
+                    if preds is not None:
+                        votes = [{"val": v, "pred": p} for v, p in zip(values, preds)]
+                        vote = functools.partial(calc_maj_val, vote_key="pred", val_key="val")
+                        [(maj, maj_sd)] = bootstrap_metric(votes, k, [vote], seed=seed)
+                        metric.update({f"maj@{k}/mean": maj, f"maj@{k}/std": maj_sd})
+                for metric_name, value in metric.items():
+                    collected.setdefault(name, {}).setdefault(metric_name, []).append(value)
+        out[source] = {
+            name: {metric_name: float(np.mean(vals)) for metric_name, vals in metrics.items()}
+            for name, metrics in collected.items()
+        }
+    return out
+
+
+def validation_metric_names(by_source: dict[str, dict[str, dict[str, float]]]) -> dict[str, float]:
+    """Upstream verl's logged names for :func:`process_validation_metrics`' result: ``val-core/<source>/<var>/<metric>``
+    for the core variable (``acc`` when present, else ``reward``) and its ``mean`` / ``maj`` / ``best`` metrics at the
+    largest N, ``val-aux/...`` for every other one."""
+    flat = {}
+    for source, variables in by_source.items():
+        core = "acc" if "acc" in variables else "reward"
+        for name, metrics in variables.items():
+            n_max = max(int(m.split("@")[-1].split("/")[0]) for m in metrics)
+            for metric_name, value in metrics.items():
+                is_core = (
+                    name == core and metric_name.startswith(("mean", "maj", "best")) and f"@{n_max}" in metric_name
+                )
+                flat[f"{'val-core' if is_core else 'val-aux'}/{source}/{name}/{metric_name}"] = value
+    return flat

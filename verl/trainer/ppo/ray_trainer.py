@@ -146,6 +146,7 @@ class RayPPOTrainer:
         self.updating = False  # inside a step's updates: the workers' state is between two steps
         self.step_problem: str | None = None  # why the current step is a bad one (StepHealth)
         self.reward_errors: list[str] = []  # the last training batch's reward failures (messages)
+        self.reward_extra_info: dict = {}  # the last scoring's per-sample values (reward manager's reward_extra_info)
         self._create_dataloader(train_dataset, val_dataset, collate_fn or default_collate_fn)
 
     # ------------------------------------------------------------------ data
@@ -241,6 +242,7 @@ class RayPPOTrainer:
         if "reward_valid" in extra:
             batch.non_tensor_batch["reward_valid"] = np.asarray(extra["reward_valid"], dtype=bool)
         self.reward_errors = [e for e in extra.get("reward_error", []) if e]
+        self.reward_extra_info = extra  # per-sample values of the last scoring (validation reads them)
         return dict(result.get("reward_metrics", {}))
 
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer.ppo.metric_utils import REWARD_COMPONENTS
+from verl.trainer.ppo.metric_utils import REWARD_COMPONENTS, process_validation_metrics, validation_metric_names
 from verl.trainer.ppo.rollout_dump import dump_rollouts
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,7 @@ def validate(trainer) -> dict:
                 continue
             for name, values in scores.items():
                 metrics[f"val/test_{name}/{source}"] = values[rows].float().mean().item()
+        metrics.update(_over_samples(trainer, batch, sources, scores["score"]))
         metrics["val/response_length/mean"] = batch.batch["response_mask"].sum(-1).float().mean().item()
         if "reward_valid" in batch.non_tensor_batch:
             metrics["val/reward_invalid_count"] = float((~batch.non_tensor_batch["reward_valid"]).sum())
@@ -74,6 +75,31 @@ def validate(trainer) -> dict:
             float(scores["score"][torch.as_tensor(valid)].float().mean()) if valid.any() else float("nan"),
         )
     return metrics
+
+
+# bookkeeping of the reward manager, not a quantity to average over samples
+_NOT_VARIABLES = ("reward_valid", "reward_error")
+
+
+def _over_samples(trainer, batch: DataProto, sources: np.ndarray, scores: torch.Tensor) -> dict:
+    """Upstream verl's validation metrics over the samples of each prompt (``val-core/<source>/reward/mean@N``,
+    ``best@N``, ``worst@N``, ``maj@N`` when the scorer returns a ``pred`` answer ...; ``metric_utils.
+    process_validation_metrics``, seeded with ``trainer.seed``): the summed score as ``reward``, and every per-sample
+    value the reward manager returned (the RLLA components, a custom scorer's extra keys). All samples count here, as
+    upstream; ``val/test_score/*`` above leaves out those the reward could not score."""
+    n = len(batch)
+    infos = {"reward": scores.float().tolist()}
+    for key, values in (trainer.reward_extra_info or {}).items():
+        if key not in _NOT_VARIABLES and key != "reward" and len(values) == n:
+            infos[key] = [v if isinstance(v, str) else float("nan") if v is None else v for v in values]
+    seed = trainer.config.trainer.seed
+    by_source = process_validation_metrics(
+        [str(s) for s in sources.tolist()],
+        [str(u) for u in batch.non_tensor_batch["uid"].tolist()],
+        infos,
+        seed=42 if seed is None else int(seed),
+    )
+    return validation_metric_names(by_source)
 
 
 def log_generations(trainer, batch: DataProto, scores: torch.Tensor) -> None:
