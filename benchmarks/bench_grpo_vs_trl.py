@@ -299,17 +299,18 @@ def run_ours(args) -> dict:
     this process) for warm-up + measured steps."""
     from transformers import AutoTokenizer
 
+    from verl.trainer.config_utils import default_section
     from verl.trainer.main_ppo import run_ppo
-    from verl.utils.dataset.rl_dataset import prompt_text
+    from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.utils.model_presets import prepare_model
 
-    path, df = rlla_rows(args)
+    path, _ = rlla_rows(args)
     tokenizer = AutoTokenizer.from_pretrained(prepare_model(args.model))
-    # the file's longest prompt (the trainer checks every row against it with truncation=error): rows are left-padded
-    # to data.max_prompt_length on loading and cut to each batch's longest prompt before the rollout
-    max_prompt = max(
-        len(tokenizer(prompt_text(tokenizer, list(msgs)), add_special_tokens=False)["input_ids"]) for msgs in df.prompt
-    )
+    # the file's longest prompt as the trainer's dataset measures it (chat template, the row's tools): the trainer's
+    # load-time check holds every row to it with truncation=error; rows are left-padded to data.max_prompt_length on
+    # loading and cut to each batch's longest prompt before the rollout
+    unlimited = default_section("data", max_prompt_length=1 << 20, truncation="left")
+    max_prompt = max(RLHFDataset(data_files=str(path), tokenizer=tokenizer, config=unlimited).prompt_lengths())
     run_dir = tempfile.mkdtemp(prefix="bench_ours_")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     try:
