@@ -94,7 +94,7 @@ def test_http_endpoints_report_version_and_logprobs(server):
     chat = client.chat([{"role": "user", "content": "hi"}], max_tokens=3)
     assert chat["object"] == "chat.completion" and chat["choices"][0]["message"]["role"] == "assistant"
     assert len(chat["choices"][0]["logprobs"]["content"]) == len(chat["choices"][0]["token_ids"])
-    with pytest.raises(RuntimeError, match="'prompt' is required"):
+    with pytest.raises(RuntimeError, match="400.*prompt: Field required"):
         client._post("/completions", {})
 
 
@@ -180,3 +180,113 @@ def _queue_while_busy(engine, calls):
             threading.Event().wait(0.01)
     for thread in threads:
         thread.join(timeout=120)
+
+
+def _post(server, route: str, body) -> tuple:
+    """(status, JSON answer) of one raw POST, the body sent as given (no client defaults)."""
+    import requests
+
+    data = body if isinstance(body, (bytes, str)) else None
+    answer = requests.post(server.url() + route, json=None if data else body, data=data, timeout=60)
+    return answer.status_code, answer.json()
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("stream", True),
+        ("tools", [{"type": "function", "function": {"name": "f"}}]),
+        ("tool_choice", "auto"),
+        ("echo", True),
+        ("best_of", 2),
+        ("logit_bias", {"5": 10}),
+        ("presence_penalty", 0.5),
+        ("logprobs", 3),
+    ],
+)
+def test_fields_the_server_does_not_honour_are_refused_by_name(server, field, value):
+    status, answer = _post(server, "/completions", {"prompt": [5, 6, 7], "max_tokens": 2, field: value})
+    assert status == 400 and answer["error"]["message"].startswith(f"{field}:"), answer
+
+
+def test_max_tokens_and_n_as_the_api_defines_them(server):
+    status, empty = _post(server, "/completions", {"prompt": [5, 6, 7], "max_tokens": 0, "n": 2})
+    assert status == 200 and [c["token_ids"] for c in empty["choices"]] == [[], []]
+    assert {c["finish_reason"] for c in empty["choices"]} == {"length"} and empty["usage"]["completion_tokens"] == 0
+    status, chat = _post(
+        server, "/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}
+    )
+    assert status == 400 and chat["error"]["message"].startswith("max_tokens:")
+    for n in (0, -1):
+        status, answer = _post(server, "/completions", {"prompt": [5], "n": n})
+        assert status == 400 and answer["error"]["message"].startswith("n:")
+    status, three = _post(server, "/completions", {"prompt": [5, 6], "max_tokens": 2, "n": 3, "seed": 1})
+    assert status == 200 and len(three["choices"]) == 3
+    context = server.engine.context_length
+    status, long = _post(server, "/completions", {"prompt": [5, 6, 7], "max_tokens": 10**6})
+    assert (
+        status == 400
+        and f"context ({context})" in long["error"]["message"]
+        and str(context - 3) in long["error"]["message"]
+    )
+
+
+def test_stop_strings_end_a_choice_before_them(server):
+    body = {"prompt": [5, 6, 7, 8], "max_tokens": 12, "temperature": 0}
+    status, plain = _post(server, "/completions", body)
+    text = plain["choices"][0]["text"]
+    assert status == 200 and len(text) > 4
+    stop = text[2:4]  # a piece from inside the greedy text: the same greedy tokens, cut before it
+    status, cut = _post(server, "/completions", {**body, "stop": [stop, "never appears 123"]})
+    choice = cut["choices"][0]
+    assert status == 200 and choice["finish_reason"] == "stop" and choice["text"] == text[: text.find(stop)]
+    ids = choice["token_ids"]
+    assert ids == plain["choices"][0]["token_ids"][: len(ids)] and len(ids) == len(choice["logprobs"]["token_logprobs"])
+    assert stop in server.engine.tokenizer.decode(ids) and stop not in server.engine.tokenizer.decode(ids[:-1])
+    status, bad = _post(server, "/completions", {**body, "stop": ["a", "b", "c", "d", "e"]})
+    assert status == 400 and bad["error"]["message"].startswith("stop:")
+
+
+def test_top_p_samples_from_the_nucleus_and_reports_its_log_probs(server):
+    body = {"prompt": [5, 6, 7, 8], "max_tokens": 6, "temperature": 1.0, "seed": 0}
+    status, tiny_nucleus = _post(server, "/completions", {**body, "top_p": 1e-6})  # only the likeliest token
+    _, greedy = _post(server, "/completions", {**body, "temperature": 0})
+    choice = tiny_nucleus["choices"][0]
+    assert status == 200 and choice["token_ids"] == greedy["choices"][0]["token_ids"]
+    assert choice["logprobs"]["token_logprobs"] == pytest.approx([0.0] * len(choice["token_ids"]), abs=1e-6)
+    status, answer = _post(server, "/completions", {**body, "top_p": 0})
+    assert status == 400 and answer["error"]["message"].startswith("top_p:")
+
+
+def test_bad_requests_are_4xx_naming_the_field(server):
+    vocab = server.engine.vocab_size
+    cases = [
+        ("/completions", {"prompt": [5, vocab]}, 400, f"prompt[1]: token id {vocab}"),
+        ("/completions", {"prompt": [5, -1]}, 400, "prompt[1]"),
+        ("/completions", {"prompt": ""}, 400, "prompt: no tokens"),
+        ("/chat/completions", {"messages": [{"role": "user"}]}, 400, "messages[0].content: Field required"),
+        ("/chat/completions", {"messages": [{"role": "user", "content": None}]}, 400, "messages[0].content"),
+        ("/chat/completions", {"messages": []}, 400, "messages:"),
+        ("/chat/completions", {"messages": [{"role": "robot", "content": "x"}]}, 400, "messages[0].role"),
+        ("/completions", {"prompt": [5], "model": "another-model"}, 404, "model: 'another-model' is not served"),
+        ("/completions", {"prompt": [5], "temperature": -1}, 400, "temperature:"),
+        ("/completions", b"{not json", 400, "not JSON"),
+        ("/completions", b"[1, 2]", 400, "JSON object"),
+    ]
+    for route, body, code, text in cases:
+        status, answer = _post(server, route, body)
+        assert status == code and text in answer["error"]["message"], (body, answer)
+    status, ok = _post(server, "/completions", {"prompt": [5, 6], "max_tokens": 1})  # still serving
+    assert status == 200 and ok["choices"][0]["token_ids"]
+
+
+def test_a_server_bound_to_every_interface_advertises_a_reachable_address(tiny_model_dir):
+    import requests
+
+    srv = InferenceServer(tiny_model_dir, num_threads=1, host="0.0.0.0")
+    try:
+        url = srv.url()
+        assert "0.0.0.0" not in url
+        assert requests.get(url.rsplit("/v1", 1)[0] + "/health", timeout=10).json()["status"] == "ok"
+    finally:
+        srv.shutdown()

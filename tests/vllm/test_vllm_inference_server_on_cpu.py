@@ -88,6 +88,22 @@ def test_chat_route(server, hf_engine):
     assert answer["choices"][0]["message"]["role"] == "assistant"
 
 
+def test_the_openai_fields_on_the_vllm_engine(server, hf_engine, prompt_ids):
+    """The request checks read the vLLM engine's own context and vocabulary; top_p reaches its sampler (a nucleus of
+    one token is greedy), and a request past the context is refused before vLLM sees it."""
+    import requests
+
+    engine = server.engine
+    assert engine.context_length == 2048 and engine.vocab_size == hf_engine.vocab_size
+    url = server.url() + "/completions"
+    body = {"prompt": prompt_ids[0], "max_tokens": NEW_TOKENS, "temperature": 1.0, "seed": 0}
+    nucleus = requests.post(url, json={**body, "top_p": 1e-6}, timeout=120).json()
+    greedy = requests.post(url, json={**body, "temperature": 0}, timeout=120).json()
+    assert nucleus["choices"][0]["token_ids"] == greedy["choices"][0]["token_ids"]
+    refused = requests.post(url, json={**body, "max_tokens": 4096}, timeout=120)
+    assert refused.status_code == 400 and refused.json()["error"]["message"].startswith("max_tokens:")
+
+
 def test_versioned_weight_updates(server, hf_engine, prompt_ids):
     """New weights change the greedy output to the HF engine's on the same weights; versions never go back."""
     generator = torch.Generator().manual_seed(0)

@@ -28,6 +28,7 @@ class AsyncInferenceConfig:
     """``async.inference``: the OpenAI-compatible inference servers."""
 
     backend: str = MISSING
+    host: str = MISSING
     num_servers: int = MISSING
     num_threads: int = MISSING
     num_gpus: float = MISSING

@@ -17,20 +17,22 @@ Pieces:
 
 Endpoints (JSON in, JSON out; errors are HTTP 400/404/500 with ``{"error": {"message", "type"}}``):
 
-* ``POST /v1/completions``: ``prompt`` (a string or a list of token ids), ``max_tokens`` (16), ``temperature`` (1.0;
-  0 = greedy), ``n`` (1), ``seed`` (optional int). Each choice has ``text``, ``finish_reason`` (``"stop"``: ended by
-  an EOS token, which is kept as the last generated token; ``"length"``: hit ``max_tokens``), ``token_ids`` (the
-  generated ids) and ``logprobs = {"tokens": [str], "token_logprobs": [float]}``.
+* ``POST /v1/completions``: ``prompt`` (a string or a list of token ids) and the options; each choice has ``text``,
+  ``finish_reason`` (``"stop"``: ended by an EOS token, kept as the last generated token, or by a ``stop`` string;
+  ``"length"``: hit ``max_tokens``), ``token_ids`` (the generated ids) and ``logprobs = {"tokens": [str],
+  "token_logprobs": [float]}``.
 * ``POST /v1/chat/completions``: ``messages`` (chat template with the generation prompt) and the same options; each
   choice has ``message = {"role": "assistant", "content"}``, ``token_ids`` and ``logprobs = {"content": [{"token",
   "logprob"}]}``.
+* The options (``max_tokens``, ``temperature``, ``top_p``, ``n``, ``stop``, ``seed``, ``model``, ``logprobs``) and
+  what each does are in :mod:`verl.async_rl.openai_protocol`; any other field is a 400 naming it.
 * Both answers carry ``policy_version`` (the version of the weights that generated every choice), ``prompt_token_ids``
   and ``usage``. ``GET /v1/models`` and ``GET /health`` (``{"policy_version"}``) for probes.
 
 Log-probs are natural logs of the sampling distribution ``softmax(logits / temperature)`` (the same temperature
 scaling as the learner's ``logits / temperature``, ``verl.workers.actor.dp_actor``); with ``temperature = 0`` (greedy)
-they are of ``softmax(logits)``. No top-k / top-p filtering is applied (it would change the distribution the learner
-corrects for).
+they are of ``softmax(logits)``; with ``top_p < 1`` (HF backend) of the nucleus renormalised. The trainer's env actors
+never set ``top_p`` (it would change the distribution the learner corrects for).
 """
 
 from __future__ import annotations
@@ -46,6 +48,14 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import torch
 
+from verl.async_rl.openai_protocol import (
+    RequestError,
+    apply_stop,
+    check_model,
+    check_prompt_ids,
+    new_token_budget,
+    parse_request,
+)
 from verl.utils.prompt_batch import left_pad_prompts
 from verl.utils.torch_functional import logprobs_from_logits
 from verl.workers.rollout.hf_rollout import cache_keyword, prefill_once
@@ -115,6 +125,8 @@ class PolicyEngine:
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         )
+        self.context_length = int(self.model.config.max_position_embeddings)  # prompt + new tokens per sequence
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
 
     # ----------------------------------------------------------------------------------------------- weights
     def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
@@ -140,6 +152,7 @@ class PolicyEngine:
         temperature: float = 1.0,
         n: int = 1,
         seed: Optional[int] = None,
+        top_p: float = 1.0,
     ) -> Dict[str, Any]:
         """Sample ``n`` completions of one prompt.
 
@@ -149,14 +162,19 @@ class PolicyEngine:
         for its copies). A seeded call runs alone, so its samples stay reproducible.
 
         Args: ``prompt_ids`` token ids (non-empty); ``max_tokens`` >= 1 new tokens at most; ``temperature`` >= 0
-            (0: greedy); ``n`` >= 1; ``seed``: seeds torch's RNG for this call (reproducible samples).
+            (0: greedy); ``n`` >= 1; ``seed``: seeds torch's RNG for this call (reproducible samples); ``top_p`` in
+            (0, 1]: nucleus sampling (Holtzman et al. 2020, arXiv:1904.09751), the log-probs then of the truncated,
+            renormalised distribution sampled from (1: the whole distribution).
         Returns: ``{"policy_version", "prompt_token_ids", "choices": [{"token_ids", "logprobs", "finish_reason"}]}``
             where ``logprobs[i]`` (nats) is the log-prob of ``token_ids[i]`` (module docstring) and a choice ends
             at its first EOS (kept).
         Raises ValueError: empty prompt, ``max_tokens < 1``, ``n < 1`` or a negative temperature.
         """
         check_generate_args(prompt_ids, max_tokens, temperature, n)
-        request = _Request([int(t) for t in prompt_ids], int(max_tokens), float(temperature), int(n))
+        if not 0.0 < float(top_p) <= 1.0:
+            raise ValueError(f"need 0 < top_p <= 1, got {top_p}")
+        top_p = 1.0 if float(temperature) == 0.0 else float(top_p)  # greedy: no sampling to truncate
+        request = _Request([int(t) for t in prompt_ids], int(max_tokens), float(temperature), int(n), top_p)
         if seed is not None:
             with self._lock:
                 torch.manual_seed(int(seed))
@@ -184,8 +202,8 @@ class PolicyEngine:
         return request.result
 
     def _serve(self, requests: List["_Request"]) -> None:
-        """One batched ``generate`` for ``requests`` (same ``max_tokens`` and ``temperature``; caller holds the
-        lock); sets each request's ``result``."""
+        """One batched ``generate`` for ``requests`` (same ``max_tokens``, ``temperature`` and ``top_p``; caller holds
+        the lock); sets each request's ``result``."""
         from transformers import GenerationConfig
 
         first = requests[0]
@@ -196,13 +214,14 @@ class PolicyEngine:
             do_sample=not greedy,
             temperature=None if greedy else first.temperature,
             top_k=0,
-            top_p=1.0,
+            top_p=first.top_p,
             repetition_penalty=1.0,
             max_new_tokens=first.max_tokens,
             num_return_sequences=1,
             eos_token_id=sorted(self.eos_token_ids),
             pad_token_id=self.pad_token_id,
             output_logits=True,
+            output_scores=first.top_p < 1.0,  # the processed scores: temperature-scaled, outside the nucleus -inf
             return_dict_in_generate=True,
         )
         # every request's n copies as rows, prompts left-padded; each distinct prompt is prefilled once and its KV
@@ -219,9 +238,12 @@ class PolicyEngine:
             **({cache_keyword(self.model): cache} if cache is not None else {}),
         )
         new = out.sequences[:, width:]  # [rows, T]
-        logits = torch.stack(out.logits, dim=1).float()  # [rows, T, V] raw logits
-        scale = 1.0 if greedy else first.temperature
-        logprobs = logprobs_from_logits(logits / scale, new)  # the learner's log-prob code (chunked over the vocab)
+        if first.top_p < 1.0:  # the distribution sampled from: softmax over the nucleus of logits / temperature
+            logprobs = logprobs_from_logits(torch.stack(out.scores, dim=1).float(), new)
+        else:
+            logits = torch.stack(out.logits, dim=1).float()  # [rows, T, V] raw logits
+            scale = 1.0 if greedy else first.temperature
+            logprobs = logprobs_from_logits(logits / scale, new)  # the learner's log-prob code (chunked over the vocab)
         row = 0
         for request in requests:
             choices = []
@@ -240,9 +262,10 @@ class PolicyEngine:
 class _Request:
     """One ``PolicyEngine.generate`` call waiting in the queue (``result`` set once served)."""
 
-    def __init__(self, prompt_ids: List[int], max_tokens: int, temperature: float, n: int):
+    def __init__(self, prompt_ids: List[int], max_tokens: int, temperature: float, n: int, top_p: float = 1.0):
         self.prompt_ids, self.max_tokens, self.temperature, self.n = prompt_ids, max_tokens, temperature, n
-        self.key = (max_tokens, temperature)
+        self.top_p = top_p
+        self.key = (max_tokens, temperature, top_p)
         self.result: Optional[Dict[str, Any]] = None
         self.error: Optional[BaseException] = None
 
@@ -253,40 +276,44 @@ def template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_promp
     return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
 
-def _options(body: Mapping[str, Any]) -> Dict[str, Any]:
-    return {
-        "max_tokens": int(body.get("max_tokens") or 16),
-        "temperature": float(1.0 if body.get("temperature") is None else body["temperature"]),
-        "n": int(body.get("n") or 1),
-        "seed": body.get("seed"),
-    }
-
-
-def _completion_response(engine: PolicyEngine, body: Mapping[str, Any], chat: bool) -> Dict[str, Any]:
+def _completion_response(engine: PolicyEngine, body: Any, chat: bool) -> Dict[str, Any]:
+    """Answer one request of ``/v1/completions`` (``chat`` false) or ``/v1/chat/completions`` (``openai_protocol``:
+    the fields accepted, and what each does). Raises RequestError: the request is refused (its status and field)."""
+    request = parse_request(body, chat)
+    check_model(request, engine.model_name)
     tok = engine.tokenizer
     if chat:
-        if "messages" not in body:
-            raise KeyError("'messages' is required by /v1/chat/completions")
-        prompt_ids = template_ids(tok, list(body["messages"]), add_generation_prompt=True)
+        messages = [m.model_dump(exclude_none=True) for m in request.messages]
+        prompt_ids = template_ids(tok, messages, add_generation_prompt=True)
     else:
-        if "prompt" not in body:
-            raise KeyError("'prompt' is required by /v1/completions")
-        prompt = body["prompt"]
+        prompt = request.prompt
         prompt_ids = tok.encode(prompt, add_special_tokens=False) if isinstance(prompt, str) else list(prompt)
-    result = engine.generate(prompt_ids, **_options(body))
+    check_prompt_ids(prompt_ids, engine.vocab_size)
+    if request.max_tokens == 0:  # completions only (chat needs >= 1): the API's empty completion, nothing generated
+        empty = {"token_ids": [], "logprobs": [], "finish_reason": "length"}
+        result = {"policy_version": engine.version, "prompt_token_ids": prompt_ids, "choices": [empty] * request.n}
+    else:
+        max_tokens = new_token_budget(request, len(prompt_ids), engine.context_length)
+        result = engine.generate(
+            prompt_ids, max_tokens, request.temperature, request.n, seed=request.seed, top_p=request.top_p
+        )
     choices = []
     for i, c in enumerate(result["choices"]):
-        text = tok.decode(c["token_ids"], skip_special_tokens=True)
-        pieces = tok.convert_ids_to_tokens(c["token_ids"])
-        choice: Dict[str, Any] = {"index": i, "finish_reason": c["finish_reason"], "token_ids": c["token_ids"]}
+        ids, lps, finish = c["token_ids"], c["logprobs"], c["finish_reason"]
+        text = tok.decode(ids, skip_special_tokens=True)
+        cut = apply_stop(tok, ids, lps, request.stop)
+        if cut is not None:
+            ids, lps, text, finish = cut["token_ids"], cut["logprobs"], cut["text"], "stop"
+        pieces = tok.convert_ids_to_tokens(ids)
+        choice: Dict[str, Any] = {"index": i, "finish_reason": finish, "token_ids": ids}
         if chat:
             choice["message"] = {"role": "assistant", "content": text}
-            choice["logprobs"] = {"content": [{"token": p, "logprob": lp} for p, lp in zip(pieces, c["logprobs"])]}
+            choice["logprobs"] = {"content": [{"token": p, "logprob": lp} for p, lp in zip(pieces, lps)]}
         else:
             choice["text"] = text
-            choice["logprobs"] = {"tokens": pieces, "token_logprobs": c["logprobs"]}
+            choice["logprobs"] = {"tokens": pieces, "token_logprobs": lps}
         choices.append(choice)
-    n_gen = sum(len(c["token_ids"]) for c in result["choices"])
+    n_gen = sum(len(c["token_ids"]) for c in choices)
     return {
         "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
         "object": "chat.completion" if chat else "text_completion",
@@ -338,8 +365,15 @@ def _make_handler(engine: PolicyEngine):
                 self._send(404, {"error": {"message": f"no route POST {self.path}", "type": "not_found"}})
                 return
             try:
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+                raw = self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}"
+                try:
+                    body = json.loads(raw)
+                except json.JSONDecodeError as exc:
+                    raise RequestError(f"the request body is not JSON: {exc}") from None
                 self._send(200, _completion_response(engine, body, routes[self.path]))
+            except RequestError as exc:
+                kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
+                self._send(exc.status, {"error": {"message": str(exc), "type": kind}})
             except (KeyError, ValueError, TypeError) as exc:
                 self._send(400, {"error": {"message": str(exc), "type": "invalid_request_error"}})
             except Exception as exc:  # noqa: BLE001 - report, keep serving
@@ -397,8 +431,11 @@ class InferenceServer:
         self._thread.start()
 
     def url(self) -> str:
-        """Base URL, e.g. ``http://127.0.0.1:PORT/v1``."""
+        """Base URL, e.g. ``http://127.0.0.1:PORT/v1``; a server bound to every interface (``0.0.0.0`` / ``::``)
+        gives this node's address (Ray's node IP inside a Ray actor, else the host name's address)."""
         host, port = self._httpd.server_address[:2]
+        if host in ("0.0.0.0", "::"):
+            host = _node_address()
         return f"http://{host}:{port}/v1"
 
     def policy_version(self) -> int:
@@ -415,6 +452,20 @@ class InferenceServer:
         """Stop serving HTTP."""
         self._httpd.shutdown()
         self._httpd.server_close()
+
+
+def _node_address() -> str:
+    """This node's address as other nodes reach it: Ray's node IP when Ray runs here, else the host name's."""
+    import socket
+
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return socket.gethostbyname(socket.gethostname())
 
 
 def start_inference_server(
@@ -460,7 +511,7 @@ class OpenAIClient:
         """``POST /completions`` (options: ``max_tokens``, ``temperature``, ``n``, ``seed``, ``logprobs``).
         Raises RuntimeError on a non-200 answer (the message has the server's error)."""
         return self._post(
-            "/completions", {"prompt": prompt if isinstance(prompt, str) else list(prompt), "logprobs": 1, **options}
+            "/completions", {"prompt": prompt if isinstance(prompt, str) else list(prompt), "logprobs": 0, **options}
         )
 
     def chat(self, messages: Sequence[Mapping[str, str]], **options) -> Dict[str, Any]:

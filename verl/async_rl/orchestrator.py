@@ -189,11 +189,13 @@ class Orchestrator:
         self.servers[index] = server
 
     def _server_options(self) -> Dict[str, Any]:
-        """Keyword arguments of ``start_inference_server`` from ``async.inference`` (backend, threads, GPUs, dtype and
-        the vLLM engine options)."""
+        """Keyword arguments of ``start_inference_server`` from ``async.inference`` (backend, host, threads, GPUs, dtype
+        and the vLLM engine options)."""
         inf = self.a.inference
         backend = str(inf.backend)
-        options: Dict[str, Any] = dict(backend=backend, num_gpus=float(inf.num_gpus), dtype=inf.dtype)
+        options: Dict[str, Any] = dict(
+            backend=backend, num_gpus=float(inf.num_gpus), dtype=inf.dtype, host=str(inf.host)
+        )
         if backend == "hf":
             options["num_threads"] = inf.num_threads  # vLLM picks its own CPU threads
         else:

@@ -87,6 +87,8 @@ class VllmPolicyEngine:
         except OSError:  # no generation_config.json
             eos = None
         self.eos_token_ids = eos_token_ids(eos, self.tokenizer)
+        self.context_length = int(max_model_len)  # prompt + new tokens per sequence (vLLM refuses more)
+        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
 
     def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
         """Load new weights (a state dict with HF names or a path, ``load_weights``) as policy ``version``.
@@ -112,18 +114,22 @@ class VllmPolicyEngine:
         temperature: float = 1.0,
         n: int = 1,
         seed: Optional[int] = None,
+        top_p: float = 1.0,
     ) -> Dict[str, Any]:
         """Sample ``n`` completions of one prompt; same arguments, returns and errors as ``PolicyEngine.generate``
         (a choice ends at its first EOS, kept; ``logprobs[i]`` in nats is the log-prob of ``token_ids[i]``).
-        ``seed`` seeds this request's sampling in vLLM (reproducible within this backend, not equal to HF's)."""
+        ``seed`` seeds this request's sampling in vLLM (reproducible within this backend, not equal to HF's);
+        ``top_p``: nucleus sampling (vLLM's log-probs are then of the whole distribution, not the nucleus)."""
         check_generate_args(prompt_ids, max_tokens, temperature, n)
+        if not 0.0 < float(top_p) <= 1.0:
+            raise ValueError(f"need 0 < top_p <= 1, got {top_p}")
         from vllm import SamplingParams
 
         params = SamplingParams(
             n=int(n),
             temperature=float(temperature),
             top_k=-1,
-            top_p=1.0,
+            top_p=float(top_p),
             max_tokens=int(max_tokens),
             seed=None if seed is None else int(seed),
             stop_token_ids=sorted(self.eos_token_ids),
