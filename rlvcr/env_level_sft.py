@@ -1,4 +1,4 @@
-"""SFT warm start for the RLVCR level format on the ``sokoban`` agent environment (issue 8; ``docs/rlvcr.md``,
+"""SFT warm start for the RLVCR level format on the ``sokoban`` agent environment (``docs/rlvcr.md``,
 sections "Level SFT" and "Response format and parsing"): the agent-env counterpart of :mod:`rlvcr.level_sft`, so that a
 tiny model writes ``<level>N</level><think>…</think><action>up</action>`` and RLVCR has model-chosen levels to train.
 

@@ -1,5 +1,5 @@
 """Checks that run before any model is built, so a bad file or path fails in seconds with its name, not after a model
-load or in the middle of a run (issue 22 "Check before training").
+load or in the middle of a run.
 
 - :func:`check_data_files`: every ``data.train_files`` / ``data.val_files`` file opens as parquet, has rows, and every
   row passes the schema check of ``validate-data`` (:func:`verl.utils.dataset.validate_data.row_problems`, ground

@@ -153,8 +153,8 @@ def measure_matmul_peak(seconds: float = 0.5, size: int = 1024, dtype=None, devi
     """Measured dense matmul throughput of this machine, in FLOP/s: the best of repeated ``size x size`` products
     (``2 * size**3`` FLOPs each) over about ``seconds`` of wall time, with torch's current thread count.
 
-    This is the CPU's practical peak (float32 by default) that ``perf/mfu_*`` is measured against on CPU (issue 5:
-    "against a measured matmul peak of the machine"); GPUs use the data-sheet bf16 peak (:func:`gpu_bf16_peak_flops`).
+    This is the CPU's practical peak (float32 by default) that ``perf/mfu_*`` is measured against on CPU (a
+    matmul peak measured on the machine); GPUs use the data-sheet bf16 peak (:func:`gpu_bf16_peak_flops`).
 
     Raises:
         ValueError: ``seconds`` or ``size`` is not positive.

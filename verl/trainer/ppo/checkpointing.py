@@ -1,4 +1,4 @@
-"""Trainer checkpoints: the atomic save and the validated resume of :class:`RayPPOTrainer` (issue 6).
+"""Trainer checkpoints: the atomic save and the validated resume of :class:`RayPPOTrainer`.
 
 Layout (upstream's): ``{trainer.default_local_dir}/global_step_N/{actor,critic}/``, ``data.pt`` (driver state:
 sampler position, step, epoch, RNG states, KL controller, router), ``config.yaml`` and ``manifest.json`` (written

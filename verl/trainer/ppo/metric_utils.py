@@ -145,7 +145,7 @@ def compute_mfu_metrics(
     ppo_epochs: int = 1,
     shared_prompt: bool = False,
 ) -> dict:
-    """Model FLOPs and MFU of the actor's phases of one step (issue 5's accounting).
+    """Model FLOPs and MFU of the actor's phases of one step (the ``perf/mfu_*`` metrics).
 
     Counts (``verl.utils.flops_counter``, valid tokens only, so padding shows up as lost MFU): ``gen`` = one forward of
     every prompt + response with logits at the response positions (what a KV-cached decode computes in matmuls);

@@ -4,8 +4,7 @@
   step, saves and exits with ``128 + signal`` (the POSIX shell convention for "killed by signal N").
 - ``PhaseTracker``: every timed phase of a step (``gen``, ``reward``, ``old_log_prob``, …, ``save_checkpoint``) goes
   through it, so when a worker dies the trainer can raise ``WorkerFailure`` naming the worker, the phase and the
-  step, together with the last valid checkpoint (issue 6: "a Ray worker that dies surfaces as an error naming the
-  worker and the phase").
+  step, together with the last valid checkpoint.
 - ``StepHealth``: consecutive bad steps (non-finite loss inputs or gradients; a share of invalid reward samples above
   ``trainer.max_invalid_frac``) stop the run after ``trainer.max_consecutive_bad_steps`` with a checkpoint and a
   ``RunStopped`` error naming the cause — a run in which every sample is invalid does not run on to "success".
