@@ -194,7 +194,6 @@ def _post(server, route: str, body) -> tuple:
 @pytest.mark.parametrize(
     "field, value",
     [
-        ("stream", True),
         ("tools", [{"type": "function", "function": {"name": "f"}}]),
         ("tool_choice", "auto"),
         ("echo", True),

@@ -77,6 +77,13 @@ def test_sampled_log_probs_are_the_sampling_distribution(server, hf_engine, prom
         assert (torch.tensor(choice["logprobs"]["token_logprobs"]) - wrong).abs().max() > 1e-2
 
 
+def test_stream_is_refused_by_name(server):
+    import requests
+
+    answer = requests.post(server.url() + "/completions", json={"prompt": [5, 6], "stream": True}, timeout=60)
+    assert answer.status_code == 400 and answer.json()["error"]["message"].startswith("stream: the VllmPolicyEngine")
+
+
 def test_chat_route(server, hf_engine):
     messages = [{"role": "user", "content": "What is 2 + 3?"}]
     answer = OpenAIClient(server.url()).chat(messages, max_tokens=NEW_TOKENS, temperature=0)

@@ -6,8 +6,9 @@ older version.
 
 Pieces:
 
-* :class:`PolicyEngine` -- an HF causal LM plus its tokenizer and policy version; ``generate`` samples with
-  ``transformers``' ``generate`` and returns per-token log-probs; ``update_weights`` loads a state dict or a file.
+* ``hf_engine.PolicyEngine`` -- an HF causal LM plus its tokenizer and policy version; its scheduler thread decodes
+  the queued requests with ``transformers``' ``generate`` a slice of tokens at a time (a short request is answered
+  while a long one runs) and returns per-token log-probs; ``update_weights`` loads a state dict or a file.
 * ``vllm_engine.VllmPolicyEngine`` -- the same interface on an in-process ``vllm.LLM`` (``backend="vllm"``).
 * :class:`InferenceServer` -- an engine served by the standard library's ``ThreadingHTTPServer`` on
   ``127.0.0.1`` (port 0 = any free port). Run it in a Ray actor with ``ray.remote(InferenceServer)``
@@ -24,8 +25,10 @@ Endpoints (JSON in, JSON out; errors are HTTP 400/404/500 with ``{"error": {"mes
 * ``POST /v1/chat/completions``: ``messages`` (chat template with the generation prompt) and the same options; each
   choice has ``message = {"role": "assistant", "content"}``, ``token_ids`` and ``logprobs = {"content": [{"token",
   "logprob"}]}``.
-* The options (``max_tokens``, ``temperature``, ``top_p``, ``n``, ``stop``, ``seed``, ``model``, ``logprobs``) and
-  what each does are in :mod:`verl.async_rl.openai_protocol`; any other field is a 400 naming it.
+* The options (``max_tokens``, ``temperature``, ``top_p``, ``n``, ``stop``, ``seed``, ``model``, ``logprobs``,
+  ``stream``) and what each does are in :mod:`verl.async_rl.openai_protocol`; any other field is a 400 naming it.
+  With ``stream: true`` the answer is server-sent events (``data: <chunk>`` ... ``data: [DONE]``), each chunk's
+  choices with their new ``text`` (completions) or ``delta.content`` (chat), ``token_ids`` and log-probs.
 * Both answers carry ``policy_version`` (the version of the weights that generated every choice), ``prompt_token_ids``
   and ``usage``. ``GET /v1/models`` and ``GET /health`` (``{"policy_version"}``) for probes.
 
@@ -37,9 +40,11 @@ never set ``top_p`` (it would change the distribution the learner corrects for).
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
+import queue
 import threading
 import time
 import uuid
@@ -56,9 +61,7 @@ from verl.async_rl.openai_protocol import (
     new_token_budget,
     parse_request,
 )
-from verl.utils.prompt_batch import left_pad_prompts
-from verl.utils.torch_functional import logprobs_from_logits
-from verl.workers.rollout.hf_rollout import cache_keyword, prefill_once
+from verl.async_rl.hf_engine import PolicyEngine
 
 logger = logging.getLogger(__name__)
 
@@ -92,193 +95,17 @@ from verl.async_rl.engine_utils import (  # noqa: E402,F401
 )
 
 
-class PolicyEngine:
-    """An HF causal LM serving sampled completions with per-token log-probs, at a policy version.
-
-    Args:
-        model_path: a preset name (``verl.utils.model_presets``, e.g. ``"tiny"``), an HF directory or a hub id.
-        version: the policy version of the initial weights (0).
-        dtype: torch dtype name of the weights (``"float32"``).
-        num_threads: ``torch.set_num_threads`` for this process (None: unchanged).
-
-    Thread-safe: one generation or weight update at a time (an update never lands mid-generation, so every choice of
-    one answer comes from one version); concurrent requests are batched (:meth:`generate`).
-    """
-
-    def __init__(self, model_path: str, version: int = 0, dtype: str = "float32", num_threads: Optional[int] = None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        from verl.utils.model_presets import prepare_model
-
-        if num_threads:
-            torch.set_num_threads(int(num_threads))
-        self.model_path = prepare_model(model_path)
-        self.model_name = str(model_path)
-        self.tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_path, dtype=getattr(torch, dtype))
-        self.model.eval()
-        self.version = int(version)
-        self._lock = threading.Lock()  # one generate (or weight update) at a time
-        self._queue_lock = threading.Lock()  # guards the queue of requests waiting to be batched
-        self._queue: List[_Request] = []
-        self.eos_token_ids = eos_token_ids(self.model.generation_config.eos_token_id, self.tokenizer)
-        self.pad_token_id = (
-            self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
-        )
-        self.context_length = int(self.model.config.max_position_embeddings)  # prompt + new tokens per sequence
-        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
-
-    # ----------------------------------------------------------------------------------------------- weights
-    def update_weights(self, weights: Union[Mapping[str, torch.Tensor], str, os.PathLike], version: int) -> bool:
-        """Load new weights (:func:`load_weights`: a state dict or a path) as policy ``version``.
-
-        Returns: True when loaded; False when ``version`` equals the served one (nothing to do, e.g. a broadcast
-        retried after a timeout). Raises StaleWeightsError: ``version`` is older than the served one.
-        RuntimeError: the state dict does not match the model (missing / unexpected keys or shapes).
-        """
-        with self._lock:
-            if not check_version(version, self.version):
-                return False
-            self.model.load_state_dict(load_weights(weights), strict=True)
-            self.version = int(version)
-            return True
-
-    # -------------------------------------------------------------------------------------------- generation
-    @torch.no_grad()
-    def generate(
-        self,
-        prompt_ids: Sequence[int],
-        max_tokens: int = 16,
-        temperature: float = 1.0,
-        n: int = 1,
-        seed: Optional[int] = None,
-        top_p: float = 1.0,
-    ) -> Dict[str, Any]:
-        """Sample ``n`` completions of one prompt.
-
-        Concurrent calls (the env actors' requests, one HTTP thread each) are batched: whoever holds the engine
-        finishes its ``generate`` call, and the next holder serves every request queued meanwhile with the same
-        ``max_tokens`` and ``temperature`` in one batched ``generate`` (left-padded prompts, each prompt prefilled once
-        for its copies). A seeded call runs alone, so its samples stay reproducible.
-
-        Args: ``prompt_ids`` token ids (non-empty); ``max_tokens`` >= 1 new tokens at most; ``temperature`` >= 0
-            (0: greedy); ``n`` >= 1; ``seed``: seeds torch's RNG for this call (reproducible samples); ``top_p`` in
-            (0, 1]: nucleus sampling (Holtzman et al. 2020, arXiv:1904.09751), the log-probs then of the truncated,
-            renormalised distribution sampled from (1: the whole distribution).
-        Returns: ``{"policy_version", "prompt_token_ids", "choices": [{"token_ids", "logprobs", "finish_reason"}]}``
-            where ``logprobs[i]`` (nats) is the log-prob of ``token_ids[i]`` (module docstring) and a choice ends
-            at its first EOS (kept).
-        Raises ValueError: empty prompt, ``max_tokens < 1``, ``n < 1`` or a negative temperature.
-        """
-        check_generate_args(prompt_ids, max_tokens, temperature, n)
-        if not 0.0 < float(top_p) <= 1.0:
-            raise ValueError(f"need 0 < top_p <= 1, got {top_p}")
-        top_p = 1.0 if float(temperature) == 0.0 else float(top_p)  # greedy: no sampling to truncate
-        request = _Request([int(t) for t in prompt_ids], int(max_tokens), float(temperature), int(n), top_p)
-        if seed is not None:
-            with self._lock:
-                torch.manual_seed(int(seed))
-                self._serve([request])
-            return request.result
-        with self._queue_lock:
-            self._queue.append(request)
-        while request.result is None and request.error is None:
-            with self._lock:
-                if request.result is not None or request.error is not None:  # served in another caller's batch
-                    break
-                with self._queue_lock:
-                    batch = [r for r in self._queue if r.key == request.key]
-                    self._queue = [r for r in self._queue if r.key != request.key]
-                if batch:
-                    try:
-                        self._serve(batch)
-                    except BaseException as exc:  # every request of the failed batch gets the error, not a hang
-                        for other in batch:
-                            other.error = exc
-                        if not isinstance(exc, Exception):
-                            raise
-        if request.error is not None:
-            raise request.error
-        return request.result
-
-    def _serve(self, requests: List["_Request"]) -> None:
-        """One batched ``generate`` for ``requests`` (same ``max_tokens``, ``temperature`` and ``top_p``; caller holds
-        the lock); sets each request's ``result``."""
-        from transformers import GenerationConfig
-
-        first = requests[0]
-        greedy = first.temperature == 0.0
-        config = GenerationConfig(
-            # top-k / top-p explicitly off: left unset, generate would fill in the model's or its own defaults
-            # (top_k=50) and sample from a truncated distribution the recorded log-probs do not describe
-            do_sample=not greedy,
-            temperature=None if greedy else first.temperature,
-            top_k=0,
-            top_p=first.top_p,
-            repetition_penalty=1.0,
-            max_new_tokens=first.max_tokens,
-            num_return_sequences=1,
-            eos_token_id=sorted(self.eos_token_ids),
-            pad_token_id=self.pad_token_id,
-            output_logits=True,
-            output_scores=first.top_p < 1.0,  # the processed scores: temperature-scaled, outside the nucleus -inf
-            return_dict_in_generate=True,
-        )
-        # every request's n copies as rows, prompts left-padded; each distinct prompt is prefilled once and its KV
-        # cache copied to its copies (the synchronous HF rollout's shared prefill): the tokens of independent rows
-        padded = left_pad_prompts([r.prompt_ids for r in requests for _ in range(r.n)], self.pad_token_id)
-        input_ids, mask = padded["input_ids"], padded["attention_mask"]
-        width = input_ids.shape[1]
-        version = self.version
-        cache = prefill_once(self.model, input_ids, mask)
-        out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=mask,
-            generation_config=config,
-            **({cache_keyword(self.model): cache} if cache is not None else {}),
-        )
-        new = out.sequences[:, width:]  # [rows, T]
-        if first.top_p < 1.0:  # the distribution sampled from: softmax over the nucleus of logits / temperature
-            logprobs = logprobs_from_logits(torch.stack(out.scores, dim=1).float(), new)
-        else:
-            logits = torch.stack(out.logits, dim=1).float()  # [rows, T, V] raw logits
-            scale = 1.0 if greedy else first.temperature
-            logprobs = logprobs_from_logits(logits / scale, new)  # the learner's log-prob code (chunked over the vocab)
-        row = 0
-        for request in requests:
-            choices = []
-            for _ in range(request.n):
-                ids = new[row].tolist()
-                end = next((i + 1 for i, t in enumerate(ids) if t in self.eos_token_ids), None)
-                finish = "stop" if end is not None else "length"
-                end = end if end is not None else len(ids)
-                choices.append(
-                    {"token_ids": ids[:end], "logprobs": logprobs[row, :end].tolist(), "finish_reason": finish}
-                )
-                row += 1
-            request.result = {"policy_version": version, "prompt_token_ids": request.prompt_ids, "choices": choices}
-
-
-class _Request:
-    """One ``PolicyEngine.generate`` call waiting in the queue (``result`` set once served)."""
-
-    def __init__(self, prompt_ids: List[int], max_tokens: int, temperature: float, n: int, top_p: float = 1.0):
-        self.prompt_ids, self.max_tokens, self.temperature, self.n = prompt_ids, max_tokens, temperature, n
-        self.top_p = top_p
-        self.key = (max_tokens, temperature, top_p)
-        self.result: Optional[Dict[str, Any]] = None
-        self.error: Optional[BaseException] = None
-
-
 def template_ids(tokenizer, messages: List[Dict[str, str]], add_generation_prompt: bool) -> List[int]:
     """Chat-templated token ids of ``messages`` (transformers 5 may return a BatchEncoding: its ``input_ids``)."""
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True)
     return list(ids["input_ids"] if isinstance(ids, Mapping) else ids)
 
 
-def _completion_response(engine: PolicyEngine, body: Any, chat: bool) -> Dict[str, Any]:
-    """Answer one request of ``/v1/completions`` (``chat`` false) or ``/v1/chat/completions`` (``openai_protocol``:
-    the fields accepted, and what each does). Raises RequestError: the request is refused (its status and field)."""
+def _prepare(engine, body: Any, chat: bool):
+    """``(request, prompt_ids, max_tokens)`` of one request of ``/v1/completions`` (``chat`` false) or
+    ``/v1/chat/completions`` (``openai_protocol``: the fields accepted, and what each does).
+
+    Raises RequestError: the request is refused (its status and field)."""
     request = parse_request(body, chat)
     check_model(request, engine.model_name)
     tok = engine.tokenizer
@@ -289,36 +116,56 @@ def _completion_response(engine: PolicyEngine, body: Any, chat: bool) -> Dict[st
         prompt = request.prompt
         prompt_ids = tok.encode(prompt, add_special_tokens=False) if isinstance(prompt, str) else list(prompt)
     check_prompt_ids(prompt_ids, engine.vocab_size)
-    if request.max_tokens == 0:  # completions only (chat needs >= 1): the API's empty completion, nothing generated
+    if request.stream and not hasattr(engine, "submit"):
+        raise RequestError(f"stream: the {type(engine).__name__} backend answers each request in one response")
+    # completions take max_tokens 0 (chat needs >= 1): the API's empty completion, nothing generated
+    max_tokens = 0 if request.max_tokens == 0 else new_token_budget(request, len(prompt_ids), engine.context_length)
+    return request, prompt_ids, max_tokens
+
+
+def _final_choice(tok, choice: Mapping[str, Any], stops: List[str]):
+    """``(token_ids, logprobs, text, finish_reason)`` of a finished engine choice, cut at the first stop string."""
+    ids, lps, finish = choice["token_ids"], choice["logprobs"], choice["finish_reason"]
+    text = tok.decode(ids, skip_special_tokens=True)
+    cut = apply_stop(tok, ids, lps, stops)
+    if cut is not None:
+        ids, lps, text, finish = cut["token_ids"], cut["logprobs"], cut["text"], "stop"
+    return ids, lps, text, finish
+
+
+def _logprobs_field(tok, ids: List[int], lps: List[float], chat: bool) -> Dict[str, Any]:
+    pieces = tok.convert_ids_to_tokens(ids)
+    if chat:
+        return {"content": [{"token": p, "logprob": lp} for p, lp in zip(pieces, lps)]}
+    return {"tokens": pieces, "token_logprobs": lps}
+
+
+def _envelope(engine, chat: bool, chunk: bool, uid: str) -> Dict[str, Any]:
+    kind = ("chat.completion.chunk" if chunk else "chat.completion") if chat else "text_completion"
+    return {"id": uid, "object": kind, "created": int(time.time()), "model": engine.model_name}
+
+
+def _completion_response(engine, body: Any, chat: bool) -> Dict[str, Any]:
+    """The answer to one non-streaming request (:func:`_prepare`). Raises RequestError: the request is refused."""
+    request, prompt_ids, max_tokens = _prepare(engine, body, chat)
+    tok = engine.tokenizer
+    if max_tokens == 0:
         empty = {"token_ids": [], "logprobs": [], "finish_reason": "length"}
         result = {"policy_version": engine.version, "prompt_token_ids": prompt_ids, "choices": [empty] * request.n}
     else:
-        max_tokens = new_token_budget(request, len(prompt_ids), engine.context_length)
         result = engine.generate(
             prompt_ids, max_tokens, request.temperature, request.n, seed=request.seed, top_p=request.top_p
         )
     choices = []
     for i, c in enumerate(result["choices"]):
-        ids, lps, finish = c["token_ids"], c["logprobs"], c["finish_reason"]
-        text = tok.decode(ids, skip_special_tokens=True)
-        cut = apply_stop(tok, ids, lps, request.stop)
-        if cut is not None:
-            ids, lps, text, finish = cut["token_ids"], cut["logprobs"], cut["text"], "stop"
-        pieces = tok.convert_ids_to_tokens(ids)
+        ids, lps, text, finish = _final_choice(tok, c, request.stop)
         choice: Dict[str, Any] = {"index": i, "finish_reason": finish, "token_ids": ids}
-        if chat:
-            choice["message"] = {"role": "assistant", "content": text}
-            choice["logprobs"] = {"content": [{"token": p, "logprob": lp} for p, lp in zip(pieces, lps)]}
-        else:
-            choice["text"] = text
-            choice["logprobs"] = {"tokens": pieces, "token_logprobs": lps}
+        choice["message" if chat else "text"] = {"role": "assistant", "content": text} if chat else text
+        choice["logprobs"] = _logprobs_field(tok, ids, lps, chat)
         choices.append(choice)
     n_gen = sum(len(c["token_ids"]) for c in choices)
     return {
-        "id": f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}",
-        "object": "chat.completion" if chat else "text_completion",
-        "created": int(time.time()),
-        "model": engine.model_name,
+        **_envelope(engine, chat, False, f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"),
         "policy_version": result["policy_version"],
         "prompt_token_ids": result["prompt_token_ids"],
         "choices": choices,
@@ -328,6 +175,79 @@ def _completion_response(engine: PolicyEngine, body: Any, chat: bool) -> Dict[st
             "total_tokens": len(result["prompt_token_ids"]) + n_gen,
         },
     }
+
+
+def _stream_chunks(engine, request, prompt_ids: List[int], max_tokens: int, chat: bool):
+    """The server-sent events of one ``stream: true`` request: a chunk per choice and engine slice that has new
+    text, the last with its ``finish_reason``, each with the new ``token_ids`` and their log-probs (OpenAI's
+    ``text_completion`` / ``chat.completion.chunk`` objects plus ``policy_version``). Joined, a choice's chunks give
+    the text and token ids of the same request without ``stream``.
+
+    With ``stop`` strings, the last ``max(len(stop))`` tokens of an unfinished choice are held back (a stop string
+    they start is cut off before its text is sent); a token whose text is an incomplete UTF-8 character waits for the
+    next one."""
+    tok, stops = engine.tokenizer, list(request.stop or [])
+    uid = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
+    hold = max((len(s) for s in stops), default=0)
+    if max_tokens == 0:
+        updates, job = [[{"token_ids": [], "logprobs": [], "finish_reason": "length"}] * request.n], None
+        version = engine.version
+    else:
+        job = engine.submit(
+            prompt_ids, max_tokens, request.temperature, request.n, seed=request.seed, top_p=request.top_p
+        )
+        updates, version = None, None
+    sent_ids = [0] * request.n
+    sent_text = [""] * request.n
+    done = [False] * request.n
+    if chat:  # OpenAI's first chat chunk: the role
+        yield {
+            **_envelope(engine, chat, True, uid),
+            "choices": [{"index": i, "delta": {"role": "assistant"}, "finish_reason": None} for i in range(request.n)],
+        }
+    while not all(done):
+        if job is not None:
+            while True:  # the next slice's choices, or the job's error
+                try:
+                    snapshot = job.updates.get(timeout=1.0)
+                    break
+                except queue.Empty:
+                    if job.done.is_set() and job.updates.empty():
+                        job.wait()  # raises the job's error
+                        raise RuntimeError("the engine finished the request without its last choices")
+            version = job.version
+        else:
+            snapshot = updates.pop(0)
+        chunks = []
+        for i, c in enumerate(snapshot):
+            if done[i]:
+                continue
+            if c["finish_reason"] is not None:
+                ids, lps, text, finish = _final_choice(tok, c, stops)
+                commit = len(ids)
+            else:
+                ids, lps, finish = c["token_ids"], c["logprobs"], None
+                cut = apply_stop(tok, ids, lps, stops)
+                if cut is not None:
+                    ids, lps, text, finish = cut["token_ids"], cut["logprobs"], cut["text"], "stop"
+                    commit = len(ids)
+                else:
+                    commit = max(sent_ids[i], len(ids) - hold)
+                    text = tok.decode(ids[:commit], skip_special_tokens=True)
+                    while commit > sent_ids[i] and text.endswith("\ufffd"):
+                        commit -= 1
+                        text = tok.decode(ids[:commit], skip_special_tokens=True)
+            new_ids, new_lps = ids[sent_ids[i] : commit], lps[sent_ids[i] : commit]
+            delta = text[len(sent_text[i]) :]
+            if not new_ids and not delta and finish is None:
+                continue
+            choice: Dict[str, Any] = {"index": i, "finish_reason": finish, "token_ids": new_ids}
+            choice["delta" if chat else "text"] = {"content": delta} if chat else delta
+            choice["logprobs"] = _logprobs_field(tok, new_ids, new_lps, chat)
+            chunks.append(choice)
+            sent_ids[i], sent_text[i], done[i] = commit, text, finish is not None
+        if chunks:
+            yield {**_envelope(engine, chat, True, uid), "policy_version": version, "choices": chunks}
 
 
 def _make_handler(engine: PolicyEngine):
@@ -344,6 +264,27 @@ def _make_handler(engine: PolicyEngine):
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
+
+        def _stream(self, chunks) -> None:
+            """Send ``chunks`` as server-sent events (``data: <json>``, then ``data: [DONE]``) and close; a failure
+            after the first chunk is sent as a last ``{"error"}`` event."""
+            first = next(chunks)  # a request error surfaces here, before any header is sent
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            try:
+                for chunk in itertools.chain([first], chunks):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+            except Exception as exc:  # noqa: BLE001 - the status is sent: report in the stream
+                logger.exception("inference server: streamed request failed")
+                error = {"error": {"message": repr(exc), "type": "internal_error"}}
+                self.wfile.write(f"data: {json.dumps(error)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
 
         def do_GET(self):  # noqa: N802 (http.server naming)
             if self.path == "/health":
@@ -370,7 +311,11 @@ def _make_handler(engine: PolicyEngine):
                     body = json.loads(raw)
                 except json.JSONDecodeError as exc:
                     raise RequestError(f"the request body is not JSON: {exc}") from None
-                self._send(200, _completion_response(engine, body, routes[self.path]))
+                chat = routes[self.path]
+                if isinstance(body, dict) and body.get("stream") is True:
+                    self._stream(_stream_chunks(engine, *_prepare(engine, body, chat), chat))
+                else:
+                    self._send(200, _completion_response(engine, body, chat))
             except RequestError as exc:
                 kind = "not_found_error" if exc.status == 404 else "invalid_request_error"
                 self._send(exc.status, {"error": {"message": str(exc), "type": kind}})
@@ -449,9 +394,11 @@ class InferenceServer:
         return True
 
     def shutdown(self) -> None:
-        """Stop serving HTTP."""
+        """Stop serving HTTP (and the HF engine's scheduler)."""
         self._httpd.shutdown()
         self._httpd.server_close()
+        if hasattr(self.engine, "close"):
+            self.engine.close()
 
 
 def _node_address() -> str:

@@ -1,7 +1,7 @@
 """The OpenAI request fields the inference server honours, checked before any generation.
 
 Each endpoint's body is a pydantic model that forbids every other field, so a request for something the server does
-not do (``best_of``, ``logit_bias``, ``tools``, ``echo``, streaming ...) is a 400 naming the field instead of a
+not do (``best_of``, ``logit_bias``, ``tools``, ``echo``, ``stream_options`` ...) is a 400 naming the field instead of a
 silent 200. What is accepted is honoured:
 
 * ``max_tokens``: new tokens at most (default 16). ``/v1/completions`` takes 0 (each choice empty, finish reason
@@ -15,6 +15,8 @@ silent 200. What is accepted is honoured:
   ``logprobs`` null or 0 and chat ``logprobs`` true/false with ``top_logprobs`` null or 0.
 * ``prompt``: one string or one list of token ids inside the vocabulary; ``messages``: ``role`` and string
   ``content`` each.
+* ``stream``: server-sent events, a chunk per choice as the engine decodes (the HF engine; the vLLM engine answers
+  in one response and refuses it).
 * ``model``: the served model's name, its alias ``"policy"``, or absent.
 
 Sources: the request fields are the OpenAI API's completions and chat completions references.
@@ -58,13 +60,6 @@ class _Request(BaseModel):
         if len(stops) > 4 or any(not s for s in stops):
             raise ValueError("up to 4 non-empty strings")
         return stops
-
-    @field_validator("stream")
-    @classmethod
-    def _stream(cls, value):
-        if value:
-            raise ValueError("streaming is not supported: this server answers each request in one response")
-        return value
 
 
 class CompletionRequest(_Request):

@@ -207,9 +207,10 @@ class AsyncValidator:
                     records.append({**record, "score": None, "reward_error": repr(exc)})
                     continue
                 counts[row["data_source"]] += 1
-                for name, value in scores.items():
-                    sums[row["data_source"]][name] += float(value)
-                records.append({**record, **{k: float(v) for k, v in scores.items()}})
+                numbers = {k: float(v) for k, v in scores.items() if not isinstance(v, str)}  # "pred" is an answer
+                for name, value in numbers.items():
+                    sums[row["data_source"]][name] += value
+                records.append({**record, **numbers, **{k: v for k, v in scores.items() if isinstance(v, str)}})
         metrics: Dict[str, float] = {}
         for source, total in sums.items():
             for name, value in total.items():
