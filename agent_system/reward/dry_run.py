@@ -68,10 +68,12 @@ class DryRunReport:
 
     def stats(self) -> dict[str, dict[str, float]]:
         """``{component: {count, mean, std (population), min, max}}`` over valid samples (NaN when none), for
-        ``STAT_KEYS`` and any other key the reward returned."""
+        ``STAT_KEYS`` and any other numeric key the reward returned (a string such as ``pred``, the answer, is not a
+        statistic)."""
         out = {}
-        for key in dict.fromkeys([*STAT_KEYS, *(k for r in self.results for k in r)]):
-            values = [float(r[key]) for r in self.results if key in r]
+        numeric = [k for r in self.results for k, v in r.items() if not isinstance(v, str)]
+        for key in dict.fromkeys([*STAT_KEYS, *numeric]):
+            values = [float(r[key]) for r in self.results if key in r and not isinstance(r[key], str)]
             n = len(values)
             mean = sum(values) / n if n else math.nan
             std = math.sqrt(sum((v - mean) ** 2 for v in values) / n) if n else math.nan

@@ -105,7 +105,8 @@ def test_default_compute_score_dispatch(golden):
     case = next(c for c in golden if c["case"] == "self/test00" and c["env_name"] == "default")
     info = {"step": 0, "wrapper": "qwen", "reward_switches": RewardSwitches()}
     out = default_compute_score("rlla_4k", case["solution_str"], case["ground_truth"], info)
-    assert out == {"score": 4.0, "format": 1.0, "correctness": 3.0, "length": 0.0}
+    assert out == {"score": 4.0, "format": 1.0, "correctness": 3.0, "length": 0.0, "pred": out["pred"]}
+    assert out["pred"].startswith("tool_call:")
     with pytest.raises(NotImplementedError, match="openai/gsm8k"):
         default_compute_score("openai/gsm8k", "x", "y", info)
     # step travels through extra_info: SCHEDULEREWARD at step 0 makes a perfect tool answer 2 + 2.
@@ -114,6 +115,8 @@ def test_default_compute_score_dispatch(golden):
     sched["step"] = 150
     assert default_compute_score("rlla", case["solution_str"], case["ground_truth"], sched)["score"] == 4.0
     sched["step"] = 75
-    assert default_compute_score("rlla", case["solution_str"], case["ground_truth"], sched) == pytest.approx(
-        {"score": 1.5 + 2.5, "format": 1.5, "correctness": 2.5, "length": 0.0}
-    )
+    assert {
+        k: v
+        for k, v in default_compute_score("rlla", case["solution_str"], case["ground_truth"], sched).items()
+        if k != "pred"
+    } == pytest.approx({"score": 1.5 + 2.5, "format": 1.5, "correctness": 2.5, "length": 0.0})

@@ -46,6 +46,8 @@ def test_validation_samples_val_kwargs_n_responses_per_prompt(tmp_path, small_rl
         assert metrics[core] == pytest.approx(metrics[f"val/test_score/{source}"], abs=1e-5)
     if val_n > 1:
         assert {f"val-core/{source}/reward/best@3/mean", f"val-aux/{source}/reward/worst@2/std"} <= set(metrics)
+        # the RLLA scorer's answers (its tool calls) are voted on
+        assert {f"val-core/{source}/reward/maj@3/mean", f"val-aux/{source}/reward/maj@2/std"} <= set(metrics)
         assert (
             metrics[f"val-core/{source}/reward/best@3/mean"]
             >= metrics[core]

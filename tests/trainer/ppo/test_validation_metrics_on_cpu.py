@@ -77,3 +77,33 @@ def test_sizes_and_names_follow_upstream():
 def test_misaligned_lists_are_refused():
     with pytest.raises(ValueError, match="reward has 1 values for 2 samples"):
         process_validation_metrics(["s", "s"], ["p", "p"], {"reward": [1.0]})
+
+
+def test_rlla_samples_are_voted_on_their_tool_calls():
+    """The RLLA scorer's ``pred`` (``rlla.answer_of``): equal calls written differently share an answer, so ``maj@3``
+    of [right, right (other spacing and key order), wrong] is the right answer's score, while ``mean@3`` is not."""
+    from verl.utils.reward_score import default_compute_score
+
+    gt = '<think> x </think>\n<tool_call>\n{"name": "GetNews", "parameters": {"page": "1", "n": 2}}\n</tool_call>'
+    right = '<think> a </think>\n<tool_call>\n{"name": "GetNews", "parameters": {"page": "1", "n": 2}}\n</tool_call>'
+    same = '<think> b </think>\n<tool_call>\n{"parameters": {"n": 2,  "page": "1"}, "name": "GetNews"}\n</tool_call>'
+    wrong = '<think> c </think>\n<tool_call>\n{"name": "GetWeather", "parameters": {"city": "Oslo"}}\n</tool_call>'
+    info = {"step": 0, "wrapper": "none"}
+    scored = [default_compute_score("rlla", text, gt, info) for text in (wrong, right, same)]
+    assert scored[1]["pred"] == scored[2]["pred"] != scored[0]["pred"]
+    assert scored[1]["score"] > scored[0]["score"]
+    answer = default_compute_score("rlla", "<think> t </think>\n<response> Oslo </response>", gt, info)["pred"]
+    assert answer == "response:Oslo"
+    assert default_compute_score("rlla", "<tool_call>\n{not json\n</tool_call>", gt, info)["pred"] == "unreadable"
+    out = process_validation_metrics(
+        ["rlla"] * 3,
+        ["p"] * 3,
+        {"reward": [s["score"] for s in scored], "pred": [s["pred"] for s in scored]},
+        seed=0,
+    )["rlla"]["reward"]
+    # a bootstrap draw of 3 votes wrong when it holds the wrong answer at least twice: 7 of the 27 equally likely
+    # ordered draws (3 * 2 with it twice, 1 with it thrice); 1000 draws: standard error ~0.014 of the gap
+    right_score, wrong_score = scored[1]["score"], scored[0]["score"]
+    assert out["mean@3"] == pytest.approx((2 * right_score + wrong_score) / 3)
+    expected = (20 * right_score + 7 * wrong_score) / 27
+    assert out["maj@3/mean"] == pytest.approx(expected, abs=0.05 * (right_score - wrong_score))

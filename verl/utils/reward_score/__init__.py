@@ -31,7 +31,9 @@ def default_compute_score(
         **kwargs: accepted and ignored (upstream passes extra keyword arguments to custom scorers).
 
     Returns:
-        ``{"score", "format", "correctness", "length"}`` (floats; score is the sum of the three others).
+        ``{"score", "format", "correctness", "length"}`` (floats; score is the sum of the three others) and
+        ``"pred"``, the answer the sample gives (``rlla.answer_of``: its tool calls or its response text), which
+        validation with ``val_kwargs.n > 1`` votes on for ``maj@N``.
 
     Raises:
         NotImplementedError: no reward is registered for ``data_source``.
@@ -51,4 +53,16 @@ def default_compute_score(
         switches=info.get("reward_switches"),
         tool_format=info.get("tool_format") or "toolrl",
     )
-    return {"score": float(score), "format": float(fmt), "correctness": float(correctness), "length": float(length)}
+    pred = rlla.answer_of(
+        solution_str,
+        info.get("wrapper"),
+        switches=info.get("reward_switches"),
+        tool_format=info.get("tool_format") or "toolrl",
+    )
+    return {
+        "score": float(score),
+        "format": float(fmt),
+        "correctness": float(correctness),
+        "length": float(length),
+        "pred": pred,
+    }

@@ -48,6 +48,7 @@ __all__ = [
     "RLLARewardError",
     "RewardSwitches",
     "UnknownModelWrapperError",
+    "answer_of",
     "compute_score",
     "compute_tool_call_reward",
     "correctness_range",
@@ -417,3 +418,31 @@ def compute_score(
             length_score,
         )
     return score, format_score, correctness_score, length_score
+
+
+def answer_of(solution_str: str, wrapper: str | None = None, *, switches=None, tool_format: str = "toolrl") -> str:
+    """What one decoded sample answers, as a string that two samples giving the same answer share: the ``pred`` that
+    upstream verl's validation votes on for ``maj@N`` (``metric_utils.calc_maj_val``).
+
+    The prediction is the assistant turn, as :func:`compute_score` reads it. Readable tool calls (``data.tool_format``,
+    ``tool_formats.parse_calls``) give ``"tool_call:"`` and their JSON (``name`` and ``parameters``, keys sorted, in
+    the order written); a call that cannot be read gives ``"unreadable"``; no call gives ``"response:"`` and the
+    first ``<response>`` block's text (empty when there is none).
+
+    Raises:
+        UnknownModelWrapperError: no wrapper could be chosen (see ``resolve_wrapper``).
+    """
+    import json
+
+    from verl.utils.reward_score.tool_formats import parse_calls
+
+    sw = RewardSwitches.from_env() if switches is None else switches
+    prediction = extract_assistant_turn(
+        solution_str if isinstance(solution_str, str) else "", resolve_wrapper(wrapper, sw.experiment_name)
+    )
+    parsed = parse_calls(prediction, tool_format)
+    if parsed.parse_failed:
+        return "unreadable"
+    if parsed.calls:
+        return "tool_call:" + json.dumps(list(parsed.calls), sort_keys=True, ensure_ascii=False)
+    return "response:" + (first_block(prediction, RESPONSE) if open_tag(RESPONSE) in prediction else "")
