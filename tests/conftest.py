@@ -193,6 +193,7 @@ E2E_FILES = {
     "agent_system/test_agent_training_e2e_on_cpu.py",
     "agent_system/test_textworld_env.py",
     "async_rl/test_async_inference_server_on_cpu.py",
+    "async_rl/test_async_engine_slices_on_cpu.py",
     "async_rl/test_async_orchestrator_on_cpu.py",
     "async_rl/test_async_validation_on_cpu.py",
     "data/test_bfcl_on_cpu.py",

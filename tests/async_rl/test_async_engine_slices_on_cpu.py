@@ -15,8 +15,6 @@ import torch
 from verl.async_rl.hf_engine import PolicyEngine
 from verl.async_rl.inference_server import InferenceServer
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.fixture(scope="module")
 def engines(tiny_model_dir):

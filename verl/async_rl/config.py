@@ -212,7 +212,23 @@ def typed_async_config(config: DictConfig) -> DictConfig:
             f"{typed.actor_rollout_ref.rollout.cache_implementation!r}: the async inference servers "
             "decode with a dynamic cache (async.inference.*)"
         )
+    from verl.trainer.key_table import check_keys
+
+    check_keys(typed, async_defaults(), "main_async")  # every key main_async does not read, refused when set
     return typed
+
+
+def async_defaults() -> DictConfig:
+    """``async_trainer.yaml``'s defaults as a plain config: ``ppo_trainer.yaml``'s tree with the async file's own
+    values merged over it (its ``async`` section and ``trainer.val_before_train``)."""
+    from pathlib import Path
+
+    from verl.trainer.config_utils import default_config
+
+    own = OmegaConf.load(Path(__file__).resolve().parents[1] / "trainer" / "config" / "async_trainer.yaml")
+    with open_dict(own):
+        own.pop("defaults", None)
+    return OmegaConf.merge(OmegaConf.create(OmegaConf.to_container(default_config())), own)
 
 
 __all__ = [
@@ -223,6 +239,7 @@ __all__ = [
     "AsyncEnvSpec",
     "AsyncInferenceConfig",
     "AsyncReplayConfig",
+    "async_defaults",
     "refuse_learner_ignored",
     "typed_async_config",
 ]

@@ -350,6 +350,11 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
             plugin.check_config(config.algorithm)
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    if estimator == "gigpo" and not config.env.env_name:
+        raise ConfigError(
+            "algorithm.adv_estimator=gigpo groups the steps of agent episodes (traj_uid, step_index, anchor_obs): "
+            "it needs env.env_name; single-turn rows train with grpo, rloo or another estimator"
+        )
     if n < 1:
         raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n}")
     val_n = arr.rollout.val_kwargs.n

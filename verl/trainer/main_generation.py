@@ -68,15 +68,26 @@ def load_generation_config(overrides: list[str] | None = None) -> DictConfig:
 
 def typed_generation_config(config: DictConfig) -> DictConfig:
     """``generation.yaml`` with the types of ``config_schema.GenerationConfig`` (``data.output_path`` may stay
-    ``???``: :func:`run_generation` asks for it by name).
+    ``???``: :func:`run_generation` asks for it by name), its values in the key table's ranges
+    (``key_table.check_keys``).
 
     Raises:
-        ConfigError: a value of the wrong type (its key and type named).
+        ConfigError: a value of the wrong type (its key and type named), or outside its range.
     """
     from verl.trainer.config_schema import GenerationConfig
     from verl.trainer.config_utils import typed_as
 
-    return typed_as(config, GenerationConfig, "generation.yaml", may_be_missing=("data.output_path",))
+    from verl.trainer.key_table import check_keys
+
+    typed = typed_as(config, GenerationConfig, "generation.yaml", may_be_missing=("data.output_path",))
+    check_keys(typed, _generation_defaults(), "main_generation")
+    return typed
+
+
+def _generation_defaults() -> DictConfig:
+    """``generation.yaml``'s values (its ``hydra`` and ``defaults`` entries dropped)."""
+    own = OmegaConf.load(Path(__file__).parent / "config" / "generation.yaml")
+    return OmegaConf.create({k: v for k, v in OmegaConf.to_container(own).items() if k not in ("hydra", "defaults")})
 
 
 def actor_sections(config: DictConfig, model_dir: str) -> tuple[DictConfig, DictConfig]:

@@ -172,7 +172,8 @@ def prepare_config(config: DictConfig) -> DictConfig:
     """Everything checked before a model is built, cheapest first, so a typo fails in seconds: keys the config does
     not define (``check_known_keys``), the type of every value (``typed_config``: the returned config is a new,
     typed object — use it, not the argument), deprecated-key mapping (``normalize_config``), data discovery, batch
-    arithmetic and names (``validate_config``), every data row (``preflight.check_data_files``), then the model
+    arithmetic and names (``validate_config``), the keys this mode does not read and the ranges of those it does
+    (``key_table.check_keys``: ``main_ppo``, or ``agent`` with ``env.env_name``), every data row (``preflight.check_data_files``), then the model
     paths (presets are built here, which can take minutes the first time). Before any data or model work, a
     checkpoint to resume that was trained from another model is refused (``checkpointing.refuse_other_model``), and
     the reward switches of ``reward_model.switches`` are turned on.
@@ -180,19 +181,24 @@ def prepare_config(config: DictConfig) -> DictConfig:
     Raises:
         ConfigError, DataCheckError, ModelPathError: the message names the key, file or row.
     """
+    import copy
+
     from verl.trainer.config_keys import check_known_keys
-    from verl.trainer.config_utils import typed_config
+    from verl.trainer.config_utils import default_config, typed_config
+    from verl.trainer.key_table import check_keys
     from verl.trainer.preflight import check_data_files
 
     from verl.trainer.ppo.checkpointing import refuse_other_model
 
     check_known_keys(config)
     config = typed_config(config)
+    as_given = copy.deepcopy(config)  # before normalize_config and data discovery fill derived values
     normalize_config(config)
     refuse_other_model(config)
     apply_reward_switches(config)
     resolve_data_files(config)
     validate_config(config)
+    check_keys(as_given, default_config(), "agent" if config.env.env_name else "main_ppo")  # the key table
     check_data_files(config)
     resolve_models(config)
     return config

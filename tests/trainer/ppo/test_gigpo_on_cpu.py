@@ -447,6 +447,7 @@ def test_config_accepts_gigpo_and_names_bad_keys():
         "data.train_batch_size=8",
         "actor_rollout_ref.actor.ppo_mini_batch_size=8",
         "algorithm.adv_estimator=gigpo",
+        "env.env_name=line_world",  # GiGPO groups agent steps: agent mode only
     ]
     cfg = normalize_config(load_default_config(base))
     validate_config(cfg, check_files=False)

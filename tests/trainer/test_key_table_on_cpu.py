@@ -1,0 +1,134 @@
+"""The key table (verl/trainer/key_table.py): one row for every key of every entry point's composed config, a key an
+entry point does not read refused there at load by name, ranges refused where read, and the page it generates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from verl.trainer.config_errors import ConfigError
+from verl.trainer.key_table import ENTRY_POINTS, ROWS, check_keys, counts, flat_items, keys_of, rows_of
+from verl.trainer.key_table_doc import markdown
+
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "verl" / "trainer" / "config")
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _composed(name: str):
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return compose(config_name=name)
+
+
+@pytest.mark.parametrize(
+    "name, tree", [("ppo_trainer", "ppo_trainer"), ("async_trainer", "ppo_trainer"), ("generation", "generation")]
+)
+def test_every_key_of_every_composed_config_has_exactly_one_row(name, tree):
+    config = _composed(name)
+    keys = [k for k, _ in flat_items(config) if not k.startswith("hydra")]
+    rows = rows_of(tree)
+    assert [k for k in keys if k not in rows] == []  # a new key needs its row
+    if name != "ppo_trainer":  # the async tree holds every row of the trainer's; generation's its own
+        assert sorted(set(rows) - set(keys)) == []  # no row for a key that is gone
+
+
+def test_the_page_is_current():
+    assert (REPO / "docs" / "config_keys.md").read_text() == markdown(), "run python -m verl.trainer.key_table_doc"
+
+
+def test_counts_add_up():
+    c = counts()
+    assert set(c) == set(ENTRY_POINTS)
+    for point in ENTRY_POINTS:
+        total = c[point]["read"] + c[point]["refused"]
+        assert total <= len(keys_of(point)) if point == "main_eval" else total == len(keys_of(point))
+        assert c[point]["read"] > 0
+
+
+def _first_unread(entry_point: str, defaults):
+    values = dict(flat_items(defaults))
+    for key, row in keys_of(entry_point).items():
+        if entry_point not in row.read_by and isinstance(values.get(key), (bool, int)) and values[key] is not None:
+            return key, values[key]
+    raise AssertionError(f"{entry_point} reads every key")
+
+
+@pytest.mark.parametrize("entry_point", ["main_ppo", "agent", "main_async"])
+def test_a_key_the_entry_point_does_not_read_is_refused_naming_both(entry_point):
+    from omegaconf import OmegaConf
+
+    from verl.async_rl.config import async_defaults
+    from verl.trainer.config_utils import default_config
+
+    defaults = (
+        async_defaults() if entry_point == "main_async" else OmegaConf.create(OmegaConf.to_container(default_config()))
+    )
+    key, value = _first_unread(entry_point, defaults)
+    config = OmegaConf.create(OmegaConf.to_container(defaults))
+    check_keys(config, defaults, entry_point)  # the defaults pass
+    OmegaConf.update(config, key, (not value) if isinstance(value, bool) else value + 7)
+    with pytest.raises(ConfigError, match=rf"{entry_point}: {key}=.*{entry_point} does not read it"):
+        check_keys(config, defaults, entry_point)
+
+
+def test_ranges_are_checked_where_the_key_is_read():
+    from omegaconf import OmegaConf
+
+    rows = rows_of("generation")
+    assert rows["data.n_samples"].allows(1) and not rows["data.n_samples"].allows(0)
+    assert rows["rollout.top_p"].allows(1.0) and not rows["rollout.top_p"].allows(0.0)
+    assert rows["data.truncation"].allows("left") and not rows["data.truncation"].allows("top")
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base=None):
+        config = compose(config_name="generation", overrides=["data.n_samples=0"])
+    from verl.trainer.main_generation import _generation_defaults
+
+    with pytest.raises(ConfigError, match=r"data.n_samples=0: expected >= 1"):
+        check_keys(OmegaConf.create(OmegaConf.to_container(config)), _generation_defaults(), "main_generation")
+
+
+def test_every_range_parses_and_admits_the_default():
+    """A range the default itself falls outside would refuse every run; each range must also be one the parser
+    knows (a typo would make ``allows`` raise)."""
+    for tree, name in (("ppo_trainer", "async_trainer"), ("generation", "generation")):
+        values = dict(flat_items(_composed(name)))
+        for key, row in rows_of(tree).items():
+            if row.range and key in values and values[key] not in ("???",):
+                assert row.allows(values[key]), (key, row.range, values[key])
+
+
+def test_main_ppo_refuses_an_agent_key_and_agent_mode_a_single_turn_key(tmp_path):
+
+    from verl.trainer.config_utils import load_default_config
+    from verl.trainer.main_ppo import prepare_config
+
+    with pytest.raises(ConfigError, match=r"main_ppo: env.sokoban.num_boxes=3: main_ppo does not read it"):
+        prepare_config(load_default_config(["env.sokoban.num_boxes=3", "trainer.device=cpu"]))
+    with pytest.raises(ConfigError, match=r"agent: .*data.prompt_key='question': agent does not read it"):
+        prepare_config(
+            load_default_config(["env.env_name=line_world", "data.prompt_key=question", "trainer.device=cpu"])
+        )
+
+
+def test_main_async_refuses_what_it_ignored():
+    """The keys main_async used to take and drop (custom reward, router, estimator, data files, batch sizes)."""
+    from verl.async_rl.config import typed_async_config
+
+    for override in (
+        "router.enable=true",
+        "algorithm.adv_estimator=grpo",
+        "data.train_files=/nonexistent.parquet",
+        "data.train_batch_size=5",
+        "custom_reward_function.path=/tmp/reward.py",
+    ):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            config = compose(config_name="async_trainer", overrides=[override])
+        key = override.split("=")[0]
+        with pytest.raises(ConfigError, match=rf"{key}=.*main_async does not read it"):
+            typed_async_config(config)
+
+
+def test_rows_name_only_their_trees_entry_points():
+    for row in ROWS.values():
+        assert row.key and all(p in ENTRY_POINTS for p in row.read_by)

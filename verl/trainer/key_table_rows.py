@@ -1,0 +1,382 @@
+"""The rows of the key table (``verl/trainer/key_table.py`` says how to read them): every key of ``ppo_trainer.yaml``
+(with ``async_trainer.yaml``'s ``async`` section) and of ``generation.yaml``, with the entry points that read it.
+
+Readers: P main_ppo (single-turn), A agent mode (main_ppo with env.env_name), S main_async, G main_generation,
+E main_eval. A key read by none is refused everywhere when set (upstream's keys of features this project does not
+implement, kept so that upstream's launch lines fail with a reason instead of being ignored).
+"""
+
+TABLE = """
+# tree: ppo_trainer
+data.tokenizer | - | - | prompts are always tokenized with the actor's tokenizer (actor_rollout_ref.model.path): leave null
+data.train_files | P | - | agent mode draws its tasks from the environment (env.*); main_async learns with its own batches, advantages and env rewards (async.*)
+data.val_files | PS | - | agent mode draws its tasks from the environment (env.*)
+data.prompt_key | PS | - | agent mode draws its tasks from the environment (env.*); main_async: the validation prompts' column
+data.reward_fn_key | PS | - | agent mode draws its tasks from the environment (env.*)
+data.tool_format | PS | - | agent mode draws its tasks from the environment (env.*)
+data.max_prompt_length | PAS | - | 
+data.max_response_length | PAS | - | 
+data.train_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+data.val_batch_size | PA | - | deprecated upstream: a warning, validation runs over the whole set
+data.return_raw_input_ids | - | - | raw prompt ids are not returned by the dataset: set false
+data.return_raw_chat | P | - | agent mode draws its tasks from the environment (env.*); main_async learns with its own batches, advantages and env rewards (async.*)
+data.truncation | PS | - | agent mode draws its tasks from the environment (env.*)
+data.filter_overlong_prompts | PS | - | agent mode draws its tasks from the environment (env.*)
+data.shuffle | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+data.seed | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+data.dataloader_num_workers | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+data.max_samples | P | - | agent mode draws its tasks from the environment (env.*); main_async learns with its own batches, advantages and env rewards (async.*)
+data.val_max_samples | PS | - | agent mode draws its tasks from the environment (env.*)
+actor_rollout_ref.hybrid_engine | - | - | the actor and its rollout always share weights here: set true
+actor_rollout_ref.model.path | PAS | - | 
+actor_rollout_ref.model.external_lib | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.enable_gradient_checkpointing | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.use_remove_padding | PAS | - | 
+actor_rollout_ref.model.use_shared_prompt | PAS | - | 
+actor_rollout_ref.model.use_fused_kernels | PAS | - | 
+actor_rollout_ref.model.trust_remote_code | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.lora_rank | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.lora_alpha | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.target_modules | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.override_config | PAS | - | 
+actor_rollout_ref.actor.strategy | PA | {fsdp, fsdp2} | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.ppo_mini_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.ppo_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu | PAS | - | 
+actor_rollout_ref.actor.use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.ppo_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.grad_clip | PAS | - | 
+actor_rollout_ref.actor.clip_ratio | PAS | - | 
+actor_rollout_ref.actor.clip_ratio_low | PAS | - | 
+actor_rollout_ref.actor.clip_ratio_high | PAS | - | 
+actor_rollout_ref.actor.clip_ratio_c | PAS | - | 
+actor_rollout_ref.actor.policy_loss.loss_mode | PAS | - | 
+actor_rollout_ref.actor.loss_agg_mode | PAS | - | 
+actor_rollout_ref.actor.mask_truncated | P | - | agent mode trains on truncated turns; main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.entropy_coeff | PAS | - | 
+actor_rollout_ref.actor.use_kl_loss | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.kl_loss_coef | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.kl_loss_type | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.ppo_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.shuffle | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1 (use_remove_padding / use_dynamic_bsz keep long sequences cheap)
+actor_rollout_ref.actor.optim.lr | PAS | - | 
+actor_rollout_ref.actor.optim.lr_warmup_steps | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.optim.lr_warmup_steps_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.optim.min_lr_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.optim.warmup_style | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.optim.total_training_steps | - | - | the trainer sets it from trainer.total_training_steps / total_epochs
+actor_rollout_ref.actor.optim.weight_decay | PAS | - | 
+actor_rollout_ref.actor.optim.betas | PAS | - | 
+actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer (no size-based wrap policy): set 0
+actor_rollout_ref.actor.fsdp_config.param_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.grad_offload | PA | - | removed upstream: a warning when true
+actor_rollout_ref.actor.fsdp_config.optimizer_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1 (shard over all workers)
+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.checkpoint.save_contents | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.fsdp_config.param_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer: set 0
+actor_rollout_ref.ref.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1
+actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.log_prob_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.log_prob_use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.log_prob_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1
+actor_rollout_ref.rollout.name | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.mode | - | - | the trainer's rollout is synchronous; the asynchronous mode is its own entry point, python -m verl.trainer.main_async (docs/async.md): set sync
+actor_rollout_ref.rollout.temperature | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.top_k | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.top_p | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.prompt_length | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.response_length | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.gpu_memory_utilization | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.ignore_eos | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.enforce_eager | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.free_cache_engine | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.load_format | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.tensor_model_parallel_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.max_num_batched_tokens | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.max_num_seqs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.log_prob_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.log_prob_use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.cache_implementation | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.calculate_log_probs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.do_sample | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.n | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.val_kwargs.do_sample | PAS | - | 
+actor_rollout_ref.rollout.val_kwargs.temperature | PAS | - | 
+actor_rollout_ref.rollout.val_kwargs.top_k | PA | - | main_async validates on its inference servers, which sample without top-k / top-p
+actor_rollout_ref.rollout.val_kwargs.top_p | PA | - | main_async validates on its inference servers, which sample without top-k / top-p
+actor_rollout_ref.rollout.val_kwargs.n | PS | - | agent mode validates one episode per task
+actor_rollout_ref.rollout.engine_kwargs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.enable | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.strategy | PA | {fsdp, fsdp2} | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.lr | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.lr_warmup_steps | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.lr_warmup_steps_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.min_lr_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.warmup_style | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.total_training_steps | - | - | the trainer sets it from trainer.total_training_steps / total_epochs
+critic.optim.weight_decay | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.betas | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.tokenizer_path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.external_lib | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.enable_gradient_checkpointing | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.use_remove_padding | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.trust_remote_code | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.param_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.grad_offload | PA | - | removed upstream: a warning when true
+critic.model.fsdp_config.optimizer_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer: set 0
+critic.model.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1
+critic.model.fsdp_config.mixed_precision.param_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.override_config | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.ppo_mini_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.ppo_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.ppo_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.forward_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.forward_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.ppo_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.forward_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1
+critic.ppo_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.shuffle | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.grad_clip | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.cliprange_value | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.loss_agg_mode | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.checkpoint.save_contents | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.enable | - | - | model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)
+reward_model.strategy | - | - | upstream's model-based reward: not implemented (reward_model.enable is refused)
+reward_model.reward_manager | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.decode | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.wrapper | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.num_examine | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.switches | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.overlong_buffer.enable | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.overlong_buffer.len | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.overlong_buffer.penalty_factor | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.micro_batch_size | - | - | upstream's model-based reward: not implemented
+reward_model.max_length | - | - | upstream's model-based reward: not implemented
+reward_model.ulysses_sequence_parallel_size | - | - | upstream's model-based reward: not implemented
+reward_model.use_dynamic_bsz | - | - | upstream's model-based reward: not implemented
+reward_model.forward_max_token_len_per_gpu | - | - | upstream's model-based reward: not implemented
+reward_model.model.input_tokenizer | - | - | upstream's model-based reward: not implemented
+reward_model.model.path | - | - | upstream's model-based reward: not implemented
+reward_model.model.external_lib | - | - | upstream's model-based reward: not implemented
+reward_model.model.use_remove_padding | - | - | upstream's model-based reward: not implemented
+reward_model.model.fsdp_config.min_num_params | - | - | upstream's model-based reward: not implemented
+reward_model.model.fsdp_config.param_offload | - | - | upstream's model-based reward: not implemented
+custom_reward_function.path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+custom_reward_function.name | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+reward.sandbox | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+reward.num_workers | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+reward.timeout_s | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+reward.memory_mb | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.gamma | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.lam | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.adv_estimator | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.norm_adv_by_std_in_grpo | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.use_kl_in_reward | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rollout_correction.rollout_is | PAS | - | 
+algorithm.rollout_correction.rollout_is_threshold | PAS | - | 
+algorithm.rollout_correction.rollout_rs | PAS | - | 
+algorithm.rollout_correction.rollout_rs_threshold | PAS | - | 
+algorithm.rollout_correction.rollout_rs_threshold_lower | PAS | - | 
+algorithm.filter_groups.enable | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.filter_groups.metric | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.filter_groups.max_num_gen_batches | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.kl_penalty | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.kl_ctrl.type | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.kl_ctrl.kl_coef | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.kl_ctrl.horizon | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.kl_ctrl.target_kl | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.gigpo.step_advantage_w | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
+algorithm.gigpo.mode | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
+algorithm.gigpo.epsilon | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
+algorithm.gigpo.invalid_action_penalty | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
+algorithm.gigpo.anchor_similarity | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
+algorithm.gigpo.default_step_reward | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
+algorithm.rlvcr.enable | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.step_advantage_w | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.thinking_diversity_w | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.mode | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.thinking_cost_w | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.cost_max | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.num_levels | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.action_tags | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.alt_temperature | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.alt_top_p | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.alt_max_think_tokens | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.only_positive_episodes | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.epsilon | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+router.enable | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.head | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.pooling | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.input_norm | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.detach_backbone | - | - | the router head has its own optimizer over the head only, so a gradient into the LM would be dropped: set true
+router.greedy_eval | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.sample_per_rollout | - | - | only an independent route per copy of a prompt is implemented: set true (or rollout.n=1)
+router.route_sampling | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.route_adv_norm | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.route_pg | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.loss_mode | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.value_temperature | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.value_baseline_decay | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.value_fit | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.value_ridge_alpha | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.filter_tools | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.answer_forbids_tool_calls | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.other_as | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.tool_family_file | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.irrelevance_fraction | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.irrelevance_seed | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.budget_B | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.lambda_init | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.dual_lr | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.lambda_max | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.dual_update_freq | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.dual_kp | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.cost_weights.any_tool | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.cost_weights.search | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.cost_weights.calculate | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.cost_weights.per_call | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.entropy_coeff | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.sup_coeff | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.grad_clip | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.micro_batch_size | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.actor_reward | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.optim.lr | P | - | the router rewrites single-turn prompts before a synchronous generation
+router.optim.shared | P | - | the router rewrites single-turn prompts before a synchronous generation
+env.env_name | PA | - | 
+env.seed | A | - | agent mode's environments and episodes
+env.train_tasks | A | - | agent mode's environments and episodes
+env.val_tasks | A | - | agent mode's environments and episodes
+env.val_seed_offset | A | - | agent mode's environments and episodes
+env.max_steps | A | - | agent mode's environments and episodes
+env.history_length | A | - | agent mode's environments and episodes
+env.max_prompt_length | A | - | agent mode's environments and episodes
+env.action_tag | A | - | agent mode: env.env_name in {line_world, sokoban, textworld} (rlla_multiturn uses the raw output as the action)
+env.num_workers | A | - | agent mode's environments and episodes
+env.use_ray_workers | A | - | agent mode's environments and episodes
+env.reward_mode | A | - | agent mode's environments and episodes
+env.rollout.n | - | - | agent mode's environments
+env.line_world.length | A | - | agent mode with env.env_name=line_world
+env.sokoban.dim_room | A | - | agent mode with env.env_name=sokoban
+env.sokoban.num_boxes | A | - | agent mode with env.env_name=sokoban
+env.sokoban.max_steps | A | - | agent mode with env.env_name=sokoban
+env.textworld.challenge | A | - | agent mode with env.env_name=textworld
+env.textworld.level | A | - | agent mode with env.env_name=textworld
+env.textworld.games_dir | A | - | agent mode with env.env_name=textworld
+env.textworld.max_steps | A | - | agent mode with env.env_name=textworld
+env.textworld.settings | A | - | agent mode's environments and episodes
+env.rlla_multiturn.split | A | - | agent mode with env.env_name=rlla_multiturn
+env.rlla_multiturn.data_dir | A | - | agent mode with env.env_name=rlla_multiturn
+trainer.device | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.balance_batch | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.total_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.total_training_steps | PAS | - | 
+trainer.project_name | PAS | - | 
+trainer.experiment_name | PAS | - | 
+trainer.logger | PAS | - | 
+trainer.log_mfu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.peak_flops_per_s | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.log_val_generations | P | - | agent mode does not write it; main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.rollout_data_dir | P | - | agent mode does not write it; main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.validation_data_dir | PS | - | agent mode does not write it
+trainer.nnodes | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.n_gpus_per_node | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.cpus_per_worker | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.cpu_threads | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.single_process | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.save_freq | PAS | - | 
+trainer.save_on_exit | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.test_freq | PAS | - | 
+trainer.critic_warmup | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.max_consecutive_bad_steps | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.max_invalid_frac | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.warn_zero_std_frac | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.val_before_train | PAS | - | 
+trainer.val_only | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.default_hdfs_dir | - | - | HDFS checkpoints are not implemented: leave null (trainer.default_local_dir holds them)
+trainer.default_local_dir | PAS | - | 
+trainer.run_dir | PAS | - | 
+trainer.resume_mode | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.resume_from_path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.del_local_ckpt_after_load | - | - | checkpoints are never deleted after a resume: set false (trainer.max_actor_ckpt_to_keep rotates them)
+trainer.max_actor_ckpt_to_keep | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.max_critic_ckpt_to_keep | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.resume_allow_changes | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.seed | PAS | - | 
+trainer.deterministic | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.build_sft_preset | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.plot_on_finish | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+ray_init.address | PAS | - | 
+ray_init.num_cpus | PAS | - | 
+async.inference.backend | S | - | 
+async.inference.host | S | - | 
+async.inference.num_servers | S | - | 
+async.inference.num_threads | S | - | 
+async.inference.num_gpus | S | - | 
+async.inference.dtype | S | - | 
+async.inference.vllm.max_model_len | S | - | 
+async.inference.vllm.engine_kwargs | S | - | extra vllm.LLM arguments (backend=vllm)
+async.inference.temperature | S | - | 
+async.inference.max_tokens | S | - | 
+async.learner_threads | S | - | 
+async.envs | S | - | env type name -> settings (kind, env, env_kwargs, replicas, fraction, group_size, max_turns, seed, data_file, max_rows)
+async.replay.max_age | S | - | 
+async.replay.min_group_size | S | - | 
+async.replay.advantage | S | - | 
+async.replay.log_dir | S | - | 
+async.batcher.total_token_budget | S | - | 
+async.batcher.max_seq_len | S | - | 
+async.batcher.spillover | S | - | 
+async.batcher.order | S | - | 
+async.batcher.max_groups | S | - | 
+async.max_buffer_rollouts | S | - | 
+async.broadcast_timeout_s | S | - | 
+async.max_restarts | S | - | 
+# tree: generation
+trainer.device | GE | {cpu, cuda} | null: cuda when available
+data.path | G | - | the prompts; null: the format's default file (refused with data.format=bfcl)
+data.format | GE | {auto, rlla, api_bank, bfcl} | bfcl also makes main_eval score with BFCL's checker
+data.categories | G | - | data.format=bfcl only
+data.prompt_key | G | - | the chat column of the parquet
+data.n_samples | G | >= 1 | > 1 needs rollout.do_sample
+data.output_path | GE | - | the JSONL written, then scored
+data.batch_size | G | >= 1 | prompts per generate call
+data.max_samples | G | >= 1 or -1 | -1: every row
+data.truncation | G | {error, left, right, middle} | prompts longer than rollout.prompt_length
+data.filter_overlong_prompts | G | - | drop such rows instead
+data.prompt_tail_chars | G | >= 0 | 0: the whole last message in the JSONL
+model.path | G | - | a preset, a local HF directory or a hub id
+model.trust_remote_code | G | - | passed to transformers
+model.override_config | G | - | HF config fields of the model
+rollout.name | G | {hf} | HF generate is the only engine here
+rollout.temperature | G | >= 0 | used only with rollout.do_sample
+rollout.top_k | G | >= 1 or -1 | -1: off
+rollout.top_p | G | (0, 1] | nucleus sampling
+rollout.do_sample | G | - | false: greedy
+rollout.prompt_length | G | >= 1 | longest prompt accepted, in tokens
+rollout.response_length | G | >= 1 | new tokens at most
+rollout.micro_batch_size | G | >= 1 | null: a whole data.batch_size batch at once
+rollout.dtype | G | - | compute dtype on CUDA
+rollout.seed | G | - | torch seed for sampling
+eval.enable | G | - | score the generations with main_eval
+eval.dataset | E | {auto, rlla, api_bank, bfcl} | main_eval's --dataset
+eval.output_path | E | - | main_eval's --output; null: next to data.output_path
+"""
