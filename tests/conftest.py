@@ -116,6 +116,17 @@ def e2e_overrides(tmp_path, data_dir, train="train", val="test") -> list[str]:
     ]
 
 
+# e2e_overrides' keys that only the single-turn trainer reads: agent mode refuses them when set (key table)
+SINGLE_TURN_ONLY = ("data.filter_overlong_prompts", "trainer.log_val_generations")
+
+
+def agent_e2e_overrides(tmp_path) -> list[str]:
+    """:func:`e2e_overrides` for agent mode (``env.env_name`` set by the caller): without :data:`SINGLE_TURN_ONLY`
+    and with no data files."""
+    keep = [o for o in e2e_overrides(tmp_path, "unused") if o.split("=", 1)[0] not in SINGLE_TURN_ONLY]
+    return keep + ["data.train_files=null", "data.val_files=null"]
+
+
 @pytest.fixture
 def make_rollout():
     """Async-RL core tests: ``make_rollout(env, problem_id, version, reward, prompt=3, gen=2, tool=0, ...)`` -> Rollout.

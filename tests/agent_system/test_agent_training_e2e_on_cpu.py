@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from conftest import e2e_overrides
+from conftest import agent_e2e_overrides
 from verl.trainer.config_utils import ConfigError, load_default_config, validate_config
 
 AGENT = [
@@ -36,7 +36,7 @@ def _records(run_dir):
 def test_gigpo_on_line_world_trains_validates_and_resumes(tmp_path, ray_session):
     from verl.trainer.main_ppo import run_ppo
 
-    config = load_default_config(e2e_overrides(tmp_path, "unused") + AGENT)
+    config = load_default_config(agent_e2e_overrides(tmp_path) + AGENT)
     run_ppo(config)
     records = _records(tmp_path / "run")
     assert [r["step"] for r in records] == [0, 1, 2]
@@ -60,7 +60,7 @@ def test_gigpo_on_line_world_trains_validates_and_resumes(tmp_path, ray_session)
     assert (tmp_path / "ckpt" / "global_step_2" / "data.pt").is_file()
 
     resumed = load_default_config(
-        e2e_overrides(tmp_path, "unused") + AGENT + ["trainer.total_training_steps=3", "trainer.test_freq=-1"]
+        agent_e2e_overrides(tmp_path) + AGENT + ["trainer.total_training_steps=3", "trainer.test_freq=-1"]
     )
     run_ppo(resumed)
     steps = [r["step"] for r in _records(tmp_path / "run")]
@@ -68,7 +68,7 @@ def test_gigpo_on_line_world_trains_validates_and_resumes(tmp_path, ray_session)
 
 
 def test_agent_config_is_validated(tmp_path):
-    base = e2e_overrides(tmp_path, "unused") + AGENT
+    base = agent_e2e_overrides(tmp_path) + AGENT
     with pytest.raises(ConfigError, match="env.env_name='nowhere'.*line_world"):
         validate_config(load_default_config(base + ["env.env_name=nowhere"]), check_files=False)
     with pytest.raises(ConfigError, match="env.rollout.n"):
@@ -94,7 +94,7 @@ def test_custom_reward_function_scores_agent_trajectories(tmp_path, ray_session)
     path = tmp_path / "turns.py"
     path.write_text(REWARD_FILE)
     config = load_default_config(
-        e2e_overrides(tmp_path, "unused")
+        agent_e2e_overrides(tmp_path)
         + AGENT
         + [
             f"custom_reward_function.path={path}",
@@ -114,7 +114,7 @@ def test_custom_reward_function_scores_agent_trajectories(tmp_path, ray_session)
 
 
 def test_default_step_reward_is_refused_where_nothing_reads_it(tmp_path):
-    base = e2e_overrides(tmp_path, "unused") + AGENT
+    base = agent_e2e_overrides(tmp_path) + AGENT
     with pytest.raises(ConfigError, match="default_step_reward=0.5: only read when custom_reward_function"):
         validate_config(load_default_config(base + ["algorithm.gigpo.default_step_reward=0.5"]), check_files=False)
     validate_config(

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import e2e_overrides
+from conftest import agent_e2e_overrides, e2e_overrides
 from rlvcr.core_rlvcr import RLVCRSettings
 from rlvcr.rollout_phase import PHASE_FIELDS, RLVCRPhase, insert_instruction, level_format
 from verl.protocol import DataProto
@@ -298,7 +298,7 @@ def test_rlvcr_step_inside_fit_on_line_world(tmp_path):
         "env.use_ray_workers=false",
         "env.line_world.length=4",
     ]
-    trainer = build_local_trainer(e2e_overrides(tmp_path, "unused") + agent + ONE_STEP)
+    trainer = build_local_trainer(agent_e2e_overrides(tmp_path) + agent + ONE_STEP)
     calls = _script_rollout(trainer, AGENT_TEXTS)
     trainer.fit()
     assert sum(bool(c.get("max_new_tokens")) for c in calls) == 1  # after the episodes, one alternatives call
