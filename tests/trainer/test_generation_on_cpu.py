@@ -240,9 +240,8 @@ def test_config_errors(tmp_path):
     cfg = load_generation_config([f"data.output_path={tmp_path / 'o.jsonl'}", "data.n_samples=2"])
     with pytest.raises(ConfigError, match="n_samples"):
         run_generation(cfg)
-    cfg = load_generation_config([f"data.output_path={tmp_path / 'o.jsonl'}", "rollout.name=vllm"])
-    with pytest.raises(ConfigError, match="rollout.name='vllm'"):  # accepted and ignored before
-        run_generation(cfg)
+    with pytest.raises(ConfigError, match="rollout.name='vllm': expected {hf}"):  # at load (the key table's range)
+        load_generation_config([f"data.output_path={tmp_path / 'o.jsonl'}", "rollout.name=vllm"])
 
 
 # ---------------------------------------------------------------------------------------------------------------------
