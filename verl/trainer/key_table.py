@@ -74,8 +74,8 @@ def _alternative_allows(alt: str, value: Any) -> bool:
             return {">=": value >= bound, ">": value > bound, "<=": value <= bound, "<": value < bound}[op]
     match = _INTERVAL.match(alt)
     if match:
-        low_open, low, high, high_open = match.group(1) == "(", float(match.group(2)), float(match.group(3)), None
-        high_open = match.group(4) == ")"
+        low_open, high_open = match.group(1) == "(", match.group(4) == ")"
+        low, high = float(match.group(2)), float(match.group(3))
         return (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     return float(alt) == float(value)
 
@@ -94,7 +94,7 @@ def _parse(table: str) -> Dict[str, KeyRow]:
             raise ValueError(f"key table line {number}: expected 'key | readers | range | note' in a tree: {line!r}")
         key, readers, value_range, note = parts
         names = tuple(CODES[c] for c in readers if c != "-")
-        if not set(names) <= set(TREES[tree]) or key in rows:
+        if not set(names) <= set(TREES[tree]) or f"{tree}:{key}" in rows:
             raise ValueError(f"key table line {number}: readers {readers!r} not of tree {tree} or {key} twice")
         rows[f"{tree}:{key}"] = KeyRow(key, tree, names, "" if value_range == "-" else value_range, note)
     return rows
