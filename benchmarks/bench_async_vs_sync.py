@@ -185,6 +185,14 @@ def common_overrides(args, run_dir: Path, name: str) -> list[str]:
         "actor_rollout_ref.actor.use_kl_loss=False",
         "actor_rollout_ref.actor.entropy_coeff=0.0",
         "actor_rollout_ref.actor.loss_agg_mode=token-mean",
+        # the learner of both modes is the same actor worker and step: the same keys
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
+        "actor_rollout_ref.actor.ppo_epochs=1",
+        f"actor_rollout_ref.rollout.n={args.n}",
+        "actor_rollout_ref.rollout.temperature=1.0",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
+        "algorithm.adv_estimator=rloo",
+        "algorithm.use_kl_in_reward=False",
         f"actor_rollout_ref.model.use_shared_prompt={args.shared_prompt}",
         "trainer.logger=[console]",
         "trainer.project_name=bench",
@@ -194,6 +202,7 @@ def common_overrides(args, run_dir: Path, name: str) -> list[str]:
         "trainer.save_freq=-1",
         f"trainer.total_training_steps={args.warmup + args.steps}",
         "ray_init.num_cpus=2",
+        "trainer.device=cpu",
     ]
 
 
@@ -226,16 +235,8 @@ def sync_command(args, data: Path, run_dir: Path) -> list[str]:
         f"data.max_prompt_length={args.max_prompt_length}",
         f"data.max_response_length={args.max_new_tokens}",
         "data.shuffle=False",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={args.prompts}",
-        "actor_rollout_ref.actor.ppo_epochs=1",
-        f"actor_rollout_ref.rollout.n={args.n}",
-        "actor_rollout_ref.rollout.temperature=1.0",
-        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={args.micro_batch}",
-        "algorithm.adv_estimator=rloo",
-        "algorithm.use_kl_in_reward=False",
         *validation_overrides(args),
         "trainer.resume_mode=disable",
-        "trainer.device=cpu",
         "trainer.n_gpus_per_node=0",
     ]
 
@@ -252,14 +253,12 @@ def async_command(args, data: Path, run_dir: Path, mean_prompt: float) -> list[s
         "verl.trainer.main_async",
         *common_overrides(args, run_dir, "async"),
         f"async.inference.max_tokens={args.max_new_tokens}",
-        "async.inference.temperature=1.0",
         f"async.batcher.total_token_budget={budget}",
         f"async.batcher.max_seq_len={args.max_prompt_length + args.max_new_tokens}",
         f"async.max_buffer_rollouts={args.max_buffer}",
         f"async.replay.max_age={args.max_age}",
         f"async.batcher.order={args.order}",
         f"async.batcher.max_groups={max_groups}",
-        "async.replay.advantage=rloo",
         "~async.envs.line_world",
         f"+async.envs.rlla={{kind: rlla, data_file: {data}, replicas: {args.replicas}, fraction: 1.0, "
         f"group_size: {args.n}}}",

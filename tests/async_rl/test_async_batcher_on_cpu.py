@@ -141,11 +141,11 @@ def test_fill_gives_unassigned_fraction_to_others(make_rollout):
 
 def _check_packing(batch, max_seq_len):
     ex = batch.example
-    by_uid = {r.rollout_uid: (r, a) for g in batch.groups for r, a in zip(g.rollouts, g.advantages)}
+    by_uid = {r.rollout_uid: r for g in batch.groups for r in g.rollouts}
     assert ex.input_ids.shape[1] == max_seq_len
     seen = set()
     for row, seg, uid in batch.layout:
-        rollout, advantage = by_uid[uid]
+        rollout = by_uid[uid]
         where = ex.segment_ids[row] == seg
         idx = where.nonzero().flatten()
         assert idx.numel() == rollout.num_tokens and (idx.diff() == 1).all()  # one contiguous segment per rollout
@@ -153,8 +153,9 @@ def _check_packing(batch, max_seq_len):
         assert ex.position_ids[row, idx].tolist() == list(range(rollout.num_tokens))
         gen = [turn.is_generated for turn in rollout for _ in turn.tokens]
         assert ex.loss_mask[row, idx].tolist() == gen
-        expected_adv = torch.tensor([advantage if g else 0.0 for g in gen], dtype=torch.float32)
-        assert torch.equal(ex.advantages[row, idx], expected_adv)  # advantages only on generated tokens
+        last = max(i for i, g in enumerate(gen) if g)  # the reward sits on the last generated token
+        expected = torch.tensor([rollout.reward if i == last else 0.0 for i in range(len(gen))], dtype=torch.float32)
+        assert torch.equal(ex.scores[row, idx], expected)
         logp = [
             lp if turn.is_generated else 0.0 for turn in rollout for lp in (turn.logprobs or [0.0] * len(turn.tokens))
         ]
@@ -162,8 +163,8 @@ def _check_packing(batch, max_seq_len):
         seen.add(uid)
     assert seen == set(by_uid) - set(batch.overlong)
     pad = ex.segment_ids == 0
-    assert not ex.loss_mask[pad].any() and (ex.input_ids[pad] == 0).all() and (ex.advantages[pad] == 0).all()
-    assert (ex.advantages[~ex.loss_mask] == 0).all()
+    assert not ex.loss_mask[pad].any() and (ex.input_ids[pad] == 0).all() and (ex.scores[pad] == 0).all()
+    assert (ex.scores[~ex.loss_mask] == 0).all()
     # one segment never holds two rollouts' tokens (token ids are 1000 * rollout number + k)
     for row in range(ex.batch_size):
         for seg in ex.segment_ids[row].unique().tolist():
@@ -177,7 +178,7 @@ def _check_packing(batch, max_seq_len):
     assert torch.equal(mask & real[:, :, None], (~cross) & causal & real[:, :, None])
 
 
-def test_packing_segments_masks_and_advantages(tmp_path, make_rollout):
+def test_packing_segments_masks_and_scores(tmp_path, make_rollout):
     buf = ReplayBuffer("a", tmp_path, min_group_size=2)
     sizes = [(3, 2, 0), (6, 3, 4), (2, 5, 0), (10, 4, 3), (1, 1, 0), (4, 4, 4)]
     for i, (prompt, gen, tool) in enumerate(sizes):
@@ -186,7 +187,9 @@ def test_packing_segments_masks_and_advantages(tmp_path, make_rollout):
     batch = batcher.make_batch({"a": buf})
     assert len(batch.groups) == 3 and batch.overlong == []
     assert batch.example.batch_size % 2 == 0
-    assert [a for g in batch.groups for a in g.advantages] == pytest.approx([-1.0, 1.0] * 3)  # RLOO of (0, 1)
+    assert [r.reward for g in batch.groups for r in g.rollouts] == [0.0, 1.0] * 3
+    segments = batch.segment_groups()  # one group uid per problem, in layout order
+    assert len(segments) == 6 and len({uid for _, _, uid in segments}) == 3
     _check_packing(batch, 24)
     total = sum(r.num_tokens for g in batch.groups for r in g.rollouts)
     assert batch.example.num_tokens == total and batch.metrics["batches/tokens"] == total
@@ -200,7 +203,6 @@ def test_overlong_rollout_is_rejected_not_truncated(tmp_path, make_rollout):
     buf.add_many([long, short])
     batch = Batcher(100, {"a": 1.0}, 16, spillover="fill").make_batch({"a": buf})
     assert batch.overlong == [long.rollout_uid] and batch.metrics["batches/a/rollouts_overlong"] == 1
-    assert batch.groups[0].advantages == pytest.approx((1.0, -1.0))  # still in its group's baseline
     assert batch.metrics["batches/a/rollouts_used"] == 1 and batch.metrics["batches/a/tokens_used"] == 6
     assert len(buf) == 0  # consumed, not offered again
     _check_packing(batch, 16)

@@ -1,149 +1,168 @@
-"""Async learner (verl/async_rl/learner.py): packed forward, PPO step with the core_algos loss, checkpoints."""
+"""Async learner (verl/async_rl/learner.py): the synchronous trainer's actor worker and step on the batcher's batches.
+
+The exactness test: the same rollouts trained by one synchronous step (``RayPPOTrainer._train_step``) and by one
+async learner step (replay buffer with ``max_age=0`` -> batcher -> ``Learner.step``) give the same weights, with the KL
+loss, a warm-up learning rate, REINFORCE++'s batch whitening and two mini-batches per step.
+"""
 
 from __future__ import annotations
 
+import copy
+import os
+
 import pytest
 import torch
+from conftest import e2e_overrides
 
-from verl.trainer.config_utils import default_section
 from verl.async_rl.batcher import Batcher
-from verl.async_rl.inference_server import PolicyEngine
-from verl.async_rl.learner import Learner, packed_logprobs
-from verl.async_rl.types import Group, Rollout, Turn
+from verl.async_rl.learner import Learner, example_to_batch, pad_to_multiple
+from verl.async_rl.replay_buffer import ReplayBuffer
+from verl.async_rl.types import Rollout, Turn
 
-ACTOR = default_section(
-    "actor_rollout_ref.actor",
-    optim={"lr": 1e-2, "weight_decay": 0.0},
-    clip_ratio=0.2,
-    loss_agg_mode="token-mean",
-    grad_clip=1.0,
-    ppo_micro_batch_size_per_gpu=1,
-    entropy_coeff=0.0,
-)
+# the step both schedules take: REINFORCE++ (batch whitening), the KL loss against the reference policy, a linear
+# warm-up of the learning rate, mini-batches of one prompt (two optimizer steps on 2 prompts x 2 rollouts)
+STEP = [
+    "algorithm.adv_estimator=reinforce_plus_plus",
+    "algorithm.use_kl_in_reward=false",
+    "actor_rollout_ref.actor.use_kl_loss=true",
+    "actor_rollout_ref.actor.kl_loss_coef=0.1",
+    "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+]
+SHARED = [  # the keys of e2e_overrides that the learner reads
+    "actor_rollout_ref.model.path=tiny",
+    "actor_rollout_ref.actor.optim.lr=1e-3",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.n=2",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+    "trainer.total_training_steps=2",
+]
 
 
-def _group(engine, problem, prompt, advantages):
+def learner_config(tmp_path, extra=()):
+    """The async mode's typed config (``async_trainer.yaml``) as the orchestrator hands it to the learner."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    import verl.trainer
+    from verl.async_rl.config import typed_async_config
+
+    config_dir = os.path.join(os.path.dirname(verl.trainer.__file__), "config")
+    overrides = [*SHARED, f"trainer.default_local_dir={tmp_path}/ckpt", "async.replay.max_age=0", *extra]
+    with initialize_config_dir(config_dir=config_dir, version_base=None):
+        config = compose(config_name="async_trainer", overrides=overrides)
+    from verl.utils.model_presets import prepare_model
+
+    config.actor_rollout_ref.model.path = prepare_model("tiny")
+    return OmegaConf.to_container(typed_async_config(config), resolve=True)
+
+
+def _rollouts_of(batch, log_probs, version=0):
+    """The synchronous batch's rows as async rollouts of ``version``: one group per prompt (``uid``), in row order."""
     rollouts = []
-    for i, adv in enumerate(advantages):
-        out = engine.generate(prompt, max_tokens=5, temperature=1.0, seed=i)["choices"][0]
-        turns = (Turn("q", "user", prompt), Turn("a", "assistant", out["token_ids"], out["logprobs"]))
-        rollouts.append(Rollout("e", problem, f"{problem}-{i}", turns, {"policy_version": 0}))
-    return Group("e", problem, 0, tuple(rollouts), tuple(advantages))
+    for i in range(len(batch)):
+        prompt = batch.batch["prompts"][i][batch.batch["attention_mask"][i, : batch.batch["prompts"].shape[1]].bool()]
+        keep = batch.batch["response_mask"][i].bool()
+        turns = (
+            Turn("q", "user", prompt.tolist()),
+            Turn("a", "assistant", batch.batch["responses"][i][keep].tolist(), log_probs[i][keep].tolist(),
+                 reward=float(batch.batch["token_level_scores"][i].sum())),
+        )  # fmt: skip
+        uid = str(batch.non_tensor_batch["uid"][i])
+        rollouts.append(Rollout("rlla", uid, f"{uid}-{i}-v{version}", turns, {"policy_version": version}))
+    return rollouts
 
 
-def test_packed_step_matches_inference_and_follows_advantages(tiny_model_dir, tmp_path):
-    engine = PolicyEngine(tiny_model_dir)
-    learner = Learner(tiny_model_dir, ACTOR, temperature=1.0, checkpoint_dir=str(tmp_path / "ckpt"))
-    groups = [_group(engine, "p0", [5, 6, 7], [1.0, -1.0]), _group(engine, "p1", [9, 10, 11, 12], [1.0, -1.0])]
-    example, layout, _ = Batcher(64, {"e": 1.0}, 40).pack(groups)
-    assert example.batch_size == 1 and len(layout) == 4  # four rollouts packed into one row
+def test_async_learner_step_equals_the_synchronous_step(tmp_path, small_rlla):
+    from verl.trainer.main_ppo import build_local_trainer
 
-    with torch.no_grad():
-        before, _ = packed_logprobs(learner.model, example)
-        mask = example.loss_mask & (example.position_ids > 0)
-        # logits only where needed: the same log-probs at the needed tokens, 0 elsewhere
-        kept, kept_entropy = packed_logprobs(learner.model, example, needed=mask, calculate_entropy=True)
-        _, full_entropy = packed_logprobs(learner.model, example, calculate_entropy=True)
-    torch.testing.assert_close(kept[mask], before[mask], atol=1e-5, rtol=0)
-    torch.testing.assert_close(kept_entropy[mask], full_entropy[mask], atol=1e-5, rtol=0)
-    assert bool((kept[~mask] == 0).all()) and bool((before[~mask] != 0).any())
-    stats = learner.step(example)
-    assert learner.version == 1 and stats["learner/policy_version"] == 1.0
-    # same weights, so the learner reproduces the server's log-probs of the packed segments
-    assert stats["learner/logprob_abs_gap"] < 1e-4, stats
-    assert {"actor/pg_loss", "actor/pg_clipfrac", "actor/ppo_kl", "actor/grad_norm", "actor/entropy"} <= set(stats)
-    with torch.no_grad():
-        after, _ = packed_logprobs(learner.model, example)
-    change = (after - before)[mask]
-    adv = example.advantages[mask]
-    assert change[adv > 0].mean() > change[adv < 0].mean()
+    trainer = build_local_trainer(e2e_overrides(tmp_path / "sync", small_rlla) + STEP)
+    try:
+        trainer.global_steps = 1
+        batch_dict = next(iter(trainer.train_dataloader))
+        from verl.protocol import DataProto
 
-    # checkpoint round trip: a new learner resumes the version and the weights
+        scored = trainer.batch_source.collect(DataProto.from_single_dict(batch_dict), 2, {})
+        # distinct rewards on the last response token, so the whitened advantages are not all zero
+        scores = torch.zeros_like(scored.batch["token_level_scores"])
+        last = scored.batch["response_mask"].sum(-1) - 1
+        scores[torch.arange(len(scored)), last] = torch.tensor([1.0, 0.0, 0.25, 0.75])
+        scored.batch["token_level_scores"] = scores
+        behaviour = trainer.actor_rollout_wg.compute_log_prob(scored).batch["old_log_probs"]  # the "server's"
+        rollouts = [_rollouts_of(scored, behaviour, version) for version in (0, 1)]
+        trainer.batch_source.collect = lambda *args: copy.deepcopy(scored)
+        sync_metrics = []
+        for step in (1, 2):  # the same rollouts twice: the warm-up's lr is 0 at the first step
+            trainer.global_steps = step
+            sync_metrics.append(trainer._train_step(batch_dict, 2))
+        sync_weights = trainer.actor_rollout_wg.get_state_dict()[0]
+    finally:
+        trainer.shutdown()
+
+    buffer = ReplayBuffer("rlla", tmp_path / "replay", max_age=0, min_group_size=2)
+    batcher = Batcher(100_000, {"rlla": 1.0}, 2048, max_groups=2)
+    learner = Learner(learner_config(tmp_path, STEP), checkpoint_dir=str(tmp_path / "ckpt"))
+    before = {k: v.clone() for k, v in learner.weights().items()}  # on CPU the live tensors themselves
+    for version, expected in enumerate(sync_metrics):
+        buffer.set_version(version)
+        assert all(buffer.add_many(rollouts[version], learner_version=version))
+        made = batcher.make_batch({"rlla": buffer})
+        stats = learner.step(made.example, made.segment_groups())
+        assert learner.version == version + 1 and stats["learner/rows"] == 4.0 and stats["learner/pad_rows"] == 0
+        for key in ("actor/pg_loss", "actor/kl_loss", "actor/lr", "actor/grad_norm", "actor/entropy"):
+            assert stats[key] == pytest.approx(expected[key], rel=1e-4, abs=1e-7), key
+    after = learner.weights()
+    assert [m["actor/lr"] for m in sync_metrics] == pytest.approx([0.0, 0.5e-3])  # linear warm-up over 2 steps
+    assert stats["learner/logprob_abs_gap"] < 1e-5  # lr 0 at step 1: the learner still has the behaviour policy
+    moved = max(float((after[k] - before[k]).abs().max()) for k in after)
+    assert moved > 1e-5  # the step changed the weights ...
+    for key, value in after.items():  # ... exactly as the synchronous step did
+        torch.testing.assert_close(value, sync_weights[key], atol=1e-6, rtol=0, msg=key)
+
+    # checkpoint round trip: a new learner resumes the version, the weights and the schedule
     learner.save_checkpoint({"trainer": {"x": 1}})
-    again = Learner(tiny_model_dir, ACTOR, checkpoint_dir=str(tmp_path / "ckpt"))
-    assert again.resume() == 1
-    for key, value in learner.weights().items():
-        assert torch.equal(value, again.weights()[key])
-    # the engine takes the learner's weights as version 1 and then serves the same log-probs
-    assert engine.update_weights(learner.weights(), 1)
-    with torch.no_grad():
-        out = engine.generate([5, 6, 7], max_tokens=3, seed=0)
-    assert out["policy_version"] == 1
+    again = Learner(learner_config(tmp_path, STEP), checkpoint_dir=str(tmp_path / "ckpt"))
+    assert again.resume() == 2
+    for key, value in again.weights().items():
+        assert torch.equal(value, after[key])
+    assert again.worker_group.worker.actor_lr_scheduler.last_epoch == 2
 
 
-def test_rollout_correction_decouples_the_ratio_and_weights_stale_tokens(tiny_model_dir):
-    """With algorithm.rollout_correction the ratio is against the learner's own policy (so nothing is clipped in a
-    single step) and the server's stale log-probs only enter the truncated IS weights: the gradient equals the plain
-    learner's with the server's log-probs replaced by the learner's and the loss scaled by min(rho, C) per token."""
-    engine = PolicyEngine(tiny_model_dir)
-    groups = [_group(engine, "p0", [5, 6, 7], [1.0, -1.0]), _group(engine, "p1", [9, 10, 11, 12], [1.0, -1.0])]
-    example, _, _ = Batcher(64, {"e": 1.0}, 40).pack(groups)
-    stale = example.policy_logprobs.clone()
-    stale[example.loss_mask] -= 0.3  # the server's policy was older: every token 0.3 nats less likely
-    import dataclasses
-
-    example = dataclasses.replace(example, policy_logprobs=stale)
-    corrected = Learner(tiny_model_dir, ACTOR, rollout_correction={"rollout_is": "token", "rollout_is_threshold": 1.2})
-    stats = corrected.step(example)
-    assert stats["actor/pg_clipfrac"] == 0.0  # ratio 1 against the learner's own policy
-    assert abs(stats["rollout_corr/kl"] + 0.3) < 1e-3  # rlp - olp = -0.3
-    assert abs(stats["rollout_corr/is_weight_max"] - 1.2) < 1e-6  # rho = e^0.3 = 1.35, truncated at C = 1.2
-    plain = Learner(tiny_model_dir, ACTOR)  # behaviour-policy PPO: ratio e^0.3 > 1.2 clips the positive-advantage half
-    assert plain.step(example)["actor/pg_clipfrac"] > 0.3
-    with pytest.raises(ValueError, match="rollout_rs_threshold"):
-        Learner(tiny_model_dir, ACTOR, rollout_correction={"rollout_rs": "token"})
+def test_rows_padding_and_segments(make_rollout, tmp_path):
+    """Unpacking: prompt left-padded, response right-padded, observation tokens inside the response with
+    ``response_mask`` 0, the reward on the last generated token; inert padding rows change nothing."""
+    buffer = ReplayBuffer("a", tmp_path, min_group_size=2)
+    buffer.add_many([make_rollout(problem_id="p", tool=2, reward=1.0), make_rollout(problem_id="p", reward=0.0)])
+    made = Batcher(10_000, {"a": 1.0}, 64, spillover="fill").make_batch({"a": buffer})
+    rows = example_to_batch(made.example, made.segment_groups(), pad_token_id=0)
+    first, second = made.groups[0].rollouts
+    assert rows.batch["prompts"].shape == (2, 3) and rows.batch["responses"].shape == (2, 2 + 2 + 2)
+    assert rows.batch["response_mask"][0].tolist() == [1, 1, 0, 0, 1, 1]  # gen, tool, gen
+    assert rows.batch["response_mask"][1].tolist() == [1, 1, 0, 0, 0, 0]
+    assert rows.batch["responses"][0].tolist() == [t for turn in first.turns[1:] for t in turn.tokens]
+    assert rows.batch["token_level_scores"][0].tolist() == [0, 0, 0, 0, 0, 1.0]
+    assert rows.batch["token_level_scores"][1].sum() == 0.0
+    assert rows.batch["rollout_log_probs"][1, :2].tolist() == pytest.approx(list(second.turns[1].logprobs))
+    assert rows.batch["position_ids"][1].tolist() == [0, 1, 2, 3, 4, 4, 4, 4, 4]
+    assert len(set(rows.non_tensor_batch["uid"])) == 1
+    padded, added = pad_to_multiple(rows, 4)
+    assert added == 2 and len(padded) == 4
+    assert padded.batch["response_mask"][2:].sum() == 0 and padded.batch["token_level_scores"][2:].sum() == 0
+    assert len(set(padded.non_tensor_batch["uid"])) == 3  # each inert row is a group of its own
 
 
 @pytest.mark.parametrize(
-    "layout",
+    "key, message",
     [
-        {},
-        {"use_shared_prompt": True},
-        {"use_remove_padding": True},
-        {"use_shared_prompt": True, "use_fused_kernels": True},
+        ("algorithm.adv_estimator=gae", "critic values"),
+        ("algorithm.adv_estimator=remax", "greedy baseline"),
+        ("router.enable=true", "router.enable"),
+        ("custom_reward_function.path=/nonexistent.py", "custom_reward_function.path"),
     ],
-    ids=["padded", "shared", "packed", "shared_fused"],
 )
-def test_single_turn_segments_go_through_the_sync_actor_forward(tiny_model_dir, layout):
-    """Single-turn segments (prompt, then the generated tokens) are unpacked into verl's actor rows and go through
-    DataParallelPPOActor's forward with the model's layout switches: the same log-probs and entropies at the same
-    packed positions as the block-diagonal packed forward, and the same step (metrics and weights)."""
-    from verl.async_rl.learner import scatter_response_values, single_turn_rows
+def test_keys_the_async_schedule_cannot_mean_are_refused(tmp_path, key, message):
+    from verl.trainer.config_utils import ConfigError
 
-    engine = PolicyEngine(tiny_model_dir)
-    groups = [_group(engine, "p0", [5, 6, 7], [1.0, -1.0]), _group(engine, "p1", [9, 10, 11, 12], [1.0, -1.0])]
-    example, _, _ = Batcher(64, {"e": 1.0}, 40).pack(groups)
-    rows, where = single_turn_rows(example)
-    assert len(where) == 4 and rows["input_ids"].shape[0] == 4  # one row per rollout
-    assert sorted(rows["input_ids"][:, :4].tolist()) == [[0, 5, 6, 7]] * 2 + [[9, 10, 11, 12]] * 2  # left-padded
-    mask = example.loss_mask & (example.position_ids > 0)
-    learner = Learner(tiny_model_dir, ACTOR, layout=layout)
-    with torch.no_grad():
-        packed, packed_entropy = packed_logprobs(learner.model, example, calculate_entropy=True, needed=mask)
-        lp, ent = learner._log_probs(example, mask)
-    torch.testing.assert_close(lp[mask], packed[mask], atol=1e-5, rtol=0)
-    torch.testing.assert_close(ent[mask], packed_entropy[mask], atol=5e-5, rtol=0)
-    assert bool((lp[~mask] == 0).all())
-    reference = Learner(tiny_model_dir, ACTOR)
-    reference._log_probs = lambda part, needed: packed_logprobs(
-        reference.model, part, reference.temperature, calculate_entropy=True, needed=needed
-    )
-    ours, theirs = learner.step(example), reference.step(example)
-    for key in ("actor/pg_loss", "actor/entropy", "actor/grad_norm", "learner/logprob_abs_gap"):
-        assert ours[key] == pytest.approx(theirs[key], rel=1e-4, abs=1e-6), key
-    # the step's gradients (left on the parameters; AdamW's first step, ~lr * sign(g), would magnify float noise in
-    # near-zero entries, so the weights themselves are not compared)
-    grads = dict(reference.model.named_parameters())
-    for name, p in learner.model.named_parameters():
-        if p.grad is not None:
-            error = (p.grad - grads[name].grad).norm() / grads[name].grad.norm().clamp(min=1e-12)
-            assert error < 1e-4, (name, float(error))
-    # a segment with a loss token before its last prompt token (multi-turn) keeps the packed forward
-    import dataclasses
-
-    holed = example.loss_mask.clone()
-    holed[0, 1] = True
-    assert single_turn_rows(dataclasses.replace(example, loss_mask=holed)) is None
-    values = torch.arange(1.0, 5.0).unsqueeze(1).expand(4, 3)
-    placed = scatter_response_values(values, [(0, 1, 2), (0, 5, 3), (1, 0, 1), (1, 2, 3)], (2, 8))
-    assert placed.tolist() == [[0, 1, 1, 0, 0, 2, 2, 2], [3, 0, 4, 4, 4, 0, 0, 0]]
+    with pytest.raises(ConfigError, match=message):
+        learner_config(tmp_path, [key])

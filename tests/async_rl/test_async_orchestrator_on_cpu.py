@@ -82,8 +82,10 @@ def test_two_envs_train_and_broadcast(ray_session, tmp_path, short_rlla):
 
         for version in (1, 2):  # save_freq 1: each checkpoint holds its own version, also when the next step was
             # submitted right after the save (orchestrator/next_step_overlapped)
-            state = torch.load(tmp_path / "ckpt" / f"global_step_{version}" / "learner.pt", weights_only=True)
-            assert state["version"] == version
+            step_dir = tmp_path / "ckpt" / f"global_step_{version}"
+            assert json.loads((step_dir / "learner_state.json").read_text())["version"] == version
+            extra = torch.load(next((step_dir / "actor").glob("extra_state_*.pt")), weights_only=False)
+            assert extra["global_step"] == version and extra["lr_scheduler"]["last_epoch"] == version
     finally:
         orch.shutdown()
 

@@ -127,7 +127,7 @@ def _finished_step(monkeypatch, version, save_freq=-1, test_freq=-1, total_steps
         save_checkpoint=_Method(log, "save_checkpoint", "ckpt"),
         step=_Method(log, "step", {"learner/policy_version": float(version + 1)}),
     )
-    batch = SimpleNamespace(metrics={"batches/tokens": 7.0}, layout=[1, 2, 3], example="example")
+    batch = SimpleNamespace(metrics={"batches/tokens": 7.0}, layout=[1, 2, 3], example="example", segment_groups=list)
     sent = []
 
     def broadcast(servers, weights, v):
@@ -189,7 +189,9 @@ def test_run_leaves_no_step_in_flight_and_restarts_servers_with_the_finished_wei
 
     orch, log, sent = _finished_step(monkeypatch, version=1)
     versions = iter(range(1, 10))
-    orch.learner.step = _Method(log, "step", lambda example: {"learner/policy_version": float(next(versions))})
+    orch.learner.step = _Method(
+        log, "step", lambda example, segments: {"learner/policy_version": float(next(versions))}
+    )
     orch.learner.weights = _Method(log, "weights", lambda: {"w": orch.version})
     orch._learner_ref, orch._pending_batch, orch.version = None, None, 0
     orch.tracker, orch.validator, orch.val_before_train, orch._inflight, orch.env_actors = None, None, False, {}, {}
@@ -260,7 +262,8 @@ def test_replicas_draw_interleaved_problems(monkeypatch):
         restarts=Counter(),
         urls={0: "http://server"},
         model_path="tiny",
-        a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8, temperature=1.0)),
+        a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8)),
+        config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0))),
         make_env_actor=lambda *args, **kwargs: calls.append(kwargs) or object(),
     )
     for replica in range(4):

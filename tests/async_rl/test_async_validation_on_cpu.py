@@ -169,35 +169,33 @@ def test_async_config_refuses_what_validation_cannot_do():
         _compose(["trainer.val_only=true"])
 
 
-@pytest.mark.parametrize(
-    "override, why",
-    [
-        ("optim.warmup_style=cosine", "the learning rate is constant"),
-        ("ppo_epochs=2", "one optimizer step per packed batch"),
-        ("ppo_mini_batch_size=4", "one optimizer step per packed batch"),
-        ("fsdp_config.param_offload=true", "one plain float32 process"),
-        ("fsdp_config.mixed_precision.param_dtype=bf16", "one plain float32 process"),
-        ("strategy=megatron", "Megatron is not implemented"),  # the trainer's refusals hold in the async mode too
-        ("ulysses_sequence_parallel_size=2", "sequence parallelism is not implemented"),
-    ],
-)
-def test_async_config_refuses_actor_keys_the_learner_does_not_read(override, why):
-    """The async learner reads part of actor_rollout_ref.actor (optimizer, PPO loss, micro batch): a schedule, epochs
-    or offload it would ignore are refused at load; the keys it reads are accepted."""
+def test_async_config_reads_the_actor_keys_as_main_ppo():
+    """The async learner is main_ppo's actor worker: its schedule, epochs, mini-batches, offload, mixed precision and
+    KL loss are accepted (and typed as there); what the trainer refuses stays refused."""
     from verl.trainer.config_utils import ConfigError
 
-    assert (
-        _compose(
-            [
-                "actor_rollout_ref.actor.optim.lr=1e-4",
-                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
-                "actor_rollout_ref.actor.clip_ratio=0.3",
-            ]
-        ).actor_rollout_ref.actor.clip_ratio
-        == 0.3
+    config = _compose(
+        [
+            "actor_rollout_ref.actor.optim.warmup_style=cosine",
+            "actor_rollout_ref.actor.ppo_epochs=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.model.lora_rank=8",
+            "algorithm.adv_estimator=reinforce_plus_plus",
+            "trainer.total_training_steps=3",
+        ]
     )
-    with pytest.raises(ConfigError, match=f"actor_rollout_ref.actor.{override.split('=')[0]}=.*{why}"):
-        _compose([f"actor_rollout_ref.actor.{override}"])
+    actor = config.actor_rollout_ref.actor
+    assert (actor.ppo_epochs, actor.optim.warmup_style, actor.use_kl_loss) == (2, "cosine", True)
+    assert actor.optim.total_training_steps == config.trainer.total_training_steps  # the schedule's horizon
+    for override, why in (
+        ("strategy=megatron", "Megatron is not implemented"),
+        ("ulysses_sequence_parallel_size=2", "sequence parallelism is not implemented"),
+    ):
+        with pytest.raises(ConfigError, match=f"actor_rollout_ref.actor.{override.split('=')[0]}=.*{why}"):
+            _compose([f"actor_rollout_ref.actor.{override}"])
 
 
 def test_failed_validation_pass_restarts_dead_servers_and_training_goes_on():

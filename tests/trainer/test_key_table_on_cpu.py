@@ -112,12 +112,23 @@ def test_main_ppo_refuses_an_agent_key_and_agent_mode_a_single_turn_key(tmp_path
 
 
 def test_main_async_refuses_what_it_ignored():
-    """The keys main_async used to take and drop (custom reward, router, estimator, data files, batch sizes)."""
+    """The keys main_async used to take and drop (custom reward, router, data files, batch sizes); an estimator its
+    batches cannot feed is refused by what it reads, one they can is accepted."""
     from verl.async_rl.config import typed_async_config
 
+    for override, message in (
+        ("algorithm.adv_estimator=gae", "reads critic values"),
+        ("algorithm.adv_estimator=gigpo", "per-step batch fields"),
+    ):
+        with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+            config = compose(config_name="async_trainer", overrides=[override])
+        with pytest.raises(ConfigError, match=message):
+            typed_async_config(config)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        config = compose(config_name="async_trainer", overrides=["algorithm.adv_estimator=grpo"])
+    assert typed_async_config(config).algorithm.adv_estimator == "grpo"
     for override in (
         "router.enable=true",
-        "algorithm.adv_estimator=grpo",
         "data.train_files=/nonexistent.parquet",
         "data.train_batch_size=5",
         "custom_reward_function.path=/tmp/reward.py",

@@ -76,7 +76,17 @@ ON_PURPOSE: dict[str, dict] = {
     "agent_cpu": AGENT_IN_PROCESS,
     "agent_cpu_vars": AGENT_IN_PROCESS,
     "agent_gpu": {**AGENT_IN_PROCESS, **{k: v for k, v in GPU_DEVICE.items() if k != "trainer.single_process"}},
-    "async_cpu": {},
+    # the async learner became the synchronous trainer's actor worker and step: the estimator, the sampling
+    # temperature and the rollouts per problem are main_ppo's keys now (async_trainer.yaml's defaults keep the old run)
+    "async_cpu": {
+        "actor_rollout_ref.rollout.n": (1, 2),
+        "env.rollout.n": (1, 2),
+        "algorithm.adv_estimator": ("gae", "rloo"),
+        "algorithm.use_kl_in_reward": (None, False),
+        "async.envs.line_world.group_size": (2, None),
+        "async.inference.temperature": (1.0, "<absent>"),
+        "async.replay.advantage": ("rloo", "<absent>"),
+    },
     "toolrl_grpo_line": {},
     "toolrl_ppo_line": {},
 }

@@ -30,8 +30,8 @@ when an env cannot meet its share; optionally at most ``max_groups`` groups a ba
   overlong takes a slot and trains nothing).
 * Packing (:meth:`Batcher.pack`): whole rollouts, first-fit decreasing into rows of ``max_seq_len`` positions; one
   rollout per segment. A rollout longer than ``max_seq_len`` is *rejected*: not packed (its tail, which the reward
-  judged, would be cut), counted in ``batches/{env}/rollouts_overlong``; it still counts in its group's advantage
-  baseline, and it is consumed (not offered again). Planning counts only packable tokens.
+  judged, would be cut), counted in ``batches/{env}/rollouts_overlong``, and consumed (not offered again); the
+  learner's estimator compares the group's packed rollouts only. Planning counts only packable tokens.
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ class BatchNotReady(RuntimeError):
 class Batch:
     """A made batch.
 
-    Fields: ``example`` (the packed :class:`RlExample`); ``groups`` (the handed-out groups, with advantages, in pick
-    order); ``picks`` (``(env, problem_id, policy_version, packable tokens)`` per group, in pick order);
+    Fields: ``example`` (the packed :class:`RlExample`); ``groups`` (the handed-out groups, in pick order); ``picks`` (``(env, problem_id, policy_version, packable tokens)`` per group, in pick order);
     ``layout`` (``(row, segment_id, rollout_uid)`` per packed rollout); ``overlong`` (uids not packed);
     ``metrics`` (``batches/...`` and the buffers' ``replays/...``).
     """
@@ -73,6 +72,19 @@ class Batch:
     layout: List[Tuple[int, int, str]]
     overlong: List[str]
     metrics: Dict[str, float] = field(default_factory=dict)
+
+    def segment_groups(self) -> List[Tuple[int, int, str]]:
+        """``(row, segment_id, group uid)`` per packed rollout, in group order (the groups in pick order, each group's
+        rollouts in arrival order: a synchronous step's row order, prompt by prompt). The group uid is what the
+        learner's estimator compares a rollout within, ``{env}/{problem_id}/v{policy_version}#{pick}`` (unique in the
+        batch)."""
+        where = {uid: (row, seg) for row, seg, uid in self.layout}
+        return [
+            (*where[r.rollout_uid], f"{g.environment}/{g.problem_id}/v{g.policy_version}#{i}")
+            for i, g in enumerate(self.groups)
+            for r in g.rollouts
+            if r.rollout_uid in where
+        ]
 
 
 def segment_attention_mask(segment_ids: torch.Tensor, pad_self: bool = True) -> torch.Tensor:
@@ -248,23 +260,20 @@ class Batcher:
     def pack(self, groups: Sequence[Group]) -> Tuple[RlExample, List[Tuple[int, int, str]], List[Rollout]]:
         """Pack the groups' rollouts into an :class:`RlExample` of ``[B, max_seq_len]`` (module docstring).
 
-        Per token: ``input_ids`` from the turns; ``loss_mask`` True on generated (assistant) turns; ``advantages``
-        the group advantage of the rollout on generated tokens, 0 elsewhere; ``policy_logprobs`` the generated turns'
-        log-probs, 0 elsewhere; ``segment_ids`` 1..k per row, 0 padding; ``position_ids`` from 0 per segment.
+        Per token: ``input_ids`` from the turns; ``loss_mask`` True on generated (assistant) turns; ``scores`` the
+        rollout's reward on its last generated token, 0 elsewhere; ``policy_logprobs`` the generated turns' log-probs,
+        0 elsewhere; ``segment_ids`` 1..k per row, 0 padding; ``position_ids`` from 0 per segment.
         Returns: ``(example, layout [(row, segment_id, rollout_uid)], overlong rollouts)``.
-        Raises ValueError: a group without advantages (not handed out by a buffer) or whose advantages do not match
-        its rollouts; a generated turn without log-probs.
+        Raises ValueError: a generated turn without log-probs.
         """
         items: List[Tuple[Rollout, float]] = []
         overlong: List[Rollout] = []
         for group in groups:
-            if group.advantages is None or len(group.advantages) != len(group.rollouts):
-                raise ValueError(f"group {group.key} of {group.environment!r} has no advantages for its rollouts")
-            for rollout, advantage in zip(group.rollouts, group.advantages):
+            for rollout in group.rollouts:
                 if rollout.num_tokens > self.max_seq_len:
                     overlong.append(rollout)
                 else:
-                    items.append((rollout, float(advantage)))
+                    items.append((rollout, rollout.reward))
         # First-fit decreasing (stable for equal lengths).
         order = sorted(range(len(items)), key=lambda i: -items[i][0].num_tokens)
         rows: List[List[int]] = []
@@ -285,13 +294,14 @@ class Batcher:
         loss_mask = torch.zeros(shape, dtype=torch.bool)
         segment_ids = torch.zeros(shape, dtype=torch.int32)
         position_ids = torch.zeros(shape, dtype=torch.int32)
-        advantages = torch.zeros(shape, dtype=torch.float32)
+        scores = torch.zeros(shape, dtype=torch.float32)
         logprobs = torch.zeros(shape, dtype=torch.float32)
         layout: List[Tuple[int, int, str]] = []
         for r, members in enumerate(rows):
             start = 0
             for seg, i in enumerate(members, 1):
-                rollout, advantage = items[i]
+                rollout, reward = items[i]
+                last = -1  # the last generated position of the segment
                 layout.append((r, seg, rollout.rollout_uid))
                 pos = start
                 for t, turn in enumerate(rollout.turns):
@@ -304,19 +314,21 @@ class Batcher:
                         if turn.logprobs is None:
                             raise ValueError(f"rollout {rollout.rollout_uid!r} turn {t} is generated, has no logprobs")
                         loss_mask[r, sl] = True
-                        advantages[r, sl] = advantage
                         logprobs[r, sl] = torch.tensor(turn.logprobs, dtype=torch.float32)
+                        last = pos + n - 1
                     pos += n
+                if last >= 0:
+                    scores[r, last] = reward
                 segment_ids[r, start:pos] = seg
                 position_ids[r, start:pos] = torch.arange(pos - start, dtype=torch.int32)
                 start = pos
-        example = RlExample(input_ids, loss_mask, segment_ids, position_ids, advantages, logprobs, None)
+        example = RlExample(input_ids, loss_mask, segment_ids, position_ids, scores, logprobs)
         return example, layout, overlong
 
     # ------------------------------------------------------------------------------------------------ the batch
     def make_batch(self, buffers: Mapping[str, ReplayBuffer], newest_first: Optional[bool] = None) -> Batch:
-        """Plan over the buffers' ready groups, hand the chosen groups out (advantages computed and the consumption
-        logged by each buffer), pack them, and collect metrics.
+        """Plan over the buffers' ready groups, hand the chosen groups out (the consumption logged by each buffer),
+        pack them, and collect metrics.
 
         Args: ``buffers``: ``{env: ReplayBuffer}`` covering every env of ``env_fractions``; ``newest_first``: the
             hand-out order (None: the batcher's ``order``).

@@ -34,7 +34,6 @@ class AsyncInferenceConfig:
     num_gpus: float = MISSING
     dtype: Optional[str] = MISSING
     vllm: AsyncVLLMConfig = field(default_factory=AsyncVLLMConfig)
-    temperature: float = MISSING
     max_tokens: int = MISSING
 
 
@@ -47,7 +46,7 @@ class AsyncEnvSpec:
     env_kwargs: Dict[str, Any] = field(default_factory=dict)
     replicas: int = 1
     fraction: float = MISSING  # share of the batch token budget
-    group_size: int = 2
+    group_size: Optional[int] = None  # rollouts per problem (null: actor_rollout_ref.rollout.n)
     max_turns: int = 2
     seed: int = 0
     data_file: Optional[str] = None  # rlla: the parquet (null: RLLA discovery)
@@ -60,7 +59,6 @@ class AsyncReplayConfig:
 
     max_age: int = MISSING
     min_group_size: int = MISSING
-    advantage: str = MISSING
     log_dir: Optional[str] = MISSING
 
 
@@ -87,44 +85,6 @@ class AsyncConfig:
     max_buffer_rollouts: Optional[int] = MISSING
     broadcast_timeout_s: float = MISSING
     max_restarts: int = MISSING
-
-
-# ``actor_rollout_ref.actor`` keys the async learner does not read (verl.async_rl.learner.Learner): it takes one
-# optimizer step per packed batch (async.batcher sizes it) at a constant learning rate, on one CPU process, and
-# saves its own learner.pt. A value other than ppo_trainer.yaml's default is refused instead of ignored.
-LEARNER_IGNORES = {
-    "ppo_mini_batch_size": "one optimizer step per packed batch (async.batcher.total_token_budget / max_groups)",
-    "ppo_micro_batch_size": "use ppo_micro_batch_size_per_gpu (rows per micro-batch)",
-    "use_dynamic_bsz": "micro-batches are ppo_micro_batch_size_per_gpu rows",
-    "ppo_max_token_len_per_gpu": "micro-batches are ppo_micro_batch_size_per_gpu rows",
-    "ppo_epochs": "one optimizer step per packed batch",
-    "shuffle": "one optimizer step per packed batch",
-    "mask_truncated": "truncated rollouts are trained on (async.batcher.max_seq_len drops over-long ones)",
-    "optim.lr_warmup_steps": "the learning rate is constant (optim.lr)",
-    "optim.lr_warmup_steps_ratio": "the learning rate is constant (optim.lr)",
-    "optim.min_lr_ratio": "the learning rate is constant (optim.lr)",
-    "optim.warmup_style": "the learning rate is constant (optim.lr)",
-    "fsdp_config.param_offload": "the learner is one plain float32 process",
-    "fsdp_config.optimizer_offload": "the learner is one plain float32 process",
-    "fsdp_config.mixed_precision.param_dtype": "the learner is one plain float32 process",
-    "fsdp_config.mixed_precision.reduce_dtype": "the learner is one plain float32 process",
-    "fsdp_config.mixed_precision.buffer_dtype": "the learner is one plain float32 process",
-    "checkpoint.save_contents": "the learner saves model and optimizer in its own learner.pt",
-}
-
-
-def refuse_learner_ignored(actor: DictConfig, default_actor: DictConfig) -> None:
-    """Raise ``ConfigError`` for an ``actor_rollout_ref.actor`` key of :data:`LEARNER_IGNORES` that differs from
-    ``default_actor`` (ppo_trainer.yaml's section), naming the key and what the learner does instead."""
-    from verl.trainer.config_utils import ConfigError
-
-    for key, instead in LEARNER_IGNORES.items():
-        value, default = OmegaConf.select(actor, key), OmegaConf.select(default_actor, key)
-        if value != default:
-            raise ConfigError(
-                f"actor_rollout_ref.actor.{key}={value}: the async learner does not read it ({instead}); "
-                f"leave it at {default} or train with python -m verl.trainer.main_ppo"
-            )
 
 
 # keys of main_ppo's launch path that the async mode has no step for: refused when set
@@ -171,7 +131,6 @@ def typed_async_config(config: DictConfig) -> DictConfig:
 
     defaults = default_config()
     refuse_unsupported(typed, defaults)  # the trainer's refusals (Megatron, sequence parallelism, ...) hold here too
-    refuse_learner_ignored(typed.actor_rollout_ref.actor, defaults.actor_rollout_ref.actor)
     for key in ASYNC_IGNORES:  # the synchronous trainer's launch keys (docs/recipes.md) that main_async does not run
         if OmegaConf.select(typed, key) != OmegaConf.select(defaults, key):
             raise ConfigError(
@@ -179,11 +138,6 @@ def typed_async_config(config: DictConfig) -> DictConfig:
                 f"environments score with their own reward, and it builds no SFT preset, irrelevance "
                 f"rows, plots or deterministic kernels); leave it at {OmegaConf.select(defaults, key)}"
             )
-    if typed.actor_rollout_ref.model.lora_rank:
-        raise ConfigError(
-            "actor_rollout_ref.model.lora_rank > 0: the async learner trains the full model; LoRA RL "
-            "runs in the synchronous trainer (python -m verl.trainer.main_ppo)"
-        )
     if typed.data.tool_format != "toolrl":
         raise ConfigError(
             f"data.tool_format={typed.data.tool_format!r}: the async mode's environments score ToolRL's format only"
@@ -215,7 +169,43 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     from verl.trainer.key_table import check_keys
 
     check_keys(typed, async_defaults(), "main_async")  # every key main_async does not read, refused when set
+    _check_estimator(typed.algorithm.adv_estimator)
+    from verl.trainer.config_utils import normalize_config
+
+    normalize_config(typed)  # main_ppo's derived values: device, micro-batch mapping, the KL-in-reward rule
+    with open_dict(typed):
+        # the learning-rate schedule's horizon, as main_ppo sets it (learner steps)
+        if typed.trainer.total_training_steps is not None:
+            typed.actor_rollout_ref.actor.optim.total_training_steps = int(typed.trainer.total_training_steps)
+        for spec in typed["async"].envs.values():
+            if spec.group_size is None:  # rollouts per problem: main_ppo's rollouts per prompt
+                spec.group_size = int(typed.actor_rollout_ref.rollout.n)
     return typed
+
+
+def _check_estimator(name: str) -> None:
+    """Refuse an ``algorithm.adv_estimator`` the async learner's batches cannot feed: one that reads critic values
+    (no critic), a greedy baseline rollout (ReMax) or per-step batch fields (GiGPO's anchors, RLVCR's levels), from
+    what its registry entry declares. An unknown name is named by the registry."""
+    from verl.trainer.config_utils import ConfigError
+    from verl.trainer.ppo.core_algos import get_estimator_plugin
+
+    try:
+        plugin = get_estimator_plugin(name)
+    except ValueError as err:
+        raise ConfigError(f"algorithm.adv_estimator: {err}") from None
+    missing = (
+        "critic values (the async learner has no critic)" if plugin.needs_values
+        else "a greedy baseline rollout per prompt" if plugin.needs_greedy_baseline
+        else "per-step batch fields that async rollouts do not carry" if plugin.batch_inputs is not None
+        else None
+    )  # fmt: skip
+    if missing:
+        raise ConfigError(
+            f"algorithm.adv_estimator={name}: it reads {missing}; main_async trains with the outcome estimators "
+            "(grpo, rloo, reinforce_plus_plus, reinforce_plus_plus_baseline, ...); use python -m "
+            "verl.trainer.main_ppo for this one"
+        )
 
 
 def async_defaults() -> DictConfig:
@@ -233,13 +223,11 @@ def async_defaults() -> DictConfig:
 
 __all__ = [
     "ASYNC_IGNORES",
-    "LEARNER_IGNORES",
     "AsyncBatcherConfig",
     "AsyncConfig",
     "AsyncEnvSpec",
     "AsyncInferenceConfig",
     "AsyncReplayConfig",
     "async_defaults",
-    "refuse_learner_ignored",
     "typed_async_config",
 ]

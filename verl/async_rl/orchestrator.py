@@ -43,7 +43,6 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
-from verl.async_rl.advantage import get_advantage_function
 from verl.async_rl.batcher import Batcher, BatchNotReady
 from verl.async_rl.config import typed_async_config
 from verl.async_rl.inference_server import check_backend, start_inference_server
@@ -136,7 +135,6 @@ class Orchestrator:
                 log_dir,
                 int(a.replay.max_age),
                 int(a.replay.min_group_size),
-                get_advantage_function(str(a.replay.advantage)),
                 version=self.version,
             )
             if buffer.log_path.stat().st_size > 0:
@@ -153,21 +151,12 @@ class Orchestrator:
 
     # ------------------------------------------------------------------------------------------ components
     def _start_learner(self) -> None:
-        actor_cfg = OmegaConf.to_container(self.config.actor_rollout_ref.actor, resolve=True)
-        from verl.trainer.ppo.rollout_corr import correction_settings
-
+        # the synchronous trainer's actor worker (verl/async_rl/learner.py), on the trainer's device
         self.learner = make_learner_actor(
-            self.model_path,
-            actor_cfg,
-            float(self.a.inference.temperature),
+            OmegaConf.to_container(self.config, resolve=True),
             self.ckpt_dir,
             num_threads=self.a.learner_threads,
-            seed=int(self.config.trainer.seed),
-            rollout_correction=correction_settings(self.config.algorithm),
-            layout={
-                key: bool(self.config.actor_rollout_ref.model[key])
-                for key in ("use_shared_prompt", "use_remove_padding", "use_fused_kernels")
-            },
+            num_gpus=1 if self.config.trainer.device == "cuda" else 0,
         )
         import ray
 
@@ -232,7 +221,7 @@ class Orchestrator:
             self.model_path,
             group_size=int(spec["group_size"]),
             max_tokens=int(inf.max_tokens),
-            temperature=float(inf.temperature),
+            temperature=float(self.config.actor_rollout_ref.rollout.temperature),
             max_turns=int(spec["max_turns"]),
             seed=seed,
             seed_stride=replicas,
@@ -334,7 +323,7 @@ class Orchestrator:
             return
         self._pending_batch = dict(batch.metrics)
         self._pending_batch["batches/rollouts"] = float(len(batch.layout))
-        self._learner_ref = self.learner.step.remote(batch.example)
+        self._learner_ref = self.learner.step.remote(batch.example, batch.segment_groups())
 
     def _on_learner_result(self, t0: float, start_next: bool = True) -> Optional[Dict[str, float]]:
         """Finish one learner step: move the buffers to the new version, ask the learner for its weights (and a

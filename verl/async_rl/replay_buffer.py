@@ -1,7 +1,6 @@
-"""Per-env replay buffer of the asynchronous mode: crash-safe on-disk log, pool of groups, advantages, metrics.
+"""Per-env replay buffer of the asynchronous mode: crash-safe on-disk log, pool of groups, metrics.
 
-Design: ``docs/async.md``, sections "Replay buffer", "Rollout log" and "Metrics" (max age, min group size, the
-pluggable advantage function; after a learner restart the log is reloaded and nothing already written is lost).
+Design: ``docs/async.md``, sections "Replay buffer", "Rollout log" and "Metrics" (max age, min group size; after a learner restart the log is reloaded and nothing already written is lost).
 Rules pinned here:
 
 * Versions. ``current_version`` is the learner's policy version. A rollout is *rejected* when its ``policy_version``
@@ -42,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from verl.async_rl.advantage import RLOO, AdvantageFunction
 from verl.async_rl.rollout_log import RolloutLog, consumed_record, reload_record, rollout_record, scan_replay_log
 from verl.async_rl.types import Group, Rollout
 
@@ -100,7 +98,6 @@ class ReplayBuffer:
         log_dir: folder of the append-only log (created if missing).
         max_age: versions a rollout may lag behind ``current_version`` (default 1).
         min_group_size: rollouts a group needs to be handed out (>= 1).
-        advantage_fn: the group advantage (:class:`~verl.async_rl.advantage.RLOO` when None).
         fsync: fsync every log write (default True); False: flush only.
         version: the initial ``current_version`` (0). After a restart call :meth:`reload` instead.
 
@@ -114,7 +111,6 @@ class ReplayBuffer:
         log_dir: str | os.PathLike,
         max_age: int = 1,
         min_group_size: int = 2,
-        advantage_fn: Optional[AdvantageFunction] = None,
         *,
         fsync: bool = True,
         version: int = 0,
@@ -128,7 +124,6 @@ class ReplayBuffer:
         self.env_name = str(env_name)
         self.max_age = int(max_age)
         self.min_group_size = int(min_group_size)
-        self.advantage_fn = advantage_fn if advantage_fn is not None else RLOO()
         self.current_version = int(version)
         self._lock = threading.RLock()
         self._groups: Dict[Tuple[str, int], _PoolGroup] = {}
@@ -254,7 +249,7 @@ class ReplayBuffer:
 
     # -------------------------------------------------------------------------------------------- handing out
     def ready_groups(self, newest_first: bool = True) -> List[Group]:
-        """Snapshot of the ready groups (``>= min_group_size`` rollouts), without advantages, in hand-out order:
+        """Snapshot of the ready groups (``>= min_group_size`` rollouts), in hand-out order:
         policy version descending (ascending with ``newest_first=False``), then first-created first."""
         with self._lock:
             ready = [(k, g) for k, g in self._groups.items() if len(g.rollouts) >= self.min_group_size]
@@ -263,12 +258,12 @@ class ReplayBuffer:
             return [Group(self.env_name, k[0], k[1], tuple(g.rollouts)) for k, g in ready]
 
     def consume(self, groups: Sequence[Group]) -> List[Group]:
-        """Hand out ``groups`` (snapshots from :meth:`ready_groups`): compute their advantages, log a ``consumed``
-        record (flush + fsync), remove their rollouts from the pool.
+        """Hand out ``groups`` (snapshots from :meth:`ready_groups`): log a ``consumed`` record (flush + fsync),
+        remove their rollouts from the pool. The learner's estimator computes the advantages (``algorithm.adv_estimator``,
+        each group one ``uid``).
 
-        Returns: the groups with ``advantages`` set. Raises KeyError: a rollout of a group is no longer in the pool
-        (already consumed or evicted); nothing is consumed then. Propagates the advantage function's errors (nothing
-        is consumed then either).
+        Returns: the groups. Raises KeyError: a rollout of a group is no longer in the pool (already consumed or
+        evicted); nothing is consumed then.
         """
         with self._lock:
             members: Dict[Tuple[str, int], set] = {}
@@ -279,10 +274,7 @@ class ReplayBuffer:
                 if not uids <= present or uids & members.get(group.key, set()):
                     raise KeyError(f"{self.env_name}: group {group.key} is not (wholly) in the buffer any more")
                 members.setdefault(group.key, set()).update(uids)
-            out = [
-                Group(g.environment, g.problem_id, g.policy_version, g.rollouts, tuple(self.advantage_fn(g.rollouts)))
-                for g in groups
-            ]
+            out = list(groups)
             pool_before = self._num_rollouts()
             taken = [r.rollout_uid for g in groups for r in g.rollouts]
             if not taken:
@@ -304,7 +296,7 @@ class ReplayBuffer:
         """Hand out ready groups, in :meth:`ready_groups` order, first-fit within ``max_tokens`` tokens (a group that
         does not fit the remaining budget is skipped and a later, smaller one may still be taken).
 
-        Returns: the groups with advantages (possibly empty).
+        Returns: the groups (possibly empty).
         """
         with self._lock:
             chosen, left = [], int(max_tokens)

@@ -30,21 +30,21 @@ data.val_max_samples | PS | - | agent mode draws its tasks from the environment 
 actor_rollout_ref.hybrid_engine | - | - | the actor and its rollout always share weights here: set true
 actor_rollout_ref.model.path | PAS | - | 
 actor_rollout_ref.model.external_lib | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.model.enable_gradient_checkpointing | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.enable_gradient_checkpointing | PAS | - | 
 actor_rollout_ref.model.use_remove_padding | PAS | - | 
 actor_rollout_ref.model.use_shared_prompt | PAS | - | 
 actor_rollout_ref.model.use_fused_kernels | PAS | - | 
-actor_rollout_ref.model.trust_remote_code | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.model.lora_rank | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.model.lora_alpha | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.model.target_modules | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.trust_remote_code | PAS | - | 
+actor_rollout_ref.model.lora_rank | PAS | - | 
+actor_rollout_ref.model.lora_alpha | PAS | - | 
+actor_rollout_ref.model.target_modules | PAS | - | 
 actor_rollout_ref.model.override_config | PAS | - | 
-actor_rollout_ref.actor.strategy | PA | {fsdp, fsdp2} | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.ppo_mini_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.ppo_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.strategy | PAS | {fsdp, fsdp2} | 
+actor_rollout_ref.actor.ppo_mini_batch_size | PAS | - | 
+actor_rollout_ref.actor.ppo_micro_batch_size | PAS | - | 
 actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu | PAS | - | 
-actor_rollout_ref.actor.use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.ppo_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.use_dynamic_bsz | PAS | - | 
+actor_rollout_ref.actor.ppo_max_token_len_per_gpu | PAS | - | 
 actor_rollout_ref.actor.grad_clip | PAS | - | 
 actor_rollout_ref.actor.clip_ratio | PAS | - | 
 actor_rollout_ref.actor.clip_ratio_low | PAS | - | 
@@ -54,43 +54,43 @@ actor_rollout_ref.actor.policy_loss.loss_mode | PAS | - |
 actor_rollout_ref.actor.loss_agg_mode | PAS | - | 
 actor_rollout_ref.actor.mask_truncated | P | - | agent mode trains on truncated turns; main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.actor.entropy_coeff | PAS | - | 
-actor_rollout_ref.actor.use_kl_loss | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.kl_loss_coef | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.kl_loss_type | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.ppo_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.shuffle | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.use_kl_loss | PAS | - | 
+actor_rollout_ref.actor.kl_loss_coef | PAS | - | 
+actor_rollout_ref.actor.kl_loss_type | PAS | - | 
+actor_rollout_ref.actor.ppo_epochs | PAS | - | 
+actor_rollout_ref.actor.shuffle | PAS | - | 
 actor_rollout_ref.actor.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1 (use_remove_padding / use_dynamic_bsz keep long sequences cheap)
 actor_rollout_ref.actor.optim.lr | PAS | - | 
-actor_rollout_ref.actor.optim.lr_warmup_steps | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.optim.lr_warmup_steps_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.optim.min_lr_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.optim.warmup_style | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.optim.lr_warmup_steps | PAS | - | 
+actor_rollout_ref.actor.optim.lr_warmup_steps_ratio | PAS | - | 
+actor_rollout_ref.actor.optim.min_lr_ratio | PAS | - | 
+actor_rollout_ref.actor.optim.warmup_style | PAS | - | 
 actor_rollout_ref.actor.optim.total_training_steps | - | - | the trainer sets it from trainer.total_training_steps / total_epochs
 actor_rollout_ref.actor.optim.weight_decay | PAS | - | 
 actor_rollout_ref.actor.optim.betas | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer (no size-based wrap policy): set 0
-actor_rollout_ref.actor.fsdp_config.param_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.param_offload | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.grad_offload | PA | - | removed upstream: a warning when true
-actor_rollout_ref.actor.fsdp_config.optimizer_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.optimizer_offload | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1 (shard over all workers)
-actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype | PAS | - | 
+actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.actor.checkpoint.save_contents | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.ref.fsdp_config.param_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.checkpoint.save_contents | PAS | - | 
+actor_rollout_ref.ref.fsdp_config.param_offload | PAS | - | 
 actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer: set 0
 actor_rollout_ref.ref.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1
-actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype | PAS | - | 
+actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype | PAS | - | 
 actor_rollout_ref.ref.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.ref.log_prob_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.ref.log_prob_use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.ref.log_prob_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.log_prob_micro_batch_size | PAS | - | 
+actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu | PAS | - | 
+actor_rollout_ref.ref.log_prob_use_dynamic_bsz | PAS | - | 
+actor_rollout_ref.ref.log_prob_max_token_len_per_gpu | PAS | - | 
 actor_rollout_ref.ref.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1
 actor_rollout_ref.rollout.name | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.mode | - | - | the trainer's rollout is synchronous; the asynchronous mode is its own entry point, python -m verl.trainer.main_async (docs/async.md): set sync
-actor_rollout_ref.rollout.temperature | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.temperature | PAS | - | 
 actor_rollout_ref.rollout.top_k | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.top_p | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.prompt_length | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
@@ -104,15 +104,15 @@ actor_rollout_ref.rollout.load_format | PA | - | main_async learns with its own 
 actor_rollout_ref.rollout.tensor_model_parallel_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.max_num_batched_tokens | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.max_num_seqs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.log_prob_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.log_prob_use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.log_prob_micro_batch_size | PAS | - | 
+actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu | PAS | - | 
+actor_rollout_ref.rollout.log_prob_use_dynamic_bsz | PAS | - | 
+actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu | PAS | - | 
 actor_rollout_ref.rollout.micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.cache_implementation | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.calculate_log_probs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 actor_rollout_ref.rollout.do_sample | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.n | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.n | PAS | - | 
 actor_rollout_ref.rollout.val_kwargs.do_sample | PAS | - | 
 actor_rollout_ref.rollout.val_kwargs.temperature | PAS | - | 
 actor_rollout_ref.rollout.val_kwargs.top_k | PA | - | main_async validates on its inference servers, which sample without top-k / top-p
@@ -186,11 +186,11 @@ reward.sandbox | PA | - | main_async learns with its own batches, advantages and
 reward.num_workers | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 reward.timeout_s | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 reward.memory_mb | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.gamma | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.lam | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.adv_estimator | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.norm_adv_by_std_in_grpo | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.use_kl_in_reward | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.gamma | PAS | - | 
+algorithm.lam | PAS | - | 
+algorithm.adv_estimator | PAS | - | 
+algorithm.norm_adv_by_std_in_grpo | PAS | - | 
+algorithm.use_kl_in_reward | PAS | - | 
 algorithm.rollout_correction.rollout_is | PAS | - | 
 algorithm.rollout_correction.rollout_is_threshold | PAS | - | 
 algorithm.rollout_correction.rollout_rs | PAS | - | 
@@ -199,11 +199,11 @@ algorithm.rollout_correction.rollout_rs_threshold_lower | PAS | - |
 algorithm.filter_groups.enable | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
 algorithm.filter_groups.metric | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
 algorithm.filter_groups.max_num_gen_batches | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.kl_penalty | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.kl_ctrl.type | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.kl_ctrl.kl_coef | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.kl_ctrl.horizon | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.kl_ctrl.target_kl | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.kl_penalty | PAS | - | 
+algorithm.kl_ctrl.type | PAS | - | 
+algorithm.kl_ctrl.kl_coef | PAS | - | 
+algorithm.kl_ctrl.horizon | PAS | - | 
+algorithm.kl_ctrl.target_kl | PAS | - | 
 algorithm.gigpo.step_advantage_w | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
 algorithm.gigpo.mode | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
 algorithm.gigpo.epsilon | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
@@ -285,7 +285,7 @@ env.textworld.max_steps | A | - | agent mode with env.env_name=textworld
 env.textworld.settings | A | - | agent mode's environments and episodes
 env.rlla_multiturn.split | A | - | agent mode with env.env_name=rlla_multiturn
 env.rlla_multiturn.data_dir | A | - | agent mode with env.env_name=rlla_multiturn
-trainer.device | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.device | PAS | - | 
 trainer.balance_batch | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 trainer.total_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
 trainer.total_training_steps | PAS | - | 
@@ -334,13 +334,11 @@ async.inference.num_gpus | S | - |
 async.inference.dtype | S | - | 
 async.inference.vllm.max_model_len | S | - | 
 async.inference.vllm.engine_kwargs | S | - | extra vllm.LLM arguments (backend=vllm)
-async.inference.temperature | S | - | 
 async.inference.max_tokens | S | - | 
 async.learner_threads | S | - | 
 async.envs | S | - | env type name -> settings (kind, env, env_kwargs, replicas, fraction, group_size, max_turns, seed, data_file, max_rows)
 async.replay.max_age | S | - | 
 async.replay.min_group_size | S | - | 
-async.replay.advantage | S | - | 
 async.replay.log_dir | S | - | 
 async.batcher.total_token_budget | S | - | 
 async.batcher.max_seq_len | S | - | 

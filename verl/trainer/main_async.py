@@ -21,8 +21,9 @@ logger = logging.getLogger(__name__)
 def run_async(config: DictConfig) -> list:
     """Train in async mode; returns the per-step metric records of this process.
 
-    Raises ValueError: ``trainer.total_training_steps`` is not set (the async mode has no epochs), or
-    ``trainer.single_process=true`` (the async mode's env actors, inference server and learner are Ray actors).
+    Raises ConfigError (printed as one ``error:`` line by ``main``): a key the async mode does not read, a value out
+    of range, ``trainer.total_training_steps`` not set (the async mode has no epochs); see
+    ``verl.async_rl.config.typed_async_config``.
     """
     from agent_system.environments.env_actor import make_env_actor
     from verl.async_rl.orchestrator import Orchestrator
@@ -33,15 +34,12 @@ def run_async(config: DictConfig) -> list:
 
     from verl.async_rl.config import typed_async_config
 
+    from verl.trainer.config_utils import ConfigError
+
     config = typed_async_config(config)
     total = config.trainer.total_training_steps
     if total is None:
-        raise ValueError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
-    if config.trainer.single_process:
-        raise ValueError(
-            "trainer.single_process=true is not supported in async mode: its env actors, inference "
-            "server and learner run on Ray"
-        )
+        raise ConfigError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
     with open_dict(config):
         config.actor_rollout_ref.model.path = prepare_model(config.actor_rollout_ref.model.path)
     run_dir = config.trainer.run_dir or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"

@@ -40,7 +40,7 @@ from verl.trainer.ppo.batch_source import StepOps, make_batch_source
 from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.dataloaders import build_rl_dataloaders, pass_horizon_to_workers
 from verl.trainer.ppo.trainer_state import TrainerState
-from verl.trainer.ppo.rollout_corr import apply_rollout_correction
+from verl.trainer.ppo.update_inputs import prepare_update
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
 from verl.trainer.ppo.run_guard import (
     ExitRequest,
@@ -55,7 +55,7 @@ from verl.trainer.ppo.run_guard import (
     worker_failure,
 )
 from verl.utils.dataset.rl_dataset import collate_fn as default_collate_fn
-from verl.utils.torch_functional import masked_mean, trim_left_padding
+from verl.utils.torch_functional import trim_left_padding
 from verl.utils.tracking import StepProgress, Tracking
 from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 
@@ -479,30 +479,17 @@ class RayPPOTrainer:
             batch = self.batch_source.collect(DataProto.from_single_dict(batch_dict), n, metrics)
             if self.rollout_weight_version is not None:  # checked against the actor's in _rollout
                 metrics["rollout/weight_version"] = float(self.rollout_weight_version)
-            if self._needs_old_log_probs(batch):
-                with self._phase("old_log_prob"):
-                    old = self.actor_rollout_wg.compute_log_prob(batch)
-                    metrics.update(reduce_metrics(old.meta_info.pop("metrics", {})))
-                    if "entropys" in old.batch.keys():
-                        metrics["actor/entropy"] = masked_mean(
-                            old.batch["entropys"], batch.batch["response_mask"]
-                        ).item()
-                        old.batch.pop("entropys")
-                    batch = batch.union(old)
-                    metrics.update(apply_rollout_correction(batch, config.algorithm))  # when the rollout has log-probs
-            if self.use_reference_policy:
-                with self._phase("ref"):
-                    batch = batch.union(self.actor_rollout_wg.compute_ref_log_prob(batch))
-            if self.use_critic:
-                with self._phase("values"):
-                    batch = batch.union(self.critic_wg.compute_values(batch))
-            with self._phase("adv"):
-                if self.kl_ctrl_in_reward is not None:
-                    batch, kl_metrics = apply_kl_penalty(batch, self.kl_ctrl_in_reward, config.algorithm.kl_penalty)
-                    metrics.update(kl_metrics)
-                else:
-                    batch.batch["token_level_rewards"] = batch.batch["token_level_scores"]
-                batch = compute_advantage(batch, config.algorithm.adv_estimator, config.algorithm, metrics)
+            batch = prepare_update(  # old_log_prob → ref → values → adv (ppo/update_inputs.py)
+                batch,
+                self.actor_rollout_wg,
+                config.algorithm,
+                metrics,
+                needs_old_log_probs=self._needs_old_log_probs(batch),
+                use_reference_policy=self.use_reference_policy,
+                kl_ctrl_in_reward=self.kl_ctrl_in_reward,
+                critic_wg=self.critic_wg if self.use_critic else None,
+                phase=self._phase,
+            )
             self.step_problem = None
             bad_inputs = non_finite_rows(batch)
             if bad_inputs:

@@ -327,7 +327,9 @@ class DataParallelPPOActor:
 
         Args:
             data: batch keys ``responses, input_ids, attention_mask, position_ids, old_log_probs, advantages,
-                response_mask`` (+ ``ref_log_prob`` when ``use_kl_loss``); meta_info ``temperature``.
+                response_mask`` (+ ``ref_log_prob`` when ``use_kl_loss``); meta_info ``temperature`` and, optionally,
+                ``ppo_mini_batch_size`` (rows per mini-batch for this update instead of the config's: the
+                asynchronous learner's batches of fewer rows than a mini-batch are one).
 
         Returns:
             Metrics averaged over mini-batches (each a mini-batch-level mean; under data parallelism the mean over
@@ -358,7 +360,11 @@ class DataParallelPPOActor:
         per_update = [
             self._update_mini_batch(mini_batch, temperature, loss_agg_mode, entropy_coeff, use_kl_loss, kl_loss_coef)
             for mini_batch in iterate_mini_batches(
-                batch, int(cfg.ppo_mini_batch_size), cfg.ppo_epochs, bool(cfg.shuffle), "actor.ppo_mini_batch_size"
+                batch,
+                int(data.meta_info.get("ppo_mini_batch_size", cfg.ppo_mini_batch_size)),
+                cfg.ppo_epochs,
+                bool(cfg.shuffle),
+                "actor.ppo_mini_batch_size",
             )
         ]
         return average_update_metrics(per_update, self.actor_optimizer, "actor")
