@@ -181,7 +181,7 @@ def test_null_micro_batches_need_a_token_budget_and_agent_mode_keeps_toolrl(over
     [
         (None, None),
         ("async.inference.num_servers=two", "async.inference.num_servers must be of type int"),
-        ("actor_rollout_ref.model.lora_rank=4", "the async learner trains the full model"),
+        ("algorithm.adv_estimator=gae", "it reads critic values"),
         ("data.tool_format=mistral", "the async mode's environments score ToolRL's format only"),
         (
             "+actor_rollout_ref.model.override_config.attn_implementation=flex_attention",
