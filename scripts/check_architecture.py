@@ -16,7 +16,7 @@ Imports of anything outside the three packages (stdlib, third party) are ignored
 implicitly (``verl/__init__.py`` before ``verl.utils``) are not counted as edges; ``if TYPE_CHECKING:`` imports
 are counted like any other.
 
-The rules (the target design of the architecture issue):
+The rules (the project's target layering: a bottom layer, packages built on it, one composition layer):
 
 1. Layers (reported as *upward edges*, one per import statement):
    - ``verl`` is the bottom layer, and within it ``verl.utils`` and ``verl.protocol`` import nothing above them:

@@ -61,7 +61,8 @@ class BatchNotReady(RuntimeError):
 class Batch:
     """A made batch.
 
-    Fields: ``example`` (the packed :class:`RlExample`); ``groups`` (the handed-out groups, in pick order); ``picks`` (``(env, problem_id, policy_version, packable tokens)`` per group, in pick order);
+    Fields: ``example`` (the packed :class:`RlExample`); ``groups`` (the handed-out groups, in pick order);
+    ``picks`` (``(env, problem_id, policy_version, packable tokens)`` per group, in pick order);
     ``layout`` (``(row, segment_id, rollout_uid)`` per packed rollout); ``overlong`` (uids not packed);
     ``metrics`` (``batches/...`` and the buffers' ``replays/...``).
     """

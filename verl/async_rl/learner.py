@@ -102,9 +102,12 @@ def example_to_batch(example: RlExample, segments: Sequence[Tuple[int, int, str]
     input_ids = torch.cat([prompt_ids, response_ids], dim=1)
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     tensors.update(
-        prompts=prompt_ids, responses=response_ids, input_ids=input_ids, attention_mask=attention,
+        prompts=prompt_ids,
+        responses=response_ids,
+        input_ids=input_ids,
+        attention_mask=attention,
         position_ids=position_ids,
-    )  # fmt: skip
+    )
     return DataProto.from_dict(tensors, non_tensors={"uid": np.array(uids, dtype=object)})
 
 
