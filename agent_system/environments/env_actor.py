@@ -12,11 +12,17 @@ Two kinds (``kind`` of an env spec):
   from the same seed. Each step: the model's completion is an ``assistant`` turn, the action is
   :func:`~agent_system.environments.base.project_action` of its text, the step reward goes on that turn, and the
   next observation is a ``user`` turn. An episode ends when the env says done or after ``max_turns`` model turns.
-* ``rlla``: single-turn RLLA rows (a parquet with ``prompt`` messages and ``reward_model.ground_truth``;
-  ``data_file`` or the resolved RLLA ``train.parquet``). ``problem_id = "rlla-{row}-{seed}"`` (the row and the draw
-  number, rows taken in turn); one request with
-  ``n = group_size``; the reward is ``verl.utils.reward_score.rlla.compute_score`` of the completion text (chat
-  wrapper ``none``: the text is the bare response), with ``format`` / ``correctness`` as named reward components.
+* ``rlla``: single-turn rows (``rows``: loaded once by the orchestrator as the synchronous trainer loads
+  ``data.train_files``, ``verl.async_rl.prompts.load_prompt_rows``). ``problem_id = "rlla-{row}-{seed}"`` (the row
+  and the draw number). Draw ``k`` takes row ``k mod N`` in file order, or, with ``shuffle_seed`` (``data.seed`` when
+  ``data.shuffle``), row ``perm_e[k mod N]`` of a permutation ``perm_e`` drawn afresh for each pass ``e = k // N``
+  over the rows (numpy's generator seeded with ``(shuffle_seed, e)``): every row once per pass, as an epoch of the
+  synchronous data loader. One request with ``n = group_size``; the completions are scored by the synchronous trainer's reward manager (``reward_manager``:
+  the built-in RLLA manager or a ``custom_reward_function`` through the reward API and its sandbox, as
+  ``reward_model.*`` / ``reward.*`` configure it) at trainer step ``policy_version + 1`` (the step these rollouts
+  train at with ``replay.max_age=0``, the step a synchronous trainer scores them at; ToolRL's scheduled switches read
+  it), with ``format`` / ``correctness`` as named reward components. A completion the reward cannot score keeps
+  reward 0 with ``reward_valid`` False in its metadata (the learner leaves it out of its group's advantage).
 
 Problem ids are unique per draw (``seed`` counts draws; replica ``i`` of ``R`` draws ``i, i + R, i + 2R, ...`` from the
 orchestrator's ``seed`` and ``seed_stride``, so replicas never share a seed and walk the RLLA rows interleaved), so a
@@ -31,7 +37,8 @@ opening the user turn and the next generation prompt).
 
 Rollout metadata: ``policy_version`` = the *oldest* server version among the episode's completions (a conservative
 staleness for multi-turn episodes that span a weight update), ``policy_versions`` (all of them), ``truncated`` (some
-completion hit ``max_tokens``), ``done`` (the env ended the episode), ``rewards`` (named components; ``rlla`` only).
+completion hit ``max_tokens``), ``done`` (the env ended the episode), ``rewards`` (named components; ``rlla`` only),
+``reward_valid`` / ``reward_error`` (``rlla`` only).
 """
 
 from __future__ import annotations
@@ -40,7 +47,7 @@ import itertools
 import logging
 import time
 import uuid
-from typing import Any, Dict, List, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from agent_system.environments.base import make_env, project_action
 from verl.async_rl.inference_server import OpenAIClient, template_ids
@@ -83,8 +90,15 @@ class EnvActor:
         max_turns: model turns per episode (``text_env``). seed, seed_stride: problems are ``seed, seed + stride,
             seed + 2 * stride, ...`` (an RLLA problem is row ``seed mod rows``); replica ``i`` of ``R`` gets
             ``seed0 + i`` and stride ``R``. timeout_s: per HTTP request.
+        reward_manager: ``rlla``: ``reward_manager(tokenizer)`` builds the reward manager in this process (the
+            composition layer passes ``verl.trainer.main_async.make_reward_manager`` bound to the config). A
+            ``text_env`` scores with its environment's step rewards and takes none.
+        rows: ``rlla``: the prompt rows (``load_prompt_rows``' dicts: ``index``, ``prompt_ids``, ``reward_model``,
+            ``data_source``, ``extra_info``). shuffle_seed: ``rlla``: the row order (module docstring); None: file
+            order.
 
-    Raises ValueError: unknown ``kind``, a ``text_env`` spec without ``env``, ``seed_stride`` < 1.
+    Raises ValueError: unknown ``kind``, a ``text_env`` spec without ``env``, ``seed_stride`` < 1, an ``rlla`` spec
+        without ``reward_manager`` or rows, a ``text_env`` one with either.
     """
 
     def __init__(
@@ -100,6 +114,9 @@ class EnvActor:
         seed: int = 0,
         seed_stride: int = 1,
         timeout_s: float = 120.0,
+        reward_manager: Optional[Callable[[Any], Any]] = None,
+        rows: Optional[List[Dict[str, Any]]] = None,
+        shuffle_seed: Optional[int] = None,
     ):
         from transformers import AutoTokenizer
 
@@ -113,6 +130,12 @@ class EnvActor:
             raise ValueError(f"env {env_name!r}: a text_env spec needs 'env' (a registered environment name)")
         if int(seed_stride) < 1:
             raise ValueError(f"env {env_name!r}: seed_stride must be >= 1, got {seed_stride}")
+        if (kind == "rlla") != (reward_manager is not None) or (kind == "rlla") != bool(rows):
+            raise ValueError(
+                f"env {env_name!r}: an rlla env plays rows (rows) scored by a reward manager (reward_manager), a "
+                f"text_env its environment with its rewards; got kind {kind!r} with {len(rows or [])} rows and "
+                f"reward_manager={reward_manager!r}"
+            )
         self.env_name, self.kind, self.spec = env_name, kind, spec
         self.tokenizer = AutoTokenizer.from_pretrained(prepare_model(tokenizer_path))
         self.group_size, self.max_tokens = int(group_size), int(max_tokens)
@@ -120,7 +143,9 @@ class EnvActor:
         self.timeout_s = float(timeout_s)
         self._seeds = itertools.count(int(seed), int(seed_stride))
         self.client = OpenAIClient(base_url, timeout=self.timeout_s)
-        self._rows = self._load_rows() if kind == "rlla" else None
+        self._rows = list(rows) if kind == "rlla" else None
+        self.shuffle_seed = None if shuffle_seed is None else int(shuffle_seed)
+        self.reward = reward_manager(self.tokenizer) if reward_manager is not None else None
 
     def set_url(self, base_url: str) -> None:
         """Point at another inference server (after a restart)."""
@@ -129,29 +154,15 @@ class EnvActor:
     def ping(self) -> bool:
         return True
 
-    def _load_rows(self) -> List[Dict[str, Any]]:
-        import pandas as pd
+    def _row(self, draw: int) -> Dict[str, Any]:
+        """The RLLA row of draw number ``draw`` (module docstring)."""
+        size = len(self._rows)
+        if self.shuffle_seed is None:
+            return self._rows[draw % size]
+        import numpy as np
 
-        path = self.spec["data_file"]
-        if not path:
-            from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
-
-            path = resolve_rlla_data_dir() / "train.parquet"
-        frame = pd.read_parquet(path)
-        if self.spec["max_rows"]:
-            frame = frame.iloc[: int(self.spec["max_rows"])]
-        rows = []
-        for i, row in enumerate(frame.itertuples(index=False)):
-            rows.append(
-                {
-                    "index": i,
-                    "messages": [dict(m) for m in row.prompt],
-                    "ground_truth": row.reward_model["ground_truth"],
-                }
-            )
-        if not rows:
-            raise ValueError(f"env {self.env_name!r}: no RLLA rows in {path}")
-        return rows
+        order = np.random.default_rng((self.shuffle_seed, draw // size)).permutation(size)
+        return self._rows[int(order[draw % size])]
 
     # ------------------------------------------------------------------------------------------------ groups
     def run_group(self) -> List[Dict[str, Any]]:
@@ -162,7 +173,7 @@ class EnvActor:
         seed = next(self._seeds)
         try:
             if self.kind == "rlla":
-                rollouts = self._rlla_group(self._rows[seed % len(self._rows)], seed)
+                rollouts = self._rlla_group(self._row(seed), seed)
             else:
                 rollouts = [self._episode(seed) for _ in range(self.group_size)]
         except Exception as exc:  # requests' ConnectionError etc.: one error type for the orchestrator
@@ -177,15 +188,28 @@ class EnvActor:
         return Rollout(self.env_name, problem_id, f"{self.env_name}-{uuid.uuid4().hex}", turns, metadata)
 
     def _rlla_group(self, row: Dict[str, Any], seed: int) -> List[Rollout]:
-        from verl.utils.reward_score.rlla import compute_score
+        from verl.workers.reward_manager.completions import score_completions
 
-        prompt_ids = template_ids(self.tokenizer, row["messages"], add_generation_prompt=True)
+        prompt_ids = list(row["prompt_ids"])
         answer = self._complete(prompt_ids, n=self.group_size)
         version = int(answer["policy_version"])
+        choices = answer["choices"]
+        size = len(choices)
+        scored = score_completions(
+            self.reward,
+            [prompt_ids] * size,
+            [choice["token_ids"] for choice in choices],
+            {
+                "reward_model": [row["reward_model"]] * size,
+                self.reward.reward_fn_key: [row["data_source"]] * size,
+                "extra_info": [row["extra_info"]] * size,
+            },
+            step=version + 1,
+            pad_token_id=int(self.tokenizer.pad_token_id or 0),
+        )
         rollouts = []
-        for choice in answer["choices"]:
+        for i, choice in enumerate(choices):
             text = self.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
-            score, fmt, correct, _ = compute_score(text, row["ground_truth"], step=0, wrapper="none")
             now = time.time()
             turns = [
                 Turn("<prompt>", "user", prompt_ids, timestamp=now),
@@ -194,7 +218,7 @@ class EnvActor:
                     "assistant",
                     choice["token_ids"],
                     choice["logprobs"]["token_logprobs"],
-                    reward=score,
+                    reward=scored.scores[i],
                     inference_metadata={"finish_reason": choice["finish_reason"]},
                     timestamp=now,
                 ),
@@ -206,7 +230,9 @@ class EnvActor:
                     [version],
                     choice["finish_reason"] == "length",
                     done=True,
-                    rewards={"format": fmt, "correctness": correct},
+                    rewards={k: v[i] for k, v in scored.components.items()},
+                    reward_valid=scored.valid[i],
+                    reward_error=scored.errors[i],
                 )
             )
         return rollouts

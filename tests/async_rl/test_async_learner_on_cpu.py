@@ -158,7 +158,7 @@ def test_rows_padding_and_segments(make_rollout, tmp_path):
         ("algorithm.adv_estimator=gae", "critic values"),
         ("algorithm.adv_estimator=remax", "greedy baseline"),
         ("router.enable=true", "router.enable"),
-        ("custom_reward_function.path=/nonexistent.py", "custom_reward_function.path"),
+        ("reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.enable"),
     ],
 )
 def test_keys_the_async_schedule_cannot_mean_are_refused(tmp_path, key, message):
@@ -166,3 +166,36 @@ def test_keys_the_async_schedule_cannot_mean_are_refused(tmp_path, key, message)
 
     with pytest.raises(ConfigError, match=message):
         learner_config(tmp_path, [key])
+
+
+def test_overlong_shaping_and_truncation_mask_act_on_the_rows(make_rollout, tmp_path):
+    """DAPO in the async learner, as main_ppo's: completions of 2, 3 and 4 tokens under L_max = max_tokens = 4 and
+    a 2-token buffer are penalised 0, -0.5 and -1 on their last token; the one that stopped at the limit (truncated)
+    is masked out of the loss. Both refused with a multi-turn env, the buffer longer than L_max refused."""
+    from verl.trainer.config_utils import ConfigError
+
+    rlla = ["~async.envs.line_world", "+async.envs.rlla={kind: rlla, fraction: 1.0}", "async.inference.max_tokens=4"]
+    dapo = ["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=2"]
+    learner = Learner(learner_config(tmp_path, rlla + dapo + ["actor_rollout_ref.actor.mask_truncated=true"]))
+    buffer = ReplayBuffer("rlla", tmp_path / "replay", max_age=0, min_group_size=3)
+    rollouts = [make_rollout(env="rlla", problem_id="p", gen=n, reward=1.0, truncated=n == 4) for n in (2, 3, 4)]
+    buffer.add_many(rollouts)
+    made = Batcher(10_000, {"rlla": 1.0}, 64, spillover="fill").make_batch({"rlla": buffer})
+    assert made.segment_truncated() == [False, False, True]
+    seen = {}
+    update = learner.worker_group.update_actor
+    learner.worker_group.update_actor = lambda batch: seen.setdefault("batch", batch) and update(batch)
+    stats = learner.step(made.example, made.segment_groups(), made.segment_valid(), made.segment_truncated())
+    assert stats["response/overlong_penalty/mean"] == pytest.approx(-0.5)
+    assert stats["response/truncated_frac"] == pytest.approx(1 / 3)
+    batch = seen["batch"]
+    assert batch.batch["token_level_scores"].sum(-1).tolist() == pytest.approx([1.0, 0.5, 0.0])
+    assert batch.batch["response_mask"].sum(-1).tolist() == [2, 3, 0]  # the truncated completion: no gradient
+    for overrides, message in (
+        (dapo, "overlong_buffer.enable=true: main_async applies it to the single-turn rlla envs"),
+        (["actor_rollout_ref.actor.mask_truncated=true"], "mask_truncated=true: main_async applies it"),
+        (rlla + ["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=5"],
+         r"overlong_buffer.len=5: expected 1..async.inference.max_tokens \(4\)"),
+    ):  # fmt: skip
+        with pytest.raises(ConfigError, match=message):
+            learner_config(tmp_path, overrides)

@@ -64,10 +64,9 @@ def async_config(tmp_path, data_dir=None, extra=()):
 
 
 def test_two_envs_train_and_broadcast(ray_session, tmp_path, short_rlla):
-    from agent_system.environments.env_actor import make_env_actor
-    from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.main_async import build_orchestrator
 
-    orch = Orchestrator(async_config(tmp_path, short_rlla), make_env_actor=make_env_actor)
+    orch = build_orchestrator(async_config(tmp_path, short_rlla))
     try:
         records = orch.run(2, timeout_s=240)
         assert [r["policy_version"] for r in records] == [1.0, 2.0]
@@ -107,11 +106,10 @@ def _trained_uids(log_path, version):
 
 
 def test_killed_env_actor_and_server_are_restarted(ray_session, tmp_path):
-    from agent_system.environments.env_actor import make_env_actor
-    from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.main_async import build_orchestrator
 
     ray = ray_session
-    orch = Orchestrator(async_config(tmp_path), make_env_actor=make_env_actor)
+    orch = build_orchestrator(async_config(tmp_path))
     try:
         orch.run(1, timeout_s=120)
         ray.kill(orch.env_actors[("line_world", 0)])
@@ -138,12 +136,11 @@ def _fill_buffers(ray, orch, timeout_s: float = 120.0) -> None:
 
 
 def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
-    from agent_system.environments.env_actor import make_env_actor
-    from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.main_async import build_orchestrator
 
     ray = ray_session
     config = async_config(tmp_path, extra=["async.replay.max_age=2"])
-    orch = Orchestrator(config, make_env_actor=make_env_actor)
+    orch = build_orchestrator(config)
     try:
         orch.run(2, timeout_s=120)
         ray.kill(orch.learner)
@@ -154,7 +151,7 @@ def test_killed_learner_resumes_and_replay_logs_reload(ray_session, tmp_path):
         orch.shutdown()
 
     # a new driver resumes from the last checkpoint (version 3) and reloads the replay logs
-    orch = Orchestrator(config, make_env_actor=make_env_actor)
+    orch = build_orchestrator(config)
     try:
         assert orch.version == 3
         for buffer in orch.buffers.values():
@@ -210,3 +207,51 @@ def test_main_async_entry_runs_validates_and_resumes(ray_session, tmp_path, smal
 
     record = OmegaConf.to_container(OmegaConf.load(tmp_path / "run" / "config.yaml"))
     assert record["reward_switches_on"] == [] and record["trainer"]["total_training_steps"] == 2
+
+
+def test_rlla_run_with_kl_loss_warmup_reinforce_plus_plus_and_a_reward_file(ray_session, tmp_path, short_rlla):
+    """main_async with main_ppo's keys: rows from data.train_files, data.train_batch_size problems per batch, the KL
+    loss, a linear warm-up, REINFORCE++, and a reward file scored in the reward API's process sandbox inside the env
+    actor. It trains: the warm-up's lr per step, the KL term once the policy moved, every reward the file's."""
+    from verl.trainer.main_async import run_async
+
+    reward = tmp_path / "reward.py"
+    reward.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info):\n"
+        "    return float(len(solution_str) % 5)\n"
+    )
+    extra = [
+        "~async.envs.line_world",
+        "+async.envs.rlla={kind: rlla, fraction: 1.0, group_size: 2}",
+        f"data.train_files={short_rlla}/train.parquet",
+        "data.max_prompt_length=1024",
+        "data.train_batch_size=2",
+        "async.batcher.total_token_budget=4096",  # a ceiling above 2 groups of ~500-token rollouts
+        "async.batcher.max_seq_len=1024",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=1",
+        "algorithm.adv_estimator=reinforce_plus_plus",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.kl_loss_coef=0.1",
+        "actor_rollout_ref.actor.optim.lr_warmup_steps=2",
+        f"custom_reward_function.path={reward}",
+        "trainer.total_training_steps=3",
+        "trainer.save_freq=5",
+        "trainer.logger=[console]",
+        f"trainer.run_dir={tmp_path}/run",
+    ]
+    records = run_async(async_config(tmp_path, extra=extra))
+    assert [r["policy_version"] for r in records] == [1.0, 2.0, 3.0]
+    assert [r["actor/lr"] for r in records] == pytest.approx([0.0, 0.5e-3, 1e-3])  # lr 1e-3 warmed up over 2 steps
+    assert records[0]["actor/kl_loss"] == pytest.approx(0.0, abs=1e-6)  # the policy is still the reference
+    assert records[2]["actor/kl_loss"] > 0  # step 2 moved it
+    assert all(r["batches/rollouts"] == 4.0 for r in records)  # 2 problems x group_size 2
+    rollouts = [
+        json.loads(line)["rollout"]
+        for path in (tmp_path / "ckpt" / "replay").glob("*.jsonl")
+        for line in open(path)
+        if json.loads(line)["type"] == "rollout"
+    ]
+    assert rollouts
+    for rollout in rollouts:
+        answer = rollout["turns"][-1]
+        assert answer["reward"] == float(len(answer["message"]) % 5) and rollout["metadata"]["reward_valid"]

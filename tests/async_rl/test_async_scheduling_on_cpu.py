@@ -37,7 +37,7 @@ class _EnvActor:
 
 def _bare(**attrs) -> Orchestrator:
     orch = object.__new__(Orchestrator)  # the scheduling methods only, without starting any component
-    orch.__dict__.update(attrs)
+    orch.__dict__.update({"_filter": Counter(), **attrs})
     return orch
 
 
@@ -127,7 +127,8 @@ def _finished_step(monkeypatch, version, save_freq=-1, test_freq=-1, total_steps
         save_checkpoint=_Method(log, "save_checkpoint", "ckpt"),
         step=_Method(log, "step", {"learner/policy_version": float(version + 1)}),
     )
-    batch = SimpleNamespace(metrics={"batches/tokens": 7.0}, layout=[1, 2, 3], example="example", segment_groups=list)
+    flags = dict(segment_groups=list, segment_valid=list, segment_truncated=list)
+    batch = SimpleNamespace(metrics={"batches/tokens": 7.0}, layout=[1, 2, 3], example="example", **flags)
     sent = []
 
     def broadcast(servers, weights, v):
@@ -190,7 +191,7 @@ def test_run_leaves_no_step_in_flight_and_restarts_servers_with_the_finished_wei
     orch, log, sent = _finished_step(monkeypatch, version=1)
     versions = iter(range(1, 10))
     orch.learner.step = _Method(
-        log, "step", lambda example, segments: {"learner/policy_version": float(next(versions))}
+        log, "step", lambda example, segments, *flags: {"learner/policy_version": float(next(versions))}
     )
     orch.learner.weights = _Method(log, "weights", lambda: {"w": orch.version})
     orch._learner_ref, orch._pending_batch, orch.version = None, None, 0
@@ -256,19 +257,27 @@ def test_replicas_draw_interleaved_problems(monkeypatch):
 
     monkeypatch.setattr(ray, "kill", lambda *args, **kwargs: None)
     calls = []
+    rewards = object()
     orch = _bare(
-        envs={"rlla": {"seed": 0, "replicas": 4, "group_size": 4, "max_turns": 1}},
+        envs={"rlla": {"kind": "rlla", "seed": 0, "replicas": 4, "group_size": 4, "max_turns": 1}},
         env_actors={},
         restarts=Counter(),
         urls={0: "http://server"},
         model_path="tiny",
         a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8)),
-        config=SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0))),
+        config=SimpleNamespace(
+            actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0)),
+            data=SimpleNamespace(shuffle=True, seed=7),
+        ),
         make_env_actor=lambda *args, **kwargs: calls.append(kwargs) or object(),
+        make_reward_manager=rewards,
+        _rows={"rlla": "rows-ref"},
     )
     for replica in range(4):
         orch._start_env_actor("rlla", replica)
     assert [(c["seed"], c["seed_stride"]) for c in calls] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    # every replica gets the env's rows, the reward manager and data.shuffle's order from data.seed
+    assert all(c["rows"] == "rows-ref" and c["reward_manager"] is rewards and c["shuffle_seed"] == 7 for c in calls)
     rows = [(c["seed"] + k * c["seed_stride"]) % 32 for c in calls for k in range(3)]
     assert len(set(rows)) == 12
     orch.restarts["env/rlla/1"] += 1

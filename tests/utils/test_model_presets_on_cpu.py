@@ -51,9 +51,10 @@ def test_unknown_names_pass_through(tmp_path, monkeypatch):
 
 def test_tiny_sft_missing_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("TOOLRL_CACHE", str(tmp_path))
-    with pytest.raises(FileNotFoundError, match="python -m verl.trainer.sft_presets"):
-        model_presets.prepare_model("tiny-sft")
-    with pytest.raises(FileNotFoundError, match="SFT_PRESET=smollm2-135m-sft python -m verl.trainer.sft_presets"):
+    # a user's error (main_ppo / main_async print it as one `error:` line), naming the key
+    with pytest.raises(model_presets.ModelPathError, match="model.path=tiny-sft: preset not built yet.*sft_presets"):
+        model_presets.prepare_model("tiny-sft", key="model.path")
+    with pytest.raises(model_presets.ModelPathError, match="SFT_PRESET=smollm2-135m-sft python -m verl.trainer"):
         model_presets.prepare_model("smollm2-135m-sft")
 
 

@@ -140,11 +140,10 @@ def test_async_run_through_vllm_server(ray_session, tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "async_rl"))
     from test_async_orchestrator_on_cpu import async_config
 
-    from agent_system.environments.env_actor import make_env_actor
-    from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.main_async import build_orchestrator
 
     config = async_config(tmp_path, extra=["async.inference.backend=vllm", "async.inference.vllm.max_model_len=512"])
-    orch = Orchestrator(config, make_env_actor=make_env_actor)
+    orch = build_orchestrator(config)
     try:
         records = orch.run(2, timeout_s=300)
         assert [r["policy_version"] for r in records] == [1.0, 2.0]

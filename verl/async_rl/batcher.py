@@ -87,6 +87,16 @@ class Batch:
             if r.rollout_uid in where
         ]
 
+    def segment_valid(self) -> List[bool]:
+        """``Rollout.reward_valid`` per packed rollout, aligned with :meth:`segment_groups`."""
+        packed = {uid for _row, _seg, uid in self.layout}
+        return [r.reward_valid for g in self.groups for r in g.rollouts if r.rollout_uid in packed]
+
+    def segment_truncated(self) -> List[bool]:
+        """``Rollout.truncated`` per packed rollout, aligned with :meth:`segment_groups`."""
+        packed = {uid for _row, _seg, uid in self.layout}
+        return [r.truncated for g in self.groups for r in g.rollouts if r.rollout_uid in packed]
+
 
 def segment_attention_mask(segment_ids: torch.Tensor, pad_self: bool = True) -> torch.Tensor:
     """Block-diagonal causal mask of packed rows: ``mask[b, i, j]`` is True iff position ``i`` may attend to ``j``,

@@ -89,8 +89,6 @@ class AsyncConfig:
 
 # keys of main_ppo's launch path that the async mode has no step for: refused when set
 ASYNC_IGNORES = (
-    "reward_model.switches",
-    "trainer.build_sft_preset",
     "trainer.plot_on_finish",
     "trainer.deterministic",
     "router.irrelevance_fraction",
@@ -134,10 +132,11 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     for key in ASYNC_IGNORES:  # the synchronous trainer's launch keys (docs/recipes.md) that main_async does not run
         if OmegaConf.select(typed, key) != OmegaConf.select(defaults, key):
             raise ConfigError(
-                f"{key}={OmegaConf.select(typed, key)}: the async mode does not read it (its "
-                f"environments score with their own reward, and it builds no SFT preset, irrelevance "
-                f"rows, plots or deterministic kernels); leave it at {OmegaConf.select(defaults, key)}"
+                f"{key}={OmegaConf.select(typed, key)}: the async mode does not read it (it builds no "
+                f"irrelevance rows, plots or deterministic kernels); leave it at "
+                f"{OmegaConf.select(defaults, key)}"
             )
+    _check_data_and_reward(typed, async_defaults())
     if typed.data.tool_format != "toolrl":
         raise ConfigError(
             f"data.tool_format={typed.data.tool_format!r}: the async mode's environments score ToolRL's format only"
@@ -183,6 +182,113 @@ def typed_async_config(config: DictConfig) -> DictConfig:
     return typed
 
 
+# the data keys only the rlla envs read (their rows: verl/async_rl/prompts.py, agent_system's env actor)
+RLLA_DATA_KEYS = ("data.train_files", "data.max_samples", "data.shuffle", "data.seed")
+
+
+def _check_data_and_reward(typed: DictConfig, defaults: DictConfig) -> None:
+    """``data.*`` and reward keys with ``main_ppo``'s meaning, or refused where nothing in this run reads them.
+
+    * ``data.train_batch_size`` (prompts per step) is ``async.batcher.max_groups`` (problems per batch) when set
+      (other than its default); both set to different values is refused; ``ppo_mini_batch_size`` must not exceed it.
+    * ``data.train_files`` / ``max_samples`` / ``shuffle`` / ``seed`` are read by the ``rlla`` envs without a
+      ``data_file`` (``train_files``) and without ``max_rows`` (``max_samples``): set with no such env, refused.
+    * ``custom_reward_function`` scores the ``rlla`` envs and validation; a ``text_env`` scores with its
+      environment's step rewards, so a reward function with a ``text_env`` in ``async.envs`` is refused.
+    * DAPO's ``reward_model.overlong_buffer`` and ``actor.mask_truncated`` act on single-turn completions (``L_max``
+      = ``async.inference.max_tokens``, the buffer's ``len`` at most that), and its dynamic sampling
+      (``algorithm.filter_groups``, ``main_ppo``'s checks plus a batch size in problems for its bound) on RLLA groups:
+      refused with a ``text_env``, as in ``main_ppo``'s agent mode.
+
+    Raises ConfigError (the key named).
+    """
+    from verl.trainer.config_utils import ConfigError
+    from verl.trainer.unsupported_config_checks import uses_reward_api
+
+    envs = typed["async"].envs
+    n = int(typed.actor_rollout_ref.rollout.n)
+    if n < 1:
+        raise ConfigError(f"actor_rollout_ref.rollout.n must be >= 1, got {n} (rollouts per problem)")
+    for name, spec in envs.items():
+        if spec.group_size is not None and int(spec.group_size) < 1:
+            raise ConfigError(f"async.envs.{name}.group_size must be >= 1 or null (rollout.n), got {spec.group_size}")
+    rlla = [name for name, spec in envs.items() if spec.kind == "rlla"]
+    readers = {
+        "data.train_files": [n for n in rlla if not envs[n].data_file],
+        "data.max_samples": [n for n in rlla if envs[n].max_rows is None],
+        "data.shuffle": rlla,
+        "data.seed": rlla,
+    }
+    for key in RLLA_DATA_KEYS:
+        value = OmegaConf.select(typed, key)
+        if value != OmegaConf.select(defaults, key) and not readers[key]:
+            raise ConfigError(
+                f"{key}={value}: main_async reads it for the envs of kind rlla (train_files: those with "
+                f"data_file null, max_samples: with max_rows null), and async.envs {sorted(envs)} has none; "
+                f"leave it at {OmegaConf.select(defaults, key)}"
+            )
+    batch = int(typed.data.train_batch_size)
+    if batch != int(defaults.data.train_batch_size):
+        groups = typed["async"].batcher.max_groups
+        if batch < 1:
+            raise ConfigError(f"data.train_batch_size={batch}: expected >= 1 (problems per learner batch)")
+        if groups is not None and int(groups) != batch:
+            raise ConfigError(
+                f"data.train_batch_size={batch} and async.batcher.max_groups={groups}: both size a batch in "
+                "problems (groups); set one"
+            )
+        mini = int(typed.actor_rollout_ref.actor.ppo_mini_batch_size)
+        if mini > batch:
+            raise ConfigError(
+                f"actor_rollout_ref.actor.ppo_mini_batch_size ({mini}) must not exceed data.train_batch_size ({batch})"
+            )
+        with open_dict(typed):
+            typed["async"].batcher.max_groups = batch
+    text_envs = [name for name, spec in envs.items() if spec.kind != "rlla"]
+    overlong = typed.reward_model.overlong_buffer
+    shaping = [
+        key
+        for key, on in (
+            ("reward_model.overlong_buffer.enable", overlong.enable),
+            ("actor_rollout_ref.actor.mask_truncated", typed.actor_rollout_ref.actor.mask_truncated),
+        )
+        if on
+    ]
+    fg = typed.algorithm.filter_groups
+    if fg.enable:
+        from verl.trainer.config_utils import validate_filter_groups
+
+        validate_filter_groups(typed)  # main_ppo's checks: a group-relative estimator, the metric, the bound
+        if text_envs:
+            shaping.insert(0, "algorithm.filter_groups.enable")
+        small = {n: spec.group_size for n, spec in envs.items() if spec.group_size is not None and spec.group_size < 2}
+        if small:
+            raise ConfigError(f"algorithm.filter_groups.enable=true: groups of one have no variance ({small})")
+        if int(fg.max_num_gen_batches) > 0 and typed["async"].batcher.max_groups is None:
+            raise ConfigError(
+                f"algorithm.filter_groups.max_num_gen_batches={fg.max_num_gen_batches} bounds the groups generated "
+                "per step by that many batches of data.train_batch_size problems: set data.train_batch_size (or "
+                "async.batcher.max_groups), or max_num_gen_batches=0 (no bound)"
+            )
+    if shaping and text_envs:
+        raise ConfigError(
+            f"{shaping[0]}=true: main_async applies it to the single-turn rlla envs; async.envs {text_envs} are "
+            "multi-turn, where main_ppo's agent mode does not take it either"
+        )
+    limit = int(typed["async"].inference.max_tokens)
+    if overlong.enable and not 1 <= int(overlong.len) <= limit:
+        raise ConfigError(
+            f"reward_model.overlong_buffer.len={overlong.len}: expected 1..async.inference.max_tokens ({limit}), "
+            "the completion length limit L_max of main_async"
+        )
+    if uses_reward_api(typed) and text_envs:
+        raise ConfigError(
+            f"custom_reward_function scores the rlla envs and validation; async.envs {text_envs} "
+            "score with their environment's step rewards. Train them with python -m verl.trainer.main_ppo "
+            "env.env_name=... (whose agent mode scores whole trajectories with it), or drop them here"
+        )
+
+
 def _check_estimator(name: str) -> None:
     """Refuse an ``algorithm.adv_estimator`` the async learner's batches cannot feed: one that reads critic values
     (no critic), a greedy baseline rollout (ReMax) or per-step batch fields (GiGPO's anchors, RLVCR's levels), from
@@ -223,6 +329,7 @@ def async_defaults() -> DictConfig:
 
 __all__ = [
     "ASYNC_IGNORES",
+    "RLLA_DATA_KEYS",
     "AsyncBatcherConfig",
     "AsyncConfig",
     "AsyncEnvSpec",

@@ -42,6 +42,7 @@ from omegaconf import DictConfig, OmegaConf
 from verl.async_rl.types import RlExample
 from verl.protocol import DataProto
 from verl.trainer.ppo.metric_utils import reduce_metrics
+from verl.trainer.ppo.overlong import apply_overlong_shaping
 from verl.trainer.ppo.update_inputs import prepare_update
 from verl.utils import checkpoint_manifest as manifest
 from verl.utils.torch_functional import masked_mean
@@ -53,7 +54,13 @@ __all__ = ["Learner", "WeightBroadcaster", "example_to_batch", "make_learner_act
 _STATE_FILE = "learner_state.json"
 
 
-def example_to_batch(example: RlExample, segments: Sequence[Tuple[int, int, str]], pad_token_id: int) -> DataProto:
+def example_to_batch(
+    example: RlExample,
+    segments: Sequence[Tuple[int, int, str]],
+    pad_token_id: int,
+    valid: Optional[Sequence[bool]] = None,
+    truncated: Optional[Sequence[bool]] = None,
+) -> DataProto:
     """The packed segments of ``example`` as the synchronous trainer's rows.
 
     Args:
@@ -61,16 +68,23 @@ def example_to_batch(example: RlExample, segments: Sequence[Tuple[int, int, str]
         segments: ``(row, segment_id, group uid)`` per rollout to train on (``Batch.segment_groups``), in row order
             of the result.
         pad_token_id: the tokenizer's padding id.
+        valid: per segment, whether the reward scored it (``Batch.segment_valid``); None: all did.
+        truncated: per segment, whether a completion stopped at the length limit (``Batch.segment_truncated``);
+            None: none did.
     Returns: a ``DataProto`` of ``S`` rows (segments without a generated token are left out): ``prompts`` [S, P]
         (left-padded), ``responses`` [S, R] (right-padded), ``input_ids`` / ``attention_mask`` / ``position_ids``
         [S, P + R] int64, ``response_mask`` [S, R] int64 (1 on generated tokens: 0 on observation tokens and padding),
         ``rollout_log_probs`` [S, R] float32 (the inference server's), ``token_level_scores`` [S, R] float32 (the
-        reward on the last generated token); non-tensor ``uid`` (the group). The prompt of a segment is everything
-        before its first generated token.
-    Raises ValueError: no segment has a generated token.
+        reward on the last generated token); non-tensor ``uid`` (the group), ``reward_valid`` (bool: rows the reward
+        could not score are left out of the advantage, as in the synchronous trainer) and ``truncated`` (bool). The
+        prompt of a segment is everything before its first generated token.
+    Raises ValueError: no segment has a generated token; ``valid`` or ``truncated`` and ``segments`` differ in length.
     """
-    prompts, responses, masks, logps, scores, uids = [], [], [], [], [], []
-    for row, seg, uid in segments:
+    for name, flags in (("validity", valid), ("truncation", truncated)):
+        if flags is not None and len(flags) != len(segments):
+            raise ValueError(f"example_to_batch: {len(flags)} {name} flags for {len(segments)} segments")
+    prompts, responses, masks, logps, scores, uids, keep, cut = [], [], [], [], [], [], [], []
+    for i_seg, (row, seg, uid) in enumerate(segments):
         where = torch.nonzero(example.segment_ids[row] == seg).flatten()
         start, end = int(where[0]), int(where[-1]) + 1
         generated = torch.nonzero(example.loss_mask[row, start:end]).flatten()
@@ -83,6 +97,8 @@ def example_to_batch(example: RlExample, segments: Sequence[Tuple[int, int, str]
         logps.append(example.policy_logprobs[row, first:end])
         scores.append(example.scores[row, first:end])
         uids.append(uid)
+        keep.append(True if valid is None else bool(valid[i_seg]))
+        cut.append(False if truncated is None else bool(truncated[i_seg]))
     if not uids:
         raise ValueError("the batch has no generated token to train on")
     size, width_p, width_r = len(uids), max(map(len, prompts)), max(map(len, responses))
@@ -108,12 +124,18 @@ def example_to_batch(example: RlExample, segments: Sequence[Tuple[int, int, str]
         attention_mask=attention,
         position_ids=position_ids,
     )
-    return DataProto.from_dict(tensors, non_tensors={"uid": np.array(uids, dtype=object)})
+    non_tensors = {
+        "uid": np.array(uids, dtype=object),
+        "reward_valid": np.array(keep, dtype=bool),
+        "truncated": np.array(cut, dtype=bool),
+    }
+    return DataProto.from_dict(tensors, non_tensors=non_tensors)
 
 
 def pad_to_multiple(batch: DataProto, multiple: int) -> Tuple[DataProto, int]:
     """Append inert rows until ``len(batch) % multiple == 0``: copies of row 0 with an empty response
-    (``attention_mask`` and ``response_mask`` 0 over it, scores and rollout log-probs 0), each its own ``uid``.
+    (``attention_mask`` and ``response_mask`` 0 over it, scores and rollout log-probs 0), each its own ``uid``, with
+    ``reward_valid`` True and ``truncated`` False (when the batch has those columns).
 
     Returns: ``(batch, rows added)``.
     """
@@ -126,8 +148,11 @@ def pad_to_multiple(batch: DataProto, multiple: int) -> Tuple[DataProto, int]:
     tensors["attention_mask"][:, -width_r:] = 0
     for key in ("response_mask", "token_level_scores", "rollout_log_probs"):
         tensors[key].zero_()
-    uids = np.array([f"pad-{i}" for i in range(missing)], dtype=object)
-    return DataProto.concat([batch, DataProto.from_dict(tensors, non_tensors={"uid": uids})]), missing
+    non_tensors = {"uid": np.array([f"pad-{i}" for i in range(missing)], dtype=object)}
+    for key, value in (("reward_valid", True), ("truncated", False)):
+        if key in batch.non_tensor_batch:
+            non_tensors[key] = np.full(missing, value, dtype=bool)
+    return DataProto.concat([batch, DataProto.from_dict(tensors, non_tensors=non_tensors)]), missing
 
 
 class Learner:
@@ -167,15 +192,26 @@ class Learner:
         self.worker_group.init_model()
         worker = self.worker_group.worker
         self.pad_token_id = int(worker.tokenizer.pad_token_id or 0)
+        self.eos_token_id = worker.tokenizer.eos_token_id
+        self.max_tokens = int(cfg["async"].inference.max_tokens) if "async" in cfg else None  # L_max of a completion
         self.mini_batch_rows = int(worker.config.actor.ppo_mini_batch_size)  # prompts × rollout.n (the worker's)
         self.version = 0
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
 
     # ------------------------------------------------------------------------------------------------ step
-    def step(self, example: RlExample, segments: Sequence[Tuple[int, int, str]]) -> Dict[str, float]:
+    def step(
+        self,
+        example: RlExample,
+        segments: Sequence[Tuple[int, int, str]],
+        valid: Optional[Sequence[bool]] = None,
+        truncated: Optional[Sequence[bool]] = None,
+    ) -> Dict[str, float]:
         """One synchronous-trainer update on the packed batch (module docstring); bumps :attr:`version` by one.
 
-        Args: ``example`` and ``segments`` as :func:`example_to_batch` takes them.
+        Args: ``example``, ``segments``, ``valid`` and ``truncated`` as :func:`example_to_batch` takes them. Before
+        the update, DAPO's overlong shaping (``reward_model.overlong_buffer``, with ``L_max`` =
+        ``async.inference.max_tokens``) and ``actor.mask_truncated`` act on the rows as in ``main_ppo``
+        (``verl.trainer.ppo.overlong``).
         Returns metrics: the synchronous trainer's (``actor/*``, ``rollout_corr/*``, the estimator's and the KL
         penalty's), ``learner/logprob_gap`` (mean of inference − learner log-prob over the response tokens, before the
         update), ``learner/logprob_abs_gap``, ``learner/rows``, ``learner/pad_rows``, ``learner/tokens``,
@@ -186,11 +222,17 @@ class Learner:
         from verl.trainer.ppo.run_guard import non_finite_rows
 
         start = time.perf_counter()
-        batch = example_to_batch(example, segments, self.pad_token_id)
+        batch = example_to_batch(example, segments, self.pad_token_id, valid, truncated)
+        metrics: Dict[str, float] = apply_overlong_shaping(  # DAPO's, when on: after the reward, as in main_ppo
+            batch,
+            self.config,
+            self.eos_token_id,
+            max_length=self.max_tokens,
+            truncated=torch.as_tensor(batch.non_tensor_batch["truncated"]),
+        )
         rows = len(batch)
         batch, pads = pad_to_multiple(batch, self.mini_batch_rows) if rows > self.mini_batch_rows else (batch, 0)
         batch.meta_info["ppo_mini_batch_size"] = min(rows, self.mini_batch_rows)
-        metrics: Dict[str, float] = {}
         timing: Dict[str, float] = {}
 
         @contextmanager

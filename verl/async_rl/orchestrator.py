@@ -61,19 +61,29 @@ class Orchestrator:
     Args: ``config``; ``tracker``: an object with ``log(dict, step)`` (e.g. ``verl.utils.tracking.Tracking``), or
     None (metrics are only returned by :meth:`run`); ``make_env_actor``: starts one environment actor,
     ``make_env_actor(name, spec, server_url, model_path, group_size=, max_tokens=, temperature=, max_turns=, seed=,
-    seed_stride=)`` -> a Ray actor handle whose ``run_group()`` returns a group as ``Rollout.to_dict()`` dicts (the
-    composition layer passes ``agent_system.environments.env_actor.make_env_actor``: the async core does not import the
-    environments). Requires ``ray.init`` to have been called.
+    seed_stride=, reward_manager=)`` -> a Ray actor handle whose ``run_group()`` returns a group as ``Rollout.to_dict()``
+    dicts (the composition layer passes ``agent_system.environments.env_actor.make_env_actor``: the async core does not
+    import the environments); ``make_reward_manager``: ``make_reward_manager(tokenizer, validation=False)`` builds the
+    synchronous trainer's reward manager (training, or validation with ``reward_model.num_examine``), handed to the
+    ``rlla`` env actors and the validator (the composition layer passes ``verl.trainer.main_async.make_reward_manager``
+    bound to the config; it must pickle). Requires ``ray.init`` to have been called.
 
-    Raises TypeError: no ``make_env_actor``. KeyError: no ``async`` section or no env in ``async.envs``. ValueError:
+    Raises TypeError: no ``make_env_actor``, or no ``make_reward_manager`` while an ``rlla`` env or validation needs
+    one. KeyError: no ``async`` section or no env in ``async.envs``. ValueError:
     an unknown ``async.inference.backend``, ``async.max_buffer_rollouts`` < 1, bad batcher / buffer settings (from
     :class:`Batcher` / :class:`ReplayBuffer`).
     """
 
-    def __init__(self, config: DictConfig, tracker: Any = None, make_env_actor: Optional[Callable[..., Any]] = None):
+    def __init__(
+        self,
+        config: DictConfig,
+        tracker: Any = None,
+        make_env_actor: Optional[Callable[..., Any]] = None,
+        make_reward_manager: Optional[Callable[..., Any]] = None,
+    ):
         if make_env_actor is None:
             raise TypeError("Orchestrator needs make_env_actor (agent_system.environments.env_actor.make_env_actor)")
-        self.make_env_actor = make_env_actor
+        self.make_env_actor, self.make_reward_manager = make_env_actor, make_reward_manager
         config = typed_async_config(config)  # verl/async_rl/config.py: every value checked, attributes from here on
         a = config["async"]
         if not a.envs:
@@ -110,6 +120,7 @@ class Orchestrator:
         self.broadcaster = WeightBroadcaster(float(a.broadcast_timeout_s))
         self.restarts: Counter = Counter()
         self.counts: Counter = Counter()
+        self._filter: Counter = Counter()  # dynamic sampling since the last batch: groups generated, kept, filled
         self._epoch = 0  # bumped by a learner restart; in-flight groups of an older epoch are dropped
         self._inflight: Dict[Any, Tuple[str, int, int]] = {}  # ref -> (env, replica, epoch)
         self._learner_ref = None
@@ -117,6 +128,12 @@ class Orchestrator:
         self._weights_ref = None  # the finished version's weights, asked for before the next step was submitted
         trainer = config.trainer
         self.test_freq, self.val_before_train = int(trainer.test_freq), bool(trainer.val_before_train)
+        scored = [n for n, spec in self.envs.items() if spec["kind"] == "rlla"]
+        if make_reward_manager is None and (scored or self.test_freq > 0 or self.val_before_train):
+            raise TypeError(
+                f"Orchestrator needs make_reward_manager (verl.trainer.main_async.make_reward_manager) to score "
+                f"{'env(s) ' + str(scored) if scored else 'validation'}"
+            )
         self.total_steps = trainer.total_training_steps
         self.validator = None  # the synchronous trainer's validation keys, on the servers (verl/async_rl/validation.py)
         self._validation_s = 0.0
@@ -125,7 +142,10 @@ class Orchestrator:
 
             from verl.async_rl.validation import AsyncValidator
 
-            self.validator = AsyncValidator.from_config(config, AutoTokenizer.from_pretrained(self.model_path))
+            tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+            reward = make_reward_manager(tokenizer, validation=True)
+            self.validator = AsyncValidator.from_config(config, tokenizer, reward)
+        self._rows = self._load_rows(scored)  # {env: ObjectRef of its prompt rows}, loaded once
         self._start_learner()
         log_dir = Path(a.replay.log_dir or Path(self.ckpt_dir) / "replay")
         self.buffers: Dict[str, ReplayBuffer] = {}
@@ -150,6 +170,27 @@ class Orchestrator:
                 self._start_env_actor(name, replica)
 
     # ------------------------------------------------------------------------------------------ components
+    def _load_rows(self, names: List[str]) -> Dict[str, Any]:
+        """The prompt rows of each ``rlla`` env (``verl.async_rl.prompts``: its ``data_file`` or ``data.train_files``,
+        its ``max_rows`` or ``data.max_samples``), in the object store. Raises what ``load_prompt_rows`` raises."""
+        if not names:
+            return {}
+        import ray
+        from transformers import AutoTokenizer
+
+        from verl.async_rl.prompts import load_prompt_rows, train_files
+
+        tokenizer = AutoTokenizer.from_pretrained(self.model_path)
+        rows = {}
+        for name in names:
+            spec = self.envs[name]
+            key = f"async.envs.{name}.data_file" if spec["data_file"] else "data.train_files"
+            limit = spec["max_rows"] if spec["max_rows"] is not None else self.config.data.max_samples
+            loaded = load_prompt_rows(self.config, train_files(self.config, spec["data_file"]), tokenizer, key, limit)
+            logger.info("env %s: %d prompt rows (%s)", name, len(loaded), key)
+            rows[name] = ray.put(loaded)
+        return rows
+
     def _start_learner(self) -> None:
         # the synchronous trainer's actor worker (verl/async_rl/learner.py), on the trainer's device
         self.learner = make_learner_actor(
@@ -225,7 +266,20 @@ class Orchestrator:
             max_turns=int(spec["max_turns"]),
             seed=seed,
             seed_stride=replicas,
+            **self._rlla_options(name),
         )
+
+    def _rlla_options(self, name: str) -> Dict[str, Any]:
+        """The keywords an ``rlla`` env actor takes (its rows, the reward manager, the row order of ``data.shuffle``
+        and ``data.seed``); none for a ``text_env``."""
+        if self.envs[name]["kind"] != "rlla":
+            return {}
+        data = self.config.data
+        return {
+            "rows": self._rows[name],
+            "reward_manager": self.make_reward_manager,
+            "shuffle_seed": int(data.seed) if data.shuffle else None,
+        }
 
     def _restart(self, kind: str) -> None:
         self.restarts[kind] += 1
@@ -312,9 +366,38 @@ class Orchestrator:
         if epoch != self._epoch:
             self.counts["dropped_after_learner_restart"] += len(dicts)
             return
-        results = self.buffers[name].add_many([Rollout.from_dict(d) for d in dicts], self.version)
+        rollouts = [Rollout.from_dict(d) for d in dicts]
         self.counts["rollouts_generated"] += len(dicts)
+        if not self._keep_group(rollouts):
+            return
+        results = self.buffers[name].add_many(rollouts, self.version)
         self.counts["rollouts_accepted"] += sum(bool(r) for r in results)
+
+    def _keep_group(self, rollouts: List[Rollout]) -> bool:
+        """DAPO's dynamic sampling (``algorithm.filter_groups``, ``verl/trainer/ppo/dynamic_sampling.py``) on one
+        arriving group: one whose valid rollouts all have the same ``metric`` (the reward, or a named component) is
+        dropped, unless ``max_num_gen_batches × max_groups`` groups already arrived since the last batch (then it is
+        kept, as ``main_ppo`` fills a batch with zero-variance groups once its bound is reached). Counts go to the next
+        batch's ``filter_groups/*`` metrics."""
+        fg = self.config.algorithm.filter_groups
+        if not fg.enable:
+            return True
+        import numpy as np
+
+        from verl.trainer.ppo.dynamic_sampling import varied_groups
+
+        metric = fg.metric or "score"
+        values = [r.reward if metric in ("score", "seq_reward") else r.rewards.get(metric, 0.0) for r in rollouts]
+        valid = [r.reward_valid for r in rollouts]
+        self._filter["generated"] += 1
+        if varied_groups(np.zeros(len(values)), np.asarray(values), np.asarray(valid)):
+            self._filter["kept"] += 1
+            return True
+        bound = int(fg.max_num_gen_batches) * int(self.a.batcher.max_groups or 0)
+        if bound and self._filter["generated"] > bound:
+            self._filter["filled"] += 1
+            return True
+        return False
 
     def _try_batch(self) -> None:
         try:
@@ -322,8 +405,20 @@ class Orchestrator:
         except BatchNotReady:
             return
         self._pending_batch = dict(batch.metrics)
+        if self._filter:  # dynamic sampling: the groups that arrived since the previous batch
+            seen = max(self._filter["generated"], 1)
+            self._pending_batch.update(
+                {
+                    "filter_groups/kept_group_frac": self._filter["kept"] / seen,
+                    "filter_groups/filled_groups": float(self._filter["filled"]),
+                    "filter_groups/generated_groups": float(self._filter["generated"]),
+                }
+            )
+            self._filter.clear()
         self._pending_batch["batches/rollouts"] = float(len(batch.layout))
-        self._learner_ref = self.learner.step.remote(batch.example, batch.segment_groups())
+        self._learner_ref = self.learner.step.remote(
+            batch.example, batch.segment_groups(), batch.segment_valid(), batch.segment_truncated()
+        )
 
     def _on_learner_result(self, t0: float, start_next: bool = True) -> Optional[Dict[str, float]]:
         """Finish one learner step: move the buffers to the new version, ask the learner for its weights (and a

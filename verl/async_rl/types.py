@@ -13,7 +13,10 @@ Conventions fixed here:
   user and tool turns are context only.
 * ``Rollout.metadata`` carries ``policy_version`` (required ``int``: the policy version that generated the rollout;
   ``docs/async.md``, section "Data types"), ``truncated`` (optional ``bool``, default False) and
-  ``rewards`` (optional ``dict[str, float]`` of named reward components, used only for metrics).
+  ``rewards`` (optional ``dict[str, float]`` of named reward components, used only for metrics), ``reward_valid``
+  (optional ``bool``, default True: False when the reward could not score the rollout, whose reward is then a
+  placeholder 0 that the learner leaves out of its group's advantage, as the synchronous trainer does) and
+  ``reward_error`` (the reason, a string).
 """
 
 from __future__ import annotations
@@ -166,6 +169,11 @@ class Rollout:
         sum is the return (undiscounted) that the learner's estimator (``algorithm.adv_estimator``) compares.
         """
         return float(sum(t.reward for t in self.turns if t.reward is not None))
+
+    @property
+    def reward_valid(self) -> bool:
+        """``metadata["reward_valid"]`` as a bool (True when absent): the reward scored this rollout."""
+        return bool(self.metadata.get("reward_valid", True))
 
     @property
     def rewards(self) -> Dict[str, float]:

@@ -5,11 +5,12 @@ Design: ``docs/async.md``, section "Validation". After the weights of policy ver
 orchestrator asks :class:`AsyncValidator` for one pass over the validation rows: each prompt (chat-templated as the
 RLLA env actor does, then cut to ``data.max_prompt_length`` by ``data.truncation`` / ``filter_overlong_prompts`` as
 the synchronous data loader does) goes to a server with ``max_tokens = data.max_response_length`` and the sampling of
-``rollout.val_kwargs`` (greedy unless ``do_sample``; ``n`` responses per prompt). Each decoded response is scored by
-``verl.utils.reward_score.default_compute_score`` with ``extra_info = {"step": v, "wrapper": "none"}`` (the text is
-the response alone, as the env actors score it), and the means per data source use the synchronous trainer's names
-(``val/test_score/<source>``, ``val/test_format/<source>``, ...; ``verl/trainer/ppo/validation.py``). A sample the
-reward cannot score is left out of the means and counted in ``val/reward_invalid_count``, as there.
+``rollout.val_kwargs`` (greedy unless ``do_sample``; ``n`` responses per prompt). The responses are scored by the
+synchronous trainer's validation reward manager (``reward_model.*``, ``custom_reward_function``, ``reward.*``;
+``verl.workers.reward_manager.completions.score_completions``) at step ``v``, and the means per data source use the
+synchronous trainer's names (``val/test_score/<source>``, ``val/test_format/<source>``, ...;
+``verl/trainer/ppo/validation.py``). A sample the reward cannot score is left out of the means and counted in
+``val/reward_invalid_count``, as there.
 """
 
 from __future__ import annotations
@@ -60,8 +61,11 @@ class AsyncValidator:
 
     Args:
         rows: dicts with ``index`` (the row's position in its file), ``data_source``, ``prompt_ids`` (the chat-templated
-            prompt, already cut to the prompt limit) and ``ground_truth`` (the row's ``reward_model.ground_truth``).
+            prompt, already cut to the prompt limit), ``reward_model`` (the row's dict, with ``ground_truth``) and
+            ``extra_info`` (a dict, may be empty).
         tokenizer: the policy's tokenizer (decodes the responses).
+        reward_manager: the validation reward manager (``RLLARewardManager`` or a subclass), which reads the data
+            source from ``reward_manager.reward_fn_key``.
         max_tokens: new tokens per response (``data.max_response_length``).
         temperature: 0 for greedy; ``n``: responses per prompt (``validation_sampling``).
         dump_dir: ``trainer.validation_data_dir``: each pass also writes ``<dump_dir>/<version>.jsonl`` (one line
@@ -76,6 +80,7 @@ class AsyncValidator:
         self,
         rows: Sequence[Mapping[str, Any]],
         tokenizer: Any,
+        reward_manager: Any,
         max_tokens: int,
         temperature: float = 0.0,
         n: int = 1,
@@ -85,27 +90,23 @@ class AsyncValidator:
         if not rows:
             raise ValueError("validation has no rows (data.val_files)")
         self.rows = [dict(r) for r in rows]
-        self.tokenizer, self.max_tokens = tokenizer, int(max_tokens)
+        self.tokenizer, self.reward, self.max_tokens = tokenizer, reward_manager, int(max_tokens)
         self.temperature, self.n = float(temperature), int(n)
         self.dump_dir, self.timeout_s = dump_dir, float(timeout_s)
         self._local = threading.local()
 
     @classmethod
-    def from_config(cls, config: Any, tokenizer: Any) -> "AsyncValidator":
+    def from_config(cls, config: Any, tokenizer: Any, reward_manager: Any) -> "AsyncValidator":
         """Rows and settings from the trainer config, loaded as the synchronous trainer loads its validation set
         (``RLHFDataset`` over ``data.val_files`` with the ``data`` section and ``val_max_samples``: the same prompt
         text, truncation, filtering and errors; null files are the RLLA validation split), plus
         ``data.max_response_length``, ``rollout.val_kwargs`` and ``trainer.validation_data_dir``.
 
-        Raises ValueError: a row whose ``data_source`` has no built-in reward (the file and row named: the async
-            mode scores with the RLLA reward) or bad ``val_kwargs`` (``validation_sampling``). DataCheckError: prompts
+        Raises ValueError: bad ``val_kwargs`` (``validation_sampling``). DataCheckError: prompts
             over ``data.max_prompt_length`` under ``data.truncation=error`` (``check_prompt_lengths``). And what
             ``RLHFDataset`` raises (missing file, malformed row, every row filtered).
         """
-        from omegaconf import OmegaConf
-
-        from verl.trainer.preflight import check_prompt_lengths
-        from verl.utils.dataset.rl_dataset import RLHFDataset
+        from verl.async_rl.prompts import load_prompt_rows
 
         sampling = validation_sampling(config.actor_rollout_ref.rollout.val_kwargs)
         files = config.data.val_files
@@ -113,29 +114,11 @@ class AsyncValidator:
             from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
 
             files = str(resolve_rlla_data_dir() / "test.parquet")
-        data_config = {**OmegaConf.to_container(config.data, resolve=True), "max_samples": config.data.val_max_samples}
-        dataset = RLHFDataset(data_files=files, tokenizer=tokenizer, config=data_config)
-        check_prompt_lengths(config, {"data.val_files": dataset})
-        key, rows = str(config.data.reward_fn_key), []
-        for item, (path, file_row) in enumerate(dataset.origins()):
-            row = dataset[item]
-            source = str(row.get(key) or "")
-            if "rlla" not in source:
-                raise ValueError(
-                    f"{path}:{file_row}: {key}={source!r}; the async mode's validation scores with the "
-                    "RLLA reward (data sources containing 'rlla')"
-                )
-            rows.append(
-                {
-                    "index": file_row,
-                    "data_source": source,
-                    "prompt_ids": row["input_ids"][row["attention_mask"].bool()].tolist(),
-                    "ground_truth": row["reward_model"]["ground_truth"],
-                }
-            )
+        rows = load_prompt_rows(config, files, tokenizer, "data.val_files", config.data.val_max_samples)
         return cls(
             rows,
             tokenizer,
+            reward_manager,
             int(config.data.max_response_length),
             dump_dir=config.trainer.validation_data_dir,
             **sampling,
@@ -162,7 +145,7 @@ class AsyncValidator:
         Raises RuntimeError: a server answered with another policy version (the weights moved during validation),
             or a request failed (the server's error in the message).
         """
-        from verl.utils.reward_score import default_compute_score
+        from verl.workers.reward_manager.completions import score_completions
 
         start = time.perf_counter()
         logger.info(
@@ -174,43 +157,44 @@ class AsyncValidator:
         )
         with ThreadPoolExecutor(max_workers=min(MAX_CONCURRENT_REQUESTS, len(self.rows))) as pool:
             answers = list(pool.map(lambda i: self._answer(urls[i % len(urls)], self.rows[i]), range(len(self.rows))))
-        sums: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        counts: Dict[str, int] = defaultdict(int)
-        lengths, invalid, records = [], 0, []
+        samples = []  # (row, generated ids), in row order, a row's choices in turn
         for row, answer in zip(self.rows, answers):
             if int(answer["policy_version"]) != int(version):
                 raise RuntimeError(
                     f"async validation of version {version}: the server answered with policy version "
                     f"{answer['policy_version']}"
                 )
-            for choice in answer["choices"]:
-                ids = list(choice["token_ids"])
-                lengths.append(len(ids))
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                record = {
-                    "row": row["index"],
-                    "data_source": row["data_source"],
-                    "step": int(version),
-                    "input": self.tokenizer.decode(row["prompt_ids"], skip_special_tokens=False),
-                    "output": self.tokenizer.decode(ids, skip_special_tokens=False),
-                }
-                try:
-                    scores = default_compute_score(
-                        row["data_source"],
-                        text,
-                        row["ground_truth"],
-                        extra_info={"step": int(version), "wrapper": "none"},
-                    )
-                except Exception as exc:  # noqa: BLE001 - one unscorable sample is counted, not fatal
-                    invalid += 1
-                    logger.warning("async validation: row %s not scored: %r", row["index"], exc)
-                    records.append({**record, "score": None, "reward_error": repr(exc)})
-                    continue
-                counts[row["data_source"]] += 1
-                numbers = {k: float(v) for k, v in scores.items() if not isinstance(v, str)}  # "pred" is an answer
-                for name, value in numbers.items():
-                    sums[row["data_source"]][name] += value
-                records.append({**record, **numbers, **{k: v for k, v in scores.items() if isinstance(v, str)}})
+            samples += [(row, list(choice["token_ids"])) for choice in answer["choices"]]
+        columns = {"reward_model": "reward_model", self.reward.reward_fn_key: "data_source", "extra_info": "extra_info"}
+        scored = score_completions(
+            self.reward,
+            [row["prompt_ids"] for row, _ in samples],
+            [ids for _, ids in samples],
+            {column: [row[field] for row, _ in samples] for column, field in columns.items()},
+            step=int(version),
+            pad_token_id=int(self.tokenizer.pad_token_id or 0),
+        )
+        sums: Dict[str, Dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        counts: Dict[str, int] = defaultdict(int)
+        records = []
+        for i, (row, ids) in enumerate(samples):
+            record = {
+                "row": row["index"],
+                "data_source": row["data_source"],
+                "step": int(version),
+                "input": self.tokenizer.decode(row["prompt_ids"], skip_special_tokens=False),
+                "output": self.tokenizer.decode(ids, skip_special_tokens=False),
+            }
+            if not scored.valid[i]:
+                records.append({**record, "score": None, "reward_error": scored.errors[i]})
+                continue
+            numbers = {"score": scored.scores[i], **{k: v[i] for k, v in scored.components.items()}}
+            counts[row["data_source"]] += 1
+            for name, value in numbers.items():
+                sums[row["data_source"]][name] += value
+            records.append({**record, **numbers})
+        lengths = [len(ids) for _, ids in samples]
+        invalid = len(samples) - sum(scored.valid)
         metrics: Dict[str, float] = {}
         for source, total in sums.items():
             for name, value in total.items():

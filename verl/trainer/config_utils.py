@@ -435,7 +435,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
     if config.trainer.total_training_steps is not None and int(config.trainer.total_training_steps) <= 0:
         raise ConfigError("trainer.total_training_steps must be positive when set")
     _validate_env(config)
-    _validate_filter_groups(config)
+    validate_filter_groups(config)
     validate_model_settings(config, resolve_device(config))
     from verl.utils.reward_score.tool_formats import TOOL_FORMATS
 
@@ -489,7 +489,7 @@ def _validate_single_process(config: DictConfig, n_workers: int) -> None:
 FILTER_GROUPS_ESTIMATORS = ("grpo", "grpo_vectorized", "rloo", "rloo_vectorized", "reinforce_plus_plus_baseline")
 
 
-def _validate_filter_groups(config: DictConfig) -> None:
+def validate_filter_groups(config: DictConfig) -> None:
     """``algorithm.filter_groups`` (DAPO's dynamic sampling): only for group-relative single-turn estimators with
     ``rollout.n > 1``, without the router (routes are drawn per generation batch) or agent environments."""
     fg = config.algorithm.filter_groups

