@@ -267,11 +267,13 @@ class _Worker:
         return f"exit code {code}"
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        """End the worker and every process it started: the worker leads its own session and process group
+        (``start_new_session``), so one ``killpg`` reaches what it forked, also after the worker itself exited (a
+        process that started a session of its own is out of reach)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):  # nothing left in the group
+            pass
         self.proc.wait()
         for stream in (self.proc.stdin, self.proc.stdout):
             try:

@@ -67,3 +67,33 @@ def test_unreadable_file_and_missing_columns(tmp_path, capsys):
 def test_length_stats():
     assert length_stats([1, 2, 3, 4, 100]) == {"count": 5, "median": 3.0, "p90": pytest.approx(61.6), "max": 100}
     assert length_stats([])["count"] == 0
+
+
+def test_ground_truths_the_reward_cannot_parse_are_named(shared_dir, tmp_path, capsys):
+    """A <tool_call> that is not JSON, holds a NUL byte or nests 5,000 deep used to pass ("8 rows, 8 valid") and fail at
+    reward time on every sample: the RLLA reward's own parser now reads each ground truth here (and in the trainer's
+    pre-flight, which calls the same check)."""
+    from verl.trainer.preflight import DataCheckError, check_data_files
+    from verl.trainer.config_utils import load_default_config
+
+    table = pq.read_table(shared_dir / "data" / "rlla_4k" / "test.parquet")
+    rows = table.to_pylist()[:8]
+    bad = {
+        1: "<tool_call>\n{not json\n</tool_call>",
+        2: '<tool_call>\n{"name": "a\x00b", "parameters": {}}\n</tool_call>',
+        3: "<tool_call>\n" + "[" * 5000 + "]" * 5000 + "\n</tool_call>",
+    }
+    for i, truth in bad.items():
+        rows[i]["reward_model"]["ground_truth"] = truth
+    rows[4]["reward_model"]["ground_truth"] = "<response>no tool call at all</response>"  # nothing to parse: valid
+    path = tmp_path / "bad_truths.parquet"
+    pq.write_table(table.from_pylist(rows, schema=table.schema), path)
+    assert main([str(path), "--tokenizer", "none"]) == 1
+    err = capsys.readouterr().err
+    assert f"{path}:1: reward_model.ground_truth: line 0 of the <tool_call> block is not valid JSON" in err
+    assert f"{path}:2: reward_model.ground_truth: line 0 of the <tool_call> block is not valid JSON" in err
+    assert f"{path}:3: reward_model.ground_truth: its <tool_call> JSON nests too deep to parse" in err
+    assert ":4:" not in err and "INVALID: 3 problem(s)" in err
+    config = load_default_config([f"data.train_files={path}", f"data.val_files={path}"])
+    with pytest.raises(DataCheckError, match=r"data.train_files: 3 problem\(s\)"):
+        check_data_files(config)

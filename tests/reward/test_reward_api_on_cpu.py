@@ -528,3 +528,52 @@ def test_api_manager_single_turn_step_output_is_the_reward(tokenizer, rows):
     assert out["reward_tensor"].sum(-1).tolist() == [0.75, 0.0]
     assert info["reward_valid"] == [True, False] and "no StepOutput for turn 0" in info["reward_error"][1]
     assert out["reward_metrics"]["reward/align_unmatched"] == 1.0
+
+
+def test_sandbox_ends_the_processes_its_workers_started(tmp_path):
+    """A reward that forks a process and leaves it running: closing the sandbox, or replacing a worker after
+    a timeout, ends it too (the worker's process group), where it used to outlive the run with parent 1."""
+    import os
+    import time
+
+    path = tmp_path / "forks.py"
+    pids = tmp_path / "pids"
+    path.write_text(
+        textwrap.dedent(f'''
+        import os, time
+        def spawn(messages, ground_truth, **kwargs):
+            pid = os.fork()  # a forked copy of the worker, as a reward using multiprocessing leaves behind
+            if pid == 0:
+                time.sleep(120)
+                os._exit(0)
+            with open({str(pids)!r}, "a") as out:
+                out.write(f"{{pid}}\\n")
+            if messages[-1].content == "hang":
+                time.sleep(30)
+            return 1.0
+        ''')
+    )
+
+    def alive(pid):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as stat:  # a zombie is ended
+            return stat.read().split()[2] != "Z"
+
+    def ended(pid):
+        deadline = time.monotonic() + 5
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not alive(pid)
+
+    fn = load_reward_function(str(path), "spawn")
+    with ProcessSandbox(fn, num_workers=1, timeout_s=2.0) as sandbox:
+        assert sandbox.run(requests("ok")).results[0].is_score_valid
+        first = int(pids.read_text().split()[0])
+        assert alive(first)  # left running by the reward while its worker lives
+    assert ended(first)  # closing the sandbox ended it (it used to stay, with parent 1)
+    with ProcessSandbox(fn, num_workers=1, timeout_s=2.0) as sandbox:
+        assert not sandbox.run(requests("hang")).results[0].is_score_valid  # timed out: the worker is replaced
+        assert ended(int(pids.read_text().split()[1]))  # the replaced worker's child ended with it

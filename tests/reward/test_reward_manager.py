@@ -231,3 +231,27 @@ def test_run_record_names_the_switches_that_are_on(tmp_path):
     # written to the (new) run directory as it is returned
     written = write_run_record(config, str(tmp_path / "run"), {"REFINEDREWARD": "1"})
     assert OmegaConf.to_container(OmegaConf.load(tmp_path / "run" / "config.yaml")) == written == record
+
+
+@pytest.mark.parametrize("bad", [1e308, -1e308, float("nan"), float("inf"), "high"])
+def test_a_reward_not_finite_in_float32_is_an_invalid_sample(tokenizer, batch, bad):
+    """A score (or component) that float32 cannot hold — 1e308 is finite in float64 — is one invalid sample, not a
+    crash and not a clamped value; the other rows keep their scores."""
+    first = batch.non_tensor_batch["extra_info"][0]["index"]
+
+    def scorer(data_source, solution_str, ground_truth, extra_info):
+        if extra_info["index"] == first:
+            return bad
+        return {"score": 0.5, "format": 2e38}  # large but finite in float32: kept
+
+    out = RLLARewardManager(tokenizer, compute_score=scorer)(batch, return_dict=True)
+    info = out["reward_extra_info"]
+    assert info["reward_valid"] == [False] + [True] * (N_ROWS - 1)
+    reason = info["reward_error"][0]
+    assert ("not a finite float32 number" in reason and "score=" in reason) if bad != "high" else "high" in reason
+    assert out["reward_tensor"].sum(-1).tolist() == [0.0] + [0.5] * (N_ROWS - 1)
+    assert out["token_level_scores_format"].sum(-1)[1:].tolist() == pytest.approx([2e38] * (N_ROWS - 1))
+    component = {"score": 1.0, "correctness": 1e300}  # a component overflowing float32: invalid too
+    out = RLLARewardManager(tokenizer, compute_score=lambda **kw: component)(batch, return_dict=True)
+    assert not any(out["reward_extra_info"]["reward_valid"])
+    assert "correctness=1e+300" in out["reward_extra_info"]["reward_error"][0]

@@ -168,3 +168,27 @@ def test_tracker_file_disagreeing_with_newest_checkpoint_is_reported(tmp_path, c
     assert "latest_checkpointed_iteration.txt is missing: resuming from global_step_4" in caplog.text
     assert "says '7' but the newest valid checkpoint is global_step_4" in caplog.text
     assert caplog.text.count("WARNING") == 2
+
+
+def test_router_weak_labels_required_when_sup_coeff_pulls_towards_them(small_rlla, tmp_path):
+    """router.sup_coeff > 0 on a training file without weak labels used to train with router/sup_loss = 0, silently:
+    refused at load, naming the key, the file and the ways out; the router's preprocessed file passes, and so does
+    sup_coeff = 0."""
+    import shutil
+
+    from verl.router.preprocess import preprocess_dir
+
+    train, val = small_rlla / "train.parquet", small_rlla / "test.parquet"
+    config = _config(train, val)
+    config.router.enable = True
+    assert float(config.router.sup_coeff) > 0
+    with pytest.raises(DataCheckError, match=r"router.sup_coeff=.*weak labels.*router_target_action.*train.parquet"):
+        check_data_files(config)
+    config.router.sup_coeff = 0.0
+    check_data_files(config)
+    for split in ("train", "test"):
+        shutil.copy(small_rlla / f"{split}.parquet", tmp_path / f"{split}.parquet")
+    preprocess_dir(tmp_path)
+    labelled = _config(tmp_path / "train_router.parquet", val)
+    labelled.router.enable = True
+    check_data_files(labelled)

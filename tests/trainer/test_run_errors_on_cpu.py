@@ -121,6 +121,16 @@ def test_reward_failing_on_every_sample_stops_the_run(tmp_path, small_rlla):
     assert all("critic/score/mean" not in r and r["reward/invalid_frac"] == 1.0 for r in records)
 
 
+def test_a_run_shorter_than_the_bad_step_limit_that_scores_nothing_fails(tmp_path, small_rlla):
+    """Two steps, under the default limit of 3 bad steps in a row: every sample invalid used to exit 0. It fails
+    after its last step, saved, naming the reward's first failure."""
+    from verl.trainer.ppo.run_guard import RunStopped
+
+    with pytest.raises(RunStopped, match=r"could not score any sample of this run's 2 step\(s\).*cannot parse"):
+        _run(tmp_path, small_rlla, ALWAYS_RAISES, steps=2)
+    assert (tmp_path / "ckpt" / "global_step_2" / cm.MANIFEST).is_file()
+
+
 def _main(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HF_HUB_OFFLINE="1")
     return subprocess.run(

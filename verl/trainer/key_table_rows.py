@@ -70,7 +70,7 @@ actor_rollout_ref.actor.optim.weight_decay | PAS | - |
 actor_rollout_ref.actor.optim.betas | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.wrap_policy.min_num_params | - | - | FSDP2 shards every decoder layer (no size-based wrap policy): set 0
 actor_rollout_ref.actor.fsdp_config.param_offload | PAS | - | 
-actor_rollout_ref.actor.fsdp_config.grad_offload | PA | - | removed upstream: a warning when true
+actor_rollout_ref.actor.fsdp_config.grad_offload | PAS | - | removed upstream: a warning when true
 actor_rollout_ref.actor.fsdp_config.optimizer_offload | PAS | - | 
 actor_rollout_ref.actor.fsdp_config.fsdp_size | - | - | hybrid sharding is not implemented: set -1 (shard over all workers)
 actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype | PAS | - | 

@@ -61,7 +61,8 @@ def run_async(config: DictConfig) -> list:
     from verl.async_rl.config import typed_async_config
     from verl.async_rl.prompts import check_data_files
     from verl.trainer.config_utils import ConfigError, write_run_record
-    from verl.trainer.main_ppo import apply_reward_switches, init_ray, load_custom_reward, resolve_models
+    from verl.trainer.main_ppo import apply_reward_switches, init_ray, load_custom_reward, resolve_models, run_folders
+    from verl.utils.run_lock import hold_folders
     from verl.utils.tracking import Tracking
 
     config = typed_async_config(config)
@@ -74,23 +75,25 @@ def run_async(config: DictConfig) -> list:
         raise ConfigError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
     check_data_files(config)  # main_ppo's row check of the rlla envs' files and data.val_files
     resolve_models(config)  # main_ppo's: a preset prepared (an SFT one built with trainer.build_sft_preset=true)
-    run_dir = config.trainer.run_dir or f"outputs/{config.trainer.project_name}/{config.trainer.experiment_name}"
+    folders = run_folders(config)
+    run_dir = folders[1][1]
     apply_reward_switches(config)  # before Ray starts: the env actors and the validator inherit the variables
-    init_ray(config)
-    tracker = Tracking(
-        config.trainer.project_name,
-        config.trainer.experiment_name,
-        config.trainer.logger,
-        config=write_run_record(config, run_dir),
-        run_dir=run_dir,
-    )
-    orchestrator = build_orchestrator(config, tracker)
-    try:
-        left = int(total) - orchestrator.version
-        logger.info("async: policy version %d, %d learner steps to go", orchestrator.version, max(left, 0))
-        return orchestrator.run(left) if left > 0 else []
-    finally:
-        orchestrator.shutdown()
+    with hold_folders(folders):  # one run per experiment folder, as main_ppo
+        init_ray(config)
+        tracker = Tracking(
+            config.trainer.project_name,
+            config.trainer.experiment_name,
+            config.trainer.logger,
+            config=write_run_record(config, run_dir),
+            run_dir=run_dir,
+        )
+        orchestrator = build_orchestrator(config, tracker)
+        try:
+            left = int(total) - orchestrator.version
+            logger.info("async: policy version %d, %d learner steps to go", orchestrator.version, max(left, 0))
+            return orchestrator.run(left) if left > 0 else []
+        finally:
+            orchestrator.shutdown()
 
 
 @hydra.main(config_path="config", config_name="async_trainer", version_base="1.3")

@@ -426,25 +426,36 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     Ray is started (or joined, ``ray_init.address``) unless ``trainer.single_process`` puts the one worker per role
     inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
     the Ray daemons and the worker processes' own copies of torch (about 1 GB of RSS on a 2-core CPU machine)."""
+    from verl.utils.run_lock import hold_folders
+
     config = prepare_config(config)
     logger.info(
         "device=%s workers=%d estimator=%s", config.trainer.device, world_size(config), config.algorithm.adv_estimator
     )
-    if not config.trainer.single_process:
-        init_ray(config)
-    trainer = build_trainer(config)
-    write_run_record(config, trainer.run_dir())
-    try:
-        trainer.init_workers()
-        trainer.fit()
-    finally:
-        trainer.shutdown()
+    with hold_folders(run_folders(config)):  # one run per experiment folder (a second one is refused here)
+        if not config.trainer.single_process:
+            init_ray(config)
+        trainer = build_trainer(config)
+        write_run_record(config, trainer.run_dir())
+        try:
+            trainer.init_workers()
+            trainer.fit()
+        finally:
+            trainer.shutdown()
     if config.trainer.plot_on_finish:
         from verl.utils.plot_metrics import plot
 
         written = plot(Path(trainer.run_dir()) / "metrics.jsonl", Path(trainer.run_dir()) / "plots")
         logger.info("plots: %s", ", ".join(str(p) for p in written))
     return trainer
+
+
+def run_folders(config: DictConfig) -> list[tuple[str, str]]:
+    """The folders a run writes and owns (``verl.utils.run_lock``): the checkpoint folder and the run folder of
+    ``metrics.jsonl`` (``trainer.run_dir``, default ``outputs/<project_name>/<experiment_name>``)."""
+    trainer = config.trainer
+    run_dir = trainer.run_dir or os.path.join("outputs", trainer.project_name, trainer.experiment_name)
+    return [("trainer.default_local_dir", str(trainer.default_local_dir)), ("trainer.run_dir", str(run_dir))]
 
 
 def user_errors() -> tuple[type[Exception], ...]:
@@ -454,8 +465,9 @@ def user_errors() -> tuple[type[Exception], ...]:
     from verl.trainer.preflight import DataCheckError
     from verl.utils.checkpoint_manifest import CheckpointError
     from verl.utils.model_presets import ModelPathError
+    from verl.utils.run_lock import FolderInUseError
 
-    return ConfigError, DataCheckError, CheckpointError, ModelPathError
+    return ConfigError, DataCheckError, CheckpointError, ModelPathError, FolderInUseError
 
 
 @hydra.main(config_path="config", config_name="ppo_trainer", version_base="1.3")

@@ -78,10 +78,32 @@ def check_data_files(config: DictConfig) -> dict[str, int]:
                     f"data.{key}: {len(problems)} problem(s) in {path} (row numbers from 0):"
                     f"{_listed(problems)}\nFix the rows (`validate-data {path}` lists them all)."
                 )
+            if key == "train_files":
+                _check_weak_labels(config, path, rows)
             rows_per_file[path] = len(rows)
     if rows_per_file:
         logger.info("data check: %s", ", ".join(f"{Path(p).name} {n} rows" for p, n in rows_per_file.items()))
     return rows_per_file
+
+
+def _check_weak_labels(config: DictConfig, path: str, rows: list[dict]) -> None:
+    """``router.sup_coeff > 0`` pulls the router towards the rows' weak labels (``router_target_action``, written by
+    ``python -m verl.router.preprocess``): a training file without any would train with a supervised loss of 0.
+
+    Raises:
+        DataCheckError: the router is on with ``sup_coeff > 0`` and no row of ``path`` has a weak label.
+    """
+    router = config.get("router")
+    if router is None or not router.get("enable") or not float(router.get("sup_coeff") or 0.0) > 0:
+        return
+    if any(row.get("router_target_action") not in (None, "") for row in rows):
+        return
+    raise DataCheckError(
+        f"data.train_files: router.sup_coeff={router.sup_coeff} trains the router towards weak labels (the column "
+        f"router_target_action), and no row of {path} has one. Use the router's files (leave data.train_files "
+        f"unset: train_router.parquet is written next to the RLLA data), add the column with `python -m "
+        f"verl.router.preprocess --data_dir DIR`, or set router.sup_coeff=0"
+    )
 
 
 def check_prompt_lengths(config: DictConfig, datasets: dict) -> None:

@@ -401,7 +401,7 @@ class RayPPOTrainer:
                     metrics.update({f"timing_s/{k}": v for k, v in self._timing.items()})
                     tracker.log(metrics, step=self.global_steps)
                     progress.update(metrics)
-                    self._check_step_health()
+                    self._check_step_health(metrics, is_last)
                     if exit_request.signum is not None and not is_last:
                         self._exit_after_signal(exit_request.signum, saved=self.state.saved_step == self.global_steps)
                     if is_last:
@@ -414,13 +414,23 @@ class RayPPOTrainer:
             progress.close()
             tracker.finish()
 
-    def _check_step_health(self) -> None:
+    def _check_step_health(self, metrics: dict, is_last: bool = False) -> None:
         """After a step: count it bad (``step_problem``) or good; after ``trainer.max_consecutive_bad_steps`` bad
-        steps in a row, save (non-finite updates were skipped, so the weights are the last good ones) and stop.
+        steps in a row, save (non-finite updates were skipped, so the weights are the last good ones) and stop. After
+        the last step, a launch whose reward scored none of its samples stops too, whatever its length.
 
         Raises:
-            RunStopped: the limit was reached (the message names the cause and the checkpoint).
+            RunStopped: the limit was reached, or nothing was scored (the message names the cause and the checkpoint).
         """
+        self.health.scored(metrics)
+        if is_last and self.health.nothing_scored():
+            if self.state.saved_step != self.global_steps:
+                self._save_checkpoint()
+            first = self.reward_errors[0] if self.reward_errors else "no reason recorded"
+            raise RunStopped(
+                f"the reward could not score any sample of this run's {self.health.steps} step(s) "
+                f"(reward/invalid_frac=1 at every step): nothing was learned; first failure: {first}"
+            )
         if self.step_problem is None:
             self.health.good()
             return

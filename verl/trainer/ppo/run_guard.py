@@ -7,7 +7,8 @@
   step, together with the last valid checkpoint.
 - ``StepHealth``: consecutive bad steps (non-finite loss inputs or gradients; a share of invalid reward samples above
   ``trainer.max_invalid_frac``) stop the run after ``trainer.max_consecutive_bad_steps`` with a checkpoint and a
-  ``RunStopped`` error naming the cause — a run in which every sample is invalid does not run on to "success".
+  ``RunStopped`` error naming the cause — a run in which every sample is invalid does not run on to "success", nor
+  does a launch shorter than that limit: one whose every sample was invalid fails after its last step.
 - Fault injection for the kill tests, off unless ``VERL_TEST_FAULT`` is set: a comma-separated list of
   ``ACTION@PHASE:STEP`` items. When the trainer enters ``PHASE`` of step ``STEP`` it applies ``ACTION``:
   ``KILL`` (SIGKILL to itself: dies at once, no cleanup), ``TERM`` / ``INT`` (sends itself that signal, as an operator
@@ -157,6 +158,8 @@ def warn_zero_variance(metrics: dict, threshold: float, step: int, actor_updated
 
 class StepHealth:
     """Counts consecutive bad steps; the trainer saves and raises :class:`RunStopped` when :meth:`bad` says so.
+    It also counts the steps whose every sample the reward could not score (:meth:`scored`), so that a launch shorter
+    than ``limit`` in which nothing was ever scored fails too (:meth:`nothing_scored`).
 
     Args:
         limit: ``trainer.max_consecutive_bad_steps`` (>= 1).
@@ -166,6 +169,17 @@ class StepHealth:
         if int(limit) < 1:
             raise ValueError(f"trainer.max_consecutive_bad_steps must be >= 1, got {limit}")
         self.limit, self.count = int(limit), 0
+        self.steps, self.unscored_steps = 0, 0
+
+    def scored(self, metrics: dict) -> None:
+        """Record a finished step's ``reward/invalid_frac`` (a step without it, e.g. agent rewards from the
+        environment, counts as scored)."""
+        self.steps += 1
+        self.unscored_steps += int(metrics.get("reward/invalid_frac", 0.0) >= 1.0)
+
+    def nothing_scored(self) -> bool:
+        """True when this launch ran steps and the reward scored none of their samples."""
+        return self.steps > 0 and self.unscored_steps == self.steps
 
     def bad(self, step: int, what: str) -> bool:
         """Record a bad step (logged as an error); True when ``limit`` bad steps came in a row."""

@@ -6,7 +6,9 @@ Usage::
 
 Schema (``docs/verl_compat.md`` "RLLA row schema", ToolRL's ``rlla.py``): ``data_source`` a non-empty string; the
 prompt a non-empty list of ``{role, content}`` with non-empty strings; ``ability`` a string; ``reward_model`` an object
-with a non-empty string ``ground_truth``; ``extra_info`` an object with an int ``index``.
+with a non-empty string ``ground_truth`` whose tool calls the RLLA reward can parse (rows of an RLLA data source: the
+reward's own parser reads its first ``<tool_call>`` block, one JSON value per line); ``extra_info`` an object with an
+int ``index``.
 
 Prints, per file, the row count and token-length statistics (count, median, p90, max) of the chat-templated prompts
 (as :class:`~verl.utils.dataset.rl_dataset.RLHFDataset` builds them) and of the ground truths, plus how many prompts
@@ -36,6 +38,24 @@ def _non_empty_str(value: Any) -> str | None:
     return None
 
 
+def _tool_call_problem(ground_truth: str) -> str | None:
+    """Why the RLLA reward cannot read the ground truth's tool calls (its own parser,
+    ``verl.utils.reward_score.rlla.parse_ground_truth_tools``), or None. Such a row would fail at reward time on
+    every sample."""
+    from verl.utils.reward_score.rlla import InvalidGroundTruthError, parse_ground_truth_tools
+    from verl.utils.reward_score.tool_parse import TOOL_CALL, open_tag
+
+    if open_tag(TOOL_CALL) not in ground_truth:  # no tool call: the reward's correctness term is 0, nothing to parse
+        return None
+    try:
+        parse_ground_truth_tools(ground_truth)
+    except InvalidGroundTruthError as err:
+        return str(err).removeprefix("invalid ground truth: ")[:300]
+    except RecursionError:
+        return "its <tool_call> JSON nests too deep to parse"
+    return None
+
+
 def row_problems(row: dict, prompt_key: str = "prompt") -> list[tuple[str, str]]:
     """Schema problems of one row (plain Python values) as ``[(key, problem), …]``; empty when the row is valid."""
     problems: list[tuple[str, str]] = []
@@ -54,6 +74,9 @@ def row_problems(row: dict, prompt_key: str = "prompt") -> list[tuple[str, str]]
             problems.append(("reward_model", f"expected an object, got {type(rm).__name__}"))
         elif p := _non_empty_str(rm.get("ground_truth")):
             problems.append(("reward_model.ground_truth", p if "ground_truth" in rm else "missing"))
+        elif isinstance(row.get("data_source"), str) and "rlla" in row["data_source"]:
+            if p := _tool_call_problem(rm["ground_truth"]):
+                problems.append(("reward_model.ground_truth", p))
     if "extra_info" in row:
         extra = row["extra_info"]
         if not isinstance(extra, dict):

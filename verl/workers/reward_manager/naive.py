@@ -13,13 +13,15 @@ prediction"), so the two modes agree for RLLA rows. The trainer step reaches the
 and the chat wrapper through ``extra_info["wrapper"]``.
 
 Scoring is one method, ``_score_rows`` (``agent_system.reward.manager.RewardAPIManager`` overrides it to call a reward-API function). A sample
-whose scoring raises (e.g. ``InvalidGroundTruthError``) does not stop the batch: it scores 0, is marked
+whose scoring raises (e.g. ``InvalidGroundTruthError``), or whose score or component is not a finite float32 number
+(NaN, ±inf, or beyond ±3.4e38 such as a float64 1e308: never clamped), does not stop the batch: it scores 0, is marked
 ``reward_valid=False`` and counted (``reward_invalid_count``, ``reward_metrics``), with a warning naming the row.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +40,20 @@ DECODE_MODES = ("response", "prompt+response")
 WRAPPER_CHOICES = ("auto", "qwen", "llama", "none")
 COMPONENTS = ("format", "correctness", "length")
 _MAX_REASON_CHARS = 300
+_FLOAT32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+
+
+def float32_problem(score: Any, values: dict) -> str:
+    """``""`` when ``score`` and the components in ``values`` (:data:`COMPONENTS`) are finite float32 numbers, else
+    why not, naming the first bad one (what makes a sample invalid rather than a crash or a clamped value)."""
+    for name, value in (("score", score), *((n, values[n]) for n in COMPONENTS if n in values)):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return f"reward {name}={value!r:.80} is not a number"
+        if not math.isfinite(number) or abs(number) > _FLOAT32_MAX:
+            return f"reward {name}={value!r:.80} is not a finite float32 number"
+    return ""
 
 
 def infer_wrapper(tokenizer: Any) -> str:
@@ -234,6 +250,10 @@ class RLLARewardManager:
         invalid = 0
         for row, (score, values, error) in zip(rows, outcomes):
             values = dict(values)
+            if not error:
+                error = float32_problem(score, values)
+                if error:  # an overflowing or non-finite reward: an invalid sample, never clamped
+                    score, values = 0.0, {}
             if error:
                 invalid += 1
                 logger.warning(
