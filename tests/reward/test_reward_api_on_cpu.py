@@ -539,7 +539,7 @@ def test_sandbox_ends_the_processes_its_workers_started(tmp_path):
     path = tmp_path / "forks.py"
     pids = tmp_path / "pids"
     path.write_text(
-        textwrap.dedent(f'''
+        textwrap.dedent(f"""
         import os, time
         def spawn(messages, ground_truth, **kwargs):
             pid = os.fork()  # a forked copy of the worker, as a reward using multiprocessing leaves behind
@@ -551,7 +551,7 @@ def test_sandbox_ends_the_processes_its_workers_started(tmp_path):
             if messages[-1].content == "hang":
                 time.sleep(30)
             return 1.0
-        ''')
+        """)
     )
 
     def alive(pid):

@@ -42,17 +42,18 @@ def test_a_held_folder_is_refused_naming_the_holder_and_a_killed_holder_frees_it
     folder = tmp_path / "ckpt"
     holder = _holder(folder)
     try:
-        with pytest.raises(FolderInUseError, match=rf"trainer.default_local_dir=.*ckpt is in use.*pid {holder.pid}"):
-            with hold_folders([("trainer.default_local_dir", folder)]):
-                pass
+        refused = pytest.raises(
+            FolderInUseError, match=rf"trainer.default_local_dir=.*ckpt is in use.*pid {holder.pid}"
+        )
+        with refused, hold_folders([("trainer.default_local_dir", folder)]):
+            pass
     finally:
         holder.send_signal(signal.SIGKILL)  # no cleanup: the kernel drops the lock
         holder.wait()
     assert (folder / LOCK_NAME).is_file()  # the file stays; its lock does not
-    with hold_folders([("trainer.default_local_dir", folder), ("trainer.run_dir", folder)]):  # named twice: once
-        with pytest.raises(FolderInUseError):  # held by this run now
-            with hold_folders([("trainer.run_dir", folder)]):
-                pass
+    both = hold_folders([("trainer.default_local_dir", folder), ("trainer.run_dir", folder)])  # named twice: once
+    with both, pytest.raises(FolderInUseError), hold_folders([("trainer.run_dir", folder)]):  # held by this run now
+        pass
     with hold_folders([("trainer.run_dir", folder)]):  # released at the end of the block
         pass
 
