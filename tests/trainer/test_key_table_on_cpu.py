@@ -3,6 +3,7 @@ entry point does not read refused there at load by name, ranges refused where re
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -147,3 +148,52 @@ def test_main_async_refuses_what_it_ignored():
 def test_rows_name_only_their_trees_entry_points():
     for row in ROWS.values():
         assert row.key and all(p in ENTRY_POINTS for p in row.read_by)
+
+
+def test_every_numeric_key_declares_its_range():
+    """Every int / float key some entry point reads (its schema's type) has a range in the table, so a bad value (0
+    epochs, a negative clip ratio or lr, NaN) is refused at load with the key, the value and the range."""
+    from verl.async_rl.config import AsyncConfig
+    from verl.trainer.config_schema import GenerationConfig, PPOTrainerConfig
+    from verl.trainer.config_utils import _field_type_name
+
+    schemas = {"ppo_trainer": PPOTrainerConfig, "generation": GenerationConfig}
+    undeclared = []
+    for tree, schema in schemas.items():
+        for key, row in rows_of(tree).items():
+            kind = (
+                _field_type_name(AsyncConfig, key[len("async.") :]) if key.startswith("async.") else None
+            ) or _field_type_name(schema, key)
+            if row.read_by and (kind or "").split(" or ")[0] in ("int", "float") and not row.range:
+                undeclared.append(f"{tree}:{key} ({kind})")
+    assert not undeclared, "numeric keys without a range: " + ", ".join(undeclared)
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("actor_rollout_ref.actor.ppo_epochs=0", "actor_rollout_ref.actor.ppo_epochs=0: expected >= 1"),
+        ("actor_rollout_ref.actor.ppo_epochs=-1", "ppo_epochs=-1: expected >= 1"),
+        ("actor_rollout_ref.actor.clip_ratio=-0.2", "clip_ratio=-0.2: expected > 0"),
+        ("trainer.total_epochs=0", "trainer.total_epochs=0: expected >= 1"),
+        ("actor_rollout_ref.actor.optim.lr=-1e-3", "optim.lr=-0.001: expected >= 0"),
+        ("actor_rollout_ref.rollout.temperature=-1", "rollout.temperature=-1.0: expected >= 0"),
+        ("actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=0", "log_prob_micro_batch_size_per_gpu=0"),
+        ("actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=-1", "ref.log_prob_micro_batch_size_per_gpu=-1"),
+        ("actor_rollout_ref.rollout.micro_batch_size=0", "rollout.micro_batch_size=0: expected >= 1"),
+        ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu=0", "ppo_max_token_len_per_gpu=0: expected >= 1"),
+        ("router.budget_B=-0.5", "router.budget_B=-0.5: expected >= 0"),
+        ("router.lambda_init=-1", "router.lambda_init=-1.0: expected >= 0"),
+        ("router.dual_lr=-0.1", "router.dual_lr=-0.1: expected >= 0"),
+        ("actor_rollout_ref.actor.entropy_coeff=nan", "entropy_coeff=nan: expected >= 0"),
+        ("algorithm.gigpo.default_step_reward=inf", None),  # agent-only key: main_ppo refuses it as unread
+        ("trainer.max_invalid_frac=1.5", "trainer.max_invalid_frac=1.5: expected [0, 1]"),
+    ],
+)
+def test_bad_values_are_refused_at_load_naming_key_value_and_range(override, message):
+    from verl.trainer.config_utils import default_config, typed_config
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        config = typed_config(compose(config_name="ppo_trainer", overrides=[override]))
+    with pytest.raises(ConfigError, match=re.escape(message) if message else "does not read it"):
+        check_keys(config, default_config(), "main_ppo")

@@ -16,13 +16,15 @@ before. ``docs/config_keys.md`` is this table as a page (``python -m verl.traine
 
 A row reads ``key | readers | range | note``: readers are letters (``P`` main_ppo, ``A`` agent, ``S`` main_async,
 ``G`` main_generation, ``E`` main_eval; ``-`` none), the range is ``-`` (any value of the type) or alternatives
-joined by ``or``: ``>= x``, ``> x``, ``[a, b]`` (closed), ``(a, b]``, ``{a, b, c}`` (one of these words) or a single
-literal (``-1``); null passes where the type allows it. The note says what a reader reads it for, under which
+joined by ``or``: ``>= x``, ``> x``, ``[a, b]`` (closed), ``(a, b]``, ``{a, b, c}`` (one of these words), ``finite``
+(any finite number) or a single literal (``-1``); null passes where the type allows it, NaN and ±inf never. Every
+numeric key that an entry point reads declares its range (a test walks the schema's types). The note says what a reader reads it for, under which
 condition, or why the others do not.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Dict, Iterator, Tuple
@@ -54,7 +56,10 @@ class KeyRow:
     note: str
 
     def allows(self, value: Any) -> bool:
-        """Whether ``value`` lies in the range (null always does: the schema decides whether null is allowed)."""
+        """Whether ``value`` lies in the range (null always does: the schema decides whether null is allowed). NaN and
+        ±inf lie in none: every numeric key means a finite number."""
+        if isinstance(value, float) and not math.isfinite(value):
+            return False
         if not self.range or value is None:
             return True
         return any(_alternative_allows(alt.strip(), value) for alt in self.range.split(" or "))
@@ -64,6 +69,8 @@ _INTERVAL = re.compile(r"^([\[(])\s*(-?[\d.e+-]+)\s*,\s*(-?[\d.e+-]+)\s*([\])])$
 
 
 def _alternative_allows(alt: str, value: Any) -> bool:
+    if alt == "finite":  # any finite number (non-finite ones are refused before)
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
     if alt.startswith("{"):
         return str(value) in {w.strip() for w in alt.strip("{}").split(",")}
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -158,7 +165,8 @@ def check_keys(config: DictConfig, defaults: DictConfig, entry_point: str) -> No
                     f"leave it at {default_values[key]!r}"
                 )
         elif not row.allows(value):
-            problems.append(f"{key}={value!r}: expected {row.range}" + (f" ({row.note})" if row.note else ""))
+            expected = row.range or "a finite number"
+            problems.append(f"{key}={value!r}: expected {expected}" + (f" ({row.note})" if row.note else ""))
     if problems:
         raise ConfigError(f"{entry_point}: " + "\n  ".join(problems))
 
