@@ -243,7 +243,10 @@ def run_campaign(
     """Start the job in ``root`` again and again, killing each start as ``plan`` says, then once to the end. Kill
     specs: ``{"kind": "fault", "phase": P[, "step": S]}`` (S drawn so that the kills spread over the steps left) or
     ``{"kind": "external"[, "delay": s]}`` (drawn from 0.6 x startup to startup + 2 steps of ``timing``,
-    :func:`run_reference`). ``echo`` gets a line per start.
+    :func:`run_reference`). Disk specs, ``{"kind": "disk", "errno": "ENOSPC" | "EROFS"[, "step": S]}``: the disk
+    refuses the step-S checkpoint's files (``VERL_TEST_FAULT=ENOSPC@save_partial:S``, S default the step after the
+    newest checkpoint); the start must fail with the trainer's ``CheckpointError`` naming the fault, leave no partial
+    folder and keep the newest checkpoint. ``echo`` gets a line per start.
 
     Returns:
         ``{"starts": [{start, kind, phase, step | delay_s, landed, expected_resume, resumed_from, checkpoint_after,
@@ -270,6 +273,9 @@ def run_campaign(
                 step=spec.get("step") or min(last, before + 1 + int(share) + (rng.random() < share - int(share))),
             )
             fault = f"KILL@{entry['phase']}:{entry['step']}"
+        elif spec["kind"] == "disk":
+            entry.update(errno=spec["errno"], phase="save_partial", step=spec.get("step") or before + 1)
+            fault = f"{spec['errno']}@save_partial:{entry['step']}"
         elif spec["kind"] == "external":
             fault = f"KILL@save_partial:{steps}"  # backstop: an overlong delay must not let the run finish
             span = min(2, steps - before) * timing["step_s"]
@@ -304,6 +310,15 @@ def run_campaign(
             problems.append(f"start {index}: resumed from {entry['resumed_from']}, expected {entry['expected_resume']}")
         if spec["kind"] == "fault" and not (entry["killed"] and fired):
             problems.append(f"start {index}: injected {fault} did not kill it (exit {rc})")
+        if spec["kind"] == "disk":
+            said = "no space left on" if spec["errno"] == "ENOSPC" else "cannot write to"
+            entry["told"] = f"CheckpointError: {said}" in text
+            leftovers = sorted(p.name for p in ckpt.glob(f"{cm.TMP_PREFIX}*"))
+            if rc == 0 or not entry["told"] or leftovers or entry["checkpoint_after"] != before:
+                problems.append(
+                    f"start {index}: {fault}: exit {rc}, CheckpointError {'' if entry['told'] else 'not '}told, "
+                    f"partial folders {leftovers}, checkpoint {before} -> {entry['checkpoint_after']}; see {log}"
+                )
         logged = max(read_metrics(root / "run")[1], default=0)
         if logged < entry["checkpoint_after"] > before:  # published by this start, killed before its log line:
             entry["unlogged_checkpoint"] = True  # the next start restores the record from data.pt (compared below)
@@ -313,7 +328,7 @@ def run_campaign(
             f"checkpoint {entry['checkpoint_after']:2d}  exit {rc:3d}  {entry['wall_s']:5.1f} s"
         )
         starts.append(entry)
-        if entry["killed"] and spec["kind"] != "finish":
+        if (entry["killed"] or spec["kind"] == "disk") and spec["kind"] != "finish":
             pending.pop(0)
             continue
         if spec["kind"] != "finish" or rc != 0:
@@ -328,6 +343,7 @@ def run_campaign(
         "kills": sum(s["killed"] for s in starts),
         "problems": problems,
         "resumes": sum(s["resumed_from"] is not None for s in starts),
+        "disk_faults": sum(s["kind"] == "disk" and bool(s.get("told")) for s in starts),
     }
 
 
@@ -455,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=None, help="training steps (default: 2 + kills/3, 3..12)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the kill plan (kinds, phases, steps, delays)")
     parser.add_argument("--external-share", type=float, default=0.3, help="share of external kills (default 0.3)")
+    parser.add_argument(
+        "--disk-faults", type=int, default=2, help="saves refused by the disk, ENOSPC and EROFS in turn (default 2)"
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="where the runs go (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the workdir (default: deleted when done)")
     parser.add_argument("--output", type=Path, default=None, help="write the JSON summary here")
@@ -473,6 +492,8 @@ def main(argv: list[str] | None = None) -> int:
         {"kind": "fault", "phase": phases[i % len(phases)]} for i in range(args.kills - n_ext)
     ]  # each phase equally often (±1)
     rng.shuffle(plan)
+    for i in range(args.disk_faults):  # spread among the kills
+        plan.insert(rng.randrange(len(plan) + 1), {"kind": "disk", "errno": ("ENOSPC", "EROFS")[i % 2]})
     campaign = run_campaign(
         work / "campaign",
         work / "data",
@@ -484,7 +505,9 @@ def main(argv: list[str] | None = None) -> int:
         echo=lambda line: print(line, flush=True),
     )
     mismatches = compare_runs(work / "reference", work / "campaign", steps)
-    wall, ok = time.monotonic() - t0, not mismatches and not campaign["problems"] and campaign["kills"] == args.kills
+    wall = time.monotonic() - t0
+    ok = not mismatches and not campaign["problems"] and campaign["kills"] == args.kills
+    ok = ok and campaign["disk_faults"] == args.disk_faults
     by = collections.Counter(
         f"external {st['landed']}" if st["kind"] == "external" else f"{st['kind']} {st['phase']}"
         for st in campaign["starts"]
@@ -496,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"kills: {campaign['kills']} of {args.kills} planned "
                 f"({', '.join(f'{k}: {v}' for k, v in sorted(by.items()))})",
                 f"starts: {len(campaign['starts'])}, resumes (from a checkpoint): {campaign['resumes']}",
+                f"disk faults told and survived: {campaign['disk_faults']} of {args.disk_faults}",
                 f"problems: {len(campaign['problems'])}",
                 *(f"  - {p}" for p in campaign["problems"]),
                 f"mismatches: {len(mismatches)}",
@@ -516,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
                     ),
                     "kills_planned": args.kills,
                     "kills": campaign["kills"],
+                    "disk_faults": campaign["disk_faults"],
                     "steps": steps,
                     "seed": args.seed,
                     "resumes": campaign["resumes"],

@@ -4,7 +4,9 @@ The campaign's own functions: an uninterrupted 3-step reference run, then the sa
 generation of step 2 (a fresh start: step 1 is checkpointed first), in the actor update of step 2 (resumed from step
 1) and in the save of step 2 the moment the checkpoint is published, before the step's metrics are logged
 (``save_published``: resumed from step 1), then a start that finishes (resumed from step 2, whose metrics record it
-restores from the checkpoint). Killing in the middle of writing a checkpoint (``save_partial``) is covered by
+restores from the checkpoint), then a start whose step-3 checkpoint the disk refuses (ENOSPC injected where its files
+are written: the start fails with "no space left", no partial folder, step 2 kept), then a start that finishes.
+Killing in the middle of writing a checkpoint (``save_partial``) is covered by
 ``test_kill_resume_on_cpu.py`` and the full campaign.
 Every checkpoint and ``metrics.jsonl`` must equal the reference's bitwise (timing metrics excepted). The second test
 shows the comparison fails on a one-ulp change of an Adam moment, of λ, or of a logged loss, and on a lost record.
@@ -32,6 +34,7 @@ PLAN = [
     {"kind": "fault", "phase": "gen", "step": 2},
     {"kind": "fault", "phase": "update_actor", "step": 2},
     {"kind": "fault", "phase": "save_published", "step": 2},
+    {"kind": "disk", "errno": "ENOSPC", "step": 3},  # the disk is full while the step-3 checkpoint is written
 ]
 
 
@@ -52,17 +55,19 @@ def test_three_kills_end_bitwise_equal(campaign):
     starts = result["starts"]
     print("kill campaign:", json.dumps(starts))
     assert result["problems"] == [], result["problems"]
-    assert result["kills"] == 3 and [s["killed"] for s in starts] == [True, True, True, False]
-    assert [(s["kind"], s.get("phase"), s.get("step")) for s in starts[:3]] == [
+    assert result["kills"] == 3 and [s["killed"] for s in starts] == [True, True, True, False, False]
+    assert [(s["kind"], s.get("phase"), s.get("step")) for s in starts[:4]] == [
         ("fault", "gen", 2),
         ("fault", "update_actor", 2),
         ("fault", "save_published", 2),
+        ("disk", "save_partial", 3),
     ]
+    assert result["disk_faults"] == 1 and starts[3]["told"] and starts[3]["rc"] != 0
     assert starts[2].get("unlogged_checkpoint")  # killed between the step-2 save and its log line
     # each start resumed from the newest valid checkpoint, and the checkpoints advanced
-    assert [s["resumed_from"] for s in starts] == [None, 1, 1, 2]
-    assert [s["checkpoint_after"] for s in starts] == [1, 1, 2, 3]
-    assert result["resumes"] == 3 and starts[-1]["rc"] == 0
+    assert [s["resumed_from"] for s in starts] == [None, 1, 1, 2, 2]
+    assert [s["checkpoint_after"] for s in starts] == [1, 1, 2, 2, 3]
+    assert result["resumes"] == 4 and starts[-1]["rc"] == 0
     metrics, order, _ = kc.read_metrics(root / "campaign" / "run")
     assert order == [1, 2, 3] and any(m["actor/grad_norm"] > 0 for m in metrics.values())  # the actor trained
     assert kc.compare_runs(root / "reference", root / "campaign", STEPS) == []

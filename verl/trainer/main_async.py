@@ -62,6 +62,7 @@ def run_async(config: DictConfig) -> list:
     from verl.async_rl.prompts import check_data_files
     from verl.trainer.config_utils import ConfigError, write_run_record
     from verl.trainer.main_ppo import apply_reward_switches, init_ray, load_custom_reward, resolve_models, run_folders
+    from verl.utils.checkpoint_space import check_writable
     from verl.utils.run_lock import hold_folders
     from verl.utils.tracking import Tracking
 
@@ -75,6 +76,7 @@ def run_async(config: DictConfig) -> list:
         raise ConfigError("trainer.total_training_steps must be set in async mode (learner steps to reach)")
     check_data_files(config)  # main_ppo's row check of the rlla envs' files and data.val_files
     resolve_models(config)  # main_ppo's: a preset prepared (an SFT one built with trainer.build_sft_preset=true)
+    check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
     folders = run_folders(config)
     run_dir = folders[1][1]
     apply_reward_switches(config)  # before Ray starts: the env actors and the validator inherit the variables

@@ -426,9 +426,11 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     Ray is started (or joined, ``ray_init.address``) unless ``trainer.single_process`` puts the one worker per role
     inside this process (``verl.single_controller.local.LocalWorkerGroup``): same trainer, workers and results, without
     the Ray daemons and the worker processes' own copies of torch (about 1 GB of RSS on a 2-core CPU machine)."""
+    from verl.utils.checkpoint_space import check_writable
     from verl.utils.run_lock import hold_folders
 
     config = prepare_config(config)
+    check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
     logger.info(
         "device=%s workers=%d estimator=%s", config.trainer.device, world_size(config), config.algorithm.adv_estimator
     )

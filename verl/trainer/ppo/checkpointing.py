@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from verl.utils import checkpoint_manifest as cm
 from verl.trainer.ppo.run_guard import resume_hint
 from verl.trainer.ppo.trainer_state import TrainerState
 from verl.utils.checkpoint_manifest import CheckpointError
+from verl.utils.checkpoint_space import check_free_space, disk_fault, estimate_bytes
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +55,49 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
     ``max_actor_ckpt_to_keep`` valid checkpoints of this run (``TrainerState.run_id``) and never deletes the newest valid
     one nor another run's.
 
+    Disk faults (``verl.utils.checkpoint_space``): the free space is checked against the estimate of the checkpoint's
+    size first; a write that fails on a full or read-only disk removes its partial folder and raises one
+    ``CheckpointError`` saying so, the previous checkpoints kept.
+
     Args:
         driver: the :func:`driver_state` to store; None stores the current one.
+
+    Raises:
+        CheckpointError: too little free space, or the disk filled up / refused the write during the save.
     """
     run = trainer.state
     root = Path(trainer.config.trainer.default_local_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    previous = cm.latest_valid_checkpoint(root, check_hashes=False)
+    needed = estimate_bytes(previous, trainer.config.actor_rollout_ref.model.path)
+    check_free_space(root, needed, run.global_steps)  # before any byte is written
     tmp = cm.new_temp_dir(root, run.global_steps)
+    try:
+        step_dir = _write_and_publish(trainer, tmp, root, driver)
+    except Exception as exc:
+        fault = disk_fault(exc, root, needed)
+        if fault is None:
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # a partial folder would keep filling the disk
+        where = "no space left on" if fault == "full" else "cannot write to (read-only or no permission)"
+        raise CheckpointError(
+            f"{where} {root} while writing the step-{run.global_steps} checkpoint (about {needed / 2**20:.0f} MiB); "
+            f"the partial folder was removed and {previous or 'no earlier checkpoint'} is kept. Fix the disk or set "
+            "trainer.default_local_dir elsewhere, then run the same command to resume"
+        ) from exc
+    trainer.phases.fault_point("save_published", run.global_steps)  # kill tests: published, metrics not logged
+    keep = [
+        k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep) if k
+    ]
+    for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=run.run_id):
+        logger.info("removed old checkpoint %s", removed)
+    run.saved_step = run.global_steps
+    logger.info("saved checkpoint %s", step_dir)
+
+
+def _write_and_publish(trainer, tmp: Path, root: Path, driver: dict | None) -> Path:
+    """The workers' and the driver's files into ``tmp``, the manifest last, then the rename to ``global_step_N``."""
+    run = trainer.state
     trainer.actor_rollout_wg.save_checkpoint(str(tmp / "actor"), global_step=run.global_steps)
     if trainer.use_critic:
         trainer.critic_wg.save_checkpoint(str(tmp / "critic"), global_step=run.global_steps)
@@ -84,15 +123,7 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
         version=__version__,
         run_id=run.run_id,
     )
-    step_dir = cm.publish_checkpoint(tmp, root, run.global_steps, run_id=run.run_id)
-    trainer.phases.fault_point("save_published", run.global_steps)  # kill tests: published, metrics not logged
-    keep = [
-        k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep) if k
-    ]
-    for removed in cm.rotate_checkpoints(root, min(keep) if keep else None, run_id=run.run_id):
-        logger.info("removed old checkpoint %s", removed)
-    run.saved_step = run.global_steps
-    logger.info("saved checkpoint %s", step_dir)
+    return cm.publish_checkpoint(tmp, root, run.global_steps, run_id=run.run_id)
 
 
 def _refuse_if_only_invalid(root: Path) -> None:

@@ -13,7 +13,8 @@
   ``ACTION@PHASE:STEP`` items. When the trainer enters ``PHASE`` of step ``STEP`` it applies ``ACTION``:
   ``KILL`` (SIGKILL to itself: dies at once, no cleanup), ``TERM`` / ``INT`` (sends itself that signal, as an operator
   would), ``WORKER`` (kills the first actor worker process, as a crash or an OOM kill would), ``RAISE`` (raises
-  ``InjectedFault``, as a bug or a bad row in that phase would). Besides the timed
+  ``InjectedFault``, as a bug or a bad row in that phase would), ``ENOSPC`` / ``EROFS`` (raise that ``OSError``, as a
+  full or read-only disk does where a checkpoint file is written; meant for ``save_partial``). Besides the timed
   phases there are three points in the checkpoint code: ``save_partial`` (the workers' files are in the temporary
   directory, ``data.pt`` and the manifest are not), ``save_published`` (the checkpoint is in place, the step's metrics
   are not logged yet) and ``load_checkpoint`` (step = the step being resumed, or 0).
@@ -23,6 +24,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import signal
@@ -36,7 +38,7 @@ from verl.trainer.ppo.metric_utils import marked_timer
 logger = logging.getLogger(__name__)
 
 FAULT_ENV = "VERL_TEST_FAULT"
-FAULT_ACTIONS = ("KILL", "TERM", "INT", "WORKER", "RAISE")
+FAULT_ACTIONS = ("KILL", "TERM", "INT", "WORKER", "RAISE", "ENOSPC", "EROFS")
 
 
 class ExitRequest:
@@ -282,6 +284,9 @@ class PhaseTracker:
                 os.kill(os.getpid(), getattr(signal, "SIG" + action))
             elif action == "RAISE":
                 raise InjectedFault(f"{FAULT_ENV}: RAISE at phase {name} of step {step}")
+            elif action in ("ENOSPC", "EROFS"):
+                code = getattr(errno, action)
+                raise OSError(code, f"{os.strerror(code)} ({FAULT_ENV}: {action} at phase {name} of step {step})")
             elif self.kill_worker is None:
                 raise RuntimeError(f"{FAULT_ENV}: WORKER fault at {name}:{step} but this trainer has no worker to kill")
             else:
