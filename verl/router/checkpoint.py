@@ -58,6 +58,14 @@ def resolve_checkpoint(path: str | os.PathLike) -> CheckpointFiles:
     elif (root / HF_DIR).is_dir():
         step_dir, actor_dir = root.parent, root
     else:
+        steps = sorted(
+            root.glob("global_step_*"),
+            key=lambda d: int(d.name.split("_")[-1]) if d.name.split("_")[-1].isdigit() else -1,
+        )
+        if steps:  # an experiment's checkpoint folder, not one checkpoint
+            raise FileNotFoundError(
+                f"--checkpoint {root}: this is a folder of checkpoints; give one of them, e.g. the newest, {steps[-1]}"
+            )
         raise FileNotFoundError(
             f"--checkpoint {root}: no actor/{HF_DIR}/ (nor {HF_DIR}/) export; save checkpoints "
             "with 'hf_model' in checkpoint.save_contents"

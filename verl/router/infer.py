@@ -50,6 +50,7 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -427,13 +428,15 @@ def run_inference(
         CALCULATE: n}, "rows_with_tool_calls", "seconds"}``, plus ``router_lambda`` for a value head.
 
     Raises:
-        ValueError: ``max_new_tokens < 1``, every prompt filtered out, both ``fixed_lambda`` and ``target_cost``, a
+        ValueError: ``max_new_tokens < 1``, ``batch_size < 1``, every prompt filtered out, both ``fixed_lambda`` and ``target_cost``, a
             ``target_cost`` that is not a finite number ``≥ 0``.
     """
     from verl.trainer.main_generation import write_jsonl
 
     if int(max_new_tokens) < 1:
         raise ValueError(f"--max_new_tokens must be >= 1, got {max_new_tokens}")
+    if int(batch_size) < 1:  # before the model loads
+        raise ValueError(f"--batch_size must be >= 1, got {batch_size}")
     if fixed_lambda is not None and target_cost is not None:
         raise ValueError("--fixed_lambda and --target_cost both set the price: give one")
     if target_cost is not None and not (math.isfinite(target_cost) and target_cost >= 0):
@@ -519,8 +522,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
     args = parser.parse_args(argv)
     setup_logging()
-    parse_routes(args.routes)  # a bad --routes fails before the model loads
-    summary = run_inference(
+    try:
+        parse_routes(args.routes)  # a bad --routes fails before the model loads
+        summary = _run_from_args(args)
+    except (FileNotFoundError, ValueError, KeyError) as err:  # a user's input: one line naming the file or flag
+        print(f"error: {err.args[0] if isinstance(err, KeyError) and err.args else err}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary, indent=2))
+    return 0
+
+
+def _run_from_args(args: argparse.Namespace) -> dict:
+    return run_inference(
         args.checkpoint,
         args.prompts,
         args.output,
@@ -533,8 +546,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         fixed_lambda=args.fixed_lambda,
         target_cost=args.target_cost,
     )
-    print(json.dumps(summary, indent=2))
-    return 0
 
 
 if __name__ == "__main__":

@@ -46,7 +46,11 @@ def load_prompt_rows(path: str | os.PathLike, prompt_key: str = "prompt") -> lis
     if path.suffix.lower() in JSONL_SUFFIXES:
         located = [(f"{path}:line {n}", record) for n, record in iter_json_objects(path)]
     else:
-        located = [(f"{path}:row {n}", record) for n, record in enumerate(pd.read_parquet(path).to_dict("records"))]
+        try:
+            records = pd.read_parquet(path).to_dict("records")
+        except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            raise ValueError(f"--prompts {path}: not a readable parquet file ({str(err).splitlines()[0]})") from None
+        located = [(f"{path}:row {n}", record) for n, record in enumerate(records)]
     if not located:
         raise ValueError(f"{path}: no prompts")
     rows = []

@@ -96,8 +96,8 @@ def read_generations(path: str | os.PathLike) -> list[dict]:
         FileNotFoundError: no such file.
         JsonInputError: a line is not valid UTF-8, not valid JSON or not a JSON object (a ``ValueError``:
             ``file PATH, line N: problem``).
-        ValueError: a row lacks a string ``response``, or has neither ``ground_truth`` nor ``ground_truth_tool_calls``
-            (``file:line: key: problem``).
+        ValueError: a row lacks a string ``response``, has neither ``ground_truth`` nor ``ground_truth_tool_calls``, or
+            a ``ground_truth`` that is not a string (``file:line: key: problem``); the file has no row.
     """
     path = Path(path)
     if not path.is_file():
@@ -108,8 +108,15 @@ def read_generations(path: str | os.PathLike) -> list[dict]:
             raise ValueError(f"{path}:{lineno}: response: expected a string, got {row.get('response')!r:.60}")
         if row.get("ground_truth") is None and row.get("ground_truth_tool_calls") is None:
             raise ValueError(f"{path}:{lineno}: ground_truth: missing (need ground_truth or ground_truth_tool_calls)")
+        if row.get("ground_truth") is not None and not isinstance(row["ground_truth"], str):
+            raise ValueError(
+                f"{path}:{lineno}: ground_truth: expected a string, got {type(row['ground_truth']).__name__} "
+                f"{row['ground_truth']!r:.60}"
+            )
         row["_where"] = f"{path}:{lineno}"
         rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: no generation rows (the file is empty)")
     return rows
 
 
@@ -531,9 +538,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     st["ties"],
                     st["sign_test_p"],
                 )
-        summary = evaluate_file(
-            args.generations, args.dataset, args.output, rows=rows, extra=extra, tool_format=args.tool_format
-        )
+        try:  # a row the scorers cannot read (e.g. a ground truth's unreadable <tool_call>) names its file:line
+            summary = evaluate_file(
+                args.generations, args.dataset, args.output, rows=rows, extra=extra, tool_format=args.tool_format
+            )
+        except ValueError as err:
+            sys.stderr.write(f"main_eval: error: {err}\n")
+            return 2
     print(json.dumps(summary, indent=2))
     return 0
 
