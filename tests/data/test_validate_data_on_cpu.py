@@ -97,3 +97,10 @@ def test_ground_truths_the_reward_cannot_parse_are_named(shared_dir, tmp_path, c
     config = load_default_config([f"data.train_files={path}", f"data.val_files={path}"])
     with pytest.raises(DataCheckError, match=r"data.train_files: 3 problem\(s\)"):
         check_data_files(config)
+
+
+def test_an_unknown_tokenizer_is_one_error_line(shared_dir, capsys):
+    path = shared_dir / "data" / "rlla_4k" / "test.parquet"
+    assert main([str(path), "--tokenizer", "/nonexistent_tokenizer"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("validate-data: error: --tokenizer=/nonexistent_tokenizer")

@@ -148,11 +148,12 @@ def _load_tokenizer(spec: str):
 
     from verl.utils.model_presets import prepare_model
 
-    return AutoTokenizer.from_pretrained(prepare_model(spec))
+    return AutoTokenizer.from_pretrained(prepare_model(spec, key="--tokenizer"))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (console script ``validate-data``); returns the exit status (0 valid, 1 invalid)."""
+    """CLI entry point (console script ``validate-data``); returns the exit status: 0 valid, 1 invalid (the problems
+    listed), 2 a usage error (an unknown ``--tokenizer``: one ``validate-data: error:`` line)."""
     parser = argparse.ArgumentParser(prog="validate-data", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="parquet file(s) to check")
     parser.add_argument("--tokenizer", default="tiny",
@@ -163,7 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
-    tokenizer = _load_tokenizer(args.tokenizer)
+    from verl.utils.model_presets import ModelPathError
+
+    try:
+        tokenizer = _load_tokenizer(args.tokenizer)
+    except (ModelPathError, OSError) as err:
+        print(f"validate-data: error: {err}", file=sys.stderr)
+        return 2
     all_errors: list[str] = []
     for file in args.files:
         errors, report = validate_file(file, tokenizer, args.max_prompt_length, args.prompt_key)
