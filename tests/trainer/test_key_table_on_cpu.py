@@ -188,6 +188,9 @@ def test_every_numeric_key_declares_its_range():
         ("actor_rollout_ref.actor.entropy_coeff=nan", "entropy_coeff=nan: expected >= 0"),
         ("algorithm.gigpo.default_step_reward=inf", None),  # agent-only key: main_ppo refuses it as unread
         ("trainer.max_invalid_frac=1.5", "trainer.max_invalid_frac=1.5: expected [0, 1]"),
+        ("trainer.resume_mode=sometimes", "trainer.resume_mode='sometimes': expected {auto, disable, resume_path}"),
+        ("data.truncation=sideways", "data.truncation='sideways': expected {error, left, right, middle}"),
+        ("actor_rollout_ref.actor.loss_agg_mode=token-sum", "loss_agg_mode='token-sum': expected {token-mean,"),
     ],
 )
 def test_bad_values_are_refused_at_load_naming_key_value_and_range(override, message):

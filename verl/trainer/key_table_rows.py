@@ -20,7 +20,7 @@ data.train_batch_size | PAS | >= 1 | main_async: problems per batch (async.batch
 data.val_batch_size | PAS | >= 1 | deprecated upstream: a warning, validation runs over the whole set
 data.return_raw_input_ids | - | - | raw prompt ids are not returned by the dataset: set false
 data.return_raw_chat | P | - | agent mode draws its tasks from the environment (env.*); main_async has no data loader: its env actors play the rows (async.envs.*)
-data.truncation | PS | - | agent mode draws its tasks from the environment (env.*)
+data.truncation | PS | {error, left, right, middle} | agent mode draws its tasks from the environment (env.*)
 data.filter_overlong_prompts | PS | - | agent mode draws its tasks from the environment (env.*)
 data.shuffle | PAS | - | main_async: the row order of its rlla envs
 data.seed | PAS | >= 0 | main_async: the row order of its rlla envs
@@ -51,7 +51,7 @@ actor_rollout_ref.actor.clip_ratio_low | PAS | >= 0 |
 actor_rollout_ref.actor.clip_ratio_high | PAS | >= 0 | 
 actor_rollout_ref.actor.clip_ratio_c | PAS | > 1 | 
 actor_rollout_ref.actor.policy_loss.loss_mode | PAS | - | 
-actor_rollout_ref.actor.loss_agg_mode | PAS | - | 
+actor_rollout_ref.actor.loss_agg_mode | PAS | {token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm} | 
 actor_rollout_ref.actor.mask_truncated | PS | - | agent mode trains on truncated turns; main_async: with rlla envs only
 actor_rollout_ref.actor.entropy_coeff | PAS | >= 0 | 
 actor_rollout_ref.actor.use_kl_loss | PAS | - | 
@@ -64,7 +64,7 @@ actor_rollout_ref.actor.optim.lr | PAS | >= 0 |
 actor_rollout_ref.actor.optim.lr_warmup_steps | PAS | >= 0 or -1 | 
 actor_rollout_ref.actor.optim.lr_warmup_steps_ratio | PAS | [0, 1] | 
 actor_rollout_ref.actor.optim.min_lr_ratio | PAS | [0, 1] | 
-actor_rollout_ref.actor.optim.warmup_style | PAS | - | 
+actor_rollout_ref.actor.optim.warmup_style | PAS | {constant, cosine} | 
 actor_rollout_ref.actor.optim.total_training_steps | - | - | the trainer sets it from trainer.total_training_steps / total_epochs
 actor_rollout_ref.actor.optim.weight_decay | PAS | >= 0 | 
 actor_rollout_ref.actor.optim.betas | PAS | - | 
@@ -88,7 +88,7 @@ actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu | PAS | >= 1 |
 actor_rollout_ref.ref.log_prob_use_dynamic_bsz | PAS | - | 
 actor_rollout_ref.ref.log_prob_max_token_len_per_gpu | PAS | >= 1 | 
 actor_rollout_ref.ref.ulysses_sequence_parallel_size | - | - | sequence parallelism is not implemented: set 1
-actor_rollout_ref.rollout.name | PA | - | main_async generates on its inference servers (async.inference.*)
+actor_rollout_ref.rollout.name | PA | {hf, vllm} | main_async generates on its inference servers (async.inference.*)
 actor_rollout_ref.rollout.mode | - | - | the trainer's rollout is synchronous; the asynchronous mode is its own entry point, python -m verl.trainer.main_async (docs/async.md): set sync
 actor_rollout_ref.rollout.temperature | PAS | >= 0 | 
 actor_rollout_ref.rollout.top_k | PA | >= 0 or -1 | main_async generates on its inference servers (async.inference.*)
@@ -125,7 +125,7 @@ critic.optim.lr | PA | >= 0 | main_async has no critic: its estimators are the o
 critic.optim.lr_warmup_steps | PA | >= 0 or -1 | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.optim.lr_warmup_steps_ratio | PA | [0, 1] | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.optim.min_lr_ratio | PA | [0, 1] | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
-critic.optim.warmup_style | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.optim.warmup_style | PA | {constant, cosine} | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.optim.total_training_steps | - | - | the trainer sets it from trainer.total_training_steps / total_epochs
 critic.optim.weight_decay | PA | >= 0 | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.optim.betas | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
@@ -157,13 +157,13 @@ critic.ppo_epochs | PA | >= 1 | main_async has no critic: its estimators are the
 critic.shuffle | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.grad_clip | PA | > 0 | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.cliprange_value | PA | > 0 | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
-critic.loss_agg_mode | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
+critic.loss_agg_mode | PA | {token-mean, seq-mean-token-sum, seq-mean-token-mean, seq-mean-token-sum-norm} | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.checkpoint.save_contents | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 reward_model.enable | - | - | model-based rewards are not implemented: score with a rule reward (custom_reward_function.path)
 reward_model.strategy | - | - | upstream's model-based reward: not implemented (reward_model.enable is refused)
 reward_model.reward_manager | PS | - | agent mode scores with its environments or custom_reward_function
-reward_model.decode | PS | - | agent mode scores with its environments or custom_reward_function
-reward_model.wrapper | PS | - | agent mode scores with its environments or custom_reward_function
+reward_model.decode | PS | {response, prompt+response} | agent mode scores with its environments or custom_reward_function
+reward_model.wrapper | PS | {auto, qwen, llama, none} | agent mode scores with its environments or custom_reward_function
 reward_model.num_examine | PS | >= 0 | agent mode scores with its environments or custom_reward_function
 reward_model.switches | PAS | - | 
 reward_model.overlong_buffer.enable | PS | - | agent mode scores with its environments or custom_reward_function; main_async: with rlla envs only, L_max = async.inference.max_tokens
@@ -182,7 +182,7 @@ reward_model.model.fsdp_config.min_num_params | - | - | upstream's model-based r
 reward_model.model.fsdp_config.param_offload | - | - | upstream's model-based reward: not implemented
 custom_reward_function.path | PAS | - | main_async: its rlla envs and validation (a text_env is refused with it)
 custom_reward_function.name | PAS | - | main_async: its rlla envs and validation (a text_env is refused with it)
-reward.sandbox | PAS | - | 
+reward.sandbox | PAS | {none, process} | 
 reward.num_workers | PAS | >= 1 | 
 reward.timeout_s | PAS | > 0 | 
 reward.memory_mb | PAS | >= 0 | 
@@ -197,7 +197,7 @@ algorithm.rollout_correction.rollout_rs | PAS | - |
 algorithm.rollout_correction.rollout_rs_threshold | PAS | > 0 | 
 algorithm.rollout_correction.rollout_rs_threshold_lower | PAS | >= 0 | 
 algorithm.filter_groups.enable | PS | - | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
-algorithm.filter_groups.metric | PS | - | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
+algorithm.filter_groups.metric | PS | {seq_reward, score, format, correctness} | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
 algorithm.filter_groups.max_num_gen_batches | PS | >= 0 | agent mode keeps every group; main_async: with rlla envs only, on each group as it arrives
 algorithm.kl_penalty | PAS | - | 
 algorithm.kl_ctrl.type | PAS | - | 
@@ -285,7 +285,7 @@ env.textworld.max_steps | A | >= 1 | agent mode with env.env_name=textworld
 env.textworld.settings | A | - | agent mode's environments and episodes
 env.rlla_multiturn.split | A | - | agent mode with env.env_name=rlla_multiturn
 env.rlla_multiturn.data_dir | A | - | agent mode with env.env_name=rlla_multiturn
-trainer.device | PAS | - | 
+trainer.device | PAS | {cpu, cuda} | 
 trainer.balance_batch | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.total_epochs | PA | >= 1 | main_async runs its own schedule (async.*) and does not read it
 trainer.total_training_steps | PAS | >= 1 | 
@@ -314,7 +314,7 @@ trainer.val_only | PA | - | main_async runs its own schedule (async.*) and does 
 trainer.default_hdfs_dir | - | - | HDFS checkpoints are not implemented: leave null (trainer.default_local_dir holds them)
 trainer.default_local_dir | PAS | - | 
 trainer.run_dir | PAS | - | 
-trainer.resume_mode | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.resume_mode | PA | {auto, disable, resume_path} | main_async runs its own schedule (async.*) and does not read it
 trainer.resume_from_path | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.del_local_ckpt_after_load | - | - | checkpoints are never deleted after a resume: set false (trainer.max_actor_ckpt_to_keep rotates them)
 trainer.max_actor_ckpt_to_keep | PA | >= 1 | main_async runs its own schedule (async.*) and does not read it
