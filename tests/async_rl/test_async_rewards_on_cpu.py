@@ -270,3 +270,21 @@ def test_dynamic_sampling_is_checked_as_in_main_ppo():
     ):  # fmt: skip
         with pytest.raises(ConfigError, match=message):
             _compose(overrides)
+
+
+def test_a_launch_whose_reward_scored_nothing_stops(make_rollout):
+    """As main_ppo: when every rollout of a launch is invalid the run stops (after its save) naming the first
+    failure; one scored rollout is enough to go on."""
+    from collections import Counter
+
+    from verl.async_rl.orchestrator import Orchestrator
+    from verl.trainer.ppo.run_guard import RunStopped
+
+    orch = object.__new__(Orchestrator)
+    orch.counts = Counter(rollouts_generated=4, rollouts_unscored=4)
+    orch._first_reward_error = "ValueError: bad row"
+    with pytest.raises(RunStopped, match=r"could not score any of the 4 rollouts of this run's 2 step.*bad row"):
+        orch._check_something_scored(2)
+    orch.counts["rollouts_unscored"] = 3
+    orch._check_something_scored(2)  # one scored: no error
+    orch._check_something_scored(0)  # no step: nothing to say
