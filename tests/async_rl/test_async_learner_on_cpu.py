@@ -199,3 +199,29 @@ def test_overlong_shaping_and_truncation_mask_act_on_the_rows(make_rollout, tmp_
     ):  # fmt: skip
         with pytest.raises(ConfigError, match=message):
             learner_config(tmp_path, overrides)
+
+
+def test_learner_checkpoint_on_a_full_disk_is_one_clear_error(tmp_path, make_rollout, monkeypatch):
+    """The async learner's save has main_ppo's disk handling: ENOSPC where a file is written removes the partial
+    folder, keeps the previous checkpoint and raises one CheckpointError saying "no space left"."""
+    import errno
+
+    from verl.utils import checkpoint_manifest as cm
+    from verl.utils.checkpoint_manifest import CheckpointError
+
+    rlla = ["~async.envs.line_world", "+async.envs.rlla={kind: rlla, fraction: 1.0}"]
+    learner = Learner(learner_config(tmp_path, rlla), checkpoint_dir=str(tmp_path / "ckpt"))
+    first = learner.save_checkpoint()
+    learner.version = 2
+    real = torch.save
+
+    def full(obj, f, *args, **kwargs):
+        if f"{cm.TMP_PREFIX}2." in str(f):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "save", full)
+    with pytest.raises(CheckpointError, match=r"no space left on .*ckpt while writing the step-2 checkpoint"):
+        learner.save_checkpoint()
+    root = tmp_path / "ckpt"
+    assert [str(p) for p in cm.step_dirs(root)] == [first] and not list(root.glob(cm.TMP_PREFIX + "*"))

@@ -287,17 +287,30 @@ class Learner:
     # ------------------------------------------------------------------------------------------ checkpoints
     def save_checkpoint(self, config: Optional[Mapping[str, Any]] = None) -> str:
         """Publish ``global_step_{version}`` under ``checkpoint_dir`` (the worker's ``actor/`` checkpoint, the KL
-        controller; manifest last). Returns the directory. Raises ValueError: no ``checkpoint_dir``."""
+        controller; manifest last), with ``main_ppo``'s free-space check and disk-fault handling. Returns the
+        directory. Raises ValueError: no ``checkpoint_dir``. CheckpointError: too little space, or the disk refused
+        the write (the partial folder removed, the previous checkpoint kept)."""
+        from verl.utils.checkpoint_space import check_free_space, estimate_bytes, raise_if_disk_fault
+
         if self.checkpoint_dir is None:
             raise ValueError("Learner.save_checkpoint needs checkpoint_dir (trainer.default_local_dir)")
-        tmp = manifest.new_temp_dir(self.checkpoint_dir, self.version)
-        self.worker_group.save_checkpoint(str(tmp / "actor"), global_step=self.version)
-        kl = self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None
-        (tmp / _STATE_FILE).write_text(json.dumps({"version": self.version, "kl_ctrl": kl}))
-        manifest.write_manifest(
-            tmp, step=self.version, epoch=0, config=dict(config or {}), world_size=1, version="async"
-        )
-        return str(manifest.publish_checkpoint(tmp, self.checkpoint_dir, self.version))
+        root = self.checkpoint_dir
+        root.mkdir(parents=True, exist_ok=True)
+        previous = manifest.latest_valid_checkpoint(root, check_hashes=False)
+        needed = estimate_bytes(previous, self.config.actor_rollout_ref.model.path)
+        check_free_space(root, needed, self.version)  # main_ppo's disk checks (verl/utils/checkpoint_space.py)
+        tmp = manifest.new_temp_dir(root, self.version)
+        try:
+            self.worker_group.save_checkpoint(str(tmp / "actor"), global_step=self.version)
+            kl = self.kl_ctrl_in_reward.state_dict() if self.kl_ctrl_in_reward is not None else None
+            (tmp / _STATE_FILE).write_text(json.dumps({"version": self.version, "kl_ctrl": kl}))
+            manifest.write_manifest(
+                tmp, step=self.version, epoch=0, config=dict(config or {}), world_size=1, version="async"
+            )
+            return str(manifest.publish_checkpoint(tmp, root, self.version))
+        except Exception as exc:
+            raise_if_disk_fault(exc, tmp, root, needed, self.version, previous)
+            raise
 
     def resume(self) -> int:
         """Load the newest valid checkpoint under ``checkpoint_dir`` (if any) and return the policy version (0 when

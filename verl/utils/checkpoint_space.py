@@ -23,7 +23,7 @@ from typing import Iterable
 
 from verl.utils.checkpoint_manifest import CheckpointError
 
-__all__ = ["check_free_space", "check_writable", "disk_fault", "estimate_bytes", "folder_bytes"]
+__all__ = ["check_free_space", "check_writable", "disk_fault", "estimate_bytes", "folder_bytes", "raise_if_disk_fault"]
 
 MiB = 1 << 20
 _FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -117,3 +117,25 @@ def disk_fault(exc: BaseException, root: Path, needed: int) -> str | None:
     except OSError:
         pass
     return None
+
+
+def raise_if_disk_fault(
+    exc: BaseException, tmp: Path, root: Path, needed: int, step: int, previous: Path | None
+) -> None:
+    """After a failed save into ``tmp``: when :func:`disk_fault` blames the disk, remove ``tmp`` (a partial folder
+    would keep filling it) and raise one :class:`CheckpointError` saying what happened and which checkpoint is kept;
+    otherwise return (the caller re-raises ``exc``).
+
+    Raises:
+        CheckpointError: "no space left on <root> while writing the step-N checkpoint ..." or "cannot write to ...".
+    """
+    fault = disk_fault(exc, root, needed)
+    if fault is None:
+        return
+    shutil.rmtree(tmp, ignore_errors=True)
+    where = "no space left on" if fault == "full" else "cannot write to (read-only or no permission)"
+    raise CheckpointError(
+        f"{where} {root} while writing the step-{step} checkpoint (about {needed / MiB:.0f} MiB); the partial folder "
+        f"was removed and {previous or 'no earlier checkpoint'} is kept. Fix the disk or set "
+        "trainer.default_local_dir elsewhere, then run the same command to resume"
+    ) from exc

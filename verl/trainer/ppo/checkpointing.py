@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import logging
 import random
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ from verl.utils import checkpoint_manifest as cm
 from verl.trainer.ppo.run_guard import resume_hint
 from verl.trainer.ppo.trainer_state import TrainerState
 from verl.utils.checkpoint_manifest import CheckpointError
-from verl.utils.checkpoint_space import check_free_space, disk_fault, estimate_bytes
+from verl.utils.checkpoint_space import check_free_space, estimate_bytes, raise_if_disk_fault
 
 logger = logging.getLogger(__name__)
 
@@ -75,16 +74,8 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
     try:
         step_dir = _write_and_publish(trainer, tmp, root, driver)
     except Exception as exc:
-        fault = disk_fault(exc, root, needed)
-        if fault is None:
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # a partial folder would keep filling the disk
-        where = "no space left on" if fault == "full" else "cannot write to (read-only or no permission)"
-        raise CheckpointError(
-            f"{where} {root} while writing the step-{run.global_steps} checkpoint (about {needed / 2**20:.0f} MiB); "
-            f"the partial folder was removed and {previous or 'no earlier checkpoint'} is kept. Fix the disk or set "
-            "trainer.default_local_dir elsewhere, then run the same command to resume"
-        ) from exc
+        raise_if_disk_fault(exc, tmp, root, needed, run.global_steps, previous)
+        raise
     trainer.phases.fault_point("save_published", run.global_steps)  # kill tests: published, metrics not logged
     keep = [
         k for k in (trainer.config.trainer.max_actor_ckpt_to_keep, trainer.config.trainer.max_critic_ckpt_to_keep) if k
