@@ -197,6 +197,7 @@ def causal_lm(tiny_model_dir):
 # --fast`` runs the unit tier.
 E2E_FILES = {
     "test_benchmarks_smoke_on_cpu.py",
+    "test_cli_errors_on_cpu.py",
     "test_first_run_on_cpu.py",
     "test_gpu_suite_on_cpu.py",
     "test_launch_scripts_on_cpu.py",

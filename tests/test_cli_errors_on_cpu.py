@@ -1,7 +1,7 @@
 """Every command prints a user's mistake as one ``error:`` line naming the file, row or flag, exit status 2, no
 traceback: ``verl.router.infer`` (missing, experiment-folder or non-router checkpoint; prompts without a prompt column,
-empty, corrupt; a zero batch size) and ``main_eval`` (an unreadable or integer ground truth, an empty generations
-file). (``main_ppo``: tests/trainer/test_run_errors_on_cpu.py; ``main_async``: tests/trainer/
+empty, corrupt; a zero batch size), ``main_eval`` (an unreadable or integer ground truth, an empty generations
+file) and ``main_generation`` (a missing, corrupt or prompt-less data file). (``main_ppo``: tests/trainer/test_run_errors_on_cpu.py; ``main_async``: tests/trainer/
 test_main_async_errors_on_cpu.py; ``validate-data`` and ``reward-dry-run``: their own tests.)"""
 
 from __future__ import annotations
@@ -65,3 +65,38 @@ def test_main_eval_errors_are_one_line(tmp_path, capsys, rows, message):
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert main(["--generations", str(path)]) == 2
     assert message.format(f=path) in capsys.readouterr().err.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        ("{d}/missing.parquet", "error: data.path: {d}/missing.parquet not found"),
+        ("{d}/corrupt.parquet", "error: data.path: Could not open Parquet input source '{d}/corrupt.parquet'"),
+        ("{d}/noprompt.parquet", "error: data.path: {d}/noprompt.parquet: missing column 'prompt'"),
+    ],
+)
+def test_main_generation_errors_are_one_line(inputs, path, message):
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_generation",
+            f"data.path={path.format(d=inputs)}",
+            "model.path=tiny",
+            f"data.output_path={inputs}/gen.jsonl",
+            f"hydra.run.dir={inputs}/hydra",
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert message.format(d=inputs) in done.stderr.strip().splitlines()[-1]

@@ -47,6 +47,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from verl.trainer.config_utils import ConfigError
+from verl.trainer.preflight import DataCheckError
 from verl.trainer.main_eval import atomic_write_text, evaluate_file, ground_truth_calls
 from verl.trainer.main_ppo import setup_logging
 from verl.utils.dataset.bfcl import bfcl_fields
@@ -257,8 +258,14 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
     model_dir = prepare_model(config.model.path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=config.model.trust_remote_code)
     with tempfile.TemporaryDirectory(prefix="main_generation_") as tmp:
-        parquet, data_format = resolve_parquet(config.data, tmp)
-        dataset = build_dataset(config, tokenizer, parquet)
+        try:  # a missing, unreadable or malformed prompt file: one error line naming it (main)
+            parquet, data_format = resolve_parquet(config.data, tmp)
+            dataset = build_dataset(config, tokenizer, parquet)
+        except (FileNotFoundError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            if isinstance(err, ConfigError):
+                raise
+            message = str(err).splitlines()[0]
+            raise DataCheckError(message if message.startswith("data.path") else f"data.path: {message}") from err
         items = [dataset[i] for i in range(len(dataset))]
         file_rows = [row for _, row in dataset.origins()]  # position in the file, before filter_overlong_prompts
     device = _device(config.trainer.device)
@@ -381,9 +388,19 @@ def run_generation(config: DictConfig) -> dict:
 
 @hydra.main(config_path="config", config_name="generation", version_base=None)
 def main(config: DictConfig) -> None:
-    """Hydra entry point (see the module docstring); prints the summary JSON."""
+    """Hydra entry point (see the module docstring); prints the summary JSON. A user's mistake (a key, file or row
+    named) is one ``error:`` line with exit status 2, as in ``main_ppo``."""
+    import sys
+
+    from verl.trainer.main_ppo import user_errors
+
     setup_logging()
-    print(json.dumps(run_generation(config), indent=2))
+    try:
+        summary = run_generation(config)
+    except user_errors() as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
