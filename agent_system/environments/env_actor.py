@@ -203,6 +203,7 @@ class EnvActor:
                 "reward_model": [row["reward_model"]] * size,
                 self.reward.reward_fn_key: [row["data_source"]] * size,
                 "extra_info": [row["extra_info"]] * size,
+                **({"raw_prompt": [row["raw_prompt"]] * size} if row.get("raw_prompt") is not None else {}),
             },
             step=version + 1,
             pad_token_id=int(self.tokenizer.pad_token_id or 0),

@@ -172,8 +172,13 @@ def test_checkpoint_errors_name_the_missing_piece(tmp_path, tiny_dir):
     (step / "actor" / "router_world_size_1_rank_0.pt").unlink()
     with pytest.raises(FileNotFoundError, match="router_world_size_.*router.enable"):
         resolve_checkpoint(step)
+    with pytest.raises(
+        FileNotFoundError, match=r"a folder of checkpoints; give one of them, e.g. the newest, .*step_7"
+    ):
+        resolve_checkpoint(tmp_path)  # the experiment's folder instead of one checkpoint
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="huggingface"):
-        resolve_checkpoint(tmp_path)
+        resolve_checkpoint(tmp_path / "empty")
 
 
 def test_prompt_file_errors_name_file_and_row(tmp_path):

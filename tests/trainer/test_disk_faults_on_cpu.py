@@ -91,7 +91,7 @@ def test_torch_saves_unexpected_pos_on_a_full_disk_is_named_as_one(tmp_path, sma
     monkeypatch.setattr("verl.trainer.ppo.checkpointing.check_free_space", check_free_space)
     with pytest.raises(CheckpointError, match=r"no space left on .*step-2 checkpoint.*global_step_1 is kept"):
         _run(tmp_path, small_rlla)
-    assert state["checked"] == 2
+    assert state["checked"] == 1  # before step 2's save (the first save's size is not known beforehand)
     _assert_previous_kept(tmp_path)
 
 
@@ -132,3 +132,15 @@ def test_estimate_is_the_previous_checkpoint_or_six_times_the_weights(tmp_path):
     assert checkpoint_space.estimate_bytes(previous, model) == 1024
     assert checkpoint_space.estimate_bytes(None, model) == 600
     assert checkpoint_space.estimate_bytes(None, None) == 0
+
+
+def test_a_save_error_without_a_disk_word_is_full_only_if_the_disk_could_not_hold_it(tmp_path, monkeypatch):
+    """The free-space fallback counts what the partial folder already wrote: an unrelated failure (an OOM, a timeout)
+    on a disk that could hold the checkpoint is not reported as "no space left"."""
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(checkpoint_space.shutil, "disk_usage", lambda path: usage(1000, 950, 50))
+    error = RuntimeError("worker died")
+    assert checkpoint_space.disk_fault(error, tmp_path, needed=100, written=0) == "full"
+    assert checkpoint_space.disk_fault(error, tmp_path, needed=100, written=60) is None  # 50 free + 60 written
+    assert checkpoint_space.disk_fault(OSError(errno.EROFS, "x"), tmp_path, needed=0) == "read-only"
+    assert checkpoint_space.disk_fault(RuntimeError("... No space left on device ..."), tmp_path, 0) == "full"

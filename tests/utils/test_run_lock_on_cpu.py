@@ -89,3 +89,16 @@ def test_main_ppo_refuses_a_second_run_into_the_same_folder(tmp_path):
     assert "Traceback" not in done.stderr
     assert not (tmp_path / "run" / "metrics.jsonl").exists()  # refused before anything was written
     assert time.monotonic() - start < 240
+
+
+def test_a_file_system_without_flock_runs_unlocked_with_a_warning(tmp_path, monkeypatch, caplog):
+    import errno
+    import fcntl
+
+    def no_flock(fd, op):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    with caplog.at_level("WARNING"), hold_folders([("trainer.default_local_dir", tmp_path / "nfs")]):
+        pass
+    assert "does not support flock" in caplog.text and "not enforced" in caplog.text

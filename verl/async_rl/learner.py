@@ -298,7 +298,8 @@ class Learner:
         root.mkdir(parents=True, exist_ok=True)
         previous = manifest.latest_valid_checkpoint(root, check_hashes=False)
         needed = estimate_bytes(previous, self.config.actor_rollout_ref.model.path)
-        check_free_space(root, needed, self.version)  # main_ppo's disk checks (verl/utils/checkpoint_space.py)
+        if previous is not None:  # main_ppo's disk checks (verl/utils/checkpoint_space.py): after the first save
+            check_free_space(root, needed, self.version)
         tmp = manifest.new_temp_dir(root, self.version)
         try:
             self.worker_group.save_checkpoint(str(tmp / "actor"), global_step=self.version)

@@ -55,6 +55,24 @@ logger = logging.getLogger(__name__)
 __all__ = ["Orchestrator"]
 
 
+def _checkpoint_result(ref) -> str:
+    """``ray.get`` of a learner save; a ``CheckpointError`` raised in the learner's process (a full or read-only disk)
+    comes back as that error with its own message, not wrapped in the remote traceback, so ``main_async`` prints it as
+    one line. Raises CheckpointError; other errors as ``ray.get`` raises them."""
+    import ray
+    from ray.exceptions import RayTaskError
+
+    from verl.utils.checkpoint_manifest import CheckpointError
+
+    try:
+        return ray.get(ref)
+    except RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, CheckpointError):
+            raise CheckpointError(str(cause)) from None
+        raise
+
+
 class Orchestrator:
     """Starts the components described by ``config`` (the trainer config tree with its ``async`` section) and trains.
 
@@ -463,7 +481,7 @@ class Orchestrator:
         for index in sent["failed"]:
             self._restart_server(index)
         if save is not None:
-            ray.get(save)
+            _checkpoint_result(save)
         val = self._validate() if validate else {}
         elapsed = time.perf_counter() - t0
         metrics = {
@@ -537,7 +555,7 @@ class Orchestrator:
                         if self.tracker is not None:
                             self.tracker.log(metrics, step=self.version)
         if records and self.save_freq > 0 and self.version % self.save_freq != 0:  # the last step, as the sync trainer
-            ray.get(self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True)))
+            _checkpoint_result(self.learner.save_checkpoint.remote(OmegaConf.to_container(self.config, resolve=True)))
         self._check_something_scored(len(records))
         return records
 

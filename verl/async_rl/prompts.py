@@ -33,7 +33,8 @@ def load_prompt_rows(
 ) -> List[Dict[str, Any]]:
     """The rows of ``files`` as dicts: ``index`` (the row in its file), ``data_source`` (the ``data.reward_fn_key``
     column), ``prompt_ids`` (list of int: the chat-templated prompt, cut or filtered by ``data.truncation`` /
-    ``filter_overlong_prompts``), ``reward_model`` (dict) and ``extra_info`` (dict, may be empty).
+    ``filter_overlong_prompts``), ``reward_model`` (dict), ``extra_info`` (dict, may be empty) and ``raw_prompt``
+    (the chat messages with ``data.return_raw_chat``, which the reward managers hand a reward-API function; else None).
 
     Args: ``config``: the trainer config (its ``data`` section); ``files``: a path or a list of paths; ``tokenizer``:
         the policy's; ``key``: the config key ``files`` came from, for messages (``data.train_files``);
@@ -59,6 +60,8 @@ def load_prompt_rows(
                 "prompt_ids": row["input_ids"][row["attention_mask"].bool()].tolist(),
                 "reward_model": dict(row["reward_model"]),
                 "extra_info": dict(row.get("extra_info") or {}),
+                # the chat (data.return_raw_chat, as main_ppo hands it to a reward-API function), else None
+                "raw_prompt": [dict(m) for m in row["raw_prompt"]] if row.get("raw_prompt") is not None else None,
             }
         )
     return rows

@@ -166,6 +166,8 @@ class AsyncValidator:
                 )
             samples += [(row, list(choice["token_ids"])) for choice in answer["choices"]]
         columns = {"reward_model": "reward_model", self.reward.reward_fn_key: "data_source", "extra_info": "extra_info"}
+        if all(row.get("raw_prompt") is not None for row, _ in samples):  # the chat, for a reward-API function
+            columns["raw_prompt"] = "raw_prompt"
         scored = score_completions(
             self.reward,
             [row["prompt_ids"] for row, _ in samples],

@@ -258,15 +258,16 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
     model_dir = prepare_model(config.model.path)
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=config.model.trust_remote_code)
     with tempfile.TemporaryDirectory(prefix="main_generation_") as tmp:
-        try:  # a missing, unreadable or malformed prompt file: one error line naming it (main)
+        try:  # a missing, unreadable or malformed prompt file, a prompt too long: one error line naming it (main)
             parquet, data_format = resolve_parquet(config.data, tmp)
             dataset = build_dataset(config, tokenizer, parquet)
-        except (FileNotFoundError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+            items = [dataset[i] for i in range(len(dataset))]
+        except (FileNotFoundError, ValueError) as err:  # pyarrow's ArrowInvalid and PromptTooLongError are ValueErrors
             if isinstance(err, ConfigError):
                 raise
-            message = str(err).splitlines()[0]
-            raise DataCheckError(message if message.startswith("data.path") else f"data.path: {message}") from err
-        items = [dataset[i] for i in range(len(dataset))]
+            message = " ".join(str(err).split())
+            named = message.startswith("data.path") or not config.data.path
+            raise DataCheckError(message if named else f"data.path: {message}") from err
         file_rows = [row for _, row in dataset.origins()]  # position in the file, before filter_overlong_prompts
     device = _device(config.trainer.device)
     model_section, rollout_section = actor_sections(config, model_dir)

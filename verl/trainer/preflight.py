@@ -15,6 +15,7 @@ Both raise :class:`DataCheckError`, which ``main_ppo`` prints as one line (exit 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 
@@ -86,6 +87,14 @@ def check_data_files(config: DictConfig) -> dict[str, int]:
     return rows_per_file
 
 
+def _is_weak_label(value) -> bool:
+    """Whether a ``router_target_action`` value labels its row (None, NaN, ``""`` and -1 are "unlabelled", as
+    ``verl.router.target_action_ids`` reads them)."""
+    if value is None or value == "" or value == -1:
+        return False
+    return not (isinstance(value, float) and math.isnan(value))
+
+
 def _check_weak_labels(config: DictConfig, path: str, rows: list[dict]) -> None:
     """``router.sup_coeff > 0`` pulls the router towards the rows' weak labels (``router_target_action``, written by
     ``python -m verl.router.preprocess``): a training file without any would train with a supervised loss of 0.
@@ -96,7 +105,7 @@ def _check_weak_labels(config: DictConfig, path: str, rows: list[dict]) -> None:
     router = config.get("router")
     if router is None or not router.get("enable") or not float(router.get("sup_coeff") or 0.0) > 0:
         return
-    if any(row.get("router_target_action") not in (None, "") for row in rows):
+    if any(_is_weak_label(row.get("router_target_action")) for row in rows):
         return
     raise DataCheckError(
         f"data.train_files: router.sup_coeff={router.sup_coeff} trains the router towards weak labels (the column "

@@ -2,9 +2,11 @@
 
 * :func:`check_writable`: before training, the checkpoint folder is created and a probe file written, fsynced and
   removed there, so a read-only or full folder fails at load, not at the first save after a step's work.
-* :func:`check_free_space`: before each save, the estimate of the checkpoint's size (:func:`estimate_bytes`: the
-  newest checkpoint's size, or before the first one 6 × the model's weight files: float32 weights and Adam's two
-  moments of bfloat16 files) is compared with the free space of the folder's file system (``shutil.disk_usage``).
+* :func:`check_free_space`: before each save after the first, the newest checkpoint's size (the next one's estimate)
+  is compared with the free space of the folder's file system (``shutil.disk_usage``). Before the first save the size
+  is not known (LoRA adapters, the HF export and the optimizer state vary by orders of magnitude), so only the fault
+  handling below applies; :func:`estimate_bytes` then guesses 6 × the model's weight files (float32 weights and Adam's
+  two moments of bfloat16 files) for the classification and the message.
 * :func:`disk_fault`: a save that failed is classified from its exception chain (an ``OSError`` with ``ENOSPC`` /
   ``EDQUOT`` / ``EROFS`` / ``EACCES`` anywhere in it, or a message saying so, as a worker's traceback text does)
   and from the free space left, since a full disk often surfaces as an unrelated error of the writer (``torch.save``'s
@@ -99,8 +101,10 @@ def _chain(exc: BaseException) -> Iterable[BaseException]:
         exc = exc.__cause__ or exc.__context__
 
 
-def disk_fault(exc: BaseException, root: Path, needed: int) -> str | None:
-    """``"full"``, ``"read-only"`` or None: what a failed save's exception says about the disk (module docstring)."""
+def disk_fault(exc: BaseException, root: Path, needed: int, written: int = 0) -> str | None:
+    """``"full"``, ``"read-only"`` or None: what a failed save's exception says about the disk (module docstring);
+    without a word of it in the exception, ``"full"`` when the free space plus the ``written`` bytes of the partial
+    folder is below the estimate ``needed`` (the disk could not have held the checkpoint)."""
     for err in _chain(exc):
         if isinstance(err, OSError) and err.errno in _FULL:
             return "full"
@@ -112,7 +116,7 @@ def disk_fault(exc: BaseException, root: Path, needed: int) -> str | None:
         if any(t in text for t in _READ_ONLY_TEXT):
             return "read-only"
     try:
-        if needed > 0 and shutil.disk_usage(root).free < needed:
+        if needed > 0 and shutil.disk_usage(root).free + written < needed:
             return "full"
     except OSError:
         pass
@@ -129,7 +133,7 @@ def raise_if_disk_fault(
     Raises:
         CheckpointError: "no space left on <root> while writing the step-N checkpoint ..." or "cannot write to ...".
     """
-    fault = disk_fault(exc, root, needed)
+    fault = disk_fault(exc, root, needed, folder_bytes(tmp))  # measured before the partial folder goes
     if fault is None:
         return
     shutil.rmtree(tmp, ignore_errors=True)

@@ -69,7 +69,8 @@ def save_checkpoint(trainer, driver: dict | None = None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     previous = cm.latest_valid_checkpoint(root, check_hashes=False)
     needed = estimate_bytes(previous, trainer.config.actor_rollout_ref.model.path)
-    check_free_space(root, needed, run.global_steps)  # before any byte is written
+    if previous is not None:  # the newest checkpoint's size; before the first save it is not known (module doc)
+        check_free_space(root, needed, run.global_steps)  # before any byte is written
     tmp = cm.new_temp_dir(root, run.global_steps)
     try:
         step_dir = _write_and_publish(trainer, tmp, root, driver)

@@ -57,7 +57,8 @@ def completion_rows(
     columns = {}
     for key, column in non_tensors.items():
         array = np.empty(size, dtype=object)
-        array[:] = list(column)  # element-wise: dicts stay dicts
+        for i, value in enumerate(column):  # one object per row: dicts and message lists stay whole
+            array[i] = value
         columns[key] = array
     return DataProto.from_dict(
         {"prompts": prompts, "responses": responses, "attention_mask": attention}, non_tensors=columns

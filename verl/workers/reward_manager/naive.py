@@ -49,7 +49,7 @@ def float32_problem(score: Any, values: dict) -> str:
     for name, value in (("score", score), *((n, values[n]) for n in COMPONENTS if n in values)):
         try:
             number = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float64
             return f"reward {name}={value!r:.80} is not a number"
         if not math.isfinite(number) or abs(number) > _FLOAT32_MAX:
             return f"reward {name}={value!r:.80} is not a finite float32 number"
