@@ -72,6 +72,7 @@ def test_main_ppo_refuses_a_second_run_into_the_same_folder(tmp_path):
                 f"trainer.default_local_dir={folder}",
                 f"trainer.run_dir={tmp_path}/run",
                 "trainer.total_training_steps=1",
+                "trainer.save_freq=1",  # a run that saves checkpoints holds their folder
                 f"hydra.run.dir={tmp_path}/hydra",
             ],
             cwd=REPO_ROOT,

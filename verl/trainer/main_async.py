@@ -77,8 +77,8 @@ def run_async(config: DictConfig) -> list:
     check_data_files(config)  # main_ppo's row check of the rlla envs' files and data.val_files
     resolve_models(config)  # main_ppo's: a preset prepared (an SFT one built with trainer.build_sft_preset=true)
     check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
-    folders = run_folders(config)
-    run_dir = folders[1][1]
+    folders = run_folders(config)  # the checkpoint folder always: it also holds the replay logs (async.replay.log_dir)
+    run_dir = folders[-1][1]
     apply_reward_switches(config)  # before Ray starts: the env actors and the validator inherit the variables
     with hold_folders(folders):  # one run per experiment folder, as main_ppo
         init_ray(config)

@@ -430,11 +430,13 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     from verl.utils.run_lock import hold_folders
 
     config = prepare_config(config)
-    check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
+    if writes_checkpoints(config):
+        check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
     logger.info(
         "device=%s workers=%d estimator=%s", config.trainer.device, world_size(config), config.algorithm.adv_estimator
     )
-    with hold_folders(run_folders(config)):  # one run per experiment folder (a second one is refused here)
+    # one run per experiment folder (a second one is refused here)
+    with hold_folders(run_folders(config, checkpoints=writes_checkpoints(config))):
         if not config.trainer.single_process:
             init_ray(config)
         trainer = build_trainer(config)
@@ -452,12 +454,20 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     return trainer
 
 
-def run_folders(config: DictConfig) -> list[tuple[str, str]]:
-    """The folders a run writes and owns (``verl.utils.run_lock``): the checkpoint folder and the run folder of
-    ``metrics.jsonl`` (``trainer.run_dir``, default ``outputs/<project_name>/<experiment_name>``)."""
+def writes_checkpoints(config: DictConfig) -> bool:
+    """Whether the run saves checkpoints on its own schedule (``trainer.save_freq > 0`` or ``trainer.save_on_exit``);
+    a run with neither leaves ``trainer.default_local_dir`` alone (a bad-step stop still saves into it)."""
+    return int(config.trainer.save_freq or -1) > 0 or bool(config.trainer.save_on_exit)
+
+
+def run_folders(config: DictConfig, checkpoints: bool = True) -> list[tuple[str, str]]:
+    """The folders a run writes and owns (``verl.utils.run_lock``): the run folder of ``metrics.jsonl``
+    (``trainer.run_dir``, default ``outputs/<project_name>/<experiment_name>``) and, with ``checkpoints``, the
+    checkpoint folder first."""
     trainer = config.trainer
     run_dir = trainer.run_dir or os.path.join("outputs", trainer.project_name, trainer.experiment_name)
-    return [("trainer.default_local_dir", str(trainer.default_local_dir)), ("trainer.run_dir", str(run_dir))]
+    folders = [("trainer.default_local_dir", str(trainer.default_local_dir))] if checkpoints else []
+    return folders + [("trainer.run_dir", str(run_dir))]
 
 
 def user_errors() -> tuple[type[Exception], ...]:

@@ -414,7 +414,7 @@ class RayPPOTrainer:
             progress.close()
             tracker.finish()
 
-    def _check_step_health(self, metrics: dict, is_last: bool = False) -> None:
+    def _check_step_health(self, metrics: dict | None = None, is_last: bool = False) -> None:
         """After a step: count it bad (``step_problem``) or good; after ``trainer.max_consecutive_bad_steps`` bad
         steps in a row, save (non-finite updates were skipped, so the weights are the last good ones) and stop. After
         the last step, a launch whose reward scored none of its samples stops too, whatever its length.
@@ -422,7 +422,7 @@ class RayPPOTrainer:
         Raises:
             RunStopped: the limit was reached, or nothing was scored (the message names the cause and the checkpoint).
         """
-        self.health.scored(metrics)
+        self.health.scored(metrics or {})
         if is_last and self.health.nothing_scored():
             if self.state.saved_step != self.global_steps:
                 self._save_checkpoint()
