@@ -208,6 +208,7 @@ E2E_FILES = {
     "async_rl/test_async_engine_slices_on_cpu.py",
     "async_rl/test_async_orchestrator_on_cpu.py",
     "async_rl/test_async_validation_on_cpu.py",
+    "data/test_bfcl_multi_turn_on_cpu.py",
     "data/test_bfcl_on_cpu.py",
     "reward/test_reward_dry_run.py",
     "rlvcr/test_rollout_phase_on_cpu.py",

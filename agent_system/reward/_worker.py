@@ -9,38 +9,12 @@ the reward prints cannot corrupt the replies.
 
 from __future__ import annotations
 
-import os
-import resource
 import sys
 
 from agent_system.reward.decorator import RewardSource, resolve_source
 from agent_system.reward.models import format_error
 from agent_system.reward.sandbox import RewardCall, WorkerReply, execute_call
-
-
-def _address_space_bytes() -> int | None:
-    """Current virtual memory size of this process (Linux ``VmSize``), or None where unknown."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
-def limit_memory(memory_mb: float) -> None:
-    """Cap the address space at its current size plus ``memory_mb`` MiB (``RLIMIT_AS``; never above the hard limit).
-    No-op when ``memory_mb <= 0`` or the current size is unknown."""
-    current = _address_space_bytes()
-    if memory_mb <= 0 or current is None:
-        return
-    _, hard = resource.getrlimit(resource.RLIMIT_AS)
-    soft = current + int(memory_mb * 1024 * 1024)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+from agent_system.worker_process import limit_memory, protocol_stream
 
 
 def _reply(stream, reply: WorkerReply) -> None:
@@ -54,8 +28,7 @@ def _reply(stream, reply: WorkerReply) -> None:
 
 def main(argv: list[str]) -> int:
     """Serve calls until stdin closes; returns the exit status (1 when the reward cannot be loaded)."""
-    protocol = os.fdopen(os.dup(1), "w", encoding="utf-8")
-    os.dup2(2, 1)
+    protocol = protocol_stream()
     try:
         fn = resolve_source(RewardSource.model_validate_json(argv[0]))
         limit_memory(float(argv[1]))

@@ -24,22 +24,14 @@ rollouts.
 from __future__ import annotations
 
 import json
-import os
-import select
-import signal
-import subprocess
-import sys
-import time
-import weakref
-from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from agent_system.reward.decorator import RewardFunction
 from agent_system.reward.models import EvaluateResult, Message, format_error, invalid_result
+from agent_system.worker_process import WorkerPool, python_module_argv
 
 __all__ = [
     "DEFAULT_MEMORY_MB",
@@ -60,7 +52,6 @@ __all__ = [
 SANDBOX_MODES = ("none", "process")
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_MEMORY_MB = 2048
-_PROJECT_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 class RewardSandboxError(RuntimeError):
@@ -201,102 +192,6 @@ class InProcessRunner(RewardRunner):
         return outcomes
 
 
-class _WorkerDied(Exception):
-    pass
-
-
-class _Worker:
-    """One sandbox process; talks JSON lines over its stdin/stdout (its own prints go to stderr)."""
-
-    def __init__(self, argv: list[str], env: dict[str, str], startup_timeout_s: float) -> None:
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True, close_fds=True
-        )
-        self._fd = self.proc.stdout.fileno()
-        self._buffer = b""
-        deadline = time.monotonic() + startup_timeout_s
-        try:
-            while True:
-                line = self.poll_line(max(0.0, deadline - time.monotonic()))
-                if line is not None:
-                    break
-                if time.monotonic() >= deadline:
-                    raise RewardSandboxError(f"reward worker did not start within {startup_timeout_s:.0f}s")
-            reply = WorkerReply.model_validate_json(line)
-        except _WorkerDied:
-            raise RewardSandboxError(
-                f"reward worker exited during start ({self.exit_description()}); see its stderr above"
-            ) from None
-        except BaseException:
-            self.kill()
-            raise
-        if not reply.ready:
-            self.kill()
-            raise RewardSandboxError(f"reward worker failed to start: {reply.error}")
-
-    def fileno(self) -> int:
-        return self._fd
-
-    def send(self, payload: bytes) -> None:
-        self.proc.stdin.write(payload)
-        self.proc.stdin.flush()
-
-    def poll_line(self, timeout_s: float = 0.0) -> bytes | None:
-        """A complete reply line if one is (or within ``timeout_s`` becomes) available, else None.
-
-        Raises: _WorkerDied: the worker closed its output (it exited)."""
-        while b"\n" not in self._buffer:
-            ready, _, _ = select.select([self._fd], [], [], timeout_s)
-            if not ready:
-                return None
-            chunk = os.read(self._fd, 1 << 16)
-            if not chunk:
-                self.proc.wait()
-                raise _WorkerDied()
-            self._buffer += chunk
-            timeout_s = 0.0
-        line, _, self._buffer = self._buffer.partition(b"\n")
-        return line
-
-    def exit_description(self) -> str:
-        code = self.proc.poll()
-        if code is None:
-            return "still running"
-        if code < 0:
-            return f"killed by {signal.Signals(-code).name}"
-        return f"exit code {code}"
-
-    def kill(self) -> None:
-        """End the worker and every process it started: the worker leads its own session and process group
-        (``start_new_session``), so one ``killpg`` reaches what it forked, also after the worker itself exited (a
-        process that started a session of its own is out of reach)."""
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):  # nothing left in the group
-            pass
-        self.proc.wait()
-        for stream in (self.proc.stdin, self.proc.stdout):
-            try:
-                stream.close()
-            except OSError:
-                pass
-
-    def close(self, grace_s: float = 1.0) -> None:
-        """Ask the worker to exit (EOF on its stdin), kill it after ``grace_s``."""
-        try:
-            self.proc.stdin.close()
-            self.proc.wait(timeout=grace_s)
-        except (OSError, subprocess.TimeoutExpired):
-            pass
-        self.kill()
-
-
-def _close_workers(workers: list[_Worker]) -> None:
-    for worker in workers:
-        worker.close()
-    workers.clear()
-
-
 class ProcessSandbox(RewardRunner):
     """``reward.sandbox: process``: a pool of worker processes with a timeout, a memory limit and crash isolation.
 
@@ -328,39 +223,28 @@ class ProcessSandbox(RewardRunner):
             )
         if int(num_workers) < 1:
             raise ValueError(f"reward sandbox: num_workers must be >= 1, got {num_workers}")
-        self.num_workers = int(num_workers)
         self.timeout_s = float(timeout_s or fn.timeout_s or DEFAULT_TIMEOUT_S)
         self.memory_mb = float(memory_mb) if memory_mb and memory_mb > 0 else 0.0
-        self.startup_timeout_s = float(startup_timeout_s)
-        self._workers: list[_Worker] = []
-        self._finalizer = weakref.finalize(self, _close_workers, self._workers)
+        self.pool = WorkerPool(
+            python_module_argv("agent_system.reward._worker", fn.source.model_dump_json(), str(self.memory_mb)),
+            num_workers,
+            check_ready=_check_ready,
+            start_error=RewardSandboxError,
+            what="reward worker",
+            startup_timeout_s=startup_timeout_s,
+        )
 
-    def _spawn(self) -> _Worker:
-        argv = [
-            sys.executable,
-            "-m",
-            "agent_system.reward._worker",
-            self.fn.source.model_dump_json(),
-            str(self.memory_mb),
-        ]
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PROJECT_ROOT, env.get("PYTHONPATH")) if p)
-        return _Worker(argv, env, self.startup_timeout_s)
-
-    def _replace(self, worker: _Worker) -> _Worker:
-        worker.kill()
-        fresh = self._spawn()
-        self._workers[self._workers.index(worker)] = fresh
-        return fresh
+    @property
+    def num_workers(self) -> int:
+        return self.pool.num_workers
 
     def start(self) -> None:
         """Start the workers now (otherwise the first :meth:`run` does). Raises RewardSandboxError."""
-        while len(self._workers) < self.num_workers:
-            self._workers.append(self._spawn())
+        self.pool.start()
 
     def close(self) -> None:
         """Stop every worker."""
-        _close_workers(self._workers)
+        self.pool.close()
 
     def _execute(self, calls: list[RewardCall], report: RunReport) -> list[list[EvaluateResult]]:
         outcomes: list[list[EvaluateResult] | None] = [None] * len(calls)
@@ -372,53 +256,20 @@ class ProcessSandbox(RewardRunner):
                 outcomes[i] = [invalid_result(f"inputs cannot be sent to the sandbox: {format_error(err)}")] * len(
                     call.rollouts
                 )
-        if payloads:
-            self.start()
-        queue, idle, busy = deque(payloads), list(self._workers), {}
-        while queue or busy:
-            while queue and idle:
-                worker, i = idle.pop(), queue.popleft()
-                try:
-                    worker.send(payloads[i])
-                except OSError:  # died while idle: replace it and send again
-                    queue.appendleft(i)
-                    idle.append(self._replace(worker))
-                    continue
-                busy[worker] = (i, time.monotonic() + self.timeout_s)
-            wait_s = max(0.0, min(deadline for _, deadline in busy.values()) - time.monotonic())
-            ready, _, _ = select.select(list(busy), [], [], wait_s)
-            for worker in ready:
-                i, _ = busy[worker]
-                n = len(calls[i].rollouts)
-                try:
-                    line = worker.poll_line()
-                except _WorkerDied:
-                    report.crashes += 1
-                    outcomes[i] = [
-                        invalid_result(
-                            f"reward worker crashed ({worker.exit_description()}) during the "
-                            "call; the worker was replaced"
-                        )
-                    ] * n
-                    del busy[worker]
-                    idle.append(self._replace(worker))
-                    continue
-                if line is None:
-                    continue
-                del busy[worker]
-                idle.append(worker)
-                outcomes[i] = self._parse_reply(line, n)
-            now = time.monotonic()
-            for worker in [w for w, (_, deadline) in busy.items() if now >= deadline]:
-                i, _ = busy.pop(worker)
+        for i, outcome in self.pool.map(payloads, self.timeout_s).items():
+            n = len(calls[i].rollouts)
+            if outcome.crashed is not None:
+                report.crashes += 1
+                reason = f"reward worker crashed ({outcome.crashed}) during the call; the worker was replaced"
+                outcomes[i] = [invalid_result(reason)] * n
+            elif outcome.timed_out:
                 report.timeouts += 1
-                outcomes[i] = [
-                    invalid_result(
-                        f"reward {self.fn.name!r} timed out after {self.timeout_s:g}s; the "
-                        "worker was killed and replaced"
-                    )
-                ] * len(calls[i].rollouts)
-                idle.append(self._replace(worker))
+                reason = (
+                    f"reward {self.fn.name!r} timed out after {self.timeout_s:g}s; the worker was killed and replaced"
+                )
+                outcomes[i] = [invalid_result(reason)] * n
+            else:
+                outcomes[i] = self._parse_reply(outcome.line, n)
         return outcomes
 
     def _parse_reply(self, line: bytes, n: int) -> list[EvaluateResult]:
@@ -432,6 +283,11 @@ class ProcessSandbox(RewardRunner):
             got = None if reply.results is None else len(reply.results)
             return [invalid_result(f"reward worker returned {got} results for {n} rollouts")] * n
         return reply.results
+
+
+def _check_ready(line: bytes) -> str | None:
+    reply = WorkerReply.model_validate_json(line)
+    return None if reply.ready else reply.error
 
 
 def make_runner(

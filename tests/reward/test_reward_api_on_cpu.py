@@ -259,10 +259,10 @@ def test_sandbox_turns_every_failure_into_an_invalid_result_and_goes_on(reward_f
         # the killed / crashed workers were replaced: the next calls are served normally
         again = sandbox.run(requests("ok", "ok", "ok"), {"step": 2})
         assert [r.score for r in again.results] == [2.0] * 3 and again.timeouts == again.crashes == 0
-        assert len(sandbox._workers) == 2 and all(w.proc.poll() is None for w in sandbox._workers)
+        assert len(sandbox.pool.workers) == 2 and all(w.proc.poll() is None for w in sandbox.pool.workers)
     finally:
         sandbox.close()
-    assert sandbox._workers == []
+    assert sandbox.pool.workers == []
 
 
 def test_sandbox_batch_mismatch_and_unsendable_inputs(reward_file):
@@ -362,7 +362,7 @@ def test_main_ppo_builds_managers_from_custom_reward_function(tokenizer, reward_
     )
     assert isinstance(train, RewardAPIManager) and train.runner is val.runner
     assert isinstance(train.runner, ProcessSandbox) and train.runner.timeout_s == 2.5 and train.runner.num_workers == 1
-    assert train.runner._workers == []  # workers start on the first call
+    assert train.runner.pool.workers == []  # workers start on the first call
     train, _ = build(**{"custom_reward_function.name": "rlla"})
     assert isinstance(train.runner, InProcessRunner) and train.runner.fn is get_reward_function("rlla")
     with pytest.raises(ValueError, match="reward.sandbox"):

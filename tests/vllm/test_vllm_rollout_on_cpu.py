@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+import vllm_testlib
 from vllm_testlib import LP_ATOL, require_vllm, rlla_prompts
 
 require_vllm()
@@ -24,21 +25,9 @@ LAYOUT_KEYS = ("prompts", "responses", "input_ids", "attention_mask", "position_
 
 
 def rollout_config(**overrides):
-    base = dict(
-        prompt_length=PROMPT_LENGTH,
-        response_length=RESPONSE_LENGTH,
-        temperature=1.0,
-        top_k=-1,
-        top_p=1.0,
-        do_sample=True,
-        dtype="float32",
-        enforce_eager=True,
-        calculate_log_probs=True,
-        micro_batch_size=ROWS,
-        val_kwargs=dict(do_sample=False, temperature=0.0, top_k=-1, top_p=1.0, n=1),
-    )
-    base.update(overrides)
-    return default_section("actor_rollout_ref.rollout", **base)
+    val = dict(do_sample=False, temperature=0.0, top_k=-1, top_p=1.0, n=1)
+    base = dict(prompt_length=PROMPT_LENGTH, response_length=RESPONSE_LENGTH, micro_batch_size=ROWS, val_kwargs=val)
+    return vllm_testlib.rollout_config(**{**base, **overrides})
 
 
 @pytest.fixture(scope="module")

@@ -55,6 +55,36 @@ def workers_testlib():
     return workers_testlib
 
 
+def rollout_config(prompt_length: int, response_length: int, micro_batch_size: int, **overrides):
+    """The vLLM tests' ``actor_rollout_ref.rollout`` section: float32, eager, log-probs on, T=1 sampling."""
+    from verl.trainer.config_utils import default_section
+
+    base = dict(
+        prompt_length=prompt_length,
+        response_length=response_length,
+        temperature=1.0,
+        top_k=-1,
+        top_p=1.0,
+        do_sample=True,
+        dtype="float32",
+        enforce_eager=True,
+        calculate_log_probs=True,
+        micro_batch_size=micro_batch_size,
+    )
+    base.update(overrides)
+    return default_section("actor_rollout_ref.rollout", **base)
+
+
+def agent_testlib():
+    """``tests/agent_system/tool_loop_testlib`` (the multi-turn loop test helpers), importable from this folder too."""
+    path = str(Path(__file__).resolve().parents[1] / "agent_system")
+    if path not in sys.path:
+        sys.path.insert(0, path)
+    import tool_loop_testlib
+
+    return tool_loop_testlib
+
+
 def rlla_prompts(shared_dir, tokenizer, rows: int, max_prompt_length: int):
     """The first ``rows`` prompts of the shared RLLA test split, tokenised by ``RLHFDataset`` (left-padded)."""
     from verl.protocol import DataProto

@@ -4,10 +4,14 @@ Benchmarks and oracles (the benchmark's own answers fed through the same convers
 
     python -m verl.trainer.main_eval --dataset bfcl --generations gen.jsonl        # rows of data.format=bfcl
     python -m verl.trainer.main_eval --dataset bfcl --categories simple_python,irrelevance,live_simple --oracle
+    python -m verl.trainer.main_eval --dataset bfcl --categories multi_turn_base --oracle --output s.json  # the loop
+    python -m verl.trainer.main_eval --dataset bfcl --categories multi_turn_base --model smollm2-135m-sft \\
+        --max-rows 20 --output s.json                                      # a model plays the rows through the loop
     python -m verl.trainer.main_eval --dataset api_bank --data-path level-2-api_processed.json --oracle
     python -m verl.trainer.main_eval --generations after.jsonl --baseline before.jsonl  # paired gain, same prompts
 
-BFCL rows are scored by BFCL's own checker (:mod:`verl.trainer.eval_bfcl`); everything below is for RLLA-format
+BFCL rows are scored by BFCL's own checker (:mod:`verl.trainer.eval_bfcl`; multi-turn categories play through the
+executing multi-turn loop, :mod:`verl.trainer.eval_bfcl_multi_turn`); everything below is for RLLA-format
 ground truths (RLLA, API-Bank). Every summary has a ``tool_cost`` block (:func:`verl.trainer.tool_cost.
 tool_cost_metrics`: calls per prompt, tool-use rate, call/no-call decision accuracy and F1, tool productivity).
 
@@ -51,9 +55,11 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from verl.trainer.eval_bfcl import check_bfcl_rows, evaluate_bfcl_rows, oracle_bfcl_rows
+from verl.trainer.eval_bfcl_multi_turn import CONTROLS, main_multi_turn, wants_multi_turn
 from verl.trainer.eval_compare import paired_comparison
 from verl.trainer.tool_cost import tool_cost_metrics
 from verl.utils.dataset.bfcl import CATEGORIES as BFCL_CATEGORIES, RELEVANCE_CATEGORIES
+from verl.utils.dataset.bfcl_multi_turn import MULTI_TURN_CATEGORIES
 from verl.utils.fs import atomic_path
 from verl.utils.jsonl import JsonInputError, iter_json_objects
 from verl.utils.reward_score.rlla import InvalidGroundTruthError, RewardSwitches, compute_score
@@ -441,7 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--categories",
         default=None,
-        help=f"BFCL categories for --oracle, comma-separated (of {', '.join(BFCL_CATEGORIES)})",
+        help=f"BFCL categories for --oracle, comma-separated (of {', '.join(BFCL_CATEGORIES)}; or of the multi-turn "
+        f"{', '.join(MULTI_TURN_CATEGORIES)})",
     )
     parser.add_argument("--data-path", default=None, help="API-Bank JSON or RLLA parquet for --oracle")
     parser.add_argument("--max-rows", type=int, default=None, help="--oracle: the first N rows (per BFCL category)")
@@ -458,6 +465,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=sorted(TOOL_FORMATS),
         help="how the responses write tool calls (RLLA/API-Bank rows; the RLLA reward always reads ToolRL's format)",
     )
+    parser.add_argument("--max-model-len", type=int, default=None, help="BFCL multi-turn: prompt + response tokens")
+    parser.add_argument("--oracle-control", default=None, choices=CONTROLS, help="BFCL multi-turn: negative control")
+    parser.add_argument("--model", default=None, help="BFCL multi-turn: a model (preset or path) plays the rows")
+    parser.add_argument("--max-tokens-per-turn", type=int, default=None, help="BFCL multi-turn: one turn's tokens")
     parser.add_argument("--output", default=None, help="summary JSON (default: <generations>.summary.json)")
     args = parser.parse_args(argv)
     logging.basicConfig(
@@ -465,8 +476,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if args.dataset == "bfcl" and wants_multi_turn(args.categories):  # verl.trainer.eval_bfcl_multi_turn
+        return main_multi_turn(args, parser)
     if args.oracle == bool(args.generations):
         parser.error("give exactly one of --generations FILE or --oracle")
+    if args.max_model_len or args.oracle_control or args.model or args.max_tokens_per_turn:
+        parser.error(
+            "--max-model-len, --oracle-control, --model, --max-tokens-per-turn: only with multi-turn BFCL "
+            "--categories (multi_turn_*)"
+        )
     if not args.oracle:
         given = [f"--{k.replace('_', '-')}" for k in ("categories", "data_path", "max_rows") if getattr(args, k)]
         if given:

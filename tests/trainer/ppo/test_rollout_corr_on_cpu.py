@@ -27,6 +27,7 @@ def test_worked_example_tis_and_icepop():
     assert metrics["rollout_corr/rs_masked_frac"] == pytest.approx(1 / 3)
     assert metrics["rollout_corr/kl"] == pytest.approx((-0.2 + 0.0 + 0.7) / 3)  # mean of rlp - olp
     assert metrics["rollout_corr/ppl_ratio"] == pytest.approx(math.exp(-0.5 / 3))
+    assert metrics["rollout_corr/log_prob_diff_max"] == pytest.approx(0.7)  # max |olp - rlp| over the mask
 
 
 def test_sequence_and_geometric_levels_by_hand():

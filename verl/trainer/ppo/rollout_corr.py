@@ -95,6 +95,8 @@ def compute_rollout_correction(
     on = keep.bool() if weights is not None else mask.bool()
     metrics = {
         "rollout_corr/kl": float((-diff).sum() / tokens.clamp(min=1)),
+        # the trainer-vs-rollout log-prob mismatch on the response tokens (0 when the engines agree exactly)
+        "rollout_corr/log_prob_diff_max": float(diff.abs().max()) if bool(mask.bool().any()) else 0.0,
         "rollout_corr/ppl_ratio": float(torch.exp(diff.sum() / tokens.clamp(min=1))),
         "rollout_corr/is_weight_mean": float(shown[on].mean()) if bool(on.any()) else 1.0,
         "rollout_corr/is_weight_max": float(shown[on].max()) if bool(on.any()) else 1.0,
