@@ -275,3 +275,20 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     for item in items:
         item.add_marker(getattr(pytest.mark, tier_of(item.path)))
+
+
+def close_tool_loop_turns(monkeypatch) -> None:
+    """Make the tool loop's rollout turns end: a turn that used its whole token budget gets EOS as its last id (the
+    tiny model is random and rarely samples EOS), so a test can drive a real rollout through several turns."""
+    from agent_system.multi_turn_rollout import tool_loop
+
+    original = tool_loop.RolloutGenerator.generate
+
+    def generate(self, requests):
+        out = original(self, requests)
+        for g in out:
+            if g.ids and g.ids[-1] != self.tokenizer.eos_token_id:
+                g.ids[-1] = self.tokenizer.eos_token_id
+        return out
+
+    monkeypatch.setattr(tool_loop.RolloutGenerator, "generate", generate)

@@ -65,6 +65,7 @@ class BFCLMultiTurnEpisode:
         step_counts: per user turn, the assistant turns that made calls (BFCL quits a row when one turn takes more
             than ``MAXIMUM_STEP_LIMIT``).
         finished: ``next_turn`` was called after the last user turn.
+        done: :attr:`force_quit` (the loop stops the row there).
     """
 
     def __init__(self, row: Mapping, model_name: str | None = None):
@@ -178,6 +179,11 @@ class BFCLMultiTurnEpisode:
     def force_quit(self) -> bool:
         """Some user turn took more calling steps than BFCL allows (``MAXIMUM_STEP_LIMIT``): BFCL fails the row."""
         return any(n > self._mt.max_steps for n in self.step_counts)
+
+    @property
+    def done(self) -> bool:
+        """The loop stops the episode once BFCL would have quit it (:attr:`force_quit`): nothing after can pass."""
+        return self.force_quit
 
     def close(self) -> None:
         """Free this episode's backend instances (BFCL's executor keeps them in module globals)."""

@@ -24,6 +24,13 @@ Two kinds (``kind`` of an env spec):
   it), with ``format`` / ``correctness`` as named reward components. A completion the reward cannot score keeps
   reward 0 with ``reward_valid`` False in its metadata (the learner leaves it out of its group's advantage).
 
+An ``rlla`` env with ``tools`` plays each completion as an episode of the executing multi-turn loop
+(``agent_system.multi_turn_rollout.tool_loop``, ``docs/tools.md``): the calls of a completion (``data.tool_format``)
+run on the tools in the tool sandbox and their observations come back as ``tool`` turns (the chat template's ids),
+up to ``max_turns`` completions of ``max_tokens`` each; the reward scores the whole episode (policy and tool tokens,
+as the synchronous trainer's multi-turn rollout does) and goes on its last assistant turn. Each completion is one
+``/v1/completions`` request of the whole episode so far, as token ids.
+
 Problem ids are unique per draw (``seed`` counts draws; replica ``i`` of ``R`` draws ``i, i + R, i + 2R, ...`` from the
 orchestrator's ``seed`` and ``seed_stride``, so replicas never share a seed and walk the RLLA rows interleaved), so a
 group is exactly the ``group_size`` rollouts of one draw: a row drawn again at the same policy version starts a new
@@ -43,6 +50,7 @@ completion hit ``max_tokens``), ``done`` (the env ended the episode), ``rewards`
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import time
@@ -50,6 +58,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from agent_system.environments.base import make_env, project_action
+from agent_system.multi_turn_rollout.tool_loop import EpisodeOutput, Generated, GenRequest
 from verl.async_rl.inference_server import OpenAIClient, template_ids
 from verl.async_rl.types import Rollout, Turn
 
@@ -96,9 +105,12 @@ class EnvActor:
         rows: ``rlla``: the prompt rows (``load_prompt_rows``' dicts: ``index``, ``prompt_ids``, ``reward_model``,
             ``data_source``, ``extra_info``). shuffle_seed: ``rlla``: the row order (module docstring); None: file
             order.
+        tool_format: ``rlla`` with ``spec["tools"]``: the format the calls are parsed with (``data.tool_format``).
+        max_seq_len: ``rlla`` with tools: an episode stops (``context``) before prompt and response pass this many
+            tokens (``async.batcher.max_seq_len``: a longer rollout is not trained on); None: no such limit.
 
     Raises ValueError: unknown ``kind``, a ``text_env`` spec without ``env``, ``seed_stride`` < 1, an ``rlla`` spec
-        without ``reward_manager`` or rows, a ``text_env`` one with either.
+        without ``reward_manager`` or rows, a ``text_env`` one with either or with tools, tools that do not load.
     """
 
     def __init__(
@@ -117,6 +129,8 @@ class EnvActor:
         reward_manager: Optional[Callable[[Any], Any]] = None,
         rows: Optional[List[Dict[str, Any]]] = None,
         shuffle_seed: Optional[int] = None,
+        tool_format: str = "toolrl",
+        max_seq_len: Optional[int] = None,
     ):
         from transformers import AutoTokenizer
 
@@ -146,6 +160,10 @@ class EnvActor:
         self._rows = list(rows) if kind == "rlla" else None
         self.shuffle_seed = None if shuffle_seed is None else int(shuffle_seed)
         self.reward = reward_manager(self.tokenizer) if reward_manager is not None else None
+        if spec.get("tools") and kind != "rlla":
+            raise ValueError(f"env {env_name!r}: tools run in rlla envs only, got kind {kind!r}")
+        self.max_seq_len = None if max_seq_len is None else int(max_seq_len)
+        self.tools = _ToolPlay(env_name, spec, self.tokenizer, tool_format, self) if spec.get("tools") else None
 
     def set_url(self, base_url: str) -> None:
         """Point at another inference server (after a restart)."""
@@ -153,6 +171,11 @@ class EnvActor:
 
     def ping(self) -> bool:
         return True
+
+    def close(self) -> None:
+        """Stop the tool sandbox's worker processes (they also exit when this process dies: their stdin closes)."""
+        if self.tools is not None:
+            self.tools.runner.close()
 
     def _row(self, draw: int) -> Dict[str, Any]:
         """The RLLA row of draw number ``draw`` (module docstring)."""
@@ -187,18 +210,15 @@ class EnvActor:
         metadata = {"policy_version": min(versions), "policy_versions": versions, "truncated": truncated, **meta}
         return Rollout(self.env_name, problem_id, f"{self.env_name}-{uuid.uuid4().hex}", turns, metadata)
 
-    def _rlla_group(self, row: Dict[str, Any], seed: int) -> List[Rollout]:
+    def _score(self, row: Dict[str, Any], prompts: List[List[int]], responses: List[List[int]], version: int):
+        """The reward manager's scores of ``responses`` to the row (``score_completions``) at step ``version + 1``."""
         from verl.workers.reward_manager.completions import score_completions
 
-        prompt_ids = list(row["prompt_ids"])
-        answer = self._complete(prompt_ids, n=self.group_size)
-        version = int(answer["policy_version"])
-        choices = answer["choices"]
-        size = len(choices)
-        scored = score_completions(
+        size = len(responses)
+        return score_completions(
             self.reward,
-            [prompt_ids] * size,
-            [choice["token_ids"] for choice in choices],
+            prompts,
+            responses,
             {
                 "reward_model": [row["reward_model"]] * size,
                 self.reward.reward_fn_key: [row["data_source"]] * size,
@@ -208,6 +228,15 @@ class EnvActor:
             step=version + 1,
             pad_token_id=int(self.tokenizer.pad_token_id or 0),
         )
+
+    def _rlla_group(self, row: Dict[str, Any], seed: int) -> List[Rollout]:
+        prompt_ids = list(row["prompt_ids"])
+        if self.tools is not None:
+            return self._rlla_tool_group(row, seed)
+        answer = self._complete(prompt_ids, n=self.group_size)
+        version = int(answer["policy_version"])
+        choices = answer["choices"]
+        scored = self._score(row, [prompt_ids] * len(choices), [choice["token_ids"] for choice in choices], version)
         rollouts = []
         for i, choice in enumerate(choices):
             text = self.tokenizer.decode(choice["token_ids"], skip_special_tokens=True)
@@ -231,6 +260,36 @@ class EnvActor:
                     [version],
                     choice["finish_reason"] == "length",
                     done=True,
+                    rewards={k: v[i] for k, v in scored.components.items()},
+                    reward_valid=scored.valid[i],
+                    reward_error=scored.errors[i],
+                )
+            )
+        return rollouts
+
+    def _rlla_tool_group(self, row: Dict[str, Any], seed: int) -> List[Rollout]:
+        """``group_size`` episodes of the row through the executing loop (module docstring)."""
+        prompt_ids = list(row["prompt_ids"])
+        outputs, versions, finishes = self.tools.play(row, prompt_ids, self.group_size)
+        oldest = min(v for vs in versions for v in vs)
+        scored = self._score(row, [prompt_ids] * len(outputs), [o.response_ids for o in outputs], oldest)
+        rollouts = []
+        for i, out in enumerate(outputs):
+            turns = [Turn("<prompt>", "user", prompt_ids, timestamp=time.time())] + episode_turns(
+                self.tokenizer, out, finishes[i]
+            )
+            last = max(k for k, t in enumerate(turns) if t.is_generated)
+            turns[last] = dataclasses.replace(turns[last], reward=scored.scores[i])
+            rollouts.append(
+                self._rollout(
+                    f"rlla-{row['index']}-{seed}",
+                    turns,
+                    versions[i],
+                    out.stop_reason == "length",
+                    done=out.stop_reason in ("answer", "done"),
+                    stop_reason=out.stop_reason,
+                    tool_calls=len(out.calls),
+                    tool_failures=sum(not c.result.ok for c in out.calls),
                     rewards={k: v[i] for k, v in scored.components.items()},
                     reward_valid=scored.valid[i],
                     reward_error=scored.errors[i],
@@ -279,6 +338,92 @@ class EnvActor:
             return self._rollout(f"seed-{seed}", turns, versions, truncated, done=done)
         finally:
             env.close()
+
+
+def episode_turns(tokenizer, out: EpisodeOutput, finish_reasons: List[str]) -> List[Turn]:
+    """The loop's response as rollout turns: each run of the policy's ids (``response_mask`` 1) an ``assistant``
+    turn with its log-probs and the server's ``finish_reason``, each run between them a ``tool`` turn (the
+    observations and the template's ids around them)."""
+    turns, start, k = [], 0, 0
+    ids, mask = out.response_ids, out.response_mask
+    while start < len(ids):
+        end = start
+        while end < len(ids) and mask[end] == mask[start]:
+            end += 1
+        chunk = ids[start:end]
+        text = tokenizer.decode(chunk, skip_special_tokens=True)
+        if mask[start]:
+            meta = {"finish_reason": finish_reasons[k] if k < len(finish_reasons) else None}
+            lps = out.log_probs[start:end]
+            turns.append(Turn(text, "assistant", chunk, lps, inference_metadata=meta, timestamp=time.time()))
+            k += 1
+        else:
+            turns.append(Turn(text, "tool", chunk, timestamp=time.time()))
+        start = end
+    return turns
+
+
+class _ToolPlay:
+    """An ``rlla`` env's tools (``spec["tools"]`` in ``spec["tool_sandbox"]``, the sandbox's default limits) and the
+    loop's limits: ``max_turns`` completions of ``max_tokens`` each, observations cut to 256 tokens, prompt and
+    response within the actor's ``max_seq_len`` (docs/tools.md)."""
+
+    OBSERVATION_TOKENS = 256
+
+    def __init__(self, env_name: str, spec: Mapping[str, Any], tokenizer, tool_format: str, actor: "EnvActor"):
+        from agent_system.multi_turn_rollout.tool_loop import LoopConfig
+        from agent_system.tools.base import ToolRegistry
+        from agent_system.tools.runner import make_tool_runner
+        from verl.utils.reward_score.tool_formats import resolve_tool_format
+
+        try:
+            self.runner = make_tool_runner(ToolRegistry.from_specs(list(spec["tools"])), sandbox=spec["tool_sandbox"])
+        except (ValueError, TypeError, ImportError) as err:
+            raise ValueError(f"env {env_name!r}: tools: {err}") from err
+        self.actor, self.tokenizer = actor, tokenizer
+        turns, budget = int(actor.max_turns), int(actor.max_tokens)
+        self.config = LoopConfig(
+            tool_format=resolve_tool_format(tool_format, tokenizer),
+            max_turns=turns,
+            max_tokens_per_turn=budget,
+            # every turn's tokens plus, between turns, an observation and its template ids (64 is ample for these)
+            max_response_length=turns * budget + (turns - 1) * (self.OBSERVATION_TOKENS + 64),
+            max_observation_tokens=self.OBSERVATION_TOKENS,
+            max_model_len=actor.max_seq_len,
+        )
+
+    def play(self, row: Mapping[str, Any], prompt_ids: List[int], size: int):
+        """``size`` episodes of the row: ``(outputs, versions, finish_reasons)``, per episode the loop's output, the
+        policy version of each completion and its ``finish_reason``."""
+        from agent_system.multi_turn_rollout.episode import ToolEpisode
+        from agent_system.multi_turn_rollout.tool_loop import run_tool_loop
+
+        generator = _ServerGenerator(self.actor)
+        episodes = [ToolEpisode(list(row.get("raw_prompt") or []), self.runner, list_tools=False) for _ in range(size)]
+        outputs = run_tool_loop(episodes, generator, self.tokenizer, self.config, prompt_ids=[prompt_ids] * size)
+        return outputs, [generator.versions[i] for i in range(size)], [generator.finishes[i] for i in range(size)]
+
+
+class _ServerGenerator:
+    """The loop's generator over the inference server: one ``/v1/completions`` request (token ids) per episode and
+    round, the sampled ids and log-probs as the server returns them (EOS kept as the last id)."""
+
+    def __init__(self, actor: "EnvActor"):
+        self.actor = actor
+        self.versions: Dict[int, List[int]] = {}
+        self.finishes: Dict[int, List[str]] = {}
+
+    def generate(self, requests: List[GenRequest]) -> List[Generated]:
+        out = []
+        for req in requests:
+            answer = self.actor.client.completions(
+                req.prompt_ids, max_tokens=req.max_new_tokens, temperature=self.actor.temperature, n=1
+            )
+            choice = answer["choices"][0]
+            self.versions.setdefault(req.index, []).append(int(answer["policy_version"]))
+            self.finishes.setdefault(req.index, []).append(choice["finish_reason"])
+            out.append(Generated(list(choice["token_ids"]), list(choice["logprobs"]["token_logprobs"])))
+        return out
 
 
 def make_env_actor(*args, num_cpus: float = 0, **kwargs):

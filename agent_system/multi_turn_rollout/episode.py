@@ -22,9 +22,13 @@ class Episode(Protocol):
         tools: OpenAI function schemas (``{"type": "function", "function": {...}}``) passed to the chat template as
             ``tools=`` (templates without tool support ignore them; an episode whose prompt lists its tools in the
             system message may leave this empty).
+        done: optional; True once the episode has ended itself after executing a turn's calls (a step limit such as
+            BFCL's): the loop then stops it with ``stop_reason`` ``"done"`` instead of generating again. An episode
+            without the attribute never ends itself.
     """
 
     tools: list[dict]
+    done: bool
 
     def reset(self) -> list[dict]:
         """The opening chat messages (``{"role", "content"}``: system and user), rendered as the prompt."""
@@ -52,7 +56,10 @@ class ToolEpisode:
 
     Attributes:
         answer: the decoded final answer (None until the episode ends).
+        done: always False (the episode ends with its answer).
     """
+
+    done = False
 
     def __init__(self, messages: list[dict], runner: ToolRunner, list_tools: bool = True) -> None:
         self.messages, self.runner = list(messages), runner

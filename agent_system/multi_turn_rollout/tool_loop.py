@@ -20,6 +20,7 @@ policy sampled plus the observations' ids, and a trainer's log-probs on the poli
 An episode ends with ``stop_reason``:
 
 - ``answer``: a turn without a call and ``next_turn`` returned None;
+- ``done``: the episode ended itself after a turn's calls (``episode.done``, e.g. BFCL's step limit);
 - ``max_turns``: ``max_turns`` assistant turns generated;
 - ``length``: the policy stopped without EOS (its turn's token budget or the response budget ran out), or the next
   turn's template ids would pass ``max_response_length``;
@@ -57,7 +58,7 @@ __all__ = [
     "tool_loop_metrics",
 ]
 
-STOP_REASONS = ("answer", "max_turns", "length", "context")
+STOP_REASONS = ("answer", "done", "max_turns", "length", "context")
 _DUMMY = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}]
 
 
@@ -136,6 +137,7 @@ class EpisodeOutput:
         calls: every executed call in order.
         stop_reason: one of :data:`STOP_REASONS`.
         texts: the decoded assistant turns (what the parser read).
+        log_probs_recorded: every policy turn came with the sampler's log-probs.
     """
 
     prompt_ids: list[int]
@@ -146,8 +148,11 @@ class EpisodeOutput:
     calls: list[CallRecord] = field(default_factory=list)
     stop_reason: str = ""
     texts: list[str] = field(default_factory=list)
+    log_probs_recorded: bool = True
 
     def extend(self, ids: Sequence[int], policy: bool, log_probs: Sequence[float] | None = None) -> None:
+        if policy and log_probs is None:
+            self.log_probs_recorded = False
         self.response_ids += list(ids)
         self.response_mask += [int(policy)] * len(ids)
         self.log_probs += list(log_probs) if log_probs is not None else [0.0] * len(ids)
@@ -263,20 +268,36 @@ def _observation(renderer: TurnRenderer, result: ToolResult, budget: int) -> tup
 
 
 def run_tool_loop(
-    episodes: Sequence[Episode], generator: TokenGenerator, tokenizer, config: LoopConfig
+    episodes: Sequence[Episode],
+    generator: TokenGenerator,
+    tokenizer,
+    config: LoopConfig,
+    prompt_ids: Sequence[Sequence[int]] | None = None,
 ) -> list[EpisodeOutput]:
     """Play every episode to its end, all active episodes generating together each round.
+
+    Args:
+        prompt_ids: per episode, prompt ids already rendered (the trainer's dataset prompts, unpadded); each episode
+            is still ``reset()`` but its opening messages are not rendered. None: render them.
 
     Returns:
         One :class:`EpisodeOutput` per episode, in order.
 
     Raises:
-        ValueError: the chat template cannot be extended turn by turn (:class:`TurnRenderer`).
+        ValueError: the chat template cannot be extended turn by turn (:class:`TurnRenderer`), or ``prompt_ids``
+            does not hold one non-empty prompt per episode.
     """
     renderer = TurnRenderer(tokenizer)
+    if prompt_ids is not None and (len(prompt_ids) != len(episodes) or not all(len(p) for p in prompt_ids)):
+        raise ValueError(f"tool loop: prompt_ids needs one non-empty prompt per episode ({len(episodes)} episodes)")
     outputs, active = [], []
     for i, episode in enumerate(episodes):
-        out = EpisodeOutput(prompt_ids=renderer.prompt(episode.reset(), tools=list(episode.tools or [])))
+        messages = episode.reset()
+        if prompt_ids is not None:
+            ids = [int(t) for t in prompt_ids[i]]
+        else:
+            ids = renderer.prompt(messages, tools=list(episode.tools or []))
+        out = EpisodeOutput(prompt_ids=ids)
         outputs.append(out)
         if config.max_model_len is not None and len(out.prompt_ids) >= config.max_model_len:
             out.stop_reason = "context"
@@ -313,6 +334,9 @@ def run_tool_loop(
                     message, n_tokens, cut = _observation(renderer, result, config.max_observation_tokens)
                     out.calls.append(CallRecord(result, n_tokens, cut))
                     messages.append(message)
+                if getattr(episode, "done", False):  # optional: an episode without it never ends itself
+                    out.stop_reason = "done"
+                    continue
             else:
                 messages = episode.next_turn(text)
                 if messages is None:
@@ -343,7 +367,8 @@ def outputs_to_data_proto(outputs: Sequence[EpisodeOutput], pad_token_id: int, r
         ``DataProto`` with int64 tensors ``prompts`` ``[B, P]`` (left-padded), ``responses`` ``[B, R]``
         (right-padded, ``R = response_length``), ``input_ids``/``attention_mask``/``position_ids`` ``[B, P + R]``
         (the attention mask is 1 on every real id, observations included), ``response_mask`` ``[B, R]`` (1 on the
-        policy's ids only), float32 ``rollout_log_probs`` ``[B, R]``; non-tensors ``num_turns``, ``stop_reason``,
+        policy's ids only), float32 ``rollout_log_probs`` ``[B, R]`` (only when every episode's sampler recorded
+        them: ``EpisodeOutput.log_probs_recorded``); non-tensors ``num_turns``, ``stop_reason``,
         ``tool_calls`` and ``tool_failures`` per episode.
 
     Raises:
@@ -372,8 +397,9 @@ def outputs_to_data_proto(outputs: Sequence[EpisodeOutput], pad_token_id: int, r
         "attention_mask": torch.cat([prompt["attention_mask"], attention], dim=-1),
         "position_ids": torch.cat([prompt["position_ids"], response_pos], dim=-1),
         "response_mask": response_mask,
-        "rollout_log_probs": log_probs * response_mask,
     }
+    if all(o.log_probs_recorded for o in outputs):
+        tensors["rollout_log_probs"] = log_probs * response_mask
     import numpy as np
 
     non_tensors = {

@@ -68,6 +68,7 @@ def test_scripted_episode_layout_and_masks(tokenizer):
     assert batch["response_mask"][0, :width].tolist() == first.response_mask
     assert batch["attention_mask"][0, -256:].sum() == width and batch["response_mask"][0].sum() < width
     assert batch["prompts"].shape[1] == max(len(o.prompt_ids) for o in outs)
+    assert "rollout_log_probs" not in batch.keys()  # the scripted sampler records none: no zeros posing as them
 
 
 def test_stop_reasons_and_limits(tokenizer):

@@ -18,6 +18,7 @@ class CountingEpisode:
         self.tools: list = []
         self.question, self.follow_ups, self.obs_words = question, follow_ups, obs_words
         self.executed: list = []
+        self.done = False
 
     def reset(self):
         return [{"role": "system", "content": "Use tools."}, {"role": "user", "content": self.question}]

@@ -309,3 +309,73 @@ def test_a_launch_whose_reward_scored_nothing_stops(make_rollout):
     orch.counts["rollouts_unscored"] = 3
     orch._check_something_scored(2)  # one scored: no error
     orch._check_something_scored(0)  # no step: nothing to say
+
+
+class _ToolServer:
+    """An inference server that writes a calculator call when the episode has no tool turn yet, else an answer; it
+    records every prompt (token ids) it was asked to complete."""
+
+    def __init__(self, tokenizer, version):
+        from verl.utils.reward_score import tool_formats
+
+        self.tokenizer, self.version, self.base_url, self.prompts = tokenizer, version, "http://fake/v1", []
+        call = {"name": "calculator", "parameters": {"expression": "6 * 7"}}
+        self.call = tool_formats.render_calls([call], "toolrl")
+
+    def completions(self, prompt_ids, max_tokens, temperature, n):
+        assert n == 1
+        first = not self.prompts or len(prompt_ids) <= len(self.prompts[0])
+        self.prompts.append(list(prompt_ids))
+        text = self.call if first else "<response> 42 </response>"
+        ids = self.tokenizer.encode(text, add_special_tokens=False) + [self.tokenizer.eos_token_id]
+        lps = [-0.25] * len(ids)
+        choice = {"token_ids": ids, "logprobs": {"token_logprobs": lps}, "finish_reason": "stop"}
+        return {"policy_version": self.version, "choices": [choice]}
+
+
+def test_an_rlla_env_with_tools_executes_the_calls_token_in_token_out(tmp_path, tokenizer):
+    """async.envs.<name>.tools: each completion's calls run (the calculator's 42 comes back as a tool turn), the
+    next request continues the episode's own ids, the turns are user / assistant / tool / assistant with only the
+    assistant ones generated, and the reward (at step version + 1) sits on the last assistant turn."""
+    import functools
+
+    from agent_system.environments.env_actor import EnvActor
+    from verl.async_rl.inference_server import template_ids
+    from verl.async_rl.types import Rollout
+    from verl.trainer.main_async import make_reward_manager
+
+    path = tmp_path / "reward.py"
+    path.write_text(REWARD_FILE)
+    config = _compose([*RLLA_ONLY, f"custom_reward_function.path={path}", "reward.sandbox=none"])
+    rewards = functools.partial(make_reward_manager, OmegaConf.to_container(config, resolve=True))
+    spec = {"kind": "rlla", "tools": ["agent_system.tools.builtin:calculator"], "tool_sandbox": "none"}
+    prompt = template_ids(tokenizer, [{"role": "user", "content": "6 x 7?"}], add_generation_prompt=True)
+    row = {**_row(0, GT), "prompt_ids": list(prompt)}
+    actor = EnvActor("rlla", spec, "http://fake/v1", "tiny", group_size=2, max_tokens=64, max_turns=3,
+                     reward_manager=rewards, rows=[row])  # fmt: skip
+    actor.client = server = _ToolServer(tokenizer, version=4)
+    group = [Rollout.from_dict(r) for r in actor.run_group()]
+    assert len(group) == 2 and len(server.prompts) == 4
+    for rollout in group:
+        assert [t.role for t in rollout.turns] == ["user", "assistant", "tool", "assistant"]
+        user, call, tool, answer = rollout.turns
+        assert "42" in tool.message and not tool.is_generated
+        assert list(user.tokens + call.tokens + tool.tokens) in server.prompts[2:]  # token in, token out
+        assert list(call.logprobs) == [-0.25] * len(call.tokens) and call.reward is None
+        assert answer.reward == rollout.reward and int(rollout.reward) == 5  # step policy_version + 1
+        assert rollout.metadata["tool_calls"] == 1 and rollout.metadata["stop_reason"] == "answer"
+        assert rollout.metadata["policy_versions"] == [4, 4] and rollout.metadata["done"]
+    with pytest.raises(ValueError, match="rlla envs only"):
+        EnvActor("line", {"kind": "text_env", "env": "line_world", "tools": ["x:y"]}, "http://fake/v1", "tiny")
+
+
+def test_env_tools_are_checked_at_load():
+    from verl.trainer.config_utils import ConfigError
+
+    tools = "[agent_system.tools.builtin:calculator]"
+    assert list(_compose(["~async.envs.line_world", f"+async.envs.rlla={{kind: rlla, fraction: 1.0, tools: {tools}}}"])
+                ["async"].envs.rlla.tools) == ["agent_system.tools.builtin:calculator"]  # fmt: skip
+    with pytest.raises(ConfigError, match="async.envs.line_world.tools: only kind rlla"):
+        _compose([f"+async.envs.line_world.tools={tools}"])
+    with pytest.raises(ConfigError, match="async.envs.rlla.tool_sandbox must be process or none"):
+        _compose([*RLLA_ONLY[:1], "+async.envs.rlla={kind: rlla, fraction: 1.0, tool_sandbox: docker}"])

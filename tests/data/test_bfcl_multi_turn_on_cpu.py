@@ -232,6 +232,13 @@ def test_step_limit_and_unfinished_rows_are_force_terminated(base_rows, chat_tok
     assert summary["force_terminated"] == 1 and "more than" in summary["failed"][0]["error_message"]
     episode = BFCLMultiTurnEpisode(row)
     [out] = run_tool_loop(
+        [episode], ScriptedGenerator(chat_tokenizer, [stubborn]), chat_tokenizer, LoopConfig(max_turns=100)
+    )
+    episode.close()
+    # the loop stops the row at BFCL's limit rather than generating on to max_turns
+    assert out.stop_reason == "done" and out.turns == limit + 1 and episode.force_quit
+    episode = BFCLMultiTurnEpisode(row)
+    [out] = run_tool_loop(
         [episode], ScriptedGenerator(chat_tokenizer, [stubborn]), chat_tokenizer, LoopConfig(max_turns=2)
     )
     episode.close()

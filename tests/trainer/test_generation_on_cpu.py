@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from verl.trainer.config_utils import ConfigError
+from verl.utils.reward_score import tool_formats
 from verl.trainer.main_eval import evaluate_rows, main as eval_main, read_generations, score_prediction
 from verl.trainer.main_generation import (
     length_sorted_batches,
@@ -364,3 +365,43 @@ def test_generation_api_bank_cli_and_eval_cli(api_bank_file, tiny_model_dir, tmp
     assert written["parse_failure_count"] + round(written["no_tool_call_rate"] * 3) <= 3
     # rows of another benchmark only: one error line naming it, exit status 2
     assert eval_main(["--generations", str(out), "--dataset", "rlla"]) == 2
+
+
+def test_generation_multi_turn_executes_the_calls(shared_dir, tiny_model_dir, tmp_path, monkeypatch):
+    """rollout.multi_turn: every sample is an episode of the tool loop; with every turn read as a calculator call
+    (the tiny model is random), each row records max_assistant_turns turns, the calculator's real results, and the
+    observations inside the response."""
+    from conftest import close_tool_loop_turns
+    from agent_system.multi_turn_rollout import tool_loop
+
+    close_tool_loop_turns(monkeypatch)
+    call = {"name": "calculator", "parameters": {"expression": "6 * 7"}}
+    monkeypatch.setattr(tool_loop, "parse_calls", lambda text, fmt: tool_formats.ParsedCalls((call,), True))
+    out = tmp_path / "mt.jsonl"
+    summary = run_generation(
+        load_generation_config(
+            [
+                f"data.path={shared_dir / 'data' / 'rlla_4k' / 'test.parquet'}",
+                f"model.path={tiny_model_dir}",
+                f"data.output_path={out}",
+                "data.max_samples=2",
+                "data.n_samples=2",
+                "rollout.do_sample=true",
+                "rollout.response_length=64",
+                "rollout.multi_turn.enable=true",
+                "rollout.multi_turn.max_assistant_turns=2",
+                "rollout.multi_turn.max_tokens_per_turn=4",
+                "rollout.multi_turn.tools=[agent_system.tools.builtin:calculator]",
+                "rollout.multi_turn.sandbox=none",
+                "trainer.device=cpu",
+            ]
+        )
+    )
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["row"], r["sample"]) for r in rows] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    for r in rows:
+        assert r["num_turns"] == 2 and r["stop_reason"] == "max_turns" and not r["finished"]
+        assert [t["content"] for t in r["tool_results"]] == ["42", "42"] and all(t["ok"] for t in r["tool_results"])
+        assert "42" in r["response"]  # the first call's observation sits between the two turns
+        assert r["policy_tokens"] == 8 < r["response_tokens"]
+    assert summary["generation"]["new_tokens"] == 4 * 2 * 4  # the policy's tokens only: 4 episodes x 2 turns x 4

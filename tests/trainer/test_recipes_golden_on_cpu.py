@@ -26,6 +26,21 @@ sys.path.insert(0, str(Path(__file__).parent / "launch_golden"))  # record.py: t
 GOLDEN = json.loads((Path(__file__).parent / "launch_golden" / "scripts_before_recipes.json").read_text())
 CASES = GOLDEN["cases"]
 
+# the executing tool loop's section, added later: off by default, so every recorded line trains as before
+MULTI_TURN_KEYS = {
+    f"actor_rollout_ref.rollout.multi_turn.{k}": v
+    for k, v in dict(
+        enable=False,
+        max_assistant_turns=4,
+        max_tokens_per_turn=None,
+        max_tool_response_length=256,
+        tools=[],
+        sandbox="process",
+        num_workers=2,
+        timeout_s=10.0,
+        memory_mb=1024,
+    ).items()
+}
 # keys the move added to the YAML: absent from the golden; their defaults keep a ToolRL line unchanged
 NEW_KEYS = {
     "router.irrelevance_fraction": 0.0,
@@ -34,9 +49,10 @@ NEW_KEYS = {
     "trainer.plot_on_finish": False,
     "reward_model.switches": [],
     "trainer.deterministic": False,
+    **MULTI_TURN_KEYS,
 }
 # keys added to the async mode's YAML since its golden: at these defaults its runs are unchanged
-NEW_ASYNC_KEYS = {"async.inference.host": "127.0.0.1"}  # the servers bind loopback, as before
+NEW_ASYNC_KEYS = {"async.inference.host": "127.0.0.1", **MULTI_TURN_KEYS}  # the servers bind loopback, as before
 # what the scripts did outside the config and a recipe now says in it (the SFT preset on first use, the plots)
 SCRIPT_DID = {"trainer.build_sft_preset": True, "trainer.plot_on_finish": True}
 

@@ -10,7 +10,7 @@ so the section is typed on its own and attached under that name (:func:`typed_as
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
@@ -51,6 +51,8 @@ class AsyncEnvSpec:
     seed: int = 0
     data_file: Optional[str] = None  # rlla: the parquet (null: RLLA discovery)
     max_rows: Optional[int] = None  # rlla: the first rows only
+    tools: List[Any] = field(default_factory=list)  # rlla: tool references; calls run in the executing loop
+    tool_sandbox: str = "process"  # rlla with tools: process | none (docs/tools.md)
 
 
 @dataclass
@@ -212,6 +214,12 @@ def _check_data_and_reward(typed: DictConfig, defaults: DictConfig) -> None:
     for name, spec in envs.items():
         if spec.group_size is not None and int(spec.group_size) < 1:
             raise ConfigError(f"async.envs.{name}.group_size must be >= 1 or null (rollout.n), got {spec.group_size}")
+        if list(spec.tools) and spec.kind != "rlla":
+            raise ConfigError(
+                f"async.envs.{name}.tools: only kind rlla runs tool calls (a text_env's environment answers its turns)"
+            )
+        if spec.tool_sandbox not in ("process", "none"):
+            raise ConfigError(f"async.envs.{name}.tool_sandbox must be process or none, got {spec.tool_sandbox!r}")
     rlla = [name for name, spec in envs.items() if spec.kind == "rlla"]
     readers = {
         "data.train_files": [n for n in rlla if not envs[n].data_file],

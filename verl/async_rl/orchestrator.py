@@ -290,7 +290,9 @@ class Orchestrator:
 
     def _rlla_options(self, name: str) -> Dict[str, Any]:
         """The keywords an ``rlla`` env actor takes (its rows, the reward manager, the row order of ``data.shuffle``
-        and ``data.seed``); none for a ``text_env``."""
+        and ``data.seed``, the format its tool calls are parsed with, ``data.tool_format``, and the longest sequence
+        the batcher trains on, ``async.batcher.max_seq_len``, where its tool episodes stop); none for a
+        ``text_env``."""
         if self.envs[name]["kind"] != "rlla":
             return {}
         data = self.config.data
@@ -298,6 +300,8 @@ class Orchestrator:
             "rows": self._rows[name],
             "reward_manager": self.make_reward_manager,
             "shuffle_seed": int(data.seed) if data.shuffle else None,
+            "tool_format": str(data.tool_format),
+            "max_seq_len": int(self.config["async"].batcher.max_seq_len),
         }
 
     def _restart(self, kind: str) -> None:
@@ -573,7 +577,8 @@ class Orchestrator:
             )
 
     def shutdown(self) -> None:
-        """Kill every actor this orchestrator started and close the buffers' logs."""
+        """Kill every actor this orchestrator started (an env actor's tool sandbox workers exit with it: their stdin
+        closes) and close the buffers' logs."""
         import ray
 
         for actor in [self.learner, *self.servers.values(), *self.env_actors.values()]:

@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from omegaconf import MISSING
 
-from verl.workers.config import ActorRolloutRefConfig, CriticConfig
+from verl.workers.config import ActorRolloutRefConfig, CriticConfig, MultiTurnConfig
 
 
 @dataclass
@@ -429,6 +429,7 @@ class GenerationRolloutConfig:
     micro_batch_size: Optional[int] = MISSING
     dtype: str = MISSING
     seed: int = MISSING
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
 
 
 @dataclass

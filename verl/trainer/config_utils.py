@@ -14,6 +14,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from verl.trainer.config_errors import ConfigError  # re-exported: callers import it from here
+from verl.trainer.multi_turn_config_checks import check_multi_turn_config
 from verl.trainer.config_keys import check_known_keys
 from verl.trainer.model_config_checks import validate_model_settings
 from verl.trainer.router_config_checks import validate_router_settings
@@ -458,6 +459,7 @@ def validate_config(config: DictConfig, check_files: bool = True) -> None:
         check_correction_settings(**correction_settings(config.algorithm))
     except ValueError as err:
         raise ConfigError(str(err)) from None
+    check_multi_turn_config(config)  # actor_rollout_ref.rollout.multi_turn
     refuse_unsupported(config, _default_config())
 
 

@@ -118,6 +118,15 @@ actor_rollout_ref.rollout.val_kwargs.temperature | PAS | >= 0 |
 actor_rollout_ref.rollout.val_kwargs.top_k | PA | >= 0 or -1 | main_async validates on its inference servers, which sample without top-k / top-p
 actor_rollout_ref.rollout.val_kwargs.top_p | PA | (0, 1] | main_async validates on its inference servers, which sample without top-k / top-p
 actor_rollout_ref.rollout.val_kwargs.n | PS | >= 1 | agent mode validates one episode per task
+actor_rollout_ref.rollout.multi_turn.enable | P | - | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.max_assistant_turns | P | >= 1 | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.max_tokens_per_turn | P | >= 1 | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.max_tool_response_length | P | >= 1 | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.tools | P | - | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.sandbox | P | {process, none} | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.num_workers | P | >= 1 | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.timeout_s | P | > 0 | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
+actor_rollout_ref.rollout.multi_turn.memory_mb | P | >= 1 | agent mode plays its environments' own turns (env.*); main_async: an rlla env's async.envs.<name>.tools
 actor_rollout_ref.rollout.engine_kwargs | PA | - | main_async generates on its inference servers (async.inference.*)
 critic.enable | PA | - | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
 critic.strategy | PA | {fsdp, fsdp2} | main_async has no critic: its estimators are the outcome ones (grpo, rloo, reinforce_plus_plus, ...)
@@ -374,6 +383,15 @@ rollout.response_length | G | >= 1 | new tokens at most
 rollout.micro_batch_size | G | >= 1 | null: a whole data.batch_size batch at once
 rollout.dtype | G | - | compute dtype on CUDA
 rollout.seed | G | >= 0 | torch seed for sampling
+rollout.multi_turn.enable | G | - | the executing tool loop, calls in ToolRL's format
+rollout.multi_turn.max_assistant_turns | G | >= 1 | assistant turns per sample
+rollout.multi_turn.max_tokens_per_turn | G | >= 1 | null: rollout.response_length
+rollout.multi_turn.max_tool_response_length | G | >= 1 | observation tokens at most
+rollout.multi_turn.tools | G | - | tool references
+rollout.multi_turn.sandbox | G | {process, none} | where the calls run
+rollout.multi_turn.num_workers | G | >= 1 | sandbox processes
+rollout.multi_turn.timeout_s | G | > 0 | seconds a call may take
+rollout.multi_turn.memory_mb | G | >= 1 | MiB a sandboxed call may allocate
 eval.enable | G | - | score the generations with main_eval
 eval.dataset | E | {auto, rlla, api_bank, bfcl} | main_eval's --dataset
 eval.output_path | E | - | main_eval's --output; null: next to data.output_path

@@ -71,6 +71,14 @@ def run_async(config: DictConfig) -> list:
         load_custom_reward(config)
     except (OSError, ImportError, SyntaxError, AttributeError, TypeError, KeyError) as err:
         raise ConfigError(f"custom_reward_function: {err}") from None
+    for name, spec in config["async"].envs.items():  # tools that do not load fail here, not inside a Ray actor
+        if list(spec.tools):
+            from agent_system.tools.base import ToolRegistry
+
+            try:
+                ToolRegistry.from_specs(list(spec.tools))
+            except (ValueError, TypeError, ImportError) as err:
+                raise ConfigError(f"async.envs.{name}.tools: {err}") from None
     total = config.trainer.total_training_steps
     if total is None:
         raise ConfigError("trainer.total_training_steps must be set in async mode (learner steps to reach)")

@@ -28,6 +28,11 @@ Output (``data.output_path``, written atomically, input order, ``data.n_samples`
      and including EOS), "response_tokens": int, "finished": ended with EOS,
      "tool_calls": parsed calls [{name, parameters}], "ground_truth": str | null, "ground_truth_tool_calls": [...]}
 
+With ``rollout.multi_turn.enable`` every sample is an episode of the executing tool loop (``docs/tools.md``): its calls,
+written in ToolRL's format, run on ``rollout.multi_turn.tools`` and come back as tool turns; ``response`` is then the
+whole episode (``tool_calls`` and the evaluation read every turn's calls) and each row also carries
+``policy_tokens``, ``num_turns``, ``stop_reason`` and ``tool_results``.
+
 With ``eval.enable`` (default) the file is then scored by ``verl.trainer.main_eval`` and the summary (tool-call
 accuracy, RLLA reward, generation speed) is written to ``eval.output_path`` and printed.
 """
@@ -274,6 +279,7 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
     model = load_causal_lm(model_section, trainable=False).to(device)
     rollout = HFRollout(model, rollout_section, tokenizer)
     meta = {"n": n_samples, "eos_token_id": tokenizer.eos_token_id, "pad_token_id": dataset.pad_token_id}
+    multi_turn = _multi_turn(config, tokenizer)
     batches = length_sorted_batches([int(it["attention_mask"].sum()) for it in items], int(config.data.batch_size))
     logger.info(
         "generating %d prompts x %d samples (%s, %s) in %d batches on %s, response_length=%d, %s",
@@ -292,6 +298,10 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
     start, new_tokens = time.monotonic(), 0
     try:
         for batch_idx in batches:
+            if multi_turn is not None:
+                new_tokens += _play_batch(multi_turn, rollout, items, batch_idx, file_rows, n_samples, out, config)
+                progress.update({})
+                continue
             batch = collate_fn([items[i] for i in batch_idx])
             tensors = trim_left_padding({k: batch[k] for k in ("input_ids", "attention_mask", "position_ids")})
             result = rollout.generate_sequences(DataProto.from_dict(tensors=tensors, meta_info=meta))
@@ -307,6 +317,8 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
             progress.update({"response_length/mean": sum(lengths) / len(lengths)})
     finally:
         progress.close()
+        if multi_turn is not None:
+            multi_turn.close()
     seconds = time.monotonic() - start
     stats = {
         "generation": {
@@ -326,6 +338,48 @@ def generate_rows(config: DictConfig) -> tuple[list[dict], dict]:
         }
     }
     return out, stats  # type: ignore[return-value]
+
+
+def _multi_turn(config: DictConfig, tokenizer):
+    """``rollout.multi_turn.enable``: the trainer's multi-turn rollout (``verl.trainer.ppo.multi_turn``) over this
+    config's tools, calls in ToolRL's format (what the output's ``tool_calls`` and the evaluation parse); else None.
+
+    Raises:
+        ConfigError: the tools are missing or do not load (``rollout.multi_turn.tools`` named).
+    """
+    if not config.rollout.multi_turn.enable:
+        return None
+    from verl.trainer.ppo.multi_turn import MultiTurnRollout
+
+    section, length = config.rollout.multi_turn, int(config.rollout.response_length)
+    return MultiTurnRollout(section, tokenizer, "toolrl", length, key="rollout.multi_turn")
+
+
+def _play_batch(multi_turn, rollout, items, batch_idx, file_rows, n_samples, out, config) -> int:
+    """One batch through the tool loop: ``n_samples`` episodes per prompt, each written as a row whose ``response`` is
+    the whole episode (turns and tool turns; ``response_tokens`` counts both, ``policy_tokens`` the policy's) plus
+    ``num_turns``, ``stop_reason`` and ``tool_results`` (name, ok, content per executed call); ``finished`` is an
+    episode that ended with an answer; ``tool_calls`` are parsed from the whole episode. Returns the policy's
+    tokens."""
+    prompts = [items[i]["input_ids"][items[i]["attention_mask"].bool()].tolist() for i in batch_idx]
+    prompts = [p for p in prompts for _ in range(n_samples)]
+    do_sample = bool(config.rollout.do_sample)
+    episodes = multi_turn.play(prompts, rollout.generate_sequences, do_sample=do_sample, validate=not do_sample)
+    tail = int(config.data.prompt_tail_chars or 0)
+    for j, episode in enumerate(episodes):
+        row, sample = batch_idx[j // n_samples], j % n_samples
+        record = _output_row(items[row], file_rows[row], sample, episode.response_ids, multi_turn.tokenizer, tail)
+        record.update(
+            policy_tokens=sum(episode.response_mask),
+            finished=episode.stop_reason == "answer",
+            num_turns=episode.turns,
+            stop_reason=episode.stop_reason,
+            tool_results=[
+                {"name": c.result.name, "ok": c.result.ok, "content": c.result.content} for c in episode.calls
+            ],
+        )
+        out[row * n_samples + sample] = record
+    return sum(sum(e.response_mask) for e in episodes)
 
 
 def _output_row(item: Mapping, row: int, sample: int, response_ids: list[int], tokenizer, tail_chars: int) -> dict:

@@ -174,6 +174,21 @@ class ValKwargsConfig:
 
 
 @dataclass
+class MultiTurnConfig:
+    """``actor_rollout_ref.rollout.multi_turn``: the executing tool loop of the rollout step (``docs/tools.md``)."""
+
+    enable: bool = MISSING
+    max_assistant_turns: int = MISSING
+    max_tokens_per_turn: Optional[int] = MISSING  # null: response_length
+    max_tool_response_length: int = MISSING
+    tools: List[Any] = MISSING  # tool references: a string or {ref, kwargs}
+    sandbox: str = MISSING  # process | none
+    num_workers: int = MISSING
+    timeout_s: float = MISSING
+    memory_mb: Optional[int] = MISSING
+
+
+@dataclass
 class RolloutConfig:
     """``actor_rollout_ref.rollout``: generation (backend, sampling, lengths, group size ``n``, log-prob pass)."""
 
@@ -204,6 +219,7 @@ class RolloutConfig:
     do_sample: bool = MISSING
     n: int = MISSING
     val_kwargs: ValKwargsConfig = field(default_factory=ValKwargsConfig)
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     shared_prefill: Optional[bool] = None  # derived inside the worker: model.use_shared_prompt
 
 

@@ -115,6 +115,7 @@ class SingleTurnSource:
             batch = batch.repeat(repeat_times=n, interleave=True)
         with ops.phase("gen"):
             batch = ops.generate(batch)
+        metrics.update(batch.meta_info.pop("rollout_metrics", {}))  # multi-turn: tool_loop/*, tool/*
         if baseline is not None:
             batch.batch["reward_baselines"] = baseline.repeat_interleave(n)
         _finish(ops, batch, metrics)

@@ -39,6 +39,7 @@ from verl.trainer.ppo.advantage import compute_advantage  # noqa: F401 (upstream
 from verl.trainer.ppo.batch_source import StepOps, make_batch_source
 from verl.trainer.ppo.checkpointing import driver_state
 from verl.trainer.ppo.dataloaders import build_rl_dataloaders, pass_horizon_to_workers
+from verl.trainer.ppo.multi_turn import MultiTurnRollout
 from verl.trainer.ppo.trainer_state import TrainerState
 from verl.trainer.ppo.update_inputs import prepare_update
 from verl.trainer.ppo.ray_resources import ResourcePoolManager, Role
@@ -136,6 +137,7 @@ class RayPPOTrainer:
             rlvcr, suffix = agent_level_setup(config, tokenizer)  # adv_estimator=rlvcr: level prompts + phase
             self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix, reward_runner=reward_fn)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
+        self.multi_turn = MultiTurnRollout.from_trainer_config(config, tokenizer)  # None without rollout.multi_turn
         self.batch_source = make_batch_source(self.step_ops())  # where a step's scored batch comes from
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.state = TrainerState()  # counters and resume record (checkpointing loads and returns it)
@@ -211,8 +213,9 @@ class RayPPOTrainer:
         for wg in (getattr(self, "actor_rollout_wg", None), getattr(self, "critic_wg", None)):
             if wg is not None:
                 wg.shutdown()
-        if getattr(self, "agent", None) is not None:
-            self.agent.close()
+        for part in (getattr(self, "agent", None), getattr(self, "multi_turn", None)):  # environments, tool sandbox
+            if part is not None:
+                part.close()
         self.resource_pool_manager.release()
 
     # ------------------------------------------------------------------ steps
@@ -248,14 +251,21 @@ class RayPPOTrainer:
     def _generate(self, batch: DataProto, validate: bool) -> DataProto:
         """Pop the prompt tensors, roll out, and union the result back; returns the full batch."""
         keys = GEN_KEYS + [key for key in (FORBID_TOOL_CALLS,) if key in batch.batch.keys()]  # the router's
-        output = self._rollout(
-            batch.pop(batch_keys=keys),
-            do_sample=not validate and self.config.actor_rollout_ref.rollout.do_sample,
-            validate=validate,
+        do_sample = not validate and self.config.actor_rollout_ref.rollout.do_sample
+        return batch.union(self._responses(batch.pop(batch_keys=keys), batch, do_sample, validate))
+
+    def _responses(self, gen_batch: DataProto, batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
+        """One generation per row, its ``response_mask`` its attention's; with ``rollout.multi_turn``, one episode of
+        the tool loop per row (``verl.trainer.ppo.multi_turn``: each round one :meth:`_rollout` call, the mask the
+        policy's tokens only, ``tool_loop/*`` / ``tool/*`` in ``meta_info["rollout_metrics"]``)."""
+        if self.multi_turn is None:
+            output = self._rollout(gen_batch, do_sample=do_sample, validate=validate)
+            output.batch["response_mask"] = compute_response_mask(output)
+            return output
+        engine = lambda gen: self._rollout(gen, do_sample=do_sample, validate=validate)  # noqa: E731 - one round
+        return self.multi_turn.generate(
+            gen_batch, engine, do_sample, validate, batch.non_tensor_batch.get("raw_prompt")
         )
-        batch = batch.union(output)
-        batch.batch["response_mask"] = compute_response_mask(batch)
-        return batch
 
     def _rollout(self, gen_batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
         """Generate for the prompt tensors ``GEN_KEYS`` of ``gen_batch`` ([B, P], left-padded).
@@ -544,9 +554,8 @@ class RayPPOTrainer:
 
     def _greedy_baseline(self, batch: DataProto) -> torch.Tensor:
         """ReMax baseline: the reward of one greedy rollout per prompt, [B_prompts] (Li et al. 2023, eq. 5)."""
-        out = self._rollout(batch.select(batch_keys=GEN_KEYS, deepcopy=True), do_sample=False, validate=True)
-        out.non_tensor_batch = dict(batch.non_tensor_batch)
-        out.batch["response_mask"] = compute_response_mask(out)
+        out = self._responses(batch.select(batch_keys=GEN_KEYS, deepcopy=True), batch, do_sample=False, validate=True)
+        out.non_tensor_batch = {**dict(batch.non_tensor_batch), **out.non_tensor_batch}
         return self.reward_fn(out, self.global_steps, return_dict=True)["reward_tensor"].sum(-1)
 
     # ------------------------------------------------------------------ validation

@@ -46,6 +46,8 @@ def validate(trainer) -> dict:
         elif val_n > 1:
             batch = batch.repeat(repeat_times=val_n, interleave=True)
         batch = trainer._generate(batch, validate=True)
+        for key, value in batch.meta_info.pop("rollout_metrics", {}).items():  # multi-turn: val/tool_loop/*, val/tool/*
+            metrics[f"val/{key}"] = value
         trainer._score(batch, trainer.val_reward_fn, trainer.global_steps)
         if trainer.config.trainer.validation_data_dir:  # verl's key: this validation's responses as <dir>/<step>.jsonl
             dump_rollouts(batch, trainer.tokenizer, trainer.global_steps, trainer.config.trainer.validation_data_dir)
