@@ -264,10 +264,10 @@ def test_replicas_draw_interleaved_problems(monkeypatch):
         restarts=Counter(),
         urls={0: "http://server"},
         model_path="tiny",
-        a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8)),
+        a=SimpleNamespace(inference=SimpleNamespace(max_tokens=8), batcher=SimpleNamespace(max_seq_len=512)),
         config=SimpleNamespace(
             actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(temperature=1.0)),
-            data=SimpleNamespace(shuffle=True, seed=7),
+            data=SimpleNamespace(shuffle=True, seed=7, tool_format="hermes"),
         ),
         make_env_actor=lambda *args, **kwargs: calls.append(kwargs) or object(),
         make_reward_manager=rewards,
@@ -276,8 +276,10 @@ def test_replicas_draw_interleaved_problems(monkeypatch):
     for replica in range(4):
         orch._start_env_actor("rlla", replica)
     assert [(c["seed"], c["seed_stride"]) for c in calls] == [(0, 4), (1, 4), (2, 4), (3, 4)]
-    # every replica gets the env's rows, the reward manager and data.shuffle's order from data.seed
+    # every replica gets the env's rows, the reward manager, data.shuffle's order from data.seed, the format its tool
+    # calls are parsed with and the batcher's longest sequence (where its tool episodes stop)
     assert all(c["rows"] == "rows-ref" and c["reward_manager"] is rewards and c["shuffle_seed"] == 7 for c in calls)
+    assert all(c["tool_format"] == "hermes" and c["max_seq_len"] == 512 for c in calls)
     rows = [(c["seed"] + k * c["seed_stride"]) % 32 for c in calls for k in range(3)]
     assert len(set(rows)) == 12
     orch.restarts["env/rlla/1"] += 1

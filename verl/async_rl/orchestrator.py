@@ -301,7 +301,7 @@ class Orchestrator:
             "reward_manager": self.make_reward_manager,
             "shuffle_seed": int(data.seed) if data.shuffle else None,
             "tool_format": str(data.tool_format),
-            "max_seq_len": int(self.config["async"].batcher.max_seq_len),
+            "max_seq_len": int(self.a.batcher.max_seq_len),
         }
 
     def _restart(self, kind: str) -> None:
