@@ -77,6 +77,17 @@ def protocol_stream():
     return stream
 
 
+def write_reply(stream, reply, on_error: Callable[[Exception], object]) -> None:
+    """In a worker: write one pydantic ``reply`` as a protocol line and flush; a reply that cannot be serialised
+    (e.g. a ``MemoryError`` while dumping it) is replaced by ``on_error(err)``, a reply saying so."""
+    try:
+        text = reply.model_dump_json()
+    except Exception as err:  # noqa: BLE001 - e.g. MemoryError while serialising
+        text = on_error(err).model_dump_json()
+    stream.write(text + "\n")
+    stream.flush()
+
+
 class WorkerDied(Exception):
     """The worker closed its output (it exited)."""
 

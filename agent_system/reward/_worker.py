@@ -14,16 +14,11 @@ import sys
 from agent_system.reward.decorator import RewardSource, resolve_source
 from agent_system.reward.models import format_error
 from agent_system.reward.sandbox import RewardCall, WorkerReply, execute_call
-from agent_system.worker_process import limit_memory, protocol_stream
+from agent_system.worker_process import limit_memory, protocol_stream, write_reply
 
 
 def _reply(stream, reply: WorkerReply) -> None:
-    try:
-        text = reply.model_dump_json()
-    except Exception as err:  # noqa: BLE001 - e.g. MemoryError while serialising
-        text = WorkerReply(error=f"reply could not be serialised: {format_error(err)}").model_dump_json()
-    stream.write(text + "\n")
-    stream.flush()
+    write_reply(stream, reply, lambda err: WorkerReply(error=f"reply could not be serialised: {format_error(err)}"))
 
 
 def main(argv: list[str]) -> int:

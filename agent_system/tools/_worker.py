@@ -12,18 +12,14 @@ import sys
 
 from agent_system.tools.base import ToolRegistry, failed
 from agent_system.tools.runner import WorkerToolReply
-from agent_system.worker_process import limit_memory, protocol_stream
+from agent_system.worker_process import limit_memory, protocol_stream, write_reply
 
 
 def _reply(stream, reply: WorkerToolReply) -> None:
-    try:
-        text = reply.model_dump_json()
-    except Exception as err:  # noqa: BLE001 - e.g. MemoryError while serialising
-        text = WorkerToolReply(
-            name=reply.name, ok=False, error=f"reply could not be serialised: {err}"
-        ).model_dump_json()
-    stream.write(text + "\n")
-    stream.flush()
+    def unserialisable(err: Exception) -> WorkerToolReply:
+        return WorkerToolReply(name=reply.name, ok=False, error=f"reply could not be serialised: {err}")
+
+    write_reply(stream, reply, unserialisable)
 
 
 def main(argv: list[str]) -> int:
