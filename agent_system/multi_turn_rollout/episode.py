@@ -6,7 +6,7 @@ messages and the tool schemas, how a turn's calls are executed, and what the use
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Protocol, Sequence, runtime_checkable
 
 from agent_system.tools.result import ToolResult
 from agent_system.tools.runner import ToolRunner
@@ -25,6 +25,8 @@ class Episode(Protocol):
         done: optional; True once the episode has ended itself after executing a turn's calls (a step limit such as
             BFCL's): the loop then stops it with ``stop_reason`` ``"done"`` instead of generating again. An episode
             without the attribute never ends itself.
+        forbid_tool_calls: optional; True: the episode's generations cannot open a ToolRL ``<tool_call>`` block
+            (``verl.workers.rollout.forbid_text``; the rollout applies it). Without the attribute: False.
     """
 
     tools: list[dict]
@@ -51,8 +53,13 @@ class ToolEpisode:
 
     Args:
         messages: the opening chat messages.
-        runner: executes the calls; its registry's schemas are the template's ``tools=`` unless ``list_tools`` is
-            False (an episode whose system prompt already lists them).
+        runner: executes the calls; the schemas of the tools offered are the template's ``tools=`` unless
+            ``list_tools`` is False (an episode whose system prompt already lists them).
+        offered: the tool names this episode may call (a router's route: ANSWER offers none); a call to another
+            registered tool fails without running (``tool/refused``). None: every tool of the runner's registry.
+        forbid_tool_calls: generations of this episode cannot open a ToolRL ``<tool_call>`` block (the router's
+            ANSWER route under ``router.answer_forbids_tool_calls``; the rollout applies it, see
+            ``verl.workers.rollout.forbid_text``).
 
     Attributes:
         answer: the decoded final answer (None until the episode ends).
@@ -61,9 +68,19 @@ class ToolEpisode:
 
     done = False
 
-    def __init__(self, messages: list[dict], runner: ToolRunner, list_tools: bool = True) -> None:
+    def __init__(
+        self,
+        messages: list[dict],
+        runner: ToolRunner,
+        list_tools: bool = True,
+        offered: Sequence[str] | None = None,
+        forbid_tool_calls: bool = False,
+    ) -> None:
         self.messages, self.runner = list(messages), runner
-        self.tools = runner.registry.schemas() if list_tools else []
+        self.offered = None if offered is None else list(offered)
+        tools = [t for t in runner.registry if self.offered is None or t.name in self.offered]
+        self.tools = [t.schema() for t in tools] if list_tools else []
+        self.forbid_tool_calls = bool(forbid_tool_calls)
         self.answer: str | None = None
 
     def reset(self) -> list[dict]:
@@ -71,7 +88,7 @@ class ToolEpisode:
         return list(self.messages)
 
     def execute(self, calls: list[dict]) -> list[ToolResult]:
-        return self.runner.run(calls)
+        return self.runner.run(calls, offered=self.offered)
 
     def next_turn(self, answer: str) -> list[dict] | None:
         self.answer = answer

@@ -41,6 +41,7 @@ from agent_system.tools.result import ToolResult
 from verl.protocol import DataProto
 from verl.utils.prompt_batch import left_pad_prompts
 from verl.utils.reward_score.tool_formats import get_tool_format, parse_calls
+from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
 
 __all__ = [
     "STOP_REASONS",
@@ -64,11 +65,13 @@ _DUMMY = [{"role": "user", "content": "u"}, {"role": "assistant", "content": "a"
 
 @dataclass
 class GenRequest:
-    """One generation: episode ``index``'s whole conversation so far as ``prompt_ids`` and its token budget."""
+    """One generation: episode ``index``'s whole conversation so far as ``prompt_ids`` and its token budget;
+    ``forbid_tool_calls``: the episode's (``Episode.forbid_tool_calls``), the generation may not open a tool call."""
 
     index: int
     prompt_ids: list[int]
     max_new_tokens: int
+    forbid_tool_calls: bool = False
 
 
 @dataclass
@@ -227,7 +230,8 @@ class RolloutGenerator:
 
     Each round's requests become one left-padded ``DataProto`` (``input_ids``/``attention_mask``/``position_ids``)
     with ``meta_info`` ``max_new_tokens`` (the largest budget of the round; each row is then cut to its own), ``n=1``,
-    ``do_sample``, and the EOS/pad ids; a row's sampled ids are its ``responses`` under ``response_mask``, and its
+    ``do_sample``, and the EOS/pad ids, and the [B] bool ``forbid_tool_calls`` field when a request forbids tool
+    calls (``verl.workers.rollout.forbid_text``); a row's sampled ids are its ``responses`` under ``response_mask``, and its
     log-probs the rollout's ``rollout_log_probs`` where the rollout records them (``rollout.calculate_log_probs``).
     """
 
@@ -247,6 +251,8 @@ class RolloutGenerator:
             "validate": self.validate,
             "max_new_tokens": max(r.max_new_tokens for r in requests),
         }
+        if any(r.forbid_tool_calls for r in requests):
+            batch[FORBID_TOOL_CALLS] = torch.tensor([r.forbid_tool_calls for r in requests], dtype=torch.bool)
         out = self.rollout.generate_sequences(DataProto.from_dict(tensors=batch, meta_info=meta))
         responses, mask = out.batch["responses"], out.batch["response_mask"]
         log_probs = out.batch["rollout_log_probs"] if "rollout_log_probs" in out.batch.keys() else None
@@ -310,7 +316,8 @@ def run_tool_loop(
             budget = min(config.max_tokens_per_turn, config.max_response_length - len(out.response_ids))
             if config.max_model_len is not None:
                 budget = min(budget, config.max_model_len - len(out.prompt_ids) - len(out.response_ids))
-            requests.append(GenRequest(i, out.prompt_ids + out.response_ids, budget))
+            forbid = bool(getattr(episodes[i], "forbid_tool_calls", False))
+            requests.append(GenRequest(i, out.prompt_ids + out.response_ids, budget, forbid))
         generated = generator.generate(requests)
         still = []
         for req, gen in zip(requests, generated):

@@ -10,7 +10,8 @@ past ``memory_mb`` raises ``MemoryError`` inside the tool. Remote tools (an MCP 
 in both modes. Every failure is an error observation and a counted failure, never an exception into the rollout.
 
 :meth:`ToolRunner.metrics` reports the counters: ``tool/calls``, ``tool/failures``, ``tool/failure_rate``,
-``tool/timeouts``, ``tool/crashes``, ``tool/seconds_per_call`` and ``tool/calls_<family>``.
+``tool/timeouts``, ``tool/crashes``, ``tool/refused`` (calls to a tool the episode does not offer),
+``tool/seconds_per_call`` and ``tool/calls_<family>``.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from typing import Collection
 
 from pydantic import BaseModel
 
@@ -63,15 +65,27 @@ class ToolRunner:
         self.counts: Counter = Counter()
         self.seconds = 0.0
 
-    def run(self, calls: list[dict]) -> list[ToolResult]:
-        """One result per call, in order (never raises for a call's failure)."""
+    def run(self, calls: list[dict], offered: Collection[str] | None = None) -> list[ToolResult]:
+        """One result per call, in order (never raises for a call's failure).
+
+        Args:
+            offered: the names this episode may call (a router's route offers one family); a registered tool outside
+                them fails without running, counted under ``tool/refused``. None: every registered tool.
+        """
         results: list[ToolResult | None] = [None] * len(calls)
         todo: dict[int, tuple[Tool, dict]] = {}
+        names = self.registry.names if offered is None else [n for n in self.registry.names if n in set(offered)]
         for i, call in enumerate(calls):
             name = call.get("name") if isinstance(call, dict) else None
             t = self.registry.get(name) if isinstance(name, str) else None
             if t is None:
-                results[i] = failed(str(name), f"unknown tool {name!r}; available: {', '.join(self.registry.names)}")
+                results[i] = failed(str(name), f"unknown tool {name!r}; available: {', '.join(names) or 'none'}")
+                continue
+            if t.name not in names:
+                results[i] = failed(
+                    t.name, f"tool {t.name!r} is not offered here; offered: {', '.join(names) or 'none'}"
+                )
+                self.counts["refused"] += 1
                 continue
             try:
                 todo[i] = (t, t.validate(call.get("parameters", {})))
@@ -101,6 +115,7 @@ class ToolRunner:
                 f"{prefix}/failure_rate": self.counts["failures"] / calls if calls else 0.0,
                 f"{prefix}/timeouts": float(self.counts["timeouts"]),
                 f"{prefix}/crashes": float(self.counts["crashes"]),
+                f"{prefix}/refused": float(self.counts["refused"]),
                 f"{prefix}/seconds_per_call": self.seconds / calls if calls else 0.0,
             }
         )

@@ -272,3 +272,17 @@ def test_tools_run_through_the_multi_turn_loop(tokenizer):
     assert "<|im_start|>tool\n[1] Berlin: Berlin is the capital of Germany.<|im_end|>" in text
     assert metrics["tool/calls"] == 3 and metrics["tool/failures"] == 1
     assert metrics["tool/calls_search"] == 1 and metrics["tool/calls_calculate"] == 2
+
+
+def test_a_tool_the_episode_does_not_offer_fails_without_running():
+    registry = ToolRegistry(load_tools(f"{HERE / 'tool_fixtures.py'}:add"))
+    registry.add(calculator)
+    runner = make_tool_runner(registry, sandbox="none")
+    results = runner.run(
+        [{"name": "calculator", "parameters": {"expression": "1+1"}}, {"name": "add", "parameters": {"a": 2}}],
+        offered=["add"],
+    )
+    assert [r.ok for r in results] == [False, True]
+    assert "not offered here; offered: add" in results[0].content and results[1].content == "3"
+    metrics = runner.metrics()
+    assert metrics["tool/refused"] == 1 and metrics["tool/failures"] == 1 and metrics["tool/calls"] == 2

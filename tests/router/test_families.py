@@ -150,3 +150,16 @@ def test_other_routing():
     assert parse_other_as("none") is None and parse_other_as("Calculate") == RouterAction.CALCULATE
     with pytest.raises(ValueError, match="other_as"):
         parse_other_as("answer")
+
+
+def test_offered_tools_by_route():
+    from verl.router.families import offered_tools
+
+    families = {"calc": "calculate", "wiki": "search", "mail": "other", "docs": "SEARCH"}
+    assert offered_tools(RouterAction.ANSWER, families) == []
+    assert offered_tools(RouterAction.SEARCH, families) == ["wiki", "mail", "docs"]  # other_as defaults to SEARCH
+    assert offered_tools(RouterAction.CALCULATE, families) == ["calc"]
+    assert offered_tools(RouterAction.CALCULATE, families, RouterAction.CALCULATE) == ["calc", "mail"]
+    assert offered_tools(RouterAction.SEARCH, families, None) == ["wiki", "docs"]
+    with pytest.raises(ValueError, match="'x': family 'plot'"):
+        offered_tools(RouterAction.SEARCH, {"x": "plot"})

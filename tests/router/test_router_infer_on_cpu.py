@@ -418,3 +418,52 @@ def test_bfcl_rows_keep_their_ids_for_bfcls_checker(tmp_path, tiny_dir):
     assert summary["categories"]["irrelevance"]["accuracy"] == 1.0
     assert summary["categories"]["simple_python"]["accuracy"] == 0.0
     assert bfcl_fields(None) == {} and bfcl_fields({"index": 3}) == {}  # rows that are not BFCL's carry nothing
+
+
+CALCULATOR = "agent_system.tools.builtin:calculator"
+
+
+@pytest.mark.parametrize(
+    "preferred, ran",
+    [(RouterAction.CALCULATE, True), (RouterAction.SEARCH, False), (RouterAction.ANSWER, False)],
+)
+def test_tools_that_run_each_route_offers_its_family(tmp_path, tiny_dir, prompts_parquet, preferred, ran):
+    """With ``--tools``, each prompt plays an episode of the executing loop: a CALCULATE route runs the calculator
+    (its result comes back as a tool turn), a SEARCH route does not offer it (the call fails without running), an
+    ANSWER route under ``answer_forbids_tool_calls`` offers nothing and asks the rollout to forbid calls."""
+    from scripted_rounds import ScriptedRounds
+    from verl.utils.reward_score import tool_formats
+    from verl.workers.rollout.forbid_text import FORBID_TOOL_CALLS
+
+    step = make_checkpoint(tmp_path, tiny_dir, preferred, ("router.answer_forbids_tool_calls=true",))
+    engine = RouterInference(step, max_new_tokens=300, device="cpu", tools=[CALCULATOR], tool_sandbox="none")
+    call = tool_formats.render_calls([{"name": "calculator", "parameters": {"expression": "6 * 7"}}], "toolrl")
+    rounds = ScriptedRounds(engine.tokenizer, [call, "<response> 42 </response>"])
+    engine.rollout.generate_sequences = rounds
+    rows = load_prompt_rows(prompts_parquet)[:2]
+    try:
+        out = engine.run(rows, batch_size=2)
+    finally:
+        engine.multi_turn.close()
+    routed = engine.route([r.messages for r in rows], [r.extra_info for r in rows])
+    assert rounds.prompts[0] == [
+        ids[m.bool()].tolist() for ids, m in zip(routed.tokens["input_ids"], routed.tokens["attention_mask"])
+    ]  # the route's rewritten prompt, as a single generation would see it
+    forbid = (
+        rounds.batches[0].batch[FORBID_TOOL_CALLS].tolist()
+        if FORBID_TOOL_CALLS in rounds.batches[0].batch.keys()
+        else None
+    )
+    assert forbid == ([True, True] if preferred == RouterAction.ANSWER else None)
+    for r in out:
+        assert r["route"] == ROUTE_NAMES[int(preferred)]
+        assert r["offered_tools"] == (["calculator"] if ran else [])
+        assert (
+            r["num_turns"] == 2 and r["stop_reason"] == "answer" and r["answer"].strip() == "<response> 42 </response>"
+        )
+        (result,) = r["tool_results"]
+        assert result["ok"] is ran
+        assert ("42" == result["content"].strip()) if ran else ("not offered" in result["content"])
+        assert "42" in r["response"] and r["tool_calls"] == [
+            {"name": "calculator", "parameters": {"expression": "6 * 7"}}
+        ]

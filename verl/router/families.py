@@ -373,3 +373,34 @@ def call_route(
     if family is None:
         family = classify_tool(name)
     return effective_route(family, other_as)
+
+
+def offered_tools(
+    action: RouterAction | int, families: Mapping[str, str], other_as: Optional[RouterAction] = RouterAction.SEARCH
+) -> list[str]:
+    """The executable tools a route offers: ANSWER none, SEARCH the ``search``-family tools, CALCULATE the
+    ``calculate``-family ones, and ``other``-family tools on the route ``other_as`` names (none when None).
+
+    Args:
+        action: the route.
+        families: tool name -> family (``search`` / ``calculate`` / ``other``, any case: an executable tool
+            registry's ``families()``), in the registry's order.
+
+    Returns:
+        The offered names, in ``families``' order.
+
+    Raises:
+        ValueError: a family outside the three.
+    """
+    action = RouterAction(int(action))
+    if action == RouterAction.ANSWER:
+        return []
+    out = []
+    for name, family in families.items():
+        try:
+            route = effective_route(ToolFamily(str(family).upper()), other_as)
+        except ValueError:
+            raise ValueError(f"tool {name!r}: family {family!r} is not search, calculate or other") from None
+        if route == action:
+            out.append(name)
+    return out

@@ -2,7 +2,7 @@
 
 ``python -m verl.router.infer --checkpoint CKPT --prompts FILE --output OUT.jsonl [--max_new_tokens N]
 [--batch_size B] [--device cpu|cuda] [--routes learned|answer|search|calculate|random:B [--seed S]]
-[--filter_overlong_prompts] [--fixed_lambda L | --target_cost B]``
+[--filter_overlong_prompts] [--fixed_lambda L | --target_cost B] [--tools SPEC [SPEC ...] [--tool_sandbox MODE]]``
 
 ``--routes`` replaces the learned head by a fixed routing policy on the same actor (the baselines of the router's
 evaluation: never-tools ``answer``, always-tools ``search``, random routes at the budget's rate ``random:B``).
@@ -25,7 +25,10 @@ Per batch of prompts (no reference model, critic or reward is loaded), the same 
 3. tool families per row (``extra_info.tool_families`` or the heuristic; ``router.tool_family_file`` overrides);
 4. rewrite the system message for the route (``router.filter_tools``, ``router.other_as``) and re-tokenise;
 5. one greedy generation with ``HFRollout`` (at most ``--max_new_tokens``), decoded with special tokens kept (as
-   ``verl.trainer.main_generation``), and tool calls parsed with ``tool_parse.parse_tool_calls``.
+   ``verl.trainer.main_generation``), and tool calls parsed with ``tool_parse.parse_tool_calls``; or, with tools
+   that run (``--tools``, or the checkpoint's ``actor_rollout_ref.rollout.multi_turn`` enabled), one episode of the
+   executing tool loop whose route offers its family's tools (:mod:`verl.router.tool_play`; ``--max_new_tokens``
+   is then the episode's whole response budget, observations included).
 
 Output rows (input order, written atomically)::
 
@@ -38,7 +41,9 @@ Output rows (input order, written atomically)::
      "response": str, "tool_calls": [{"name", "parameters"}, ...],
      "ground_truth", "data_source": the row's, when it has them (so ``main_eval --generations OUT`` scores the file),
      "bfcl_id", "bfcl_category": from ``extra_info`` for BFCL rows (``verl.utils.dataset.bfcl.write_bfcl_parquet``),
-     so that BFCL's checker scores the file}
+     so that BFCL's checker scores the file,
+     with executed tools also "answer", "num_turns", "stop_reason", "offered_tools", "tool_results"
+     (:func:`verl.router.tool_play.play_routed`)}
 
 The command prints a JSON summary (route counts, rows with tool calls, timing).
 """
@@ -98,6 +103,8 @@ class RouterInference:
         routes: ``--routes`` (:func:`parse_routes`); seed: of ``random:B`` routes.
         fixed_lambda: ``router.loss_mode=value`` only: route at this λ instead of the checkpoint's (the head as a
             fixed-penalty policy; its cost–reward curve as λ varies).
+        tools / tool_sandbox: tools that run, over the checkpoint's ``multi_turn`` section
+            (:func:`verl.router.tool_play.build_multi_turn`).
 
     Raises:
         FileNotFoundError / ValueError / KeyError: see :func:`resolve_checkpoint`, :func:`load_checkpoint_config`,
@@ -113,8 +120,12 @@ class RouterInference:
         routes: str = "learned",
         seed: int = 0,
         fixed_lambda: Optional[float] = None,
+        tools: Optional[Sequence[str]] = None,
+        tool_sandbox: Optional[str] = None,
     ):
         from transformers import AutoTokenizer
+
+        from verl.router.tool_play import build_multi_turn
 
         self.routes = parse_routes(routes)
         self.route_generator = torch.Generator().manual_seed(int(seed))
@@ -184,6 +195,7 @@ class RouterInference:
         self.pad_token_id = (
             self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         )
+        self.multi_turn = build_multi_turn(self.config, self.tokenizer, int(max_new_tokens), tools, tool_sandbox)
         logger.info(
             "router inference: %s (router %s, head=%s, pooling=%s, filter_tools=%s, other_as=%s) on %s",
             self.files.hf_dir,
@@ -335,6 +347,7 @@ class RouterInference:
         """
         from verl.utils.reward_score.tool_formats import parse_calls, resolve_tool_format
         from verl.utils.reward_score.tool_parse import parse_tool_calls
+        from verl.router.tool_play import play_routed
 
         fmt = resolve_tool_format(self.config.data.tool_format, self.tokenizer)  # as the checkpoint was trained
         calls_of = (
@@ -350,7 +363,19 @@ class RouterInference:
                 routed = self.route([r.messages for r in batch], [r.extra_info for r in batch])
             except PromptTooLongError as exc:
                 raise PromptTooLongError(f"{source} rows {start}..{start + len(batch) - 1}: {exc}") from exc
-            responses = self.generate(routed.tokens, routed.actions)
+            if self.multi_turn is not None:  # tools that run: one episode per prompt, its route's tools offered
+                played = play_routed(
+                    self.multi_turn,
+                    self.rollout.generate_sequences,
+                    routed.tokens,
+                    routed.actions,
+                    routed.messages,
+                    self.other_as,
+                    self.answer_forbids_tool_calls,
+                )
+                responses = [p.pop("response") for p in played]
+            else:
+                played, responses = [{} for _ in batch], self.generate(routed.tokens, routed.actions)
             for j, (row, response) in enumerate(zip(batch, responses)):
                 out.append(
                     {
@@ -364,6 +389,7 @@ class RouterInference:
                         **({"ground_truth": row.ground_truth} if row.ground_truth is not None else {}),
                         **({"data_source": row.data_source} if row.data_source is not None else {}),
                         **bfcl_fields(row.extra_info),
+                        **played[j],
                     }
                 )
             logger.info("router inference: %d/%d prompts", start + len(batch), len(rows))
@@ -414,6 +440,8 @@ def run_inference(
     filter_overlong_prompts: bool = False,
     fixed_lambda: Optional[float] = None,
     target_cost: Optional[float] = None,
+    tools: Optional[Sequence[str]] = None,
+    tool_sandbox: Optional[str] = None,
 ) -> dict:
     """Load the checkpoint, run every prompt of ``prompts``, write ``output`` (JSONL, atomically).
 
@@ -425,7 +453,8 @@ def run_inference(
 
     Returns:
         The summary: ``{"output_path", "prompts", "filtered_overlong", "routes": {ANSWER: n, SEARCH: n,
-        CALCULATE: n}, "rows_with_tool_calls", "seconds"}``, plus ``router_lambda`` for a value head.
+        CALCULATE: n}, "rows_with_tool_calls", "seconds"}``, plus ``router_lambda`` for a value head and, with tools
+        that run, ``tools``: ``{"calls", "failures", "seconds_per_call", "calls_per_prompt"}`` over every episode.
 
     Raises:
         ValueError: ``max_new_tokens < 1``, ``batch_size < 1``, every prompt filtered out, both ``fixed_lambda`` and ``target_cost``, a
@@ -442,9 +471,7 @@ def run_inference(
     if target_cost is not None and not (math.isfinite(target_cost) and target_cost >= 0):
         raise ValueError(f"--target_cost must be a finite number >= 0, got {target_cost}")
     rows = load_prompt_rows(prompts)
-    engine = RouterInference(
-        checkpoint, max_new_tokens=max_new_tokens, device=device, routes=routes, seed=seed, fixed_lambda=fixed_lambda
-    )
+    engine = RouterInference(checkpoint, max_new_tokens, device, routes, seed, fixed_lambda, tools, tool_sandbox)
     filtered = 0
     if filter_overlong_prompts:
         kept = [row for row in rows if engine.prompt_length(row.messages) <= engine.max_prompt_length]
@@ -464,8 +491,13 @@ def run_inference(
     if target_cost is not None:  # logs the price it sets
         engine.set_price_for_cost(rows, float(target_cost), batch_size)
     start = time.monotonic()
-    results = engine.run(rows, batch_size=batch_size, source=str(prompts))
+    try:
+        results = engine.run(rows, batch_size=batch_size, source=str(prompts))
+    finally:
+        if engine.multi_turn is not None:
+            engine.multi_turn.close()
     seconds = time.monotonic() - start
+    calls = [c for r in results for c in r.get("tool_results", [])]
     write_jsonl(output, results)
     counts = Counter(r["route"] for r in results)
     summary = {
@@ -478,6 +510,13 @@ def run_inference(
         "seconds": round(seconds, 2),
         **({"router_lambda": engine.value_policy[2]} if engine.value_policy is not None else {}),
     }
+    if engine.multi_turn is not None:
+        summary["tools"] = {
+            "calls": len(calls),
+            "failures": sum(not c["ok"] for c in calls),
+            "seconds_per_call": sum(c["seconds"] for c in calls) / len(calls) if calls else 0.0,
+            "calls_per_prompt": len(calls) / len(results),
+        }
     logger.info("wrote %d rows to %s in %.1f s; routes %s", len(results), output, seconds, summary["routes"])
     return summary
 
@@ -520,6 +559,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "this mean route cost c̄ over these prompts, set from the prompts alone (the budget on a "
         "new prompt distribution)",
     )
+    parser.add_argument("--tools", nargs="+", default=None, help="tools that run (docs/tools.md): each route's own")
+    parser.add_argument("--tool_sandbox", choices=("none", "process"), default=None, help="default: the checkpoint's")
     args = parser.parse_args(argv)
     setup_logging()
     try:
@@ -545,6 +586,8 @@ def _run_from_args(args: argparse.Namespace) -> dict:
         filter_overlong_prompts=args.filter_overlong_prompts,
         fixed_lambda=args.fixed_lambda,
         target_cost=args.target_cost,
+        tools=args.tools,
+        tool_sandbox=args.tool_sandbox,
     )
 
 

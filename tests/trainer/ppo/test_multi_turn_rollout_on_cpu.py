@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
+from scripted_rounds import ScriptedRounds
 from verl.protocol import DataProto
 from verl.trainer.config_utils import ConfigError, load_default_config
 from verl.utils.prompt_batch import left_pad_prompts
@@ -22,29 +22,6 @@ TOOLS = "actor_rollout_ref.rollout.multi_turn.tools"
 
 def _mt(*extra: str) -> list[str]:
     return ["actor_rollout_ref.rollout.multi_turn.enable=true", *extra]
-
-
-class ScriptedRounds:
-    """A fake ``generate_sequences``: round ``k`` answers every row with ``texts[k]`` plus EOS (the worker's output
-    layout: ``responses`` and ``response_mask`` [B, W]); records each round's prompts."""
-
-    def __init__(self, tokenizer, texts):
-        self.tokenizer, self.texts, self.prompts = tokenizer, texts, []
-
-    def __call__(self, batch: DataProto) -> DataProto:
-        k = len(self.prompts)
-        self.prompts.append(
-            [row[m.bool()].tolist() for row, m in zip(batch.batch["input_ids"], batch.batch["attention_mask"])]
-        )
-        ids = self.tokenizer.encode(self.texts[k], add_special_tokens=False) + [self.tokenizer.eos_token_id]
-        ids = ids[: int(batch.meta_info["max_new_tokens"])]
-        n = len(batch)
-        return DataProto.from_dict(
-            tensors={
-                "responses": torch.tensor([ids] * n, dtype=torch.long),
-                "response_mask": torch.ones((n, len(ids)), dtype=torch.long),
-            }
-        )
 
 
 def test_calls_run_and_only_the_policys_tokens_are_masked_in(tokenizer):

@@ -152,12 +152,30 @@ class MultiTurnRollout:
         do_sample: bool,
         validate: bool,
         raw_prompts: Any = None,
+        offered: list[list[str]] | None = None,
+        forbid_tool_calls: list[bool] | None = None,
     ) -> list[EpisodeOutput]:
         """The episodes of prompts already tokenised (one list of ids each), one per prompt, in order; the sandbox's
-        counters (``runner.metrics()``) are those of these episodes' calls."""
+        counters (``runner.metrics()``) are those of these episodes' calls.
+
+        Args:
+            offered: per prompt, the tool names its episode may call (a router's route,
+                ``verl.router.families.offered_tools``); None: every configured tool.
+            forbid_tool_calls: per prompt, its generations may not open a tool call (``ToolEpisode``).
+        """
+        n = len(prompt_ids)
+        for name, value in (("offered", offered), ("forbid_tool_calls", forbid_tool_calls)):
+            if value is not None and len(value) != n:
+                raise ValueError(f"multi-turn rollout: {name} has {len(value)} entries for {n} prompts")
         episodes = [
-            ToolEpisode(list(raw_prompts[i]) if raw_prompts is not None else [], self.runner, list_tools=False)
-            for i in range(len(prompt_ids))
+            ToolEpisode(
+                list(raw_prompts[i]) if raw_prompts is not None else [],
+                self.runner,
+                list_tools=False,
+                offered=None if offered is None else offered[i],
+                forbid_tool_calls=bool(forbid_tool_calls[i]) if forbid_tool_calls is not None else False,
+            )
+            for i in range(n)
         ]
         generator = RolloutGenerator(
             _Engine(generate_sequences), self.tokenizer, do_sample=do_sample, validate=validate
