@@ -8,7 +8,8 @@ Schema (``docs/verl_compat.md`` "RLLA row schema", ToolRL's ``rlla.py``): ``data
 prompt a non-empty list of ``{role, content}`` with non-empty strings; ``ability`` a string; ``reward_model`` an object
 with a non-empty string ``ground_truth`` whose tool calls the RLLA reward can parse (rows of an RLLA data source: the
 reward's own parser reads its first ``<tool_call>`` block, one JSON value per line); ``extra_info`` an object with an
-int ``index``.
+int ``index``; ``route_qa`` rows also its ``kind``, ``subkind``, ``needs_tool`` and oracle ``call``
+(:func:`verl.utils.dataset.route_qa.extra_info_problems`).
 
 Prints, per file, the row count and token-length statistics (count, median, p90, max) of the chat-templated prompts
 (as :class:`~verl.utils.dataset.rl_dataset.RLHFDataset` builds them) and of the ground truths, plus how many prompts
@@ -85,6 +86,10 @@ def row_problems(row: dict, prompt_key: str = "prompt") -> list[tuple[str, str]]
             problems.append(("extra_info.index", "missing"))
         elif not isinstance(extra["index"], int) or isinstance(extra["index"], bool):
             problems.append(("extra_info.index", f"expected an int, got {type(extra['index']).__name__}"))
+        if isinstance(extra, dict) and row.get("data_source") == "route_qa":
+            from verl.utils.dataset.route_qa import extra_info_problems
+
+            problems.extend(extra_info_problems(extra))
     return problems
 
 

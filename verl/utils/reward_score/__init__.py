@@ -1,7 +1,8 @@
 """Rule-based reward functions, dispatched by ``data_source`` (upstream verl's ``default_compute_score``).
 
-Only the RLLA (ToolRL) reward is built in: any ``data_source`` containing ``"rlla"`` goes to
-``verl.utils.reward_score.rlla.compute_score`` (``docs/rlla_reward.md`` "How it is called"). Upstream's signature has
+Built in: the RLLA (ToolRL) reward, for any ``data_source`` containing ``"rlla"``
+(``verl.utils.reward_score.rlla.compute_score``, ``docs/rlla_reward.md`` "How it is called"), and the ``route_qa``
+task's exact match (``verl.utils.reward_score.route_qa``, ``docs/route_qa.md``). Upstream's signature has
 no ``step``; the adapter takes it, and the chat wrapper, from ``extra_info`` (``docs/verl_compat.md`` "Reward
 manager").
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from verl.utils.reward_score import rlla
+from verl.utils.reward_score import rlla, route_qa
 
-__all__ = ["default_compute_score", "rlla"]
+__all__ = ["default_compute_score", "rlla", "route_qa"]
 
 
 def default_compute_score(
@@ -21,7 +22,8 @@ def default_compute_score(
     """Score one sample with the reward of its ``data_source`` (upstream verl signature).
 
     Args:
-        data_source: the row's ``data_source``; anything containing ``"rlla"`` is scored by the RLLA reward.
+        data_source: the row's ``data_source``; anything containing ``"rlla"`` is scored by the RLLA reward,
+            ``"route_qa"`` by exact match (``route_qa.compute_score``, whose keys it then returns).
         solution_str: decoded response (or prompt + response).
         ground_truth: the row's ``reward_model["ground_truth"]``.
         extra_info: optional dict; ``step`` (int, default 0) is the trainer step for the RLLA schedules,
@@ -40,9 +42,12 @@ def default_compute_score(
         rlla.RLLARewardError: see ``rlla.compute_score`` (invalid ground truth, unknown chat wrapper).
     """
     info = extra_info or {}
+    if data_source == route_qa.DATA_SOURCE:
+        return route_qa.compute_score(solution_str, ground_truth)
     if not isinstance(data_source, str) or "rlla" not in data_source:
         raise NotImplementedError(
-            f"no reward function for data_source={data_source!r}: only data sources containing 'rlla' are built in; "
+            f"no reward function for data_source={data_source!r}: data sources containing 'rlla' and "
+            f"'{route_qa.DATA_SOURCE}' are built in; "
             "set custom_reward_function.path/name for others"
         )
     score, fmt, correctness, length = rlla.compute_score(
