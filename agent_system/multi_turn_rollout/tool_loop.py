@@ -376,7 +376,8 @@ def outputs_to_data_proto(outputs: Sequence[EpisodeOutput], pad_token_id: int, r
         (the attention mask is 1 on every real id, observations included), ``response_mask`` ``[B, R]`` (1 on the
         policy's ids only), float32 ``rollout_log_probs`` ``[B, R]`` (only when every episode's sampler recorded
         them: ``EpisodeOutput.log_probs_recorded``); non-tensors ``num_turns``, ``stop_reason``,
-        ``tool_calls`` and ``tool_failures`` per episode.
+        ``tool_calls``, ``tool_failures``, ``tool_obs_tokens`` (int64: the observations' tokens as appended) and
+        ``tool_seconds`` (float64: the calls' measured wall seconds) per episode.
 
     Raises:
         ValueError: an episode's response is longer than ``response_length``.
@@ -414,6 +415,8 @@ def outputs_to_data_proto(outputs: Sequence[EpisodeOutput], pad_token_id: int, r
         "stop_reason": np.array([o.stop_reason for o in outputs], dtype=object),
         "tool_calls": np.array([len(o.calls) for o in outputs], dtype=np.int64),
         "tool_failures": np.array([sum(not c.result.ok for c in o.calls) for o in outputs], dtype=np.int64),
+        "tool_obs_tokens": np.array([sum(c.obs_tokens for c in o.calls) for o in outputs], dtype=np.int64),
+        "tool_seconds": np.array([sum(c.result.seconds for c in o.calls) for o in outputs], dtype=np.float64),
     }
     return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors)
 

@@ -88,19 +88,16 @@ def test_answers_hold_and_the_oracle_call_finds_them(task):
             assert answer in {str(a + b), str(a - b), str(a * b), str(b - a)}
             small = extra["subkind"] == "direct_arithmetic"
             assert (a < 10 and b < 10) if small else (a >= 100 and b >= 100)
-        if extra["subkind"] == "direct_fact":
-            assert answer in question  # the question states its fact
-        if not extra["needs_tool"]:
-            assert extra["call"] == "" and extra["tool"] == ""
-            continue
-        call = json.loads(extra["call"])
-        assert call["name"] in offered_tools(RouterAction[route_qa.ROUTE_OF_KIND[extra["kind"]]], families)
+        call = json.loads(extra["call"])  # every question has a call that answers it, a direct one too
+        assert call["name"] == extra["tool"] == ("calculator" if "arithmetic" in extra["subkind"] else "search")
+        if extra["needs_tool"]:
+            assert call["name"] in offered_tools(RouterAction[route_qa.ROUTE_OF_KIND[extra["kind"]]], families)
         if call["name"] == "calculator":
             assert calculator(**call["parameters"]) == answer
         else:
             top = search(**call["parameters"]).splitlines()[0]
             assert answer in top, (call, top)
-            assert answer not in question  # only the corpus knows it
+            assert (answer in question) is (not extra["needs_tool"])  # a fact question: only the corpus knows it
 
 
 def test_write_task_files(tmp_path, capsys):
@@ -130,7 +127,7 @@ def test_validate_data_names_a_corrupted_route_qa_row(tmp_path, capsys):
     pq.write_table(table.from_pylist(rows, schema=table.schema), path)
     assert validate_main([str(path), "--tokenizer", "none"]) == 1
     err = capsys.readouterr().err
-    assert f"{path}:{tool_rows[0]}: extra_info.call: expected the oracle's call" in err
+    assert f"{path}:{tool_rows[0]}: extra_info.call: expected the answering call" in err
     assert f"{path}:{tool_rows[1]}: extra_info.needs_tool: expected True" in err
     assert f"{path}:{direct}: extra_info.kind: expected one of arithmetic, fact, direct, got 'chat'" in err
 

@@ -193,8 +193,15 @@ class RouterController:
             self.tokenizer.decode(ids[mask.bool()], skip_special_tokens=True)
             for ids, mask in zip(batch.batch["responses"], response_mask)
         ]
+        nt = batch.non_tensor_batch  # executed calls (multi-turn rollout): their observation tokens and seconds
         costs, usage = compute_costs(
-            texts, list(batch.non_tensor_batch["tool_families"]), self.weights, self.other_as, self.tool_format
+            texts,
+            list(nt["tool_families"]),
+            self.weights,
+            self.other_as,
+            self.tool_format,
+            obs_tokens=nt.get("tool_obs_tokens"),
+            seconds=nt.get("tool_seconds"),
         )
         task = batch.batch["token_level_scores"].sum(-1).float()
         r_router = compute_router_rewards(task, costs, self.lagrange.value)
@@ -211,6 +218,9 @@ class RouterController:
         batch.batch["router_advantages"] = advantages
         actions = batch.batch["router_action"]
         metrics = router_batch_metrics(actions, costs, task, r_router, usage["used_any_tool"])
+        for key, name in (("obs_tokens", "mean_obs_tokens"), ("seconds", "mean_tool_seconds")):  # executed calls
+            if key in usage:
+                metrics[f"router/{name}"] = float(usage[key].mean())
         task_mean = float(task[torch.as_tensor(valid)].mean()) if valid.any() else 0.0
         metrics["router/mean_task_reward"] = task_mean
         # groups (a prompt's n > 1 scored copies) whose tool cost varies: only there can lambda move a

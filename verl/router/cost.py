@@ -14,7 +14,9 @@ Text inside complete ``<think>…</think>`` spans is ignored first: a thought th
 - ``num_calls``: readable calls; ``num_search_calls`` / ``num_calculate_calls`` per route.
 
 Cost per trajectory (spec): ``w_any·used_any_tool + w_search·used_search + w_calc·used_calculate + w_call·num_calls``
-with ``router.cost_weights.{any_tool=1.0, search=0, calculate=0, per_call=0}``.
+with ``router.cost_weights.{any_tool=1.0, search=0, calculate=0, per_call=0}``; with tools that run
+(``actor_rollout_ref.rollout.multi_turn``) also ``+ w_obs·obs_tokens + w_sec·seconds``, the executed calls'
+observation tokens as appended and their measured wall seconds (``obs_tokens``, ``seconds``: 0 by default).
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ class CostWeights:
     search: float = 0.0
     calculate: float = 0.0
     per_call: float = 0.0
+    obs_tokens: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def prices_execution(self) -> bool:
+        """Whether the cost reads the executed calls (observation tokens or seconds), not only the response text."""
+        return self.obs_tokens != 0 or self.seconds != 0
 
     @classmethod
     def from_config(cls, config: Optional[Mapping[str, Any]]) -> "CostWeights":
@@ -177,10 +186,34 @@ def compute_costs(
     weights: CostWeights = CostWeights(),
     other_as: Optional[RouterAction] = RouterAction.SEARCH,
     tool_format: str = "toolrl",
+    obs_tokens: Optional[Sequence[float]] = None,
+    seconds: Optional[Sequence[float]] = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Costs of a batch of responses: ``(cost float32 [B], usage tensors [B] by USAGE_KEYS)``; the calls are read
-    in ``tool_format`` (``data.tool_format``), the same parser as the reward's."""
+    in ``tool_format`` (``data.tool_format``), the same parser as the reward's.
+
+    Args:
+        obs_tokens, seconds: per response, the executed calls' observation tokens and wall seconds ([B]; the
+            multi-turn rollout's ``tool_obs_tokens`` / ``tool_seconds``), added to the usage when given.
+
+    Raises:
+        ValueError: a weight of ``obs_tokens`` or ``seconds`` is set but those values are not given (single-turn
+            responses execute nothing), or they are not one per response.
+    """
     usage = batch_tool_usage(responses, families, other_as, tool_format)
+    extra = torch.zeros(len(responses), dtype=torch.float32)
+    for name, values, weight in (("obs_tokens", obs_tokens, weights.obs_tokens), ("seconds", seconds, weights.seconds)):
+        if values is None:
+            if weight:
+                raise ValueError(
+                    f"router.cost_weights.{name}={weight}: the responses executed no tools to measure "
+                    "(set actor_rollout_ref.rollout.multi_turn.enable=true)"
+                )
+            continue
+        if len(values) != len(responses):
+            raise ValueError(f"compute_costs: {len(values)} {name} values for {len(responses)} responses")
+        usage[name] = torch.tensor([float(v) for v in values], dtype=torch.float32)
+        extra = extra + weight * usage[name]
     cost = trajectory_cost(
         usage["used_any_tool"],
         usage["used_search"],
@@ -191,4 +224,4 @@ def compute_costs(
         weights.calculate,
         weights.per_call,
     )
-    return cost, usage
+    return cost + extra, usage

@@ -370,7 +370,6 @@ class RouterInference:
                     routed.tokens,
                     routed.actions,
                     routed.messages,
-                    self.other_as,
                     self.answer_forbids_tool_calls,
                 )
                 responses = [p.pop("response") for p in played]

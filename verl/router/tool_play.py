@@ -16,8 +16,7 @@ from typing import Any, Optional, Sequence
 import torch
 from omegaconf import OmegaConf
 
-from verl.router import RouterAction
-from verl.router.families import offered_tools
+from verl.router import RouterAction, parse_other_as
 
 __all__ = ["build_multi_turn", "play_routed"]
 
@@ -31,7 +30,8 @@ def build_multi_turn(
 
     The checkpoint's ``actor_rollout_ref.rollout.multi_turn`` section (its defaults for a checkpoint from before the
     section) with ``tools`` / ``sandbox`` from the command line over it; the loop runs when the section ends up
-    enabled or ``tools`` is given. Calls are parsed with the checkpoint's ``data.tool_format``.
+    enabled or ``tools`` is given. Calls are parsed with the checkpoint's ``data.tool_format``; ``other``-family
+    tools are offered on the route its ``router.other_as`` names.
 
     Args:
         response_length: the budget of an episode's response, policy and observation tokens together.
@@ -53,7 +53,10 @@ def build_multi_turn(
         section.sandbox = str(sandbox)
     if not section.enable:
         return None
-    return MultiTurnRollout(section, tokenizer, str(config.data.tool_format), int(response_length), key=SECTION)
+    other_as = parse_other_as(OmegaConf.select(config, "router.other_as", default="search"))
+    return MultiTurnRollout(
+        section, tokenizer, str(config.data.tool_format), int(response_length), key=SECTION, other_as=other_as
+    )
 
 
 def play_routed(
@@ -62,7 +65,6 @@ def play_routed(
     tokens: dict[str, torch.Tensor],
     actions: torch.Tensor,
     messages: Sequence[Sequence[dict]],
-    other_as: Optional[RouterAction],
     answer_forbids_tool_calls: bool,
 ) -> list[dict]:
     """Play the routed prompts; per prompt the fields its output row gains.
@@ -77,9 +79,8 @@ def play_routed(
         ``answer`` (the last assistant turn's text), ``num_turns``, ``stop_reason``, ``offered_tools`` and
         ``tool_results`` (``name``, ``ok``, ``content``, ``seconds``, ``obs_tokens`` per executed call).
     """
-    families = multi_turn.runner.registry.families()
     routes = [int(a) for a in actions.tolist()]
-    offered = [offered_tools(a, families, other_as) for a in routes]
+    offered = multi_turn.offered_for(routes)
     forbid = [answer_forbids_tool_calls and a == int(RouterAction.ANSWER) for a in routes]
     ids, mask = tokens["input_ids"], tokens["attention_mask"].bool()
     prompt_ids = [ids[i][mask[i]].tolist() for i in range(len(routes))]

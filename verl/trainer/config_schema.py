@@ -196,6 +196,8 @@ class CostWeightsConfig:
     search: float = MISSING
     calculate: float = MISSING
     per_call: float = MISSING
+    obs_tokens: float = MISSING
+    seconds: float = MISSING
 
 
 @dataclass

@@ -16,9 +16,8 @@ def check_multi_turn_config(config: Any) -> None:
     """The settings the loop cannot honour, refused at load (``validate_config``) with the keys named.
 
     Raises:
-        ConfigError: ``multi_turn.enable`` with no tools; with ``router.enable`` (the router's routes rewrite a
-            single-turn prompt and price its text; over executed tools it is the next step); with
-            ``algorithm.adv_estimator=rlvcr`` (its phase regenerates single turns); or with DAPO's
+        ConfigError: ``multi_turn.enable`` with no tools; with ``algorithm.adv_estimator=rlvcr`` (its phase
+            regenerates single turns); or with DAPO's
             ``reward_model.overlong_buffer.enable`` / ``actor_rollout_ref.actor.mask_truncated`` (they read the
             response's length and last token as one generation's).
     """
@@ -27,11 +26,6 @@ def check_multi_turn_config(config: Any) -> None:
         return
     if not list(mt.tools):
         raise ConfigError(f"{KEY}.tools is empty: name the tools the calls run on (docs/tools.md)")
-    if config.router.enable:
-        raise ConfigError(
-            f"router.enable=true with {KEY}.enable=true: the router rewrites and prices single-turn prompts; its "
-            "routes over executed tools are not built yet (set one of them false)"
-        )
     for key, on in (
         ("reward_model.overlong_buffer.enable", config.reward_model.overlong_buffer.enable),
         ("actor_rollout_ref.actor.mask_truncated", config.actor_rollout_ref.actor.mask_truncated),

@@ -32,6 +32,12 @@ def validate_router_settings(config: DictConfig) -> None:
     for key, allowed in CHOICES:
         if router[key] not in allowed:
             raise ConfigError(f"router.{key} must be one of {allowed}, got {router[key]!r}")
+    for key in ("obs_tokens", "seconds"):
+        if float(router.cost_weights[key]) != 0 and not rollout.multi_turn.enable:
+            raise ConfigError(
+                f"router.cost_weights.{key}={router.cost_weights[key]} prices executed tool calls, and this run "
+                "executes none: set actor_rollout_ref.rollout.multi_turn.enable=true (docs/tools.md) or the weight 0"
+            )
     n = int(rollout.n)
     if router.route_sampling == "stratified" and n < 3:
         raise ConfigError(

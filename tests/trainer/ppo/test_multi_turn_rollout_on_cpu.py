@@ -69,7 +69,6 @@ def test_calls_run_and_only_the_policys_tokens_are_masked_in(tokenizer):
         (_mt(), "multi_turn.tools is empty"),
         (_mt(f"{TOOLS}=[{CALCULATOR}]", "actor_rollout_ref.rollout.multi_turn.sandbox=docker"), "sandbox"),
         (_mt(f"{TOOLS}=[{CALCULATOR}]", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=0"), "turns"),
-        (_mt(f"{TOOLS}=[{CALCULATOR}]", "router.enable=true"), "router.enable=true with"),
         (_mt(f"{TOOLS}=[{CALCULATOR}]", "reward_model.overlong_buffer.enable=true"), "overlong_buffer.enable=true"),
         (_mt(f"{TOOLS}=[{CALCULATOR}]", "actor_rollout_ref.actor.mask_truncated=true"), "mask_truncated=true"),
         (_mt(f"{TOOLS}=[{CALCULATOR}]", "algorithm.adv_estimator=rlvcr"), "rlvcr"),

@@ -137,7 +137,7 @@ class RayPPOTrainer:
             rlvcr, suffix = agent_level_setup(config, tokenizer)  # adv_estimator=rlvcr: level prompts + phase
             self.agent = AgentRollout(config, tokenizer, rlvcr=rlvcr, prompt_suffix=suffix, reward_runner=reward_fn)
         self.rlvcr = None if self.agent else make_rlvcr_phase(config, tokenizer, rlla=True)  # RLVCR on RLLA rows
-        self.multi_turn = MultiTurnRollout.from_trainer_config(config, tokenizer)  # None without rollout.multi_turn
+        self.multi_turn = MultiTurnRollout.from_trainer_config(config, tokenizer, self.run_dir())  # None: off
         self.batch_source = make_batch_source(self.step_ops())  # where a step's scored batch comes from
         self.mfu_meter = None  # perf/mfu_* (built with the workers: its CPU peak uses their thread count)
         self.state = TrainerState()  # counters and resume record (checkpointing loads and returns it)
@@ -263,9 +263,9 @@ class RayPPOTrainer:
             output.batch["response_mask"] = compute_response_mask(output)
             return output
         engine = lambda gen: self._rollout(gen, do_sample=do_sample, validate=validate)  # noqa: E731 - one round
-        return self.multi_turn.generate(
-            gen_batch, engine, do_sample, validate, batch.non_tensor_batch.get("raw_prompt")
-        )
+        raw, routes = batch.non_tensor_batch.get("raw_prompt"), batch.batch.get("router_action", None)  # routes: router
+        step = None if validate else self.global_steps
+        return self.multi_turn.generate(gen_batch, engine, do_sample, validate, raw, routes=routes, step=step)
 
     def _rollout(self, gen_batch: DataProto, do_sample: bool, validate: bool) -> DataProto:
         """Generate for the prompt tensors ``GEN_KEYS`` of ``gen_batch`` ([B, P], left-padded).

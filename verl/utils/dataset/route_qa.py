@@ -20,9 +20,9 @@ Rows follow the RLLA schema (``data_source`` ``route_qa``): a system message lis
 ``**Available Tools**`` block (the router's tool families, also in ``extra_info.tool_families``) and the user's
 question; ``reward_model.ground_truth`` the exact answer, scored by exact match on the final ``<response>`` block
 (``verl.utils.reward_score.route_qa``); ``extra_info``: ``index``, ``split``, ``kind``, ``subkind``
-(``arithmetic``, ``fact``, ``direct_arithmetic``, ``direct_fact``), ``needs_tool``, ``tool`` (the tool an oracle
-calls, or ``""``), ``call`` (that oracle call as ``{"name", "parameters"}`` JSON, or ``""``), ``template``,
-``tool_families``. ``meta.json`` records the seed, the counts per kind and the tool-needing share.
+(``arithmetic``, ``fact``, ``direct_arithmetic``, ``direct_fact``), ``needs_tool``, ``tool`` and ``call`` (the
+tool call that answers the question, as ``{"name", "parameters"}`` JSON: every question has one, a direct one too,
+where it only costs; an oracle makes it only when ``needs_tool``), ``template``, ``tool_families``. ``meta.json`` records the seed, the counts per kind and the tool-needing share.
 """
 
 from __future__ import annotations
@@ -176,15 +176,14 @@ def _question(rng: random.Random, split: str, kind: str, subkind: str, countries
         if subkind == "direct_fact":
             context = rng.choice(CONTEXTS[split_set][attribute]).format(e=country.name, v=answer) + " "
     question = context + template.format(q=phrase)
-    needs_tool = kind != "direct"
     return {
         "question": question,
         "answer": answer,
         "kind": kind,
         "subkind": subkind,
-        "needs_tool": needs_tool,
-        "tool": call["name"] if needs_tool else "",
-        "call": json.dumps(call) if needs_tool else "",
+        "needs_tool": kind != "direct",
+        "tool": call["name"],
+        "call": json.dumps(call),
         "template": f"{split_set}:{t}",
     }
 
@@ -199,17 +198,20 @@ def extra_info_problems(extra: dict) -> list[tuple[str, str]]:
     if kind not in KINDS:
         return [("extra_info.kind", f"expected one of {', '.join(KINDS)}, got {kind!r}")]
     if extra.get("subkind") not in SUBKINDS[kind]:
-        problems.append(("extra_info.subkind", f"expected one of {', '.join(SUBKINDS[kind])}, got {extra.get('subkind')!r}"))
+        problems.append(
+            ("extra_info.subkind", f"expected one of {', '.join(SUBKINDS[kind])}, got {extra.get('subkind')!r}")
+        )
     if extra.get("needs_tool") is not (kind != "direct"):
         problems.append(("extra_info.needs_tool", f"expected {kind != 'direct'} for kind {kind!r}"))
     call = extra.get("call")
-    if kind != "direct":
-        try:
-            parsed = json.loads(call) if isinstance(call, str) else None
-        except json.JSONDecodeError:
-            parsed = None
-        if not (isinstance(parsed, dict) and parsed.get("name") == extra.get("tool") in TOOL_FAMILIES):
-            problems.append(("extra_info.call", f"expected the oracle's call to one of {', '.join(TOOL_FAMILIES)} as JSON"))
+    try:
+        parsed = json.loads(call) if isinstance(call, str) else None
+    except json.JSONDecodeError:
+        parsed = None
+    if not (isinstance(parsed, dict) and parsed.get("name") == extra.get("tool") in TOOL_FAMILIES):
+        problems.append(
+            ("extra_info.call", f"expected the answering call to one of {', '.join(TOOL_FAMILIES)} as JSON")
+        )
     return problems
 
 
@@ -268,7 +270,9 @@ def generate(seed: int, sizes: dict[str, int], countries_per_split: int = 0) -> 
     return rows, corpus
 
 
-def write_task(output_dir: str | os.PathLike, seed: int = 0, train: int = 3000, val: int = 300, test: int = 1200) -> dict:
+def write_task(
+    output_dir: str | os.PathLike, seed: int = 0, train: int = 3000, val: int = 300, test: int = 1200
+) -> dict:
     """Write ``train.parquet``, ``val.parquet``, ``test.parquet``, ``corpus.jsonl`` and ``meta.json`` under
     ``output_dir``; returns the meta (seed, sizes, rows per kind and split, the tool-needing share)."""
     import pandas as pd
