@@ -1,0 +1,140 @@
+"""route_qa's composition: SFT traces with executed tools (rendered as the loop renders them), the routing policies
+scored from a played table, the bag-of-words baseline, and the table's play."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from verl.trainer.route_qa import policies
+from verl.trainer.route_qa.evaluate import SETTINGS, load_rows
+from verl.utils.dataset.route_qa import write_task
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    out = tmp_path_factory.mktemp("route_qa")
+    write_task(out, train=60, val=6, test=12)
+    return out
+
+
+def test_traces_cover_each_setting_and_render_as_the_loop_does(task, tokenizer):
+    from agent_system.multi_turn_rollout.tool_loop import TurnRenderer
+    from verl.trainer.route_qa.traces import write_traces
+
+    import pandas as pd
+
+    rows = load_rows(task / "train.parquet")
+    traces = pd.read_parquet(write_traces(task)).to_dict("records")
+    by_question: dict[int, list] = {}
+    for t in traces:
+        by_question.setdefault(int(t["extra_info"]["index"]), []).append(t)
+    assert len(by_question) == len(rows)
+    for row in rows:
+        extra, answer = row["extra_info"], row["reward_model"]["ground_truth"]
+        turns = by_question[int(extra["index"])]
+        settings = [(t["extra_info"]["setting"], int(t["extra_info"]["turn"])) for t in turns]
+        if extra["needs_tool"]:  # its route: call + answer; both tools: call + answer
+            assert settings == [("own_route", 0), ("own_route", 1), ("both_tools", 0), ("both_tools", 1)]
+        else:  # ANSWER at once; a tool route calls anyway; both tools: call + answer
+            assert settings == [
+                ("own_route", 0),
+                ("tool_route", 0),
+                ("tool_route", 1),
+                ("both_tools", 0),
+                ("both_tools", 1),
+            ]
+        for t in turns:
+            if t["extra_info"]["turn"] == 1:
+                observation = t["prompt"][-1]
+                assert observation["role"] == "tool" and answer in observation["content"]  # the tool really ran
+            assert t["response"].startswith("<tool_call>") or t["response"] == f"<response>{answer}</response>"
+        own = [t for t in turns if t["extra_info"]["setting"] == "own_route"]
+        system = own[0]["prompt"][0]["content"]
+        assert ("**Available Tools**" in system) is bool(extra["needs_tool"])  # ANSWER's rewrite drops the tools
+    # an answer turn's prompt is exactly what the loop feeds the policy after the call turn
+    call_turn, answer_turn = next((a, b) for a, b in itertools.pairwise(traces) if b["extra_info"]["turn"] == 1)
+
+    def render(messages):
+        out = tokenizer.apply_chat_template([dict(m) for m in messages], tokenize=True, add_generation_prompt=True)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "input_ids") else out)
+
+    loop = render(call_turn["prompt"]) + tokenizer.encode(call_turn["response"], add_special_tokens=False)
+    loop += [tokenizer.eos_token_id] + TurnRenderer(tokenizer).ids([dict(answer_turn["prompt"][-1])])
+    assert render(answer_turn["prompt"]) == loop
+
+
+def _table():
+    """Three questions (arithmetic, fact, direct): each right under its own route and under BOTH, wrong elsewhere;
+    every tool route and BOTH use a tool."""
+    correct = {"ANSWER": [0, 0, 1], "SEARCH": [0, 1, 1], "CALCULATE": [1, 0, 1], "BOTH": [1, 1, 1]}
+    used = {"ANSWER": [0, 0, 0], "SEARCH": [1, 1, 1], "CALCULATE": [1, 1, 1], "BOTH": [1, 1, 1]}
+    return {
+        s: {
+            "correct": np.array(correct[s], dtype=bool),
+            "used_tool": np.array(used[s], dtype=bool),
+            "calls": np.array(used[s]) * (2 if s == "BOTH" else 1),
+            "obs_tokens": np.array(used[s]) * 10,
+            "seconds": np.array(used[s]) * 0.5,
+        }
+        for s in SETTINGS
+    }
+
+
+ROWS = [
+    {"extra_info": {"kind": "arithmetic", "needs_tool": True}},
+    {"extra_info": {"kind": "fact", "needs_tool": True}},
+    {"extra_info": {"kind": "direct", "needs_tool": False}},
+]
+
+
+def test_policies_are_scored_from_the_table_by_hand():
+    table = _table()
+    oracle = policies.policy_summary(table, policies.oracle(ROWS), ROWS)
+    assert (
+        oracle["accuracy"] == 1.0 and oracle["cost"] == pytest.approx(2 / 3) and oracle["calls"] == pytest.approx(2 / 3)
+    )
+    assert oracle["tool_use_on_needed"] == 1.0 and oracle["decision_f1"] == 1.0
+    assert oracle["route_shares"]["direct"]["ANSWER"] == 1.0 and oracle["tool_productivity"] == pytest.approx(3 / 2)
+    both = policies.policy_summary(table, policies.always("BOTH", 3), ROWS)
+    assert both["accuracy"] == 1.0 and both["calls"] == 2.0 and both["tool_use_on_needed"] == pytest.approx(2 / 3)
+    # random at B = 1/3: each tool route with q = B / (1 + 1) = 1/6, ANSWER 2/3
+    rand = policies.random_at_budget(table, 1 / 3)
+    assert rand[0].tolist() == pytest.approx([2 / 3, 1 / 6, 1 / 6, 0.0])
+    summary = policies.policy_summary(table, rand, ROWS)
+    assert summary["cost"] == pytest.approx(1 / 3)
+    assert summary["accuracy"] == pytest.approx((1 / 6 + 1 / 6 + 1) / 3)  # right on its own route only, direct always
+    per_q = policies.expected(table, rand, "correct")
+    assert policies.paired_se(per_q, per_q) == 0.0
+    assert policies.paired_se(np.array([1.0, 0.0, 1.0]), np.zeros(3)) == pytest.approx(
+        np.std([1, 0, 1], ddof=1) / 3**0.5
+    )
+    with pytest.raises(ValueError, match="cannot spend B=1.5"):
+        policies.random_at_budget(table, 1.5)
+
+
+def test_bag_of_words_learns_the_kinds_and_is_deterministic(task):
+    train, test = load_rows(task / "train.parquet"), load_rows(task / "test.parquet")
+    bow = policies.BagOfWords().fit(train)
+    predicted = bow.predict(train)
+    assert np.mean([p == r["extra_info"]["kind"] for p, r in zip(predicted, train)]) >= 0.95
+    assert policies.BagOfWords().fit(train).predict(test) == bow.predict(test)
+    shares = policies.kind_shares(bow.routes(test), test)
+    assert set(shares) == {"arithmetic", "fact", "direct"}
+    assert all(sum(d.values()) == pytest.approx(1.0) for d in shares.values())
+
+
+def test_play_table_runs_every_setting_with_the_tools(task):
+    from verl.trainer.route_qa.evaluate import play_table
+
+    rows = load_rows(task / "test.parquet")[:3]
+    table = play_table("tiny", rows, task / "corpus.jsonl", batch_size=3, response_length=24)
+    assert list(table) == list(SETTINGS)
+    for cols in table.values():
+        assert {len(v) for v in cols.values()} == {3}
+        assert cols["correct"].dtype == bool and cols["seconds"].dtype == np.float64
+    assert not table["ANSWER"]["used_tool"].any() and table["ANSWER"]["calls"].sum() == 0  # nothing offered, forbidden
+    with pytest.raises(ValueError, match="unknown settings"):
+        play_table("tiny", rows, task / "corpus.jsonl", settings=["NONE"])
