@@ -1,5 +1,5 @@
-"""SFT warm-start traces for ``route_qa`` (``docs/route_qa.md`` "The warm start"): the tool episodes a policy should
-play, one SFT row per assistant turn, with the tools really executed.
+"""SFT warm-start traces for ``route_qa`` (``docs/route_qa.md`` "The warm start's traces"): the tool episodes a
+policy should play, one SFT row per assistant turn, with the tools really executed.
 
     python -m verl.trainer.route_qa.traces --data_dir DIR [--output DIR/sft_train.parquet] [--split train]
 
