@@ -214,6 +214,7 @@ E2E_FILES = {
     "rlvcr/test_rollout_phase_on_cpu.py",
     "router/test_router_infer_on_cpu.py",
     "router/test_router_main_job_on_cpu.py",
+    "router/test_router_tools_on_cpu.py",
     "router/test_router_training_e2e_on_cpu.py",
     "sft/test_sft_trainer_on_cpu.py",
     "single_controller/test_local_worker_group_on_cpu.py",
