@@ -49,6 +49,8 @@ NEW_KEYS = {
     "trainer.plot_on_finish": False,
     "reward_model.switches": [],
     "trainer.deterministic": False,
+    "router.cost_weights.obs_tokens": 0.0,  # the executed calls' cost terms: 0 prices what was priced before
+    "router.cost_weights.seconds": 0.0,
     **MULTI_TURN_KEYS,
 }
 # keys added to the async mode's YAML since its golden: at these defaults its runs are unchanged
