@@ -24,7 +24,6 @@ two sets apart in generation outputs.
 CLI: ``python -m verl.utils.dataset.api_bank [--input JSON] --output api_bank.parquet`` writes the rows as a parquet
 file with the RLLA Arrow schema.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -34,12 +33,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from verl.utils.dataset.rlla_data import (
-    TOOL_CALL_THINK_PLACEHOLDER,
-    default_shared_dir,
-    make_rlla_row,
-    write_rlla_parquet,
-)
+from verl.utils.dataset.rlla_data import TOOL_CALL_THINK_PLACEHOLDER, default_shared_dir, make_rlla_row, \
+    write_rlla_parquet
 from verl.utils.jsonl import JsonInputError, load_json_file
 
 logger = logging.getLogger(__name__)
@@ -86,9 +81,8 @@ def check_api_bank_row(row: Any, where: str) -> None:
             raise ValueError(f"{where}: {key}: expected a non-empty string, got {value!r:.80}")
     answer = answer_calls(row)
     if not isinstance(answer, list) or not answer:
-        raise ValueError(
-            f"{where}: answer: expected a non-empty list of tool calls or one call object, got {answer!r:.80}"
-        )
+        raise ValueError(f"{where}: answer: expected a non-empty list of tool calls or one call object, got "
+                         f"{answer!r:.80}")
     for i, call in enumerate(answer):
         problem = _call_problem(call)
         if problem:
@@ -151,11 +145,8 @@ def tool_calls_to_ground_truth(calls: Sequence[Mapping]) -> str:
 def make_api_bank_row(row: Mapping, index: int) -> dict:
     """One API-Bank row → one RLLA-schema row (``data_source="rlla_api_bank"``, ``split="test"``, ``index``)."""
     check_api_bank_row(row, f"API-Bank row {index}")
-    example = {
-        "instruction": row["system"],
-        "input": row["user"],
-        "output": tool_calls_to_ground_truth(answer_calls(row)),
-    }
+    example = {"instruction": row["system"], "input": row["user"],
+               "output": tool_calls_to_ground_truth(answer_calls(row))}
     out = make_rlla_row(example, index, split="test")
     out["data_source"] = API_BANK_DATA_SOURCE
     return out

@@ -30,7 +30,6 @@ Conversion both ways (tests: ``tests/data/test_bfcl_on_cpu.py``):
   acceptable value of every parameter, nested dicts resolved the same way; ``""`` means "may be omitted") as an RLLA
   response, and an irrelevance row's oracle is a response without a call.
 """
-
 from __future__ import annotations
 
 import importlib
@@ -57,27 +56,15 @@ BFCL_DATA_SOURCE = "bfcl"
 # the single-turn categories BFCL v4 ships whose calls are JSON-valued (a possible-answer file each, checked by the AST
 # checker as Python) ... simple_java / simple_javascript are left out: their parameter values are Java / JavaScript
 # source strings, an output language the RLLA format does not have
-AST_CATEGORIES = {
-    name: "PYTHON"
-    for name in (
-        "simple_python",
-        "multiple",
-        "parallel",
-        "parallel_multiple",
-        "live_simple",
-        "live_multiple",
-        "live_parallel",
-        "live_parallel_multiple",
-    )
-}
+AST_CATEGORIES = {name: "PYTHON" for name in (
+    "simple_python", "multiple", "parallel", "parallel_multiple",
+    "live_simple", "live_multiple", "live_parallel", "live_parallel_multiple")}
 # ... and the relevance categories, judged on whether a call was made (no possible answers)
 IRRELEVANCE_CATEGORIES = ("irrelevance", "live_irrelevance")
 RELEVANCE_CATEGORIES = ("live_relevance",)
 CATEGORIES = tuple(AST_CATEGORIES) + IRRELEVANCE_CATEGORIES + RELEVANCE_CATEGORIES
-NO_CALL_RESPONSE = (
-    "<think> None of the available tools fits this request. </think>\n"
-    "<response> I cannot do this with the available tools. </response>"
-)
+NO_CALL_RESPONSE = ("<think> None of the available tools fits this request. </think>\n"
+                    "<response> I cannot do this with the available tools. </response>")
 
 
 def bfcl_install_dir() -> Path:
@@ -92,26 +79,14 @@ def _install_bfcl_eval(target: Path) -> None:
     staging = target.with_name(f".{target.name}.{os.getpid()}")
     shutil.rmtree(staging, ignore_errors=True)
     logger.info("installing bfcl-eval==%s (--no-deps, ~2 MB) into %s (first use)", BFCL_EVAL_VERSION, target)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "install",
-        "--quiet",
-        "--no-deps",
-        "--disable-pip-version-check",
-        "--target",
-        str(staging),
-        f"bfcl-eval=={BFCL_EVAL_VERSION}",
-    ]
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--disable-pip-version-check",
+           "--target", str(staging), f"bfcl-eval=={BFCL_EVAL_VERSION}"]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise RuntimeError(
-            f"could not install bfcl-eval=={BFCL_EVAL_VERSION} ({' '.join(cmd)}):\n"
-            f"{proc.stderr.strip()[-2000:]}\nInstall it yourself with "
-            f"`pip install --no-deps bfcl-eval=={BFCL_EVAL_VERSION}` and run again."
-        )
+        raise RuntimeError(f"could not install bfcl-eval=={BFCL_EVAL_VERSION} ({' '.join(cmd)}):\n"
+                           f"{proc.stderr.strip()[-2000:]}\nInstall it yourself with "
+                           f"`pip install --no-deps bfcl-eval=={BFCL_EVAL_VERSION}` and run again.")
     target.parent.mkdir(parents=True, exist_ok=True)
     try:
         os.replace(staging, target)
@@ -161,21 +136,15 @@ def bfcl_api() -> types.SimpleNamespace:
     enums = importlib.import_module("bfcl_eval.constants.enums")
     try:
         from importlib.metadata import version
-
         found = version("bfcl-eval")
     except Exception:  # a --target install has its dist-info beside the package, not always on the metadata path
         found = BFCL_EVAL_VERSION
     _API = types.SimpleNamespace(
-        load_dataset_entry=utils.load_dataset_entry,
-        load_ground_truth_entry=utils.load_ground_truth_entry,
-        ast_checker=checker.ast_checker,
-        Language=enums.Language,
-        is_empty_output=utils.is_empty_output,
+        load_dataset_entry=utils.load_dataset_entry, load_ground_truth_entry=utils.load_ground_truth_entry,
+        ast_checker=checker.ast_checker, Language=enums.Language, is_empty_output=utils.is_empty_output,
         is_function_calling_format_output=utils.is_function_calling_format_output,
         calculate_weighted_accuracy=helper.calculate_weighted_accuracy,
-        calculate_unweighted_accuracy=helper.calculate_unweighted_accuracy,
-        version=found,
-    )
+        calculate_unweighted_accuracy=helper.calculate_unweighted_accuracy, version=found)
     return _API
 
 
@@ -190,10 +159,8 @@ def parse_categories(categories: str | Sequence[str] | None) -> list[str]:
     names = [c.strip() for c in categories.split(",")] if isinstance(categories, str) else [str(c) for c in categories]
     unknown = [c for c in names if c not in CATEGORIES]
     if unknown:
-        raise ValueError(
-            f"unknown BFCL categories {unknown}; expected some of {list(CATEGORIES)} (single-turn AST "
-            "and relevance categories)"
-        )
+        raise ValueError(f"unknown BFCL categories {unknown}; expected some of {list(CATEGORIES)} (single-turn AST "
+                         "and relevance categories)")
     return names
 
 
@@ -212,9 +179,8 @@ def load_category(category: str, max_rows: int | None = None, skip_rows: int = 0
     [category] = parse_categories([category])
     api = bfcl_api()
     shown = api.load_dataset_entry(category, include_prereq=False, include_language_specific_hint=True)
-    plain = {
-        e["id"]: e for e in api.load_dataset_entry(category, include_prereq=False, include_language_specific_hint=False)
-    }
+    plain = {e["id"]: e for e in api.load_dataset_entry(category, include_prereq=False,
+                                                          include_language_specific_hint=False)}
     answers = {}
     if category in AST_CATEGORIES:
         answers = {e["id"]: e["ground_truth"] for e in api.load_ground_truth_entry(category)}
@@ -223,16 +189,9 @@ def load_category(category: str, max_rows: int | None = None, skip_rows: int = 0
     for entry in shown[skip_rows:stop]:
         if category in AST_CATEGORIES and entry["id"] not in answers:
             raise ValueError(f"BFCL {category}: entry {entry['id']} has no possible answer")
-        rows.append(
-            {
-                "id": entry["id"],
-                "category": category,
-                "question": entry["question"],
-                "prompt_function": entry["function"],
-                "function": plain[entry["id"]]["function"],
-                "ground_truth": answers.get(entry["id"]),
-            }
-        )
+        rows.append({"id": entry["id"], "category": category, "question": entry["question"],
+                     "prompt_function": entry["function"], "function": plain[entry["id"]]["function"],
+                     "ground_truth": answers.get(entry["id"])})
     return rows
 
 
@@ -247,10 +206,8 @@ def bfcl_messages(entry: Mapping) -> list[dict]:
         raise ValueError(f"BFCL entry {entry['id']}: {len(question)} turns; only single-turn categories are supported")
     turn = list(question[0])
     extra = "\n\n".join(m["content"] for m in turn if m.get("role") == "system")
-    tools = [
-        (f["name"], f.get("description", ""), (f.get("parameters") or {}).get("properties", {}))
-        for f in entry["prompt_function"]
-    ]
+    tools = [(f["name"], f.get("description", ""), (f.get("parameters") or {}).get("properties", {}))
+             for f in entry["prompt_function"]]
     try:
         history = render_history([m for m in turn if m.get("role") != "system"])
     except ValueError as err:
@@ -258,9 +215,8 @@ def bfcl_messages(entry: Mapping) -> list[dict]:
     return [{"role": "system", "content": render_system(tools, extra)}, {"role": "user", "content": history}]
 
 
-def bfcl_rlla_rows(
-    categories: str | Sequence[str] | None = None, max_rows: int | None = None, skip_rows: int = 0
-) -> list[dict]:
+def bfcl_rlla_rows(categories: str | Sequence[str] | None = None, max_rows: int | None = None,
+                   skip_rows: int = 0) -> list[dict]:
     """RLLA-schema rows for ``categories`` (``max_rows`` per category after the first ``skip_rows``, as
     :func:`load_category`), ``data_source="bfcl"``; ``extra_info`` carries
     ``bfcl_id``, ``bfcl_category`` and ``bfcl_has_answer``. The ground truth is the oracle response (RLLA format), so
@@ -271,32 +227,17 @@ def bfcl_rlla_rows(
     for category in parse_categories(categories):
         for entry in load_category(category, max_rows, skip_rows):
             messages = bfcl_messages(entry)
-            row = make_rlla_row(
-                {
-                    "instruction": messages[0]["content"],
-                    "input": messages[1]["content"],
-                    "output": oracle_response(entry),
-                },
-                len(out),
-                split="test",
-            )
+            row = make_rlla_row({"instruction": messages[0]["content"], "input": messages[1]["content"],
+                                 "output": oracle_response(entry)}, len(out), split="test")
             row["data_source"] = BFCL_DATA_SOURCE
-            row["extra_info"] = {
-                **row["extra_info"],
-                "bfcl_id": entry["id"],
-                "bfcl_category": category,
-                "bfcl_has_answer": category not in RELEVANCE_CATEGORIES,
-            }
+            row["extra_info"] = {**row["extra_info"], "bfcl_id": entry["id"], "bfcl_category": category,
+                                 "bfcl_has_answer": category not in RELEVANCE_CATEGORIES}
             out.append(row)
     return out
 
 
-def write_bfcl_parquet(
-    path: str | os.PathLike,
-    categories: str | Sequence[str] | None = None,
-    max_rows: int | None = None,
-    skip_rows: int = 0,
-) -> Path:
+def write_bfcl_parquet(path: str | os.PathLike, categories: str | Sequence[str] | None = None,
+                       max_rows: int | None = None, skip_rows: int = 0) -> Path:
     """Write :func:`bfcl_rlla_rows` to ``path`` (atomic; ``extra_info`` keeps the BFCL id and category): ``max_rows``
     per category after its first ``skip_rows`` — a category with fewer rows gives what it has.
 
@@ -388,3 +329,4 @@ def oracle_response(entry: Mapping) -> str:
     oracle is not scored)."""
     calls = oracle_calls(entry.get("ground_truth"), entry.get("function") or ())
     return tool_calls_to_ground_truth(calls) if calls else NO_CALL_RESPONSE
+

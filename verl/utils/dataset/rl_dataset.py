@@ -15,7 +15,6 @@ prompt empty); ``collate_fn`` always yields 1-D object arrays (ToolRL's became 2
 rows and over-long prompts fail with the file, row and key named. ``filter_prompts`` and ``cache_dir`` are accepted
 and ignored, as in ToolRL (its length filter was commented out; files are read in place, no HDFS copy).
 """
-
 from __future__ import annotations
 
 import inspect
@@ -40,21 +39,9 @@ class PromptTooLongError(ValueError):
     """A prompt is longer than ``max_prompt_length`` and ``truncation='error'``."""
 
 
-def _toolrl_signature(
-    parquet_files,
-    tokenizer,
-    prompt_key="prompt",
-    max_prompt_length=1024,
-    use_chat_template=True,
-    filter_prompts=True,
-    cache_dir="~/.cache/verl/rlhf",
-    chat_template_func=None,
-    return_raw_chat=False,
-    truncation="error",
-    *,
-    filter_overlong_prompts=False,
-    max_samples=-1,
-):
+def _toolrl_signature(parquet_files, tokenizer, prompt_key="prompt", max_prompt_length=1024, use_chat_template=True,
+                      filter_prompts=True, cache_dir="~/.cache/verl/rlhf", chat_template_func=None,
+                      return_raw_chat=False, truncation="error", *, filter_overlong_prompts=False, max_samples=-1):
     """ToolRL's constructor (plus the upstream options ``filter_overlong_prompts`` and ``max_samples``)."""
 
 
@@ -66,15 +53,8 @@ _TOOLRL_SIG = inspect.signature(_toolrl_signature)
 _UPSTREAM_SIG = inspect.signature(_upstream_signature)
 
 # Upstream's config defaults (verl/utils/dataset/rl_dataset.py reads each with ``config.get(key, default)``).
-_UPSTREAM_DEFAULTS = dict(
-    prompt_key="prompt",
-    max_prompt_length=1024,
-    truncation="error",
-    filter_overlong_prompts=True,
-    return_raw_chat=False,
-    use_chat_template=True,
-    max_samples=-1,
-)
+_UPSTREAM_DEFAULTS = dict(prompt_key="prompt", max_prompt_length=1024, truncation="error",
+                          filter_overlong_prompts=True, return_raw_chat=False, use_chat_template=True, max_samples=-1)
 
 
 def message_list_problems(value: Any, key: str = "prompt") -> list[tuple[str, str]]:
@@ -131,13 +111,8 @@ def renders_tools(tokenizer) -> bool:
     return "tools" in (getattr(tokenizer, "chat_template", None) or "")
 
 
-def prompt_text(
-    tokenizer,
-    messages: list[dict],
-    use_chat_template: bool = True,
-    chat_template_func: Callable | None = None,
-    tools: list[dict] | None = None,
-) -> str:
+def prompt_text(tokenizer, messages: list[dict], use_chat_template: bool = True,
+                chat_template_func: Callable | None = None, tools: list[dict] | None = None) -> str:
     """The text a prompt is tokenised from: ``chat_template_func(messages)`` if given, else the tokenizer's chat
     template with the generation prompt (verl) — with ``tools`` (OpenAI function specs) rendered by the template as
     the model was trained to see them — else the message contents joined with newlines (ToolRL returned an empty
@@ -147,17 +122,14 @@ def prompt_text(
         ValueError: ``tools`` given but the prompt is not built by a chat template that renders them.
     """
     if tools is not None and (chat_template_func is not None or not use_chat_template or not renders_tools(tokenizer)):
-        raise ValueError(
-            "the row has tools but its prompt is not built by a chat template that renders them "
-            "(the tokenizer's template has no `tools` variable, or use_chat_template / "
-            "chat_template_func is set)"
-        )
+        raise ValueError("the row has tools but its prompt is not built by a chat template that renders them "
+                         "(the tokenizer's template has no `tools` variable, or use_chat_template / "
+                         "chat_template_func is set)")
     if chat_template_func is not None:
         return chat_template_func(messages)
     if use_chat_template:
-        return tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **({"tools": tools} if tools is not None else {})
-        )
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                             **({"tools": tools} if tools is not None else {}))
     return "\n".join(m["content"] for m in messages)
 
 
@@ -229,11 +201,8 @@ class RLHFDataset(Dataset):
         self.data_files = _as_file_list(opts["files"])
         self.parquet_files = self.data_files  # ToolRL's attribute name
 
-        if (
-            not isinstance(self.max_prompt_length, int)
-            or isinstance(self.max_prompt_length, bool)
-            or self.max_prompt_length <= 0
-        ):
+        if not isinstance(self.max_prompt_length, int) or isinstance(self.max_prompt_length, bool) \
+                or self.max_prompt_length <= 0:
             raise ValueError(f"RLHFDataset: max_prompt_length must be a positive int, got {self.max_prompt_length!r}")
         if self.truncation not in TRUNCATION_MODES:
             raise ValueError(f"RLHFDataset: truncation must be one of {TRUNCATION_MODES}, got {self.truncation!r}")
@@ -252,12 +221,8 @@ class RLHFDataset(Dataset):
     @staticmethod
     def _parse_args(args: tuple, kwargs: dict) -> dict:
         """Bind the call to ToolRL's or upstream's signature and return one normalised option dict."""
-        upstream = (
-            "config" in kwargs
-            or "data_files" in kwargs
-            or "processor" in kwargs
-            or (len(args) >= 3 and not isinstance(args[2], str))
-        )
+        upstream = ("config" in kwargs or "data_files" in kwargs or "processor" in kwargs
+                    or (len(args) >= 3 and not isinstance(args[2], str)))
         sig = _UPSTREAM_SIG if upstream else _TOOLRL_SIG
         try:
             bound = sig.bind(*args, **kwargs)
@@ -269,13 +234,8 @@ class RLHFDataset(Dataset):
             a["files"] = a.pop("parquet_files")
             return a
         cfg = {**_UPSTREAM_DEFAULTS, **{k: v for k, v in _as_dict(a["config"]).items() if v is not None}}
-        return dict(
-            cfg,
-            files=a["data_files"],
-            tokenizer=a["tokenizer"],
-            processor=a["processor"],
-            max_samples=a["max_samples"] if a["max_samples"] and a["max_samples"] > 0 else cfg["max_samples"],
-        )
+        return dict(cfg, files=a["data_files"], tokenizer=a["tokenizer"], processor=a["processor"],
+                    max_samples=a["max_samples"] if a["max_samples"] and a["max_samples"] > 0 else cfg["max_samples"])
 
     def _read_files(self) -> None:
         frames, origins = [], []
@@ -285,9 +245,8 @@ class RLHFDataset(Dataset):
                 raise FileNotFoundError(f"RLHFDataset: parquet file {local} not found")
             df = pd.read_parquet(local)
             if self.prompt_key not in df.columns:
-                raise ValueError(
-                    f"{local}: missing column {self.prompt_key!r} (prompt_key); columns are {list(df.columns)}"
-                )
+                raise ValueError(f"{local}: missing column {self.prompt_key!r} (prompt_key); columns are "
+                                 f"{list(df.columns)}")
             for row, (prompt, extra) in enumerate(zip(df[self.prompt_key], df.get("extra_info", [None] * len(df)))):
                 problems = message_list_problems(prompt, self.prompt_key) + _extra_info_problems(extra)
                 if problems:
@@ -307,12 +266,10 @@ class RLHFDataset(Dataset):
     def _check_tools(self, path: str, column) -> None:
         """A ``tools`` column needs a chat template that renders tools, and every cell must read as specs."""
         if not (self.use_chat_template and self.chat_template_func is None and renders_tools(self.tokenizer)):
-            raise ValueError(
-                f"{path}: column {TOOLS_KEY!r} holds tools for the chat template, but the prompts are not "
-                f"built by a template that renders them (the tokenizer of this model has no `tools` in its "
-                f"chat template, or use_chat_template / chat_template_func is set); drop the column or "
-                f"use a model whose template supports tools"
-            )
+            raise ValueError(f"{path}: column {TOOLS_KEY!r} holds tools for the chat template, but the prompts are not "
+                             f"built by a template that renders them (the tokenizer of this model has no `tools` in its "
+                             f"chat template, or use_chat_template / chat_template_func is set); drop the column or "
+                             f"use a model whose template supports tools")
         for row, value in enumerate(column):
             try:
                 row_tools(value)
@@ -324,10 +281,8 @@ class RLHFDataset(Dataset):
 
     def prompt_lengths(self) -> list[int]:
         """Token length of every row's prompt text (chat-templated as ``__getitem__`` builds it), in row order."""
-        texts = [
-            self._prompt_text(self._messages(row[self.prompt_key]), self._tools(row))
-            for row in self.dataframe.to_dict("records")
-        ]
+        texts = [self._prompt_text(self._messages(row[self.prompt_key]), self._tools(row))
+                 for row in self.dataframe.to_dict("records")]
         return [len(ids) for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def origins(self) -> list[tuple[str, int]]:
@@ -338,17 +293,11 @@ class RLHFDataset(Dataset):
         lengths = self.prompt_lengths()
         keep = [n <= self.max_prompt_length for n in lengths]
         dropped = len(keep) - sum(keep)
-        logger.info(
-            "RLHFDataset: filtered %d of %d prompts longer than max_prompt_length=%d",
-            dropped,
-            len(keep),
-            self.max_prompt_length,
-        )
+        logger.info("RLHFDataset: filtered %d of %d prompts longer than max_prompt_length=%d", dropped, len(keep),
+                    self.max_prompt_length)
         if dropped == len(keep):
-            raise ValueError(
-                f"RLHFDataset: all {len(keep)} prompts of {self.data_files} exceed max_prompt_length="
-                f"{self.max_prompt_length} (longest {max(lengths)}, shortest {min(lengths)} tokens)"
-            )
+            raise ValueError(f"RLHFDataset: all {len(keep)} prompts of {self.data_files} exceed max_prompt_length="
+                             f"{self.max_prompt_length} (longest {max(lengths)}, shortest {min(lengths)} tokens)")
         self.dataframe = self.dataframe[keep].reset_index(drop=True)
         self._origins = [o for o, k in zip(self._origins, keep) if k]
 
@@ -366,25 +315,16 @@ class RLHFDataset(Dataset):
     def __getitem__(self, item: int) -> dict:
         row = self.dataframe.iloc[item].to_dict()
         messages = self._messages(row.pop(self.prompt_key))
-        enc = self.tokenizer(
-            self._prompt_text(messages, self._tools(row)), return_tensors="pt", add_special_tokens=False
-        )
+        enc = self.tokenizer(self._prompt_text(messages, self._tools(row)), return_tensors="pt",
+                             add_special_tokens=False)
         length = enc["input_ids"].shape[-1]
         if length > self.max_prompt_length and self.truncation == "error":
             file, file_row = self._origins[item]
-            raise PromptTooLongError(
-                f"{file}:{file_row}: {self.prompt_key}: {length} tokens exceed max_prompt_length="
-                f"{self.max_prompt_length} (use truncation=left/right or "
-                f"filter_overlong_prompts=True)"
-            )
-        input_ids, attention_mask = postprocess_data(
-            enc["input_ids"],
-            enc["attention_mask"],
-            self.max_prompt_length,
-            self.pad_token_id,
-            left_pad=True,
-            truncation=self.truncation,
-        )
+            raise PromptTooLongError(f"{file}:{file_row}: {self.prompt_key}: {length} tokens exceed max_prompt_length="
+                                     f"{self.max_prompt_length} (use truncation=left/right or "
+                                     f"filter_overlong_prompts=True)")
+        input_ids, attention_mask = postprocess_data(enc["input_ids"], enc["attention_mask"], self.max_prompt_length,
+                                                     self.pad_token_id, left_pad=True, truncation=self.truncation)
         row["input_ids"] = input_ids[0]
         row["attention_mask"] = attention_mask[0]
         row["position_ids"] = compute_position_id_with_mask(attention_mask)[0]
@@ -432,9 +372,8 @@ def collate_fn(data_list: Sequence[Mapping]) -> dict:
                 raise ValueError(f"collate_fn: {key}: tensors of different shapes {sorted(shapes)}")
             out[key] = torch.stack(values)
         elif any(is_tensor):
-            raise ValueError(
-                f"collate_fn: {key}: row {is_tensor.index(not is_tensor[0])} mixes tensors and non-tensors"
-            )
+            raise ValueError(f"collate_fn: {key}: row {is_tensor.index(not is_tensor[0])} mixes tensors and "
+                             "non-tensors")
         else:
             arr = np.empty(len(values), dtype=object)
             for i, v in enumerate(values):

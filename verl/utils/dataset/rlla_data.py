@@ -26,7 +26,6 @@ parquet files (the full 3,920-row train split) into ``dataset/rlla_4k/``. Set ``
 CLI: ``python -m verl.utils.dataset.rlla_data [--data-dir DIR]`` prints the resolved directory (for shell scripts:
 ``DATA_DIR=$(python -m verl.utils.dataset.rlla_data)``).
 """
-
 from __future__ import annotations
 
 import argparse
@@ -65,31 +64,17 @@ REQUIRED_FILES = ("train.parquet", "test.parquet")
 # the one other public reproductions pin for this revision; the test checksum is not pinned (logged instead).
 TOOLRL_REVISION = "8cee13ec0ca72f0461da372a93a6fd8140dbb840"
 TOOLRL_BASE_URL = f"https://raw.githubusercontent.com/qiancheng0/ToolRL/{TOOLRL_REVISION}/dataset/rlla_4k"
-TOOLRL_SHA256 = {
-    "train.parquet": "f2e728ad4a379550887711870db5f97154a0ecc45efbe5d43db8a99dc3b9e1c8",
-    "test.parquet": None,
-}
+TOOLRL_SHA256 = {"train.parquet": "f2e728ad4a379550887711870db5f97154a0ecc45efbe5d43db8a99dc3b9e1c8",
+                 "test.parquet": None}
 
-RLLA_ARROW_SCHEMA = pa.schema(
-    [
-        ("data_source", pa.string()),
-        ("prompt", pa.list_(pa.field("element", pa.struct([("content", pa.string()), ("role", pa.string())])))),
-        ("ability", pa.string()),
-        ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
-        (
-            "extra_info",
-            pa.struct(
-                [
-                    ("index", pa.int64()),
-                    ("input", pa.string()),
-                    ("instruction", pa.string()),
-                    ("output", pa.string()),
-                    ("split", pa.string()),
-                ]
-            ),
-        ),
-    ]
-)
+RLLA_ARROW_SCHEMA = pa.schema([
+    ("data_source", pa.string()),
+    ("prompt", pa.list_(pa.field("element", pa.struct([("content", pa.string()), ("role", pa.string())])))),
+    ("ability", pa.string()),
+    ("reward_model", pa.struct([("ground_truth", pa.string()), ("style", pa.string())])),
+    ("extra_info", pa.struct([("index", pa.int64()), ("input", pa.string()), ("instruction", pa.string()),
+                              ("output", pa.string()), ("split", pa.string())])),
+])
 
 _THINK_RE = re.compile(r"\s*<think>(.*?)</think>", re.DOTALL)
 
@@ -113,9 +98,8 @@ def load_raw_records(path: str | os.PathLike) -> list[dict]:
         raise FileNotFoundError(f"raw RLLA file {path} not found")
     records = load_json_file(path)
     if not isinstance(records, list):
-        raise ValueError(
-            f"{path}: expected a JSON list of {{instruction, input, output}} objects, got {type(records).__name__}"
-        )
+        raise ValueError(f"{path}: expected a JSON list of {{instruction, input, output}} objects, got "
+                         f"{type(records).__name__}")
     for i, rec in enumerate(records):
         _check_raw_record(rec, f"{path}:{i}")
     return records
@@ -143,19 +127,13 @@ def make_rlla_row(example: Mapping, index: int, split: str) -> dict:
         "prompt": [{"role": "system", "content": instruction}, {"role": "user", "content": input_text}],
         "ability": ABILITY,
         "reward_model": {"style": "rule", "ground_truth": output},
-        "extra_info": {
-            "split": split,
-            "index": int(index),
-            "instruction": instruction,
-            "input": input_text,
-            "output": output,
-        },
+        "extra_info": {"split": split, "index": int(index), "instruction": instruction, "input": input_text,
+                       "output": output},
     }
 
 
-def shuffle_and_split(
-    records: Sequence, seed: int = TOOLRL_SEED, test_frac: float = TOOLRL_TEST_FRAC
-) -> tuple[list, list]:
+def shuffle_and_split(records: Sequence, seed: int = TOOLRL_SEED, test_frac: float = TOOLRL_TEST_FRAC
+                      ) -> tuple[list, list]:
     """ToolRL's split: ``np.random.seed(seed)`` + ``np.random.shuffle``, then the last ``int(test_frac·N)`` → test.
 
     A private ``RandomState(seed)`` draws the same permutation as the seeded global generator without touching global
@@ -183,7 +161,7 @@ def placeholder_think(output: str, where: str = "output") -> str:
     match = _THINK_RE.match(output)
     if match is None:
         raise ValueError(f"{where}: expected the output to start with <think>…</think>, got {output[:80]!r}")
-    after = output[match.end() :]
+    after = output[match.end():]
     if "<tool_call>" in after:
         sentence = TOOL_CALL_THINK_PLACEHOLDER
     elif "<response>" in after:
@@ -233,9 +211,8 @@ def _atomic_copy(src: Path, dst: Path) -> Path:
 # ---------------------------------------------------------------------------------------------------------------------
 # The project's default splits
 # ---------------------------------------------------------------------------------------------------------------------
-def build_default_rlla_splits(
-    shared_data_dir: str | os.PathLike, out_dir: str | os.PathLike, which: Iterable[str] = ("train", "test", "sft_full")
-) -> dict[str, Path]:
+def build_default_rlla_splits(shared_data_dir: str | os.PathLike, out_dir: str | os.PathLike,
+                              which: Iterable[str] = ("train", "test", "sft_full")) -> dict[str, Path]:
     """Build ``train.parquet``, ``test.parquet`` and ``sft_full.parquet`` from ``shared/data`` into ``out_dir``.
 
     - ``test``: ``rlla_4k/test.parquet`` copied unchanged (ToolRL's 80-row validation split).
@@ -269,25 +246,19 @@ def build_default_rlla_splits(
         prompt = [{"role": "system", "content": rec["instruction"]}, {"role": "user", "content": rec["input"]}]
         if prompt_signature(prompt) not in val_prompts:
             kept.append(rec)
-    logger.info(
-        "RLLA default splits: dropped %d of %d SFT rows whose prompt is also a validation prompt",
-        len(records) - len(kept),
-        len(records),
-    )
+    logger.info("RLLA default splits: dropped %d of %d SFT rows whose prompt is also a validation prompt",
+                len(records) - len(kept), len(records))
 
     written: dict[str, Path] = {}
     if "test" in which:
         written["test"] = _atomic_copy(test_src, out_dir / SPLIT_FILES["test"])
     if "train" in which:
-        rl_rows = [
-            make_rlla_row({**rec, "output": placeholder_think(rec["output"], f"{raw_src}:{i}")}, i, "train")
-            for i, rec in enumerate(kept)
-        ]
+        rl_rows = [make_rlla_row({**rec, "output": placeholder_think(rec["output"], f"{raw_src}:{i}")}, i, "train")
+                   for i, rec in enumerate(kept)]
         written["train"] = write_rlla_parquet(rl_rows, out_dir / SPLIT_FILES["train"])
     if "sft_full" in which:
-        written["sft_full"] = write_rlla_parquet(
-            [make_rlla_row(rec, i, "train") for i, rec in enumerate(kept)], out_dir / SPLIT_FILES["sft_full"]
-        )
+        written["sft_full"] = write_rlla_parquet([make_rlla_row(rec, i, "train") for i, rec in enumerate(kept)],
+                                                 out_dir / SPLIT_FILES["sft_full"])
     logger.info("RLLA default splits written to %s: %s", out_dir, ", ".join(p.name for p in written.values()))
     return written
 
@@ -361,15 +332,9 @@ def _has_files(directory: Path, names: Iterable[str]) -> bool:
     return all((directory / n).is_file() for n in names)
 
 
-def resolve_rlla_data_dir(
-    explicit: str | os.PathLike | None = None,
-    *,
-    root: Path | None = None,
-    shared_dir: str | os.PathLike | None = None,
-    download: bool | None = None,
-    downloader: Downloader | None = None,
-    need: Iterable[str] = REQUIRED_FILES,
-) -> Path:
+def resolve_rlla_data_dir(explicit: str | os.PathLike | None = None, *, root: Path | None = None,
+                          shared_dir: str | os.PathLike | None = None, download: bool | None = None,
+                          downloader: Downloader | None = None, need: Iterable[str] = REQUIRED_FILES) -> Path:
     """Return a directory holding ``train.parquet`` and ``test.parquet`` (or the files named in ``need``).
 
     Looks, in order, at:
@@ -409,10 +374,8 @@ def resolve_rlla_data_dir(
         looked.append(f"{label} {path}: missing {', '.join(missing)}")
         if path != repo_dir:
             # an explicit location that lacks the files is a user error: never fall back silently to other data
-            raise FileNotFoundError(
-                f"RLLA data: {label} {path} lacks {', '.join(missing)} (unset it to use the "
-                f"default search: {repo_dir}, then the shared folder, then ToolRL's files)"
-            )
+            raise FileNotFoundError(f"RLLA data: {label} {path} lacks {', '.join(missing)} (unset it to use the "
+                                    f"default search: {repo_dir}, then the shared folder, then ToolRL's files)")
 
     shared = Path(shared_dir) if shared_dir is not None else default_shared_dir(root)
     buildable = [k for k, n in SPLIT_FILES.items() if not (repo_dir / n).is_file()]
@@ -437,13 +400,9 @@ def resolve_rlla_data_dir(
         except (OSError, urllib.error.URLError, ValueError) as exc:
             looked.append(f"download from {TOOLRL_BASE_URL}: {exc}")
 
-    raise FileNotFoundError(
-        "RLLA data not found (need "
-        + ", ".join(need)
-        + "). Looked at:\n  - "
-        + "\n  - ".join(looked)
-        + "\nSet DATA_DIR or data.train_files/val_files, or TOOLRL_SHARED to the shared/ folder."
-    )
+    raise FileNotFoundError("RLLA data not found (need " + ", ".join(need) + "). Looked at:\n  - "
+                            + "\n  - ".join(looked)
+                            + "\nSet DATA_DIR or data.train_files/val_files, or TOOLRL_SHARED to the shared/ folder.")
 
 
 def resolve_rlla_file(name: str, explicit: str | os.PathLike | None = None, **kwargs) -> Path:

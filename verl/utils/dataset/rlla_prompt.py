@@ -14,7 +14,6 @@ and the user message is the dialogue history, ``**Dialogue Records History**`` f
 are the data's own (tested against every row of the shared splits: re-rendering a row's parsed tools reproduces its
 system message byte for byte).
 """
-
 from __future__ import annotations
 
 import json
@@ -76,9 +75,8 @@ def render_history(messages: Iterable[Mapping]) -> str:
     for i, message in enumerate(messages):
         role, content = message.get("role"), message.get("content")
         if role not in tags:
-            raise ValueError(
-                f"message {i}: role {role!r} cannot be rendered into the history (expected one of {sorted(tags)})"
-            )
+            raise ValueError(f"message {i}: role {role!r} cannot be rendered into the history "
+                             f"(expected one of {sorted(tags)})")
         if not isinstance(content, str):
             raise ValueError(f"message {i}: content: expected a string, got {type(content).__name__}")
         lines.append(f"<{tags[role]}> {content.strip()} </{tags[role]}>")

@@ -4,7 +4,6 @@ The order of epoch ``e`` is a permutation drawn from ``torch.Generator().manual_
 (seed, epoch), so a resumed run rebuilds exactly the order it was interrupted in and skips the batches it already
 consumed (``state_dict`` / ``load_state_dict``). ToolRL's loader shuffled without a seed, which made resume impossible.
 """
-
 from __future__ import annotations
 
 import torch
@@ -54,13 +53,8 @@ class EpochSeededSampler(Sampler[int]):
 
     def state_dict(self, batches_consumed_in_epoch: int) -> dict:
         """What to save in a checkpoint: the epoch and how many of its batches were consumed."""
-        return {
-            "seed": self.seed,
-            "epoch": self.epoch,
-            "batches_consumed": int(batches_consumed_in_epoch),
-            "shuffle": self.shuffle,
-            "num_samples": self.num_samples,
-        }
+        return {"seed": self.seed, "epoch": self.epoch, "batches_consumed": int(batches_consumed_in_epoch),
+                "shuffle": self.shuffle, "num_samples": self.num_samples}
 
     def load_state_dict(self, state: dict) -> None:
         """Resume inside ``state['epoch']`` after ``state['batches_consumed']`` batches.
@@ -69,9 +63,7 @@ class EpochSeededSampler(Sampler[int]):
             ValueError: the dataset size or seed differs from the checkpoint's (the order would not match).
         """
         if state["num_samples"] != self.num_samples or state["seed"] != self.seed:
-            raise ValueError(
-                f"sampler state mismatch: checkpoint has num_samples={state['num_samples']} "
-                f"seed={state['seed']}, current run has {self.num_samples} / {self.seed}"
-            )
+            raise ValueError(f"sampler state mismatch: checkpoint has num_samples={state['num_samples']} "
+                             f"seed={state['seed']}, current run has {self.num_samples} / {self.seed}")
         self.epoch = int(state["epoch"])
         self.skip_batches = int(state["batches_consumed"])

@@ -18,7 +18,6 @@ verl's ``SFTDataset`` (``verl/utils/dataset/sft_dataset.py`` upstream) with the 
   ``error`` raises a ``ValueError`` naming the file and row. A response that alone does not fit (with at least one
   prompt token) under ``left`` is cut on the right and counted in a warning.
 """
-
 from __future__ import annotations
 
 import logging
@@ -34,9 +33,8 @@ logger = logging.getLogger(__name__)
 
 TRUNCATION_MODES = ("left", "right", "error")
 
-DEFAULTS = dict(
-    prompt_key="prompt", response_key="reward_model.ground_truth", max_length=1024, truncation="left", max_samples=-1
-)
+DEFAULTS = dict(prompt_key="prompt", response_key="reward_model.ground_truth", max_length=1024, truncation="left",
+                max_samples=-1)
 
 
 def _cfg_get(config: Any, key: str) -> Any:
@@ -78,9 +76,8 @@ def _to_messages(prompt: Any, where: str) -> list[dict]:
     raise ValueError(f"{where}: prompt must be a string or a non-empty list of messages, got {type(prompt).__name__}")
 
 
-def truncate_pair(
-    prompt_ids: list[int], response_ids: list[int], max_length: int, truncation: str, where: str
-) -> tuple[list[int], list[int], bool]:
+def truncate_pair(prompt_ids: list[int], response_ids: list[int], max_length: int, truncation: str,
+                  where: str) -> tuple[list[int], list[int], bool]:
     """Fit ``prompt_ids + response_ids`` into ``max_length`` tokens.
 
     Returns:
@@ -94,17 +91,15 @@ def truncate_pair(
     if total <= max_length:
         return prompt_ids, response_ids, False
     if truncation == "error":
-        raise ValueError(
-            f"{where}: {total} tokens (prompt {len(prompt_ids)} + response {len(response_ids)}) exceed "
-            f"max_length={max_length}; raise data.max_length or set data.truncation=left"
-        )
+        raise ValueError(f"{where}: {total} tokens (prompt {len(prompt_ids)} + response {len(response_ids)}) exceed "
+                         f"max_length={max_length}; raise data.max_length or set data.truncation=left")
     if truncation == "right":
         keep_resp = max(max_length - len(prompt_ids), 0)
         return prompt_ids[:max_length], response_ids[:keep_resp], keep_resp < len(response_ids)
     if truncation == "left":
         keep_resp = min(len(response_ids), max_length - 1)
         keep_prompt = max_length - keep_resp
-        return prompt_ids[len(prompt_ids) - keep_prompt :], response_ids[:keep_resp], keep_resp < len(response_ids)
+        return prompt_ids[len(prompt_ids) - keep_prompt:], response_ids[:keep_resp], keep_resp < len(response_ids)
     raise ValueError(f"unknown truncation mode {truncation!r}; expected one of {TRUNCATION_MODES}")
 
 
@@ -166,35 +161,28 @@ class SFTDataset(Dataset):
                 prompt = get_nested(row, self.prompt_key, where)
                 response = get_nested(row, self.response_key, where)
                 if not isinstance(response, str):
-                    raise ValueError(
-                        f"{where}: response '{self.response_key}' is {type(response).__name__}, expected a string"
-                    )
+                    raise ValueError(f"{where}: response '{self.response_key}' is {type(response).__name__}, "
+                                     "expected a string")
                 prompts.append(_to_messages(prompt, where))
                 responses.append(response)
                 sources.append(where)
         return prompts, responses, sources
 
-    def _tokenize(
-        self, prompts: list[list[dict]], responses: list[str], sources: list[str]
-    ) -> list[tuple[list[int], int]]:
+    def _tokenize(self, prompts: list[list[dict]], responses: list[str],
+                  sources: list[str]) -> list[tuple[list[int], int]]:
         tok = self.tokenizer
         texts = [tok.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in prompts]
         prompt_ids = tok(texts, add_special_tokens=False)["input_ids"]
         response_ids = tok(responses, add_special_tokens=False)["input_ids"]
         items, cut = [], 0
         for p_ids, r_ids, where in zip(prompt_ids, response_ids, sources):
-            p_ids, r_ids, was_cut = truncate_pair(
-                list(p_ids), list(r_ids) + [tok.eos_token_id], self.max_length, self.truncation, where
-            )
+            p_ids, r_ids, was_cut = truncate_pair(list(p_ids), list(r_ids) + [tok.eos_token_id], self.max_length,
+                                                  self.truncation, where)
             cut += was_cut
             items.append((p_ids + r_ids, len(p_ids)))
         if cut:
-            logger.warning(
-                "SFTDataset: %d of %d responses were cut to fit max_length=%d (they lose their EOS)",
-                cut,
-                len(items),
-                self.max_length,
-            )
+            logger.warning("SFTDataset: %d of %d responses were cut to fit max_length=%d (they lose their EOS)",
+                           cut, len(items), self.max_length)
         return items
 
     def __len__(self) -> int:
@@ -229,6 +217,6 @@ def sft_collate_fn(items: Sequence[Mapping[str, torch.Tensor]], pad_token_id: in
         batch = torch.full((len(items), width), fill, dtype=torch.long)
         for i, it in enumerate(items):
             seq = it[key]
-            batch[i, width - seq.shape[0] :] = seq
+            batch[i, width - seq.shape[0]:] = seq
         out[key] = batch
     return out
