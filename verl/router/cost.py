@@ -56,11 +56,6 @@ class CostWeights:
     obs_tokens: float = 0.0
     seconds: float = 0.0
 
-    @property
-    def prices_execution(self) -> bool:
-        """Whether the cost reads the executed calls (observation tokens or seconds), not only the response text."""
-        return self.obs_tokens != 0 or self.seconds != 0
-
     @classmethod
     def from_config(cls, config: Optional[Mapping[str, Any]]) -> "CostWeights":
         """Build from a dict / DictConfig; missing keys keep their defaults.

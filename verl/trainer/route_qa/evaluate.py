@@ -33,8 +33,7 @@ __all__ = ["SETTINGS", "load_rows", "play_table"]
 
 logger = logging.getLogger(__name__)
 
-SETTINGS = ("ANSWER", "SEARCH", "CALCULATE", "BOTH")
-SETTING_TOOLS = {"ANSWER": [], "SEARCH": ["search"], "CALCULATE": ["calculator"], "BOTH": None}  # None: all
+SETTINGS = ("ANSWER", "SEARCH", "CALCULATE", "BOTH")  # the router's routes, and BOTH: the row's own prompt, all tools
 DTYPES = {"correct": bool, "used_tool": bool, "calls": np.int64, "obs_tokens": np.int64, "seconds": np.float64}
 
 
@@ -49,9 +48,8 @@ def load_rows(path: str | Path) -> list[dict]:
     return rows
 
 
-def _messages(row: dict, setting: str) -> list[dict]:
-    route = None if setting == "BOTH" else RouterAction[setting]
-    return trace_messages(row["prompt"], route, row["extra_info"])
+def _route(setting: str) -> RouterAction | None:
+    return None if setting == "BOTH" else RouterAction[setting]
 
 
 def play_table(
@@ -90,7 +88,10 @@ def play_table(
     from verl.utils.model_utils import load_causal_lm
     from verl.workers.rollout.hf_rollout import HFRollout
 
-    unknown = [s for s in settings if s not in SETTING_TOOLS]
+    from verl.router.cost import response_tool_usage
+    from verl.router.families import row_tool_families
+
+    unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         raise ValueError(f"route_qa evaluate: unknown settings {unknown}; expected {', '.join(SETTINGS)}")
     model_dir = prepare_model(model_dir)
@@ -107,10 +108,10 @@ def play_table(
     table: dict[str, dict[str, np.ndarray]] = {}
     try:
         for setting in settings:
-            start, cols = time.monotonic(), {k: [] for k in ("correct", "used_tool", "calls", "obs_tokens", "seconds")}
+            start, cols, route = time.monotonic(), {k: [] for k in DTYPES}, _route(setting)
             for lo in range(0, len(rows), batch_size):
                 chunk = rows[lo : lo + batch_size]
-                messages = [_messages(r, setting) for r in chunk]
+                messages = [trace_messages(r["prompt"], route, r["extra_info"]) for r in chunk]
                 tokens = tokenize_prompts(tokenizer, messages, max_prompt_length, truncation="error")
                 ids, mask = tokens["input_ids"], tokens["attention_mask"].bool()
                 episodes = multi_turn.play(
@@ -119,14 +120,15 @@ def play_table(
                     do_sample=False,
                     validate=True,
                     raw_prompts=messages,
-                    offered=[SETTING_TOOLS[setting]] * len(chunk) if SETTING_TOOLS[setting] is not None else None,
-                    forbid_tool_calls=[setting == "ANSWER"] * len(chunk),
+                    offered=None if route is None else multi_turn.offered_for([route] * len(chunk)),
+                    forbid_tool_calls=[route == RouterAction.ANSWER] * len(chunk),
                 )
                 for row, ep in zip(chunk, episodes):
                     policy_text = "".join(ep.texts)
                     score = compute_score(policy_text, str(row["reward_model"]["ground_truth"]))
+                    families = row_tool_families(row["prompt"], row["extra_info"])
                     cols["correct"].append(score["correctness"] == 1.0)
-                    cols["used_tool"].append(bool(ep.calls) or "<tool_call>" in policy_text)
+                    cols["used_tool"].append(response_tool_usage(policy_text, families).used_any_tool)
                     cols["calls"].append(len(ep.calls))
                     cols["obs_tokens"].append(sum(c.obs_tokens for c in ep.calls))
                     cols["seconds"].append(sum(c.result.seconds for c in ep.calls))

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import numpy as np
 
-from verl.trainer.route_qa.evaluate import SETTINGS
+from verl.trainer.route_qa.evaluate import DTYPES, SETTINGS
 from verl.trainer.tool_cost import expected_tool_cost_metrics
 from verl.utils.dataset.route_qa import KINDS, ROUTE_OF_KIND
 
@@ -29,7 +29,7 @@ __all__ = [
     "routes_policy",
 ]
 
-COLUMNS = ("correct", "used_tool", "calls", "obs_tokens", "seconds")
+COLUMNS = tuple(DTYPES)  # the table's columns
 
 
 def _matrix(table: dict, column: str) -> np.ndarray:

@@ -29,14 +29,14 @@ from typing import Sequence
 from verl.router import RouterAction
 from verl.router.families import row_tool_families
 from verl.router.rewrite import rewrite_messages
-from verl.utils.dataset.route_qa import ROUTE_OF_KIND
+from verl.utils.dataset.route_qa import ROUTE_OF_KIND, TOOL_FAMILIES
 from verl.utils.reward_score.tool_formats import render_calls
 
 __all__ = ["TOOL_ROUTE", "route_qa_tool_specs", "sft_rows", "trace_messages", "write_traces"]
 
 logger = logging.getLogger(__name__)
 
-TOOL_ROUTE = {"calculator": RouterAction.CALCULATE, "search": RouterAction.SEARCH}  # the route offering each tool
+TOOL_ROUTE = {tool: RouterAction[family] for tool, family in TOOL_FAMILIES.items()}  # the route offering each tool
 
 
 def route_qa_tool_specs(corpus_path: str | Path) -> list[dict]:

@@ -42,6 +42,7 @@ __all__ = [
     "KINDS",
     "ROUTE_OF_KIND",
     "SYSTEM_PROMPT",
+    "TOOL_FAMILIES",
     "Country",
     "extra_info_problems",
     "generate",
@@ -283,8 +284,7 @@ def write_task(
     for split, split_rows in rows.items():
         pd.DataFrame(split_rows).to_parquet(out / f"{split}.parquet", index=False)
     with open(out / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for doc in corpus:
-            f.write(json.dumps(doc) + "\n")
+        f.writelines(json.dumps(doc) + "\n" for doc in corpus)
     kinds = {s: {k: sum(r["extra_info"]["kind"] == k for r in rs) for k in KINDS} for s, rs in rows.items()}
     meta = {
         "seed": int(seed),

@@ -8,14 +8,13 @@ Schema (``docs/verl_compat.md`` "RLLA row schema", ToolRL's ``rlla.py``): ``data
 prompt a non-empty list of ``{role, content}`` with non-empty strings; ``ability`` a string; ``reward_model`` an object
 with a non-empty string ``ground_truth`` whose tool calls the RLLA reward can parse (rows of an RLLA data source: the
 reward's own parser reads its first ``<tool_call>`` block, one JSON value per line); ``extra_info`` an object with an
-int ``index``; ``route_qa`` rows also its ``kind``, ``subkind``, ``needs_tool`` and oracle ``call``
+int ``index``; ``route_qa`` rows also its ``kind``, ``subkind``, ``needs_tool`` and answering ``call``
 (:func:`verl.utils.dataset.route_qa.extra_info_problems`).
 
 Prints, per file, the row count and token-length statistics (count, median, p90, max) of the chat-templated prompts
 (as :class:`~verl.utils.dataset.rl_dataset.RLHFDataset` builds them) and of the ground truths, plus how many prompts
 exceed ``--max_prompt_length``. Exits 1 when any row is invalid, listing each problem as ``file:row: key: problem``.
 """
-
 from __future__ import annotations
 
 import argparse
@@ -28,6 +27,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from verl.utils.dataset.rl_dataset import message_list_problems, prompt_text
+from verl.utils.reward_score.route_qa import DATA_SOURCE as ROUTE_QA
 
 MAX_ERRORS_SHOWN = 50
 
@@ -87,16 +87,15 @@ def row_problems(row: dict, prompt_key: str = "prompt") -> list[tuple[str, str]]
             problems.append(("extra_info.index", "missing"))
         elif not isinstance(extra["index"], int) or isinstance(extra["index"], bool):
             problems.append(("extra_info.index", f"expected an int, got {type(extra['index']).__name__}"))
-        if isinstance(extra, dict) and row.get("data_source") == "route_qa":
+        if isinstance(extra, dict) and row.get("data_source") == ROUTE_QA:
             from verl.utils.dataset.route_qa import extra_info_problems
 
             problems.extend(extra_info_problems(extra))
     return problems
 
 
-def file_row_problems(
-    path: str | Path, rows: Sequence[dict], prompt_key: str = "prompt"
-) -> tuple[list[str], list[dict]]:
+def file_row_problems(path: str | Path, rows: Sequence[dict], prompt_key: str = "prompt"
+                      ) -> tuple[list[str], list[dict]]:
     """Schema check of a file's rows (:func:`row_problems`): ``(problems, valid rows)``, each problem as
     ``"file:row: key: problem"`` (rows counted from 0)."""
     problems, valid = [], []
@@ -113,21 +112,16 @@ def length_stats(lengths: Sequence[int]) -> dict[str, float]:
     if len(lengths) == 0:
         return {"count": 0, "median": 0.0, "p90": 0.0, "max": 0}
     arr = np.asarray(lengths)
-    return {
-        "count": int(arr.size),
-        "median": float(np.median(arr)),
-        "p90": float(np.percentile(arr, 90)),
-        "max": int(arr.max()),
-    }
+    return {"count": int(arr.size), "median": float(np.median(arr)), "p90": float(np.percentile(arr, 90)),
+            "max": int(arr.max())}
 
 
 def _format_stats(name: str, s: dict[str, float]) -> str:
     return f"  {name:<13} count={s['count']} median={s['median']:.0f} p90={s['p90']:.0f} max={s['max']}"
 
 
-def validate_file(
-    path: str | Path, tokenizer=None, max_prompt_length: int = 1024, prompt_key: str = "prompt"
-) -> tuple[list[str], dict]:
+def validate_file(path: str | Path, tokenizer=None, max_prompt_length: int = 1024, prompt_key: str = "prompt"
+                  ) -> tuple[list[str], dict]:
     """Validate one parquet file.
 
     Returns ``(errors, report)``: ``errors`` are ``"file:row: key: problem"`` lines; ``report`` holds ``rows`` and,
@@ -148,11 +142,8 @@ def validate_file(
         truths = [r["reward_model"]["ground_truth"] for r in valid]
         p_len = [len(x) for x in tokenizer(prompts, add_special_tokens=False)["input_ids"]]
         g_len = [len(x) for x in tokenizer(truths, add_special_tokens=False)["input_ids"]]
-        report.update(
-            prompt_tokens=length_stats(p_len),
-            ground_truth_tokens=length_stats(g_len),
-            over_max_prompt=sum(n > max_prompt_length for n in p_len),
-        )
+        report.update(prompt_tokens=length_stats(p_len), ground_truth_tokens=length_stats(g_len),
+                      over_max_prompt=sum(n > max_prompt_length for n in p_len))
     return errors, report
 
 
@@ -171,17 +162,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     listed), 2 a usage error (an unknown ``--tokenizer``: one ``validate-data: error:`` line)."""
     parser = argparse.ArgumentParser(prog="validate-data", description=__doc__.splitlines()[0])
     parser.add_argument("files", nargs="+", help="parquet file(s) to check")
-    parser.add_argument(
-        "--tokenizer",
-        default="tiny",
-        help="model preset or HF directory for token lengths ('none' skips them; default tiny)",
-    )
-    parser.add_argument(
-        "--max_prompt_length",
-        type=int,
-        default=1024,
-        help="count prompts longer than this many tokens (default 1024, RLHFDataset's default)",
-    )
+    parser.add_argument("--tokenizer", default="tiny",
+                        help="model preset or HF directory for token lengths ('none' skips them; default tiny)")
+    parser.add_argument("--max_prompt_length", type=int, default=1024,
+                        help="count prompts longer than this many tokens (default 1024, RLHFDataset's default)")
     parser.add_argument("--prompt_key", default="prompt")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
