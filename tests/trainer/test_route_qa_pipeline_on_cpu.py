@@ -138,3 +138,55 @@ def test_play_table_runs_every_setting_with_the_tools(task):
     assert not table["ANSWER"]["used_tool"].any() and table["ANSWER"]["calls"].sum() == 0  # nothing offered, forbidden
     with pytest.raises(ValueError, match="unknown settings"):
         play_table("tiny", rows, task / "corpus.jsonl", settings=["NONE"])
+
+
+def test_report_criteria_on_a_hand_worked_table(task):
+    from verl.trainer.route_qa.report import criteria
+
+    rows, train = load_rows(task / "test.parquet"), load_rows(task / "train.parquet")
+    kinds = [r["extra_info"]["kind"] for r in rows]
+    assert sorted(set(kinds)) == ["arithmetic", "direct", "fact"] and len(rows) == 12
+    own = {"arithmetic": "CALCULATE", "fact": "SEARCH", "direct": "ANSWER"}
+    table = {}
+    for s in SETTINGS:  # each route right on its own kind only, BOTH right everywhere; every tool route calls once
+        used = np.full(len(rows), s != "ANSWER")
+        table[s] = {
+            "correct": np.array([s == "BOTH" or own[k] == s for k in kinds]),
+            "used_tool": used,
+            "calls": used.astype(np.int64),
+            "obs_tokens": used.astype(np.int64) * 5,
+            "seconds": used * 0.01,
+        }
+    routes = [own[k] for k in kinds]
+    tight = criteria(table, rows, routes, train, budget=1 / 3, policy_cost_last_third=1 / 3 + 0.04)
+    assert tight["route_shares"]["router"] == {"arithmetic": 1.0, "fact": 1.0, "direct": 1.0}
+    # random at B = 1/3: each tool route with q = 1/6, ANSWER 2/3: right with 1/6 on arithmetic and facts, 2/3 direct
+    d = np.array([5 / 6 if k != "direct" else 1 / 3 for k in kinds])
+    assert tight["payoff"]["difference"] == pytest.approx(d.mean())
+    assert tight["payoff"]["paired_se"] == pytest.approx(d.std(ddof=1) / np.sqrt(len(d)))
+    assert tight["payoff"]["holds"] and tight["loose_budget"]["holds"] is None
+    # the oracle spends 2/3, every tool use on a question that needs one; the logged cost is within 0.05 of B
+    assert tight["budget"] == {
+        "policy_cost_last_third": pytest.approx(1 / 3 + 0.04),
+        "tool_use_on_needed": 1.0,
+        "holds": True,
+    }
+    loose = criteria(table, rows, routes, train, budget=2 / 3, policy_cost_last_third=0.5)
+    assert loose["loose_budget"]["calls_cut_against_always_tools"] == pytest.approx(-1 / 3)
+    assert loose["loose_budget"]["holds"] and loose["budget"]["holds"] is False
+    wrong = criteria(table, rows, ["ANSWER"] * len(rows), train, budget=2 / 3)
+    assert wrong["route_shares"]["router"]["arithmetic"] == 0.0 and not wrong["route_shares"]["holds"]
+    assert wrong["budget"]["holds"] is None
+
+
+def test_last_third_of_the_training_steps(tmp_path):
+    import json
+
+    from verl.trainer.route_qa.report import last_third_mean
+
+    lines = [{"step": s, "router/policy_cost": float(s)} for s in range(1, 10)] + [{"step": 9, "val/score": 1.0}]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert last_third_mean(path) == pytest.approx((7 + 8 + 9) / 3)
+    with pytest.raises(ValueError, match="no step logs router/lambda"):
+        last_third_mean(path, "router/lambda")

@@ -1,0 +1,63 @@
+"""The copy warm-up's sequences can only be continued by copying from their context, and the warm-up is a function of
+its seed."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.trainer.route_qa.copy_warmup import CopyWarmup, _Sequences, copy_warmup
+from verl.utils.dataset.route_qa import write_task
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    out = tmp_path_factory.mktemp("route_qa_copy")
+    write_task(out, train=30, val=3, test=6)
+    return out / "corpus.jsonl"
+
+
+def _find(seq: list[int], sub: list[int]) -> list[int]:
+    return [i for i in range(len(seq) - len(sub) + 1) if seq[i : i + len(sub)] == sub]
+
+
+def test_every_target_is_a_span_of_its_context_after_the_asked_key(corpus, tokenizer):
+    data = _Sequences(tokenizer, corpus, seed=3)
+    close = data.close
+    seen = set()
+    for _ in range(300):
+        context, target = data.draw()
+        assert target[-len(close) :] == close and context[-len(data.open) :] == data.open
+        span = target[: -len(close)]
+        assert 2 <= len(span) <= 18 and set(span) <= set(data.pool)
+        at = _find(context[: -len(data.open)], span)
+        assert at, "the answer is not in the context: it cannot be copied"
+        before_open = context[: -len(data.open)]
+        delimited = any(  # the span sits between an opening delimiter and its closing one
+            before_open[i - len(left) : i] == left and before_open[i + len(span) : i + len(span) + len(right)] == right
+            for i in at
+            for left, right in data.delimiters
+        )
+        asked = [k for k in data.keys if before_open[-len(k) :] == k]  # marked / recall: the span follows the key
+        keyed = any(before_open[i - len(k) : i] == k for i in at for k in asked)
+        repeat = 0 in at and before_open[len(span) :] == data.sep  # the span opens the context, " |" closes it
+        assert repeat or delimited or keyed
+        seen.add("repeat" if repeat else "delimited" if delimited else "key")
+    assert seen == {"repeat", "delimited", "key"}
+
+
+def test_the_warm_up_is_a_function_of_its_seed_and_schedule(corpus, tokenizer, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    settings = CopyWarmup(steps=4, batch_size=4, warmup_steps=2)
+    runs = [
+        copy_warmup(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tokenizer, corpus, settings) for _ in "ab"
+    ]
+    assert runs[0] == runs[1] and len(runs[0]) == 4
+    other = copy_warmup(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        tokenizer,
+        corpus,
+        CopyWarmup(steps=4, batch_size=4, warmup_steps=2, seed=1),
+    )
+    assert other != runs[0]
+    assert settings.lr_at(0) == pytest.approx(5e-4) and settings.lr_at(1) == settings.lr_at(3) == pytest.approx(1e-3)
