@@ -29,9 +29,9 @@ def test_every_target_is_a_span_of_its_context_after_the_asked_key(corpus, token
         assert target[-len(close) :] == close and context[-len(data.open) :] == data.open
         span = target[: -len(close)]
         assert 2 <= len(span) <= 18 and set(span) <= set(data.pool)
-        at = _find(context[: -len(data.open)], span)
-        assert at, "the answer is not in the context: it cannot be copied"
         before_open = context[: -len(data.open)]
+        at = _find(before_open, span)
+        assert at, "the answer is not in the context: it cannot be copied"
         delimited = any(  # the span sits between an opening delimiter and its closing one
             before_open[i - len(left) : i] == left and before_open[i + len(span) : i + len(span) + len(right)] == right
             for i in at

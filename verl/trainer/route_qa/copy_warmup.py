@@ -8,7 +8,7 @@ Why: answering a ``route_qa`` question after a tool call means copying the obser
 choice of tool but copies nothing (``experiments/notebook.md``, run rq-01: at most 12% right after 2,000 SFT steps).
 Copying in context is the job of induction heads, which a small transformer forms abruptly once it has seen enough
 sequences whose continuation repeats earlier tokens (Olsson et al., 2022, "In-context Learning and Induction
-Heads", section 3: the phase change). This module trains on exactly such sequences, three kinds in fixed shares:
+Heads", section 3: the phase change). This module trains on exactly such sequences, four kinds in fixed shares:
 
 - ``repeat`` (20%): a span, a separator ``" |"``, ``<response>``, then the span again (the span at the start: the
   easiest copy, which forms the induction heads first);
@@ -81,8 +81,12 @@ class _Sequences:
         self.delimiters = [(ids(a), ids(b)) for a, b in DELIMITERS]
         self.rng = random.Random(seed)
 
+    def tokens(self, low: int, high: int) -> list[int]:
+        """``low`` to ``high`` (inclusive) tokens drawn uniformly from the pool."""
+        return [self.rng.choice(self.pool) for _ in range(self.rng.randint(low, high))]
+
     def span(self) -> list[int]:
-        return [self.rng.choice(self.pool) for _ in range(self.rng.randint(2, 9))]
+        return self.tokens(2, 9)
 
     def draw(self) -> tuple[list[int], list[int]]:
         u = self.rng.random()
@@ -92,8 +96,7 @@ class _Sequences:
         u -= SHARES["repeat"]
         if u < SHARES["delimited"]:
             s, (left, right) = self.span() + self.span(), self.rng.choice(self.delimiters)
-            before = [self.rng.choice(self.pool) for _ in range(self.rng.randint(0, 24))]
-            after = [self.rng.choice(self.pool) for _ in range(self.rng.randint(0, 6))]
+            before, after = self.tokens(0, 24), self.tokens(0, 6)
             return before + left + s + right + after + self.open, s + self.close
         if u < SHARES["delimited"] + SHARES["marked"]:
             s, key = self.span(), self.rng.choice(self.keys)

@@ -1,4 +1,4 @@
-"""The router's criteria on ``route_qa`` (``docs/route_qa.md`` "What a router run must show"), read off a played test
+"""The router's criteria on ``route_qa`` (``docs/route_qa.md`` "Reading a router run"), read off a played test
 table, the router's routes on the test questions and, for the budget, its training metrics.
 
     python -m verl.trainer.route_qa.report --checkpoint CKPT --data_dir DIR --table table.parquet \
@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -37,8 +38,6 @@ from verl.trainer.route_qa.evaluate import DTYPES, SETTINGS, load_rows
 from verl.utils.dataset.route_qa import KINDS, ROUTE_OF_KIND
 
 __all__ = ["criteria", "last_third_mean", "read_table", "router_routes"]
-
-logger = logging.getLogger(__name__)
 
 
 def read_table(path: str | Path, rows: Sequence[dict]) -> dict[str, dict[str, np.ndarray]]:
@@ -97,8 +96,8 @@ def last_third_mean(metrics_path: str | Path, key: str = "router/policy_cost") -
 
 
 def _compare(table: dict, a: np.ndarray, b: np.ndarray, column: str = "correct") -> dict:
-    diff = policies.expected(table, a, column) - policies.expected(table, b, column)
-    return {"difference": float(diff.mean()), "paired_se": policies.paired_se(diff, np.zeros_like(diff))}
+    ea, eb = policies.expected(table, a, column), policies.expected(table, b, column)
+    return {"difference": float((ea - eb).mean()), "paired_se": policies.paired_se(ea, eb)}
 
 
 def criteria(
@@ -182,10 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     routes = router_routes(args.checkpoint, rows)
     last = last_third_mean(args.metrics) if args.metrics else None
     result = criteria(table, rows, routes, load_rows(data_dir / "train.parquet"), args.budget, last)
-    result["command"] = "python -m verl.trainer.route_qa.report " + " ".join(argv if argv is not None else [])
+    result["command"] = "python -m verl.trainer.route_qa.report " + " ".join(argv if argv is not None else sys.argv[1:])
     Path(args.output).write_text(json.dumps(result, indent=2) + "\n")
     for name in ("route_shares", "payoff", "loose_budget", "budget"):
-        print(name, {k: v for k, v in result[name].items()})
+        print(name, result[name])
     return 0
 
 
