@@ -68,7 +68,7 @@ def test_splits_share_no_country_and_test_templates_are_unseen(task):
     unseen = {r["extra_info"]["template"] for r in rows["test"]}
     assert seen and unseen and not (seen & unseen)
     train_questions = " ".join(r["prompt"][1]["content"] for r in rows["train"])
-    for phrase in ("I need to know", "Can you work out", "added to", "the product of", "capital city of"):
+    for phrase in ("I need to know", "Can you work out", "Give me", "Quick question"):
         assert phrase not in train_questions
     # the templates are shared by the kinds: each train template asks every kind
     for t in range(len(route_qa.TEMPLATES["train"])):

@@ -61,3 +61,44 @@ def test_the_warm_up_is_a_function_of_its_seed_and_schedule(corpus, tokenizer, t
     )
     assert other != runs[0]
     assert settings.lr_at(0) == pytest.approx(5e-4) and settings.lr_at(1) == settings.lr_at(3) == pytest.approx(1e-3)
+
+
+def test_digit_runs_are_drawn_and_every_target_id_is_in_the_restricted_vocabulary(corpus, tokenizer):
+    data = _Sequences(tokenizer, corpus, seed=5)
+    vocab, digit_targets = set(data.targets()), 0
+    for _ in range(300):
+        _, target = data.draw()
+        assert set(target) <= vocab
+        span = target[: -len(data.close)]
+        digit_targets += set(span) <= set(data.digits) and len(span) >= 3
+    assert 0.1 < digit_targets / 300 < 0.5  # DIGIT_SHARE of the spans (a target joins one or two)
+    assert len(data.digits) == 10 and set(data.digits) <= set(data.pool)
+
+
+def test_the_restricted_loss_is_the_softmax_over_the_target_ids(corpus, tokenizer, tiny_model_dir):
+    import torch
+    import torch.nn.functional as F
+    from transformers import AutoModelForCausalLM
+
+    settings = CopyWarmup(steps=1, batch_size=3, warmup_steps=1)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
+    first = copy_warmup(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tokenizer, corpus, settings)[0]
+    full = copy_warmup(
+        AutoModelForCausalLM.from_pretrained(tiny_model_dir),
+        tokenizer,
+        corpus,
+        CopyWarmup(steps=1, batch_size=3, warmup_steps=1, restricted_softmax=False),
+    )[0]
+    data = _Sequences(tokenizer, corpus, seed=0)  # the same draws as the run's first batch
+    vocab = torch.tensor(data.targets())
+    restricted_terms, whole_terms = [], []
+    with torch.no_grad():
+        for context, target in (data.draw() for _ in range(3)):
+            logits = model(input_ids=torch.tensor([context + target])).logits[0, len(context) - 1 : -1]
+            at, ids = torch.arange(len(target)), torch.tensor(target)
+            restricted_terms.append(-F.log_softmax(logits[:, vocab], -1)[at, torch.searchsorted(vocab, ids)])
+            whole_terms.append(-F.log_softmax(logits, -1)[at, ids])
+    restricted = torch.cat(restricted_terms).mean().item()
+    whole = torch.cat(whole_terms).mean().item()
+    assert first == pytest.approx(restricted, rel=1e-4) and full == pytest.approx(whole, rel=1e-4)
+    assert restricted < whole  # fewer ids compete for the mass

@@ -51,6 +51,9 @@ NEW_KEYS = {
     "trainer.deterministic": False,
     "router.cost_weights.obs_tokens": 0.0,  # the executed calls' cost terms: 0 prices what was priced before
     "router.cost_weights.seconds": 0.0,
+    "data.task": None,  # a generated task instead of files: null trains on the files, as before
+    "data.task_dir": None,
+    "trainer.after_fit": None,
     **MULTI_TURN_KEYS,
 }
 # keys added to the async mode's YAML since its golden: at these defaults its runs are unchanged

@@ -4,7 +4,8 @@ The ``gpu`` hardware is forced (``hardware=gpu``); each recipe then goes through
 router labels and irrelevance rows, every row checked, the model path resolved) and ``build_trainer`` (datasets and
 dataloaders: a batch larger than the data fails here). Placing the models is where a CPU machine stops: one
 ``error:`` line, exit status 2, no word about resuming. The real SmolLM2-135M preset is built from its GGUF package
-once; its SFT preset is stood in for by the same folder (only its tokenizer is read before the models are placed).
+once; its SFT preset is stood in for by the same folder, and ``tiny-route-qa`` by ``tiny`` (only their tokenizers are
+read before the models are placed).
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ def gpu_model_cache(tmp_path_factory):
     (cache / "models").mkdir()
     for name in ("smollm2-135m", "smollm2-135m-sft"):
         (cache / "models" / name).symlink_to(real, target_is_directory=True)
+    tiny = Path(prepare_model("tiny"))  # the route_qa warm start stood in for by its base
+    (cache / "models" / "tiny-route-qa").symlink_to(tiny, target_is_directory=True)
     return cache
 
 
@@ -44,6 +47,7 @@ def test_every_recipe_is_tested():
         "gspo",
         "cispo",
         "agent",
+        "router_route_qa",
     } <= set(RECIPES)
 
 

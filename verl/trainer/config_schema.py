@@ -26,6 +26,8 @@ class DataConfig:
     tokenizer: Optional[str] = MISSING
     train_files: Any = MISSING
     val_files: Any = MISSING
+    task: Optional[str] = MISSING
+    task_dir: Optional[str] = MISSING
     prompt_key: str = MISSING
     reward_fn_key: str = MISSING
     tool_format: str = MISSING
@@ -356,6 +358,7 @@ class TrainerConfig:
     deterministic: bool = MISSING
     build_sft_preset: bool = MISSING
     plot_on_finish: bool = MISSING
+    after_fit: Optional[str] = MISSING
 
 
 @dataclass

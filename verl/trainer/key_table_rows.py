@@ -11,6 +11,8 @@ TABLE = """
 data.tokenizer | - | - | prompts are always tokenized with the actor's tokenizer (actor_rollout_ref.model.path): leave null
 data.train_files | PS | - | agent mode draws its tasks from the environment (env.*); main_async: the rows of its rlla envs
 data.val_files | PS | - | agent mode draws its tasks from the environment (env.*)
+data.task | P | {route_qa} | agent mode draws its tasks from the environment (env.*); main_async: set data.train_files to the task's files
+data.task_dir | P | - | agent mode draws its tasks from the environment (env.*); main_async: set data.train_files to the task's files
 data.prompt_key | PS | - | agent mode draws its tasks from the environment (env.*); main_async: the validation prompts' column
 data.reward_fn_key | PS | - | agent mode draws its tasks from the environment (env.*)
 data.tool_format | PS | - | agent mode draws its tasks from the environment (env.*)
@@ -335,6 +337,7 @@ trainer.seed | PAS | >= 0 |
 trainer.deterministic | PA | - | main_async runs its own schedule (async.*) and does not read it
 trainer.build_sft_preset | PAS | - | 
 trainer.plot_on_finish | PA | - | main_async runs its own schedule (async.*) and does not read it
+trainer.after_fit | PA | - | main_async runs its own schedule (async.*) and does not read it
 ray_init.address | PAS | - | 
 ray_init.num_cpus | PAS | >= 1 | 
 async.inference.backend | S | - | 

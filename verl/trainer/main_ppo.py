@@ -38,7 +38,8 @@ def setup_logging() -> None:
 
 def resolve_data_files(config: DictConfig) -> DictConfig:
     """Fill ``data.{train,val}_files`` from RLLA discovery when unset (``verl.utils.dataset.rlla_data``: ``DATA_DIR``,
-    ``dataset/rlla_4k``, the shared reference folder); nothing to do in agent mode (``env.env_name``).
+    ``dataset/rlla_4k``, the shared reference folder); nothing to do in agent mode (``env.env_name``). With
+    ``data.task`` the generated task's files instead (:func:`resolve_task`).
 
     With ``router.enable`` the router's ``*_router`` files are written next to the data once
     (``verl.router.preprocess``), and with ``router.irrelevance_fraction > 0`` the training file is
@@ -71,6 +72,8 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
             f"file's rows with `python -m verl.router.irrelevance --input FILE --output OUT --fraction "
             f"{fraction:g}` and pass OUT, with router.irrelevance_fraction=0"
         )
+    if config.data.task and not agent_mode:
+        return resolve_task(config)
     if agent_mode or (config.data.train_files and config.data.val_files):
         return config
     from verl.utils.dataset.rlla_data import resolve_rlla_data_dir
@@ -98,12 +101,49 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
     return config
 
 
+def resolve_task(config: DictConfig) -> DictConfig:
+    """``data.task``: write the generated task once (``verl.utils.dataset.route_qa.ensure_task``, seed 0, into
+    ``data.task_dir`` or the cache) and point ``data.train_files`` / ``val_files`` and ``data.task_dir`` at it. The
+    tool list (``actor_rollout_ref.rollout.multi_turn.tools``) is resolved here, so that a tool's kwargs may name
+    ``${data.task_dir}``.
+
+    Raises:
+        ConfigError: a task other than ``route_qa``; ``data.train_files`` / ``val_files`` set beside it (the task
+            would replace them); ``router.irrelevance_fraction > 0`` (irrelevance rows are RLLA's).
+    """
+    task = str(config.data.task)
+    if task != "route_qa":
+        raise ConfigError(f"data.task={task}: expected route_qa (docs/route_qa.md) or null (files or RLLA discovery)")
+    if config.data.train_files or config.data.val_files:
+        raise ConfigError(
+            f"data.task={task} writes the training and validation files itself, but data.train_files="
+            f"{config.data.train_files} / data.val_files={config.data.val_files} are set: leave them null, or "
+            f"drop data.task to train on those files"
+        )
+    if float(config.router.irrelevance_fraction) > 0:
+        raise ConfigError(
+            f"router.irrelevance_fraction={config.router.irrelevance_fraction} adds RLLA irrelevance rows; "
+            f"data.task={task} has its own direct questions: set it to 0"
+        )
+    from verl.utils.dataset.route_qa import ensure_task
+
+    folder = ensure_task(config.data.task_dir or None)
+    multi_turn = config.actor_rollout_ref.rollout.multi_turn
+    with open_dict(config):
+        config.data.task_dir = str(folder)
+        config.data.train_files = str(folder / "train.parquet")
+        config.data.val_files = str(folder / "val.parquet")
+        multi_turn.tools = OmegaConf.to_container(multi_turn.tools, resolve=True)
+    return config
+
+
 def resolve_models(config: DictConfig) -> DictConfig:
     """Turn ``actor_rollout_ref.model.path`` (and the critic's) into a local directory: a preset is prepared once
     here on the driver; a folder must hold a readable ``config.json``; a hub id is accepted only where the hub can be
     reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key). An SFT preset
-    (``tiny-sft``, ``smollm2-135m-sft``) not built yet is built first when ``trainer.build_sft_preset`` is true
-    (``verl.trainer.sft_presets.build_sft_preset``: minutes on a CPU). The critic's ``tokenizer_path`` left at its
+    (``tiny-sft``, ``smollm2-135m-sft``, ``tiny-route-qa``) not built yet is built first when
+    ``trainer.build_sft_preset`` is true (``verl.trainer.sft_presets.build_sft_preset``; ``tiny-route-qa``:
+    ``verl.trainer.route_qa.warm_start``; minutes on a CPU). The critic's ``tokenizer_path`` left at its
     default (the actor's path) follows the actor's resolved directory; one the user set is kept (the critic worker
     prepares it)."""
     from verl.utils.model_presets import SFT_PRESETS, preset_dir, prepare_model
@@ -123,7 +163,12 @@ def resolve_models(config: DictConfig) -> DictConfig:
                 require_device(config)  # never minutes of SFT for a run that cannot place its models
 
                 logger.info("model preset %s is not built yet: building it (trainer.build_sft_preset=true)", name)
-                build_sft_preset(name)
+                if name == "tiny-route-qa":
+                    from verl.trainer.route_qa.warm_start import build_warm_start
+
+                    build_warm_start()
+                else:
+                    build_sft_preset(name)
         model_dir = prepare_model(actor_path, key="actor_rollout_ref.model.path")
         config.actor_rollout_ref.model.path = model_dir
         if config.critic.enable:
@@ -430,6 +475,7 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     from verl.utils.run_lock import hold_folders
 
     config = prepare_config(config)
+    after_fit = load_after_fit(config.trainer.after_fit)  # a bad reference fails now, not after the training
     if writes_checkpoints(config):
         check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
     logger.info(
@@ -451,7 +497,34 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
 
         written = plot(Path(trainer.run_dir()) / "metrics.jsonl", Path(trainer.run_dir()) / "plots")
         logger.info("plots: %s", ", ".join(str(p) for p in written))
+    if after_fit is not None:
+        logger.info("trainer.after_fit: %s", config.trainer.after_fit)
+        after_fit(config, trainer)
     return trainer
+
+
+def load_after_fit(ref: str | None):
+    """The callable ``trainer.after_fit`` names (``package.module:function``, called as ``function(config, trainer)``
+    once training has ended and the plots are written), or None when unset.
+
+    Raises:
+        ConfigError: not of the form ``module:function``, a module that does not import, or no such function.
+    """
+    if not ref:
+        return None
+    import importlib
+
+    module_name, sep, name = str(ref).partition(":")
+    if not sep or not module_name or not name:
+        raise ConfigError(f"trainer.after_fit={ref}: expected 'package.module:function'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ConfigError(f"trainer.after_fit={ref}: module {module_name} does not import ({err})") from None
+    fn = getattr(module, name, None)
+    if not callable(fn):
+        raise ConfigError(f"trainer.after_fit={ref}: {module_name} has no function {name!r}")
+    return fn
 
 
 def writes_checkpoints(config: DictConfig) -> bool:

@@ -1,14 +1,17 @@
-"""Atomic file writes: write to a temporary sibling, then ``os.replace`` it onto the target (atomic on POSIX within
-one file system), so a reader never sees a partial file and a crash leaves the previous version in place."""
+"""Atomic file and folder writes: write to a temporary sibling, then ``os.replace`` it onto the target (atomic on POSIX
+within one file system), so a reader never sees a partial file or folder and a crash leaves the previous version in
+place."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
-__all__ = ["atomic_path", "temp_sibling"]
+__all__ = ["atomic_path", "publish_dir", "temp_sibling"]
 
 
 def temp_sibling(path: str | os.PathLike) -> Path:
@@ -29,3 +32,26 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def publish_dir(build_fn: Callable[[Path], None], target: Path) -> Path:
+    """Build into a temporary sibling directory with ``build_fn(tmp_dir)`` and rename it to ``target``.
+
+    A crash half-way never leaves a partial folder that later runs would load (a model preset, a generated task).
+    Returns ``target``; an existing ``target`` is returned as is, unbuilt.
+    """
+    if target.is_dir():  # published by an atomic rename: its existence means it is complete
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        build_fn(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process published it first
+            if not target.is_dir():
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -12,6 +12,8 @@ Presets (``prepare_model(name)`` returns a local HF directory that ``AutoModelFo
   produces byte-identical weights.
 - ``tiny-sft``: ``tiny`` after the SFT warm start on RL-style RLLA rows (built by ``verl.trainer.fsdp_sft_trainer``;
   see ``verl.trainer.sft_presets``). Only resolvable once that run has written it.
+- ``tiny-route-qa``: ``tiny`` after the copy warm-up and SFT on the ``route_qa`` task's traces (built by
+  ``verl.trainer.route_qa.warm_start``; ``docs/route_qa.md``). Only resolvable once that has written it.
 - ``smollm2-135m-sft``: ``smollm2-135m`` after the same SFT with its own recipe
   (``SFT_PRESET=smollm2-135m-sft python -m verl.trainer.sft_presets``; a run with ``trainer.build_sft_preset=true``,
   which every recipe sets, builds it on first use when it
@@ -31,13 +33,11 @@ import argparse
 import importlib.util
 import logging
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-from verl.utils.fs import atomic_path
+from verl.utils.fs import atomic_path, publish_dir
 
 logger = logging.getLogger(__name__)
 
@@ -57,8 +57,14 @@ TINY_CONFIG = dict(
 )
 TINY_SEED = 1234
 
-PRESETS = ("smollm2-135m", "smollm2-135m-sft", "tiny", "tiny-sft")
-SFT_PRESETS = ("tiny-sft", "smollm2-135m-sft")  # built by verl.trainer.sft_presets (SFT_PRESET=<name>)
+PRESETS = ("smollm2-135m", "smollm2-135m-sft", "tiny", "tiny-sft", "tiny-route-qa")
+SFT_PRESETS = ("tiny-sft", "smollm2-135m-sft", "tiny-route-qa")  # built on first use (trainer.build_sft_preset)
+# how to build each SFT preset by hand (named when one is asked for before it is built)
+SFT_PRESET_COMMANDS = {
+    "tiny-sft": ("SFT_PRESET=tiny-sft python -m verl.trainer.sft_presets", "SFT on RLLA rows, ~11 min"),
+    "smollm2-135m-sft": ("SFT_PRESET=smollm2-135m-sft python -m verl.trainer.sft_presets", "SFT on RLLA rows, ~40 min"),
+    "tiny-route-qa": ("python -m verl.trainer.route_qa.warm_start", "copy warm-up + SFT on route_qa traces"),
+}
 
 
 def cache_root() -> Path:
@@ -102,28 +108,6 @@ def _gguf_path(install: bool = True) -> Path:
     return path
 
 
-def _atomic_publish(build_fn, target: Path) -> Path:
-    """Build into a temporary sibling directory with ``build_fn(tmp_dir)`` and rename it to ``target``.
-
-    A crash half-way never leaves a partial preset that later runs would load.
-    """
-    if target.is_dir():  # published by an atomic rename: its existence means it is complete
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        build_fn(tmp)
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process published it first
-            if not target.is_dir():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return target
-
-
 def prepare_tokenizer() -> Path:
     """The real SmolLM2 tokenizer and chat template, saved as a plain HF tokenizer directory (cached)."""
 
@@ -134,7 +118,7 @@ def prepare_tokenizer() -> Path:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         tok.save_pretrained(str(tmp))
 
-    return _atomic_publish(build, cache_root() / "tokenizers" / "smollm2")
+    return publish_dir(build, cache_root() / "tokenizers" / "smollm2")
 
 
 def _build_smollm2(tmp: Path) -> None:
@@ -291,18 +275,17 @@ def prepare_model(name_or_path: str, key: str = "model path") -> str:
     name = str(name_or_path)
     resolved = resolve_model_path(name)
     if name == "smollm2-135m":
-        path = _atomic_publish(_build_smollm2, resolved)
+        path = publish_dir(_build_smollm2, resolved)
         _drop_gguf_quantization_config(path)
         return str(path)
     if name == "tiny":
-        return str(_atomic_publish(_build_tiny, resolved))
+        return str(publish_dir(_build_tiny, resolved))
     if name in SFT_PRESETS:
         if not (resolved / "config.json").is_file():
+            command, what = SFT_PRESET_COMMANDS[name]
             raise ModelPathError(
-                f"{key}={name}: preset not built yet at {resolved}; run "
-                f"`SFT_PRESET={name} python -m verl.trainer.sft_presets`, or let the run build it with "
-                f"trainer.build_sft_preset=true (SFT warm start on RLLA rows: tiny-sft ~11 min, "
-                "smollm2-135m-sft ~40 min on 2 CPU cores)"
+                f"{key}={name}: preset not built yet at {resolved}; run `{command}`, or let the run build it "
+                f"with trainer.build_sft_preset=true ({what} on 2 CPU cores)"
             )
         return str(resolved)
     if isinstance(resolved, Path):

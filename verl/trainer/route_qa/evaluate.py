@@ -61,6 +61,7 @@ def play_table(
     response_length: int = 160,
     max_prompt_length: int = 512,
     device: str = "cpu",
+    max_assistant_turns: int = 4,
 ) -> dict[str, dict[str, np.ndarray]]:
     """Play every row under every setting (module docstring).
 
@@ -69,6 +70,8 @@ def play_table(
         rows: ``route_qa`` rows (:func:`load_rows`).
         corpus_path: the task's ``corpus.jsonl`` (the search tool's documents).
         response_length: an episode's budget, policy and observation tokens together.
+        max_assistant_turns: the assistant turns an episode may take (a run's
+            ``actor_rollout_ref.rollout.multi_turn.max_assistant_turns``).
 
     Returns:
         ``{setting: {"correct": bool [N], "used_tool": bool [N], "calls": int [N], "obs_tokens": int [N],
@@ -103,7 +106,15 @@ def play_table(
     model = load_causal_lm(model_section, trainable=False).to(torch.device(device))
     rollout = HFRollout(model, rollout_section, tokenizer)
     section = default_section("actor_rollout_ref.rollout.multi_turn")
-    section = OmegaConf.merge(section, {"enable": True, "tools": route_qa_tool_specs(corpus_path), "sandbox": "none"})
+    section = OmegaConf.merge(
+        section,
+        {
+            "enable": True,
+            "tools": route_qa_tool_specs(corpus_path),
+            "sandbox": "none",
+            "max_assistant_turns": max_assistant_turns,
+        },
+    )
     multi_turn = MultiTurnRollout(section, tokenizer, "toolrl", response_length)
     table: dict[str, dict[str, np.ndarray]] = {}
     try:

@@ -65,7 +65,7 @@ def random_at_budget(table: dict, budget: float) -> np.ndarray:
     """
     cost = _matrix(table, "used_tool").mean(axis=0)
     spend = cost[SETTINGS.index("SEARCH")] + cost[SETTINGS.index("CALCULATE")]
-    q = budget / spend if spend > 0 else float("inf")
+    q = budget / spend if spend > 0 else (0.0 if budget == 0 else float("inf"))  # B = 0: always ANSWER
     if not 0.0 <= q <= 0.5:
         raise ValueError(f"random routing cannot spend B={budget}: the tool routes cost {spend / 2:.3f} on average")
     n = len(table[SETTINGS[0]]["correct"])

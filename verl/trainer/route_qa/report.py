@@ -13,7 +13,8 @@ Criteria, each with the figures it is read from:
 - ``route_shares``: each kind's share of its own route (arithmetic CALCULATE, fact SEARCH, direct ANSWER) is at least
   0.9 and above the bag-of-words baseline's;
 - ``payoff``: the router's accuracy minus random routing's at B (``policies.random_at_budget``) is above two paired
-  standard errors (random routing at the router's own cost is reported beside it);
+  standard errors (random routing at the router's own cost is reported beside it); when the tool routes call tools
+  too seldom for random routing to spend B, it does not hold and ``unreachable`` says why;
 - ``loose_budget`` (read when B is at least the tool-needing share): the router's accuracy is within one paired
   standard error of always-tools', and its calls per question within 10% of the oracle's (the fewest that answer
   every question that needs a tool); the cut in calls against always-tools is reported;
@@ -100,6 +101,15 @@ def _compare(table: dict, a: np.ndarray, b: np.ndarray, column: str = "correct")
     return {"difference": float((ea - eb).mean()), "paired_se": policies.paired_se(ea, eb)}
 
 
+def _random_or_none(table: dict, budget: float, unreachable: list[str]) -> np.ndarray | None:
+    """Random routing at ``budget``, or None (the reason appended to ``unreachable``) when it cannot spend it."""
+    try:
+        return policies.random_at_budget(table, budget)
+    except ValueError as err:
+        unreachable.append(str(err))
+        return None
+
+
 def criteria(
     table: dict,
     rows: Sequence[dict],
@@ -120,10 +130,11 @@ def criteria(
         "always_tools": policies.policy_summary(table, policies.always("BOTH", n), rows),
         "bag_of_words": policies.policy_summary(table, policies.BagOfWords().fit(train_rows).routes(rows), rows),
     }
-    random = policies.random_at_budget(table, budget)
-    summary["random_at_budget"] = policies.policy_summary(table, random, rows)
-    at_cost = policies.random_at_budget(table, summary["router"]["cost"])
-    summary["random_at_router_cost"] = policies.policy_summary(table, at_cost, rows)
+    unreachable = []  # budgets random routing cannot spend (its tool routes seldom call a tool)
+    random = _random_or_none(table, budget, unreachable)
+    at_cost = _random_or_none(table, summary["router"]["cost"], unreachable)
+    summary["random_at_budget"] = None if random is None else policies.policy_summary(table, random, rows)
+    summary["random_at_router_cost"] = None if at_cost is None else policies.policy_summary(table, at_cost, rows)
 
     own = {k: summary["router"]["route_shares"][k][ROUTE_OF_KIND[k]] for k in KINDS}
     bow = {k: summary["bag_of_words"]["route_shares"][k][ROUTE_OF_KIND[k]] for k in KINDS}
@@ -133,11 +144,12 @@ def criteria(
         "bag_of_words": bow,
         "holds": all(own[k] >= 0.9 and own[k] > bow[k] for k in KINDS),
     }
-    payoff = _compare(table, router, random)
+    payoff = _compare(table, router, random) if random is not None else {"difference": None, "paired_se": None}
     out["payoff"] = {
         **payoff,
-        "against_random_at_router_cost": _compare(table, router, at_cost),
-        "holds": payoff["difference"] > 2 * payoff["paired_se"],
+        "against_random_at_router_cost": None if at_cost is None else _compare(table, router, at_cost),
+        "holds": False if random is None else payoff["difference"] > 2 * payoff["paired_se"],
+        "unreachable": unreachable,
     }
     loose = summary["tool_share"] - 1e-9 <= budget
     against_always = _compare(table, router, policies.always("BOTH", n))

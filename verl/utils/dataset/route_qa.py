@@ -13,7 +13,7 @@ Three kinds of question, in equal shares by default:
 
 So that the kind cannot be read off the words alone, the kinds share the question templates (a ``direct``
 arithmetic question is written like an ``arithmetic`` one, a ``direct`` fact question ends like a ``fact`` one), and
-the test split's templates and phrasings are never used in train or validation. Each split has its own countries, so a
+the test split's question templates are never used in train or validation. Each split has its own countries, so a
 test fact cannot have been memorised in training.
 
 Rows follow the RLLA schema (``data_source`` ``route_qa``): a system message listing both tools in the RLLA
@@ -44,9 +44,11 @@ __all__ = [
     "SYSTEM_PROMPT",
     "TOOL_FAMILIES",
     "Country",
+    "ensure_task",
     "extra_info_problems",
     "generate",
     "make_countries",
+    "task_dir",
     "write_task",
 ]
 
@@ -74,36 +76,21 @@ TEMPLATES = {
     "train": ("What is {q}?", "Tell me {q}.", "Please find {q}.", "Do you know {q}?"),
     "test": ("I need to know {q}.", "Can you work out {q}?", "Give me {q}, please.", "Quick question: {q}?"),
 }
-# arithmetic phrasings by operator: {a}, {b}
-OPERATIONS = {
-    "train": {"+": ("{a} plus {b}", "the sum of {a} and {b}"), "-": ("{a} minus {b}",), "*": ("{a} times {b}",)},
-    "test": {"+": ("{a} added to {b}",), "-": ("{b} subtracted from {a}",), "*": ("the product of {a} and {b}",)},
-}
+# arithmetic phrasings by operator: {a}, {b}. Shared by the splits (only the question templates are held out):
+# a 7M model cannot learn an unseen phrasing's meaning ("b subtracted from a": the operands swapped), and a test
+# split that asks for one measures that, not routing (docs/route_qa.md "Not readable off the words").
+OPERATIONS = {"+": ("{a} plus {b}", "the sum of {a} and {b}"), "-": ("{a} minus {b}",), "*": ("{a} times {b}",)}
 # fact phrasings by attribute: {e} the country
 ATTRIBUTES = {
-    "train": {
-        "capital": ("the capital of {e}",),
-        "river": ("the river that flows through {e}",),
-        "founded": ("the year {e} was founded",),
-    },
-    "test": {
-        "capital": ("the capital city of {e}",),
-        "river": ("the name of the river of {e}",),
-        "founded": ("the founding year of {e}",),
-    },
+    "capital": ("the capital of {e}",),
+    "river": ("the river that flows through {e}",),
+    "founded": ("the year {e} was founded",),
 }
 # the fact stated before a direct question: {e}, {v}
 CONTEXTS = {
-    "train": {
-        "capital": ("The capital of {e} is {v}.",),
-        "river": ("The river {v} flows through {e}.",),
-        "founded": ("{e} was founded in {v}.",),
-    },
-    "test": {
-        "capital": ("{v} is the capital of {e}.",),
-        "river": ("{e} lies on the river {v}.",),
-        "founded": ("In {v}, {e} was founded.",),
-    },
+    "capital": ("The capital of {e} is {v}.",),
+    "river": ("The river {v} flows through {e}.",),
+    "founded": ("{e} was founded in {v}.",),
 }
 QUERY_WORDS = {"capital": "capital", "river": "river", "founded": "founding year"}  # an oracle's search query
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr", "st", "th", "qu")
@@ -147,7 +134,7 @@ def make_countries(rng: random.Random, n: int, taken: set[str]) -> list[Country]
     return [Country(fresh(3), fresh(2), fresh(2), str(rng.randint(1100, 1950))) for _ in range(n)]
 
 
-def _arithmetic(rng: random.Random, split_set: str, small: bool) -> tuple[str, str, dict]:
+def _arithmetic(rng: random.Random, small: bool) -> tuple[str, str, dict]:
     op = rng.choice(("+", "-", "*"))
     if small:
         a, b = rng.randint(1, 9), rng.randint(1, 9)
@@ -155,7 +142,7 @@ def _arithmetic(rng: random.Random, split_set: str, small: bool) -> tuple[str, s
         a, b = rng.randint(100, 9999), rng.randint(100, 9999)
     if op == "-" and b > a:
         a, b = b, a
-    phrase = rng.choice(OPERATIONS[split_set][op]).format(a=a, b=b)
+    phrase = rng.choice(OPERATIONS[op]).format(a=a, b=b)
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     call = {"name": "calculator", "parameters": {"expression": f"{a} {op} {b}"}}
     return phrase, str(value), call
@@ -167,15 +154,15 @@ def _question(rng: random.Random, split: str, kind: str, subkind: str, countries
     template = TEMPLATES[split_set][t]
     context, call = "", None
     if subkind in ("arithmetic", "direct_arithmetic"):
-        phrase, answer, call = _arithmetic(rng, split_set, small=subkind == "direct_arithmetic")
+        phrase, answer, call = _arithmetic(rng, small=subkind == "direct_arithmetic")
     else:
         country = rng.choice(countries)
         attribute = rng.choice(("capital", "river", "founded"))
         answer = getattr(country, attribute)
-        phrase = rng.choice(ATTRIBUTES[split_set][attribute]).format(e=country.name)
+        phrase = rng.choice(ATTRIBUTES[attribute]).format(e=country.name)
         call = {"name": "search", "parameters": {"query": f"{QUERY_WORDS[attribute]} of {country.name}"}}
         if subkind == "direct_fact":
-            context = rng.choice(CONTEXTS[split_set][attribute]).format(e=country.name, v=answer) + " "
+            context = rng.choice(CONTEXTS[attribute]).format(e=country.name, v=answer) + " "
     question = context + template.format(q=phrase)
     return {
         "question": question,
@@ -295,6 +282,24 @@ def write_task(
     }
     (out / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     return meta
+
+
+def task_dir(seed: int = 0) -> Path:
+    """Where :func:`ensure_task` writes the default-sized task of ``seed``: ``<cache>/data/route_qa-seed<seed>``
+    (the cache root of :func:`verl.utils.model_presets.cache_root`, ``$TOOLRL_CACHE`` or ``~/.cache/toolrl_router``)."""
+    from verl.utils.model_presets import cache_root
+
+    return cache_root() / "data" / f"route_qa-seed{int(seed)}"
+
+
+def ensure_task(output_dir: str | os.PathLike | None = None, seed: int = 0) -> Path:
+    """The task's folder (:func:`write_task` with the default sizes), written once: an existing folder is returned
+    as is; a new one is built beside its target and renamed onto it, so a crash never leaves half a task
+    (``verl.utils.fs.publish_dir``). ``output_dir`` None: :func:`task_dir` of ``seed``."""
+    from verl.utils.fs import publish_dir
+
+    target = Path(output_dir) if output_dir is not None else task_dir(seed)
+    return publish_dir(lambda tmp: write_task(tmp, seed), target)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
