@@ -33,13 +33,14 @@ def digit_ids(tok) -> list[int]:
 
 
 def patch_digit_spans(tok, share: dict) -> None:
-    """Make ``_Sequences.span`` draw a 3-8 digit run with probability ``share["p"]`` (changeable later)."""
-    digits, original = digit_ids(tok), cw._Sequences.span
+    """Make ``_Sequences.span`` draw a 3-8 digit run with probability ``share["p"]`` (changeable later), else 2-9 word
+    pieces (the module's own ``DIGIT_SHARE`` bypassed, so the split rates are digit runs only and pieces only)."""
+    digits = digit_ids(tok)
 
     def span(self):
         if self.rng.random() < share["p"]:
             return [self.rng.choice(digits) for _ in range(self.rng.randint(3, 8))]
-        return original(self)
+        return self.tokens(2, 9)  # word pieces, as the module drew every span at 49c4fff
 
     cw._Sequences.span = span
 

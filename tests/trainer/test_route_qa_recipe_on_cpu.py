@@ -28,6 +28,15 @@ def test_ensure_task_writes_the_task_once(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
 
 
+def test_ensure_task_writes_into_an_empty_folder_and_refuses_a_full_one(tmp_path):
+    (tmp_path / "empty").mkdir()
+    assert (ensure_task(tmp_path / "empty") / "meta.json").is_file()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(FileExistsError, match="holds no task"):
+        ensure_task(tmp_path / "other")
+
+
 def test_data_task_fills_the_files_and_the_tool_kwargs(small_task):
     from verl.trainer.config_utils import load_default_config
     from verl.trainer.main_ppo import resolve_data_files
@@ -45,6 +54,7 @@ def test_data_task_fills_the_files_and_the_tool_kwargs(small_task):
         (["data.task=gsm8k"], "data.task=gsm8k: expected route_qa"),
         (["data.task=route_qa", "data.train_files=x.parquet"], "leave them null"),
         (["data.task=route_qa", "router.enable=true", "router.irrelevance_fraction=0.25"], "set it to 0"),
+        (["data.task_dir=/tmp/somewhere"], "data.task is null"),
     ],
 )
 def test_data_task_refuses_what_it_would_ignore(overrides, message):
@@ -56,6 +66,7 @@ def test_data_task_refuses_what_it_would_ignore(overrides, message):
 
 
 def test_after_fit_references_are_checked_at_load():
+    from verl.trainer.config_utils import load_default_config
     from verl.trainer.main_ppo import load_after_fit
     from verl.trainer.route_qa.finish import after_fit
 
@@ -68,6 +79,14 @@ def test_after_fit_references_are_checked_at_load():
     ):
         with pytest.raises(ConfigError, match=message):
             load_after_fit(ref)
+    # what the route_qa hook needs is refused before the run (main_ppo calls its check first)
+    after_fit.check(load_default_config(["recipe=router_route_qa"]))
+    for overrides, message in (
+        (["data.task=null"], "needs data.task=route_qa"),
+        (["trainer.save_freq=-1"], "save_freq > 0"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            after_fit.check(load_default_config(["recipe=router_route_qa", *overrides]))
 
 
 def test_random_routing_curve_runs_from_answer_to_the_tool_routes():
@@ -87,6 +106,15 @@ def test_random_routing_curve_runs_from_answer_to_the_tool_routes():
     assert [p["cost"] for p in curve] == pytest.approx([0.0, 0.5, 1.0])
     # B = 0: always ANSWER (1/4 right); B = 1: SEARCH or CALCULATE at even odds ((2/4 + 4/4) / 2); linear between
     assert [p["accuracy"] for p in curve] == pytest.approx([0.25, 0.5, 0.75])
+    # a largest spend that rounding puts a hair above what a tool route may take still draws (q = 1/2)
+    table["SEARCH"]["used_tool"] = np.array([True, False, False, False] * 3)
+    table["CALCULATE"]["used_tool"] = np.array([True] * 4 + [False] * 8)
+    for s in SETTINGS:
+        for k in ("correct", "calls"):
+            table[s][k] = np.resize(table[s][k], 12)
+    table["ANSWER"]["used_tool"] = np.zeros(12, bool)
+    table["BOTH"]["used_tool"] = np.ones(12, bool)
+    assert len(random_curve(table)) == 11
 
 
 def test_the_warm_start_preset_is_built_once_with_its_record(small_task, tmp_path):

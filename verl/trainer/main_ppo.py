@@ -72,6 +72,11 @@ def resolve_data_files(config: DictConfig) -> DictConfig:
             f"file's rows with `python -m verl.router.irrelevance --input FILE --output OUT --fraction "
             f"{fraction:g}` and pass OUT, with router.irrelevance_fraction=0"
         )
+    if config.data.task_dir and not config.data.task:
+        raise ConfigError(
+            f"data.task_dir={config.data.task_dir} is where data.task is written, but data.task is null: set "
+            f"data.task=route_qa, or drop data.task_dir"
+        )
     if config.data.task and not agent_mode:
         return resolve_task(config)
     if agent_mode or (config.data.train_files and config.data.val_files):
@@ -127,13 +132,18 @@ def resolve_task(config: DictConfig) -> DictConfig:
         )
     from verl.utils.dataset.route_qa import ensure_task
 
+    from omegaconf.errors import InterpolationResolutionError
+
     folder = ensure_task(config.data.task_dir or None)
     multi_turn = config.actor_rollout_ref.rollout.multi_turn
     with open_dict(config):
         config.data.task_dir = str(folder)
         config.data.train_files = str(folder / "train.parquet")
         config.data.val_files = str(folder / "val.parquet")
-        multi_turn.tools = OmegaConf.to_container(multi_turn.tools, resolve=True)
+        try:
+            multi_turn.tools = OmegaConf.to_container(multi_turn.tools, resolve=True)
+        except InterpolationResolutionError as err:
+            raise ConfigError(f"actor_rollout_ref.rollout.multi_turn.tools: {err}") from None
     return config
 
 
@@ -166,7 +176,7 @@ def resolve_models(config: DictConfig) -> DictConfig:
                 if name == "tiny-route-qa":
                     from verl.trainer.route_qa.warm_start import build_warm_start
 
-                    build_warm_start()
+                    build_warm_start(data_dir=config.data.task_dir)  # the run's task folder (resolve_task)
                 else:
                     build_sft_preset(name)
         model_dir = prepare_model(actor_path, key="actor_rollout_ref.model.path")
@@ -474,8 +484,10 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
     from verl.utils.checkpoint_space import check_writable
     from verl.utils.run_lock import hold_folders
 
+    after_fit = load_after_fit(config.trainer.after_fit)  # a bad reference fails now, before any preset is built
+    if after_fit is not None and hasattr(after_fit, "check"):
+        after_fit.check(config)  # what the hook needs of the run (ConfigError), before the training
     config = prepare_config(config)
-    after_fit = load_after_fit(config.trainer.after_fit)  # a bad reference fails now, not after the training
     if writes_checkpoints(config):
         check_writable(config.trainer.default_local_dir)  # a read-only folder fails here, not at the first save
     logger.info(
@@ -492,20 +504,22 @@ def run_ppo(config: DictConfig) -> "RayPPOTrainer":  # noqa: F821
             trainer.fit()
         finally:
             trainer.shutdown()
-    if config.trainer.plot_on_finish:
-        from verl.utils.plot_metrics import plot
+        if config.trainer.plot_on_finish:
+            from verl.utils.plot_metrics import plot
 
-        written = plot(Path(trainer.run_dir()) / "metrics.jsonl", Path(trainer.run_dir()) / "plots")
-        logger.info("plots: %s", ", ".join(str(p) for p in written))
-    if after_fit is not None:
-        logger.info("trainer.after_fit: %s", config.trainer.after_fit)
-        after_fit(config, trainer)
+            written = plot(Path(trainer.run_dir()) / "metrics.jsonl", Path(trainer.run_dir()) / "plots")
+            logger.info("plots: %s", ", ".join(str(p) for p in written))
+        if after_fit is not None:  # inside the folders' lock: it writes into the run folder
+            logger.info("trainer.after_fit: %s", config.trainer.after_fit)
+            after_fit(config, trainer)
     return trainer
 
 
 def load_after_fit(ref: str | None):
     """The callable ``trainer.after_fit`` names (``package.module:function``, called as ``function(config, trainer)``
-    once training has ended and the plots are written), or None when unset.
+    once training has ended and the plots are written, inside the run folders' lock), or None when unset. A
+    function with a ``check`` attribute has ``check(config)`` called before the config is prepared, to refuse a run
+    it could not finish (raising ``ConfigError``).
 
     Raises:
         ConfigError: not of the form ``module:function``, a module that does not import, or no such function.

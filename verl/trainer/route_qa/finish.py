@@ -6,7 +6,8 @@ Writes into the run folder (``trainer.run_dir``):
 
 - ``test_table.parquet``: :func:`verl.trainer.route_qa.evaluate.play_table` on the task's test split with the actor
   of the last checkpoint (its ``actor/huggingface`` export; the value-mode router leaves it as the warm start was);
-  kept, and reused when the run is finished again;
+  kept with ``test_table.json`` (the model folder and its weights' bytes), and reused when the run is finished again
+  by the same actor;
 - ``summary.json``: :func:`verl.trainer.route_qa.report.criteria` at ``router.budget_B`` with the policy's expected
   cost over the last third of the training steps, plus the seconds each part took;
 - ``plots/route_qa.png``: route shares by kind (router, bag-of-words) and accuracy against cost (random routing at
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["after_fit", "finish_run", "plot_summary"]
+__all__ = ["after_fit", "check", "finish_run", "plot_summary", "random_curve"]
 
 logger = logging.getLogger(__name__)
 
@@ -62,16 +63,19 @@ def finish_run(
         FileNotFoundError: no checkpoint, no HF export in it, or a missing task file.
     """
     from verl.trainer.route_qa.evaluate import load_rows, play_table, table_frame
+    from verl.utils.fs import atomic_path
     from verl.trainer.route_qa.report import criteria, last_third_mean, read_table, router_routes
 
     run_dir, data_dir, checkpoint = Path(run_dir), Path(data_dir), Path(checkpoint)
     seconds: dict[str, float] = {}
     rows = load_rows(data_dir / "test.parquet")
-    table_path = run_dir / "test_table.parquet"
-    if not table_path.is_file():
-        model = Path(model_dir) if model_dir is not None else checkpoint / "actor" / "huggingface"
-        if not (model / "config.json").is_file():
-            raise FileNotFoundError(f"route_qa finish: no HF model at {model} to play the test split with")
+    table_path, played_by = run_dir / "test_table.parquet", run_dir / "test_table.json"
+    model = Path(model_dir) if model_dir is not None else checkpoint / "actor" / "huggingface"
+    if not (model / "config.json").is_file():
+        raise FileNotFoundError(f"route_qa finish: no HF model at {model} to play the test split with")
+    stamp = {"model": str(model), "weights_bytes": sum(p.stat().st_size for p in model.glob("*.safetensors"))}
+    reuse = table_path.is_file() and played_by.is_file() and json.loads(played_by.read_text()) == stamp
+    if not reuse:  # none yet, or played by another actor
         start = time.monotonic()
         logger.info("route_qa finish: playing %d test questions x 4 settings with %s", len(rows), model)
         table = play_table(
@@ -82,7 +86,9 @@ def finish_run(
             response_length=response_length,
             max_assistant_turns=max_assistant_turns,
         )
-        table_frame(table, rows).to_parquet(table_path, index=False)
+        with atomic_path(table_path) as tmp:
+            table_frame(table, rows).to_parquet(tmp, index=False)
+        played_by.write_text(json.dumps(stamp) + "\n")
         seconds["test_table"] = time.monotonic() - start
     table = read_table(table_path, rows)
     start = time.monotonic()
@@ -93,7 +99,8 @@ def finish_run(
     result = criteria(table, rows, routes, load_rows(data_dir / "train.parquet"), budget, last)
     result["random_curve"] = random_curve(table)
     result["checkpoint"], result["seconds"] = str(checkpoint), seconds
-    (run_dir / "summary.json").write_text(json.dumps(result, indent=2) + "\n")
+    with atomic_path(run_dir / "summary.json") as tmp:
+        tmp.write_text(json.dumps(result, indent=2) + "\n")
     plot_summary(result, run_dir / "plots" / "route_qa.png")
     return result
 
@@ -167,15 +174,35 @@ def plot_summary(result: dict, path: str | Path) -> Path:
     return path
 
 
+def check(config) -> None:
+    """What :func:`after_fit` needs of a run, checked before it starts (``verl.trainer.main_ppo.load_after_fit``):
+    ``data.task=route_qa`` and a checkpoint to route with (``trainer.save_freq > 0``).
+
+    Raises:
+        ConfigError: either is missing, naming the key.
+    """
+    from verl.trainer.config_errors import ConfigError
+
+    if config.data.task != "route_qa":
+        raise ConfigError(
+            f"trainer.after_fit=verl.trainer.route_qa.finish:after_fit reads the route_qa test split: it needs "
+            f"data.task=route_qa, got {config.data.task}"
+        )
+    if int(config.trainer.save_freq or -1) <= 0:
+        raise ConfigError(
+            f"trainer.after_fit=verl.trainer.route_qa.finish:after_fit routes with the last checkpoint: it needs "
+            f"trainer.save_freq > 0, got {config.trainer.save_freq}"
+        )
+
+
 def after_fit(config, trainer) -> dict:
     """``trainer.after_fit`` hook: :func:`finish_run` for a finished ``main_ppo`` run on ``data.task=route_qa``
     (the last checkpoint under ``trainer.default_local_dir``, ``router.budget_B``).
 
     Raises:
-        ValueError: the run was not on ``data.task=route_qa``.
+        ConfigError: see :func:`check`.
     """
-    if config.data.task != "route_qa":
-        raise ValueError(f"verl.trainer.route_qa.finish:after_fit needs data.task=route_qa, got {config.data.task}")
+    check(config)
     result = finish_run(
         trainer.run_dir(),
         _last_checkpoint(Path(config.trainer.default_local_dir)),
@@ -187,3 +214,6 @@ def after_fit(config, trainer) -> dict:
     for name in ("route_shares", "payoff", "loose_budget", "budget"):
         logger.info("route_qa %s: holds=%s", name, result[name]["holds"])
     return result
+
+
+after_fit.check = check  # verl.trainer.main_ppo.load_after_fit calls it before the run

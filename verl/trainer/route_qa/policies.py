@@ -66,6 +66,8 @@ def random_at_budget(table: dict, budget: float) -> np.ndarray:
     cost = _matrix(table, "used_tool").mean(axis=0)
     spend = cost[SETTINGS.index("SEARCH")] + cost[SETTINGS.index("CALCULATE")]
     q = budget / spend if spend > 0 else (0.0 if budget == 0 else float("inf"))  # B = 0: always ANSWER
+    if 0.5 < q <= 0.5 + 1e-9:  # the largest spend, B = c̄_SEARCH + c̄_CALCULATE over 2, up to rounding
+        q = 0.5
     if not 0.0 <= q <= 0.5:
         raise ValueError(f"random routing cannot spend B={budget}: the tool routes cost {spend / 2:.3f} on average")
     n = len(table[SETTINGS[0]]["correct"])

@@ -295,10 +295,19 @@ def task_dir(seed: int = 0) -> Path:
 def ensure_task(output_dir: str | os.PathLike | None = None, seed: int = 0) -> Path:
     """The task's folder (:func:`write_task` with the default sizes), written once: an existing folder is returned
     as is; a new one is built beside its target and renamed onto it, so a crash never leaves half a task
-    (``verl.utils.fs.publish_dir``). ``output_dir`` None: :func:`task_dir` of ``seed``."""
+    (``verl.utils.fs.publish_dir``). ``output_dir`` None: :func:`task_dir` of ``seed``; an empty folder is written
+    into.
+
+    Raises:
+        FileExistsError: ``output_dir`` exists, is not empty and holds no ``meta.json``.
+    """
     from verl.utils.fs import publish_dir
 
     target = Path(output_dir) if output_dir is not None else task_dir(seed)
+    if target.is_dir() and not (target / "meta.json").is_file():
+        if any(target.iterdir()):
+            raise FileExistsError(f"route_qa: {target} exists and holds no task (no meta.json); name a new folder")
+        target.rmdir()  # an empty folder made for it: write the task there
     return publish_dir(lambda tmp: write_task(tmp, seed), target)
 
 
