@@ -88,7 +88,7 @@ def test_model_path_errors_name_key_presets_and_folder_without_retries(tmp_path,
     assert time.monotonic() - start < 5  # no hub retries
     message = str(info.value)
     assert (
-        "actor_rollout_ref.model.path=tiny_sft_typo: not a preset (smollm2-135m, smollm2-135m-sft, tiny, tiny-sft)"
+        "actor_rollout_ref.model.path=tiny_sft_typo: not a preset (smollm2-135m, smollm2-135m-sft, tiny, tiny-sft, tiny-route-qa)"
         in message
         and "model hub is not reachable" in message
     )
