@@ -101,3 +101,23 @@ def test_the_restricted_loss_is_the_softmax_over_the_target_ids(corpus, tokenize
     restricted = torch.cat(restricted_terms).mean().item()
     whole = torch.cat(whole_terms).mean().item()
     assert first == pytest.approx(restricted, rel=1e-4) and full == pytest.approx(whole, rel=1e-4)
+
+
+def test_the_table_share_draws_one_digit_problems_answered_as_the_traces_answer(corpus, tokenizer):
+    from verl.utils.dataset.route_qa import TEMPLATES, one_digit_problems
+
+    plain, none = _Sequences(tokenizer, corpus, seed=7), _Sequences(tokenizer, corpus, seed=7, table_share=0.0)
+    assert [plain.draw() for _ in range(50)] == [none.draw() for _ in range(50)]  # 0: the draws as without it
+    questions = {t.format(q=p): a for p, a in one_digit_problems() for t in TEMPLATES["train"]}
+    data = _Sequences(tokenizer, corpus, seed=7, table_share=0.5)
+    vocab, table = set(data.targets()), 0
+    for _ in range(400):
+        context, target = data.draw()
+        assert set(target) <= vocab  # the answers' ids are in the restricted vocabulary
+        question = tokenizer.decode(context[: -len(data.open)])
+        if question in questions:
+            table += 1  # the answer after a space, as the traces write it: " 56"
+            assert tokenizer.decode(target[: -len(data.close)]) == " " + questions[question]
+    assert 0.4 < table / 400 < 0.6
+    with pytest.raises(ValueError, match="table_share"):
+        _Sequences(tokenizer, corpus, seed=7, table_share=1.0)

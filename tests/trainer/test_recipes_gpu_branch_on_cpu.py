@@ -10,14 +10,17 @@ read before the models are placed).
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from conftest import REPO_ROOT
+from verl.trainer.route_qa.warm_start import WarmStart
 
 RECIPES = sorted(p.stem for p in (REPO_ROOT / "verl/trainer/config/recipe").glob("*.yaml") if p.stem != "async_tiny")
 
@@ -32,8 +35,12 @@ def gpu_model_cache(tmp_path_factory):
     (cache / "models").mkdir()
     for name in ("smollm2-135m", "smollm2-135m-sft"):
         (cache / "models" / name).symlink_to(real, target_is_directory=True)
-    tiny = Path(prepare_model("tiny"))  # the route_qa warm start stood in for by its base
-    (cache / "models" / "tiny-route-qa").symlink_to(tiny, target_is_directory=True)
+    tiny = Path(prepare_model("tiny"))  # the route_qa warm start stood in for by its base, with its record
+    stand_in = cache / "models" / "tiny-route-qa"
+    stand_in.mkdir()
+    for f in tiny.iterdir():
+        (stand_in / f.name).symlink_to(f)
+    (stand_in / "warm_start.json").write_text(json.dumps({"settings": asdict(WarmStart())}))
     return cache
 
 

@@ -50,7 +50,7 @@ def test_traces_cover_each_setting_and_render_as_the_loop_does(task, tokenizer):
             if t["extra_info"]["turn"] == 1:
                 observation = t["prompt"][-1]
                 assert observation["role"] == "tool" and answer in observation["content"]  # the tool really ran
-            assert t["response"].startswith("<tool_call>") or t["response"] == f"<response>{answer}</response>"
+            assert t["response"].startswith("<tool_call>") or t["response"] == f"<response> {answer}</response>"
         own = [t for t in turns if t["extra_info"]["setting"] == "own_route"]
         system = own[0]["prompt"][0]["content"]
         assert ("**Available Tools**" in system) is bool(extra["needs_tool"])  # ANSWER's rewrite drops the tools
@@ -64,6 +64,48 @@ def test_traces_cover_each_setting_and_render_as_the_loop_does(task, tokenizer):
     loop = render(call_turn["prompt"]) + tokenizer.encode(call_turn["response"], add_special_tokens=False)
     loop += [tokenizer.eos_token_id] + TurnRenderer(tokenizer).ids([dict(answer_turn["prompt"][-1])])
     assert render(answer_turn["prompt"]) == loop
+
+
+def test_trace_mix_repeats_answer_turns_and_adds_the_one_digit_table(task):
+    import collections
+
+    import pandas as pd
+
+    from verl.trainer.route_qa.traces import TraceMix, write_traces
+    from verl.utils.dataset.route_qa import one_digit_problems
+
+    def groups(mix):
+        rows = pd.read_parquet(write_traces(task, task / "mix.parquet", mix=mix)).to_dict("records")
+        count = collections.Counter()
+        for r in rows:
+            e = r["extra_info"]
+            answer_at_once = "**Available Tools**" not in r["prompt"][0]["content"]
+            key = (
+                "table"
+                if e["setting"] == "table"
+                else "after_call"
+                if e["turn"] == 1
+                else "direct"
+                if answer_at_once
+                else "call"
+            )
+            count[key] += 1
+        return rows, count
+
+    _, plain = groups(TraceMix())
+    rows, mixed = groups(TraceMix(answer_after_call=3, direct_answer=2, table=2))
+    assert plain["table"] == 0
+    assert mixed["after_call"] == 3 * plain["after_call"] and mixed["direct"] == 2 * plain["direct"]
+    assert mixed["call"] == plain["call"] > 0
+    problems = one_digit_problems()
+    assert mixed["table"] == 2 * len(problems) == 2 * (81 * 2 + 45 + 81)  # plus has two phrasings; minus a >= b
+    assert ("7 times 8", "56") in problems and ("3 minus 5", "-2") not in problems
+    table = [r for r in rows if r["extra_info"]["setting"] == "table"]
+    for r in table:  # under ANSWER (no tools offered), in a training template, answered at once
+        assert "**Available Tools**" not in r["prompt"][0]["content"] and r["prompt"][-1]["role"] == "user"
+        assert r["response"].startswith("<response>") and not r["prompt"][-1]["content"].startswith("I need to know")
+    with pytest.raises(ValueError, match="answer_after_call"):
+        TraceMix(answer_after_call=0)
 
 
 def _table():

@@ -130,6 +130,12 @@ def test_the_warm_start_preset_is_built_once_with_its_record(small_task, tmp_pat
     stamp = (target / "model.safetensors").stat().st_mtime_ns
     assert build_warm_start(target, WarmStart(copy_steps=3, sft_steps=2), data_dir=small_task) == target
     assert (target / "model.safetensors").stat().st_mtime_ns == stamp
+    # a preset built with other settings (an older version's) is refused, not used as if it were this one
+    with pytest.raises(RuntimeError, match=r"copy_steps: built 3, expected 4.*delete the folder"):
+        build_warm_start(target, WarmStart(copy_steps=4, sft_steps=2), data_dir=small_task)
+    (target / "warm_start.json").unlink()
+    with pytest.raises(RuntimeError, match="no readable warm_start.json"):
+        build_warm_start(target, WarmStart(copy_steps=3, sft_steps=2), data_dir=small_task)
 
 
 def test_the_recipe_trains_and_ends_with_the_criteria_and_the_plot(small_task, tmp_path, tiny_model_dir):

@@ -153,9 +153,8 @@ def resolve_models(config: DictConfig) -> DictConfig:
     reached (``verl.utils.model_presets.prepare_model``, which raises ``ModelPathError`` naming the key). An SFT preset
     (``tiny-sft``, ``smollm2-135m-sft``, ``tiny-route-qa``) not built yet is built first when
     ``trainer.build_sft_preset`` is true (``verl.trainer.sft_presets.build_sft_preset``; ``tiny-route-qa``:
-    ``verl.trainer.route_qa.warm_start``; minutes on a CPU). The critic's ``tokenizer_path`` left at its
-    default (the actor's path) follows the actor's resolved directory; one the user set is kept (the critic worker
-    prepares it)."""
+    ``verl.trainer.route_qa.warm_start``, minutes on a CPU; a built one must record this version's settings). The
+    critic's ``tokenizer_path`` left at its default (the actor's) follows the actor's directory; one set is kept."""
     from verl.utils.model_presets import SFT_PRESETS, preset_dir, prepare_model
 
     with open_dict(config):
@@ -179,6 +178,10 @@ def resolve_models(config: DictConfig) -> DictConfig:
                     build_warm_start(data_dir=config.data.task_dir)  # the run's task folder (resolve_task)
                 else:
                     build_sft_preset(name)
+            elif name == "tiny-route-qa" and (preset_dir(name) / "config.json").is_file():
+                from verl.trainer.route_qa.warm_start import check_warm_start  # built by this version's settings
+
+                check_warm_start(preset_dir(name))
         model_dir = prepare_model(actor_path, key="actor_rollout_ref.model.path")
         config.actor_rollout_ref.model.path = model_dir
         if config.critic.enable:

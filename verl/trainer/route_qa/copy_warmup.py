@@ -19,6 +19,11 @@ Heads", section 3: the phase change). This module trains on exactly such sequenc
   span that followed the key;
 - ``recall`` (25%): four ``key span |`` pairs, then one of the keys and ``<response>``, then its span.
 
+With ``table_share`` above 0, that share of the sequences is instead a one-digit problem of the task (a direct
+arithmetic question in a training template, ``verl.utils.dataset.route_qa.one_digit_problems``), ``<response>``, then
+its answer: the table a model answers in its head, learnt here at the warm-up's cost a sequence rather than the
+SFT's (a sequence without the system prompt, under the restricted softmax).
+
 Every target ends with ``</response>``. The loss is the cross-entropy on the target tokens only, computed on their
 positions alone (no ``[tokens, vocab]`` logits for the context), and by default over the ids a target can hold
 rather than the whole vocabulary (a restricted softmax, Jean et al., 2015, "On Using Very Large Target Vocabulary
@@ -40,6 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from verl.utils.dataset.route_qa import TEMPLATES, one_digit_problems
+
 __all__ = ["CopyWarmup", "copy_warmup"]
 
 logger = logging.getLogger(__name__)
@@ -54,7 +61,9 @@ DELIMITERS = ((" [", "]"), (" (", ")"), ("\n", "\n"), (" <", ">"), (": ", "."))
 class CopyWarmup:
     """The warm-up's settings: ``steps`` optimizer steps of ``batch_size`` sequences, AdamW at ``lr`` after a linear
     warm-up over ``warmup_steps`` (then constant: with a decaying rate the phase change comes later, rq-02),
-    gradients clipped at ``clip`` (L2 norm), ``seed`` for the sequences and the order of operations."""
+    gradients clipped at ``clip`` (L2 norm), ``seed`` for the sequences and the order of operations;
+    ``table_share`` of the sequences one-digit problems (module docstring; 0: none, and the draws of the other kinds
+    are as without it)."""
 
     steps: int = 3000
     batch_size: int = 32
@@ -63,6 +72,7 @@ class CopyWarmup:
     clip: float = 1.0
     seed: int = 0
     restricted_softmax: bool = True
+    table_share: float = 0.0
 
     def lr_at(self, step: int) -> float:
         """The learning rate of optimizer step ``step`` (0-based)."""
@@ -72,7 +82,7 @@ class CopyWarmup:
 class _Sequences:
     """Draws the warm-up's ``(context ids, target ids)`` pairs (module docstring) from a seeded ``random.Random``."""
 
-    def __init__(self, tokenizer, corpus_path: str | Path, seed: int) -> None:
+    def __init__(self, tokenizer, corpus_path: str | Path, seed: int, table_share: float = 0.0) -> None:
         words: set[str] = set()
         with open(corpus_path, encoding="utf-8") as f:
             for line in f:
@@ -87,6 +97,11 @@ class _Sequences:
         self.sep, self.open, self.close = ids(" |"), ids("<response>"), ids("</response>")
         self.delimiters = [(ids(a), ids(b)) for a, b in DELIMITERS]
         self.rng = random.Random(seed)
+        self.table_share = float(table_share)
+        if not 0.0 <= self.table_share < 1.0:
+            raise ValueError(f"copy warm-up: table_share must be in [0, 1), got {table_share}")
+        self.table = [(p, ids(" " + a)) for p, a in one_digit_problems()] if self.table_share else []
+        self._ids = ids
 
     def tokens(self, low: int, high: int) -> list[int]:
         """``low`` to ``high`` (inclusive) tokens drawn uniformly from the pool."""
@@ -103,6 +118,10 @@ class _Sequences:
         return sorted(set(self.pool) | set(self.close))
 
     def draw(self) -> tuple[list[int], list[int]]:
+        if self.table_share and self.rng.random() < self.table_share:
+            phrase, answer = self.rng.choice(self.table)
+            question = self.rng.choice(TEMPLATES["train"]).format(q=phrase)
+            return self._ids(question) + self.open, answer + self.close  # the answer as in the traces: " 56"
         u = self.rng.random()
         if u < SHARES["repeat"]:
             s = self.span() + self.span()
@@ -134,7 +153,7 @@ def copy_warmup(model, tokenizer, corpus_path: str | Path, settings: CopyWarmup 
     import torch.nn.functional as F
 
     torch.manual_seed(settings.seed)
-    data = _Sequences(tokenizer, corpus_path, settings.seed)
+    data = _Sequences(tokenizer, corpus_path, settings.seed, settings.table_share)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     vocab = torch.tensor(data.targets()) if settings.restricted_softmax else None
     optim = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=0.0)
@@ -192,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=CopyWarmup.steps)
     parser.add_argument("--seed", type=int, default=CopyWarmup.seed)
     parser.add_argument("--full_softmax", action="store_true", help="the loss over the whole vocabulary (slower)")
+    parser.add_argument("--table_share", type=float, default=CopyWarmup.table_share, help="one-digit problems' share")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -205,7 +225,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         model,
         tokenizer,
         args.corpus,
-        CopyWarmup(steps=args.steps, seed=args.seed, restricted_softmax=not args.full_softmax),
+        CopyWarmup(
+            steps=args.steps, seed=args.seed, restricted_softmax=not args.full_softmax, table_share=args.table_share
+        ),
     )
     out = Path(args.output)
     model.save_pretrained(str(out), safe_serialization=True)

@@ -159,14 +159,15 @@ def play_table(
 
 
 def table_frame(table: dict[str, dict[str, np.ndarray]], rows: Sequence[dict]):
-    """The table as a long ``pandas.DataFrame``: one row per question and setting, with the question's index and
-    kind."""
+    """The table as a long ``pandas.DataFrame``: one row per question and setting, with the question's index, kind
+    and subkind."""
     import pandas as pd
 
     frames = []
     for setting, cols in table.items():
         frame = pd.DataFrame(cols)
         frame.insert(0, "setting", setting)
+        frame.insert(0, "subkind", [r["extra_info"]["subkind"] for r in rows])
         frame.insert(0, "kind", [r["extra_info"]["kind"] for r in rows])
         frame.insert(0, "index", [int(r["extra_info"]["index"]) for r in rows])
         frames.append(frame)
@@ -174,7 +175,7 @@ def table_frame(table: dict[str, dict[str, np.ndarray]], rows: Sequence[dict]):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry point (the module docstring); prints accuracy and tool use per setting and kind."""
+    """CLI entry point (the module docstring); prints accuracy and tool use per setting and subkind."""
     parser = argparse.ArgumentParser(
         prog="python -m verl.trainer.route_qa.evaluate", description=__doc__.split("\n")[0]
     )
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="the first N questions only (0: all)")
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS))
-    parser.add_argument("--summary", default=None, help="also write the means per setting and kind as JSON here")
+    parser.add_argument("--summary", default=None, help="also write the means per setting and subkind as JSON here")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     data_dir = Path(args.data_dir)
@@ -194,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = play_table(args.model, rows, data_dir / "corpus.jsonl", args.settings, args.batch_size)
     frame = table_frame(table, rows)
     frame.to_parquet(args.output, index=False)
-    means = frame.groupby(["setting", "kind"])[["correct", "used_tool", "calls"]].mean().round(4)
+    means = frame.groupby(["setting", "subkind"])[["correct", "used_tool", "calls"]].mean().round(4)
     print(means.to_string())
     if args.summary:
         summary = {

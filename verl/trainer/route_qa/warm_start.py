@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["PRESET", "WarmStart", "build_warm_start", "sft_command"]
+__all__ = ["PRESET", "WarmStart", "build_warm_start", "check_warm_start", "sft_command"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,17 +37,26 @@ PRESET = "tiny-route-qa"
 
 @dataclass(frozen=True)
 class WarmStart:
-    """The warm start's settings: ``copy_steps`` of the copy warm-up (its other settings are
-    :class:`~verl.trainer.route_qa.copy_warmup.CopyWarmup`'s defaults), then ``sft_steps`` SFT steps of
-    ``sft_batch_size`` trace rows at peak learning rate ``sft_lr`` (cosine after a 10% warm-up), sequences cut to
-    ``sft_max_length`` tokens from the left; ``seed`` for the task's data and the warm-up."""
+    """The warm start's settings: ``copy_steps`` of the copy warm-up with ``table_share`` of its sequences one-digit
+    problems (its other settings are :class:`~verl.trainer.route_qa.copy_warmup.CopyWarmup`'s defaults), then
+    ``sft_steps`` SFT steps of ``sft_batch_size`` trace rows at peak learning rate ``sft_lr`` (cosine after a 10%
+    warm-up), sequences cut to ``sft_max_length`` tokens from the left, the traces weighed by
+    :class:`~verl.trainer.route_qa.traces.TraceMix` (``answer_after_call``, ``direct_answer``, ``table``); ``seed``
+    for the task's data and the warm-up; ``version`` of the build, raised when it changes in a way the settings do
+    not show (2: the traces write an answer after a space; 1, unrecorded: run rq-03's), so that
+    :func:`check_warm_start` refuses a preset an older version built."""
 
     copy_steps: int = 3000
+    table_share: float = 0.0
     sft_steps: int = 600
     sft_batch_size: int = 16
     sft_lr: float = 1e-3
     sft_max_length: int = 512
+    answer_after_call: int = 1
+    direct_answer: int = 1
+    table: int = 0
     seed: int = 0
+    version: int = 2
 
 
 def sft_command(train_file: Path, base: Path, target: Path, settings: WarmStart) -> list[str]:
@@ -78,15 +87,38 @@ def sft_command(train_file: Path, base: Path, target: Path, settings: WarmStart)
     ]
 
 
+def check_warm_start(folder: str | Path, settings: WarmStart = WarmStart()) -> None:
+    """Refuse a built warm start whose ``warm_start.json`` records other settings than ``settings`` (a preset built
+    by an older version would otherwise be used as if it were this one's).
+
+    Raises:
+        RuntimeError: the record is missing or unreadable, or a setting differs (each named, with both values); the
+            message says to delete the folder, which the next run rebuilds.
+    """
+    record = Path(folder) / "warm_start.json"
+    try:
+        built = json.loads(record.read_text())["settings"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise RuntimeError(f"{folder}: no readable warm_start.json settings ({exc}); delete the folder to rebuild it")
+    wanted = asdict(settings)
+    differ = [f"{k}: built {built.get(k)!r}, expected {v!r}" for k, v in wanted.items() if built.get(k) != v]
+    if differ:
+        raise RuntimeError(
+            f"{folder} was built with other warm-start settings ({'; '.join(differ)}): delete the folder and the "
+            f"next run rebuilds it (python -m verl.trainer.route_qa.warm_start)"
+        )
+
+
 def build_warm_start(
     target: str | Path | None = None, settings: WarmStart = WarmStart(), data_dir: str | Path | None = None
 ) -> Path:
     """Build the warm start into ``target`` (default: the preset's folder, ``verl.utils.model_presets.preset_dir``);
-    an existing ``target`` is returned as is. ``data_dir``: the task's folder (default: the cached one of
-    ``settings.seed``). Returns ``target``.
+    an existing ``target`` is returned as it is once :func:`check_warm_start` finds it built with ``settings``.
+    ``data_dir``: the task's folder (default: the cached one of ``settings.seed``). Returns ``target``.
 
     Raises:
-        RuntimeError: the SFT trainer exited non-zero (its output went to this process's stdout and stderr).
+        RuntimeError: the SFT trainer exited non-zero (its output went to this process's stdout and stderr); an
+            existing ``target`` built with other settings.
     """
     from verl.utils.dataset.route_qa import ensure_task
     from verl.utils.fs import publish_dir
@@ -94,6 +126,7 @@ def build_warm_start(
 
     target = Path(target) if target is not None else preset_dir(PRESET)
     if target.is_dir():
+        check_warm_start(target, settings)
         return target
 
     def build(tmp: Path) -> None:
@@ -103,7 +136,7 @@ def build_warm_start(
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         from verl.trainer.route_qa.copy_warmup import CopyWarmup, copy_warmup
-        from verl.trainer.route_qa.traces import write_traces
+        from verl.trainer.route_qa.traces import TraceMix, write_traces
 
         seconds: dict[str, float] = {}
         start = time.monotonic()
@@ -116,14 +149,15 @@ def build_warm_start(
             logger.info("warm start 1/2: copy warm-up of tiny, %d steps", settings.copy_steps)
             model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
             tokenizer = AutoTokenizer.from_pretrained(source)
-            warmup = CopyWarmup(steps=settings.copy_steps, seed=settings.seed)
+            warmup = CopyWarmup(steps=settings.copy_steps, seed=settings.seed, table_share=settings.table_share)
             losses = copy_warmup(model, tokenizer, data / "corpus.jsonl", warmup)
             model.save_pretrained(str(warmed), safe_serialization=True)
             tokenizer.save_pretrained(str(warmed))
             del model
             seconds["copy_warmup"] = time.monotonic() - start
             start = time.monotonic()
-            traces = write_traces(data, output=Path(work) / "sft_train.parquet")
+            mix = TraceMix(settings.answer_after_call, settings.direct_answer, settings.table)
+            traces = write_traces(data, output=Path(work) / "sft_train.parquet", mix=mix)
             seconds["traces"] = time.monotonic() - start
             start = time.monotonic()
             logger.info("warm start 2/2: SFT on the traces, %d steps", settings.sft_steps)

@@ -48,6 +48,7 @@ __all__ = [
     "extra_info_problems",
     "generate",
     "make_countries",
+    "one_digit_problems",
     "task_dir",
     "write_task",
 ]
@@ -146,6 +147,20 @@ def _arithmetic(rng: random.Random, small: bool) -> tuple[str, str, dict]:
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     call = {"name": "calculator", "parameters": {"expression": f"{a} {op} {b}"}}
     return phrase, str(value), call
+
+
+def one_digit_problems() -> list[tuple[str, str]]:
+    """Every ``direct_arithmetic`` problem the generator can draw, as ``(phrase, answer)`` in every phrasing of its
+    operator: ``a`` and ``b`` in 1..9, a minus with ``a >= b`` (the one-digit table a model answers in its head)."""
+    out = []
+    for op, phrasings in OPERATIONS.items():
+        for a in range(1, 10):
+            for b in range(1, 10):
+                if op == "-" and b > a:
+                    continue
+                value = {"+": a + b, "-": a - b, "*": a * b}[op]
+                out += [(phrasing.format(a=a, b=b), str(value)) for phrasing in phrasings]
+    return out
 
 
 def _question(rng: random.Random, split: str, kind: str, subkind: str, countries: Sequence[Country]) -> dict:
