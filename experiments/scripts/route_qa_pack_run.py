@@ -51,14 +51,16 @@ def router_steps(run: Path) -> list[dict]:
 
 
 def table_accuracy(run: Path) -> dict:
-    """The played test table's accuracy per ``setting/subkind`` (an empty dict without a table)."""
+    """The played test table's accuracy per ``setting/subkind`` (``setting/kind`` for an older table; an empty dict
+    without a table)."""
     path = run / "test_table.parquet"
     if not path.is_file():
         return {}
     import pandas as pd
 
     frame = pd.read_parquet(path)
-    means = frame.groupby(["setting", "subkind"])["correct"].mean()
+    by = "subkind" if "subkind" in frame.columns else "kind"  # tables played before evaluate kept the subkind
+    means = frame.groupby(["setting", by])["correct"].mean()
     return {f"{setting}/{subkind}": round(float(v), 4) for (setting, subkind), v in means.items()}
 
 

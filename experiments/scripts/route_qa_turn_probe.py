@@ -4,8 +4,10 @@
 
 For the first ``--questions`` questions of the split, every SFT row of ``verl.trainer.route_qa.traces`` (own route and
 tool route; not both tools) is given to the model as its prompt (the conversation up to the turn, the call and the
-observation of the ideal episode included) and decoded greedily (48 tokens); a turn is right when the text equals the
-trace's exactly. Prints up to three wrong turns per group and one JSON line: ``{group: [right, asked]}`` by subkind,
+observation of the ideal episode included) and decoded greedily (48 tokens); a call turn is right when its text
+equals the trace's, an answer turn when its final answer does as the reward compares them (so a model trained
+without the answer's leading space is probed fairly; rq-04's A and B were probed by an earlier version that
+compared the whole text, which A's answers, written without the space then, matched as its traces did). Prints up to three wrong turns per group and one JSON line: ``{group: [right, asked]}`` by subkind,
 setting and turn (0: the call or a direct answer, 1: the answer after the observation).
 """
 
@@ -22,6 +24,7 @@ from agent_system.tools.base import ToolRegistry
 from agent_system.tools.runner import make_tool_runner
 from verl.trainer.route_qa.evaluate import load_rows
 from verl.trainer.route_qa.traces import route_qa_tool_specs, sft_rows
+from verl.utils.reward_score.route_qa import final_answer, normalize
 
 
 def main() -> int:
@@ -52,7 +55,11 @@ def main() -> int:
         with torch.no_grad():
             out = model.generate(ids, max_new_tokens=48, do_sample=False)
         got = tok.decode(out[0, ids.shape[1] :]).split("<|im_end|>")[0]
-        right = got.strip() == t["response"].strip()
+        want = t["response"]
+        if want.startswith("<response>"):  # an answer: as the reward compares it (a leading space or not)
+            right = final_answer(got) is not None and normalize(final_answer(got)) == normalize(final_answer(want))
+        else:
+            right = got.strip() == want.strip()
         counts[key][0] += right
         counts[key][1] += 1
         if not right and shown[key] < 3:

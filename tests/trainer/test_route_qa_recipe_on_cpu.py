@@ -133,9 +133,20 @@ def test_the_warm_start_preset_is_built_once_with_its_record(small_task, tmp_pat
     # a preset built with other settings (an older version's) is refused, not used as if it were this one
     with pytest.raises(RuntimeError, match=r"copy_steps: built 3, expected 4.*delete the folder"):
         build_warm_start(target, WarmStart(copy_steps=4, sft_steps=2), data_dir=small_task)
+    (target / "warm_start.json").write_text('{"settings": null}')
+    with pytest.raises(RuntimeError, match="no readable warm_start.json"):
+        build_warm_start(target, WarmStart(copy_steps=3, sft_steps=2), data_dir=small_task)
     (target / "warm_start.json").unlink()
     with pytest.raises(RuntimeError, match="no readable warm_start.json"):
         build_warm_start(target, WarmStart(copy_steps=3, sft_steps=2), data_dir=small_task)
+
+
+def test_the_warm_start_cli_builds_other_settings_only_into_another_folder(capsys):
+    from verl.trainer.route_qa.warm_start import main
+
+    with pytest.raises(SystemExit) as exit_info:  # the preset folder would then be refused by every run
+        main(["--copy_steps", "5"])
+    assert exit_info.value.code == 2 and "need --output" in capsys.readouterr().err
 
 
 def test_the_recipe_trains_and_ends_with_the_criteria_and_the_plot(small_task, tmp_path, tiny_model_dir):

@@ -21,8 +21,9 @@ Heads", section 3: the phase change). This module trains on exactly such sequenc
 
 With ``table_share`` above 0, that share of the sequences is instead a one-digit problem of the task (a direct
 arithmetic question in a training template, ``verl.utils.dataset.route_qa.one_digit_problems``), ``<response>``, then
-its answer: the table a model answers in its head, learnt here at the warm-up's cost a sequence rather than the
-SFT's (a sequence without the system prompt, under the restricted softmax).
+its answer: an attempt to teach the table a model answers in its head at the warm-up's cost a sequence rather than
+the SFT's (a sequence without the system prompt, under the restricted softmax). Off by default: in run rq-04 a share
+of 0.1 left the warm-up answering 94 of the 288 problems and the warm start after SFT 10% of them.
 
 Every target ends with ``</response>``. The loss is the cross-entropy on the target tokens only, computed on their
 positions alone (no ``[tokens, vocab]`` logits for the context), and by default over the ids a target can hold

@@ -2,6 +2,7 @@
 policy should play, one SFT row per assistant turn, with the tools really executed.
 
     python -m verl.trainer.route_qa.traces --data_dir DIR [--output DIR/sft_train.parquet] [--split train]
+        [--answer_after_call 1] [--direct_answer 1] [--table 0]
 
 Per question, the prompts of three settings, each as the router's rewrite renders it (``router.filter_tools=true``):
 
@@ -21,8 +22,8 @@ turn's text (``response``), for :class:`~verl.utils.dataset.sft_dataset.SFTDatas
 
 :class:`TraceMix` weighs the rows (``docs/route_qa.md`` "The warm start's traces"): the answer turns that copy an
 observation and the direct questions answered at once are written more than once, and the one-digit table (every
-problem a direct arithmetic question can ask, under ANSWER, in the training templates) is added, so that the warm
-start answers one-digit arithmetic in its head and copies what a tool returned.
+problem a direct arithmetic question can ask, under ANSWER, in the training templates) is added. All three are off
+by default: in run rq-04 they took SFT steps from the call turns and did not teach the table.
 """
 
 from __future__ import annotations

@@ -100,6 +100,8 @@ def check_warm_start(folder: str | Path, settings: WarmStart = WarmStart()) -> N
         built = json.loads(record.read_text())["settings"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise RuntimeError(f"{folder}: no readable warm_start.json settings ({exc}); delete the folder to rebuild it")
+    if not isinstance(built, dict):
+        raise RuntimeError(f"{folder}: no readable warm_start.json settings (not a mapping); delete the folder")
     wanted = asdict(settings)
     differ = [f"{k}: built {built.get(k)!r}, expected {v!r}" for k, v in wanted.items() if built.get(k) != v]
     if differ:
@@ -189,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = WarmStart(copy_steps=args.copy_steps, sft_steps=args.sft_steps)
+    if args.output is None and settings != WarmStart():
+        parser.error("other settings than the preset's need --output (a run would refuse the preset folder)")
     print(build_warm_start(args.output, settings, args.data_dir))
     return 0
 
