@@ -87,14 +87,12 @@ def trace_messages(prompt: Sequence[dict], route: RouterAction | None, extra: di
 
 def _episode(messages: list[dict], answer: str, call: dict | None, observation: str | None) -> list[dict]:
     """One SFT row per assistant turn of an episode."""
+    answer_text = f"<response> {answer}</response>"  # after a space: the module docstring
     if call is None:
-        return [{"prompt": messages, "response": f"<response> {answer}</response>"}]
+        return [{"prompt": messages, "response": answer_text}]
     call_text = render_calls([call], "toolrl")
     after = messages + [{"role": "assistant", "content": call_text}, {"role": "tool", "content": observation}]
-    return [
-        {"prompt": messages, "response": call_text},
-        {"prompt": after, "response": f"<response> {answer}</response>"},
-    ]
+    return [{"prompt": messages, "response": call_text}, {"prompt": after, "response": answer_text}]
 
 
 def sft_rows(rows: Sequence[dict], tools, mix: TraceMix = TraceMix()) -> list[dict]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import operator
 import os
 import random
 from dataclasses import dataclass
@@ -81,6 +82,7 @@ TEMPLATES = {
 # a 7M model cannot learn an unseen phrasing's meaning ("b subtracted from a": the operands swapped), and a test
 # split that asks for one measures that, not routing (docs/route_qa.md "Not readable off the words").
 OPERATIONS = {"+": ("{a} plus {b}", "the sum of {a} and {b}"), "-": ("{a} minus {b}",), "*": ("{a} times {b}",)}
+APPLY = {"+": operator.add, "-": operator.sub, "*": operator.mul}  # each operator's value
 # fact phrasings by attribute: {e} the country
 ATTRIBUTES = {
     "capital": ("the capital of {e}",),
@@ -144,7 +146,7 @@ def _arithmetic(rng: random.Random, small: bool) -> tuple[str, str, dict]:
     if op == "-" and b > a:
         a, b = b, a
     phrase = rng.choice(OPERATIONS[op]).format(a=a, b=b)
-    value = {"+": a + b, "-": a - b, "*": a * b}[op]
+    value = APPLY[op](a, b)
     call = {"name": "calculator", "parameters": {"expression": f"{a} {op} {b}"}}
     return phrase, str(value), call
 
@@ -158,8 +160,7 @@ def one_digit_problems() -> list[tuple[str, str]]:
             for b in range(1, 10):
                 if op == "-" and b > a:
                     continue
-                value = {"+": a + b, "-": a - b, "*": a * b}[op]
-                out += [(phrasing.format(a=a, b=b), str(value)) for phrasing in phrasings]
+                out += [(phrasing.format(a=a, b=b), str(APPLY[op](a, b))) for phrasing in phrasings]
     return out
 
 
